@@ -1,0 +1,34 @@
+# The documented way to do everything. CI runs `make test`.
+SHELL := /bin/bash
+export CARGO_TERM_COLOR ?= never
+
+DB_ADMIN_URL = $(shell ./scripts/ensure-postgres.sh)
+
+.PHONY: run test build lint fmt bench db
+
+build:
+	cargo build --workspace --bins
+
+## Start the whole system: Postgres, migrations, `qtg` with the sim registry, a demo template.
+run: build
+	@./scripts/run.sh
+
+## Every test: unit, property, store and black-box (real binaries, real Postgres).
+test:
+	@url="$$(./scripts/ensure-postgres.sh)" && \
+	cargo build --workspace --bins && \
+	DATABASE_URL="$$url" QTG_TEST_DATABASE_URL="$$url" cargo test --workspace -- --test-threads=4
+
+lint:
+	cargo fmt --all -- --check
+	cargo clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	cargo fmt --all
+
+## Throughput and latency against the same machine's raw Postgres ceiling (release build).
+bench:
+	@./scripts/bench.sh
+
+db:
+	@echo "$(DB_ADMIN_URL)"

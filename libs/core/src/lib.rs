@@ -1,0 +1,19 @@
+//! qtg's pure domain: states and their transition table, request-state derivation, the plan
+//! graph, `$ref` resolution, plan hashing and the executor protocol's value types. No IO.
+
+pub mod codes;
+pub mod derive;
+pub mod hash;
+pub mod lane;
+pub mod markers;
+pub mod observe;
+pub mod plan;
+pub mod protocol;
+pub mod refs;
+pub mod state;
+
+pub use derive::{derive_request_state, NodeView};
+pub use lane::Lane;
+pub use plan::{NodeKind, PlanDefinition, PlanEdge, PlanError, PlanNode};
+pub use protocol::{ExecutionContext, ExecutionResult, PreparedAction, SignRequest, SignResult, SigningIntent};
+pub use state::{NodeState, RequestState, TransitionError};

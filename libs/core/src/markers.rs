@@ -1,0 +1,16 @@
+//! `provider_refs` marker names (stuck-node runbook §2). Only qtg writes `__submit_*`;
+//! executors may set the review and gating markers. `__*` keys never reach
+//! `provider_context` or `$ref`.
+
+pub const SUBMIT_ATTEMPT_PENDING: &str = "__submit_attempt_pending";
+pub const SUBMIT_ATTEMPT_STARTED_AT: &str = "__submit_attempt_started_at";
+pub const LEGACY_RECONCILIATION_GATED: &str = "__legacy_reconciliation_gated";
+pub const MANUAL_REVIEW_REQUIRED: &str = "__manual_review_required";
+
+/// Markers only qtg may write; an executor result carrying them is a protocol violation.
+pub const QTG_ONLY: [&str; 2] = [SUBMIT_ATTEMPT_PENDING, SUBMIT_ATTEMPT_STARTED_AT];
+
+/// True for keys that are internal markers (never propagated to successors).
+pub fn is_marker(key: &str) -> bool {
+    key.starts_with("__")
+}

@@ -1,0 +1,296 @@
+//! The executor protocol's value types (seed `002_*`, DESIGN.md §4): what a worker hands an
+//! executor and what it accepts back, with the checks that make an answer well-formed.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+use crate::hash::sha256_hex;
+use crate::markers;
+use crate::state::NodeState;
+
+pub const PROTOCOL_VERSION: &str = "1.0";
+
+/// The "work order" for one step of one node.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionContext {
+    pub protocol_version: String,
+    pub request_id: String,
+    pub request_node_id: String,
+    pub compiled_plan_hash: String,
+    pub template_key: String,
+    pub template_version: i32,
+    pub node_key: String,
+    pub node_kind: String,
+    pub action_type: String,
+    /// Dispatch: the attempt being submitted (stored + 1). Observe/recover: the stored one.
+    pub attempt_no: i32,
+    pub intent: Value,
+    pub input_params: Value,
+    pub resolved_bindings: Value,
+    pub risk_controls: Value,
+    /// Artifacts of direct-predecessor COMPLETED nodes.
+    pub prior_artifacts: Vec<Value>,
+    /// `config` after top-level `$ref` resolution.
+    pub node_config: Value,
+    /// Flat merge of the direct-predecessor COMPLETED nodes' `provider_refs` (no `__*` keys).
+    pub provider_context: Value,
+    pub timeout_policy: Value,
+    /// This node's own `provider_refs` and `provider_ref_id` so far (observe/recover need
+    /// what submit recorded).
+    pub provider_refs: Value,
+    pub provider_ref_id: Option<String>,
+    pub executor_key: String,
+}
+
+impl ExecutionContext {
+    /// `{request_node_id}:{attempt_no}` — the venue's client order id for this attempt.
+    pub fn idempotency_key(&self) -> String {
+        idempotency_key(&self.request_node_id, self.attempt_no)
+    }
+}
+
+pub fn idempotency_key(request_node_id: &str, attempt_no: i32) -> String {
+    format!("{request_node_id}:{attempt_no}")
+}
+
+/// What `prepare` produced: what will be signed and submitted.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct PreparedAction {
+    pub action_type: String,
+    pub payload_format: String,
+    pub payload: String,
+    /// hex sha256 of `payload`; filled (and checked) by qtg.
+    #[serde(default)]
+    pub payload_hash: String,
+    #[serde(default)]
+    pub signing_required: bool,
+    #[serde(default)]
+    pub expires_at: Option<String>,
+}
+
+impl PreparedAction {
+    pub fn new(action_type: &str, payload_format: &str, payload: String, signing_required: bool) -> Self {
+        let payload_hash = sha256_hex(payload.as_bytes());
+        PreparedAction {
+            action_type: action_type.to_string(),
+            payload_format: payload_format.to_string(),
+            payload,
+            payload_hash,
+            signing_required,
+            expires_at: None,
+        }
+    }
+
+    pub fn computed_hash(&self) -> String {
+        sha256_hex(self.payload.as_bytes())
+    }
+
+    /// Fills a missing hash; refuses one that does not match the payload.
+    pub fn seal(&mut self) -> Result<(), ProtocolViolation> {
+        let computed = self.computed_hash();
+        if self.payload_hash.is_empty() {
+            self.payload_hash = computed;
+            Ok(())
+        } else if self.payload_hash.eq_ignore_ascii_case(&computed) {
+            self.payload_hash = computed;
+            Ok(())
+        } else {
+            Err(ProtocolViolation("payload_hash does not match sha256(payload)".into()))
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SigningIntent {
+    pub action: String,
+    pub asset: String,
+    pub amount: String,
+    pub destination: String,
+    pub max_fee_usd: Option<String>,
+    pub chain_family: String,
+    pub allowed_payload_hash: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SignRequest {
+    pub protocol_version: String,
+    pub request_id: String,
+    pub request_node_id: String,
+    pub signer_key: String,
+    pub signing_intent: SigningIntent,
+    pub payload_format: String,
+    pub payload: String,
+    pub payload_hash: String,
+    pub metadata: Value,
+}
+
+impl SignRequest {
+    pub fn build(ctx: &ExecutionContext, signer_key: &str, prepared: &PreparedAction) -> Self {
+        let text = |v: Option<&Value>| match v {
+            Some(Value::String(s)) => s.clone(),
+            Some(Value::Null) | None => String::new(),
+            Some(other) => other.to_string(),
+        };
+        let destination = ctx.intent.get("destination").or_else(|| ctx.node_config.get("destination"));
+        SignRequest {
+            protocol_version: PROTOCOL_VERSION.to_string(),
+            request_id: ctx.request_id.clone(),
+            request_node_id: ctx.request_node_id.clone(),
+            signer_key: signer_key.to_string(),
+            signing_intent: SigningIntent {
+                action: prepared.action_type.clone(),
+                asset: text(ctx.intent.get("asset")),
+                amount: text(ctx.intent.get("amount")),
+                destination: text(destination),
+                max_fee_usd: None,
+                chain_family: ctx.input_params.get("chain_family").and_then(Value::as_str).unwrap_or("evm").to_string(),
+                allowed_payload_hash: prepared.payload_hash.clone(),
+            },
+            payload_format: prepared.payload_format.clone(),
+            payload: prepared.payload.clone(),
+            payload_hash: prepared.payload_hash.clone(),
+            metadata: ctx.input_params.clone(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SignResult {
+    pub signature: String,
+    #[serde(default)]
+    pub signed_payload: Option<String>,
+    #[serde(default)]
+    pub signer_address: Option<String>,
+    #[serde(default)]
+    pub signed_tx_hash: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExecutionResult {
+    pub next_state: NodeState,
+    #[serde(default)]
+    pub provider_state: Option<String>,
+    #[serde(default)]
+    pub provider_refs: Map<String, Value>,
+    #[serde(default)]
+    pub provider_ref_id: Option<String>,
+    #[serde(default)]
+    pub generated_artifacts: Vec<Value>,
+    #[serde(default)]
+    pub retry_after_seconds: Option<f64>,
+    #[serde(default)]
+    pub error_code: Option<String>,
+    #[serde(default)]
+    pub error_detail: Option<String>,
+}
+
+impl ExecutionResult {
+    pub fn new(next_state: NodeState) -> Self {
+        ExecutionResult {
+            next_state,
+            provider_state: None,
+            provider_refs: Map::new(),
+            provider_ref_id: None,
+            generated_artifacts: Vec::new(),
+            retry_after_seconds: None,
+            error_code: None,
+            error_detail: None,
+        }
+    }
+
+    pub fn failed(code: &str, detail: impl Into<String>) -> Self {
+        ExecutionResult {
+            error_code: Some(code.to_string()),
+            error_detail: Some(detail.into()),
+            ..ExecutionResult::new(NodeState::Failed)
+        }
+    }
+
+    /// Checks an executor's answer against the contract for `method`.
+    pub fn validate(&self, method: Method) -> Result<(), ProtocolViolation> {
+        let allowed = match method {
+            Method::Preflight | Method::Prepare => self.next_state == NodeState::Failed,
+            Method::Submit | Method::Recover => self.next_state.allowed_from_submit_or_recover(),
+            Method::Observe => self.next_state.allowed_from_observe(),
+        };
+        if !allowed {
+            return Err(ProtocolViolation(format!(
+                "{} may not answer next_state {}",
+                method.as_str(),
+                self.next_state
+            )));
+        }
+        if let Some(k) = markers::QTG_ONLY.iter().find(|k| self.provider_refs.contains_key(**k)) {
+            return Err(ProtocolViolation(format!("provider_refs may not set {k}")));
+        }
+        if let Some(s) = self.retry_after_seconds {
+            if !s.is_finite() || s < 0.0 {
+                return Err(ProtocolViolation("retry_after_seconds must be a number >= 0".into()));
+            }
+        }
+        let size = serde_json::to_vec(self).map(|v| v.len()).unwrap_or(usize::MAX);
+        if size > MAX_RESULT_BYTES {
+            return Err(ProtocolViolation(format!("result is {size} bytes, over {MAX_RESULT_BYTES}")));
+        }
+        Ok(())
+    }
+}
+
+/// Largest executor answer qtg accepts.
+pub const MAX_RESULT_BYTES: usize = 256 * 1024;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Method {
+    Preflight,
+    Prepare,
+    Submit,
+    Observe,
+    Recover,
+}
+
+impl Method {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Method::Preflight => "preflight",
+            Method::Prepare => "prepare",
+            Method::Submit => "submit",
+            Method::Observe => "observe",
+            Method::Recover => "recover",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("protocol violation: {0}")]
+pub struct ProtocolViolation(pub String);
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn results_are_checked_per_method() {
+        let ok = ExecutionResult::new(NodeState::Submitted);
+        assert!(ok.validate(Method::Submit).is_ok());
+        assert!(ok.validate(Method::Observe).is_err());
+        assert!(ExecutionResult::new(NodeState::Ready).validate(Method::Recover).is_err());
+        let mut marker = ExecutionResult::new(NodeState::Completed);
+        marker.provider_refs.insert(markers::SUBMIT_ATTEMPT_PENDING.into(), Value::Bool(false));
+        assert!(marker.validate(Method::Observe).is_err());
+        let mut review = ExecutionResult::new(NodeState::Unknown);
+        review.provider_refs.insert(markers::MANUAL_REVIEW_REQUIRED.into(), "reconciliation_ambiguous".into());
+        assert!(review.validate(Method::Recover).is_ok());
+    }
+
+    #[test]
+    fn prepared_action_hash_is_sealed() {
+        let mut p = PreparedAction::new("transfer", "json", "{}".into(), false);
+        assert_eq!(p.payload_hash, "44136fa355b3678a1146ad16f7e8649e94fb4fc21fe77e8310c060f61caaff8a");
+        p.seal().unwrap();
+        p.payload_hash = "00".repeat(32);
+        assert!(p.seal().is_err());
+        p.payload_hash.clear();
+        p.seal().unwrap();
+        assert_eq!(p.payload_hash, p.computed_hash());
+    }
+}

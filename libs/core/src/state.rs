@@ -1,0 +1,256 @@
+//! Node and request states (DESIGN.md §10.1) and the one transition table every state change
+//! is checked against.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+macro_rules! string_enum {
+    ($name:ident { $($variant:ident => $text:literal),+ $(,)? }) => {
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+        pub enum $name {
+            $(#[serde(rename = $text)] $variant),+
+        }
+
+        impl $name {
+            pub const ALL: &'static [$name] = &[$($name::$variant),+];
+
+            pub fn as_str(self) -> &'static str {
+                match self {
+                    $($name::$variant => $text),+
+                }
+            }
+        }
+
+        impl fmt::Display for $name {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(self.as_str())
+            }
+        }
+
+        impl FromStr for $name {
+            type Err = UnknownState;
+            fn from_str(s: &str) -> Result<Self, Self::Err> {
+                match s {
+                    $($text => Ok($name::$variant),)+
+                    other => Err(UnknownState(other.to_string())),
+                }
+            }
+        }
+    };
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown state {0:?}")]
+pub struct UnknownState(pub String);
+
+string_enum!(NodeState {
+    Blocked => "BLOCKED",
+    Ready => "READY",
+    Preparing => "PREPARING",
+    AwaitingSignature => "AWAITING_SIGNATURE",
+    Submitting => "SUBMITTING",
+    Submitted => "SUBMITTED",
+    Observing => "OBSERVING",
+    Completed => "COMPLETED",
+    Failed => "FAILED",
+    Unknown => "UNKNOWN",
+    Skipped => "SKIPPED",
+    Cancelled => "CANCELLED",
+});
+
+string_enum!(RequestState {
+    PendingApproval => "PENDING_APPROVAL",
+    Approved => "APPROVED",
+    Executing => "EXECUTING",
+    WaitingManualAction => "WAITING_MANUAL_ACTION",
+    ManualIntervention => "MANUAL_INTERVENTION",
+    Completed => "COMPLETED",
+    Failed => "FAILED",
+    Expired => "EXPIRED",
+    Rejected => "REJECTED",
+    Cancelled => "CANCELLED",
+});
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum TransitionError {
+    #[error("node transition {from} -> {to} is not allowed")]
+    Node { from: NodeState, to: NodeState },
+    #[error("request transition {from} -> {to} is not allowed")]
+    Request { from: RequestState, to: RequestState },
+}
+
+impl NodeState {
+    /// No transition leaves these.
+    pub fn is_terminal(self) -> bool {
+        matches!(self, NodeState::Completed | NodeState::Skipped | NodeState::Cancelled)
+    }
+
+    /// READY…OBSERVING: the node is runnable or a step of it is under way.
+    pub fn is_active(self) -> bool {
+        matches!(
+            self,
+            NodeState::Ready
+                | NodeState::Preparing
+                | NodeState::AwaitingSignature
+                | NodeState::Submitting
+                | NodeState::Submitted
+                | NodeState::Observing
+        )
+    }
+
+    /// States an executor may answer with, per method (DESIGN.md §10.7).
+    pub fn allowed_from_submit_or_recover(self) -> bool {
+        matches!(
+            self,
+            NodeState::Submitted | NodeState::Observing | NodeState::Completed | NodeState::Failed | NodeState::Unknown
+        )
+    }
+
+    pub fn allowed_from_observe(self) -> bool {
+        matches!(self, NodeState::Observing | NodeState::Completed | NodeState::Failed | NodeState::Unknown)
+    }
+
+    /// The allowed-transition table. Same-state pairs are polls, not transitions.
+    pub fn can_transition_to(self, to: NodeState) -> bool {
+        use NodeState::*;
+        match self {
+            Blocked => matches!(to, Ready | Skipped | Cancelled),
+            // READY -> COMPLETED is complete-manual on a manual node.
+            Ready => matches!(to, Preparing | Completed | Skipped | Cancelled),
+            Preparing => matches!(to, AwaitingSignature | Submitting | Failed),
+            AwaitingSignature => matches!(to, Submitting | Failed),
+            // SUBMITTING -> CANCELLED only with runbook case C6 evidence (API guard).
+            Submitting => matches!(to, Submitted | Observing | Completed | Failed | Unknown | Cancelled),
+            Submitted => matches!(to, Observing | Completed | Failed | Unknown),
+            Observing => matches!(to, Completed | Failed | Unknown),
+            Unknown => matches!(to, Submitted | Observing | Completed | Failed | Cancelled),
+            // FAILED -> READY is an operator retry.
+            Failed => matches!(to, Ready | Cancelled),
+            Completed | Skipped | Cancelled => false,
+        }
+    }
+
+    pub fn check_transition(self, to: NodeState) -> Result<(), TransitionError> {
+        if self.can_transition_to(to) {
+            Ok(())
+        } else {
+            Err(TransitionError::Node { from: self, to })
+        }
+    }
+}
+
+impl RequestState {
+    pub fn is_terminal(self) -> bool {
+        matches!(
+            self,
+            RequestState::Completed | RequestState::Expired | RequestState::Rejected | RequestState::Cancelled
+        )
+    }
+
+    pub fn can_transition_to(self, to: RequestState) -> bool {
+        use RequestState::*;
+        match self {
+            PendingApproval => matches!(to, Approved | Rejected | Expired | Cancelled),
+            Approved => {
+                matches!(to, Executing | WaitingManualAction | ManualIntervention | Completed | Failed | Cancelled)
+            }
+            Executing => matches!(to, WaitingManualAction | ManualIntervention | Completed | Failed | Cancelled),
+            WaitingManualAction => {
+                matches!(to, Executing | ManualIntervention | Completed | Failed | Cancelled)
+            }
+            // Resume moves MANUAL_INTERVENTION back to EXECUTING so recovery sweeps again.
+            ManualIntervention => matches!(to, Executing | Cancelled),
+            // FAILED returns to EXECUTING only through a node retry.
+            Failed => matches!(to, Executing | Cancelled),
+            Completed | Expired | Rejected | Cancelled => false,
+        }
+    }
+
+    pub fn check_transition(self, to: RequestState) -> Result<(), TransitionError> {
+        if self.can_transition_to(to) {
+            Ok(())
+        } else {
+            Err(TransitionError::Request { from: self, to })
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn node_state() -> impl Strategy<Value = NodeState> {
+        proptest::sample::select(NodeState::ALL)
+    }
+
+    fn request_state() -> impl Strategy<Value = RequestState> {
+        proptest::sample::select(RequestState::ALL)
+    }
+
+    #[test]
+    fn names_round_trip() {
+        for s in NodeState::ALL {
+            assert_eq!(s.as_str().parse::<NodeState>().unwrap(), *s);
+            assert_eq!(serde_json::to_value(s).unwrap(), s.as_str());
+        }
+        for s in RequestState::ALL {
+            assert_eq!(s.as_str().parse::<RequestState>().unwrap(), *s);
+        }
+        assert!("DONE".parse::<NodeState>().is_err());
+    }
+
+    #[test]
+    fn the_happy_path_is_allowed() {
+        use NodeState::*;
+        let path = [Blocked, Ready, Preparing, AwaitingSignature, Submitting, Submitted, Observing, Completed];
+        for w in path.windows(2) {
+            assert!(w[0].can_transition_to(w[1]), "{} -> {}", w[0], w[1]);
+        }
+    }
+
+    #[test]
+    fn completed_only_comes_from_evidence_states() {
+        use NodeState::*;
+        let from: Vec<_> = NodeState::ALL.iter().filter(|s| s.can_transition_to(Completed)).collect();
+        assert_eq!(from, vec![&Ready, &Submitting, &Submitted, &Observing, &Unknown]);
+    }
+
+    proptest! {
+        #[test]
+        fn terminal_node_states_have_no_exit(from in node_state(), to in node_state()) {
+            if from.is_terminal() {
+                prop_assert!(!from.can_transition_to(to));
+                prop_assert!(from.check_transition(to).is_err());
+            }
+        }
+
+        #[test]
+        fn no_node_state_transitions_to_itself(s in node_state()) {
+            prop_assert!(!s.can_transition_to(s));
+        }
+
+        #[test]
+        fn unknown_is_never_retried_to_ready(to in node_state()) {
+            // UNKNOWN may only leave through evidence (or a C6 cancel), never back to READY.
+            if NodeState::Unknown.can_transition_to(to) {
+                prop_assert!(to != NodeState::Ready && to != NodeState::Preparing);
+            }
+        }
+
+        #[test]
+        fn terminal_request_states_have_no_exit(from in request_state(), to in request_state()) {
+            if from.is_terminal() {
+                prop_assert!(!from.can_transition_to(to));
+            }
+            prop_assert_eq!(from.can_transition_to(to), from.check_transition(to).is_ok());
+        }
+
+        #[test]
+        fn nothing_returns_to_pending_approval(from in request_state()) {
+            prop_assert!(!from.can_transition_to(RequestState::PendingApproval));
+        }
+    }
+}

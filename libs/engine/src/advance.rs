@@ -1,0 +1,152 @@
+//! What follows a node's result: record it (the one door), activate successors when it
+//! completed (fan-in waits for every predecessor), and re-derive the request's state.
+
+use std::collections::HashMap;
+
+use qtg_core::markers::SUBMIT_ATTEMPT_PENDING;
+use qtg_core::observe::next_observe_delay;
+use qtg_core::plan::{activated_successors, successors};
+use qtg_core::protocol::Method;
+use qtg_core::{derive_request_state, ExecutionResult, NodeState};
+use qtg_store::artifacts::{self, ArtifactKind};
+use qtg_store::transition::{self, Meta, NodePatch, RequestPatch};
+use qtg_store::{claims, context as q, PgConnection, WorkItem};
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::Result;
+
+/// Records a well-formed executor `result` for `item` (currently `from`), then advances or
+/// derives. Returns the node's new state.
+pub async fn apply_result(
+    conn: &mut PgConnection,
+    item: &WorkItem,
+    from: NodeState,
+    result: &ExecutionResult,
+    method: Method,
+    actor: &str,
+) -> Result<NodeState> {
+    let to = result.next_state;
+    let mut patch = NodePatch {
+        provider_state: result.provider_state.clone(),
+        provider_ref_id: result.provider_ref_id.clone(),
+        merge_refs: result.provider_refs.clone(),
+        error: Some((result.error_code.clone(), result.error_detail.clone())),
+        observed: method == Method::Observe,
+        ..Default::default()
+    };
+    if matches!(method, Method::Submit | Method::Recover) {
+        if to != NodeState::Unknown {
+            // Evidence decided the attempt: the marker goes.
+            patch.remove_refs.push(SUBMIT_ATTEMPT_PENDING.to_string());
+        }
+        if matches!(to, NodeState::Submitted | NodeState::Observing | NodeState::Completed | NodeState::Unknown) {
+            patch.submit_accepted = Some(true);
+        }
+    }
+    patch.next_observe_in = match to {
+        NodeState::Submitted | NodeState::Observing => {
+            Some(Some(next_observe_delay(&item.action_type, result.retry_after_seconds)))
+        }
+        // Recovery's backoff for a node that stays undecided.
+        NodeState::Unknown => {
+            result.retry_after_seconds.map(|s| Some(s.clamp(0.0, qtg_core::observe::MAX_BACKOFF_SECONDS)))
+        }
+        _ => None,
+    };
+    if to == NodeState::Submitted && result.retry_after_seconds.is_none() {
+        // First observation as soon as an observer is free.
+        patch.next_observe_in = Some(Some(0.0));
+    }
+    let attempt_no = if from == to {
+        transition::poll_node(conn, item.node_id, from, &patch).await?
+    } else {
+        transition::transition_node(conn, item.node_id, from, to, &patch, &Meta::actor(actor)).await?
+    };
+    if !result.generated_artifacts.is_empty() {
+        artifacts::insert_many(
+            conn,
+            item.request_id,
+            item.node_id,
+            attempt_no,
+            ArtifactKind::Generated,
+            &result.generated_artifacts,
+        )
+        .await?;
+    }
+    if from != to && matches!(method, Method::Observe | Method::Recover) {
+        let proof = serde_json::to_value(result).unwrap_or_else(|_| json!({}));
+        artifacts::insert(conn, item.request_id, item.node_id, attempt_no, ArtifactKind::Proof, &proof, None).await?;
+    }
+    match to {
+        NodeState::Completed => {
+            advance_after_completion(conn, item.request_id, item.plan_version_id, &item.node_key, actor).await?
+        }
+        NodeState::Observing if from == NodeState::Observing => {}
+        _ => apply_request_state(conn, item.request_id, actor).await?,
+    }
+    Ok(to)
+}
+
+/// After `completed_key` reached COMPLETED: successors whose predecessors are all done become
+/// READY, the frontier moves (`frontier_advanced`), and the request state is re-derived.
+pub async fn advance_after_completion(
+    conn: &mut PgConnection,
+    request_id: Uuid,
+    plan_version_id: Uuid,
+    completed_key: &str,
+    actor: &str,
+) -> Result<()> {
+    let nodes = q::request_nodes(conn, request_id).await?;
+    let edges = q::plan_edges(conn, plan_version_id).await?;
+    if !successors(&edges, completed_key).is_empty() {
+        let states: HashMap<&str, NodeState> = nodes.iter().map(|n| (n.node_key.as_str(), n.node_state)).collect();
+        let activated: Vec<String> =
+            activated_successors(&edges, completed_key, &states).into_iter().map(String::from).collect();
+        if !activated.is_empty() {
+            for key in &activated {
+                let node = nodes.iter().find(|n| &n.node_key == key).expect("activated node exists");
+                transition::transition_node(
+                    conn,
+                    node.id,
+                    NodeState::Blocked,
+                    NodeState::Ready,
+                    &NodePatch::default(),
+                    &Meta::actor(actor),
+                )
+                .await?;
+            }
+            transition::set_frontier(conn, request_id, &activated).await?;
+            transition::enqueue_event(
+                conn,
+                request_id,
+                "frontier_advanced",
+                &json!({"completed": completed_key, "frontier": activated}),
+            )
+            .await?;
+        }
+    }
+    apply_request_state(conn, request_id, actor).await
+}
+
+/// Derives the request's state from its nodes and moves it there if that is a change the
+/// table allows (the request row must be locked by the caller).
+pub async fn apply_request_state(conn: &mut PgConnection, request_id: Uuid, actor: &str) -> Result<()> {
+    let nodes = q::request_nodes(conn, request_id).await?;
+    let current = claims::lock_request(conn, request_id).await?;
+    let views: Vec<_> = nodes.iter().map(|n| n.view()).collect();
+    if let Some(derived) = derive_request_state(&views) {
+        if derived != current && current.can_transition_to(derived) {
+            transition::transition_request(
+                conn,
+                request_id,
+                current,
+                derived,
+                &RequestPatch::default(),
+                &Meta::actor(actor),
+            )
+            .await?;
+        }
+    }
+    Ok(())
+}

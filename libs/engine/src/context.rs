@@ -1,0 +1,100 @@
+//! build_execution_context: the work order for one step of one node, from a claimed
+//! [`WorkItem`] plus three queries (the request's nodes, the plan's edges, the direct
+//! predecessors' artifacts) whatever the plan's size.
+
+use std::collections::HashMap;
+
+use qtg_core::markers::is_marker;
+use qtg_core::plan::predecessors;
+use qtg_core::protocol::PROTOCOL_VERSION;
+use qtg_core::refs::{resolve_config, RefError};
+use qtg_core::{ExecutionContext, NodeState};
+use qtg_store::{context as q, NodeBrief, PgConnection, WorkItem};
+use serde_json::{json, Map, Value};
+
+#[derive(Debug, thiserror::Error)]
+pub enum ContextError {
+    #[error(transparent)]
+    Ref(#[from] RefError),
+    #[error(transparent)]
+    Store(#[from] qtg_store::StoreError),
+}
+
+/// Builds the context for `item` at `attempt_no` (dispatch passes stored + 1; observe and
+/// recover the stored attempt).
+pub async fn build_execution_context(
+    conn: &mut PgConnection,
+    item: &WorkItem,
+    attempt_no: i32,
+) -> Result<ExecutionContext, ContextError> {
+    let nodes = q::request_nodes(conn, item.request_id).await?;
+    let edges = q::plan_edges(conn, item.plan_version_id).await?;
+    let by_key: HashMap<&str, &NodeBrief> = nodes.iter().map(|n| (n.node_key.as_str(), n)).collect();
+
+    // Direct predecessors that completed, in node_key order (collisions: the later key wins).
+    let mut preds: Vec<&NodeBrief> = predecessors(&edges, &item.node_key)
+        .into_iter()
+        .filter_map(|k| by_key.get(k).copied())
+        .filter(|n| n.node_state == NodeState::Completed)
+        .collect();
+    preds.sort_by(|a, b| a.node_key.cmp(&b.node_key));
+
+    let mut provider_context = Map::new();
+    for p in &preds {
+        for (k, v) in public_refs(&p.provider_refs) {
+            if let Some(old) = provider_context.insert(k.clone(), v.clone()) {
+                if old != v {
+                    tracing::warn!(
+                        node_key = %item.node_key, key = %k, from = %p.node_key,
+                        "provider_context key collision on fan-in; later node_key wins"
+                    );
+                }
+            }
+        }
+    }
+
+    // $ref sees every completed node of the request, never markers.
+    let completed_refs: HashMap<String, Value> = nodes
+        .iter()
+        .filter(|n| n.node_state == NodeState::Completed)
+        .map(|n| (n.node_key.clone(), Value::Object(public_refs(&n.provider_refs))))
+        .collect();
+    let node_config = resolve_config(&item.config, &completed_refs)?;
+
+    let pred_ids: Vec<_> = preds.iter().map(|p| p.id).collect();
+    let prior_artifacts = q::node_artifacts(conn, &pred_ids).await?;
+
+    Ok(ExecutionContext {
+        protocol_version: PROTOCOL_VERSION.to_string(),
+        request_id: item.request_id.to_string(),
+        request_node_id: item.node_id.to_string(),
+        compiled_plan_hash: item.compiled_plan_hash.clone(),
+        template_key: item.template_key.clone(),
+        template_version: item.template_version,
+        node_key: item.node_key.clone(),
+        node_kind: item.node_kind.as_str().to_string(),
+        action_type: item.action_type.clone(),
+        attempt_no,
+        intent: item.intent.clone(),
+        input_params: item.input_params.clone(),
+        resolved_bindings: json!({
+            "executor_key": item.executor_key,
+            "signer_key": item.signer_key,
+            "signing_required": item.signing_required,
+        }),
+        risk_controls: item.risk_controls.clone(),
+        prior_artifacts,
+        node_config,
+        provider_context: Value::Object(provider_context),
+        timeout_policy: item.timeout_policy.clone(),
+        provider_refs: item.provider_refs.clone(),
+        provider_ref_id: item.provider_ref_id.clone(),
+        executor_key: item.executor_key.clone(),
+    })
+}
+
+fn public_refs(refs: &Value) -> Map<String, Value> {
+    refs.as_object()
+        .map(|m| m.iter().filter(|(k, _)| !is_marker(k)).map(|(k, v)| (k.clone(), v.clone())).collect())
+        .unwrap_or_default()
+}

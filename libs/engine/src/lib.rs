@@ -1,0 +1,96 @@
+//! The pipelines workers run: dispatch, observe, recover (each one `tick` returning the items
+//! it processed), the advance/derive steps they share, execution-context building, and the
+//! movement and template operations the API performs.
+
+pub mod advance;
+pub mod calls;
+pub mod context;
+pub mod dispatch;
+pub mod movements;
+pub mod observe;
+pub mod recover;
+pub mod templates;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use qtg_core::Lane;
+use qtg_executor::Registry;
+use qtg_store::PgPool;
+
+pub use qtg_store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("database error: {0}")]
+    Sqlx(#[from] sqlx::Error),
+}
+
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// Recovery grace per lane: how long after `started_at` a SUBMITTING node (or an UNKNOWN from
+/// a submit) is left alone before `recover()` (the venue may still be processing).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct LaneGrace {
+    pub ccip: f64,
+    pub stargate: f64,
+    pub cex: f64,
+    pub other: f64,
+}
+
+impl Default for LaneGrace {
+    fn default() -> Self {
+        LaneGrace { ccip: 90.0, stargate: 90.0, cex: 90.0, other: 90.0 }
+    }
+}
+
+impl LaneGrace {
+    pub fn of(&self, lane: Lane) -> f64 {
+        match lane {
+            Lane::Ccip => self.ccip,
+            Lane::Stargate => self.stargate,
+            Lane::Cex => self.cex,
+            Lane::Other => self.other,
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct EngineSettings {
+    /// Deadline of every executor and signer call (`MG_EXECUTOR_TIMEOUT_MS`).
+    pub executor_timeout: Duration,
+    /// `MG_OBSERVE_TIMEOUT_ENFORCEMENT_ENABLED`.
+    pub observe_timeout_enforcement: bool,
+    /// Nodes per observe tick (seed: 10).
+    pub observe_batch: i64,
+    /// Nodes per recovery tick, split over four lanes (`MG_NODE_RECOVERY_BATCH_SIZE`, 10).
+    pub recovery_batch: i64,
+    pub grace: LaneGrace,
+    /// Seconds before re-trying an observe/recover whose call failed.
+    pub call_failure_backoff_seconds: f64,
+}
+
+impl Default for EngineSettings {
+    fn default() -> Self {
+        EngineSettings {
+            executor_timeout: Duration::from_secs(30),
+            observe_timeout_enforcement: false,
+            observe_batch: 10,
+            recovery_batch: 10,
+            grace: LaneGrace::default(),
+            call_failure_backoff_seconds: 15.0,
+        }
+    }
+}
+
+/// What every pipeline needs: the database, the executors, the settings and who it is (for
+/// the audit trail).
+#[derive(Clone)]
+pub struct Engine {
+    pub pool: PgPool,
+    pub registry: Arc<Registry>,
+    pub settings: EngineSettings,
+    pub actor: String,
+}

@@ -1,0 +1,221 @@
+//! The movement operations the API performs: create (idempotent), approve (four-eyes, the
+//! availability gate, frontier activation), reject, read.
+
+use qtg_core::hash::canonical_hash;
+use qtg_core::{NodeState, RequestState};
+use qtg_store::audit::{self, AuditRecord};
+use qtg_store::movements::{self as mq, Created, NewMovement};
+use qtg_store::transition::{self, Meta, NodePatch, RequestPatch};
+use qtg_store::{claims, templates as tq, NodeRow, RequestRow, StoreError};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::advance::apply_request_state;
+use crate::Engine;
+
+/// Why an operation was refused; the API maps each to a status and code.
+#[derive(Debug, thiserror::Error)]
+pub enum OpError {
+    #[error("{0} not found")]
+    NotFound(&'static str),
+    #[error("{0}")]
+    Validation(String),
+    #[error("{0}")]
+    InvalidState(String),
+    #[error("{0}")]
+    SelfApproval(String),
+    #[error("idempotency_key was already used with a different body")]
+    IdempotencyConflict,
+    #[error("bound executors or signers are down: {0:?}")]
+    ExecutorDown(Vec<String>),
+    #[error("{0}")]
+    Conflict(String),
+    #[error(transparent)]
+    Store(StoreError),
+}
+
+impl From<StoreError> for OpError {
+    fn from(e: StoreError) -> Self {
+        match e {
+            StoreError::Busy(what) => OpError::Conflict(format!("{what} is being changed by another operation; retry")),
+            StoreError::StaleState { entity, expected, .. } => {
+                OpError::Conflict(format!("{entity} is no longer {expected}"))
+            }
+            other => OpError::Store(other),
+        }
+    }
+}
+
+impl From<sqlx::Error> for OpError {
+    fn from(e: sqlx::Error) -> Self {
+        OpError::Store(e.into())
+    }
+}
+
+impl From<crate::EngineError> for OpError {
+    fn from(e: crate::EngineError) -> Self {
+        match e {
+            crate::EngineError::Store(s) => s.into(),
+            crate::EngineError::Sqlx(s) => s.into(),
+        }
+    }
+}
+
+pub struct NewMovementInput {
+    pub template_key: String,
+    pub template_version: Option<i32>,
+    pub intent: Value,
+    pub input_params: Value,
+    pub callback_url: Option<String>,
+    pub idempotency_key: String,
+    /// sha256 of the request body's canonical JSON.
+    pub body_hash: String,
+}
+
+impl Engine {
+    /// Creates a movement (PENDING_APPROVAL, nodes BLOCKED) or returns the one this principal
+    /// created with the same idempotency key and body (`false`).
+    pub async fn create_movement(
+        &self,
+        actor: &str,
+        input: NewMovementInput,
+        ttl_seconds: f64,
+    ) -> Result<(RequestRow, bool), OpError> {
+        let mut tx = self.pool.begin().await?;
+        let pv = tq::plan_version(&mut tx, &input.template_key, input.template_version)
+            .await?
+            .ok_or(OpError::NotFound("template (version)"))?;
+        let intent_hash = canonical_hash(&input.intent);
+        let lanes: Vec<&'static str> =
+            pv.nodes.iter().map(|(_, n)| self.registry.lane(&n.executor_key).as_str()).collect();
+        let nodes: Vec<_> = pv
+            .nodes
+            .iter()
+            .zip(&lanes)
+            .map(|((id, n), lane)| (*id, n.node_key.as_str(), n.node_kind.as_str(), *lane))
+            .collect();
+        let id = Uuid::new_v4();
+        let created = mq::insert(
+            &mut tx,
+            &NewMovement {
+                id,
+                template_id: pv.template_id,
+                plan_version_id: pv.plan_version_id,
+                template_key: &pv.template_key,
+                template_version: pv.version,
+                compiled_plan_hash: &pv.compiled_plan_hash,
+                intent: &input.intent,
+                intent_hash: &intent_hash,
+                input_params: &input.input_params,
+                created_by: actor,
+                idempotency_key: &input.idempotency_key,
+                body_hash: &input.body_hash,
+                callback_url: input.callback_url.as_deref(),
+                ttl_seconds,
+            },
+            &nodes,
+        )
+        .await?;
+        let (id, fresh) = match created {
+            Created::New(id) => {
+                audit::record(
+                    &mut tx,
+                    &AuditRecord {
+                        actor,
+                        action: "movement.create",
+                        entity_type: "movement",
+                        entity_id: id.to_string(),
+                        movement_id: Some(id),
+                        data: json!({"template_key": pv.template_key, "template_version": pv.version,
+                                 "intent_hash": intent_hash, "idempotency_key": input.idempotency_key}),
+                    },
+                )
+                .await?;
+                (id, true)
+            }
+            Created::Existing { id, body_hash } => {
+                if body_hash != input.body_hash {
+                    return Err(OpError::IdempotencyConflict);
+                }
+                (id, false)
+            }
+        };
+        let row = mq::get(&mut tx, id).await?.ok_or(OpError::NotFound("movement"))?;
+        tx.commit().await?;
+        Ok((row, fresh))
+    }
+
+    pub async fn movement(&self, id: Uuid) -> Result<(RequestRow, Vec<NodeRow>), OpError> {
+        let mut conn = self.pool.acquire().await?;
+        let row = mq::get(&mut conn, id).await?.ok_or(OpError::NotFound("movement"))?;
+        let nodes = mq::nodes(&mut conn, id).await?;
+        Ok((row, nodes))
+    }
+
+    /// Approves a PENDING_APPROVAL movement: records the approver and the intent and plan
+    /// hashes they saw, makes the roots READY and re-derives.
+    pub async fn approve_movement(&self, actor: &str, id: Uuid) -> Result<(), OpError> {
+        let mut tx = self.pool.begin().await?;
+        let state = claims::lock_request_nowait(&mut tx, id).await?.ok_or(OpError::NotFound("movement"))?;
+        let row = mq::get(&mut tx, id).await?.ok_or(OpError::NotFound("movement"))?;
+        if state != RequestState::PendingApproval {
+            return Err(OpError::InvalidState(format!("movement is {state}, not PENDING_APPROVAL")));
+        }
+        if row.expired {
+            return Err(OpError::InvalidState("movement approval window has expired".into()));
+        }
+        if row.created_by == actor {
+            return Err(OpError::SelfApproval("nobody approves a movement they created".into()));
+        }
+        let pv = tq::plan_version(&mut tx, &row.template_key, Some(row.template_version))
+            .await?
+            .ok_or(OpError::NotFound("template version"))?;
+        let executor_keys: Vec<String> = pv.plan.nodes.iter().map(|n| n.executor_key.clone()).collect();
+        let signer_keys: Vec<String> = pv.plan.nodes.iter().filter_map(|n| n.signer_key.clone()).collect();
+        let down = mq::down_bindings(&mut tx, &executor_keys, &signer_keys).await?;
+        if !down.is_empty() {
+            return Err(OpError::ExecutorDown(down));
+        }
+        let meta = Meta::actor(actor);
+        let patch = RequestPatch {
+            approval_status: Some("approved"),
+            approved_by: Some(actor.to_string()),
+            ..Default::default()
+        };
+        transition::transition_request(&mut tx, id, state, RequestState::Approved, &patch, &meta).await?;
+        let nodes = mq::nodes(&mut tx, id).await?;
+        let roots: Vec<String> = pv.plan.roots().into_iter().map(String::from).collect();
+        for n in nodes.iter().filter(|n| roots.contains(&n.node_key) && n.node_state == NodeState::Blocked) {
+            transition::transition_node(
+                &mut tx,
+                n.id,
+                NodeState::Blocked,
+                NodeState::Ready,
+                &NodePatch::default(),
+                &meta,
+            )
+            .await?;
+        }
+        transition::set_frontier(&mut tx, id, &roots).await?;
+        apply_request_state(&mut tx, id, actor).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+
+    pub async fn reject_movement(&self, actor: &str, id: Uuid, reason: Option<&str>) -> Result<(), OpError> {
+        let mut tx = self.pool.begin().await?;
+        let state = claims::lock_request_nowait(&mut tx, id).await?.ok_or(OpError::NotFound("movement"))?;
+        if state != RequestState::PendingApproval {
+            return Err(OpError::InvalidState(format!("movement is {state}, not PENDING_APPROVAL")));
+        }
+        let patch = RequestPatch {
+            approval_status: Some("rejected"),
+            review_reason: reason.map(String::from),
+            ..Default::default()
+        };
+        let meta = Meta { actor, reason };
+        transition::transition_request(&mut tx, id, state, RequestState::Rejected, &patch, &meta).await?;
+        tx.commit().await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,77 @@
+//! node_recovery: decides UNKNOWN nodes, and SUBMITTING nodes whose dispatcher died, through
+//! the executor's `recover()` — reconciling by idempotency key, never retrying blind. Four
+//! arms in priority order (CCIP, Stargate, CEX, other), each `max(1, batch / 4)`, only in
+//! EXECUTING requests, only after the lane's grace since `started_at`.
+
+use qtg_core::protocol::{idempotency_key, Method};
+use qtg_core::{Lane, NodeState};
+use qtg_executor::ExecutorError;
+use qtg_store::claims::{self, Pickup};
+use qtg_store::{PgConnection, WorkItem};
+
+use crate::advance::apply_result;
+use crate::calls::with_deadline;
+use crate::context::build_execution_context;
+use crate::observe::record_result;
+use crate::{Engine, Result};
+
+impl Engine {
+    pub async fn recover_tick(&self) -> Result<usize> {
+        let per_arm = (self.settings.recovery_batch / 4).max(1);
+        let mut processed = 0;
+        for lane in Lane::ALL {
+            let pickup = Pickup::Recover { lane, grace_seconds: self.settings.grace.of(lane) };
+            let ids = {
+                let mut conn = self.pool.acquire().await?;
+                claims::candidates(&mut conn, pickup, &[], per_arm).await?
+            };
+            for id in ids {
+                let mut tx = self.pool.begin().await?;
+                let Some(item) = claims::claim(&mut tx, pickup, id).await? else {
+                    tx.rollback().await?;
+                    continue;
+                };
+                self.recover_node(&mut tx, &item).await?;
+                tx.commit().await?;
+                processed += 1;
+            }
+        }
+        Ok(processed)
+    }
+
+    async fn recover_node(&self, conn: &mut PgConnection, item: &WorkItem) -> Result<()> {
+        let from = item.node_state;
+        let Some(entry) = self.registry.executor(&item.executor_key) else {
+            let e = ExecutorError::Unavailable(format!(
+                "executor {:?} is not in this worker's registry",
+                item.executor_key
+            ));
+            return self.call_failed_no_change(conn, item, "recover", &e, 0).await;
+        };
+        let ctx = match build_execution_context(conn, item, item.attempt_no).await {
+            Ok(ctx) => ctx,
+            Err(e) => {
+                let e = ExecutorError::Protocol(format!("cannot build context: {e}"));
+                return self.call_failed_no_change(conn, item, "recover", &e, 0).await;
+            }
+        };
+        let key = idempotency_key(&ctx.request_node_id, item.attempt_no);
+        tracing::info!(node_id = %item.node_id, node_key = %item.node_key, state = %from, idempotency_key = %key, "recovering node");
+        let (res, ms) = with_deadline(self.settings.executor_timeout, entry.executor.recover(&ctx, &key, conn)).await;
+        let res = res.and_then(|r| r.validate(Method::Recover).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0)));
+        match res {
+            Ok(result) => {
+                record_result(conn, item, "recover", &result, ms, &self.actor).await?;
+                let mut result = result;
+                if from == NodeState::Unknown && result.next_state == NodeState::Unknown {
+                    // Still undecided: keep the marker, wait a backoff before asking again.
+                    result.retry_after_seconds.get_or_insert(self.settings.call_failure_backoff_seconds);
+                }
+                // Re-derives too: an executor may have handed the node to a person.
+                apply_result(conn, item, from, &result, Method::Recover, &self.actor).await?;
+                Ok(())
+            }
+            Err(e) => self.call_failed_no_change(conn, item, "recover", &e, ms).await,
+        }
+    }
+}

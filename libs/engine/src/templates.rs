@@ -1,0 +1,139 @@
+//! Template proposals and their review: a proposal carries a validated plan; approving it
+//! (by someone other than the proposer) makes the template's next version.
+
+use qtg_core::PlanDefinition;
+use qtg_executor::Registry;
+use qtg_store::audit::{self, AuditRecord};
+use qtg_store::templates::{self as tq, ProposalRow};
+use serde_json::{json, Value};
+use uuid::Uuid;
+
+use crate::movements::OpError;
+use crate::Engine;
+
+pub struct Proposal {
+    pub template_key: String,
+    pub description: Option<String>,
+    pub plan: PlanDefinition,
+}
+
+pub fn valid_template_key(key: &str) -> bool {
+    !key.is_empty()
+        && key.len() <= 128
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+}
+
+/// Checks every binding against the registry: unknown keys are refused (health is not a
+/// filter here — it is checked at approval; this only logs).
+pub fn check_bindings(plan: &PlanDefinition, registry: &Registry) -> Result<(), OpError> {
+    for n in &plan.nodes {
+        if n.node_kind != qtg_core::NodeKind::Manual && registry.executor(&n.executor_key).is_none() {
+            return Err(OpError::Validation(format!(
+                "node {:?}: executor_key {:?} is not registered",
+                n.node_key, n.executor_key
+            )));
+        }
+        if let Some(s) = n.signer_key.as_deref().filter(|s| !s.is_empty()) {
+            if registry.signer(s).is_none() {
+                return Err(OpError::Validation(format!("node {:?}: signer_key {s:?} is not registered", n.node_key)));
+            }
+        }
+    }
+    Ok(())
+}
+
+impl Engine {
+    pub async fn propose_template(&self, actor: &str, p: Proposal, ttl_seconds: f64) -> Result<ProposalRow, OpError> {
+        if !valid_template_key(&p.template_key) {
+            return Err(OpError::Validation("template_key must be 1-128 characters of [A-Za-z0-9_.-]".into()));
+        }
+        p.plan.validate().map_err(|e| OpError::Validation(e.to_string()))?;
+        check_bindings(&p.plan, &self.registry)?;
+        let hash = p.plan.plan_hash();
+        let definition = serde_json::to_value(&p.plan).map_err(|e| OpError::Validation(e.to_string()))?;
+        let mut tx = self.pool.begin().await?;
+        let row = tq::insert_proposal(
+            &mut tx,
+            Uuid::new_v4(),
+            &p.template_key,
+            p.description.as_deref(),
+            &definition,
+            &hash,
+            actor,
+            ttl_seconds,
+        )
+        .await?;
+        audit::record(
+            &mut tx,
+            &AuditRecord {
+                actor,
+                action: "template_proposal.create",
+                entity_type: "template_proposal",
+                entity_id: row.id.to_string(),
+                movement_id: None,
+                data: json!({"template_key": p.template_key, "compiled_plan_hash": hash}),
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(row)
+    }
+
+    /// Approve (`approve = true`) or reject a pending proposal.
+    pub async fn review_template_proposal(
+        &self,
+        actor: &str,
+        id: Uuid,
+        approve: bool,
+        reason: Option<&str>,
+    ) -> Result<Value, OpError> {
+        let mut tx = self.pool.begin().await?;
+        let p = tq::get_proposal(&mut tx, id, true).await?.ok_or(OpError::NotFound("template proposal"))?;
+        if p.status != "pending" {
+            return Err(OpError::InvalidState(format!("template proposal is {}", p.status)));
+        }
+        if p.expired {
+            return Err(OpError::InvalidState("template proposal has expired".into()));
+        }
+        if p.proposed_by == actor {
+            return Err(OpError::SelfApproval("nobody reviews a template proposal they proposed".into()));
+        }
+        let mut out = json!({"id": id, "status": if approve { "approved" } else { "rejected" }});
+        if approve {
+            let plan: PlanDefinition =
+                serde_json::from_value(p.definition.clone()).map_err(|e| OpError::Validation(e.to_string()))?;
+            // Re-validated: the registry may have changed since it was proposed.
+            check_bindings(&plan, &self.registry)?;
+            let (pv, version) = tq::create_version(
+                &mut tx,
+                &p.template_key,
+                p.description.as_deref(),
+                &plan,
+                &p.compiled_plan_hash,
+                Some(id),
+                actor,
+            )
+            .await?;
+            tq::review_proposal(&mut tx, id, "approved", actor, reason, Some(pv)).await?;
+            out["template_key"] = json!(p.template_key);
+            out["version"] = json!(version);
+            out["compiled_plan_hash"] = json!(p.compiled_plan_hash);
+        } else {
+            tq::review_proposal(&mut tx, id, "rejected", actor, reason, None).await?;
+        }
+        audit::record(
+            &mut tx,
+            &AuditRecord {
+                actor,
+                action: if approve { "template_proposal.approve" } else { "template_proposal.reject" },
+                entity_type: "template_proposal",
+                entity_id: id.to_string(),
+                movement_id: None,
+                data: json!({"reason": reason, "result": out}),
+            },
+        )
+        .await?;
+        tx.commit().await?;
+        Ok(out)
+    }
+}

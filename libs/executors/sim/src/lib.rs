@@ -1,0 +1,265 @@
+//! The sim lane (DESIGN.md §9): in-process executors and a signer for demos, tests and
+//! benchmarks, scripted through the node's `config.sim`, keeping a venue-side `sim_ledger`
+//! written on the venue's own connection.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use qtg_core::hash::{canonical_json, sha256_hex};
+use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction, SignRequest, SignResult};
+use qtg_executor::{Executor, ExecutorError, LocalFactory, PgConnection, Prepared, SignError, Signer};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+/// `config.sim`, with the contract's defaults.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default)]
+struct Script {
+    preflight: String,
+    submit: String,
+    submit_result: String,
+    observe_polls: u32,
+    observe: String,
+    recover: Option<String>,
+    delay_ms: u64,
+    retry_after_seconds: Option<f64>,
+    provider_refs: Map<String, Value>,
+}
+
+impl Default for Script {
+    fn default() -> Self {
+        Script {
+            preflight: "ok".into(),
+            submit: "ok".into(),
+            submit_result: "submitted".into(),
+            observe_polls: 0,
+            observe: "ok".into(),
+            recover: None,
+            delay_ms: 0,
+            retry_after_seconds: None,
+            provider_refs: Map::new(),
+        }
+    }
+}
+
+impl Script {
+    fn of(ctx: &ExecutionContext) -> Result<Script, ExecutorError> {
+        match ctx.node_config.get("sim") {
+            None | Some(Value::Null) => Ok(Script::default()),
+            Some(v) => {
+                serde_json::from_value(v.clone()).map_err(|e| ExecutorError::Protocol(format!("config.sim: {e}")))
+            }
+        }
+    }
+
+    fn result(&self, state: NodeState) -> ExecutionResult {
+        let mut r = ExecutionResult::new(state);
+        r.provider_refs = self.provider_refs.clone();
+        r.provider_state = Some(format!("sim_{}", state.as_str().to_ascii_lowercase()));
+        r
+    }
+
+    fn failed(&self, code: &str, detail: &str) -> ExecutionResult {
+        let mut r = self.result(NodeState::Failed);
+        r.error_code = Some(code.into());
+        r.error_detail = Some(detail.into());
+        r
+    }
+}
+
+const POLLS_KEY: &str = "sim_observe_polls";
+
+pub struct SimExecutor {
+    key: String,
+    venue: PgPool,
+}
+
+impl SimExecutor {
+    pub fn new(key: &str, venue: PgPool) -> Self {
+        SimExecutor { key: key.to_string(), venue }
+    }
+
+    fn node_id(ctx: &ExecutionContext) -> Result<Uuid, ExecutorError> {
+        ctx.request_node_id.parse().map_err(|_| ExecutorError::Protocol("request_node_id is not a uuid".into()))
+    }
+
+    fn unavailable(e: impl std::fmt::Display) -> ExecutorError {
+        ExecutorError::Unavailable(format!("sim venue: {e}"))
+    }
+}
+
+#[async_trait]
+impl Executor for SimExecutor {
+    async fn preflight(
+        &self,
+        ctx: &ExecutionContext,
+        _tx: &mut PgConnection,
+    ) -> Result<Option<ExecutionResult>, ExecutorError> {
+        let script = Script::of(ctx)?;
+        Ok(match script.preflight.as_str() {
+            "fail" => Some(script.failed("SIM_PREFLIGHT_FAILED", "scripted preflight failure")),
+            _ => None,
+        })
+    }
+
+    async fn prepare(&self, ctx: &ExecutionContext, _tx: &mut PgConnection) -> Result<Prepared, ExecutorError> {
+        let payload = canonical_json(&json!({
+            "executor_key": self.key,
+            "request_node_id": ctx.request_node_id,
+            "action_type": ctx.action_type,
+            "intent": ctx.intent,
+            "node_config": ctx.node_config,
+        }));
+        Ok(Prepared::Action(PreparedAction::new(&ctx.action_type, "json", payload, false)))
+    }
+
+    async fn submit(
+        &self,
+        ctx: &ExecutionContext,
+        _prepared: &PreparedAction,
+        _signed: Option<&SignResult>,
+        idempotency_key: &str,
+        _tx: &mut PgConnection,
+    ) -> Result<ExecutionResult, ExecutorError> {
+        let script = Script::of(ctx)?;
+        if script.submit == "fail" {
+            return Ok(script.failed("SIM_SUBMIT_FAILED", "scripted submit failure"));
+        }
+        // The venue honours client order ids: a repeated key is the same order, not a new one.
+        let seen = qtg_store::sim::has_submit(&self.venue, idempotency_key).await.map_err(Self::unavailable)?;
+        if !seen {
+            qtg_store::sim::record_submit(&self.venue, idempotency_key, &self.key, Self::node_id(ctx)?)
+                .await
+                .map_err(Self::unavailable)?;
+        }
+        if script.delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(script.delay_ms)).await;
+        }
+        match script.submit.as_str() {
+            "unknown" => Ok(script.result(NodeState::Unknown)),
+            "timeout" => Err(ExecutorError::Timeout(script.delay_ms)),
+            _ => {
+                let state =
+                    if script.submit_result == "completed" { NodeState::Completed } else { NodeState::Submitted };
+                let mut r = script.result(state);
+                r.provider_ref_id =
+                    Some(format!("sim-{}", sha256_hex(idempotency_key.as_bytes()).get(..16).unwrap_or("")));
+                r.provider_refs.insert("sim_order_id".into(), json!(idempotency_key));
+                Ok(r)
+            }
+        }
+    }
+
+    async fn observe(&self, ctx: &ExecutionContext, _tx: &mut PgConnection) -> Result<ExecutionResult, ExecutorError> {
+        let script = Script::of(ctx)?;
+        match script.observe.as_str() {
+            "fail" => return Ok(script.failed("SIM_OBSERVE_FAILED", "scripted observe failure")),
+            "unknown" => return Ok(script.result(NodeState::Unknown)),
+            _ => {}
+        }
+        let polls = ctx.provider_refs.get(POLLS_KEY).and_then(Value::as_u64).unwrap_or(0);
+        if polls < u64::from(script.observe_polls) {
+            let mut r = script.result(NodeState::Observing);
+            r.provider_refs.insert(POLLS_KEY.into(), json!(polls + 1));
+            r.retry_after_seconds = script.retry_after_seconds;
+            return Ok(r);
+        }
+        let mut r = script.result(NodeState::Completed);
+        r.generated_artifacts.push(json!({"kind": "sim_receipt", "polls": polls}));
+        Ok(r)
+    }
+
+    async fn recover(
+        &self,
+        ctx: &ExecutionContext,
+        idempotency_key: &str,
+        _tx: &mut PgConnection,
+    ) -> Result<ExecutionResult, ExecutorError> {
+        let script = Script::of(ctx)?;
+        let state = match script.recover.as_deref() {
+            Some("completed") => NodeState::Completed,
+            Some("failed") => NodeState::Failed,
+            Some("submitted") => NodeState::Submitted,
+            Some("unknown") => NodeState::Unknown,
+            Some(other) => return Err(ExecutorError::Protocol(format!("config.sim.recover {other:?}"))),
+            None => {
+                let found =
+                    qtg_store::sim::has_submit(&self.venue, idempotency_key).await.map_err(Self::unavailable)?;
+                if found {
+                    NodeState::Submitted
+                } else {
+                    NodeState::Failed
+                }
+            }
+        };
+        let mut r = script.result(state);
+        r.provider_refs.insert("sim_recovered_by".into(), json!(idempotency_key));
+        if state == NodeState::Failed {
+            r.error_code = Some("SIM_NOT_FOUND".into());
+            r.error_detail = Some("the venue has no order with this idempotency key".into());
+        }
+        Ok(r)
+    }
+
+    async fn health(&self) -> Result<Option<Value>, ExecutorError> {
+        qtg_store::ping(&self.venue).await.map_err(Self::unavailable)?;
+        Ok(Some(json!({"status": "ok"})))
+    }
+}
+
+/// `signer.sim`: signs only the payload whose hash the request allows.
+pub struct SimSigner {
+    key: String,
+}
+
+impl SimSigner {
+    pub fn new(key: &str) -> Self {
+        SimSigner { key: key.to_string() }
+    }
+
+    pub fn address(&self) -> String {
+        format!("0x{}", &sha256_hex(self.key.as_bytes())[..40])
+    }
+}
+
+#[async_trait]
+impl Signer for SimSigner {
+    async fn sign(&self, req: &SignRequest) -> Result<SignResult, SignError> {
+        let actual = sha256_hex(req.payload.as_bytes());
+        if actual != req.payload_hash || actual != req.signing_intent.allowed_payload_hash {
+            return Err(SignError::Refused(format!(
+                "payload hash {actual} is not the allowed_payload_hash {}",
+                req.signing_intent.allowed_payload_hash
+            )));
+        }
+        let signature = sha256_hex(format!("{}:{}", self.key, actual).as_bytes());
+        Ok(SignResult {
+            signed_tx_hash: Some(format!("0x{}", sha256_hex(signature.as_bytes()))),
+            signature,
+            signed_payload: Some(req.payload.clone()),
+            signer_address: Some(self.address()),
+        })
+    }
+
+    async fn health(&self) -> Result<Option<Value>, ExecutorError> {
+        Ok(Some(json!({"status": "ok", "signer_address": self.address()})))
+    }
+}
+
+/// Builds `impl = "sim"` entries.
+pub struct SimFactory {
+    pub venue: PgPool,
+}
+
+impl LocalFactory for SimFactory {
+    fn executor(&self, implementation: &str, key: &str) -> Option<Arc<dyn Executor>> {
+        (implementation == "sim").then(|| Arc::new(SimExecutor::new(key, self.venue.clone())) as Arc<dyn Executor>)
+    }
+
+    fn signer(&self, implementation: &str, key: &str) -> Option<Arc<dyn Signer>> {
+        (implementation == "sim").then(|| Arc::new(SimSigner::new(key)) as Arc<dyn Signer>)
+    }
+}

@@ -1,0 +1,68 @@
+//! The admin HTTP server every process runs on `MG_ADMIN_ADDR`: `/healthz` (the process is
+//! up; never touches the database), `/readyz` (Postgres answers and heartbeats are fresh),
+//! `/metrics` (Prometheus text).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::State;
+use axum::http::{header, StatusCode};
+use axum::response::IntoResponse;
+use axum::routing::get;
+use axum::Router;
+use qtg_store::PgPool;
+use tokio_util::sync::CancellationToken;
+
+use crate::heartbeat::Heartbeat;
+use crate::metrics::Metrics;
+
+#[derive(Clone)]
+struct AdminState {
+    pool: PgPool,
+    metrics: Metrics,
+    heartbeats: Arc<Vec<Heartbeat>>,
+    stale_after: Duration,
+}
+
+/// Binds `addr` and serves until `shutdown`. Returns the bound address (port 0 resolved).
+pub async fn serve(
+    addr: SocketAddr,
+    pool: PgPool,
+    metrics: Metrics,
+    heartbeats: Vec<Heartbeat>,
+    stale_after: Duration,
+    shutdown: CancellationToken,
+) -> anyhow::Result<SocketAddr> {
+    let state = AdminState { pool, metrics, heartbeats: Arc::new(heartbeats), stale_after };
+    let app = Router::new()
+        .route("/healthz", get(|| async { "ok" }))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics_text))
+        .with_state(state);
+    let listener = tokio::net::TcpListener::bind(addr).await?;
+    let bound = listener.local_addr()?;
+    tracing::info!(admin_addr = %bound, "admin server listening");
+    tokio::spawn(async move {
+        let res = axum::serve(listener, app).with_graceful_shutdown(shutdown.cancelled_owned()).await;
+        if let Err(e) = res {
+            tracing::error!(error = %e, "admin server failed");
+        }
+    });
+    Ok(bound)
+}
+
+async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
+    let db = tokio::time::timeout(Duration::from_secs(2), qtg_store::ping(&s.pool)).await;
+    if !matches!(db, Ok(Ok(()))) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "database unreachable".to_string());
+    }
+    if let Some(stale) = s.heartbeats.iter().find(|h| h.age() > s.stale_after) {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("heartbeat stale for {:?}", stale.age()));
+    }
+    (StatusCode::OK, "ready".to_string())
+}
+
+async fn metrics_text(State(s): State<AdminState>) -> impl IntoResponse {
+    ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
+}

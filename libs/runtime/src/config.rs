@@ -1,0 +1,301 @@
+//! Typed settings, parsed once from a key → value source (the environment, handed in by
+//! `services/`), validated, printable with secrets redacted.
+
+use std::collections::HashMap;
+use std::fmt;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// The workers qtg runs (DESIGN.md §1); `name` is the seed's name and the heartbeat key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum WorkerKind {
+    Dispatcher,
+    Observer,
+    Recovery,
+}
+
+impl WorkerKind {
+    pub const CORE: [WorkerKind; 3] = [WorkerKind::Dispatcher, WorkerKind::Observer, WorkerKind::Recovery];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            WorkerKind::Dispatcher => "node_dispatcher",
+            WorkerKind::Observer => "node_observer",
+            WorkerKind::Recovery => "node_recovery",
+        }
+    }
+
+    pub fn binary(self) -> &'static str {
+        match self {
+            WorkerKind::Dispatcher => "qtg-dispatcher",
+            WorkerKind::Observer => "qtg-observer",
+            WorkerKind::Recovery => "qtg-recovery",
+        }
+    }
+
+    fn env_stem(self) -> &'static str {
+        match self {
+            WorkerKind::Dispatcher => "DISPATCHER",
+            WorkerKind::Observer => "OBSERVER",
+            WorkerKind::Recovery => "RECOVERY",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LogFormat {
+    Json,
+    Pretty,
+}
+
+#[derive(Clone)]
+pub struct Settings {
+    pub database_url: String,
+    pub db_pool_size: u32,
+    pub api_addr: SocketAddr,
+    pub admin_addr: SocketAddr,
+    pub migrate: bool,
+    pub network_class: String,
+    pub executor_registry: Option<PathBuf>,
+    pub log_format: LogFormat,
+    pub dispatch_interval: Duration,
+    pub observe_interval: Duration,
+    pub recovery_interval: Duration,
+    pub dispatch_concurrency: usize,
+    pub observe_concurrency: usize,
+    pub recovery_concurrency: usize,
+    pub recovery_batch: i64,
+    pub observe_batch: i64,
+    /// Default and per-lane overrides (`MG_RECOVERY_SUBMITTING_GRACE_SECONDS[_<LANE>]`).
+    pub grace_default: f64,
+    pub grace_ccip: Option<f64>,
+    pub grace_stargate: Option<f64>,
+    pub grace_cex: Option<f64>,
+    pub grace_other: Option<f64>,
+    pub executor_timeout: Duration,
+    pub observe_timeout_enforcement: bool,
+    pub approval_ttl_seconds: f64,
+    pub template_proposal_ttl_seconds: f64,
+    pub callback_default_url: Option<String>,
+    /// Secret: never printed.
+    pub bootstrap_admin_key: Option<String>,
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("setting {key}: {reason}")]
+pub struct ConfigError {
+    pub key: String,
+    pub reason: String,
+}
+
+struct Source<'a>(&'a HashMap<String, String>);
+
+impl Source<'_> {
+    fn get(&self, key: &str) -> Option<&str> {
+        self.0.get(key).map(|s| s.trim()).filter(|s| !s.is_empty())
+    }
+
+    fn err(key: &str, reason: impl Into<String>) -> ConfigError {
+        ConfigError { key: key.into(), reason: reason.into() }
+    }
+
+    fn parse<T: std::str::FromStr>(&self, key: &str, default: T) -> Result<T, ConfigError>
+    where
+        T::Err: fmt::Display,
+    {
+        match self.get(key) {
+            None => Ok(default),
+            Some(v) => v.parse().map_err(|e| Self::err(key, format!("{v:?}: {e}"))),
+        }
+    }
+
+    fn seconds(&self, key: &str, default: f64) -> Result<f64, ConfigError> {
+        let v: f64 = self.parse(key, default)?;
+        if !v.is_finite() || v < 0.0 {
+            return Err(Self::err(key, "must be a number of seconds >= 0"));
+        }
+        Ok(v)
+    }
+
+    fn opt_seconds(&self, key: &str) -> Result<Option<f64>, ConfigError> {
+        self.get(key).map(|_| self.seconds(key, 0.0)).transpose()
+    }
+
+    fn interval(&self, key: &str, default: f64) -> Result<Duration, ConfigError> {
+        Ok(Duration::from_secs_f64(self.seconds(key, default)?))
+    }
+
+    fn flag(&self, key: &str, default: bool) -> Result<bool, ConfigError> {
+        match self.get(key).map(str::to_ascii_lowercase).as_deref() {
+            None => Ok(default),
+            Some("1" | "true" | "yes" | "on") => Ok(true),
+            Some("0" | "false" | "no" | "off") => Ok(false),
+            Some(v) => Err(Self::err(key, format!("{v:?} is not a boolean"))),
+        }
+    }
+
+    fn count(&self, key: &str, default: usize, max: usize) -> Result<usize, ConfigError> {
+        let v: usize = self.parse(key, default)?;
+        if v == 0 || v > max {
+            return Err(Self::err(key, format!("must be between 1 and {max}")));
+        }
+        Ok(v)
+    }
+}
+
+impl Settings {
+    /// Parses settings from `vars` (e.g. the process environment). `migrate_default` is the
+    /// binary's own default for `MG_MIGRATE`.
+    pub fn from_vars(vars: &HashMap<String, String>, migrate_default: bool) -> Result<Settings, ConfigError> {
+        let s = Source(vars);
+        let database_url = s
+            .get("MG_DATABASE_URL")
+            .or_else(|| s.get("DATABASE_URL"))
+            .ok_or_else(|| Source::err("MG_DATABASE_URL", "is required (or DATABASE_URL)"))?
+            .to_string();
+        let log_format = match s.get("MG_LOG_FORMAT").unwrap_or("json") {
+            "json" => LogFormat::Json,
+            "pretty" => LogFormat::Pretty,
+            other => return Err(Source::err("MG_LOG_FORMAT", format!("{other:?} is not json|pretty"))),
+        };
+        let network_class = s.get("MG_NETWORK_CLASS").unwrap_or("default").to_string();
+        let callback_default_url = s.get("MG_CALLBACK_DEFAULT_URL").map(String::from);
+        let settings = Settings {
+            database_url,
+            db_pool_size: s.count("MG_DB_POOL_SIZE", 8, 200)? as u32,
+            api_addr: s.parse("MG_API_ADDR", "0.0.0.0:8080".parse().expect("literal"))?,
+            admin_addr: s.parse("MG_ADMIN_ADDR", "0.0.0.0:9090".parse().expect("literal"))?,
+            migrate: s.flag("MG_MIGRATE", migrate_default)?,
+            network_class,
+            executor_registry: s.get("MG_EXECUTOR_REGISTRY").map(PathBuf::from),
+            log_format,
+            dispatch_interval: s.interval("MG_NODE_DISPATCH_INTERVAL_SECONDS", 2.0)?,
+            observe_interval: s.interval("MG_NODE_OBSERVE_INTERVAL_SECONDS", 5.0)?,
+            recovery_interval: s.interval("MG_NODE_RECOVERY_INTERVAL_SECONDS", 60.0)?,
+            dispatch_concurrency: s.count("MG_DISPATCHER_CONCURRENCY", 1, 64)?,
+            observe_concurrency: s.count("MG_OBSERVER_CONCURRENCY", 1, 64)?,
+            recovery_concurrency: s.count("MG_RECOVERY_CONCURRENCY", 1, 64)?,
+            recovery_batch: s.count("MG_NODE_RECOVERY_BATCH_SIZE", 10, 1000)? as i64,
+            observe_batch: s.count("MG_NODE_OBSERVE_BATCH_SIZE", 10, 1000)? as i64,
+            grace_default: s.seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", 90.0)?,
+            grace_ccip: s.opt_seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CCIP")?,
+            grace_stargate: s.opt_seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_STARGATE")?,
+            grace_cex: s.opt_seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CEX")?,
+            grace_other: s.opt_seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_OTHER")?,
+            executor_timeout: Duration::from_millis(s.parse("MG_EXECUTOR_TIMEOUT_MS", 30_000u64)?.max(1)),
+            observe_timeout_enforcement: s.flag("MG_OBSERVE_TIMEOUT_ENFORCEMENT_ENABLED", false)?,
+            approval_ttl_seconds: s.seconds("MG_APPROVAL_TTL_SECONDS", 300.0)?,
+            template_proposal_ttl_seconds: s.seconds("MG_TEMPLATE_PROPOSAL_TTL_SECONDS", 7.0 * 86400.0)?,
+            callback_default_url,
+            bootstrap_admin_key: s.get("MG_API_BOOTSTRAP_ADMIN_KEY").map(String::from),
+            shutdown_grace: s.interval("MG_SHUTDOWN_GRACE_SECONDS", 30.0)?,
+        };
+        if let Some(k) = &settings.bootstrap_admin_key {
+            if k.len() < 16 {
+                return Err(Source::err("MG_API_BOOTSTRAP_ADMIN_KEY", "must be at least 16 characters"));
+            }
+        }
+        Ok(settings)
+    }
+
+    pub fn interval(&self, kind: WorkerKind) -> Duration {
+        match kind {
+            WorkerKind::Dispatcher => self.dispatch_interval,
+            WorkerKind::Observer => self.observe_interval,
+            WorkerKind::Recovery => self.recovery_interval,
+        }
+    }
+
+    pub fn concurrency(&self, kind: WorkerKind) -> usize {
+        match kind {
+            WorkerKind::Dispatcher => self.dispatch_concurrency,
+            WorkerKind::Observer => self.observe_concurrency,
+            WorkerKind::Recovery => self.recovery_concurrency,
+        }
+    }
+
+    /// The env var that sets `kind`'s concurrency (documentation and errors).
+    pub fn concurrency_var(kind: WorkerKind) -> String {
+        format!("MG_{}_CONCURRENCY", kind.env_stem())
+    }
+}
+
+fn redact_url(url: &str) -> String {
+    // postgres://user:password@host/db → postgres://user:***@host/db
+    match (url.find("://"), url.rfind('@')) {
+        (Some(scheme), Some(at)) if at > scheme => {
+            let creds = &url[scheme + 3..at];
+            match creds.find(':') {
+                Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &creds[..colon], &url[at..]),
+                None => url.to_string(),
+            }
+        }
+        _ => url.to_string(),
+    }
+}
+
+impl fmt::Debug for Settings {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Settings")
+            .field("database_url", &redact_url(&self.database_url))
+            .field("db_pool_size", &self.db_pool_size)
+            .field("api_addr", &self.api_addr)
+            .field("admin_addr", &self.admin_addr)
+            .field("migrate", &self.migrate)
+            .field("network_class", &self.network_class)
+            .field("executor_registry", &self.executor_registry)
+            .field("log_format", &self.log_format)
+            .field("dispatch_interval", &self.dispatch_interval)
+            .field("observe_interval", &self.observe_interval)
+            .field("recovery_interval", &self.recovery_interval)
+            .field("concurrency", &(self.dispatch_concurrency, self.observe_concurrency, self.recovery_concurrency))
+            .field("recovery_batch", &self.recovery_batch)
+            .field("grace_default", &self.grace_default)
+            .field("executor_timeout", &self.executor_timeout)
+            .field("observe_timeout_enforcement", &self.observe_timeout_enforcement)
+            .field("approval_ttl_seconds", &self.approval_ttl_seconds)
+            .field("callback_default_url", &self.callback_default_url)
+            .field("bootstrap_admin_key", &self.bootstrap_admin_key.as_ref().map(|_| "***"))
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn defaults_follow_the_seed() {
+        let s = Settings::from_vars(&vars(&[("DATABASE_URL", "postgres://u:secret@h/db")]), false).unwrap();
+        assert_eq!(s.dispatch_interval, Duration::from_secs(2));
+        assert_eq!(s.observe_interval, Duration::from_secs(5));
+        assert_eq!(s.recovery_interval, Duration::from_secs(60));
+        assert_eq!(s.recovery_batch, 10);
+        assert_eq!(s.grace_default, 90.0);
+        assert!(!s.observe_timeout_enforcement);
+        assert_eq!(s.approval_ttl_seconds, 300.0);
+        let printed = format!("{s:?}");
+        assert!(!printed.contains("secret"), "{printed}");
+    }
+
+    #[test]
+    fn bad_values_are_clear_errors() {
+        let base = [("MG_DATABASE_URL", "postgres://h/db")];
+        let e = Settings::from_vars(&vars(&[base[0], ("MG_NODE_DISPATCH_INTERVAL_SECONDS", "-1")]), false).unwrap_err();
+        assert_eq!(e.key, "MG_NODE_DISPATCH_INTERVAL_SECONDS");
+        let e = Settings::from_vars(&vars(&[base[0], ("MG_MIGRATE", "maybe")]), false).unwrap_err();
+        assert_eq!(e.key, "MG_MIGRATE");
+        let e = Settings::from_vars(&vars(&[base[0], ("MG_DISPATCHER_CONCURRENCY", "0")]), false).unwrap_err();
+        assert_eq!(e.key, "MG_DISPATCHER_CONCURRENCY");
+        assert!(Settings::from_vars(&vars(&[]), false).is_err());
+        let s = Settings::from_vars(&vars(&[base[0], ("MG_NODE_OBSERVE_INTERVAL_SECONDS", "0.25")]), true).unwrap();
+        assert_eq!(s.observe_interval, Duration::from_millis(250));
+        assert!(s.migrate);
+    }
+}

@@ -1,0 +1,79 @@
+//! Prometheus metrics every worker exports on `/metrics`.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct WorkerLabel {
+    pub worker: String,
+}
+
+#[derive(Clone)]
+pub struct Metrics {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    registry: Registry,
+    processed: Family<WorkerLabel, Counter>,
+    tick_errors: Family<WorkerLabel, Counter>,
+    consecutive_errors: Family<WorkerLabel, Gauge>,
+    tick_seconds: Family<WorkerLabel, Histogram>,
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("qtg");
+        let processed = Family::<WorkerLabel, Counter>::default();
+        let tick_errors = Family::<WorkerLabel, Counter>::default();
+        let consecutive_errors = Family::<WorkerLabel, Gauge>::default();
+        let tick_seconds = Family::<WorkerLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0])
+        });
+        registry.register("worker_items_processed", "Items a worker's ticks processed", processed.clone());
+        registry.register("worker_tick_errors", "Worker ticks that failed", tick_errors.clone());
+        registry.register("worker_consecutive_errors", "Current run of failed ticks", consecutive_errors.clone());
+        registry.register("worker_tick_duration_seconds", "Duration of one worker tick", tick_seconds.clone());
+        Metrics { inner: Arc::new(Inner { registry, processed, tick_errors, consecutive_errors, tick_seconds }) }
+    }
+
+    fn label(worker: &str) -> WorkerLabel {
+        WorkerLabel { worker: worker.to_string() }
+    }
+
+    pub fn processed(&self, worker: &str, n: usize) {
+        self.inner.processed.get_or_create(&Self::label(worker)).inc_by(n as u64);
+    }
+
+    pub fn tick_error(&self, worker: &str) {
+        self.inner.tick_errors.get_or_create(&Self::label(worker)).inc();
+    }
+
+    pub fn set_consecutive_errors(&self, worker: &str, n: u32) {
+        self.inner.consecutive_errors.get_or_create(&Self::label(worker)).set(i64::from(n));
+    }
+
+    pub fn observe_tick(&self, worker: &str, d: Duration) {
+        self.inner.tick_seconds.get_or_create(&Self::label(worker)).observe(d.as_secs_f64());
+    }
+
+    /// The text exposition format.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.inner.registry).expect("writing to a String");
+        out
+    }
+}

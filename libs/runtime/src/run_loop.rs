@@ -1,0 +1,171 @@
+//! The seed's `run_loop`: call `tick` forever; it returns how many items it processed. After
+//! a tick that processed something the next runs at once (drain); after an idle one the loop
+//! sleeps `interval ± jitter` (at least 0.1 s) or until woken by NOTIFY; after 5 consecutive
+//! errors it backs off `min(2^n, 60)` s. Shutdown is only observed between ticks, so the item
+//! in hand is always finished.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use rand::Rng;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::heartbeat::Heartbeat;
+use crate::metrics::Metrics;
+
+pub const MAX_CONSECUTIVE_ERRORS: u32 = 5;
+pub const MAX_BACKOFF_SECONDS: f64 = 60.0;
+pub const MIN_SLEEP: Duration = Duration::from_millis(100);
+
+#[derive(Clone)]
+pub struct LoopSpec {
+    /// Worker name (metrics label, logs).
+    pub name: String,
+    pub interval: Duration,
+    pub jitter: Duration,
+    /// Woken early by NOTIFY; the interval stays the safety net.
+    pub wake: Option<Arc<Notify>>,
+}
+
+/// The pause after a tick: `None` = run again now.
+pub fn pause_after(
+    result: &Result<usize, ()>,
+    consecutive_errors: u32,
+    interval: Duration,
+    jitter: Duration,
+) -> Option<Duration> {
+    match result {
+        Ok(n) if *n > 0 => None,
+        Err(()) if consecutive_errors >= MAX_CONSECUTIVE_ERRORS => {
+            Some(Duration::from_secs_f64(2f64.powi(consecutive_errors.min(30) as i32).min(MAX_BACKOFF_SECONDS)))
+        }
+        _ => {
+            let j = jitter.as_secs_f64();
+            let offset = if j > 0.0 { rand::rng().random_range(-j..=j) } else { 0.0 };
+            Some(Duration::from_secs_f64((interval.as_secs_f64() + offset).max(MIN_SLEEP.as_secs_f64())))
+        }
+    }
+}
+
+/// Runs until `shutdown` is cancelled. Errors are logged and counted, never fatal.
+pub async fn run_loop<F, Fut>(
+    spec: LoopSpec,
+    shutdown: CancellationToken,
+    metrics: Metrics,
+    heartbeat: Option<Heartbeat>,
+    mut tick: F,
+) where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = anyhow::Result<usize>>,
+{
+    let mut consecutive_errors: u32 = 0;
+    tracing::info!(worker = %spec.name, interval_s = spec.interval.as_secs_f64(), "worker loop started");
+    while !shutdown.is_cancelled() {
+        let started = Instant::now();
+        let result = tick().await;
+        metrics.observe_tick(&spec.name, started.elapsed());
+        let outcome = match result {
+            Ok(n) => {
+                consecutive_errors = 0;
+                metrics.processed(&spec.name, n);
+                Ok(n)
+            }
+            Err(e) => {
+                consecutive_errors += 1;
+                metrics.tick_error(&spec.name);
+                tracing::error!(worker = %spec.name, consecutive_errors, error = format!("{e:#}"), "worker tick failed");
+                Err(())
+            }
+        };
+        metrics.set_consecutive_errors(&spec.name, consecutive_errors);
+        if let Some(hb) = &heartbeat {
+            hb.beat().await;
+        }
+        match pause_after(&outcome, consecutive_errors, spec.interval, spec.jitter) {
+            None => tokio::task::yield_now().await,
+            Some(pause) => {
+                // Backoff after errors ignores wake-ups; an idle pause does not.
+                let wake = spec.wake.clone().filter(|_| outcome.is_ok());
+                tokio::select! {
+                    _ = shutdown.cancelled() => break,
+                    _ = tokio::time::sleep(pause) => {}
+                    _ = async { match &wake { Some(n) => n.notified().await, None => std::future::pending().await } } => {}
+                }
+            }
+        }
+    }
+    tracing::info!(worker = %spec.name, "worker loop stopped");
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    #[test]
+    fn pauses_follow_the_seed() {
+        let i = Duration::from_secs(2);
+        assert_eq!(pause_after(&Ok(3), 0, i, Duration::ZERO), None);
+        assert_eq!(pause_after(&Ok(0), 0, i, Duration::ZERO), Some(i));
+        assert_eq!(pause_after(&Err(()), 1, i, Duration::ZERO), Some(i));
+        assert_eq!(pause_after(&Err(()), 5, i, Duration::ZERO), Some(Duration::from_secs(32)));
+        assert_eq!(pause_after(&Err(()), 6, i, Duration::ZERO), Some(Duration::from_secs(60)));
+        assert_eq!(pause_after(&Ok(0), 0, Duration::ZERO, Duration::ZERO), Some(MIN_SLEEP));
+        for _ in 0..100 {
+            let p = pause_after(&Ok(0), 0, i, Duration::from_millis(500)).unwrap();
+            assert!(p >= Duration::from_millis(1500) && p <= Duration::from_millis(2500), "{p:?}");
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn drains_then_sleeps_and_wakes_on_notify() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let wake = Arc::new(Notify::new());
+        let shutdown = CancellationToken::new();
+        let spec = LoopSpec {
+            name: "t".into(),
+            interval: Duration::from_secs(3600),
+            jitter: Duration::ZERO,
+            wake: Some(wake.clone()),
+        };
+        let c = calls.clone();
+        let task = tokio::spawn(run_loop(spec, shutdown.clone(), Metrics::new(), None, move || {
+            let c = c.clone();
+            async move {
+                let n = c.fetch_add(1, Ordering::SeqCst);
+                // Three ticks with work, then idle.
+                Ok(if n < 3 { 1 } else { 0 })
+            }
+        }));
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 4, "drains without sleeping, then idles");
+        wake.notify_one();
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 5, "a NOTIFY wakes an idle loop");
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn backs_off_after_five_errors() {
+        let calls = Arc::new(AtomicUsize::new(0));
+        let shutdown = CancellationToken::new();
+        let spec = LoopSpec { name: "t".into(), interval: Duration::from_secs(1), jitter: Duration::ZERO, wake: None };
+        let c = calls.clone();
+        let task = tokio::spawn(run_loop(spec, shutdown.clone(), Metrics::new(), None, move || {
+            c.fetch_add(1, Ordering::SeqCst);
+            async { Err(anyhow::anyhow!("boom")) }
+        }));
+        // Ticks at 0,1,2,3,4 (1 s apart), then the 5th error backs off 32 s.
+        tokio::time::sleep(Duration::from_millis(4500)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 5);
+        tokio::time::sleep(Duration::from_secs(20)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 5);
+        tokio::time::sleep(Duration::from_secs(13)).await;
+        assert_eq!(calls.load(Ordering::SeqCst), 6);
+        shutdown.cancel();
+        task.await.unwrap();
+    }
+}

@@ -1,0 +1,55 @@
+//! API keys, stored only as sha256 hashes.
+
+use sqlx::{PgConnection, PgPool, Row};
+use uuid::Uuid;
+
+use crate::Result;
+
+#[derive(Debug, Clone)]
+pub struct ApiKey {
+    pub id: Uuid,
+    pub principal: String,
+    pub roles: Vec<String>,
+}
+
+/// The live (not revoked) key with this hash.
+pub async fn find_by_hash(pool: &PgPool, key_hash: &str) -> Result<Option<ApiKey>> {
+    let row = sqlx::query("SELECT id, principal, roles FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL")
+        .bind(key_hash)
+        .fetch_optional(pool)
+        .await?;
+    row.map(|r| Ok(ApiKey { id: r.try_get("id")?, principal: r.try_get("principal")?, roles: r.try_get("roles")? }))
+        .transpose()
+}
+
+/// Inserts a key; `false` if a key with this hash already exists.
+pub async fn insert(
+    conn: &mut PgConnection,
+    id: Uuid,
+    principal: &str,
+    roles: &[String],
+    key_hash: &str,
+    created_by: Option<&str>,
+) -> Result<bool> {
+    let res = sqlx::query(
+        "INSERT INTO api_keys (id, principal, roles, key_hash, created_by) VALUES ($1, $2, $3, $4, $5)
+         ON CONFLICT (key_hash) DO NOTHING",
+    )
+    .bind(id)
+    .bind(principal)
+    .bind(roles)
+    .bind(key_hash)
+    .bind(created_by)
+    .execute(&mut *conn)
+    .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+/// Revokes a key; `false` if there is no live key with this id.
+pub async fn revoke(conn: &mut PgConnection, id: Uuid) -> Result<bool> {
+    let res = sqlx::query("UPDATE api_keys SET revoked_at = now() WHERE id = $1 AND revoked_at IS NULL")
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(res.rows_affected() == 1)
+}

@@ -1,0 +1,110 @@
+//! Artifacts: what a node's steps produced (prepared action, signature, proofs, evidence).
+
+use qtg_core::PreparedAction;
+use serde_json::Value;
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use crate::{Result, StoreError};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ArtifactKind {
+    PreparedAction,
+    SignResult,
+    Proof,
+    Generated,
+    ManualEvidence,
+}
+
+impl ArtifactKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ArtifactKind::PreparedAction => "prepared_action",
+            ArtifactKind::SignResult => "sign_result",
+            ArtifactKind::Proof => "proof",
+            ArtifactKind::Generated => "generated",
+            ArtifactKind::ManualEvidence => "manual_evidence",
+        }
+    }
+}
+
+pub async fn insert(
+    conn: &mut PgConnection,
+    request_id: Uuid,
+    node_id: Uuid,
+    attempt_no: i32,
+    kind: ArtifactKind,
+    payload: &Value,
+    payload_hash: Option<&str>,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO artifacts (id, request_id, request_node_id, attempt_no, kind, payload, payload_hash)
+         VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, $6)",
+    )
+    .bind(request_id)
+    .bind(node_id)
+    .bind(attempt_no)
+    .bind(kind.as_str())
+    .bind(payload)
+    .bind(payload_hash)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Inserts several artifacts of one kind in one statement.
+pub async fn insert_many(
+    conn: &mut PgConnection,
+    request_id: Uuid,
+    node_id: Uuid,
+    attempt_no: i32,
+    kind: ArtifactKind,
+    payloads: &[Value],
+) -> Result<()> {
+    if payloads.is_empty() {
+        return Ok(());
+    }
+    sqlx::query(
+        "INSERT INTO artifacts (id, request_id, request_node_id, attempt_no, kind, payload)
+         SELECT gen_random_uuid(), $1, $2, $3, $4, p FROM jsonb_array_elements($5) AS p",
+    )
+    .bind(request_id)
+    .bind(node_id)
+    .bind(attempt_no)
+    .bind(kind.as_str())
+    .bind(Value::Array(payloads.to_vec()))
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The prepared action (and its stored hash) and the sign result of an attempt.
+pub async fn submission(
+    conn: &mut PgConnection,
+    node_id: Uuid,
+    attempt_no: i32,
+) -> Result<(Option<(PreparedAction, String)>, Option<Value>)> {
+    let rows = sqlx::query(
+        "SELECT kind, payload, payload_hash FROM artifacts
+         WHERE request_node_id = $1 AND attempt_no = $2 AND kind IN ('prepared_action', 'sign_result')
+         ORDER BY created_at DESC, id DESC",
+    )
+    .bind(node_id)
+    .bind(attempt_no)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut prepared = None;
+    let mut signed = None;
+    for row in rows {
+        let kind: String = row.try_get("kind")?;
+        let payload: Value = row.try_get("payload")?;
+        if kind == "prepared_action" && prepared.is_none() {
+            let hash: Option<String> = row.try_get("payload_hash")?;
+            let action: PreparedAction = serde_json::from_value(payload).map_err(StoreError::corrupt)?;
+            prepared = Some((action, hash.unwrap_or_default()));
+        } else if kind == "sign_result" && signed.is_none() {
+            signed = Some(payload);
+        }
+    }
+    Ok((prepared, signed))
+}

@@ -1,0 +1,180 @@
+//! Worker claims (DESIGN.md §2.5): candidate ids are listed without locks, then each one is
+//! claimed alone with `FOR UPDATE OF n, r SKIP LOCKED` inside a savepoint that is rolled back
+//! on a miss, so a skipped request never keeps a stray node lock.
+
+use qtg_core::Lane;
+use sqlx::{Acquire, AssertSqlSafe, PgConnection, Row};
+use uuid::Uuid;
+
+use crate::rows::{WORK_ITEM_COLUMNS, WORK_ITEM_FROM};
+use crate::{is_lock_not_available, Result, WorkItem};
+
+/// What a worker is looking for.
+#[derive(Debug, Clone, Copy)]
+pub enum Pickup {
+    /// READY non-manual nodes of APPROVED/EXECUTING requests, oldest request first.
+    Dispatch,
+    /// Due SUBMITTED/OBSERVING nodes of EXECUTING requests, oldest request first.
+    Observe,
+    /// In `lane`: UNKNOWN nodes recovery may still decide, and SUBMITTING nodes, once
+    /// `grace_seconds` have passed since `started_at`; longest idle first.
+    Recover { lane: Lane, grace_seconds: f64 },
+}
+
+const HANDED_TO_PERSON: &str =
+    "(n.error_code = 'OBSERVATION_TIMEOUT' OR COALESCE(n.provider_refs->'__manual_review_required', 'false'::jsonb) NOT IN ('false'::jsonb, 'null'::jsonb))";
+
+impl Pickup {
+    /// The predicate both the listing and the claim re-check. For recovery, `$first` is the
+    /// lane and the next parameter the grace in seconds.
+    fn predicate(self, first: usize) -> String {
+        match self {
+            Pickup::Dispatch => "n.node_state = 'READY' AND n.node_kind <> 'manual'
+                AND r.request_state IN ('APPROVED', 'EXECUTING')"
+                .to_string(),
+            Pickup::Observe => "n.node_state IN ('SUBMITTED', 'OBSERVING')
+                AND r.request_state = 'EXECUTING'
+                AND (n.next_observe_at IS NULL OR n.next_observe_at <= now())"
+                .to_string(),
+            Pickup::Recover { .. } => format!(
+                "n.lane = ${first} AND r.request_state = 'EXECUTING'
+                AND n.started_at IS NOT NULL
+                AND n.started_at + make_interval(secs => ${grace}::float8) < now()
+                AND ((n.node_state = 'SUBMITTING')
+                     OR (n.node_state = 'UNKNOWN' AND NOT {HANDED_TO_PERSON}
+                         AND (n.next_observe_at IS NULL OR n.next_observe_at <= now())))",
+                grace = first + 1
+            ),
+        }
+    }
+
+    fn order(self) -> &'static str {
+        match self {
+            Pickup::Dispatch | Pickup::Observe => "r.created_at, n.id",
+            Pickup::Recover { .. } => "n.updated_at, n.id",
+        }
+    }
+}
+
+/// Lists up to `limit` candidate node ids (no locks), leaving out `exclude`.
+pub async fn candidates(conn: &mut PgConnection, pickup: Pickup, exclude: &[Uuid], limit: i64) -> Result<Vec<Uuid>> {
+    let sql = format!(
+        "SELECT n.id FROM movement_request_nodes n
+         JOIN movement_requests r ON r.id = n.request_id
+         WHERE {} AND NOT (n.id = ANY($1)) ORDER BY {} LIMIT $2",
+        pickup.predicate(3),
+        pickup.order()
+    );
+    let query = bind_lane(sqlx::query(AssertSqlSafe(sql)).bind(exclude).bind(limit), pickup);
+    let rows = query.fetch_all(&mut *conn).await?;
+    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
+type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;
+
+fn bind_lane(query: PgQuery<'_>, pickup: Pickup) -> PgQuery<'_> {
+    match pickup {
+        Pickup::Recover { lane, grace_seconds } => query.bind(lane.as_str()).bind(grace_seconds),
+        _ => query,
+    }
+}
+
+/// Claims one candidate: locks node and request (SKIP LOCKED) inside a savepoint. `None` on a
+/// miss (locked elsewhere or no longer matching); the savepoint is rolled back then.
+pub async fn claim(conn: &mut PgConnection, pickup: Pickup, node_id: Uuid) -> Result<Option<WorkItem>> {
+    let sql = format!(
+        "SELECT {WORK_ITEM_COLUMNS} {WORK_ITEM_FROM}
+         WHERE n.id = $1 AND {} FOR UPDATE OF n, r SKIP LOCKED",
+        pickup.predicate(2)
+    );
+    let mut savepoint = conn.begin().await?;
+    let row = bind_lane(sqlx::query(AssertSqlSafe(sql)).bind(node_id), pickup).fetch_optional(&mut *savepoint).await?;
+    match row {
+        Some(row) => {
+            let item = WorkItem::from_row(&row)?;
+            savepoint.commit().await?;
+            Ok(Some(item))
+        }
+        None => {
+            savepoint.rollback().await?;
+            Ok(None)
+        }
+    }
+}
+
+/// Claims the first free candidate of up to `scan` listed ones.
+pub async fn claim_next(conn: &mut PgConnection, pickup: Pickup, scan: i64) -> Result<Option<WorkItem>> {
+    let mut tried: Vec<Uuid> = Vec::new();
+    loop {
+        let ids = candidates(conn, pickup, &tried, scan).await?;
+        if ids.is_empty() {
+            return Ok(None);
+        }
+        for id in ids {
+            if let Some(item) = claim(conn, pickup, id).await? {
+                return Ok(Some(item));
+            }
+            tried.push(id);
+        }
+    }
+}
+
+/// Dispatch transaction 2: re-locks only the node, NOWAIT, still SUBMITTING for `attempt_no`
+/// with the pending marker. `None` if it moved or someone else holds it.
+pub async fn relock_submitting(conn: &mut PgConnection, node_id: Uuid, attempt_no: i32) -> Result<Option<WorkItem>> {
+    let sql = format!(
+        "SELECT {WORK_ITEM_COLUMNS} {WORK_ITEM_FROM}
+         WHERE n.id = $1 AND n.node_state = 'SUBMITTING' AND n.attempt_no = $2
+           AND n.provider_refs ? '__submit_attempt_pending'
+         FOR UPDATE OF n NOWAIT"
+    );
+    let mut savepoint = conn.begin().await?;
+    match sqlx::query(AssertSqlSafe(sql)).bind(node_id).bind(attempt_no).fetch_optional(&mut *savepoint).await {
+        Ok(Some(row)) => {
+            let item = WorkItem::from_row(&row)?;
+            savepoint.commit().await?;
+            Ok(Some(item))
+        }
+        Ok(None) => {
+            savepoint.rollback().await?;
+            Ok(None)
+        }
+        Err(e) if is_lock_not_available(&e) => {
+            savepoint.rollback().await?;
+            Ok(None)
+        }
+        Err(e) => Err(e.into()),
+    }
+}
+
+/// Locks a request row, waiting (dispatch transaction 2 after submit; callers holding a node
+/// lock take the request lock only this way, and request-lock holders take node locks only
+/// with NOWAIT / SKIP LOCKED, so the two never deadlock). Returns its state.
+pub async fn lock_request(conn: &mut PgConnection, request_id: Uuid) -> Result<qtg_core::RequestState> {
+    let state: String = sqlx::query_scalar("SELECT request_state FROM movement_requests WHERE id = $1 FOR UPDATE")
+        .bind(request_id)
+        .fetch_one(&mut *conn)
+        .await?;
+    crate::rows::parse_request_state(&state)
+}
+
+/// Locks a request row without waiting: `Busy` if another operation holds it.
+pub async fn lock_request_nowait(conn: &mut PgConnection, request_id: Uuid) -> Result<Option<qtg_core::RequestState>> {
+    let mut savepoint = conn.begin().await?;
+    let res =
+        sqlx::query_scalar::<_, String>("SELECT request_state FROM movement_requests WHERE id = $1 FOR UPDATE NOWAIT")
+            .bind(request_id)
+            .fetch_optional(&mut *savepoint)
+            .await;
+    match res {
+        Ok(state) => {
+            savepoint.commit().await?;
+            state.map(|s| crate::rows::parse_request_state(&s)).transpose()
+        }
+        Err(e) if is_lock_not_available(&e) => {
+            savepoint.rollback().await?;
+            Err(crate::StoreError::Busy(format!("movement {request_id}")))
+        }
+        Err(e) => Err(e.into()),
+    }
+}

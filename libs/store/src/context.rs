@@ -1,0 +1,66 @@
+//! What building an execution context, advancing and deriving read about a request: its
+//! nodes, its plan's edges and its predecessors' artifacts — a fixed number of queries
+//! whatever the plan's shape.
+
+use qtg_core::PlanEdge;
+use serde_json::Value;
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use crate::rows::{parse_kind, parse_node_state};
+use crate::{NodeBrief, Result};
+
+/// Every node of a request (keys, kinds, states, refs).
+pub async fn request_nodes(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<NodeBrief>> {
+    let rows = sqlx::query(
+        "SELECT id, node_key, node_kind, node_state, provider_refs, error_code,
+                (submit_accepted_at IS NOT NULL) AS submit_accepted
+         FROM movement_request_nodes WHERE request_id = $1 ORDER BY node_key",
+    )
+    .bind(request_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(NodeBrief {
+                id: r.try_get("id")?,
+                node_key: r.try_get("node_key")?,
+                node_kind: parse_kind(r.try_get("node_kind")?)?,
+                node_state: parse_node_state(r.try_get("node_state")?)?,
+                provider_refs: r.try_get("provider_refs")?,
+                error_code: r.try_get("error_code")?,
+                submit_accepted: r.try_get("submit_accepted")?,
+            })
+        })
+        .collect()
+}
+
+pub async fn plan_edges(conn: &mut PgConnection, plan_version_id: Uuid) -> Result<Vec<PlanEdge>> {
+    let rows = sqlx::query(
+        "SELECT from_node_key, to_node_key FROM plan_edges WHERE plan_version_id = $1
+         ORDER BY from_node_key, to_node_key",
+    )
+    .bind(plan_version_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(|r| Ok(PlanEdge { from: r.try_get(0)?, to: r.try_get(1)? })).collect()
+}
+
+/// The artifacts of the given nodes' current attempts, oldest first, as
+/// `{node_key, kind, attempt_no, payload, payload_hash}` objects.
+pub async fn node_artifacts(conn: &mut PgConnection, node_ids: &[Uuid]) -> Result<Vec<Value>> {
+    if node_ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let rows = sqlx::query(
+        "SELECT jsonb_build_object('node_key', n.node_key, 'kind', a.kind,
+                'attempt_no', a.attempt_no, 'payload', a.payload, 'payload_hash', a.payload_hash)
+         FROM artifacts a JOIN movement_request_nodes n ON n.id = a.request_node_id
+         WHERE a.request_node_id = ANY($1) AND a.attempt_no = n.attempt_no
+         ORDER BY a.created_at, a.id",
+    )
+    .bind(node_ids)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}

@@ -1,0 +1,25 @@
+use qtg_core::TransitionError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("database error: {0}")]
+    Sqlx(#[from] sqlx::Error),
+    #[error("migration failed: {0}")]
+    Migrate(String),
+    #[error(transparent)]
+    Transition(#[from] TransitionError),
+    /// The row was not in the state the caller expected (someone else moved it).
+    #[error("{entity} {id} is no longer {expected}")]
+    StaleState { entity: &'static str, id: String, expected: String },
+    /// NOWAIT lost: another transaction holds the row.
+    #[error("{0} is locked by another operation")]
+    Busy(String),
+    #[error("corrupt row: {0}")]
+    Corrupt(String),
+}
+
+impl StoreError {
+    pub fn corrupt(what: impl std::fmt::Display) -> Self {
+        StoreError::Corrupt(what.to_string())
+    }
+}

@@ -1,0 +1,57 @@
+//! Every SQL statement qtg runs, as small functions that take the caller's connection or
+//! transaction. The one door for state changes lives in [`transition`].
+
+pub mod api_keys;
+pub mod artifacts;
+pub mod audit;
+pub mod claims;
+pub mod context;
+pub mod error;
+pub mod events;
+pub mod heartbeats;
+pub mod movements;
+pub mod rows;
+pub mod sim;
+pub mod templates;
+pub mod transition;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+pub use error::StoreError;
+pub use rows::*;
+pub use sqlx::postgres::{PgConnection, PgListener, PgPool};
+pub use sqlx::{Acquire, Connection, Postgres, Transaction};
+
+pub type Result<T, E = StoreError> = std::result::Result<T, E>;
+
+pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
+
+/// Opens a pool of at most `max_connections`.
+pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
+    let options = sqlx::postgres::PgConnectOptions::from_str(url)?.application_name("qtg");
+    let pool = sqlx::postgres::PgPoolOptions::new()
+        .max_connections(max_connections)
+        .min_connections(0)
+        .acquire_timeout(Duration::from_secs(10))
+        .connect_with(options)
+        .await?;
+    Ok(pool)
+}
+
+/// Applies pending migrations (idempotent; safe under concurrent starters thanks to sqlx's
+/// advisory lock).
+pub async fn migrate(pool: &PgPool) -> Result<()> {
+    MIGRATOR.run(pool).await.map_err(|e| StoreError::Migrate(e.to_string()))
+}
+
+/// Round trip to the database (readiness).
+pub async fn ping(pool: &PgPool) -> Result<()> {
+    sqlx::query("SELECT 1").execute(pool).await?;
+    Ok(())
+}
+
+/// `true` when the error is Postgres' "could not obtain lock" (NOWAIT).
+pub fn is_lock_not_available(e: &sqlx::Error) -> bool {
+    matches!(e, sqlx::Error::Database(db) if db.code().as_deref() == Some("55P03"))
+}

@@ -1,0 +1,162 @@
+//! Movement requests and their nodes: creation (idempotent by a unique constraint), reads
+//! and cursor paging.
+
+use chrono::{DateTime, Utc};
+use serde_json::Value;
+use sqlx::{AssertSqlSafe, PgConnection, Row};
+use uuid::Uuid;
+
+use crate::rows::REQUEST_COLUMNS;
+use crate::{NodeRow, RequestRow, Result};
+
+#[derive(Debug, Clone)]
+pub struct NewMovement<'a> {
+    pub id: Uuid,
+    pub template_id: Uuid,
+    pub plan_version_id: Uuid,
+    pub template_key: &'a str,
+    pub template_version: i32,
+    pub compiled_plan_hash: &'a str,
+    pub intent: &'a Value,
+    pub intent_hash: &'a str,
+    pub input_params: &'a Value,
+    pub created_by: &'a str,
+    pub idempotency_key: &'a str,
+    pub body_hash: &'a str,
+    pub callback_url: Option<&'a str>,
+    pub ttl_seconds: f64,
+}
+
+/// One node to create: `(plan_node_id, node_key, node_kind, lane)`.
+pub type NewNode<'a> = (Uuid, &'a str, &'a str, &'a str);
+
+#[derive(Debug, Clone)]
+pub enum Created {
+    New(Uuid),
+    /// The principal already used this idempotency key.
+    Existing {
+        id: Uuid,
+        body_hash: String,
+    },
+}
+
+/// Inserts the movement (PENDING_APPROVAL) and its nodes (all BLOCKED), or finds the one the
+/// principal created earlier with the same idempotency key. Concurrent duplicates meet at
+/// the unique constraint, so only one movement is ever created.
+pub async fn insert(conn: &mut PgConnection, m: &NewMovement<'_>, nodes: &[NewNode<'_>]) -> Result<Created> {
+    let inserted: Option<Uuid> = sqlx::query_scalar(
+        "INSERT INTO movement_requests (id, template_id, plan_version_id, template_key,
+             template_version, compiled_plan_hash, intent, intent_hash, input_params,
+             request_state, created_by, idempotency_key, body_hash, callback_url, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'PENDING_APPROVAL', $10, $11, $12, $13,
+             now() + make_interval(secs => $14))
+         ON CONFLICT (created_by, idempotency_key) DO NOTHING
+         RETURNING id",
+    )
+    .bind(m.id)
+    .bind(m.template_id)
+    .bind(m.plan_version_id)
+    .bind(m.template_key)
+    .bind(m.template_version)
+    .bind(m.compiled_plan_hash)
+    .bind(m.intent)
+    .bind(m.intent_hash)
+    .bind(m.input_params)
+    .bind(m.created_by)
+    .bind(m.idempotency_key)
+    .bind(m.body_hash)
+    .bind(m.callback_url)
+    .bind(m.ttl_seconds)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(id) = inserted else {
+        let row =
+            sqlx::query("SELECT id, body_hash FROM movement_requests WHERE created_by = $1 AND idempotency_key = $2")
+                .bind(m.created_by)
+                .bind(m.idempotency_key)
+                .fetch_one(&mut *conn)
+                .await?;
+        return Ok(Created::Existing { id: row.try_get(0)?, body_hash: row.try_get(1)? });
+    };
+    let plan_node_ids: Vec<Uuid> = nodes.iter().map(|n| n.0).collect();
+    let keys: Vec<&str> = nodes.iter().map(|n| n.1).collect();
+    let kinds: Vec<&str> = nodes.iter().map(|n| n.2).collect();
+    let lanes: Vec<&str> = nodes.iter().map(|n| n.3).collect();
+    sqlx::query(
+        "INSERT INTO movement_request_nodes (id, request_id, plan_node_id, node_key, node_kind, lane, node_state)
+         SELECT gen_random_uuid(), $1, p, k, kind, lane, 'BLOCKED'
+         FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[]) AS x(p, k, kind, lane)",
+    )
+    .bind(id)
+    .bind(&plan_node_ids)
+    .bind(&keys)
+    .bind(&kinds)
+    .bind(&lanes)
+    .execute(&mut *conn)
+    .await?;
+    Ok(Created::New(id))
+}
+
+pub async fn get(conn: &mut PgConnection, id: Uuid) -> Result<Option<RequestRow>> {
+    let row = sqlx::query(AssertSqlSafe(format!("SELECT {REQUEST_COLUMNS} FROM movement_requests WHERE id = $1")))
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    row.as_ref().map(RequestRow::from_row).transpose()
+}
+
+pub async fn nodes(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<NodeRow>> {
+    let rows = sqlx::query(
+        "SELECT n.id, n.node_key, n.node_kind, n.node_state, p.action_type, p.executor_key,
+                p.signer_key, n.attempt_no, n.provider_state, n.provider_refs, n.provider_ref_id,
+                n.error_code, n.error_detail, n.started_at, n.completed_at, n.last_observed_at,
+                n.observe_count, n.next_observe_at, n.updated_at
+         FROM movement_request_nodes n JOIN plan_nodes p ON p.id = n.plan_node_id
+         WHERE n.request_id = $1 ORDER BY n.node_key",
+    )
+    .bind(request_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(NodeRow::from_row).collect()
+}
+
+/// Movements newest first, optionally in one state, after the `(created_at, id)` cursor.
+pub async fn list(
+    conn: &mut PgConnection,
+    state: Option<&str>,
+    after: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+) -> Result<Vec<RequestRow>> {
+    let (at, id) = after.map_or((None, None), |(a, i)| (Some(a), Some(i)));
+    let rows = sqlx::query(AssertSqlSafe(format!(
+        "SELECT {REQUEST_COLUMNS} FROM movement_requests
+         WHERE ($1::text IS NULL OR request_state = $1)
+           AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
+         ORDER BY created_at DESC, id DESC LIMIT $4"
+    )))
+    .bind(state)
+    .bind(at)
+    .bind(id)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(RequestRow::from_row).collect()
+}
+
+/// Executor and signer keys among `keys` whose recorded health is `down`.
+pub async fn down_bindings(
+    conn: &mut PgConnection,
+    executor_keys: &[String],
+    signer_keys: &[String],
+) -> Result<Vec<String>> {
+    Ok(sqlx::query_scalar(
+        "SELECT executor_key FROM executors WHERE executor_key = ANY($1) AND health_state = 'down'
+         UNION ALL
+         SELECT signer_key FROM signers WHERE signer_key = ANY($2) AND health_state = 'down'
+         ORDER BY 1",
+    )
+    .bind(executor_keys)
+    .bind(signer_keys)
+    .fetch_all(&mut *conn)
+    .await?)
+}

@@ -1,0 +1,268 @@
+//! Row types the store hands back. States are parsed into `qtg_core` enums at the edge.
+
+use chrono::{DateTime, Utc};
+use qtg_core::{Lane, NodeKind, NodeState, NodeView, RequestState};
+use serde_json::Value;
+use sqlx::postgres::PgRow;
+use sqlx::Row;
+use uuid::Uuid;
+
+use crate::StoreError;
+
+pub(crate) fn parse_node_state(s: &str) -> Result<NodeState, StoreError> {
+    s.parse().map_err(StoreError::corrupt)
+}
+
+pub(crate) fn parse_request_state(s: &str) -> Result<RequestState, StoreError> {
+    s.parse().map_err(StoreError::corrupt)
+}
+
+pub(crate) fn parse_kind(s: &str) -> Result<NodeKind, StoreError> {
+    NodeKind::parse(s).ok_or_else(|| StoreError::corrupt(format!("node_kind {s:?}")))
+}
+
+/// A claimed node with everything a worker needs to build its execution context: the node,
+/// its plan node, its request and the request's plan version.
+#[derive(Debug, Clone)]
+pub struct WorkItem {
+    pub node_id: Uuid,
+    pub request_id: Uuid,
+    pub node_key: String,
+    pub node_kind: NodeKind,
+    pub lane: Lane,
+    pub node_state: NodeState,
+    pub attempt_no: i32,
+    pub provider_state: Option<String>,
+    pub provider_refs: Value,
+    pub provider_ref_id: Option<String>,
+    pub error_code: Option<String>,
+    pub submit_accepted: bool,
+    pub observe_count: i32,
+    /// `timeout_policy.observe_seconds` is positive and has passed since `started_at`.
+    pub observe_timed_out: bool,
+    pub plan_node_id: Uuid,
+    pub action_type: String,
+    pub executor_key: String,
+    pub signer_key: Option<String>,
+    pub signing_required: bool,
+    pub config: Value,
+    pub timeout_policy: Value,
+    pub request_state: RequestState,
+    pub compiled_plan_hash: String,
+    pub current_plan_hash: String,
+    pub approved_plan_hash: Option<String>,
+    pub intent_hash: String,
+    pub approved_intent_hash: Option<String>,
+    pub plan_version_id: Uuid,
+    pub template_key: String,
+    pub template_version: i32,
+    pub intent: Value,
+    pub input_params: Value,
+    pub risk_controls: Value,
+}
+
+pub(crate) const WORK_ITEM_COLUMNS: &str = "
+    n.id AS node_id, n.request_id, n.node_key, n.node_kind, n.lane, n.node_state, n.attempt_no,
+    n.provider_state, n.provider_refs, n.provider_ref_id, n.error_code,
+    (n.submit_accepted_at IS NOT NULL) AS submit_accepted, n.observe_count,
+    COALESCE(jsonb_typeof(p.timeout_policy->'observe_seconds') = 'number'
+             AND (p.timeout_policy->>'observe_seconds')::float8 > 0
+             AND n.started_at IS NOT NULL
+             AND n.started_at + make_interval(secs => (p.timeout_policy->>'observe_seconds')::float8) < now(),
+             false) AS observe_timed_out,
+    p.id AS plan_node_id, p.action_type, p.executor_key, p.signer_key, p.signing_required,
+    p.config, p.timeout_policy,
+    r.request_state, r.compiled_plan_hash, v.compiled_plan_hash AS current_plan_hash,
+    r.approved_plan_hash, r.intent_hash, r.approved_intent_hash, r.plan_version_id,
+    r.template_key, r.template_version, r.intent, r.input_params, v.risk_controls";
+
+pub(crate) const WORK_ITEM_FROM: &str = "
+    FROM movement_request_nodes n
+    JOIN movement_requests r ON r.id = n.request_id
+    JOIN plan_nodes p ON p.id = n.plan_node_id
+    JOIN plan_versions v ON v.id = r.plan_version_id";
+
+impl WorkItem {
+    pub(crate) fn from_row(row: &PgRow) -> Result<Self, StoreError> {
+        let lane: String = row.try_get("lane")?;
+        Ok(WorkItem {
+            node_id: row.try_get("node_id")?,
+            request_id: row.try_get("request_id")?,
+            node_key: row.try_get("node_key")?,
+            node_kind: parse_kind(row.try_get("node_kind")?)?,
+            lane: Lane::parse(&lane).ok_or_else(|| StoreError::corrupt(format!("lane {lane:?}")))?,
+            node_state: parse_node_state(row.try_get("node_state")?)?,
+            attempt_no: row.try_get("attempt_no")?,
+            provider_state: row.try_get("provider_state")?,
+            provider_refs: row.try_get("provider_refs")?,
+            provider_ref_id: row.try_get("provider_ref_id")?,
+            error_code: row.try_get("error_code")?,
+            submit_accepted: row.try_get("submit_accepted")?,
+            observe_count: row.try_get("observe_count")?,
+            observe_timed_out: row.try_get("observe_timed_out")?,
+            plan_node_id: row.try_get("plan_node_id")?,
+            action_type: row.try_get("action_type")?,
+            executor_key: row.try_get("executor_key")?,
+            signer_key: row.try_get("signer_key")?,
+            signing_required: row.try_get("signing_required")?,
+            config: row.try_get("config")?,
+            timeout_policy: row.try_get("timeout_policy")?,
+            request_state: parse_request_state(row.try_get("request_state")?)?,
+            compiled_plan_hash: row.try_get("compiled_plan_hash")?,
+            current_plan_hash: row.try_get("current_plan_hash")?,
+            approved_plan_hash: row.try_get("approved_plan_hash")?,
+            intent_hash: row.try_get("intent_hash")?,
+            approved_intent_hash: row.try_get("approved_intent_hash")?,
+            plan_version_id: row.try_get("plan_version_id")?,
+            template_key: row.try_get("template_key")?,
+            template_version: row.try_get("template_version")?,
+            intent: row.try_get("intent")?,
+            input_params: row.try_get("input_params")?,
+            risk_controls: row.try_get("risk_controls")?,
+        })
+    }
+}
+
+/// One node of a request as derivation, advance and context building see it.
+#[derive(Debug, Clone)]
+pub struct NodeBrief {
+    pub id: Uuid,
+    pub node_key: String,
+    pub node_kind: NodeKind,
+    pub node_state: NodeState,
+    pub provider_refs: Value,
+    pub error_code: Option<String>,
+    pub submit_accepted: bool,
+}
+
+impl NodeBrief {
+    pub fn view(&self) -> NodeView {
+        NodeView {
+            kind: self.node_kind,
+            state: self.node_state,
+            error_code: self.error_code.clone(),
+            manual_review_required: self
+                .provider_refs
+                .get(qtg_core::markers::MANUAL_REVIEW_REQUIRED)
+                .is_some_and(|v| !v.is_null() && v != &Value::Bool(false)),
+            submit_accepted: self.submit_accepted,
+        }
+    }
+}
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct RequestRow {
+    pub id: Uuid,
+    pub template_id: Uuid,
+    pub plan_version_id: Uuid,
+    pub template_key: String,
+    pub template_version: i32,
+    pub compiled_plan_hash: String,
+    pub intent: Value,
+    pub intent_hash: String,
+    pub input_params: Value,
+    pub request_state: RequestState,
+    pub approval_status: String,
+    pub approved_by: Option<String>,
+    pub approved_at: Option<DateTime<Utc>>,
+    pub review_reason: Option<String>,
+    pub created_by: String,
+    pub idempotency_key: String,
+    pub body_hash: String,
+    pub callback_url: Option<String>,
+    pub current_frontier: Value,
+    pub expires_at: Option<DateTime<Utc>>,
+    /// `expires_at` has passed by the database's clock.
+    pub expired: bool,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+pub(crate) const REQUEST_COLUMNS: &str = "
+    id, template_id, plan_version_id, template_key, template_version, compiled_plan_hash,
+    intent, intent_hash, input_params, request_state, approval_status, approved_by, approved_at,
+    review_reason, created_by, idempotency_key, body_hash, callback_url, current_frontier,
+    expires_at, COALESCE(expires_at <= now(), false) AS expired, completed_at, created_at,
+    updated_at";
+
+impl RequestRow {
+    pub(crate) fn from_row(row: &PgRow) -> Result<Self, StoreError> {
+        Ok(RequestRow {
+            id: row.try_get("id")?,
+            template_id: row.try_get("template_id")?,
+            plan_version_id: row.try_get("plan_version_id")?,
+            template_key: row.try_get("template_key")?,
+            template_version: row.try_get("template_version")?,
+            compiled_plan_hash: row.try_get("compiled_plan_hash")?,
+            intent: row.try_get("intent")?,
+            intent_hash: row.try_get("intent_hash")?,
+            input_params: row.try_get("input_params")?,
+            request_state: parse_request_state(row.try_get("request_state")?)?,
+            approval_status: row.try_get("approval_status")?,
+            approved_by: row.try_get("approved_by")?,
+            approved_at: row.try_get("approved_at")?,
+            review_reason: row.try_get("review_reason")?,
+            created_by: row.try_get("created_by")?,
+            idempotency_key: row.try_get("idempotency_key")?,
+            body_hash: row.try_get("body_hash")?,
+            callback_url: row.try_get("callback_url")?,
+            current_frontier: row.try_get("current_frontier")?,
+            expires_at: row.try_get("expires_at")?,
+            expired: row.try_get("expired")?,
+            completed_at: row.try_get("completed_at")?,
+            created_at: row.try_get("created_at")?,
+            updated_at: row.try_get("updated_at")?,
+        })
+    }
+}
+
+/// A node as the API shows it.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct NodeRow {
+    pub id: Uuid,
+    pub node_key: String,
+    pub node_kind: NodeKind,
+    pub node_state: NodeState,
+    pub action_type: String,
+    pub executor_key: String,
+    pub signer_key: Option<String>,
+    pub attempt_no: i32,
+    pub provider_state: Option<String>,
+    pub provider_refs: Value,
+    pub provider_ref_id: Option<String>,
+    pub error_code: Option<String>,
+    pub error_detail: Option<String>,
+    pub started_at: Option<DateTime<Utc>>,
+    pub completed_at: Option<DateTime<Utc>>,
+    pub last_observed_at: Option<DateTime<Utc>>,
+    pub observe_count: i32,
+    pub next_observe_at: Option<DateTime<Utc>>,
+    pub updated_at: DateTime<Utc>,
+}
+
+impl NodeRow {
+    pub(crate) fn from_row(row: &PgRow) -> Result<Self, StoreError> {
+        Ok(NodeRow {
+            id: row.try_get("id")?,
+            node_key: row.try_get("node_key")?,
+            node_kind: parse_kind(row.try_get("node_kind")?)?,
+            node_state: parse_node_state(row.try_get("node_state")?)?,
+            action_type: row.try_get("action_type")?,
+            executor_key: row.try_get("executor_key")?,
+            signer_key: row.try_get("signer_key")?,
+            attempt_no: row.try_get("attempt_no")?,
+            provider_state: row.try_get("provider_state")?,
+            provider_refs: row.try_get("provider_refs")?,
+            provider_ref_id: row.try_get("provider_ref_id")?,
+            error_code: row.try_get("error_code")?,
+            error_detail: row.try_get("error_detail")?,
+            started_at: row.try_get("started_at")?,
+            completed_at: row.try_get("completed_at")?,
+            last_observed_at: row.try_get("last_observed_at")?,
+            observe_count: row.try_get("observe_count")?,
+            next_observe_at: row.try_get("next_observe_at")?,
+            updated_at: row.try_get("updated_at")?,
+        })
+    }
+}

@@ -1,0 +1,39 @@
+//! The sim lane's venue ledger (DESIGN.md §9): one row per submit, written on the venue's
+//! own connection as an external venue would.
+
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+use crate::Result;
+
+pub async fn record_submit(
+    pool: &PgPool,
+    idempotency_key: &str,
+    executor_key: &str,
+    request_node_id: Uuid,
+) -> Result<()> {
+    sqlx::query("INSERT INTO sim_ledger (idempotency_key, executor_key, request_node_id) VALUES ($1, $2, $3)")
+        .bind(idempotency_key)
+        .bind(executor_key)
+        .bind(request_node_id)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// The ledger rows of a node, oldest first, as their idempotency keys.
+pub async fn submits_for_node(pool: &PgPool, request_node_id: Uuid) -> Result<Vec<String>> {
+    let rows = sqlx::query("SELECT idempotency_key FROM sim_ledger WHERE request_node_id = $1 ORDER BY id")
+        .bind(request_node_id)
+        .fetch_all(pool)
+        .await?;
+    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
+/// Whether the venue saw a submit with this idempotency key.
+pub async fn has_submit(pool: &PgPool, idempotency_key: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sim_ledger WHERE idempotency_key = $1)")
+        .bind(idempotency_key)
+        .fetch_one(pool)
+        .await?)
+}

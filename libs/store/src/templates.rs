@@ -1,0 +1,309 @@
+//! Templates, their versions (plan nodes + edges) and the proposals that create them.
+
+use chrono::{DateTime, Utc};
+use qtg_core::{PlanDefinition, PlanEdge, PlanNode};
+use serde::Serialize;
+use serde_json::Value;
+use sqlx::{AssertSqlSafe, PgConnection, Row};
+use uuid::Uuid;
+
+use crate::rows::parse_kind;
+use crate::{Result, StoreError};
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ProposalRow {
+    pub id: Uuid,
+    pub template_key: String,
+    pub description: Option<String>,
+    pub definition: Value,
+    pub compiled_plan_hash: String,
+    pub status: String,
+    pub proposed_by: String,
+    pub reviewed_by: Option<String>,
+    pub review_reason: Option<String>,
+    pub plan_version_id: Option<Uuid>,
+    pub expires_at: DateTime<Utc>,
+    pub expired: bool,
+    pub created_at: DateTime<Utc>,
+}
+
+const PROPOSAL_COLUMNS: &str = "id, template_key, description, definition, compiled_plan_hash, status,
+    proposed_by, reviewed_by, review_reason, plan_version_id, expires_at,
+    (expires_at <= now()) AS expired, created_at";
+
+fn proposal_from_row(r: &sqlx::postgres::PgRow) -> Result<ProposalRow> {
+    Ok(ProposalRow {
+        id: r.try_get("id")?,
+        template_key: r.try_get("template_key")?,
+        description: r.try_get("description")?,
+        definition: r.try_get("definition")?,
+        compiled_plan_hash: r.try_get("compiled_plan_hash")?,
+        status: r.try_get("status")?,
+        proposed_by: r.try_get("proposed_by")?,
+        reviewed_by: r.try_get("reviewed_by")?,
+        review_reason: r.try_get("review_reason")?,
+        plan_version_id: r.try_get("plan_version_id")?,
+        expires_at: r.try_get("expires_at")?,
+        expired: r.try_get("expired")?,
+        created_at: r.try_get("created_at")?,
+    })
+}
+
+#[allow(clippy::too_many_arguments)]
+pub async fn insert_proposal(
+    conn: &mut PgConnection,
+    id: Uuid,
+    template_key: &str,
+    description: Option<&str>,
+    definition: &Value,
+    plan_hash: &str,
+    proposed_by: &str,
+    ttl_seconds: f64,
+) -> Result<ProposalRow> {
+    let row = sqlx::query(AssertSqlSafe(format!(
+        "INSERT INTO template_proposals (id, template_key, description, definition, compiled_plan_hash,
+             proposed_by, expires_at)
+         VALUES ($1, $2, $3, $4, $5, $6, now() + make_interval(secs => $7))
+         RETURNING {PROPOSAL_COLUMNS}"
+    )))
+    .bind(id)
+    .bind(template_key)
+    .bind(description)
+    .bind(definition)
+    .bind(plan_hash)
+    .bind(proposed_by)
+    .bind(ttl_seconds)
+    .fetch_one(&mut *conn)
+    .await?;
+    proposal_from_row(&row)
+}
+
+/// Reads a proposal; with `lock`, waits for its row lock.
+pub async fn get_proposal(conn: &mut PgConnection, id: Uuid, lock: bool) -> Result<Option<ProposalRow>> {
+    let sql = format!(
+        "SELECT {PROPOSAL_COLUMNS} FROM template_proposals WHERE id = $1 {}",
+        if lock { "FOR UPDATE" } else { "" }
+    );
+    let row = sqlx::query(AssertSqlSafe(sql)).bind(id).fetch_optional(&mut *conn).await?;
+    row.as_ref().map(proposal_from_row).transpose()
+}
+
+/// Marks a pending proposal reviewed (`approved` / `rejected`).
+pub async fn review_proposal(
+    conn: &mut PgConnection,
+    id: Uuid,
+    status: &str,
+    reviewer: &str,
+    reason: Option<&str>,
+    plan_version_id: Option<Uuid>,
+) -> Result<()> {
+    let res = sqlx::query(
+        "UPDATE template_proposals SET status = $2, reviewed_by = $3, review_reason = $4,
+             plan_version_id = $5, updated_at = now()
+         WHERE id = $1 AND status = 'pending'",
+    )
+    .bind(id)
+    .bind(status)
+    .bind(reviewer)
+    .bind(reason)
+    .bind(plan_version_id)
+    .execute(&mut *conn)
+    .await?;
+    if res.rows_affected() != 1 {
+        return Err(StoreError::StaleState {
+            entity: "template proposal",
+            id: id.to_string(),
+            expected: "pending".into(),
+        });
+    }
+    Ok(())
+}
+
+/// Creates the next version of `template_key` (and the template on first use) from `plan`.
+/// Returns `(plan_version_id, version)`.
+pub async fn create_version(
+    conn: &mut PgConnection,
+    template_key: &str,
+    description: Option<&str>,
+    plan: &PlanDefinition,
+    plan_hash: &str,
+    proposal_id: Option<Uuid>,
+    created_by: &str,
+) -> Result<(Uuid, i32)> {
+    let template_id: Uuid = sqlx::query_scalar(
+        "INSERT INTO templates (id, template_key) VALUES (gen_random_uuid(), $1)
+         ON CONFLICT (template_key) DO UPDATE SET template_key = EXCLUDED.template_key
+         RETURNING id",
+    )
+    .bind(template_key)
+    .fetch_one(&mut *conn)
+    .await?;
+    // Serialize version numbering per template.
+    sqlx::query("SELECT 1 FROM templates WHERE id = $1 FOR UPDATE").bind(template_id).execute(&mut *conn).await?;
+    let version: i32 =
+        sqlx::query_scalar("SELECT COALESCE(max(version), 0) + 1 FROM plan_versions WHERE template_id = $1")
+            .bind(template_id)
+            .fetch_one(&mut *conn)
+            .await?;
+    let plan_version_id = Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO plan_versions (id, template_id, version, compiled_plan_hash, description,
+             risk_controls, proposal_id, created_by)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8)",
+    )
+    .bind(plan_version_id)
+    .bind(template_id)
+    .bind(version)
+    .bind(plan_hash)
+    .bind(description)
+    .bind(&plan.risk_controls)
+    .bind(proposal_id)
+    .bind(created_by)
+    .execute(&mut *conn)
+    .await?;
+    let nodes = serde_json::to_value(&plan.nodes).map_err(StoreError::corrupt)?;
+    sqlx::query(
+        "INSERT INTO plan_nodes (id, plan_version_id, node_key, node_kind, action_type, executor_key,
+             signer_key, signing_required, config, timeout_policy)
+         SELECT gen_random_uuid(), $1, n->>'node_key', n->>'node_kind', n->>'action_type',
+             n->>'executor_key', n->>'signer_key', COALESCE((n->>'signing_required')::boolean, false),
+             COALESCE(n->'config', '{}'::jsonb), COALESCE(n->'timeout_policy', '{}'::jsonb)
+         FROM jsonb_array_elements($2) AS n",
+    )
+    .bind(plan_version_id)
+    .bind(nodes)
+    .execute(&mut *conn)
+    .await?;
+    let froms: Vec<&str> = plan.edges.iter().map(|e| e.from.as_str()).collect();
+    let tos: Vec<&str> = plan.edges.iter().map(|e| e.to.as_str()).collect();
+    sqlx::query(
+        "INSERT INTO plan_edges (plan_version_id, from_node_key, to_node_key)
+         SELECT $1, f, t FROM unnest($2::text[], $3::text[]) AS e(f, t)",
+    )
+    .bind(plan_version_id)
+    .bind(&froms)
+    .bind(&tos)
+    .execute(&mut *conn)
+    .await?;
+    Ok((plan_version_id, version))
+}
+
+/// A stored template version with its plan.
+#[derive(Debug, Clone)]
+pub struct PlanVersion {
+    pub template_id: Uuid,
+    pub template_key: String,
+    pub plan_version_id: Uuid,
+    pub version: i32,
+    pub compiled_plan_hash: String,
+    pub description: Option<String>,
+    pub created_at: DateTime<Utc>,
+    /// `(plan_node_id, node)` in node_key order.
+    pub nodes: Vec<(Uuid, PlanNode)>,
+    pub plan: PlanDefinition,
+}
+
+/// Loads `template_key` at `version` (the latest when `None`).
+pub async fn plan_version(
+    conn: &mut PgConnection,
+    template_key: &str,
+    version: Option<i32>,
+) -> Result<Option<PlanVersion>> {
+    let head = sqlx::query(
+        "SELECT t.id AS template_id, v.id, v.version, v.compiled_plan_hash, v.description,
+                v.risk_controls, v.created_at
+         FROM templates t JOIN plan_versions v ON v.template_id = t.id
+         WHERE t.template_key = $1 AND ($2::int IS NULL OR v.version = $2)
+         ORDER BY v.version DESC LIMIT 1",
+    )
+    .bind(template_key)
+    .bind(version)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(head) = head else { return Ok(None) };
+    let plan_version_id: Uuid = head.try_get("id")?;
+    let node_rows = sqlx::query(
+        "SELECT id, node_key, node_kind, action_type, executor_key, signer_key, signing_required,
+                config, timeout_policy
+         FROM plan_nodes WHERE plan_version_id = $1 ORDER BY node_key",
+    )
+    .bind(plan_version_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut nodes = Vec::with_capacity(node_rows.len());
+    for r in &node_rows {
+        nodes.push((
+            r.try_get::<Uuid, _>("id")?,
+            PlanNode {
+                node_key: r.try_get("node_key")?,
+                node_kind: parse_kind(r.try_get("node_kind")?)?,
+                action_type: r.try_get("action_type")?,
+                executor_key: r.try_get("executor_key")?,
+                signer_key: r.try_get("signer_key")?,
+                signing_required: r.try_get("signing_required")?,
+                config: r.try_get("config")?,
+                timeout_policy: r.try_get("timeout_policy")?,
+            },
+        ));
+    }
+    let edges: Vec<PlanEdge> = crate::context::plan_edges(conn, plan_version_id).await?;
+    let plan = PlanDefinition {
+        nodes: nodes.iter().map(|(_, n)| n.clone()).collect(),
+        edges,
+        risk_controls: head.try_get("risk_controls")?,
+    };
+    Ok(Some(PlanVersion {
+        template_id: head.try_get("template_id")?,
+        template_key: template_key.to_string(),
+        plan_version_id,
+        version: head.try_get("version")?,
+        compiled_plan_hash: head.try_get("compiled_plan_hash")?,
+        description: head.try_get("description")?,
+        created_at: head.try_get("created_at")?,
+        nodes,
+        plan,
+    }))
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct TemplateSummary {
+    pub template_key: String,
+    pub latest_version: i32,
+    pub compiled_plan_hash: String,
+    pub created_at: DateTime<Utc>,
+}
+
+/// Templates by key, after `cursor` (a template_key), at most `limit`.
+pub async fn list_templates(conn: &mut PgConnection, cursor: Option<&str>, limit: i64) -> Result<Vec<TemplateSummary>> {
+    let rows = sqlx::query(
+        "SELECT DISTINCT ON (t.template_key) t.template_key, v.version, v.compiled_plan_hash, t.created_at
+         FROM templates t JOIN plan_versions v ON v.template_id = t.id
+         WHERE ($1::text IS NULL OR t.template_key > $1)
+         ORDER BY t.template_key, v.version DESC LIMIT $2",
+    )
+    .bind(cursor)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(TemplateSummary {
+                template_key: r.try_get(0)?,
+                latest_version: r.try_get(1)?,
+                compiled_plan_hash: r.try_get(2)?,
+                created_at: r.try_get(3)?,
+            })
+        })
+        .collect()
+}
+
+/// Version numbers of a template, newest first.
+pub async fn template_versions(conn: &mut PgConnection, template_key: &str) -> Result<Vec<i32>> {
+    Ok(sqlx::query_scalar(
+        "SELECT v.version FROM templates t JOIN plan_versions v ON v.template_id = t.id
+         WHERE t.template_key = $1 ORDER BY v.version DESC",
+    )
+    .bind(template_key)
+    .fetch_all(&mut *conn)
+    .await?)
+}

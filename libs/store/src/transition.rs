@@ -1,0 +1,341 @@
+//! The one door for state (DESIGN.md §2.1): every node or request state change checks the
+//! transition table in `qtg_core`, writes the row with `updated_at`, appends `audit_outbox`,
+//! records a `node_events` row (nodes), enqueues the callback (when the movement has a
+//! callback URL) and notifies the workers that now have work — in one statement, inside the
+//! caller's transaction. Polls (same-state updates) take the same path without the audit.
+
+use qtg_core::{NodeState, RequestState};
+use serde_json::{Map, Value};
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use crate::{Result, StoreError};
+
+/// Who changes state, and why.
+#[derive(Debug, Clone, Copy)]
+pub struct Meta<'a> {
+    pub actor: &'a str,
+    pub reason: Option<&'a str>,
+}
+
+impl<'a> Meta<'a> {
+    pub fn actor(actor: &'a str) -> Self {
+        Meta { actor, reason: None }
+    }
+
+    pub fn with_reason(self, reason: &'a str) -> Self {
+        Meta { reason: Some(reason), ..self }
+    }
+}
+
+/// Field changes written with a node's state.
+#[derive(Debug, Clone, Default)]
+pub struct NodePatch {
+    /// Start a submit attempt: `attempt_no + 1`, `started_at = now()`, the
+    /// `__submit_attempt_*` markers, a fresh side-effect flag and no error.
+    pub begin_attempt: bool,
+    pub provider_state: Option<String>,
+    pub provider_ref_id: Option<String>,
+    /// Merged shallowly into `provider_refs`.
+    pub merge_refs: Map<String, Value>,
+    /// Removed from `provider_refs` after the merge.
+    pub remove_refs: Vec<String>,
+    /// `Some` sets (`error_code`, `error_detail`), possibly to NULL.
+    pub error: Option<(Option<String>, Option<String>)>,
+    /// `Some(true)`: the venue may hold a side effect; `Some(false)`: clear (operator retry).
+    pub submit_accepted: Option<bool>,
+    /// `Some(Some(s))`: next observation in `s` seconds; `Some(None)`: no schedule.
+    pub next_observe_in: Option<Option<f64>>,
+    /// An observation happened: `last_observed_at`, `observe_count + 1`.
+    pub observed: bool,
+}
+
+impl NodePatch {
+    pub fn error(code: &str, detail: impl Into<String>) -> Self {
+        NodePatch { error: Some((Some(code.to_string()), Some(detail.into()))), ..Default::default() }
+    }
+}
+
+/// The worker channel woken when a node enters `state`.
+pub fn wake_channel(state: NodeState) -> Option<&'static str> {
+    match state {
+        NodeState::Ready => Some(CHANNEL_DISPATCH),
+        NodeState::Submitted | NodeState::Observing => Some(CHANNEL_OBSERVE),
+        NodeState::Unknown => Some(CHANNEL_RECOVER),
+        _ => None,
+    }
+}
+
+pub const CHANNEL_DISPATCH: &str = "qtg_dispatch";
+pub const CHANNEL_OBSERVE: &str = "qtg_observe";
+pub const CHANNEL_RECOVER: &str = "qtg_recover";
+pub const CHANNEL_CALLBACK: &str = "qtg_callback";
+
+const NODE_WRITE: &str = r#"
+WITH upd AS (
+    UPDATE movement_request_nodes SET
+        node_state = $3,
+        attempt_no = attempt_no + CASE WHEN $4 THEN 1 ELSE 0 END,
+        started_at = CASE WHEN $4 THEN now() ELSE started_at END,
+        completed_at = CASE WHEN $3 = 'COMPLETED' THEN now() ELSE completed_at END,
+        provider_state = COALESCE($5, provider_state),
+        provider_ref_id = COALESCE($6, provider_ref_id),
+        provider_refs = ((provider_refs || $7::jsonb) - $8::text[]) || CASE WHEN $4 THEN
+            jsonb_build_object(
+                '__submit_attempt_pending', true,
+                '__submit_attempt_started_at',
+                to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+            ELSE '{}'::jsonb END,
+        error_code = CASE WHEN $9 THEN $10 WHEN $4 THEN NULL ELSE error_code END,
+        error_detail = CASE WHEN $9 THEN $11 WHEN $4 THEN NULL ELSE error_detail END,
+        submit_accepted_at = CASE
+            WHEN $12 = 1 THEN COALESCE(submit_accepted_at, now())
+            WHEN $12 = -1 OR $4 THEN NULL
+            ELSE submit_accepted_at END,
+        next_observe_at = CASE WHEN $13 THEN now() + make_interval(secs => $14) ELSE next_observe_at END,
+        last_observed_at = CASE WHEN $15 THEN now() ELSE last_observed_at END,
+        observe_count = observe_count + CASE WHEN $15 THEN 1 ELSE 0 END,
+        updated_at = now()
+    WHERE id = $1 AND node_state = $2
+    RETURNING id, request_id, node_key, node_state, attempt_no, provider_state, error_code, error_detail
+), req AS (
+    UPDATE movement_requests r SET callback_sequence = r.callback_sequence + 1
+    FROM upd
+    WHERE $16 AND r.id = upd.request_id AND r.callback_url IS NOT NULL
+    RETURNING r.id, r.callback_sequence, r.callback_url, r.request_state
+), cb AS (
+    INSERT INTO movement_callback_outbox
+        (id, request_id, event_id, event_type, sequence, payload, callback_url,
+         callback_timestamp, callback_nonce)
+    SELECT gen_random_uuid(), req.id, ev.event_id, 'node_state_changed', req.callback_sequence,
+        jsonb_build_object(
+            'event_id', ev.event_id, 'event_type', 'node_state_changed',
+            'movement_id', req.id, 'sequence', req.callback_sequence,
+            'request_state', req.request_state, 'node_key', upd.node_key,
+            'node_state', upd.node_state,
+            'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+            'data', jsonb_build_object('from', $2::text, 'to', upd.node_state,
+                'attempt_no', upd.attempt_no, 'provider_state', upd.provider_state,
+                'error_code', upd.error_code)),
+        req.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text
+    FROM req CROSS JOIN upd CROSS JOIN (SELECT gen_random_uuid() AS event_id) ev
+), aud AS (
+    INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
+    SELECT gen_random_uuid(), $17, 'node.transition', 'node', upd.id::text, upd.request_id,
+        jsonb_build_object('node_key', upd.node_key, 'from', $2::text, 'to', upd.node_state,
+            'attempt_no', upd.attempt_no, 'error_code', upd.error_code, 'reason', $18::text)
+    FROM upd WHERE $16
+), hist AS (
+    INSERT INTO node_events (request_id, request_node_id, attempt_no, kind, from_state, to_state,
+        error_code, error_detail, actor)
+    SELECT upd.request_id, upd.id, upd.attempt_no, 'transition', $2, upd.node_state,
+        upd.error_code, upd.error_detail, $17
+    FROM upd WHERE $16
+), ntf AS (
+    SELECT pg_notify($19::text, '') FROM upd WHERE $19::text IS NOT NULL
+    UNION ALL
+    SELECT pg_notify('qtg_callback', '') FROM req
+)
+SELECT upd.attempt_no, (SELECT count(*) FROM ntf) AS notified FROM upd
+"#;
+
+async fn write_node(
+    conn: &mut PgConnection,
+    node_id: Uuid,
+    from: NodeState,
+    to: NodeState,
+    patch: &NodePatch,
+    transition: bool,
+    meta: &Meta<'_>,
+) -> Result<i32> {
+    let (set_error, error_code, error_detail) = match &patch.error {
+        Some((c, d)) => (true, c.clone(), d.clone()),
+        None => (false, None, None),
+    };
+    let accepted: i16 = match patch.submit_accepted {
+        Some(true) => 1,
+        Some(false) => -1,
+        None => 0,
+    };
+    let (set_next, next_secs) = match patch.next_observe_in {
+        Some(s) => (true, s),
+        None => (false, None),
+    };
+    let channel = if transition { wake_channel(to) } else { None };
+    let row = sqlx::query(NODE_WRITE)
+        .bind(node_id)
+        .bind(from.as_str())
+        .bind(to.as_str())
+        .bind(patch.begin_attempt)
+        .bind(&patch.provider_state)
+        .bind(&patch.provider_ref_id)
+        .bind(Value::Object(patch.merge_refs.clone()))
+        .bind(&patch.remove_refs)
+        .bind(set_error)
+        .bind(error_code)
+        .bind(error_detail)
+        .bind(accepted)
+        .bind(set_next)
+        .bind(next_secs)
+        .bind(patch.observed)
+        .bind(transition)
+        .bind(meta.actor)
+        .bind(meta.reason)
+        .bind(channel)
+        .fetch_optional(&mut *conn)
+        .await?;
+    match row {
+        Some(row) => Ok(row.try_get("attempt_no")?),
+        None => Err(StoreError::StaleState { entity: "node", id: node_id.to_string(), expected: from.to_string() }),
+    }
+}
+
+/// Moves a node `from` → `to` (checked against the table) with `patch`. Returns the node's
+/// `attempt_no` after the write. Fails with `StaleState` if the node is no longer in `from`.
+pub async fn transition_node(
+    conn: &mut PgConnection,
+    node_id: Uuid,
+    from: NodeState,
+    to: NodeState,
+    patch: &NodePatch,
+    meta: &Meta<'_>,
+) -> Result<i32> {
+    from.check_transition(to)?;
+    write_node(conn, node_id, from, to, patch, true, meta).await
+}
+
+/// Updates a node's fields without changing its state (an OBSERVING poll, a recovery that
+/// stays UNKNOWN, a backoff). No audit row, no callback.
+pub async fn poll_node(conn: &mut PgConnection, node_id: Uuid, state: NodeState, patch: &NodePatch) -> Result<i32> {
+    write_node(conn, node_id, state, state, patch, false, &Meta::actor("-")).await
+}
+
+/// Field changes written with a request's state.
+#[derive(Debug, Clone, Default)]
+pub struct RequestPatch {
+    pub approval_status: Option<&'static str>,
+    /// Records the approver and the intent and plan hashes they approved.
+    pub approved_by: Option<String>,
+    pub review_reason: Option<String>,
+}
+
+const REQUEST_WRITE: &str = r#"
+WITH upd AS (
+    UPDATE movement_requests SET
+        request_state = $3,
+        approval_status = COALESCE($4, approval_status),
+        approved_by = COALESCE($5, approved_by),
+        approved_at = CASE WHEN $5 IS NOT NULL THEN now() ELSE approved_at END,
+        approved_intent_hash = CASE WHEN $5 IS NOT NULL THEN intent_hash ELSE approved_intent_hash END,
+        approved_plan_hash = CASE WHEN $5 IS NOT NULL THEN compiled_plan_hash ELSE approved_plan_hash END,
+        review_reason = COALESCE($6, review_reason),
+        completed_at = CASE WHEN $3 IN ('COMPLETED', 'FAILED', 'EXPIRED', 'REJECTED', 'CANCELLED')
+                            THEN now() ELSE NULL END,
+        callback_sequence = callback_sequence
+            + CASE WHEN callback_url IS NULL THEN 0 WHEN $7 THEN 2 ELSE 1 END,
+        updated_at = now()
+    WHERE id = $1 AND request_state = $2
+    RETURNING id, callback_url, callback_sequence, request_state
+), events AS (
+    SELECT upd.*, e.event_type, upd.callback_sequence - e.back AS seq, gen_random_uuid() AS event_id
+    FROM upd CROSS JOIN (VALUES ($8::text, CASE WHEN $7 THEN 1 ELSE 0 END),
+                                ('request_attention', 0)) AS e(event_type, back)
+    WHERE upd.callback_url IS NOT NULL AND (e.event_type <> 'request_attention' OR $7)
+), cb AS (
+    INSERT INTO movement_callback_outbox
+        (id, request_id, event_id, event_type, sequence, payload, callback_url,
+         callback_timestamp, callback_nonce)
+    SELECT gen_random_uuid(), ev.id, ev.event_id, ev.event_type, ev.seq,
+        jsonb_build_object(
+            'event_id', ev.event_id, 'event_type', ev.event_type, 'movement_id', ev.id,
+            'sequence', ev.seq, 'request_state', ev.request_state,
+            'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+            'data', jsonb_build_object('from', $2::text, 'to', ev.request_state, 'reason', $10::text)),
+        ev.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text
+    FROM events ev
+), aud AS (
+    INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
+    SELECT gen_random_uuid(), $9, 'movement.transition', 'movement', upd.id::text, upd.id,
+        jsonb_build_object('from', $2::text, 'to', upd.request_state, 'reason', $10::text)
+    FROM upd
+), ntf AS (
+    SELECT pg_notify('qtg_callback', '') FROM upd WHERE upd.callback_url IS NOT NULL
+    UNION ALL
+    SELECT pg_notify('qtg_dispatch', '') FROM upd WHERE $3 = 'EXECUTING'
+)
+SELECT upd.id, (SELECT count(*) FROM ntf) AS notified FROM upd
+"#;
+
+/// Moves a request `from` → `to` (checked against the table) with `patch`.
+pub async fn transition_request(
+    conn: &mut PgConnection,
+    request_id: Uuid,
+    from: RequestState,
+    to: RequestState,
+    patch: &RequestPatch,
+    meta: &Meta<'_>,
+) -> Result<()> {
+    from.check_transition(to)?;
+    let attention = matches!(to, RequestState::ManualIntervention | RequestState::WaitingManualAction);
+    let event_type = if to == RequestState::Expired { "request_expired" } else { "request_state_changed" };
+    let row = sqlx::query(REQUEST_WRITE)
+        .bind(request_id)
+        .bind(from.as_str())
+        .bind(to.as_str())
+        .bind(patch.approval_status)
+        .bind(&patch.approved_by)
+        .bind(&patch.review_reason)
+        .bind(attention)
+        .bind(event_type)
+        .bind(meta.actor)
+        .bind(meta.reason)
+        .fetch_optional(&mut *conn)
+        .await?;
+    match row {
+        Some(_) => Ok(()),
+        None => {
+            Err(StoreError::StaleState { entity: "movement", id: request_id.to_string(), expected: from.to_string() })
+        }
+    }
+}
+
+/// Enqueues one callback event that is not a state change (e.g. `frontier_advanced`).
+pub async fn enqueue_event(conn: &mut PgConnection, request_id: Uuid, event_type: &str, data: &Value) -> Result<()> {
+    sqlx::query(
+        r#"
+WITH req AS (
+    UPDATE movement_requests SET callback_sequence = callback_sequence + 1
+    WHERE id = $1 AND callback_url IS NOT NULL
+    RETURNING id, callback_sequence, callback_url, request_state
+), ev AS (SELECT gen_random_uuid() AS event_id), cb AS (
+    INSERT INTO movement_callback_outbox
+        (id, request_id, event_id, event_type, sequence, payload, callback_url,
+         callback_timestamp, callback_nonce)
+    SELECT gen_random_uuid(), req.id, ev.event_id, $2, req.callback_sequence,
+        jsonb_build_object('event_id', ev.event_id, 'event_type', $2::text, 'movement_id', req.id,
+            'sequence', req.callback_sequence, 'request_state', req.request_state,
+            'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
+            'data', $3::jsonb),
+        req.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text
+    FROM req CROSS JOIN ev
+)
+SELECT count(*) FROM (SELECT pg_notify('qtg_callback', '') FROM req) n
+"#,
+    )
+    .bind(request_id)
+    .bind(event_type)
+    .bind(data)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Records the keys the movement is now waiting on.
+pub async fn set_frontier(conn: &mut PgConnection, request_id: Uuid, keys: &[String]) -> Result<()> {
+    sqlx::query("UPDATE movement_requests SET current_frontier = $2, updated_at = now() WHERE id = $1")
+        .bind(request_id)
+        .bind(serde_json::json!(keys))
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}

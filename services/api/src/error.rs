@@ -1,0 +1,83 @@
+//! The one place errors become HTTP: `{"error": {"code", "message"}}` with a fitting status.
+//! Internal details (SQL, secrets) never reach a client; they are logged instead.
+
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use qtg_engine::movements::OpError;
+use serde_json::json;
+
+#[derive(Debug)]
+pub struct ApiError {
+    pub status: StatusCode,
+    pub code: &'static str,
+    pub message: String,
+}
+
+impl ApiError {
+    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError { status, code, message: message.into() }
+    }
+
+    pub fn validation(message: impl Into<String>) -> Self {
+        Self::new(StatusCode::BAD_REQUEST, "VALIDATION_ERROR", message)
+    }
+
+    pub fn not_found(what: &str) -> Self {
+        Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", format!("{what} not found"))
+    }
+
+    pub fn unauthenticated() -> Self {
+        Self::new(
+            StatusCode::UNAUTHORIZED,
+            "UNAUTHENTICATED",
+            "a valid API key is required (Authorization: Bearer <key>)",
+        )
+    }
+
+    pub fn forbidden(role: &str) -> Self {
+        Self::new(StatusCode::FORBIDDEN, "FORBIDDEN", format!("this operation needs the {role} role"))
+    }
+
+    pub fn internal(e: impl std::fmt::Display) -> Self {
+        tracing::error!(error = %e, "internal error");
+        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "internal error; see the server log")
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        (self.status, Json(json!({"error": {"code": self.code, "message": self.message}}))).into_response()
+    }
+}
+
+impl From<OpError> for ApiError {
+    fn from(e: OpError) -> Self {
+        match e {
+            OpError::NotFound(what) => ApiError::not_found(what),
+            OpError::Validation(m) => ApiError::validation(m),
+            OpError::InvalidState(m) => ApiError::new(StatusCode::CONFLICT, "INVALID_STATE", m),
+            OpError::SelfApproval(m) => ApiError::new(StatusCode::FORBIDDEN, "SELF_APPROVAL", m),
+            OpError::IdempotencyConflict => ApiError::new(StatusCode::CONFLICT, "IDEMPOTENCY_CONFLICT", e.to_string()),
+            OpError::ExecutorDown(keys) => ApiError::new(
+                StatusCode::CONFLICT,
+                "EXECUTOR_DOWN",
+                format!("bound executor/signer is down: {}", keys.join(", ")),
+            ),
+            OpError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "CONFLICT", m),
+            OpError::Store(e) => ApiError::internal(e),
+        }
+    }
+}
+
+impl From<qtg_store::StoreError> for ApiError {
+    fn from(e: qtg_store::StoreError) -> Self {
+        OpError::from(e).into()
+    }
+}
+
+impl From<sqlx::Error> for ApiError {
+    fn from(e: sqlx::Error) -> Self {
+        ApiError::internal(e)
+    }
+}

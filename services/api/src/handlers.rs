@@ -1,0 +1,532 @@
+//! `/v3` handlers: authenticate, authorise, validate, call the engine, shape the answer.
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, Path, Query, Request, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chrono::{DateTime, Utc};
+use qtg_core::hash::canonical_hash;
+use qtg_core::{PlanDefinition, PlanEdge, PlanNode, RequestState};
+use qtg_engine::movements::NewMovementInput;
+use qtg_engine::templates::Proposal;
+use qtg_store::{NodeRow, RequestRow};
+use serde::de::DeserializeOwned;
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use crate::auth::{hash_key, Principal, Role};
+use crate::error::ApiError;
+use crate::AppState;
+
+/// JSON body whose every problem (syntax, unknown field, wrong type) is a 400
+/// `VALIDATION_ERROR` naming it. Also keeps the raw value for body hashing.
+pub struct Body<T> {
+    pub value: T,
+    pub raw: Value,
+}
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let Json(raw): Json<Value> = Json::from_request(req, state).await.map_err(|e: JsonRejection| match e {
+            JsonRejection::MissingJsonContentType(_) => ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "VALIDATION_ERROR",
+                "Content-Type must be application/json",
+            ),
+            JsonRejection::BytesRejection(_) => ApiError::new(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                "VALIDATION_ERROR",
+                format!("body is larger than {} bytes", crate::BODY_LIMIT),
+            ),
+            other => ApiError::validation(format!("invalid JSON body: {}", other.body_text())),
+        })?;
+        let value = serde_path_to_value::<T>(&raw)?;
+        Ok(Body { value, raw })
+    }
+}
+
+fn serde_path_to_value<T: DeserializeOwned>(raw: &Value) -> Result<T, ApiError> {
+    serde_json::from_value(raw.clone()).map_err(|e| ApiError::validation(format!("invalid body: {e}")))
+}
+
+/// An optional body: empty means `{}`.
+pub struct OptBody<T>(pub T);
+
+impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = axum::body::to_bytes(req.into_body(), crate::BODY_LIMIT)
+            .await
+            .map_err(|_| ApiError::new(StatusCode::PAYLOAD_TOO_LARGE, "VALIDATION_ERROR", "body too large"))?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptBody(T::default()));
+        }
+        let raw: Value =
+            serde_json::from_slice(&bytes).map_err(|e| ApiError::validation(format!("invalid JSON body: {e}")))?;
+        Ok(OptBody(serde_path_to_value(&raw)?))
+    }
+}
+
+fn parse_id(raw: &str, what: &str) -> Result<Uuid, ApiError> {
+    raw.parse().map_err(|_| ApiError::not_found(what))
+}
+
+pub async fn not_found() -> ApiError {
+    ApiError::not_found("route")
+}
+
+// ---------------------------------------------------------------- templates
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ProposeBody {
+    template_key: String,
+    #[serde(default)]
+    description: Option<String>,
+    nodes: Vec<PlanNode>,
+    #[serde(default)]
+    edges: Vec<PlanEdge>,
+    #[serde(default)]
+    risk_controls: Option<Value>,
+}
+
+pub async fn propose_template(
+    State(s): State<AppState>,
+    who: Principal,
+    body: Body<ProposeBody>,
+) -> Result<Response, ApiError> {
+    who.require(Role::Operator)?;
+    let b = body.value;
+    if b.description.as_ref().is_some_and(|d| d.len() > 2000) {
+        return Err(ApiError::validation("description is at most 2000 characters"));
+    }
+    let plan =
+        PlanDefinition { nodes: b.nodes, edges: b.edges, risk_controls: b.risk_controls.unwrap_or_else(|| json!({})) };
+    let row = s
+        .engine
+        .propose_template(
+            &who.name,
+            Proposal { template_key: b.template_key, description: b.description, plan },
+            s.settings.template_proposal_ttl_seconds,
+        )
+        .await?;
+    Ok((StatusCode::CREATED, Json(json!(row))).into_response())
+}
+
+pub async fn get_proposal(
+    State(s): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Viewer)?;
+    let id = parse_id(&id, "template proposal")?;
+    let mut conn = s.pool.acquire().await?;
+    let row = qtg_store::templates::get_proposal(&mut conn, id, false)
+        .await?
+        .ok_or_else(|| ApiError::not_found("template proposal"))?;
+    Ok(Json(json!(row)))
+}
+
+#[derive(Deserialize, Default)]
+#[serde(deny_unknown_fields)]
+pub struct ReasonBody {
+    #[serde(default)]
+    reason: Option<String>,
+}
+
+impl ReasonBody {
+    fn reason(&self) -> Result<Option<&str>, ApiError> {
+        match self.reason.as_deref() {
+            Some(r) if r.len() > 2000 => Err(ApiError::validation("reason is at most 2000 characters")),
+            other => Ok(other),
+        }
+    }
+}
+
+pub async fn approve_proposal(
+    State(s): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    OptBody(b): OptBody<ReasonBody>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Admin)?;
+    let id = parse_id(&id, "template proposal")?;
+    Ok(Json(s.engine.review_template_proposal(&who.name, id, true, b.reason()?).await?))
+}
+
+pub async fn reject_proposal(
+    State(s): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    OptBody(b): OptBody<ReasonBody>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Admin)?;
+    let id = parse_id(&id, "template proposal")?;
+    Ok(Json(s.engine.review_template_proposal(&who.name, id, false, b.reason()?).await?))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    #[serde(default)]
+    limit: Option<String>,
+    #[serde(default)]
+    cursor: Option<String>,
+    #[serde(default)]
+    state: Option<String>,
+}
+
+impl PageQuery {
+    fn limit(&self) -> Result<i64, ApiError> {
+        match self.limit.as_deref() {
+            None => Ok(50),
+            Some(l) => match l.parse::<i64>() {
+                Ok(n) if (1..=200).contains(&n) => Ok(n),
+                _ => Err(ApiError::validation("limit must be an integer between 1 and 200")),
+            },
+        }
+    }
+}
+
+fn page_query(q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>) -> Result<PageQuery, ApiError> {
+    q.map(|Query(q)| q).map_err(|e| ApiError::validation(format!("invalid query: {}", e.body_text())))
+}
+
+pub async fn list_templates(
+    State(s): State<AppState>,
+    who: Principal,
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Viewer)?;
+    let q = page_query(q)?;
+    if q.state.is_some() {
+        return Err(ApiError::validation("unknown query parameter state"));
+    }
+    let limit = q.limit()?;
+    let mut conn = s.pool.acquire().await?;
+    let items = qtg_store::templates::list_templates(&mut conn, q.cursor.as_deref(), limit + 1).await?;
+    let next = (items.len() as i64 > limit).then(|| items[limit as usize - 1].template_key.clone());
+    let items: Vec<_> = items.into_iter().take(limit as usize).collect();
+    Ok(Json(json!({"items": items, "next_cursor": next})))
+}
+
+pub async fn get_template(
+    State(s): State<AppState>,
+    who: Principal,
+    Path(key): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Viewer)?;
+    let mut conn = s.pool.acquire().await?;
+    let versions = qtg_store::templates::template_versions(&mut conn, &key).await?;
+    if versions.is_empty() {
+        return Err(ApiError::not_found("template"));
+    }
+    let mut out = Vec::new();
+    for v in versions {
+        if let Some(pv) = qtg_store::templates::plan_version(&mut conn, &key, Some(v)).await? {
+            out.push(json!({
+                "version": pv.version,
+                "compiled_plan_hash": pv.compiled_plan_hash,
+                "description": pv.description,
+                "created_at": pv.created_at,
+                "nodes": pv.plan.nodes,
+                "edges": pv.plan.edges,
+                "risk_controls": pv.plan.risk_controls,
+            }));
+        }
+    }
+    Ok(Json(json!({"template_key": key, "latest_version": out.first().map(|v| v["version"].clone()), "versions": out})))
+}
+
+// ---------------------------------------------------------------- movements
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateMovementBody {
+    template_key: String,
+    #[serde(default)]
+    template_version: Option<i32>,
+    intent: Map<String, Value>,
+    #[serde(default)]
+    input_params: Option<Map<String, Value>>,
+    #[serde(default)]
+    callback_url: Option<String>,
+    idempotency_key: String,
+}
+
+/// A positive decimal string: digits, at most one point, no sign or exponent.
+pub fn valid_amount(s: &str) -> bool {
+    let mut parts = s.splitn(2, '.');
+    let int = parts.next().unwrap_or("");
+    let frac = parts.next();
+    let digits_ok = !int.is_empty()
+        && int.chars().all(|c| c.is_ascii_digit())
+        && frac.is_none_or(|f| !f.is_empty() && f.chars().all(|c| c.is_ascii_digit()));
+    digits_ok && s.len() <= 78 && s.chars().any(|c| c.is_ascii_digit() && c != '0')
+}
+
+pub fn valid_callback_url(u: &str) -> bool {
+    let rest = u.strip_prefix("https://").or_else(|| u.strip_prefix("http://"));
+    match rest {
+        Some(rest) => {
+            let host = rest.split(['/', '?', '#']).next().unwrap_or("");
+            u.len() <= 2048
+                && !host.is_empty()
+                && !host.starts_with(':')
+                && !u.chars().any(|c| c.is_whitespace() || c.is_control())
+        }
+        None => false,
+    }
+}
+
+pub async fn create_movement(
+    State(s): State<AppState>,
+    who: Principal,
+    body: Body<CreateMovementBody>,
+) -> Result<Response, ApiError> {
+    who.require(Role::Requester)?;
+    let b = body.value;
+    if b.idempotency_key.trim().is_empty() || b.idempotency_key.len() > 200 {
+        return Err(ApiError::validation("idempotency_key must be 1-200 characters"));
+    }
+    match b.intent.get("asset") {
+        Some(Value::String(a)) if !a.is_empty() && a.len() <= 64 => {}
+        _ => return Err(ApiError::validation("intent.asset must be a non-empty string")),
+    }
+    match b.intent.get("amount") {
+        Some(Value::String(a)) if valid_amount(a) => {}
+        _ => {
+            return Err(ApiError::validation("intent.amount must be a decimal string greater than 0, e.g. \"100.50\""))
+        }
+    }
+    for key in ["source", "destination"] {
+        if let Some(v) = b.intent.get(key) {
+            if !(v.is_string() || v.is_object() || v.is_null()) {
+                return Err(ApiError::validation(format!("intent.{key} must be a string or an object")));
+            }
+        }
+    }
+    if let Some(u) = &b.callback_url {
+        if !valid_callback_url(u) {
+            return Err(ApiError::validation("callback_url must be an http(s) URL with a host"));
+        }
+    }
+    if b.template_version.is_some_and(|v| v < 1) {
+        return Err(ApiError::validation("template_version must be >= 1"));
+    }
+    let input = NewMovementInput {
+        template_key: b.template_key,
+        template_version: b.template_version,
+        intent: Value::Object(b.intent),
+        input_params: Value::Object(b.input_params.unwrap_or_default()),
+        callback_url: b.callback_url.or_else(|| s.settings.callback_default_url.clone()),
+        idempotency_key: b.idempotency_key,
+        body_hash: canonical_hash(&body.raw),
+    };
+    let (row, fresh) = s.engine.create_movement(&who.name, input, s.settings.approval_ttl_seconds).await?;
+    let (row, nodes) = s.engine.movement(row.id).await?;
+    let status = if fresh { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(movement_json(&row, &nodes))).into_response())
+}
+
+pub fn movement_json(r: &RequestRow, nodes: &[NodeRow]) -> Value {
+    json!({
+        "id": r.id,
+        "template_key": r.template_key,
+        "template_version": r.template_version,
+        "compiled_plan_hash": r.compiled_plan_hash,
+        "request_state": r.request_state,
+        "approval_status": r.approval_status,
+        "approved_by": r.approved_by,
+        "approved_at": r.approved_at,
+        "review_reason": r.review_reason,
+        "intent": r.intent,
+        "intent_hash": r.intent_hash,
+        "input_params": r.input_params,
+        "callback_url": r.callback_url,
+        "idempotency_key": r.idempotency_key,
+        "created_by": r.created_by,
+        "current_frontier": r.current_frontier,
+        "expires_at": r.expires_at,
+        "completed_at": r.completed_at,
+        "created_at": r.created_at,
+        "updated_at": r.updated_at,
+        "nodes": nodes,
+    })
+}
+
+pub async fn get_movement(
+    State(s): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Viewer)?;
+    let (row, nodes) = s.engine.movement(parse_id(&id, "movement")?).await?;
+    Ok(Json(movement_json(&row, &nodes)))
+}
+
+fn parse_cursor(c: &str) -> Result<(DateTime<Utc>, Uuid), ApiError> {
+    let bad = || ApiError::validation("cursor is not one this API returned");
+    let (ts, id) = c.split_once('_').ok_or_else(bad)?;
+    let micros: i64 = ts.parse().map_err(|_| bad())?;
+    Ok((DateTime::from_timestamp_micros(micros).ok_or_else(bad)?, id.parse().map_err(|_| bad())?))
+}
+
+pub async fn list_movements(
+    State(s): State<AppState>,
+    who: Principal,
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Viewer)?;
+    let q = page_query(q)?;
+    let limit = q.limit()?;
+    if let Some(st) = &q.state {
+        st.parse::<RequestState>()
+            .map_err(|_| ApiError::validation(format!("state {st:?} is not a movement state")))?;
+    }
+    let after = q.cursor.as_deref().map(parse_cursor).transpose()?;
+    let mut conn = s.pool.acquire().await?;
+    let rows = qtg_store::movements::list(&mut conn, q.state.as_deref(), after, limit + 1).await?;
+    let next = (rows.len() as i64 > limit).then(|| {
+        let last = &rows[limit as usize - 1];
+        format!("{}_{}", last.created_at.timestamp_micros(), last.id)
+    });
+    let items: Vec<Value> = rows
+        .iter()
+        .take(limit as usize)
+        .map(|r| movement_json(r, &[]))
+        .map(|mut v| {
+            if let Some(o) = v.as_object_mut() {
+                o.remove("nodes");
+            }
+            v
+        })
+        .collect();
+    Ok(Json(json!({"items": items, "next_cursor": next})))
+}
+
+pub async fn approve_movement(
+    State(s): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    OptBody(b): OptBody<ReasonBody>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Approver)?;
+    b.reason()?;
+    let id = parse_id(&id, "movement")?;
+    s.engine.approve_movement(&who.name, id).await?;
+    let (row, nodes) = s.engine.movement(id).await?;
+    Ok(Json(movement_json(&row, &nodes)))
+}
+
+pub async fn reject_movement(
+    State(s): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    OptBody(b): OptBody<ReasonBody>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Approver)?;
+    let id = parse_id(&id, "movement")?;
+    s.engine.reject_movement(&who.name, id, b.reason()?).await?;
+    let (row, nodes) = s.engine.movement(id).await?;
+    Ok(Json(movement_json(&row, &nodes)))
+}
+
+// ---------------------------------------------------------------- api keys
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKeyBody {
+    principal: String,
+    roles: Vec<String>,
+}
+
+pub async fn create_api_key(
+    State(s): State<AppState>,
+    who: Principal,
+    body: Body<CreateKeyBody>,
+) -> Result<Response, ApiError> {
+    who.require(Role::Admin)?;
+    let b = body.value;
+    if b.principal.trim().is_empty() || b.principal.len() > 128 {
+        return Err(ApiError::validation("principal must be 1-128 characters"));
+    }
+    if b.roles.is_empty() || b.roles.iter().any(|r| Role::parse(r).is_none()) {
+        return Err(ApiError::validation("roles must be a non-empty list of viewer|requester|approver|operator|admin"));
+    }
+    let secret = format!("qtg_{}", hex::encode(rand::random::<[u8; 24]>()));
+    let id = Uuid::new_v4();
+    let mut tx = s.pool.begin().await?;
+    qtg_store::api_keys::insert(&mut tx, id, &b.principal, &b.roles, &hash_key(&secret), Some(&who.name)).await?;
+    qtg_store::audit::record(
+        &mut tx,
+        &qtg_store::audit::AuditRecord {
+            actor: &who.name,
+            action: "api_key.create",
+            entity_type: "api_key",
+            entity_id: id.to_string(),
+            movement_id: None,
+            data: json!({"principal": b.principal, "roles": b.roles}),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, Json(json!({"id": id, "principal": b.principal, "roles": b.roles, "secret": secret})))
+        .into_response())
+}
+
+pub async fn revoke_api_key(
+    State(s): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    who.require(Role::Admin)?;
+    let id = parse_id(&id, "api key")?;
+    let mut tx = s.pool.begin().await?;
+    if !qtg_store::api_keys::revoke(&mut tx, id).await? {
+        return Err(ApiError::not_found("api key"));
+    }
+    qtg_store::audit::record(
+        &mut tx,
+        &qtg_store::audit::AuditRecord {
+            actor: &who.name,
+            action: "api_key.revoke",
+            entity_type: "api_key",
+            entity_id: id.to_string(),
+            movement_id: None,
+            data: json!({}),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(StatusCode::NO_CONTENT)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn amounts() {
+        for ok in ["1", "100.50", "0.000001", "12345678901234567890"] {
+            assert!(valid_amount(ok), "{ok}");
+        }
+        for bad in ["0", "0.0", "-1", "1e5", ".5", "5.", "1.2.3", "", " 1", "abc", "+1"] {
+            assert!(!valid_amount(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn callback_urls() {
+        assert!(valid_callback_url("https://example.com/hook"));
+        assert!(valid_callback_url("http://10.0.0.1:8080/x"));
+        for bad in ["ftp://x", "https://", "https:///x", "example.com", "https://a b"] {
+            assert!(!valid_callback_url(bad), "{bad}");
+        }
+    }
+}

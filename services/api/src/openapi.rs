@@ -1,0 +1,27 @@
+//! `/v3/openapi.json`: the paths this build serves (OpenAPI 3.1).
+
+use axum::Json;
+use serde_json::{json, Value};
+
+pub async fn document() -> Json<Value> {
+    let op = |summary: &str, role: &str| json!({"summary": summary, "x-qtg-role": role, "security": [{"bearer": []}]});
+    Json(json!({
+        "openapi": "3.1.0",
+        "info": {"title": "qtg", "version": "3"},
+        "components": {"securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}}},
+        "paths": {
+            "/v3/template-proposals": {"post": op("Propose a template (DAG of plan nodes)", "operator")},
+            "/v3/template-proposals/{id}": {"get": op("Read a template proposal", "viewer")},
+            "/v3/template-proposals/{id}/approve": {"post": op("Approve a proposal: the template's next version", "admin")},
+            "/v3/template-proposals/{id}/reject": {"post": op("Reject a proposal", "admin")},
+            "/v3/templates": {"get": op("List templates", "viewer")},
+            "/v3/templates/{key}": {"get": op("A template's versions, nodes, edges and hashes", "viewer")},
+            "/v3/movements": {"post": op("Create a movement (idempotent by idempotency_key)", "requester"), "get": op("List movements", "viewer")},
+            "/v3/movements/{id}": {"get": op("A movement with its nodes", "viewer")},
+            "/v3/movements/{id}/approve": {"post": op("Approve a movement", "approver")},
+            "/v3/movements/{id}/reject": {"post": op("Reject a movement", "approver")},
+            "/v3/api-keys": {"post": op("Create an API key (secret shown once)", "admin")},
+            "/v3/api-keys/{id}": {"delete": op("Revoke an API key", "admin")},
+        }
+    }))
+}

@@ -1,0 +1,205 @@
+//! What every qtg binary does at start: read `MG_*` from the environment (the only place
+//! that does), set up logs, connect and migrate, load the executor registry, and run worker
+//! loops under supervision with heartbeats, NOTIFY wake-ups and the admin server.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use anyhow::Context;
+use qtg_engine::{Engine, EngineSettings, LaneGrace};
+use qtg_executor::{Registry, RegistryFile};
+use qtg_runtime::heartbeat::Heartbeat;
+use qtg_runtime::supervise::run_groups;
+pub use qtg_runtime::supervise::Task;
+pub use qtg_runtime::wake::WakeHub;
+pub use qtg_runtime::WorkerKind;
+use qtg_runtime::{logging, run_loop, CancellationToken, LoopSpec, Metrics, Settings};
+use qtg_store::transition::{CHANNEL_DISPATCH, CHANNEL_OBSERVE, CHANNEL_RECOVER};
+use qtg_store::PgPool;
+
+/// A booted process: settings, database, executors, metrics and its shutdown token.
+pub struct Process {
+    pub binary: &'static str,
+    pub settings: Settings,
+    pub pool: PgPool,
+    pub registry: Arc<Registry>,
+    pub metrics: Metrics,
+    pub shutdown: CancellationToken,
+    pub instance_id: String,
+}
+
+/// The environment as a key → value map.
+pub fn env_vars() -> HashMap<String, String> {
+    std::env::vars().collect()
+}
+
+/// Reads settings (printing them and exiting on `--print-config`), starts logging, connects,
+/// migrates when `MG_MIGRATE` says so and loads the registry.
+pub async fn boot(binary: &'static str, migrate_default: bool) -> anyhow::Result<Process> {
+    let vars = env_vars();
+    let settings = Settings::from_vars(&vars, migrate_default).context("invalid configuration")?;
+    if std::env::args().any(|a| a == "--print-config") {
+        println!("{settings:#?}");
+        std::process::exit(0);
+    }
+    logging::init(settings.log_format, vars.get("RUST_LOG").map(String::as_str));
+    tracing::info!(binary, settings = ?settings, "starting");
+    let pool = qtg_store::connect(&settings.database_url, settings.db_pool_size)
+        .await
+        .context("cannot connect to the database")?;
+    if settings.migrate {
+        qtg_store::migrate(&pool).await.context("migrations failed")?;
+        tracing::info!("migrations applied");
+    }
+    let registry = Arc::new(load_registry(&settings, &pool)?);
+    let hostname =
+        std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "host".into());
+    let instance_id = format!("{hostname}-{}-{}", std::process::id(), &uuid_suffix());
+    Ok(Process {
+        binary,
+        settings,
+        pool,
+        registry,
+        metrics: Metrics::new(),
+        shutdown: qtg_runtime::shutdown::on_signals(),
+        instance_id,
+    })
+}
+
+fn uuid_suffix() -> String {
+    format!("{:08x}", rand_u32())
+}
+
+fn rand_u32() -> u32 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.finish() as u32
+}
+
+fn load_registry(settings: &Settings, pool: &PgPool) -> anyhow::Result<Registry> {
+    let Some(path) = &settings.executor_registry else {
+        tracing::warn!("MG_EXECUTOR_REGISTRY is not set: no executors are registered");
+        return Ok(Registry::default());
+    };
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("cannot read MG_EXECUTOR_REGISTRY {}", path.display()))?;
+    let file = RegistryFile::parse(&text).with_context(|| format!("in {}", path.display()))?;
+    let registry = Registry::build(&file, &qtg_sim::SimFactory { venue: pool.clone() })?;
+    tracing::info!(
+        executors = ?file.executors.keys().collect::<Vec<_>>(),
+        signers = ?file.signers.keys().collect::<Vec<_>>(),
+        "executor registry loaded"
+    );
+    Ok(registry)
+}
+
+impl Process {
+    pub fn engine(&self, actor: &str) -> Engine {
+        let s = &self.settings;
+        Engine {
+            pool: self.pool.clone(),
+            registry: self.registry.clone(),
+            settings: EngineSettings {
+                executor_timeout: s.executor_timeout,
+                observe_timeout_enforcement: s.observe_timeout_enforcement,
+                observe_batch: s.observe_batch,
+                recovery_batch: s.recovery_batch,
+                grace: LaneGrace {
+                    ccip: s.grace_ccip.unwrap_or(s.grace_default),
+                    stargate: s.grace_stargate.unwrap_or(s.grace_default),
+                    cex: s.grace_cex.unwrap_or(s.grace_default),
+                    other: s.grace_other.unwrap_or(s.grace_default),
+                },
+                call_failure_backoff_seconds: 15.0,
+            },
+            actor: actor.to_string(),
+        }
+    }
+
+    /// The loops of `kinds` (`MG_<WORKER>_CONCURRENCY` each), their heartbeats seeded, wired
+    /// to NOTIFY. Returns the tasks and the heartbeats (for readiness).
+    pub async fn worker_tasks(
+        &self,
+        kinds: &[WorkerKind],
+        hub: &mut WakeHub,
+    ) -> anyhow::Result<(Vec<(String, Task)>, Vec<Heartbeat>)> {
+        let mut tasks: Vec<(String, Task)> = Vec::new();
+        let mut beats = Vec::new();
+        for &kind in kinds {
+            let hb = Heartbeat::seed(&self.pool, kind.name(), &self.settings.network_class, &self.instance_id).await?;
+            beats.push(hb.clone());
+            let engine = Arc::new(self.engine(&format!("worker:{}", kind.binary())));
+            let channel = match kind {
+                WorkerKind::Dispatcher => CHANNEL_DISPATCH,
+                WorkerKind::Observer => CHANNEL_OBSERVE,
+                WorkerKind::Recovery => CHANNEL_RECOVER,
+            };
+            for i in 0..self.settings.concurrency(kind) {
+                let interval = self.settings.interval(kind);
+                let spec = LoopSpec {
+                    name: kind.name().to_string(),
+                    interval,
+                    jitter: interval / 10,
+                    wake: Some(hub.subscribe(channel)),
+                };
+                let engine = engine.clone();
+                let fut = run_loop(spec, self.shutdown.clone(), self.metrics.clone(), Some(hb.clone()), move || {
+                    let engine = engine.clone();
+                    async move {
+                        let n = match kind {
+                            WorkerKind::Dispatcher => engine.dispatch_tick().await?,
+                            WorkerKind::Observer => engine.observe_tick().await?,
+                            WorkerKind::Recovery => engine.recover_tick().await?,
+                        };
+                        Ok(n)
+                    }
+                });
+                tasks.push((
+                    format!("{}#{i}", kind.name()),
+                    Box::pin(async move {
+                        fut.await;
+                        Ok(())
+                    }),
+                ));
+            }
+        }
+        Ok((tasks, beats))
+    }
+
+    /// Starts the admin server.
+    pub async fn serve_admin(&self, heartbeats: Vec<Heartbeat>) -> anyhow::Result<()> {
+        let stale_after =
+            self.settings.dispatch_interval.max(self.settings.observe_interval).max(self.settings.recovery_interval)
+                * 3
+                + std::time::Duration::from_secs(30);
+        qtg_runtime::admin::serve(
+            self.settings.admin_addr,
+            self.pool.clone(),
+            self.metrics.clone(),
+            heartbeats,
+            stale_after,
+            self.shutdown.clone(),
+        )
+        .await?;
+        Ok(())
+    }
+
+    /// Runs `core` and `sidecars` until SIGTERM (exit 0) or a core failure (error).
+    pub async fn supervise(self, core: Vec<(String, Task)>, sidecars: Vec<(String, Task)>) -> anyhow::Result<()> {
+        let res = run_groups(core, sidecars, self.shutdown.clone()).await;
+        self.pool.close().await;
+        tracing::info!(binary = self.binary, "stopped");
+        res
+    }
+}
+
+/// `main` of a single-worker binary.
+pub async fn run_worker_binary(binary: &'static str, kind: WorkerKind) -> anyhow::Result<()> {
+    let process = boot(binary, false).await?;
+    let mut hub = WakeHub::default();
+    let (tasks, beats) = process.worker_tasks(&[kind], &mut hub).await?;
+    process.serve_admin(beats).await?;
+    hub.spawn(process.pool.clone(), process.shutdown.clone());
+    process.supervise(tasks, Vec::new()).await
+}

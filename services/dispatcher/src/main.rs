@@ -1,0 +1,6 @@
+//! `qtg-dispatcher`: the dispatcher worker as its own process.
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    qtg_service::run_worker_binary("qtg-dispatcher", qtg_service::WorkerKind::Dispatcher).await
+}

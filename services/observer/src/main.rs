@@ -1,0 +1,6 @@
+//! `qtg-observer`: the observer worker as its own process.
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    qtg_service::run_worker_binary("qtg-observer", qtg_service::WorkerKind::Observer).await
+}

@@ -1,0 +1,35 @@
+//! `qtg`: every worker and the API in one process, with the seed's supervision groups — the
+//! core workers (dispatcher, observer, recovery) fail fast together; sidecars are isolated.
+//! `MG_WORKERS_ENABLED=false` runs the API alone.
+
+use qtg_service::{Task, WorkerKind};
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    let process = qtg_service::boot("qtg", true).await?;
+    if let Some(key) = &process.settings.bootstrap_admin_key {
+        qtg_api::bootstrap_admin(&process.pool, key).await?;
+    }
+    let workers_enabled = !matches!(
+        std::env::var("MG_WORKERS_ENABLED").map(|v| v.to_ascii_lowercase()).as_deref(),
+        Ok("false" | "0" | "no" | "off")
+    );
+    let mut hub = qtg_runtime_hub();
+    let (mut core, beats): (Vec<(String, Task)>, _) = if workers_enabled {
+        process.worker_tasks(&WorkerKind::CORE, &mut hub).await?
+    } else {
+        (Vec::new(), Vec::new())
+    };
+    process.serve_admin(beats).await?;
+    hub.spawn(process.pool.clone(), process.shutdown.clone());
+    let state = qtg_api::app_state(&process);
+    let (_, server) = qtg_api::serve(state, process.settings.api_addr, process.shutdown.clone()).await?;
+    core.push(("api".into(), Box::pin(async move { server.await? })));
+    // Sidecars (callbacks, expiry, audit, health) join here as they land.
+    let sidecars: Vec<(String, Task)> = Vec::new();
+    process.supervise(core, sidecars).await
+}
+
+fn qtg_runtime_hub() -> qtg_service::WakeHub {
+    qtg_service::WakeHub::default()
+}

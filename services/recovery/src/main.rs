@@ -1,0 +1,6 @@
+//! `qtg-recovery`: the recovery worker as its own process.
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    qtg_service::run_worker_binary("qtg-recovery", qtg_service::WorkerKind::Recovery).await
+}

@@ -1,1 +1,302 @@
+//! Black-box test harness: a fresh database per test, the real binaries spawned as separate
+//! processes (addresses read from their logs), an API client, and DB assertions.
 
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{anyhow, bail, Context};
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use tokio::io::{AsyncBufReadExt, BufReader};
+use tokio::process::{Child, Command};
+
+/// The server tests create their databases on: `QTG_TEST_DATABASE_URL`, `DATABASE_URL`, or
+/// the local default.
+pub fn admin_url() -> String {
+    std::env::var("QTG_TEST_DATABASE_URL")
+        .or_else(|_| std::env::var("DATABASE_URL"))
+        .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into())
+}
+
+fn with_db(url: &str, db: &str) -> String {
+    let (base, rest) = match url.find("://").and_then(|s| url[s + 3..].find('/').map(|i| s + 3 + i)) {
+        Some(slash) => (&url[..slash], &url[slash + 1..]),
+        None => (url, ""),
+    };
+    let query = rest.find('?').map(|q| &rest[q..]).unwrap_or("");
+    format!("{base}/{db}{query}")
+}
+
+/// A fresh, migrated database, dropped by [`TestDb::drop_db`].
+pub struct TestDb {
+    pub name: String,
+    pub url: String,
+    pub pool: PgPool,
+}
+
+impl TestDb {
+    pub async fn new() -> anyhow::Result<TestDb> {
+        let admin = admin_url();
+        let name = format!("qtg_t_{}", uuid::Uuid::new_v4().simple());
+        let admin_pool = qtg_store::connect(&admin, 1).await.context("connect to the test Postgres server")?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name}"))).execute(&admin_pool).await?;
+        admin_pool.close().await;
+        let url = with_db(&admin, &name);
+        let pool = qtg_store::connect(&url, 20).await?;
+        qtg_store::migrate(&pool).await?;
+        Ok(TestDb { name, url, pool })
+    }
+
+    pub async fn drop_db(self) {
+        self.pool.close().await;
+        if let Ok(admin_pool) = qtg_store::connect(&admin_url(), 1).await {
+            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)))
+                .execute(&admin_pool)
+                .await;
+        }
+    }
+}
+
+/// Directory of the workspace's built binaries (next to this test executable).
+pub fn bin_dir() -> PathBuf {
+    let exe = std::env::current_exe().expect("current exe");
+    // target/<profile>/deps/<test> → target/<profile>
+    exe.parent().and_then(|p| p.parent()).expect("target dir").to_path_buf()
+}
+
+pub fn registry_file() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/registry.sim.toml")
+}
+
+/// A spawned binary with its captured log lines.
+pub struct Proc {
+    pub name: String,
+    child: Child,
+    pub lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Proc {
+    pub async fn spawn(binary: &str, db_url: &str, extra: &[(&str, &str)]) -> anyhow::Result<Proc> {
+        let path = bin_dir().join(binary);
+        if !path.exists() {
+            bail!("{} is not built; run `cargo build --workspace --bins` (make test does)", path.display());
+        }
+        let mut cmd = Command::new(&path);
+        cmd.env_clear()
+            .env("PATH", std::env::var("PATH").unwrap_or_default())
+            .env("MG_DATABASE_URL", db_url)
+            .env("MG_ADMIN_ADDR", "127.0.0.1:0")
+            .env("MG_API_ADDR", "127.0.0.1:0")
+            .env("MG_LOG_FORMAT", "json")
+            .env("MG_DB_POOL_SIZE", "4")
+            .env("MG_EXECUTOR_REGISTRY", registry_file())
+            .env("RUST_LOG", "info");
+        for (k, v) in extra {
+            cmd.env(k, v);
+        }
+        cmd.stdout(Stdio::null()).stderr(Stdio::piped()).kill_on_drop(true);
+        let mut child = cmd.spawn().with_context(|| format!("spawn {binary}"))?;
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let stderr = child.stderr.take().expect("piped");
+        let sink = lines.clone();
+        let tag = binary.to_string();
+        tokio::spawn(async move {
+            let mut reader = BufReader::new(stderr).lines();
+            while let Ok(Some(line)) = reader.next_line().await {
+                if std::env::var("QTG_TEST_ECHO").is_ok() {
+                    eprintln!("[{tag}] {line}");
+                }
+                sink.lock().expect("log lock").push(line);
+            }
+        });
+        Ok(Proc { name: binary.to_string(), child, lines })
+    }
+
+    /// Waits for a JSON log line carrying `field` and returns its value.
+    pub async fn wait_field(&self, field: &str, timeout: Duration) -> anyhow::Result<String> {
+        let deadline = Instant::now() + timeout;
+        loop {
+            {
+                let lines = self.lines.lock().expect("log lock");
+                for l in lines.iter() {
+                    if let Ok(v) = serde_json::from_str::<Value>(l) {
+                        if let Some(s) = v.get(field).and_then(Value::as_str) {
+                            return Ok(s.to_string());
+                        }
+                    }
+                }
+            }
+            if Instant::now() > deadline {
+                bail!("{} never logged {field}; log:\n{}", self.name, self.log());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    pub fn log(&self) -> String {
+        self.lines.lock().expect("log lock").join("\n")
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
+    pub fn signal(&self, sig: &str) {
+        if let Some(pid) = self.pid() {
+            let _ = std::process::Command::new("kill").arg(format!("-{sig}")).arg(pid.to_string()).status();
+        }
+    }
+
+    /// Waits for the process to exit; returns its exit code.
+    pub async fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<Option<i32>> {
+        let status = tokio::time::timeout(timeout, self.child.wait())
+            .await
+            .map_err(|_| anyhow!("{} did not exit", self.name))??;
+        Ok(status.code())
+    }
+}
+
+/// A running API process plus a client.
+pub struct Api {
+    pub proc: Proc,
+    pub base: String,
+    pub http: reqwest::Client,
+    pub admin_key: String,
+}
+
+pub const BOOTSTRAP_KEY: &str = "qtg-test-bootstrap-admin-key-0001";
+
+impl Api {
+    pub async fn start(db_url: &str, extra: &[(&str, &str)]) -> anyhow::Result<Api> {
+        let mut env = vec![("MG_API_BOOTSTRAP_ADMIN_KEY", BOOTSTRAP_KEY), ("MG_MIGRATE", "true")];
+        env.extend_from_slice(extra);
+        let proc = Proc::spawn("qtg-api", db_url, &env).await?;
+        let addr = proc.wait_field("api_addr", Duration::from_secs(30)).await?;
+        Ok(Api { proc, base: format!("http://{addr}"), http: reqwest::Client::new(), admin_key: BOOTSTRAP_KEY.into() })
+    }
+
+    pub async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> anyhow::Result<(u16, Value)> {
+        let url = format!("{}{}", self.base, path);
+        let mut req = match method {
+            "GET" => self.http.get(&url),
+            "POST" => self.http.post(&url),
+            "DELETE" => self.http.delete(&url),
+            other => bail!("method {other}"),
+        };
+        req = req.bearer_auth(key);
+        if let Some(b) = body {
+            req = req.json(&b);
+        }
+        let resp = req.send().await?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await?;
+        let value =
+            if text.is_empty() { Value::Null } else { serde_json::from_str(&text).unwrap_or(Value::String(text)) };
+        Ok((status, value))
+    }
+
+    /// Calls and insists on `expect`.
+    pub async fn ok(
+        &self,
+        method: &str,
+        path: &str,
+        key: &str,
+        body: Option<Value>,
+        expect: u16,
+    ) -> anyhow::Result<Value> {
+        let (status, value) = self.call(method, path, key, body).await?;
+        if status != expect {
+            bail!("{method} {path}: expected {expect}, got {status}: {value}");
+        }
+        Ok(value)
+    }
+
+    pub async fn key(&self, principal: &str, role: &str) -> anyhow::Result<String> {
+        let v = self
+            .ok("POST", "/v3/api-keys", &self.admin_key, Some(json!({"principal": principal, "roles": [role]})), 201)
+            .await?;
+        Ok(v["secret"].as_str().context("secret")?.to_string())
+    }
+}
+
+/// The principals a lifecycle test needs (four-eyes: proposer ≠ reviewer, creator ≠ approver).
+pub struct Keys {
+    pub operator: String,
+    pub requester: String,
+    pub approver: String,
+}
+
+impl Keys {
+    pub async fn create(api: &Api) -> anyhow::Result<Keys> {
+        Ok(Keys {
+            operator: api.key("ops", "operator").await?,
+            requester: api.key("treasury-bot", "requester").await?,
+            approver: api.key("alice", "approver").await?,
+        })
+    }
+}
+
+/// Proposes `template` (as the operator) and approves it (as the bootstrap admin).
+pub async fn install_template(api: &Api, keys: &Keys, template: Value) -> anyhow::Result<()> {
+    let p = api.ok("POST", "/v3/template-proposals", &keys.operator, Some(template), 201).await?;
+    let id = p["id"].as_str().context("proposal id")?;
+    api.ok(
+        "POST",
+        &format!("/v3/template-proposals/{id}/approve"),
+        &api.admin_key,
+        Some(json!({"reason": "test"})),
+        200,
+    )
+    .await?;
+    Ok(())
+}
+
+/// Creates and approves a movement; returns its id.
+pub async fn start_movement(
+    api: &Api,
+    keys: &Keys,
+    template_key: &str,
+    idem: &str,
+    callback_url: Option<&str>,
+) -> anyhow::Result<String> {
+    let mut body = json!({
+        "template_key": template_key,
+        "intent": {"asset": "USDC", "amount": "250.00", "source": "venue-a", "destination": "0xdest"},
+        "idempotency_key": idem,
+    });
+    if let Some(u) = callback_url {
+        body["callback_url"] = json!(u);
+    }
+    let m = api.ok("POST", "/v3/movements", &keys.requester, Some(body), 201).await?;
+    let id = m["id"].as_str().context("movement id")?.to_string();
+    api.ok("POST", &format!("/v3/movements/{id}/approve"), &keys.approver, None, 200).await?;
+    Ok(id)
+}
+
+/// Polls the movement until its state is one of `states`.
+pub async fn wait_state(api: &Api, key: &str, id: &str, states: &[&str], timeout: Duration) -> anyhow::Result<Value> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let m = api.ok("GET", &format!("/v3/movements/{id}"), key, None, 200).await?;
+        if states.iter().any(|s| m["request_state"] == *s) {
+            return Ok(m);
+        }
+        if Instant::now() > deadline {
+            bail!("movement {id} never reached {states:?}: {m:#}");
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+pub fn node<'a>(movement: &'a Value, key: &str) -> &'a Value {
+    movement["nodes"].as_array().and_then(|ns| ns.iter().find(|n| n["node_key"] == key)).unwrap_or(&Value::Null)
+}
+
+/// Worker settings for tests: the seed's intervals except recovery's, which tests shorten
+/// together with the grace (they would otherwise wait 90 s).
+pub fn fast_recovery() -> HashMap<&'static str, &'static str> {
+    HashMap::from([("MG_NODE_RECOVERY_INTERVAL_SECONDS", "0.5"), ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "1")])
+}

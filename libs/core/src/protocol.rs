@@ -88,10 +88,7 @@ impl PreparedAction {
     /// Fills a missing hash; refuses one that does not match the payload.
     pub fn seal(&mut self) -> Result<(), ProtocolViolation> {
         let computed = self.computed_hash();
-        if self.payload_hash.is_empty() {
-            self.payload_hash = computed;
-            Ok(())
-        } else if self.payload_hash.eq_ignore_ascii_case(&computed) {
+        if self.payload_hash.is_empty() || self.payload_hash.eq_ignore_ascii_case(&computed) {
             self.payload_hash = computed;
             Ok(())
         } else {

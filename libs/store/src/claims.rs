@@ -22,7 +22,7 @@ pub enum Pickup {
 }
 
 const HANDED_TO_PERSON: &str =
-    "(n.error_code = 'OBSERVATION_TIMEOUT' OR COALESCE(n.provider_refs->'__manual_review_required', 'false'::jsonb) NOT IN ('false'::jsonb, 'null'::jsonb))";
+    "(n.error_code IS NOT DISTINCT FROM 'OBSERVATION_TIMEOUT' OR COALESCE(n.provider_refs->'__manual_review_required', 'false'::jsonb) NOT IN ('false'::jsonb, 'null'::jsonb))";
 
 impl Pickup {
     /// The predicate both the listing and the claim re-check. For recovery, `$first` is the

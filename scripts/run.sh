@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# `make run`: Postgres → database `qtg` → `qtg` (API + workers, sim registry) → demo template
+# and API keys → prints how to create and approve a movement with curl. Ctrl-C stops it.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+cd "$here"
+mkdir -p .qtg
+admin_url=$(./scripts/ensure-postgres.sh)
+base=${admin_url%/*}
+psql "$admin_url" -tAc "SELECT 1 FROM pg_database WHERE datname = 'qtg'" | grep -q 1 \
+  || psql "$admin_url" -qc "CREATE DATABASE qtg"
+
+export MG_DATABASE_URL="$base/qtg"
+export MG_EXECUTOR_REGISTRY="$here/deploy/registry.sim.toml"
+export MG_API_ADDR="${MG_API_ADDR:-127.0.0.1:8080}"
+export MG_ADMIN_ADDR="${MG_ADMIN_ADDR:-127.0.0.1:9090}"
+export MG_LOG_FORMAT="${MG_LOG_FORMAT:-pretty}"
+if [ ! -f .qtg/bootstrap.key ]; then
+  python3 -c 'import secrets; print("qtg_boot_" + secrets.token_hex(16))' > .qtg/bootstrap.key
+fi
+export MG_API_BOOTSTRAP_ADMIN_KEY=$(cat .qtg/bootstrap.key)
+api="http://$MG_API_ADDR"
+
+./target/debug/qtg 2> >(tee .qtg/qtg.log >&2) &
+pid=$!
+trap 'kill -TERM $pid 2>/dev/null; wait $pid' INT TERM EXIT
+for _ in $(seq 1 100); do
+  curl -fsS "http://$MG_ADMIN_ADDR/readyz" >/dev/null 2>&1 && break
+  kill -0 $pid 2>/dev/null || { echo "qtg exited; see .qtg/qtg.log" >&2; exit 1; }
+  sleep 0.2
+done
+
+call() { # method path key [body]
+  curl -fsS -X "$1" "$api$2" -H "Authorization: Bearer $3" -H 'Content-Type: application/json' ${4:+-d "$4"}
+}
+json() { python3 -c "import sys, json; print(json.load(sys.stdin)$1)"; }
+key_for() { # principal role → secret (created once, kept in .qtg/keys)
+  local f=".qtg/keys/$1"
+  mkdir -p .qtg/keys
+  if [ ! -s "$f" ] || ! curl -fsS "$api/v3/templates" -H "Authorization: Bearer $(cat "$f")" >/dev/null 2>&1; then
+    call POST /v3/api-keys "$MG_API_BOOTSTRAP_ADMIN_KEY" "{\"principal\":\"$1\",\"roles\":[\"$2\"]}" | json "['secret']" > "$f"
+  fi
+  cat "$f"
+}
+OPERATOR=$(key_for demo-operator operator)
+REQUESTER=$(key_for demo-requester requester)
+APPROVER=$(key_for demo-approver approver)
+
+if ! call GET /v3/templates/demo.sim.transfer "$OPERATOR" >/dev/null 2>&1; then
+  pid_=$(call POST /v3/template-proposals "$OPERATOR" "$(cat deploy/demo-template.json)" | json "['id']")
+  call POST "/v3/template-proposals/$pid_/approve" "$MG_API_BOOTSTRAP_ADMIN_KEY" '{"reason":"demo"}' >/dev/null
+fi
+
+cat <<MSG
+
+qtg is running: API $api, admin http://$MG_ADMIN_ADDR (/healthz /readyz /metrics), log .qtg/qtg.log
+Template demo.sim.transfer is installed. Keys are in .qtg/keys/ (the bootstrap admin key in .qtg/bootstrap.key).
+
+  REQUESTER=\$(cat .qtg/keys/demo-requester) APPROVER=\$(cat .qtg/keys/demo-approver)
+
+  # create a movement (idempotent by idempotency_key)
+  curl -s -X POST $api/v3/movements -H "Authorization: Bearer \$REQUESTER" -H 'Content-Type: application/json' \\
+    -d '{"template_key":"demo.sim.transfer","intent":{"asset":"USDC","amount":"100.00","source":"venue-a","destination":"0xabc"},"idempotency_key":"demo-1"}'
+
+  # approve it (four-eyes: a different principal), then watch it reach COMPLETED
+  curl -s -X POST $api/v3/movements/<id>/approve -H "Authorization: Bearer \$APPROVER"
+  curl -s $api/v3/movements/<id> -H "Authorization: Bearer \$REQUESTER"
+
+Ctrl-C stops qtg.
+MSG
+wait $pid

@@ -27,6 +27,9 @@ use crate::{Engine, Result};
 /// How many READY candidates one claim pass lists.
 const CANDIDATE_SCAN: i64 = 16;
 
+/// How long transaction 2 waits for the node lock a racing claimer may hold for an instant.
+const RELOCK_TIMEOUT_MS: u32 = 5_000;
+
 /// Everything transaction 2 needs, fixed by transaction 1.
 struct Submission {
     item: WorkItem,
@@ -270,7 +273,8 @@ impl Engine {
         let attempt_no = s.ctx.attempt_no;
         let key = idempotency_key(&s.ctx.request_node_id, attempt_no);
         let mut tx = self.pool.begin().await?;
-        let Some(item) = claims::relock_submitting(&mut tx, s.item.node_id, attempt_no).await? else {
+        let Some(item) = claims::relock_submitting(&mut tx, s.item.node_id, attempt_no, RELOCK_TIMEOUT_MS).await?
+        else {
             // Someone else (recovery) owns it now; the marker tells them what happened.
             tracing::warn!(node_id = %s.item.node_id, attempt_no, "node left SUBMITTING before submit; leaving it to recovery");
             tx.rollback().await?;

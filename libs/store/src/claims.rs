@@ -119,32 +119,42 @@ pub async fn claim_next(conn: &mut PgConnection, pickup: Pickup, scan: i64) -> R
     }
 }
 
-/// Dispatch transaction 2: re-locks only the node, NOWAIT, still SUBMITTING for `attempt_no`
-/// with the pending marker. `None` if it moved or someone else holds it.
-pub async fn relock_submitting(conn: &mut PgConnection, node_id: Uuid, attempt_no: i32) -> Result<Option<WorkItem>> {
+/// Dispatch transaction 2: re-locks only the node, still SUBMITTING for `attempt_no` with
+/// the pending marker. `None` if it moved or someone else holds it past `lock_timeout_ms`.
+///
+/// Not NOWAIT: a concurrent claimer whose candidate listing predates transaction 1's commit
+/// can hold this row for an instant (Postgres keeps the lock of a row that fails its
+/// re-check until the claimer's savepoint rolls back). The caller holds no other lock, so
+/// a short wait cannot deadlock; recovery, the only long holder, only takes the node after
+/// the lane's grace, and then this returns `None`.
+pub async fn relock_submitting(
+    conn: &mut PgConnection,
+    node_id: Uuid,
+    attempt_no: i32,
+    lock_timeout_ms: u32,
+) -> Result<Option<WorkItem>> {
     let sql = format!(
         "SELECT {WORK_ITEM_COLUMNS} {WORK_ITEM_FROM}
          WHERE n.id = $1 AND n.node_state = 'SUBMITTING' AND n.attempt_no = $2
            AND n.provider_refs ? '__submit_attempt_pending'
-         FOR UPDATE OF n NOWAIT"
+         FOR UPDATE OF n"
     );
     let mut savepoint = conn.begin().await?;
-    match sqlx::query(AssertSqlSafe(sql)).bind(node_id).bind(attempt_no).fetch_optional(&mut *savepoint).await {
-        Ok(Some(row)) => {
-            let item = WorkItem::from_row(&row)?;
-            savepoint.commit().await?;
-            Ok(Some(item))
-        }
-        Ok(None) => {
-            savepoint.rollback().await?;
-            Ok(None)
-        }
+    sqlx::query(AssertSqlSafe(format!("SET LOCAL lock_timeout = {lock_timeout_ms}"))).execute(&mut *savepoint).await?;
+    let res = sqlx::query(AssertSqlSafe(sql)).bind(node_id).bind(attempt_no).fetch_optional(&mut *savepoint).await;
+    let out = match res {
+        Ok(Some(row)) => Some(WorkItem::from_row(&row)?),
+        Ok(None) => None,
         Err(e) if is_lock_not_available(&e) => {
             savepoint.rollback().await?;
-            Ok(None)
+            sqlx::query("SET LOCAL lock_timeout = 0").execute(&mut *conn).await?;
+            return Ok(None);
         }
-        Err(e) => Err(e.into()),
-    }
+        Err(e) => return Err(e.into()),
+    };
+    savepoint.commit().await?;
+    sqlx::query("SET LOCAL lock_timeout = 0").execute(&mut *conn).await?;
+    Ok(out)
 }
 
 /// Locks a request row, waiting (dispatch transaction 2 after submit; callers holding a node

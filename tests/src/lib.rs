@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context};
 use serde_json::{json, Value};
-use sqlx::PgPool;
+use sqlx::{PgPool, Row};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
@@ -63,8 +63,13 @@ impl TestDb {
 /// Directory of the workspace's built binaries (next to this test executable).
 pub fn bin_dir() -> PathBuf {
     let exe = std::env::current_exe().expect("current exe");
-    // target/<profile>/deps/<test> → target/<profile>
-    exe.parent().and_then(|p| p.parent()).expect("target dir").to_path_buf()
+    let dir = exe.parent().expect("exe dir");
+    // A binary lives in target/<profile>/, a test in target/<profile>/deps/.
+    if dir.join("qtg-api").exists() {
+        dir.to_path_buf()
+    } else {
+        dir.parent().expect("target dir").to_path_buf()
+    }
 }
 
 pub fn registry_file() -> PathBuf {
@@ -299,4 +304,70 @@ pub fn node<'a>(movement: &'a Value, key: &str) -> &'a Value {
 /// together with the grace (they would otherwise wait 90 s).
 pub fn fast_recovery() -> HashMap<&'static str, &'static str> {
     HashMap::from([("MG_NODE_RECOVERY_INTERVAL_SECONDS", "0.5"), ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "1")])
+}
+
+/// An in-process engine over `db` with the sim lanes of `deploy/registry.sim.toml`.
+pub fn sim_engine(db: &TestDb, settings: qtg_engine::EngineSettings) -> anyhow::Result<qtg_engine::Engine> {
+    let text = std::fs::read_to_string(registry_file())?;
+    let file = qtg_executor::RegistryFile::parse(&text)?;
+    let registry = qtg_executor::Registry::build(&file, &qtg_sim::SimFactory { venue: db.pool.clone() })?;
+    Ok(qtg_engine::Engine {
+        pool: db.pool.clone(),
+        registry: Arc::new(registry),
+        settings,
+        actor: "test-worker".into(),
+    })
+}
+
+/// Installs `nodes`/`edges` as template `key` (proposed by "ops", approved by "admin").
+pub async fn install_plan(engine: &qtg_engine::Engine, key: &str, plan: Value) -> anyhow::Result<()> {
+    let plan = serde_json::from_value(plan)?;
+    let p = engine
+        .propose_template(
+            "ops",
+            qtg_engine::templates::Proposal { template_key: key.into(), description: None, plan },
+            3600.0,
+        )
+        .await?;
+    engine.review_template_proposal("admin", p.id, true, None).await?;
+    Ok(())
+}
+
+/// Creates (as "bot") and approves (as "alice") a movement of `template`; returns its id.
+pub async fn create_approved(engine: &qtg_engine::Engine, template: &str, idem: &str) -> anyhow::Result<uuid::Uuid> {
+    let (row, _) = engine
+        .create_movement(
+            "bot",
+            qtg_engine::movements::NewMovementInput {
+                template_key: template.into(),
+                template_version: None,
+                intent: json!({"asset": "USDC", "amount": "10"}),
+                input_params: json!({}),
+                callback_url: None,
+                idempotency_key: idem.into(),
+                body_hash: idem.into(),
+            },
+            300.0,
+        )
+        .await?;
+    engine.approve_movement("alice", row.id).await?;
+    Ok(row.id)
+}
+
+/// Node `key` of movement `id`: (state, error_code, provider_refs, attempt_no).
+pub async fn node_row(
+    pool: &PgPool,
+    id: uuid::Uuid,
+    key: &str,
+) -> anyhow::Result<(String, Option<String>, Value, i32)> {
+    let r = sqlx::query("SELECT node_state, error_code, provider_refs, attempt_no FROM movement_request_nodes WHERE request_id = $1 AND node_key = $2")
+        .bind(id)
+        .bind(key)
+        .fetch_one(pool)
+        .await?;
+    Ok((r.get(0), r.get(1), r.get(2), r.get(3)))
+}
+
+pub async fn request_state(pool: &PgPool, id: uuid::Uuid) -> anyhow::Result<String> {
+    Ok(sqlx::query_scalar("SELECT request_state FROM movement_requests WHERE id = $1").bind(id).fetch_one(pool).await?)
 }

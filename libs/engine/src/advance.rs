@@ -7,7 +7,7 @@ use qtg_core::markers::SUBMIT_ATTEMPT_PENDING;
 use qtg_core::observe::next_observe_delay;
 use qtg_core::plan::{activated_successors, successors};
 use qtg_core::protocol::Method;
-use qtg_core::{derive_request_state, ExecutionResult, NodeState};
+use qtg_core::{derive_request_state, ExecutionResult, NodeState, RequestState};
 use qtg_store::artifacts::{self, ArtifactKind};
 use qtg_store::transition::{self, Meta, NodePatch, RequestPatch};
 use qtg_store::{claims, context as q, PgConnection, WorkItem};
@@ -136,7 +136,9 @@ pub async fn apply_request_state(conn: &mut PgConnection, request_id: Uuid, acto
     let current = claims::lock_request(conn, request_id).await?;
     let views: Vec<_> = nodes.iter().map(|n| n.view()).collect();
     if let Some(derived) = derive_request_state(&views) {
-        if derived != current && current.can_transition_to(derived) {
+        // APPROVED becomes EXECUTING on the first dispatch, not by derivation.
+        let first_dispatch_pending = current == RequestState::Approved && derived == RequestState::Executing;
+        if derived != current && !first_dispatch_pending && current.can_transition_to(derived) {
             transition::transition_request(
                 conn,
                 request_id,

@@ -81,6 +81,8 @@ pub struct Settings {
     /// Secret: never printed.
     pub bootstrap_admin_key: Option<String>,
     pub shutdown_grace: Duration,
+    /// `MG_WORKERS_ENABLED` (the all-in-one `qtg`): run the workers, not only the API.
+    pub workers_enabled: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -191,6 +193,7 @@ impl Settings {
             callback_default_url,
             bootstrap_admin_key: s.get("MG_API_BOOTSTRAP_ADMIN_KEY").map(String::from),
             shutdown_grace: s.interval("MG_SHUTDOWN_GRACE_SECONDS", 30.0)?,
+            workers_enabled: s.flag("MG_WORKERS_ENABLED", true)?,
         };
         if let Some(k) = &settings.bootstrap_admin_key {
             if k.len() < 16 {

@@ -98,9 +98,10 @@ pub struct ProposeBody {
 pub async fn propose_template(
     State(s): State<AppState>,
     who: Principal,
-    body: Body<ProposeBody>,
+    body: Result<Body<ProposeBody>, ApiError>,
 ) -> Result<Response, ApiError> {
     who.require(Role::Operator)?;
+    let body = body?;
     let b = body.value;
     if b.description.as_ref().is_some_and(|d| d.len() > 2000) {
         return Err(ApiError::validation("description is at most 2000 characters"));
@@ -152,9 +153,10 @@ pub async fn approve_proposal(
     State(s): State<AppState>,
     who: Principal,
     Path(id): Path<String>,
-    OptBody(b): OptBody<ReasonBody>,
+    b: Result<OptBody<ReasonBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     who.require(Role::Admin)?;
+    let OptBody(b) = b?;
     let id = parse_id(&id, "template proposal")?;
     Ok(Json(s.engine.review_template_proposal(&who.name, id, true, b.reason()?).await?))
 }
@@ -163,9 +165,10 @@ pub async fn reject_proposal(
     State(s): State<AppState>,
     who: Principal,
     Path(id): Path<String>,
-    OptBody(b): OptBody<ReasonBody>,
+    b: Result<OptBody<ReasonBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     who.require(Role::Admin)?;
+    let OptBody(b) = b?;
     let id = parse_id(&id, "template proposal")?;
     Ok(Json(s.engine.review_template_proposal(&who.name, id, false, b.reason()?).await?))
 }
@@ -287,9 +290,10 @@ pub fn valid_callback_url(u: &str) -> bool {
 pub async fn create_movement(
     State(s): State<AppState>,
     who: Principal,
-    body: Body<CreateMovementBody>,
+    body: Result<Body<CreateMovementBody>, ApiError>,
 ) -> Result<Response, ApiError> {
     who.require(Role::Requester)?;
+    let body = body?;
     let b = body.value;
     if b.idempotency_key.trim().is_empty() || b.idempotency_key.len() > 200 {
         return Err(ApiError::validation("idempotency_key must be 1-200 characters"));
@@ -414,9 +418,10 @@ pub async fn approve_movement(
     State(s): State<AppState>,
     who: Principal,
     Path(id): Path<String>,
-    OptBody(b): OptBody<ReasonBody>,
+    b: Result<OptBody<ReasonBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     who.require(Role::Approver)?;
+    let OptBody(b) = b?;
     b.reason()?;
     let id = parse_id(&id, "movement")?;
     s.engine.approve_movement(&who.name, id).await?;
@@ -428,9 +433,10 @@ pub async fn reject_movement(
     State(s): State<AppState>,
     who: Principal,
     Path(id): Path<String>,
-    OptBody(b): OptBody<ReasonBody>,
+    b: Result<OptBody<ReasonBody>, ApiError>,
 ) -> Result<Json<Value>, ApiError> {
     who.require(Role::Approver)?;
+    let OptBody(b) = b?;
     let id = parse_id(&id, "movement")?;
     s.engine.reject_movement(&who.name, id, b.reason()?).await?;
     let (row, nodes) = s.engine.movement(id).await?;
@@ -449,9 +455,10 @@ pub struct CreateKeyBody {
 pub async fn create_api_key(
     State(s): State<AppState>,
     who: Principal,
-    body: Body<CreateKeyBody>,
+    body: Result<Body<CreateKeyBody>, ApiError>,
 ) -> Result<Response, ApiError> {
     who.require(Role::Admin)?;
+    let body = body?;
     let b = body.value;
     if b.principal.trim().is_empty() || b.principal.len() > 128 {
         return Err(ApiError::validation("principal must be 1-128 characters"));

@@ -186,8 +186,18 @@ impl Process {
     }
 
     /// Runs `core` and `sidecars` until SIGTERM (exit 0) or a core failure (error).
+    /// After SIGTERM the items in hand get `MG_SHUTDOWN_GRACE_SECONDS` to finish; past that
+    /// they are dropped (a submit cut off keeps its intent marker for recovery).
     pub async fn supervise(self, core: Vec<(String, Task)>, sidecars: Vec<(String, Task)>) -> anyhow::Result<()> {
-        let res = run_groups(core, sidecars, self.shutdown.clone()).await;
+        let grace = self.settings.shutdown_grace;
+        let shutdown = self.shutdown.clone();
+        let res = tokio::select! {
+            res = run_groups(core, sidecars, self.shutdown.clone()) => res,
+            _ = async { shutdown.cancelled().await; tokio::time::sleep(grace).await } => {
+                tracing::error!(grace_s = grace.as_secs_f64(), "shutdown grace exceeded; abandoning the items in hand");
+                Err(anyhow::anyhow!("shutdown grace exceeded"))
+            }
+        };
         self.pool.close().await;
         tracing::info!(binary = self.binary, "stopped");
         res

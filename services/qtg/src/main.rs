@@ -2,7 +2,7 @@
 //! core workers (dispatcher, observer, recovery) fail fast together; sidecars are isolated.
 //! `MG_WORKERS_ENABLED=false` runs the API alone.
 
-use qtg_service::{Task, WorkerKind};
+use qtg_service::{Task, WakeHub, WorkerKind};
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
@@ -10,12 +10,8 @@ async fn main() -> anyhow::Result<()> {
     if let Some(key) = &process.settings.bootstrap_admin_key {
         qtg_api::bootstrap_admin(&process.pool, key).await?;
     }
-    let workers_enabled = !matches!(
-        std::env::var("MG_WORKERS_ENABLED").map(|v| v.to_ascii_lowercase()).as_deref(),
-        Ok("false" | "0" | "no" | "off")
-    );
-    let mut hub = qtg_runtime_hub();
-    let (mut core, beats): (Vec<(String, Task)>, _) = if workers_enabled {
+    let mut hub = WakeHub::default();
+    let (mut core, beats): (Vec<(String, Task)>, _) = if process.settings.workers_enabled {
         process.worker_tasks(&WorkerKind::CORE, &mut hub).await?
     } else {
         (Vec::new(), Vec::new())
@@ -28,8 +24,4 @@ async fn main() -> anyhow::Result<()> {
     // Sidecars (callbacks, expiry, audit, health) join here as they land.
     let sidecars: Vec<(String, Task)> = Vec::new();
     process.supervise(core, sidecars).await
-}
-
-fn qtg_runtime_hub() -> qtg_service::WakeHub {
-    qtg_service::WakeHub::default()
 }

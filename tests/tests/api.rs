@@ -1,0 +1,148 @@
+//! The API's guards through HTTP: authentication, roles, four-eyes, idempotent creation,
+//! validation (clear 4xx, nothing changed) and the approval window.
+
+use std::time::Duration;
+
+use qtg_tests::*;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_front_door_guards_every_mutation() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[("MG_APPROVAL_TTL_SECONDS", "2")]).await?;
+    let keys = Keys::create(&api).await?;
+    let viewer = api.key("auditor", "viewer").await?;
+
+    // Authentication and roles.
+    let (s, body) = api.call("GET", "/v3/movements", "not-a-key", None).await?;
+    assert_eq!(s, 401);
+    assert_eq!(body["error"]["code"], "UNAUTHENTICATED");
+    let (s, body) = api.call("POST", "/v3/template-proposals", &viewer, Some(json!({}))).await?;
+    assert_eq!((s, body["error"]["code"].as_str()), (403, Some("FORBIDDEN")));
+    let (s, _) =
+        api.call("POST", "/v3/api-keys", &keys.operator, Some(json!({"principal": "x", "roles": ["admin"]}))).await?;
+    assert_eq!(s, 403);
+
+    // Proposals: validated DAGs only; the proposer cannot approve their own.
+    let node = |k: &str| json!({"node_key": k, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"});
+    for (bad, why) in [
+        (
+            json!({"template_key": "t", "nodes": [node("a"), node("b")], "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "a"}]}),
+            "cycle",
+        ),
+        (json!({"template_key": "t", "nodes": [node("a"), node("a")]}), "duplicate"),
+        (json!({"template_key": "t", "nodes": [node("a")], "edges": [{"from": "a", "to": "zz"}]}), "unknown"),
+        (
+            json!({"template_key": "t", "nodes": [{"node_key": "a", "node_kind": "action", "action_type": "t", "executor_key": "exec.nope"}]}),
+            "not registered",
+        ),
+        (json!({"template_key": "t", "nodes": [node("a")], "surprise": 1}), "unknown field"),
+    ] {
+        let (s, body) = api.call("POST", "/v3/template-proposals", &keys.operator, Some(bad)).await?;
+        assert_eq!(s, 400, "{why}: {body}");
+        assert_eq!(body["error"]["code"], "VALIDATION_ERROR");
+    }
+    let admin2 = api.key("root2", "admin").await?;
+    let p = api
+        .ok(
+            "POST",
+            "/v3/template-proposals",
+            &admin2,
+            Some(json!({"template_key": "t.api", "nodes": [node("a")]})),
+            201,
+        )
+        .await?;
+    let pid = p["id"].as_str().unwrap();
+    let (s, body) = api.call("POST", &format!("/v3/template-proposals/{pid}/approve"), &admin2, None).await?;
+    assert_eq!((s, body["error"]["code"].as_str()), (403, Some("SELF_APPROVAL")));
+    let v = api.ok("POST", &format!("/v3/template-proposals/{pid}/approve"), &api.admin_key, None, 200).await?;
+    assert_eq!(v["version"], 1);
+    let t = api.ok("GET", "/v3/templates/t.api", &viewer, None, 200).await?;
+    assert_eq!(t["versions"][0]["compiled_plan_hash"], p["compiled_plan_hash"]);
+
+    // Movements: validation, idempotency, four-eyes.
+    let body = |amount: &str, idem: &str| json!({"template_key": "t.api", "intent": {"asset": "USDC", "amount": amount}, "idempotency_key": idem});
+    for bad in [
+        body("0", "k"),
+        body("-5", "k"),
+        body("1e3", "k"),
+        json!({"template_key": "t.api", "intent": {"asset": "USDC", "amount": "1"}}),
+    ] {
+        let (s, b) = api.call("POST", "/v3/movements", &keys.requester, Some(bad)).await?;
+        assert_eq!((s, b["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{b}");
+    }
+    let (s, b) = api.call("POST", "/v3/movements", &keys.requester, Some(json!({"template_key": "t.api", "intent": {"asset": "USDC", "amount": "1"}, "idempotency_key": "k", "callback_url": "ftp://x"}))).await?;
+    assert_eq!(s, 400, "{b}");
+    let (s, _) = api
+        .call(
+            "POST",
+            "/v3/movements",
+            &keys.requester,
+            Some(json!({"template_key": "t.none", "intent": {"asset": "USDC", "amount": "1"}, "idempotency_key": "k"})),
+        )
+        .await?;
+    assert_eq!(s, 404);
+    let first = api.ok("POST", "/v3/movements", &keys.requester, Some(body("10.5", "idem-1")), 201).await?;
+    let again = api.ok("POST", "/v3/movements", &keys.requester, Some(body("10.5", "idem-1")), 200).await?;
+    assert_eq!(first["id"], again["id"]);
+    let (s, b) = api.call("POST", "/v3/movements", &keys.requester, Some(body("11", "idem-1"))).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (409, Some("IDEMPOTENCY_CONFLICT")));
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM movement_requests").fetch_one(&db.pool).await?;
+    assert_eq!(count, 1, "bad input and replays changed nothing");
+    let id = first["id"].as_str().unwrap();
+    assert_eq!(first["request_state"], "PENDING_APPROVAL");
+    assert!(first["nodes"].as_array().unwrap().iter().all(|n| n["node_state"] == "BLOCKED"));
+    let requester_approver = api.key("treasury-bot", "approver").await?; // same principal, other key
+    let (s, b) = api.call("POST", &format!("/v3/movements/{id}/approve"), &requester_approver, None).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (403, Some("SELF_APPROVAL")));
+    let (s, _) = api.call("POST", &format!("/v3/movements/{id}/approve"), &viewer, None).await?;
+    assert_eq!(s, 403);
+
+    // The approval window: 409 after expires_at even before any expiry worker ran.
+    tokio::time::sleep(Duration::from_millis(2200)).await;
+    let (s, b) = api.call("POST", &format!("/v3/movements/{id}/approve"), &keys.approver, None).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (409, Some("INVALID_STATE")), "{b}");
+
+    // Reject; then approve is refused.
+    let m = api.ok("POST", "/v3/movements", &keys.requester, Some(body("3", "idem-2")), 201).await?;
+    let id2 = m["id"].as_str().unwrap();
+    let r = api
+        .ok("POST", &format!("/v3/movements/{id2}/reject"), &keys.approver, Some(json!({"reason": "not today"})), 200)
+        .await?;
+    assert_eq!(r["request_state"], "REJECTED");
+    let (s, _) = api.call("POST", &format!("/v3/movements/{id2}/approve"), &keys.approver, None).await?;
+    assert_eq!(s, 409);
+
+    // Lists page with a cursor; unknown ids are 404, bad queries 400.
+    let page = api.ok("GET", "/v3/movements?limit=1", &viewer, None, 200).await?;
+    assert_eq!(page["items"].as_array().unwrap().len(), 1);
+    let cursor = page["next_cursor"].as_str().unwrap();
+    let page2 = api.ok("GET", &format!("/v3/movements?limit=1&cursor={cursor}"), &viewer, None, 200).await?;
+    assert_ne!(page2["items"][0]["id"], page["items"][0]["id"]);
+    assert_eq!(api.call("GET", "/v3/movements?limit=0", &viewer, None).await?.0, 400);
+    assert_eq!(api.call("GET", "/v3/movements?state=DONE", &viewer, None).await?.0, 400);
+    assert_eq!(api.call("GET", "/v3/movements/00000000-0000-0000-0000-000000000000", &viewer, None).await?.0, 404);
+    assert_eq!(api.call("GET", "/v3/movements/not-a-uuid", &viewer, None).await?.0, 404);
+
+    // Revoked keys stop working; every mutation above left an audit row.
+    let k = api
+        .ok("POST", "/v3/api-keys", &api.admin_key, Some(json!({"principal": "temp", "roles": ["viewer"]})), 201)
+        .await?;
+    api.ok("DELETE", &format!("/v3/api-keys/{}", k["id"].as_str().unwrap()), &api.admin_key, None, 204).await?;
+    assert_eq!(api.call("GET", "/v3/movements", k["secret"].as_str().unwrap(), None).await?.0, 401);
+    let actions: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT action FROM audit_outbox ORDER BY 1").fetch_all(&db.pool).await?;
+    for a in [
+        "api_key.create",
+        "api_key.revoke",
+        "movement.create",
+        "movement.transition",
+        "template_proposal.approve",
+        "template_proposal.create",
+    ] {
+        assert!(actions.iter().any(|x| x == a), "missing audit action {a}: {actions:?}");
+    }
+    drop(api);
+    db.drop_db().await;
+    Ok(())
+}

@@ -1,0 +1,176 @@
+//! The pipelines' edge cases, in-process against real Postgres: what each kind of failure
+//! does to a node and its movement.
+
+use std::time::Duration;
+
+use qtg_core::NodeState;
+use qtg_engine::EngineSettings;
+use qtg_store::transition::{self, Meta, NodePatch};
+use qtg_tests::*;
+use serde_json::json;
+
+fn one(key: &str, sim: serde_json::Value) -> serde_json::Value {
+    json!({"nodes": [{"node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer", "config": {"sim": sim}}]})
+}
+
+#[tokio::test]
+async fn a_submit_without_an_answer_is_unknown_never_failed() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let engine = sim_engine(&db, EngineSettings::default())?;
+    install_plan(&engine, "t.timeout", one("n", json!({"submit": "timeout"}))).await?;
+    let id = create_approved(&engine, "t.timeout", "m1").await?;
+    assert_eq!(engine.dispatch_tick().await?, 1);
+    let (state, code, refs, attempt) = node_row(&db.pool, id, "n").await?;
+    assert_eq!(state, "UNKNOWN");
+    assert_eq!(code.as_deref(), Some("EXECUTOR_TIMEOUT"));
+    assert_eq!(refs["__submit_attempt_pending"], true, "the marker stays until evidence");
+    assert_eq!(attempt, 1);
+    assert_eq!(request_state(&db.pool, id).await?, "EXECUTING", "recovery may still decide");
+    // Recovery waits the lane's grace before its first recover().
+    assert_eq!(engine.recover_tick().await?, 0);
+    db.drop_db().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn an_executor_hand_over_stops_recovery_and_calls_a_person() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let mut settings = EngineSettings::default();
+    settings.grace.other = 0.0;
+    let engine = sim_engine(&db, settings)?;
+    install_plan(&engine, "t.review", one("n", json!({"submit": "unknown", "recover": "unknown", "provider_refs": {"__manual_review_required": "reconciliation_ambiguous"}}))).await?;
+    let id = create_approved(&engine, "t.review", "m1").await?;
+    engine.dispatch_tick().await?;
+    // submit's own UNKNOWN already carries the marker: handed over at once.
+    assert_eq!(request_state(&db.pool, id).await?, "MANUAL_INTERVENTION");
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    assert_eq!(engine.recover_tick().await?, 0, "a movement outside EXECUTING is not swept");
+    let (state, _, refs, _) = node_row(&db.pool, id, "n").await?;
+    assert_eq!(state, "UNKNOWN");
+    assert_eq!(refs["__submit_attempt_pending"], true);
+    db.drop_db().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn observation_timeout_is_enforced_only_when_enabled() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let plan = json!({"nodes": [{"node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+        "timeout_policy": {"observe_seconds": 0.05}, "config": {"sim": {"observe_polls": 1000, "retry_after_seconds": 0}}}]});
+    let off = sim_engine(&db, EngineSettings::default())?;
+    install_plan(&off, "t.slow", plan).await?;
+    let id = create_approved(&off, "t.slow", "m1").await?;
+    off.dispatch_tick().await?;
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    off.observe_tick().await?;
+    assert_eq!(node_row(&db.pool, id, "n").await?.0, "OBSERVING");
+
+    let on = sim_engine(&db, EngineSettings { observe_timeout_enforcement: true, ..EngineSettings::default() })?;
+    on.observe_tick().await?;
+    let (state, code, _, _) = node_row(&db.pool, id, "n").await?;
+    assert_eq!((state.as_str(), code.as_deref()), ("UNKNOWN", Some("OBSERVATION_TIMEOUT")));
+    assert_eq!(request_state(&db.pool, id).await?, "MANUAL_INTERVENTION", "never FAILED; a person decides");
+    db.drop_db().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn unresolved_refs_and_plan_drift_fail_before_anything_is_sent() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let engine = sim_engine(&db, EngineSettings::default())?;
+    install_plan(&engine, "t.ref", json!({
+        "nodes": [
+            {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer", "config": {"sim": {"submit_result": "completed"}}},
+            {"node_key": "b", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer", "config": {"x": "$ref:a.no_such_field"}},
+        ],
+        "edges": [{"from": "a", "to": "b"}],
+    }))
+    .await?;
+    let id = create_approved(&engine, "t.ref", "m1").await?;
+    engine.dispatch_tick().await?;
+    engine.dispatch_tick().await?;
+    let (state, code, _, attempt) = node_row(&db.pool, id, "b").await?;
+    assert_eq!((state.as_str(), code.as_deref(), attempt), ("FAILED", Some("CONFIG_REF_UNRESOLVED"), 0));
+    assert_eq!(request_state(&db.pool, id).await?, "MANUAL_INTERVENTION", "a's side effect is done");
+
+    install_plan(&engine, "t.drift", one("n", json!({}))).await?;
+    let id = create_approved(&engine, "t.drift", "m2").await?;
+    sqlx::query("UPDATE plan_versions SET compiled_plan_hash = repeat('0', 64) WHERE id = (SELECT plan_version_id FROM movement_requests WHERE id = $1)")
+        .bind(id)
+        .execute(&db.pool)
+        .await?;
+    engine.dispatch_tick().await?;
+    let (state, code, _, _) = node_row(&db.pool, id, "n").await?;
+    assert_eq!((state.as_str(), code.as_deref()), ("FAILED", Some("PLAN_HASH_DRIFT")));
+    assert_eq!(request_state(&db.pool, id).await?, "FAILED");
+    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM sim_ledger").fetch_one(&db.pool).await?;
+    assert_eq!(orders, 1, "only node a reached the venue");
+    db.drop_db().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn manual_nodes_wait_for_a_person_and_are_never_dispatched() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let engine = sim_engine(&db, EngineSettings::default())?;
+    install_plan(&engine, "t.manual", json!({"nodes": [{"node_key": "m", "node_kind": "manual", "action_type": "manual_bank_wire", "executor_key": "manual"}]})).await?;
+    let id = create_approved(&engine, "t.manual", "m1").await?;
+    assert_eq!(request_state(&db.pool, id).await?, "WAITING_MANUAL_ACTION");
+    assert_eq!(engine.dispatch_tick().await?, 0);
+    assert_eq!(node_row(&db.pool, id, "m").await?.0, "READY");
+    db.drop_db().await;
+    Ok(())
+}
+
+#[tokio::test]
+async fn the_one_door_refuses_what_the_table_forbids_and_writes_nothing() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let engine = sim_engine(&db, EngineSettings::default())?;
+    install_plan(&engine, "t.one", one("n", json!({}))).await?;
+    let id = create_approved(&engine, "t.one", "m1").await?;
+    let node_id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM movement_request_nodes WHERE request_id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await?;
+    let audits =
+        || async { sqlx::query_scalar::<_, i64>("SELECT count(*) FROM audit_outbox").fetch_one(&db.pool).await };
+    let before = audits().await?;
+    let mut tx = db.pool.begin().await?;
+    let forbidden = transition::transition_node(
+        &mut tx,
+        node_id,
+        NodeState::Ready,
+        NodeState::Completed,
+        &NodePatch::default(),
+        &Meta::actor("t"),
+    )
+    .await;
+    assert!(forbidden.is_ok(), "READY -> COMPLETED is complete-manual's path; the table allows it");
+    tx.rollback().await?;
+    let mut tx = db.pool.begin().await?;
+    let err = transition::transition_node(
+        &mut tx,
+        node_id,
+        NodeState::Ready,
+        NodeState::Submitted,
+        &NodePatch::default(),
+        &Meta::actor("t"),
+    )
+    .await;
+    assert!(matches!(err, Err(qtg_store::StoreError::Transition(_))), "{err:?}");
+    let stale = transition::transition_node(
+        &mut tx,
+        node_id,
+        NodeState::Unknown,
+        NodeState::Completed,
+        &NodePatch::default(),
+        &Meta::actor("t"),
+    )
+    .await;
+    assert!(matches!(stale, Err(qtg_store::StoreError::StaleState { .. })), "{stale:?}");
+    tx.commit().await?;
+    assert_eq!(audits().await?, before, "a refused transition writes no audit row");
+    assert_eq!(node_row(&db.pool, id, "n").await?.0, "READY");
+    db.drop_db().await;
+    Ok(())
+}

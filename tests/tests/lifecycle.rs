@@ -21,7 +21,8 @@ async fn movements_run_to_their_end_states_across_separate_workers() -> anyhow::
     let recovery_env: Vec<(&str, &str)> = fast_recovery().into_iter().collect();
     let mut workers = Vec::new();
     for _ in 0..2 {
-        workers.push(Proc::spawn("qtg-dispatcher", &db.url, &[]).await?);
+        // The grace is a shared setting: the dispatcher times an UNKNOWN submit with it.
+        workers.push(Proc::spawn("qtg-dispatcher", &db.url, &recovery_env).await?);
         workers.push(Proc::spawn("qtg-observer", &db.url, &[]).await?);
     }
     workers.push(Proc::spawn("qtg-recovery", &db.url, &recovery_env).await?);

@@ -101,6 +101,9 @@ pub enum PlanError {
 
 pub const MAX_NODES: usize = 64;
 
+/// Upper bound of `timeout_policy.observe_seconds` (30 days).
+pub const MAX_OBSERVE_SECONDS: f64 = 30.0 * 86400.0;
+
 fn valid_key(key: &str) -> bool {
     !key.is_empty() && key.len() <= 64 && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
 }
@@ -263,8 +266,8 @@ impl PlanNode {
             return Err(bad("timeout_policy must be an object"));
         }
         if let Some(v) = self.timeout_policy.get("observe_seconds") {
-            if !v.as_f64().is_some_and(|s| s >= 0.0) {
-                return Err(bad("timeout_policy.observe_seconds must be a number >= 0"));
+            if !v.as_f64().is_some_and(|s| (0.0..=MAX_OBSERVE_SECONDS).contains(&s)) {
+                return Err(bad("timeout_policy.observe_seconds must be a number between 0 and 2592000 (30 days)"));
             }
         }
         Ok(())

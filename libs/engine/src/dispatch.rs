@@ -314,8 +314,14 @@ impl Engine {
         .await;
         let res = res.and_then(|r| r.validate(Method::Submit).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0)));
         claims::lock_request(&mut tx, item.request_id).await?;
+        // An UNKNOWN from submit gets the lane's grace counted from now, the end of the call:
+        // the venue may still be processing what it received.
+        let grace = self.settings.grace.of(item.lane);
         match res {
-            Ok(result) => {
+            Ok(mut result) => {
+                if result.next_state == NodeState::Unknown {
+                    result.retry_after_seconds = Some(result.retry_after_seconds.unwrap_or(0.0).max(grace));
+                }
                 calls::record(
                     &mut tx,
                     &item,
@@ -348,6 +354,7 @@ impl Engine {
                 let result = ExecutionResult {
                     error_code: Some(code.into()),
                     error_detail: Some(detail),
+                    retry_after_seconds: Some(grace),
                     ..ExecutionResult::new(NodeState::Unknown)
                 };
                 apply_result(&mut tx, &item, NodeState::Submitting, &result, Method::Submit, &self.actor).await?;

@@ -63,7 +63,7 @@ impl Engine {
             Ok(result) => {
                 record_result(conn, item, "recover", &result, ms, &self.actor).await?;
                 let mut result = result;
-                if from == NodeState::Unknown && result.next_state == NodeState::Unknown {
+                if result.next_state == NodeState::Unknown {
                     // Still undecided: keep the marker, wait a backoff before asking again.
                     result.retry_after_seconds.get_or_insert(self.settings.call_failure_backoff_seconds);
                 }

@@ -40,9 +40,9 @@ impl Pickup {
                 "n.lane = ${first} AND r.request_state = 'EXECUTING'
                 AND n.started_at IS NOT NULL
                 AND n.started_at + make_interval(secs => ${grace}::float8) < now()
-                AND ((n.node_state = 'SUBMITTING')
-                     OR (n.node_state = 'UNKNOWN' AND NOT {HANDED_TO_PERSON}
-                         AND (n.next_observe_at IS NULL OR n.next_observe_at <= now())))",
+                AND (n.next_observe_at IS NULL OR n.next_observe_at <= now())
+                AND (n.node_state = 'SUBMITTING'
+                     OR (n.node_state = 'UNKNOWN' AND NOT {HANDED_TO_PERSON}))",
                 grace = first + 1
             ),
         }

@@ -31,8 +31,9 @@ impl<'a> Meta<'a> {
 /// Field changes written with a node's state.
 #[derive(Debug, Clone, Default)]
 pub struct NodePatch {
-    /// Start a submit attempt: `attempt_no + 1`, `started_at = now()`, the
-    /// `__submit_attempt_*` markers, a fresh side-effect flag and no error.
+    /// Start a submit attempt: `attempt_no + 1`, `started_at`, the `__submit_attempt_*`
+    /// markers, and nothing left of the previous attempt (refs, ref id, provider state,
+    /// observation schedule, side-effect flag, error).
     pub begin_attempt: bool,
     pub provider_state: Option<String>,
     pub provider_ref_id: Option<String>,
@@ -76,25 +77,30 @@ WITH upd AS (
     UPDATE movement_request_nodes SET
         node_state = $3,
         attempt_no = attempt_no + CASE WHEN $4 THEN 1 ELSE 0 END,
-        started_at = CASE WHEN $4 THEN now() ELSE started_at END,
+        -- clock_timestamp(), not now(): the transaction began before preflight, prepare and
+        -- sign, and recovery's grace must count from the moment the attempt was recorded.
+        started_at = CASE WHEN $4 THEN clock_timestamp() ELSE started_at END,
         completed_at = CASE WHEN $3 = 'COMPLETED' THEN now() ELSE completed_at END,
-        provider_state = COALESCE($5, provider_state),
-        provider_ref_id = COALESCE($6, provider_ref_id),
-        provider_refs = ((provider_refs || $7::jsonb) - $8::text[]) || CASE WHEN $4 THEN
+        -- A new attempt starts clean: nothing of the previous attempt's venue references
+        -- may steer observe or recover (the history keeps them).
+        provider_state = CASE WHEN $4 THEN $5 ELSE COALESCE($5, provider_state) END,
+        provider_ref_id = CASE WHEN $4 THEN $6 ELSE COALESCE($6, provider_ref_id) END,
+        provider_refs = CASE WHEN $4 THEN
             jsonb_build_object(
                 '__submit_attempt_pending', true,
                 '__submit_attempt_started_at',
-                to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
-            ELSE '{}'::jsonb END,
+                to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+            ELSE (provider_refs || $7::jsonb) - $8::text[] END,
         error_code = CASE WHEN $9 THEN $10 WHEN $4 THEN NULL ELSE error_code END,
         error_detail = CASE WHEN $9 THEN $11 WHEN $4 THEN NULL ELSE error_detail END,
         submit_accepted_at = CASE
             WHEN $12 = 1 THEN COALESCE(submit_accepted_at, now())
             WHEN $12 = -1 OR $4 THEN NULL
             ELSE submit_accepted_at END,
-        next_observe_at = CASE WHEN $13 THEN now() + make_interval(secs => $14) ELSE next_observe_at END,
-        last_observed_at = CASE WHEN $15 THEN now() ELSE last_observed_at END,
-        observe_count = observe_count + CASE WHEN $15 THEN 1 ELSE 0 END,
+        next_observe_at = CASE WHEN $13 THEN clock_timestamp() + make_interval(secs => $14)
+                               WHEN $4 THEN NULL ELSE next_observe_at END,
+        last_observed_at = CASE WHEN $15 THEN now() WHEN $4 THEN NULL ELSE last_observed_at END,
+        observe_count = CASE WHEN $4 THEN 0 ELSE observe_count END + CASE WHEN $15 THEN 1 ELSE 0 END,
         updated_at = now()
     WHERE id = $1 AND node_state = $2
     RETURNING id, request_id, node_key, node_state, attempt_no, provider_state, error_code, error_detail

@@ -37,10 +37,10 @@ async fn main() -> anyhow::Result<()> {
     let pg: Value = serde_json::from_str(&std::env::var("QTG_BENCH_PGBENCH").unwrap_or_else(|_| "{}".into()))?;
 
     let db = TestDb::new().await?;
-    let api = Api::start(&db.url, &[("RUST_LOG", "warn")]).await?;
-    let quiet = [("RUST_LOG", "warn"), ("MG_DB_POOL_SIZE", "8")];
+    let api = Api::start(&db.url, &[("RUST_LOG", "warn,qtg_api=info,qtg_runtime::admin=info")]).await?;
+    let quiet = [("RUST_LOG", "warn,qtg_api=info,qtg_runtime::admin=info"), ("MG_DB_POOL_SIZE", "8")];
     let conc = [
-        ("RUST_LOG", "warn"),
+        ("RUST_LOG", "warn,qtg_api=info,qtg_runtime::admin=info"),
         ("MG_DB_POOL_SIZE", "8"),
         ("MG_DISPATCHER_CONCURRENCY", "4"),
         ("MG_OBSERVER_CONCURRENCY", "2"),

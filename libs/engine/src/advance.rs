@@ -10,7 +10,7 @@ use qtg_core::protocol::Method;
 use qtg_core::{derive_request_state, ExecutionResult, NodeState, RequestState};
 use qtg_store::artifacts::{self, ArtifactKind};
 use qtg_store::transition::{self, Meta, NodePatch, RequestPatch};
-use qtg_store::{claims, context as q, PgConnection, WorkItem};
+use qtg_store::{context as q, NodeBrief, PgConnection, WorkItem};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -97,15 +97,14 @@ pub async fn advance_after_completion(
     completed_key: &str,
     actor: &str,
 ) -> Result<()> {
-    let nodes = q::request_nodes(conn, request_id).await?;
-    let edges = q::plan_edges(conn, plan_version_id).await?;
+    let (state, mut nodes) = q::request_snapshot(conn, request_id).await?;
+    let edges = crate::plans::edges(conn, plan_version_id).await?;
     if !successors(&edges, completed_key).is_empty() {
         let states: HashMap<&str, NodeState> = nodes.iter().map(|n| (n.node_key.as_str(), n.node_state)).collect();
         let activated: Vec<String> =
             activated_successors(&edges, completed_key, &states).into_iter().map(String::from).collect();
         if !activated.is_empty() {
-            for key in &activated {
-                let node = nodes.iter().find(|n| &n.node_key == key).expect("activated node exists");
+            for node in nodes.iter_mut().filter(|n| activated.contains(&n.node_key)) {
                 transition::transition_node(
                     conn,
                     node.id,
@@ -115,6 +114,7 @@ pub async fn advance_after_completion(
                     &Meta::actor(actor),
                 )
                 .await?;
+                node.node_state = NodeState::Ready;
             }
             transition::set_frontier(conn, request_id, &activated).await?;
             transition::enqueue_event(
@@ -126,15 +126,24 @@ pub async fn advance_after_completion(
             .await?;
         }
     }
-    apply_request_state(conn, request_id, actor).await
+    derive_and_apply(conn, request_id, state, &nodes, actor).await
 }
 
 /// Derives the request's state from its nodes and moves it there if that is a change the
 /// table allows (the request row must be locked by the caller).
 pub async fn apply_request_state(conn: &mut PgConnection, request_id: Uuid, actor: &str) -> Result<()> {
-    let nodes = q::request_nodes(conn, request_id).await?;
-    let current = claims::lock_request(conn, request_id).await?;
-    let views: Vec<_> = nodes.iter().map(|n| n.view()).collect();
+    let (state, nodes) = q::request_snapshot(conn, request_id).await?;
+    derive_and_apply(conn, request_id, state, &nodes, actor).await
+}
+
+async fn derive_and_apply(
+    conn: &mut PgConnection,
+    request_id: Uuid,
+    current: RequestState,
+    nodes: &[NodeBrief],
+    actor: &str,
+) -> Result<()> {
+    let views: Vec<_> = nodes.iter().map(NodeBrief::view).collect();
     if let Some(derived) = derive_request_state(&views) {
         // APPROVED becomes EXECUTING on the first dispatch, not by derivation.
         let first_dispatch_pending = current == RequestState::Approved && derived == RequestState::Executing;

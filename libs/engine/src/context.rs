@@ -28,7 +28,7 @@ pub async fn build_execution_context(
     attempt_no: i32,
 ) -> Result<ExecutionContext, ContextError> {
     let nodes = q::request_nodes(conn, item.request_id).await?;
-    let edges = q::plan_edges(conn, item.plan_version_id).await?;
+    let edges = crate::plans::edges(conn, item.plan_version_id).await?;
     let by_key: HashMap<&str, &NodeBrief> = nodes.iter().map(|n| (n.node_key.as_str(), n)).collect();
 
     // Direct predecessors that completed, in node_key order (collisions: the later key wins).

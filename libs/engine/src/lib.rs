@@ -8,6 +8,7 @@ pub mod context;
 pub mod dispatch;
 pub mod movements;
 pub mod observe;
+pub mod plans;
 pub mod recover;
 pub mod templates;
 

@@ -5,15 +5,14 @@
 //! in hand is always finished.
 
 use std::future::Future;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use rand::Rng;
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use crate::heartbeat::Heartbeat;
 use crate::metrics::Metrics;
+use crate::wake::Waker;
 
 pub const MAX_CONSECUTIVE_ERRORS: u32 = 5;
 pub const MAX_BACKOFF_SECONDS: f64 = 60.0;
@@ -26,7 +25,7 @@ pub struct LoopSpec {
     pub interval: Duration,
     pub jitter: Duration,
     /// Woken early by NOTIFY; the interval stays the safety net.
-    pub wake: Option<Arc<Notify>>,
+    pub wake: Option<Waker>,
 }
 
 /// The pause after a tick: `None` = run again now.
@@ -84,10 +83,16 @@ pub async fn run_loop<F, Fut>(
             hb.beat().await;
         }
         match pause_after(&outcome, consecutive_errors, spec.interval, spec.jitter) {
-            None => tokio::task::yield_now().await,
+            None => {
+                // Work exists: bring one more loop in, then drain.
+                if let Some(w) = &spec.wake {
+                    w.recruit();
+                }
+                tokio::task::yield_now().await
+            }
             Some(pause) => {
                 // Backoff after errors ignores wake-ups; an idle pause does not.
-                let wake = spec.wake.clone().filter(|_| outcome.is_ok());
+                let wake = spec.wake.as_ref().map(|w| w.own.clone()).filter(|_| outcome.is_ok());
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep(pause) => {}
@@ -103,6 +108,7 @@ pub async fn run_loop<F, Fut>(
 mod tests {
     use super::*;
     use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
 
     #[test]
     fn pauses_follow_the_seed() {
@@ -122,13 +128,15 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn drains_then_sleeps_and_wakes_on_notify() {
         let calls = Arc::new(AtomicUsize::new(0));
-        let wake = Arc::new(Notify::new());
+        let mut hub = crate::wake::WakeHub::default();
+        let waker = hub.subscribe("c");
+        let wake = waker.own.clone();
         let shutdown = CancellationToken::new();
         let spec = LoopSpec {
             name: "t".into(),
             interval: Duration::from_secs(3600),
             jitter: Duration::ZERO,
-            wake: Some(wake.clone()),
+            wake: Some(waker),
         };
         let c = calls.clone();
         let task = tokio::spawn(run_loop(spec, shutdown.clone(), Metrics::new(), None, move || {

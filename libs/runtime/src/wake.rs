@@ -1,50 +1,86 @@
-//! LISTEN/NOTIFY wake-ups: one listener connection per process; a NOTIFY on a channel wakes
-//! every loop subscribed to it. Only a hint: the interval poll stays the safety net, and a
-//! lost listener is re-established (waking everyone once, in case something was missed).
+//! LISTEN/NOTIFY wake-ups: one listener connection per process. A NOTIFY wakes one idle loop
+//! of the channel (round robin), and every loop that found work recruits one more, so loops
+//! join in as long as work lasts instead of all stampeding on one node. Only a hint: the
+//! interval poll stays the safety net, and a lost listener is re-established (waking every
+//! loop once, in case something was missed).
 
 use std::collections::HashMap;
-use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use qtg_store::{PgListener, PgPool};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+/// The loops listening on one channel.
 #[derive(Default)]
-pub struct WakeHub {
-    subscribers: HashMap<String, Vec<Arc<Notify>>>,
+pub struct WakeGroup {
+    members: RwLock<Vec<Arc<Notify>>>,
+    next: AtomicUsize,
 }
 
-impl WakeHub {
-    /// A notifier that fires on `channel`.
-    pub fn subscribe(&mut self, channel: &str) -> Arc<Notify> {
-        let n = Arc::new(Notify::new());
-        self.subscribers.entry(channel.to_string()).or_default().push(n.clone());
-        n
+impl WakeGroup {
+    fn members(&self) -> Vec<Arc<Notify>> {
+        self.members.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    fn wake(&self, channel: &str) {
-        for n in self.subscribers.get(channel).into_iter().flatten() {
-            // notify_one stores a permit, so a wake-up during a tick is not lost.
-            n.notify_one();
+    /// Wakes one member other than `except` (a permit is stored if it is busy).
+    pub fn wake_one(&self, except: Option<&Arc<Notify>>) {
+        let members = self.members();
+        for _ in 0..members.len() {
+            let m = &members[self.next.fetch_add(1, Ordering::Relaxed) % members.len()];
+            if except.is_some_and(|e| Arc::ptr_eq(e, m)) {
+                continue;
+            }
+            m.notify_one();
+            return;
         }
     }
 
     fn wake_all(&self) {
-        for c in self.subscribers.keys() {
-            self.wake(c);
+        for m in self.members() {
+            m.notify_one();
         }
+    }
+}
+
+/// A loop's membership: its own notifier and its group.
+#[derive(Clone)]
+pub struct Waker {
+    pub own: Arc<Notify>,
+    pub group: Arc<WakeGroup>,
+}
+
+impl Waker {
+    /// Recruits another loop of the group (after a tick that found work).
+    pub fn recruit(&self) {
+        self.group.wake_one(Some(&self.own));
+    }
+}
+
+#[derive(Default)]
+pub struct WakeHub {
+    groups: HashMap<String, Arc<WakeGroup>>,
+}
+
+impl WakeHub {
+    /// A new member of `channel`'s group.
+    pub fn subscribe(&mut self, channel: &str) -> Waker {
+        let group = self.groups.entry(channel.to_string()).or_default().clone();
+        let own = Arc::new(Notify::new());
+        group.members.write().unwrap_or_else(|p| p.into_inner()).push(own.clone());
+        Waker { own, group }
     }
 
     /// Spawns the listener task (nothing to do without subscribers).
     pub fn spawn(self, pool: PgPool, shutdown: CancellationToken) {
-        if self.subscribers.is_empty() {
+        if self.groups.is_empty() {
             return;
         }
         tokio::spawn(async move {
-            let channels: Vec<String> = self.subscribers.keys().cloned().collect();
             while !shutdown.is_cancelled() {
-                match listen(&pool, &channels, &self, &shutdown).await {
+                match listen(&pool, &self, &shutdown).await {
                     Ok(()) => break,
                     Err(e) => {
                         tracing::warn!(error = %e, "LISTEN connection lost; polling until it is back");
@@ -52,7 +88,7 @@ impl WakeHub {
                             _ = shutdown.cancelled() => break,
                             _ = tokio::time::sleep(Duration::from_secs(1)) => {}
                         }
-                        self.wake_all();
+                        self.groups.values().for_each(|g| g.wake_all());
                     }
                 }
             }
@@ -60,18 +96,17 @@ impl WakeHub {
     }
 }
 
-async fn listen(
-    pool: &PgPool,
-    channels: &[String],
-    hub: &WakeHub,
-    shutdown: &CancellationToken,
-) -> Result<(), sqlx::Error> {
+async fn listen(pool: &PgPool, hub: &WakeHub, shutdown: &CancellationToken) -> Result<(), sqlx::Error> {
     let mut listener = PgListener::connect_with(pool).await?;
-    listener.listen_all(channels.iter().map(String::as_str)).await?;
+    listener.listen_all(hub.groups.keys().map(String::as_str)).await?;
     loop {
         tokio::select! {
             _ = shutdown.cancelled() => return Ok(()),
-            n = listener.recv() => hub.wake(n?.channel()),
+            n = listener.recv() => {
+                if let Some(g) = hub.groups.get(n?.channel()) {
+                    g.wake_one(None);
+                }
+            }
         }
     }
 }

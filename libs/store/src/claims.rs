@@ -120,7 +120,9 @@ pub async fn claim_next(conn: &mut PgConnection, pickup: Pickup, scan: i64) -> R
 }
 
 /// Dispatch transaction 2: re-locks only the node, still SUBMITTING for `attempt_no` with
-/// the pending marker. `None` if it moved or someone else holds it past `lock_timeout_ms`.
+/// the pending marker. `None` if it moved or someone else holds it past `lock_timeout_ms`;
+/// the transaction is then unusable and the caller rolls it back. Must be the first
+/// statement of its transaction.
 ///
 /// Not NOWAIT: a concurrent claimer whose candidate listing predates transaction 1's commit
 /// can hold this row for an instant (Postgres keeps the lock of a row that fails its
@@ -133,29 +135,27 @@ pub async fn relock_submitting(
     attempt_no: i32,
     lock_timeout_ms: u32,
 ) -> Result<Option<WorkItem>> {
-    let sql = format!(
+    sqlx::query(AssertSqlSafe(format!("SET LOCAL lock_timeout = {lock_timeout_ms}"))).execute(&mut *conn).await?;
+    let res =
+        sqlx::query(AssertSqlSafe(RELOCK_SQL.as_str())).bind(node_id).bind(attempt_no).fetch_optional(&mut *conn).await;
+    let row = match res {
+        Ok(row) => row,
+        Err(e) if is_lock_not_available(&e) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    // What follows (the request lock) may wait as long as it must.
+    sqlx::query("SET LOCAL lock_timeout = 0").execute(&mut *conn).await?;
+    row.as_ref().map(WorkItem::from_row).transpose()
+}
+
+static RELOCK_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    format!(
         "SELECT {WORK_ITEM_COLUMNS} {WORK_ITEM_FROM}
          WHERE n.id = $1 AND n.node_state = 'SUBMITTING' AND n.attempt_no = $2
            AND n.provider_refs ? '__submit_attempt_pending'
          FOR UPDATE OF n"
-    );
-    let mut savepoint = conn.begin().await?;
-    sqlx::query(AssertSqlSafe(format!("SET LOCAL lock_timeout = {lock_timeout_ms}"))).execute(&mut *savepoint).await?;
-    let res = sqlx::query(AssertSqlSafe(sql)).bind(node_id).bind(attempt_no).fetch_optional(&mut *savepoint).await;
-    let out = match res {
-        Ok(Some(row)) => Some(WorkItem::from_row(&row)?),
-        Ok(None) => None,
-        Err(e) if is_lock_not_available(&e) => {
-            savepoint.rollback().await?;
-            sqlx::query("SET LOCAL lock_timeout = 0").execute(&mut *conn).await?;
-            return Ok(None);
-        }
-        Err(e) => return Err(e.into()),
-    };
-    savepoint.commit().await?;
-    sqlx::query("SET LOCAL lock_timeout = 0").execute(&mut *conn).await?;
-    Ok(out)
-}
+    )
+});
 
 /// Locks a request row, waiting (dispatch transaction 2 after submit; callers holding a node
 /// lock take the request lock only this way, and request-lock holders take node locks only

@@ -7,20 +7,33 @@ use serde_json::Value;
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
-use crate::rows::{parse_kind, parse_node_state};
+use qtg_core::RequestState;
+
+use crate::rows::{parse_kind, parse_node_state, parse_request_state};
 use crate::{NodeBrief, Result};
 
 /// Every node of a request (keys, kinds, states, refs).
 pub async fn request_nodes(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<NodeBrief>> {
+    Ok(request_snapshot(conn, request_id).await?.1)
+}
+
+/// The request's state and every one of its nodes, in one query.
+pub async fn request_snapshot(conn: &mut PgConnection, request_id: Uuid) -> Result<(RequestState, Vec<NodeBrief>)> {
     let rows = sqlx::query(
-        "SELECT id, node_key, node_kind, node_state, provider_refs, error_code,
-                (submit_accepted_at IS NOT NULL) AS submit_accepted
-         FROM movement_request_nodes WHERE request_id = $1 ORDER BY node_key",
+        "SELECT r.request_state, n.id, n.node_key, n.node_kind, n.node_state, n.provider_refs, n.error_code,
+                (n.submit_accepted_at IS NOT NULL) AS submit_accepted
+         FROM movement_requests r JOIN movement_request_nodes n ON n.request_id = r.id
+         WHERE r.id = $1 ORDER BY n.node_key",
     )
     .bind(request_id)
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter()
+    let state = match rows.first() {
+        Some(r) => parse_request_state(r.try_get("request_state")?)?,
+        None => return Err(crate::StoreError::corrupt(format!("movement {request_id} has no nodes"))),
+    };
+    let nodes = rows
+        .iter()
         .map(|r| {
             Ok(NodeBrief {
                 id: r.try_get("id")?,
@@ -32,7 +45,8 @@ pub async fn request_nodes(conn: &mut PgConnection, request_id: Uuid) -> Result<
                 submit_accepted: r.try_get("submit_accepted")?,
             })
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    Ok((state, nodes))
 }
 
 pub async fn plan_edges(conn: &mut PgConnection, plan_version_id: Uuid) -> Result<Vec<PlanEdge>> {

@@ -6,19 +6,24 @@ use uuid::Uuid;
 
 use crate::Result;
 
+/// Records an order unless the venue already has one with this idempotency key (a venue
+/// honours client order ids). Returns whether a new row was written.
 pub async fn record_submit(
     pool: &PgPool,
     idempotency_key: &str,
     executor_key: &str,
     request_node_id: Uuid,
-) -> Result<()> {
-    sqlx::query("INSERT INTO sim_ledger (idempotency_key, executor_key, request_node_id) VALUES ($1, $2, $3)")
-        .bind(idempotency_key)
-        .bind(executor_key)
-        .bind(request_node_id)
-        .execute(pool)
-        .await?;
-    Ok(())
+) -> Result<bool> {
+    let res = sqlx::query(
+        "INSERT INTO sim_ledger (idempotency_key, executor_key, request_node_id)
+         SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM sim_ledger WHERE idempotency_key = $1)",
+    )
+    .bind(idempotency_key)
+    .bind(executor_key)
+    .bind(request_node_id)
+    .execute(pool)
+    .await?;
+    Ok(res.rows_affected() == 1)
 }
 
 /// The ledger rows of a node, oldest first, as their idempotency keys.

@@ -129,12 +129,9 @@ impl Executor for SimExecutor {
             return Ok(script.failed("SIM_SUBMIT_FAILED", "scripted submit failure"));
         }
         // The venue honours client order ids: a repeated key is the same order, not a new one.
-        let seen = qtg_store::sim::has_submit(&self.venue, idempotency_key).await.map_err(Self::unavailable)?;
-        if !seen {
-            qtg_store::sim::record_submit(&self.venue, idempotency_key, &self.key, Self::node_id(ctx)?)
-                .await
-                .map_err(Self::unavailable)?;
-        }
+        qtg_store::sim::record_submit(&self.venue, idempotency_key, &self.key, Self::node_id(ctx)?)
+            .await
+            .map_err(Self::unavailable)?;
         if script.delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(script.delay_ms)).await;
         }

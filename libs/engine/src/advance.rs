@@ -116,14 +116,8 @@ pub async fn advance_after_completion(
                 .await?;
                 node.node_state = NodeState::Ready;
             }
-            transition::set_frontier(conn, request_id, &activated).await?;
-            transition::enqueue_event(
-                conn,
-                request_id,
-                "frontier_advanced",
-                &json!({"completed": completed_key, "frontier": activated}),
-            )
-            .await?;
+            let data = json!({"completed": completed_key, "frontier": activated});
+            transition::enqueue_event(conn, request_id, "frontier_advanced", &data, Some(&activated)).await?;
         }
     }
     derive_and_apply(conn, request_id, state, &nodes, actor).await

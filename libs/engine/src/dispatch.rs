@@ -27,9 +27,6 @@ use crate::{Engine, Result};
 /// How many READY candidates one claim pass lists.
 const CANDIDATE_SCAN: i64 = 16;
 
-/// How long transaction 2 waits for the node lock a racing claimer may hold for an instant.
-const RELOCK_TIMEOUT_MS: u32 = 5_000;
-
 /// Everything transaction 2 needs, fixed by transaction 1.
 struct Submission {
     item: WorkItem,
@@ -115,9 +112,11 @@ impl Engine {
         let deadline = self.settings.executor_timeout;
 
         // Preflight: nothing has been sent, so every failure is a plain FAILED.
+        let preflight_ms;
         let (res, ms) = with_deadline(deadline, executor.preflight(&ctx, conn)).await;
         match res {
-            Ok(None) => calls::record(conn, &item, attempt_no, "preflight", "pass", None, ms, &self.actor).await?,
+            // Recorded together with prepare's answer below (one round trip).
+            Ok(None) => preflight_ms = ms,
             Ok(Some(result)) => {
                 let (code, detail) = match result.validate(Method::Preflight) {
                     Ok(()) => (
@@ -138,6 +137,7 @@ impl Engine {
         let mut prepared = match res {
             Ok(Prepared::Action(p)) => p,
             Ok(Prepared::Refused(result)) => {
+                calls::record(conn, &item, attempt_no, "preflight", "pass", None, preflight_ms, &self.actor).await?;
                 let code = result.error_code.clone().unwrap_or_else(|| "PREPARE_FAILED".into());
                 let detail = result.error_detail.clone().unwrap_or_default();
                 calls::record(conn, &item, attempt_no, "prepare", "refused", Some((&code, &detail)), ms, &self.actor)
@@ -145,12 +145,17 @@ impl Engine {
                 return self.fail(conn, &item, state, &code, &detail).await;
             }
             Ok(Prepared::Empty) => {
+                calls::record(conn, &item, attempt_no, "preflight", "pass", None, preflight_ms, &self.actor).await?;
                 calls::record(conn, &item, attempt_no, "prepare", "empty", None, ms, &self.actor).await?;
                 return self.fail(conn, &item, state, codes::PREPARE_EMPTY, "prepare returned no action").await;
             }
-            Err(e) => return self.call_failed(conn, &item, attempt_no, state, "prepare", &e, ms).await,
+            Err(e) => {
+                calls::record(conn, &item, attempt_no, "preflight", "pass", None, preflight_ms, &self.actor).await?;
+                return self.call_failed(conn, &item, attempt_no, state, "prepare", &e, ms).await;
+            }
         };
         if let Err(v) = prepared.seal() {
+            calls::record(conn, &item, attempt_no, "preflight", "pass", None, preflight_ms, &self.actor).await?;
             calls::record(
                 conn,
                 &item,
@@ -164,7 +169,14 @@ impl Engine {
             .await?;
             return self.fail(conn, &item, state, codes::EXECUTOR_PROTOCOL_ERROR, &v.to_string()).await;
         }
-        calls::record(conn, &item, attempt_no, "prepare", "ok", None, ms, &self.actor).await?;
+        calls::record_ok(
+            conn,
+            &item,
+            attempt_no,
+            &[("preflight", "pass", preflight_ms), ("prepare", "ok", ms)],
+            &self.actor,
+        )
+        .await?;
         let prepared_json = serde_json::to_value(&prepared).unwrap_or_else(|_| json!({}));
         artifacts::insert(
             conn,
@@ -273,17 +285,17 @@ impl Engine {
         let attempt_no = s.ctx.attempt_no;
         let key = idempotency_key(&s.ctx.request_node_id, attempt_no);
         let mut tx = self.pool.begin().await?;
-        let Some(item) = claims::relock_submitting(&mut tx, s.item.node_id, attempt_no, RELOCK_TIMEOUT_MS).await?
-        else {
+        let Some(relocked) = claims::relock_submitting(&mut tx, s.item.node_id, attempt_no).await? else {
             // Someone else (recovery) owns it now; the marker tells them what happened.
             tracing::warn!(node_id = %s.item.node_id, attempt_no, "node left SUBMITTING before submit; leaving it to recovery");
             tx.rollback().await?;
             return Ok(());
         };
-        let (stored, _) = artifacts::submission(&mut tx, item.node_id, attempt_no).await?;
-        let intact = stored.as_ref().is_some_and(|(p, hash)| {
-            *hash == s.prepared.payload_hash && p.computed_hash() == *hash && p.payload == s.prepared.payload
-        });
+        let item = relocked.item;
+        // What was prepared is what is submitted.
+        let intact = relocked.prepared_hash.as_deref() == Some(s.prepared.payload_hash.as_str())
+            && relocked.prepared_payload.as_deref() == Some(s.prepared.payload.as_str())
+            && s.prepared.computed_hash() == s.prepared.payload_hash;
         if !intact {
             // Nothing was sent: a plain failure, safe to retry.
             claims::lock_request(&mut tx, item.request_id).await?;

@@ -119,38 +119,47 @@ pub async fn claim_next(conn: &mut PgConnection, pickup: Pickup, scan: i64) -> R
     }
 }
 
+/// What transaction 2 re-locked: the node, and the prepared action stored for the attempt.
+#[derive(Debug, Clone)]
+pub struct Relocked {
+    pub item: WorkItem,
+    pub prepared_hash: Option<String>,
+    pub prepared_payload: Option<String>,
+}
+
 /// Dispatch transaction 2: re-locks only the node, still SUBMITTING for `attempt_no` with
-/// the pending marker. `None` if it moved or someone else holds it past `lock_timeout_ms`;
-/// the transaction is then unusable and the caller rolls it back. Must be the first
-/// statement of its transaction.
+/// the pending marker, and reads the prepared action stored for that attempt. `None` if
+/// the node moved on.
 ///
-/// Not NOWAIT: a concurrent claimer whose candidate listing predates transaction 1's commit
-/// can hold this row for an instant (Postgres keeps the lock of a row that fails its
-/// re-check until the claimer's savepoint rolls back). The caller holds no other lock, so
-/// a short wait cannot deadlock; recovery, the only long holder, only takes the node after
-/// the lane's grace, and then this returns `None`.
-pub async fn relock_submitting(
-    conn: &mut PgConnection,
-    node_id: Uuid,
-    attempt_no: i32,
-    lock_timeout_ms: u32,
-) -> Result<Option<WorkItem>> {
-    sqlx::query(AssertSqlSafe(format!("SET LOCAL lock_timeout = {lock_timeout_ms}"))).execute(&mut *conn).await?;
-    let res =
-        sqlx::query(AssertSqlSafe(RELOCK_SQL.as_str())).bind(node_id).bind(attempt_no).fetch_optional(&mut *conn).await;
-    let row = match res {
-        Ok(row) => row,
-        Err(e) if is_lock_not_available(&e) => return Ok(None),
-        Err(e) => return Err(e.into()),
-    };
-    // What follows (the request lock) may wait as long as it must.
-    sqlx::query("SET LOCAL lock_timeout = 0").execute(&mut *conn).await?;
-    row.as_ref().map(WorkItem::from_row).transpose()
+/// It waits rather than NOWAIT: a concurrent claimer whose candidate listing predates
+/// transaction 1's commit can hold this row for an instant (Postgres keeps the lock of a
+/// row that fails its re-check until the claimer's savepoint rolls back). The caller holds
+/// no other lock, so waiting cannot deadlock; recovery, the only long holder, takes the
+/// node only after the lane's grace, and then the node is no longer what this looks for.
+pub async fn relock_submitting(conn: &mut PgConnection, node_id: Uuid, attempt_no: i32) -> Result<Option<Relocked>> {
+    let row = sqlx::query(AssertSqlSafe(RELOCK_SQL.as_str()))
+        .bind(node_id)
+        .bind(attempt_no)
+        .fetch_optional(&mut *conn)
+        .await?;
+    row.map(|r| {
+        Ok(Relocked {
+            item: WorkItem::from_row(&r)?,
+            prepared_hash: r.try_get("prepared_hash")?,
+            prepared_payload: r.try_get("prepared_payload")?,
+        })
+    })
+    .transpose()
 }
 
 static RELOCK_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "SELECT {WORK_ITEM_COLUMNS} {WORK_ITEM_FROM}
+        "SELECT {WORK_ITEM_COLUMNS}, pa.payload_hash AS prepared_hash, pa.payload->>'payload' AS prepared_payload
+         {WORK_ITEM_FROM}
+         LEFT JOIN LATERAL (
+             SELECT a.payload_hash, a.payload FROM artifacts a
+             WHERE a.request_node_id = n.id AND a.attempt_no = $2 AND a.kind = 'prepared_action'
+             ORDER BY a.created_at DESC, a.id DESC LIMIT 1) pa ON true
          WHERE n.id = $1 AND n.node_state = 'SUBMITTING' AND n.attempt_no = $2
            AND n.provider_refs ? '__submit_attempt_pending'
          FOR UPDATE OF n"

@@ -305,13 +305,23 @@ pub async fn transition_request(
     }
 }
 
-/// Enqueues one callback event that is not a state change (e.g. `frontier_advanced`).
-pub async fn enqueue_event(conn: &mut PgConnection, request_id: Uuid, event_type: &str, data: &Value) -> Result<()> {
+/// Enqueues one callback event that is not a state change (e.g. `frontier_advanced`), and
+/// records the movement's new frontier when one is given — one statement.
+pub async fn enqueue_event(
+    conn: &mut PgConnection,
+    request_id: Uuid,
+    event_type: &str,
+    data: &Value,
+    frontier: Option<&[String]>,
+) -> Result<()> {
     sqlx::query(
         r#"
 WITH req AS (
-    UPDATE movement_requests SET callback_sequence = callback_sequence + 1
-    WHERE id = $1 AND callback_url IS NOT NULL
+    UPDATE movement_requests SET
+        callback_sequence = callback_sequence + CASE WHEN callback_url IS NULL THEN 0 ELSE 1 END,
+        current_frontier = COALESCE($4, current_frontier),
+        updated_at = now()
+    WHERE id = $1
     RETURNING id, callback_sequence, callback_url, request_state
 ), ev AS (SELECT gen_random_uuid() AS event_id), cb AS (
     INSERT INTO movement_callback_outbox
@@ -323,14 +333,15 @@ WITH req AS (
             'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
             'data', $3::jsonb),
         req.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text
-    FROM req CROSS JOIN ev
+    FROM req CROSS JOIN ev WHERE req.callback_url IS NOT NULL
 )
-SELECT count(*) FROM (SELECT pg_notify('qtg_callback', '') FROM req) n
+SELECT count(*) FROM (SELECT pg_notify('qtg_callback', '') FROM req WHERE req.callback_url IS NOT NULL) n
 "#,
     )
     .bind(request_id)
     .bind(event_type)
     .bind(data)
+    .bind(frontier.map(|f| serde_json::json!(f)))
     .execute(&mut *conn)
     .await?;
     Ok(())

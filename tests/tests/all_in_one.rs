@@ -1,0 +1,60 @@
+//! `qtg` (API + every worker in one process) runs a movement to COMPLETED, serves its admin
+//! endpoints, keeps heartbeats per network class, and stops cleanly on SIGTERM.
+
+use std::time::Duration;
+
+use qtg_tests::*;
+use serde_json::json;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_all_in_one_binary_runs_a_movement_and_serves_admin() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let qtg =
+        Proc::spawn("qtg", &db.url, &[("MG_API_BOOTSTRAP_ADMIN_KEY", BOOTSTRAP_KEY), ("MG_NETWORK_CLASS", "mainnet")])
+            .await?;
+    let addr = qtg.wait_field("api_addr", Duration::from_secs(30)).await?;
+    let admin = qtg.wait_field("admin_addr", Duration::from_secs(30)).await?;
+    let mut api = Api {
+        proc: qtg,
+        base: format!("http://{addr}"),
+        http: reqwest::Client::new(),
+        admin_key: BOOTSTRAP_KEY.into(),
+    };
+    let keys = Keys::create(&api).await?;
+    install_template(&api, &keys, json!({"template_key": "t.aio", "nodes": [
+        {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"},
+        {"node_key": "b", "node_kind": "observe", "action_type": "deposit_observe", "executor_key": "exec.sim.observe", "config": {"sim": {"submit_result": "completed"}}},
+    ], "edges": [{"from": "a", "to": "b"}]}))
+    .await?;
+    let id = start_movement(&api, &keys, "t.aio", "aio-1", None).await?;
+    let m = wait_state(
+        &api,
+        &keys.requester,
+        &id,
+        &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"],
+        Duration::from_secs(60),
+    )
+    .await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+
+    let http = reqwest::Client::new();
+    let get = |path: &str| http.get(format!("http://{admin}{path}")).send();
+    let health = get("/healthz").await?;
+    assert_eq!(health.status().as_u16(), 200);
+    assert_eq!(get("/readyz").await?.status().as_u16(), 200);
+    let metrics = get("/metrics").await?.text().await?;
+    assert!(metrics.contains("qtg_worker_items_processed_total{worker=\"node_dispatcher\"}"), "{metrics}");
+    assert!(metrics.contains("qtg_worker_tick_duration_seconds_bucket"), "{metrics}");
+    let beats: Vec<(String, String)> =
+        sqlx::query_as("SELECT worker, network_class FROM worker_heartbeats ORDER BY worker")
+            .fetch_all(&db.pool)
+            .await?;
+    for w in ["node_dispatcher", "node_observer", "node_recovery"] {
+        assert!(beats.iter().any(|(n, c)| n == w && c == "mainnet"), "{w} heartbeat: {beats:?}");
+    }
+
+    api.proc.signal("TERM");
+    assert_eq!(api.proc.wait_exit(Duration::from_secs(20)).await?, Some(0), "log:\n{}", api.proc.log());
+    db.drop_db().await;
+    Ok(())
+}

@@ -112,11 +112,10 @@ impl Engine {
         let deadline = self.settings.executor_timeout;
 
         // Preflight: nothing has been sent, so every failure is a plain FAILED.
-        let preflight_ms;
         let (res, ms) = with_deadline(deadline, executor.preflight(&ctx, conn)).await;
-        match res {
-            // Recorded together with prepare's answer below (one round trip).
-            Ok(None) => preflight_ms = ms,
+        // A pass is recorded together with prepare's answer below (one round trip).
+        let preflight_ms = match res {
+            Ok(None) => ms,
             Ok(Some(result)) => {
                 let (code, detail) = match result.validate(Method::Preflight) {
                     Ok(()) => (
@@ -130,7 +129,7 @@ impl Engine {
                 return self.fail(conn, &item, state, &code, &detail).await;
             }
             Err(e) => return self.call_failed(conn, &item, attempt_no, state, "preflight", &e, ms).await,
-        }
+        };
 
         // Prepare.
         let (res, ms) = with_deadline(deadline, executor.prepare(&ctx, conn)).await;

@@ -75,3 +75,18 @@ impl Engine {
         }
     }
 }
+
+impl Engine {
+    /// How soon the earliest node waiting out its grace or backoff falls due for recovery.
+    pub async fn recovery_due_in(&self) -> Result<Option<std::time::Duration>> {
+        let g = &self.settings.grace;
+        let mut conn = self.pool.acquire().await?;
+        let due = claims::next_due_in(
+            &mut conn,
+            Pickup::Recover { lane: Lane::Other, grace_seconds: 0.0 },
+            [g.ccip, g.stargate, g.cex, g.other],
+        )
+        .await?;
+        Ok(due.map(std::time::Duration::from_secs_f64))
+    }
+}

@@ -14,5 +14,5 @@ pub mod wake;
 
 pub use config::{Settings, WorkerKind};
 pub use metrics::Metrics;
-pub use run_loop::{run_loop, LoopSpec};
+pub use run_loop::{run_loop, LoopSpec, Tick};
 pub use tokio_util::sync::CancellationToken;

@@ -30,21 +30,39 @@ pub struct LoopSpec {
 
 /// The pause after a tick: `None` = run again now.
 pub fn pause_after(
-    result: &Result<usize, ()>,
+    result: &Result<Tick, ()>,
     consecutive_errors: u32,
     interval: Duration,
     jitter: Duration,
 ) -> Option<Duration> {
     match result {
-        Ok(n) if *n > 0 => None,
+        Ok(t) if t.processed > 0 => None,
         Err(()) if consecutive_errors >= MAX_CONSECUTIVE_ERRORS => {
             Some(Duration::from_secs_f64(2f64.powi(consecutive_errors.min(30) as i32).min(MAX_BACKOFF_SECONDS)))
         }
         _ => {
             let j = jitter.as_secs_f64();
             let offset = if j > 0.0 { rand::rng().random_range(-j..=j) } else { 0.0 };
-            Some(Duration::from_secs_f64((interval.as_secs_f64() + offset).max(MIN_SLEEP.as_secs_f64())))
+            let mut pause = interval.as_secs_f64() + offset;
+            // Known future work (a scheduled observation) may only shorten the idle pause.
+            if let Ok(Tick { due_in: Some(due), .. }) = result {
+                pause = pause.min(due.as_secs_f64());
+            }
+            Some(Duration::from_secs_f64(pause.max(MIN_SLEEP.as_secs_f64())))
         }
+    }
+}
+
+/// What one tick did: items processed and, when idle, how soon known work falls due.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Tick {
+    pub processed: usize,
+    pub due_in: Option<Duration>,
+}
+
+impl From<usize> for Tick {
+    fn from(processed: usize) -> Self {
+        Tick { processed, due_in: None }
     }
 }
 
@@ -57,7 +75,7 @@ pub async fn run_loop<F, Fut>(
     mut tick: F,
 ) where
     F: FnMut() -> Fut,
-    Fut: Future<Output = anyhow::Result<usize>>,
+    Fut: Future<Output = anyhow::Result<Tick>>,
 {
     let mut consecutive_errors: u32 = 0;
     tracing::info!(worker = %spec.name, interval_s = spec.interval.as_secs_f64(), "worker loop started");
@@ -66,10 +84,10 @@ pub async fn run_loop<F, Fut>(
         let result = tick().await;
         metrics.observe_tick(&spec.name, started.elapsed());
         let outcome = match result {
-            Ok(n) => {
+            Ok(t) => {
                 consecutive_errors = 0;
-                metrics.processed(&spec.name, n);
-                Ok(n)
+                metrics.processed(&spec.name, t.processed);
+                Ok(t)
             }
             Err(e) => {
                 consecutive_errors += 1;
@@ -113,14 +131,18 @@ mod tests {
     #[test]
     fn pauses_follow_the_seed() {
         let i = Duration::from_secs(2);
-        assert_eq!(pause_after(&Ok(3), 0, i, Duration::ZERO), None);
-        assert_eq!(pause_after(&Ok(0), 0, i, Duration::ZERO), Some(i));
+        assert_eq!(pause_after(&Ok(3.into()), 0, i, Duration::ZERO), None);
+        assert_eq!(pause_after(&Ok(0.into()), 0, i, Duration::ZERO), Some(i));
+        let soon = Tick { processed: 0, due_in: Some(Duration::from_millis(300)) };
+        assert_eq!(pause_after(&Ok(soon), 0, i, Duration::ZERO), Some(Duration::from_millis(300)));
+        let late = Tick { processed: 0, due_in: Some(Duration::from_secs(30)) };
+        assert_eq!(pause_after(&Ok(late), 0, i, Duration::ZERO), Some(i));
         assert_eq!(pause_after(&Err(()), 1, i, Duration::ZERO), Some(i));
         assert_eq!(pause_after(&Err(()), 5, i, Duration::ZERO), Some(Duration::from_secs(32)));
         assert_eq!(pause_after(&Err(()), 6, i, Duration::ZERO), Some(Duration::from_secs(60)));
-        assert_eq!(pause_after(&Ok(0), 0, Duration::ZERO, Duration::ZERO), Some(MIN_SLEEP));
+        assert_eq!(pause_after(&Ok(0.into()), 0, Duration::ZERO, Duration::ZERO), Some(MIN_SLEEP));
         for _ in 0..100 {
-            let p = pause_after(&Ok(0), 0, i, Duration::from_millis(500)).unwrap();
+            let p = pause_after(&Ok(0.into()), 0, i, Duration::from_millis(500)).unwrap();
             assert!(p >= Duration::from_millis(1500) && p <= Duration::from_millis(2500), "{p:?}");
         }
     }
@@ -144,7 +166,7 @@ mod tests {
             async move {
                 let n = c.fetch_add(1, Ordering::SeqCst);
                 // Three ticks with work, then idle.
-                Ok(if n < 3 { 1 } else { 0 })
+                Ok(Tick::from(if n < 3 { 1 } else { 0 }))
             }
         }));
         tokio::time::sleep(Duration::from_secs(1)).await;

@@ -197,3 +197,32 @@ pub async fn lock_request_nowait(conn: &mut PgConnection, request_id: Uuid) -> R
         Err(e) => Err(e.into()),
     }
 }
+
+/// Seconds until the earliest node of `pickup` that is scheduled but not yet due becomes
+/// due (observe: `next_observe_at`; recover: the later of `next_observe_at` and the lane's
+/// grace after `started_at`). `None` when nothing is scheduled.
+pub async fn next_due_in(conn: &mut PgConnection, pickup: Pickup, grace: [f64; 4]) -> Result<Option<f64>> {
+    let sql = match pickup {
+        Pickup::Dispatch => return Ok(None),
+        Pickup::Observe => {
+            "SELECT extract(epoch FROM min(n.next_observe_at) - now())::float8
+             FROM movement_request_nodes n JOIN movement_requests r ON r.id = n.request_id
+             WHERE n.node_state IN ('SUBMITTED', 'OBSERVING') AND r.request_state = 'EXECUTING'
+               AND n.next_observe_at > now()"
+        }
+        Pickup::Recover { .. } => {
+            "SELECT extract(epoch FROM min(d) - now())::float8 FROM (
+                 SELECT GREATEST(COALESCE(n.next_observe_at, '-infinity'),
+                     n.started_at + make_interval(secs => (CASE n.lane WHEN 'ccip' THEN $1[1]
+                         WHEN 'stargate' THEN $1[2] WHEN 'cex' THEN $1[3] ELSE $1[4] END))) AS d
+                 FROM movement_request_nodes n JOIN movement_requests r ON r.id = n.request_id
+                 WHERE n.node_state IN ('UNKNOWN', 'SUBMITTING') AND r.request_state = 'EXECUTING'
+                   AND n.started_at IS NOT NULL) s
+             WHERE d > now()"
+        }
+    };
+    let query = sqlx::query_scalar(sql);
+    let query = if matches!(pickup, Pickup::Recover { .. }) { query.bind(grace.to_vec()) } else { query };
+    let due: Option<f64> = query.fetch_one(&mut *conn).await?;
+    Ok(due.map(|s| s.max(0.0)))
+}

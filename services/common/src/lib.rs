@@ -13,7 +13,7 @@ use qtg_runtime::supervise::run_groups;
 pub use qtg_runtime::supervise::Task;
 pub use qtg_runtime::wake::WakeHub;
 pub use qtg_runtime::WorkerKind;
-use qtg_runtime::{logging, run_loop, CancellationToken, LoopSpec, Metrics, Settings};
+use qtg_runtime::{logging, run_loop, CancellationToken, LoopSpec, Metrics, Settings, Tick};
 use qtg_store::transition::{CHANNEL_DISPATCH, CHANNEL_OBSERVE, CHANNEL_RECOVER};
 use qtg_store::PgPool;
 
@@ -147,12 +147,18 @@ impl Process {
                 let fut = run_loop(spec, self.shutdown.clone(), self.metrics.clone(), Some(hb.clone()), move || {
                     let engine = engine.clone();
                     async move {
-                        let n = match kind {
+                        let processed = match kind {
                             WorkerKind::Dispatcher => engine.dispatch_tick().await?,
                             WorkerKind::Observer => engine.observe_tick().await?,
                             WorkerKind::Recovery => engine.recover_tick().await?,
                         };
-                        Ok(n)
+                        // Idle: wake when the next scheduled observation/recovery falls due.
+                        let due_in = match (processed, kind) {
+                            (0, WorkerKind::Observer) => engine.observe_due_in().await?,
+                            (0, WorkerKind::Recovery) => engine.recovery_due_in().await?,
+                            _ => None,
+                        };
+                        Ok(Tick { processed, due_in })
                     }
                 });
                 tasks.push((

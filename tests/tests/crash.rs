@@ -25,17 +25,24 @@ async fn wait_for_venue_order(db: &TestDb, movement: &str) -> anyhow::Result<()>
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn a_killed_dispatcher_is_recovered_without_a_second_submit() -> anyhow::Result<()> {
+/// A fresh database, the API, the principals and a one-node template whose submit takes
+/// `delay_ms` after the venue has the order.
+async fn slow_template(delay_ms: u64) -> anyhow::Result<(TestDb, Api, Keys)> {
     let db = TestDb::new().await?;
     let api = Api::start(&db.url, &[]).await?;
     let keys = Keys::create(&api).await?;
     install_template(&api, &keys, json!({
         "template_key": "t.slow",
         "nodes": [{"node_key": "w", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
-                   "config": {"sim": {"delay_ms": 5000}}}],
+                   "config": {"sim": {"delay_ms": delay_ms}}}],
     }))
     .await?;
+    Ok((db, api, keys))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_killed_dispatcher_is_recovered_without_a_second_submit() -> anyhow::Result<()> {
+    let (db, api, keys) = slow_template(5000).await?;
     let mut dispatcher = Proc::spawn("qtg-dispatcher", &db.url, &[]).await?;
     let observer = Proc::spawn("qtg-observer", &db.url, &[]).await?;
     let recovery = Proc::spawn(
@@ -82,15 +89,7 @@ async fn a_killed_dispatcher_is_recovered_without_a_second_submit() -> anyhow::R
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn sigterm_finishes_the_submit_in_hand_then_exits_zero() -> anyhow::Result<()> {
-    let db = TestDb::new().await?;
-    let api = Api::start(&db.url, &[]).await?;
-    let keys = Keys::create(&api).await?;
-    install_template(&api, &keys, json!({
-        "template_key": "t.slow",
-        "nodes": [{"node_key": "w", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
-                   "config": {"sim": {"delay_ms": 2000}}}],
-    }))
-    .await?;
+    let (db, api, keys) = slow_template(2000).await?;
     let mut dispatcher = Proc::spawn("qtg-dispatcher", &db.url, &[]).await?;
     let id = start_movement(&api, &keys, "t.slow", "term-1", None).await?;
     wait_for_venue_order(&db, &id).await?;

@@ -16,6 +16,9 @@ use uuid::Uuid;
 
 use crate::Result;
 
+/// Seconds before recovery looks at a node that became (or stayed) UNKNOWN without a hint.
+pub const UNKNOWN_RECHECK_SECONDS: f64 = 15.0;
+
 /// Records a well-formed executor `result` for `item` (currently `from`), then advances or
 /// derives. Returns the node's new state.
 pub async fn apply_result(
@@ -48,10 +51,14 @@ pub async fn apply_result(
         NodeState::Submitted | NodeState::Observing => {
             Some(Some(next_observe_delay(&item.action_type, result.retry_after_seconds)))
         }
-        // Recovery's backoff for a node that stays undecided.
-        NodeState::Unknown => {
-            result.retry_after_seconds.map(|s| Some(s.clamp(0.0, qtg_core::observe::MAX_BACKOFF_SECONDS)))
-        }
+        // When recovery asks (again): the executor's hint, else a pause, so an answer that
+        // keeps coming back UNKNOWN never spins.
+        NodeState::Unknown => Some(Some(
+            result
+                .retry_after_seconds
+                .unwrap_or(UNKNOWN_RECHECK_SECONDS)
+                .clamp(0.0, qtg_core::observe::MAX_BACKOFF_SECONDS),
+        )),
         _ => None,
     };
     if to == NodeState::Submitted && result.retry_after_seconds.is_none() {

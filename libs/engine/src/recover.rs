@@ -4,7 +4,7 @@
 //! EXECUTING requests, only after the lane's grace since `started_at`.
 
 use qtg_core::protocol::{idempotency_key, Method};
-use qtg_core::{Lane, NodeState};
+use qtg_core::Lane;
 use qtg_executor::ExecutorError;
 use qtg_store::claims::{self, Pickup};
 use qtg_store::{PgConnection, WorkItem};
@@ -62,11 +62,6 @@ impl Engine {
         match res {
             Ok(result) => {
                 record_result(conn, item, "recover", &result, ms, &self.actor).await?;
-                let mut result = result;
-                if result.next_state == NodeState::Unknown {
-                    // Still undecided: keep the marker, wait a backoff before asking again.
-                    result.retry_after_seconds.get_or_insert(self.settings.call_failure_backoff_seconds);
-                }
                 // Re-derives too: an executor may have handed the node to a person.
                 apply_result(conn, item, from, &result, Method::Recover, &self.actor).await?;
                 Ok(())

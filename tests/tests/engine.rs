@@ -174,3 +174,20 @@ async fn the_one_door_refuses_what_the_table_forbids_and_writes_nothing() -> any
     db.drop_db().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn a_worker_only_takes_nodes_whose_executor_it_has() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let full = sim_engine(&db, EngineSettings::default())?;
+    install_plan(&full, "t.one", one("n", json!({}))).await?;
+    let id = create_approved(&full, "t.one", "m1").await?;
+    // A replica whose registry does not have the key yet (e.g. mid rolling update).
+    let partial =
+        qtg_engine::Engine { registry: std::sync::Arc::new(qtg_executor::Registry::default()), ..full.clone() };
+    assert_eq!(partial.dispatch_tick().await?, 0);
+    assert_eq!(node_row(&db.pool, id, "n").await?.0, "READY", "left for a replica that can serve it");
+    assert_eq!(full.dispatch_tick().await?, 1);
+    assert_eq!(node_row(&db.pool, id, "n").await?.0, "SUBMITTED");
+    db.drop_db().await;
+    Ok(())
+}

@@ -40,7 +40,8 @@ impl Engine {
     /// Dispatches at most one READY node. Returns 1 if it claimed one.
     pub async fn dispatch_tick(&self) -> Result<usize> {
         let mut tx = self.pool.begin().await?;
-        let Some(item) = claims::claim_next(&mut tx, Pickup::Dispatch, CANDIDATE_SCAN).await? else {
+        let Some(item) = claims::claim_next(&mut tx, Pickup::Dispatch, &self.served_keys(), CANDIDATE_SCAN).await?
+        else {
             tx.commit().await?;
             return Ok(0);
         };

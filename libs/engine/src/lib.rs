@@ -95,3 +95,10 @@ pub struct Engine {
     pub settings: EngineSettings,
     pub actor: String,
 }
+
+impl Engine {
+    /// The executor keys this worker can call: it claims only nodes bound to one of them.
+    pub fn served_keys(&self) -> Vec<String> {
+        self.registry.executors().map(|e| e.key.clone()).collect()
+    }
+}

@@ -18,14 +18,15 @@ use crate::{Engine, Result};
 impl Engine {
     /// Observes up to `observe_batch` due nodes. Returns how many it claimed.
     pub async fn observe_tick(&self) -> Result<usize> {
+        let served = self.served_keys();
         let ids = {
             let mut conn = self.pool.acquire().await?;
-            claims::candidates(&mut conn, Pickup::Observe, &[], self.settings.observe_batch).await?
+            claims::candidates(&mut conn, Pickup::Observe, &served, &[], self.settings.observe_batch).await?
         };
         let mut processed = 0;
         for id in ids {
             let mut tx = self.pool.begin().await?;
-            let Some(item) = claims::claim(&mut tx, Pickup::Observe, id).await? else {
+            let Some(item) = claims::claim(&mut tx, Pickup::Observe, &served, id).await? else {
                 tx.rollback().await?;
                 continue;
             };

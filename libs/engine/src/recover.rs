@@ -17,17 +17,18 @@ use crate::{Engine, Result};
 
 impl Engine {
     pub async fn recover_tick(&self) -> Result<usize> {
+        let served = self.served_keys();
         let per_arm = (self.settings.recovery_batch / 4).max(1);
         let mut processed = 0;
         for lane in Lane::ALL {
             let pickup = Pickup::Recover { lane, grace_seconds: self.settings.grace.of(lane) };
             let ids = {
                 let mut conn = self.pool.acquire().await?;
-                claims::candidates(&mut conn, pickup, &[], per_arm).await?
+                claims::candidates(&mut conn, pickup, &served, &[], per_arm).await?
             };
             for id in ids {
                 let mut tx = self.pool.begin().await?;
-                let Some(item) = claims::claim(&mut tx, pickup, id).await? else {
+                let Some(item) = claims::claim(&mut tx, pickup, &served, id).await? else {
                     tx.rollback().await?;
                     continue;
                 };

@@ -25,25 +25,30 @@ const HANDED_TO_PERSON: &str =
     "(n.error_code IS NOT DISTINCT FROM 'OBSERVATION_TIMEOUT' OR COALESCE(n.provider_refs->'__manual_review_required', 'false'::jsonb) NOT IN ('false'::jsonb, 'null'::jsonb))";
 
 impl Pickup {
-    /// The predicate both the listing and the claim re-check. For recovery, `$first` is the
-    /// lane and the next parameter the grace in seconds.
+    /// The predicate both the listing and the claim re-check. `$first` is the list of executor
+    /// keys this worker serves (a replica never takes a node it cannot call — e.g. during a
+    /// rolling registry change); for recovery the next two are the lane and its grace.
     fn predicate(self, first: usize) -> String {
+        let served = format!("p.executor_key = ANY(${first}::text[])");
         match self {
-            Pickup::Dispatch => "n.node_state = 'READY' AND n.node_kind <> 'manual'
+            Pickup::Dispatch => format!(
+                "{served} AND n.node_state = 'READY' AND n.node_kind <> 'manual'
                 AND r.request_state IN ('APPROVED', 'EXECUTING')"
-                .to_string(),
-            Pickup::Observe => "n.node_state IN ('SUBMITTED', 'OBSERVING')
+            ),
+            Pickup::Observe => format!(
+                "{served} AND n.node_state IN ('SUBMITTED', 'OBSERVING')
                 AND r.request_state = 'EXECUTING'
                 AND (n.next_observe_at IS NULL OR n.next_observe_at <= now())"
-                .to_string(),
+            ),
             Pickup::Recover { .. } => format!(
-                "n.lane = ${first} AND r.request_state = 'EXECUTING'
+                "{served} AND n.lane = ${lane} AND r.request_state = 'EXECUTING'
                 AND n.started_at IS NOT NULL
                 AND n.started_at + make_interval(secs => ${grace}::float8) < now()
                 AND (n.next_observe_at IS NULL OR n.next_observe_at <= now())
                 AND (n.node_state = 'SUBMITTING'
                      OR (n.node_state = 'UNKNOWN' AND NOT {HANDED_TO_PERSON}))",
-                grace = first + 1
+                lane = first + 1,
+                grace = first + 2
             ),
         }
     }
@@ -56,16 +61,24 @@ impl Pickup {
     }
 }
 
-/// Lists up to `limit` candidate node ids (no locks), leaving out `exclude`.
-pub async fn candidates(conn: &mut PgConnection, pickup: Pickup, exclude: &[Uuid], limit: i64) -> Result<Vec<Uuid>> {
+/// Lists up to `limit` candidate node ids (no locks) among nodes bound to `served` executor
+/// keys, leaving out `exclude`.
+pub async fn candidates(
+    conn: &mut PgConnection,
+    pickup: Pickup,
+    served: &[String],
+    exclude: &[Uuid],
+    limit: i64,
+) -> Result<Vec<Uuid>> {
     let sql = format!(
         "SELECT n.id FROM movement_request_nodes n
          JOIN movement_requests r ON r.id = n.request_id
+         JOIN plan_nodes p ON p.id = n.plan_node_id
          WHERE {} AND NOT (n.id = ANY($1)) ORDER BY {} LIMIT $2",
         pickup.predicate(3),
         pickup.order()
     );
-    let query = bind_lane(sqlx::query(AssertSqlSafe(sql)).bind(exclude).bind(limit), pickup);
+    let query = bind_lane(sqlx::query(AssertSqlSafe(sql)).bind(exclude).bind(limit).bind(served), pickup);
     let rows = query.fetch_all(&mut *conn).await?;
     rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
 }
@@ -81,14 +94,21 @@ fn bind_lane(query: PgQuery<'_>, pickup: Pickup) -> PgQuery<'_> {
 
 /// Claims one candidate: locks node and request (SKIP LOCKED) inside a savepoint. `None` on a
 /// miss (locked elsewhere or no longer matching); the savepoint is rolled back then.
-pub async fn claim(conn: &mut PgConnection, pickup: Pickup, node_id: Uuid) -> Result<Option<WorkItem>> {
+pub async fn claim(
+    conn: &mut PgConnection,
+    pickup: Pickup,
+    served: &[String],
+    node_id: Uuid,
+) -> Result<Option<WorkItem>> {
     let sql = format!(
         "SELECT {WORK_ITEM_COLUMNS} {WORK_ITEM_FROM}
          WHERE n.id = $1 AND {} FOR UPDATE OF n, r SKIP LOCKED",
         pickup.predicate(2)
     );
     let mut savepoint = conn.begin().await?;
-    let row = bind_lane(sqlx::query(AssertSqlSafe(sql)).bind(node_id), pickup).fetch_optional(&mut *savepoint).await?;
+    let row = bind_lane(sqlx::query(AssertSqlSafe(sql)).bind(node_id).bind(served), pickup)
+        .fetch_optional(&mut *savepoint)
+        .await?;
     match row {
         Some(row) => {
             let item = WorkItem::from_row(&row)?;
@@ -103,15 +123,20 @@ pub async fn claim(conn: &mut PgConnection, pickup: Pickup, node_id: Uuid) -> Re
 }
 
 /// Claims the first free candidate of up to `scan` listed ones.
-pub async fn claim_next(conn: &mut PgConnection, pickup: Pickup, scan: i64) -> Result<Option<WorkItem>> {
+pub async fn claim_next(
+    conn: &mut PgConnection,
+    pickup: Pickup,
+    served: &[String],
+    scan: i64,
+) -> Result<Option<WorkItem>> {
     let mut tried: Vec<Uuid> = Vec::new();
     loop {
-        let ids = candidates(conn, pickup, &tried, scan).await?;
+        let ids = candidates(conn, pickup, served, &tried, scan).await?;
         if ids.is_empty() {
             return Ok(None);
         }
         for id in ids {
-            if let Some(item) = claim(conn, pickup, id).await? {
+            if let Some(item) = claim(conn, pickup, served, id).await? {
                 return Ok(Some(item));
             }
             tried.push(id);

@@ -3,7 +3,9 @@
 //! and prints throughput and latency next to this machine's raw Postgres ceiling for one
 //! audited transition, measured by pgbench in the same run (`QTG_BENCH_PGBENCH` JSON).
 //!
-//! Settings: QTG_BENCH_MOVEMENTS (N, 200), QTG_BENCH_NODES (K, 4), QTG_BENCH_SEQUENTIAL (20).
+//! Settings: QTG_BENCH_MOVEMENTS (N, 200), QTG_BENCH_NODES (K, 4), QTG_BENCH_SEQUENTIAL (20),
+//! QTG_BENCH_DISPATCHERS (2), QTG_BENCH_DISPATCHER_CONCURRENCY (4), QTG_BENCH_WORKER_LOG
+//! (RUST_LOG of the workers; with QTG_TEST_ECHO=1 their logs are echoed).
 
 use std::time::{Duration, Instant};
 
@@ -38,19 +40,22 @@ async fn main() -> anyhow::Result<()> {
 
     let db = TestDb::new().await?;
     let api = Api::start(&db.url, &[("RUST_LOG", "warn,qtg_api=info,qtg_runtime::admin=info")]).await?;
-    let quiet = [("RUST_LOG", "warn,qtg_api=info,qtg_runtime::admin=info"), ("MG_DB_POOL_SIZE", "8")];
+    let log = std::env::var("QTG_BENCH_WORKER_LOG").unwrap_or_else(|_| "warn,qtg_runtime::admin=info".into());
+    let dispatchers = env_usize("QTG_BENCH_DISPATCHERS", 2);
+    let concurrency = std::env::var("QTG_BENCH_DISPATCHER_CONCURRENCY").unwrap_or_else(|_| "4".into());
+    let quiet = [("RUST_LOG", log.as_str()), ("MG_DB_POOL_SIZE", "8")];
     let conc = [
-        ("RUST_LOG", "warn,qtg_api=info,qtg_runtime::admin=info"),
+        ("RUST_LOG", log.as_str()),
         ("MG_DB_POOL_SIZE", "8"),
-        ("MG_DISPATCHER_CONCURRENCY", "4"),
+        ("MG_DISPATCHER_CONCURRENCY", concurrency.as_str()),
         ("MG_OBSERVER_CONCURRENCY", "2"),
     ];
-    let mut procs = vec![
-        Proc::spawn("qtg-dispatcher", &db.url, &conc).await?,
-        Proc::spawn("qtg-dispatcher", &db.url, &conc).await?,
-        Proc::spawn("qtg-observer", &db.url, &conc).await?,
-        Proc::spawn("qtg-recovery", &db.url, &quiet).await?,
-    ];
+    let mut procs = Vec::new();
+    for _ in 0..dispatchers {
+        procs.push(Proc::spawn("qtg-dispatcher", &db.url, &conc).await?);
+    }
+    procs.push(Proc::spawn("qtg-observer", &db.url, &conc).await?);
+    procs.push(Proc::spawn("qtg-recovery", &db.url, &quiet).await?);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let keys = Keys::create(&api).await?;
     let nodes: Vec<Value> = (0..k)
@@ -107,11 +112,12 @@ async fn main() -> anyhow::Result<()> {
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
 
-    let window: f64 = sqlx::query_scalar(
+    let window: Option<f64> = sqlx::query_scalar(
         "SELECT extract(epoch FROM max(completed_at) - min(approved_at))::float8 FROM movement_requests WHERE idempotency_key LIKE 'load-%'",
     )
     .fetch_one(&db.pool)
     .await?;
+    let window = window.unwrap_or(f64::NAN);
     let row = sqlx::query(
         "SELECT
            (SELECT count(*) FROM node_events e JOIN movement_requests r ON r.id = e.request_id
@@ -160,7 +166,7 @@ async fn main() -> anyhow::Result<()> {
     let best_tps = ["1", "2", "4", "8"].iter().filter_map(|c| pg[c]["tps"].as_f64()).fold(f64::NAN, f64::max);
     println!();
     println!("qtg bench — {k}-node sequential sim chain (submit completes), release build, seed default intervals");
-    println!("workers: 2 x qtg-dispatcher (concurrency 4), 1 x qtg-observer, 1 x qtg-recovery, qtg-api; 2 cores");
+    println!("workers: {dispatchers} x qtg-dispatcher (concurrency {concurrency}), 1 x qtg-observer (concurrency 2), 1 x qtg-recovery, qtg-api; 2 cores");
     println!();
     println!("raw Postgres ceiling (pgbench: SKIP LOCKED claim + update + two inserts, commit):");
     for c in ["1", "2", "4", "8"] {

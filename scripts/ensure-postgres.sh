@@ -17,12 +17,17 @@ probe() { # host port
   fi
 }
 
-if probe 127.0.0.1 5432; then
+# QTG_PG_PRIVATE=1 skips the shared server (to try the private cluster path).
+if [ -z "${QTG_PG_PRIVATE:-}" ] && probe 127.0.0.1 5432; then
   echo "postgres://postgres@127.0.0.1:5432/postgres"; exit 0
 fi
 
-port=55432
+port=${QTG_PG_PORT:-55432}
 dir="$here/.qtg/pg"
+# As root the cluster runs as `postgres`, which must be able to reach the directory.
+if [ "$(id -u)" = 0 ] && ! runuser -u postgres -- test -x "$here" 2>/dev/null; then
+  dir="/var/tmp/qtg-pg-$(echo "$here" | sha256sum | cut -c1-12)"
+fi
 if probe 127.0.0.1 "$port"; then
   echo "postgres://postgres@127.0.0.1:$port/postgres"; exit 0
 fi
@@ -40,6 +45,7 @@ run_pg() {
 }
 mkdir -p "$dir"
 if [ "$(id -u)" = 0 ]; then chown -R postgres "$dir"; fi
+# Workers and tests open many connections; the default 100 is too few.
 if [ ! -f "$dir/data/PG_VERSION" ]; then
   echo "ensure-postgres: initdb in $dir/data" >&2
   run_pg "$bindir/initdb" -D "$dir/data" -U postgres --auth=trust -E UTF8 >&2

@@ -15,5 +15,7 @@ pub mod signer {
     }
 }
 
+pub mod convert;
+
 /// The encoded descriptor set (gRPC reflection).
 pub const FILE_DESCRIPTOR_SET: &[u8] = include_bytes!(concat!(env!("OUT_DIR"), "/qtg_descriptor.bin"));

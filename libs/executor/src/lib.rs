@@ -3,6 +3,7 @@
 //! registry file (`MG_EXECUTOR_REGISTRY`).
 
 mod registry;
+pub mod remote;
 
 use async_trait::async_trait;
 use qtg_core::{ExecutionContext, ExecutionResult, PreparedAction, SignRequest, SignResult};

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use qtg_core::Lane;
 use serde::Deserialize;
 
+use crate::remote::{Auth, Endpoint, RemoteExecutor, RemoteSigner};
 use crate::{Executor, Signer};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -94,23 +95,51 @@ pub struct Registry {
 }
 
 impl Registry {
-    pub fn build(file: &RegistryFile, local: &dyn LocalFactory) -> Result<Self, RegistryError> {
+    /// Builds every entry: local ones from `local`, remote ones as gRPC / HTTP clients.
+    /// `secret` resolves the environment variables an entry's `auth` names (only `services/`
+    /// reads the environment).
+    pub fn build(
+        file: &RegistryFile,
+        local: &dyn LocalFactory,
+        secret: &dyn Fn(&str) -> Option<String>,
+    ) -> Result<Self, RegistryError> {
         let mut registry = Registry::default();
         for (key, spec) in &file.executors {
-            let implementation = local_impl(key, spec)?;
-            let executor = local.executor(implementation, key).ok_or_else(|| RegistryError::Entry {
-                key: key.clone(),
-                reason: format!("no compiled-in executor implementation {implementation:?}"),
-            })?;
-            registry.insert_executor(key, spec.lane.unwrap_or_else(|| Lane::from_executor_key(key)), executor);
+            let lane = spec.lane.unwrap_or_else(|| Lane::from_executor_key(key));
+            let executor: Arc<dyn Executor> = match spec.transport {
+                Transport::Local => {
+                    let implementation = local_impl(key, spec)?;
+                    local.executor(implementation, key).ok_or_else(|| RegistryError::Entry {
+                        key: key.clone(),
+                        reason: format!("no compiled-in executor implementation {implementation:?}"),
+                    })?
+                }
+                Transport::Grpc => Arc::new(
+                    RemoteExecutor::grpc(key, endpoint(key, spec, secret)?)
+                        .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
+                ),
+                Transport::Http => Arc::new(RemoteExecutor::http(key, endpoint(key, spec, secret)?)),
+            };
+            registry
+                .executors
+                .insert(key.clone(), ExecutorEntry { key: key.clone(), transport: spec.transport, lane, executor });
         }
         for (key, spec) in &file.signers {
-            let implementation = local_impl(key, spec)?;
-            let signer = local.signer(implementation, key).ok_or_else(|| RegistryError::Entry {
-                key: key.clone(),
-                reason: format!("no compiled-in signer implementation {implementation:?}"),
-            })?;
-            registry.insert_signer(key, signer);
+            let signer: Arc<dyn Signer> = match spec.transport {
+                Transport::Local => {
+                    let implementation = local_impl(key, spec)?;
+                    local.signer(implementation, key).ok_or_else(|| RegistryError::Entry {
+                        key: key.clone(),
+                        reason: format!("no compiled-in signer implementation {implementation:?}"),
+                    })?
+                }
+                Transport::Grpc => Arc::new(
+                    RemoteSigner::grpc(endpoint(key, spec, secret)?)
+                        .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
+                ),
+                Transport::Http => Arc::new(RemoteSigner::http(endpoint(key, spec, secret)?)),
+            };
+            registry.signers.insert(key.clone(), SignerEntry { key: key.clone(), transport: spec.transport, signer });
         }
         Ok(registry)
     }
@@ -149,20 +178,52 @@ impl Registry {
 }
 
 fn local_impl<'a>(key: &str, spec: &'a EntrySpec) -> Result<&'a str, RegistryError> {
-    match spec.transport {
-        Transport::Local => spec
-            .implementation
-            .as_deref()
-            .ok_or_else(|| RegistryError::Entry { key: key.to_string(), reason: "a local entry needs `impl`".into() }),
-        remote => Err(RegistryError::Entry {
-            key: key.to_string(),
-            reason: format!(
-                "transport {:?} is not available in this build (remote executors arrive with the \
-                 executor protocol)",
-                remote.as_str()
-            ),
-        }),
+    spec.implementation
+        .as_deref()
+        .ok_or_else(|| RegistryError::Entry { key: key.to_string(), reason: "a local entry needs `impl`".into() })
+}
+
+/// Default deadline of a remote call when the entry sets no `timeout_ms`.
+pub const DEFAULT_REMOTE_TIMEOUT_MS: u64 = 10_000;
+
+fn endpoint(key: &str, spec: &EntrySpec, secret: &dyn Fn(&str) -> Option<String>) -> Result<Endpoint, RegistryError> {
+    let bad = |reason: String| RegistryError::Entry { key: key.to_string(), reason };
+    let url = spec.endpoint.clone().ok_or_else(|| bad("a remote entry needs `endpoint`".into()))?;
+    if !(url.starts_with("http://") || url.starts_with("https://")) {
+        return Err(bad(format!("endpoint {url:?} must start with http:// or https://")));
     }
+    if spec.tls.is_some() || url.starts_with("https://") {
+        return Err(bad("TLS endpoints are not supported by this build yet".into()));
+    }
+    let timeout_ms = spec.timeout_ms.unwrap_or(DEFAULT_REMOTE_TIMEOUT_MS);
+    if timeout_ms == 0 {
+        return Err(bad("timeout_ms must be > 0".into()));
+    }
+    let auth = match &spec.auth {
+        None => Auth::None,
+        Some(toml::Value::Table(t)) => {
+            let text = |field: &str| t.get(field).and_then(toml::Value::as_str);
+            let from_env = |var: &str| {
+                secret(var)
+                    .filter(|s| !s.is_empty())
+                    .ok_or_else(|| bad(format!("auth: environment variable {var} is not set")))
+            };
+            let from_file = |path: &str| {
+                std::fs::read_to_string(path)
+                    .map(|s| s.trim().to_string())
+                    .map_err(|e| bad(format!("auth: cannot read {path}: {e}")))
+            };
+            match (text("bearer_env"), text("bearer_file"), text("hmac_env"), text("hmac_file")) {
+                (Some(v), None, None, None) => Auth::Bearer(from_env(v)?),
+                (None, Some(p), None, None) => Auth::Bearer(from_file(p)?),
+                (None, None, Some(v), None) => Auth::Hmac(from_env(v)?.into_bytes()),
+                (None, None, None, Some(p)) => Auth::Hmac(from_file(p)?.into_bytes()),
+                _ => return Err(bad("auth takes exactly one of bearer_env, bearer_file, hmac_env, hmac_file".into())),
+            }
+        }
+        Some(_) => return Err(bad("auth must be a table, e.g. { bearer_env = \"TOKEN\" }".into())),
+    };
+    Ok(Endpoint { url, timeout: std::time::Duration::from_millis(timeout_ms), auth })
 }
 
 #[cfg(test)]
@@ -190,5 +251,66 @@ impl = "sim"
         assert_eq!(file.executors["exec.cex.withdrawal_action"].lane, Some(Lane::Cex));
         assert!(RegistryFile::parse("[executors.x]\ntransport = \"carrier-pigeon\"").is_err());
         assert!(RegistryFile::parse("[executors.x]\ntransport = \"local\"\nimpl = \"sim\"\nbogus = 1").is_err());
+    }
+}
+
+#[cfg(test)]
+mod remote_tests {
+    use super::*;
+
+    struct NoLocal;
+    impl LocalFactory for NoLocal {
+        fn executor(&self, _: &str, _: &str) -> Option<Arc<dyn Executor>> {
+            None
+        }
+        fn signer(&self, _: &str, _: &str) -> Option<Arc<dyn Signer>> {
+            None
+        }
+    }
+
+    fn build(text: &str) -> Result<Registry, RegistryError> {
+        let env = |v: &str| (v == "SOL_TOKEN").then(|| "t0k3n".to_string());
+        Registry::build(&RegistryFile::parse(text)?, &NoLocal, &env)
+    }
+
+    #[tokio::test]
+    async fn remote_entries_are_decided_by_the_file_not_the_key() {
+        let r = build(
+            r#"
+[executors."exec.sol.transfer"]
+transport = "grpc"
+endpoint = "http://127.0.0.1:1"
+timeout_ms = 500
+auth = { bearer_env = "SOL_TOKEN" }
+[executors."exec.cex.withdraw"]
+transport = "http"
+endpoint = "http://127.0.0.1:1/v1"
+[signers."signer.kms"]
+transport = "http"
+endpoint = "http://127.0.0.1:1"
+"#,
+        )
+        .unwrap();
+        assert_eq!(r.executor("exec.sol.transfer").unwrap().transport, Transport::Grpc);
+        assert_eq!(r.executor("exec.cex.withdraw").unwrap().lane, Lane::Cex);
+        // Nothing listens on port 1: a health call is "unavailable", not a crash.
+        let e = r.executor("exec.cex.withdraw").unwrap().executor.health().await.unwrap_err();
+        assert!(matches!(e, crate::ExecutorError::Unavailable(_)), "{e:?}");
+        let e = r.executor("exec.sol.transfer").unwrap().executor.health().await.unwrap_err();
+        assert!(matches!(e, crate::ExecutorError::Unavailable(_) | crate::ExecutorError::Timeout(_)), "{e:?}");
+    }
+
+    #[test]
+    fn bad_remote_entries_are_clear_errors() {
+        for (text, why) in [
+            ("[executors.x]\ntransport = \"grpc\"", "needs `endpoint`"),
+            ("[executors.x]\ntransport = \"http\"\nendpoint = \"ftp://h\"", "must start with"),
+            ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://h\"\nauth = { bearer_env = \"MISSING\" }", "MISSING is not set"),
+            ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://h\"\nauth = { bearer_env = \"SOL_TOKEN\", hmac_env = \"SOL_TOKEN\" }", "exactly one"),
+            ("[executors.x]\ntransport = \"local\"", "needs `impl`"),
+        ] {
+            let e = build(text).err().unwrap_or_else(|| panic!("{text} should fail"));
+            assert!(e.to_string().contains(why), "{e} / {why}");
+        }
     }
 }

@@ -85,7 +85,8 @@ fn load_registry(settings: &Settings, pool: &PgPool) -> anyhow::Result<Registry>
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read MG_EXECUTOR_REGISTRY {}", path.display()))?;
     let file = RegistryFile::parse(&text).with_context(|| format!("in {}", path.display()))?;
-    let registry = Registry::build(&file, &qtg_sim::SimFactory { venue: pool.clone() })?;
+    let registry =
+        Registry::build(&file, &qtg_sim::SimFactory { venue: pool.clone() }, &|var| std::env::var(var).ok())?;
     tracing::info!(
         executors = ?file.executors.keys().collect::<Vec<_>>(),
         signers = ?file.signers.keys().collect::<Vec<_>>(),

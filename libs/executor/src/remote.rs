@@ -1,0 +1,402 @@
+//! Remote executors and signers: the same contract over gRPC (tonic) or HTTP JSON (reqwest,
+//! proto3 canonical JSON), with a per-call deadline and bearer or HMAC (v3) authentication.
+//!
+//! Failure mapping (the engine applies each method's semantics on top): unreachable, 5xx,
+//! 401/403/429 or gRPC UNAVAILABLE/INTERNAL/… → `Unavailable`; a missed deadline →
+//! `Timeout`; anything that breaks the contract (bad status, undecodable or oversize body,
+//! missing fields) → `Protocol`.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use async_trait::async_trait;
+use qtg_core::protocol::{Method, MAX_RESULT_BYTES};
+use qtg_core::{ExecutionContext, ExecutionResult, PreparedAction, SignRequest, SignResult};
+use qtg_proto::convert;
+use qtg_proto::executor::v1 as pb;
+use qtg_proto::executor::v1::executor_service_client::ExecutorServiceClient;
+use qtg_proto::signer::v1 as spb;
+use qtg_proto::signer::v1::signer_service_client::SignerServiceClient;
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use serde_json::Value;
+use tonic::transport::Channel;
+
+use crate::{Executor, ExecutorError, PgConnection, Prepared, SignError, Signer};
+
+/// How calls authenticate.
+#[derive(Clone)]
+pub enum Auth {
+    None,
+    /// `Authorization: Bearer <token>` (gRPC: `authorization` metadata).
+    Bearer(String),
+    /// v3 request signature over the body (gRPC: over the encoded request message).
+    Hmac(Vec<u8>),
+}
+
+impl std::fmt::Debug for Auth {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Auth::None => "none",
+            Auth::Bearer(_) => "bearer(***)",
+            Auth::Hmac(_) => "hmac(***)",
+        })
+    }
+}
+
+impl Auth {
+    /// The headers this auth adds to a request with `body`.
+    pub fn headers(&self, body: &[u8]) -> Vec<(&'static str, String)> {
+        match self {
+            Auth::None => Vec::new(),
+            Auth::Bearer(t) => vec![("authorization", format!("Bearer {t}"))],
+            Auth::Hmac(secret) => {
+                let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0).to_string();
+                let nonce = uuid::Uuid::new_v4().to_string();
+                let sig = qtg_webhook::sign(secret, &ts, &nonce, body);
+                vec![
+                    ("x-qtg-callback-timestamp", ts),
+                    ("x-qtg-callback-nonce", nonce),
+                    ("x-qtg-callback-signature-version", qtg_webhook::VERSION.to_string()),
+                    ("x-qtg-callback-signature", sig),
+                ]
+            }
+        }
+    }
+}
+
+/// Where and how a remote entry is reached.
+#[derive(Debug, Clone)]
+pub struct Endpoint {
+    pub url: String,
+    pub timeout: Duration,
+    pub auth: Auth,
+}
+
+#[derive(Clone)]
+enum Conn<G> {
+    Grpc(G),
+    Http { client: reqwest::Client, base: String },
+}
+
+fn http_client() -> reqwest::Client {
+    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("reqwest client")
+}
+
+fn channel(url: &str, timeout: Duration) -> Result<Channel, String> {
+    Ok(Channel::from_shared(url.to_string())
+        .map_err(|e| format!("endpoint {url:?}: {e}"))?
+        .connect_timeout(timeout.min(Duration::from_secs(10)))
+        .timeout(timeout)
+        .connect_lazy())
+}
+
+fn status_error(s: &tonic::Status) -> ExecutorError {
+    use tonic::Code::*;
+    let detail = format!("gRPC {:?}: {}", s.code(), s.message());
+    match s.code() {
+        DeadlineExceeded => ExecutorError::Timeout(0),
+        Unavailable | Internal | Unknown | ResourceExhausted | Aborted | Cancelled | Unauthenticated
+        | PermissionDenied => ExecutorError::Unavailable(detail),
+        _ => ExecutorError::Protocol(detail),
+    }
+}
+
+fn grpc_request<T: prost::Message>(msg: T, endpoint: &Endpoint) -> tonic::Request<T> {
+    let body = msg.encode_to_vec();
+    let mut req = tonic::Request::new(msg);
+    req.set_timeout(endpoint.timeout);
+    for (k, v) in endpoint.auth.headers(&body) {
+        if let Ok(v) = v.parse() {
+            req.metadata_mut().insert(k, v);
+        }
+    }
+    req
+}
+
+/// POSTs (or GETs, without a body) JSON; `Ok(None)` on 204.
+async fn http_call<Req: Serialize, Resp: DeserializeOwned>(
+    client: &reqwest::Client,
+    base: &str,
+    path: &str,
+    body: Option<&Req>,
+    endpoint: &Endpoint,
+) -> Result<Option<Resp>, ExecutorError> {
+    let url = format!("{}/{}", base.trim_end_matches('/'), path);
+    let bytes = match body {
+        Some(b) => serde_json::to_vec(b).map_err(|e| ExecutorError::Protocol(e.to_string()))?,
+        None => Vec::new(),
+    };
+    let mut req = if body.is_some() { client.post(&url) } else { client.get(&url) }.timeout(endpoint.timeout);
+    if body.is_some() {
+        req = req.header("content-type", "application/json");
+    }
+    for (k, v) in endpoint.auth.headers(&bytes) {
+        req = req.header(k, v);
+    }
+    let resp = req.body(bytes).send().await.map_err(|e| {
+        if e.is_timeout() {
+            ExecutorError::Timeout(endpoint.timeout.as_millis() as u64)
+        } else {
+            ExecutorError::Unavailable(format!("{url}: {e}"))
+        }
+    })?;
+    let status = resp.status();
+    if status.as_u16() == 204 {
+        return Ok(None);
+    }
+    if status.is_server_error() || matches!(status.as_u16(), 401 | 403 | 408 | 429) {
+        return Err(ExecutorError::Unavailable(format!("{url}: HTTP {status}")));
+    }
+    if !status.is_success() {
+        return Err(ExecutorError::Protocol(format!("{url}: HTTP {status}")));
+    }
+    if resp.content_length().is_some_and(|l| l as usize > MAX_RESULT_BYTES) {
+        return Err(ExecutorError::Protocol(format!("{url}: body over {MAX_RESULT_BYTES} bytes")));
+    }
+    let body = resp.bytes().await.map_err(|e| {
+        if e.is_timeout() {
+            ExecutorError::Timeout(endpoint.timeout.as_millis() as u64)
+        } else {
+            ExecutorError::Unavailable(format!("{url}: {e}"))
+        }
+    })?;
+    if body.len() > MAX_RESULT_BYTES {
+        return Err(ExecutorError::Protocol(format!("{url}: body over {MAX_RESULT_BYTES} bytes")));
+    }
+    serde_json::from_slice(&body).map(Some).map_err(|e| ExecutorError::Protocol(format!("{url}: {e}")))
+}
+
+fn wire<T>(r: Result<T, convert::WireError>) -> Result<T, ExecutorError> {
+    r.map_err(|e| ExecutorError::Protocol(e.to_string()))
+}
+
+/// An executor served by another process.
+pub struct RemoteExecutor {
+    key: String,
+    endpoint: Endpoint,
+    conn: Conn<ExecutorServiceClient<Channel>>,
+}
+
+impl RemoteExecutor {
+    pub fn grpc(key: &str, endpoint: Endpoint) -> Result<Self, String> {
+        let ch = channel(&endpoint.url, endpoint.timeout)?;
+        let client = ExecutorServiceClient::new(ch).max_decoding_message_size(MAX_RESULT_BYTES);
+        Ok(RemoteExecutor { key: key.to_string(), endpoint, conn: Conn::Grpc(client) })
+    }
+
+    pub fn http(key: &str, endpoint: Endpoint) -> Self {
+        let base = endpoint.url.clone();
+        RemoteExecutor { key: key.to_string(), endpoint, conn: Conn::Http { client: http_client(), base } }
+    }
+
+    fn ctx(&self, ctx: &ExecutionContext) -> Result<Option<pb::ExecutionContext>, ExecutorError> {
+        wire(convert::context_to_wire(ctx)).map(Some)
+    }
+
+    /// One result-returning call over either transport.
+    async fn result_call<Req>(
+        &self,
+        method: Method,
+        req: Req,
+        grpc: impl AsyncFnOnce(
+            ExecutorServiceClient<Channel>,
+            tonic::Request<Req>,
+        ) -> Result<tonic::Response<pb::ExecutionResult>, tonic::Status>,
+    ) -> Result<Option<ExecutionResult>, ExecutorError>
+    where
+        Req: prost::Message + Serialize,
+    {
+        let answer = match &self.conn {
+            Conn::Grpc(client) => Some(
+                grpc(client.clone(), grpc_request(req, &self.endpoint))
+                    .await
+                    .map_err(|s| status_error(&s))?
+                    .into_inner(),
+            ),
+            Conn::Http { client, base } => {
+                http_call::<Req, pb::ExecutionResult>(client, base, method.as_str(), Some(&req), &self.endpoint).await?
+            }
+        };
+        match answer {
+            None if method == Method::Preflight => Ok(None),
+            None => Err(ExecutorError::Protocol(format!("{} answered 204", method.as_str()))),
+            Some(r) => wire(convert::result_from_wire(&r, method)),
+        }
+    }
+}
+
+fn required(r: Option<ExecutionResult>, method: Method) -> Result<ExecutionResult, ExecutorError> {
+    r.ok_or_else(|| ExecutorError::Protocol(format!("{} answered without next_state", method.as_str())))
+}
+
+#[async_trait]
+impl Executor for RemoteExecutor {
+    async fn preflight(
+        &self,
+        ctx: &ExecutionContext,
+        _tx: &mut PgConnection,
+    ) -> Result<Option<ExecutionResult>, ExecutorError> {
+        let req = pb::PreflightRequest { executor_key: self.key.clone(), context: self.ctx(ctx)? };
+        self.result_call(Method::Preflight, req, async |mut c, r| c.preflight(r).await).await
+    }
+
+    async fn prepare(&self, ctx: &ExecutionContext, _tx: &mut PgConnection) -> Result<Prepared, ExecutorError> {
+        let req = pb::PrepareRequest { executor_key: self.key.clone(), context: self.ctx(ctx)? };
+        let resp = match &self.conn {
+            Conn::Grpc(client) => client
+                .clone()
+                .prepare(grpc_request(req, &self.endpoint))
+                .await
+                .map_err(|s| status_error(&s))?
+                .into_inner(),
+            Conn::Http { client, base } => {
+                http_call::<_, pb::PrepareResponse>(client, base, "prepare", Some(&req), &self.endpoint)
+                    .await?
+                    .ok_or_else(|| ExecutorError::Protocol("prepare answered 204".into()))?
+            }
+        };
+        use pb::prepare_response::Outcome;
+        match resp.outcome {
+            Some(Outcome::Action(a)) => Ok(Prepared::Action(wire(convert::prepared_from_wire(&a))?)),
+            Some(Outcome::Refused(r)) => {
+                Ok(Prepared::Refused(required(wire(convert::result_from_wire(&r, Method::Prepare))?, Method::Prepare)?))
+            }
+            None => Ok(Prepared::Empty),
+        }
+    }
+
+    async fn submit(
+        &self,
+        ctx: &ExecutionContext,
+        prepared: &PreparedAction,
+        signed: Option<&SignResult>,
+        idempotency_key: &str,
+        _tx: &mut PgConnection,
+    ) -> Result<ExecutionResult, ExecutorError> {
+        let req = pb::SubmitRequest {
+            executor_key: self.key.clone(),
+            context: self.ctx(ctx)?,
+            prepared_action: Some(convert::prepared_to_wire(prepared)),
+            sign_result: signed.map(convert::sign_result_to_wire),
+            idempotency_key: idempotency_key.to_string(),
+        };
+        required(self.result_call(Method::Submit, req, async |mut c, r| c.submit(r).await).await?, Method::Submit)
+    }
+
+    async fn observe(&self, ctx: &ExecutionContext, _tx: &mut PgConnection) -> Result<ExecutionResult, ExecutorError> {
+        let req = pb::ObserveRequest { executor_key: self.key.clone(), context: self.ctx(ctx)? };
+        required(self.result_call(Method::Observe, req, async |mut c, r| c.observe(r).await).await?, Method::Observe)
+    }
+
+    async fn recover(
+        &self,
+        ctx: &ExecutionContext,
+        idempotency_key: &str,
+        _tx: &mut PgConnection,
+    ) -> Result<ExecutionResult, ExecutorError> {
+        let req = pb::RecoverRequest {
+            executor_key: self.key.clone(),
+            context: self.ctx(ctx)?,
+            idempotency_key: idempotency_key.to_string(),
+        };
+        required(self.result_call(Method::Recover, req, async |mut c, r| c.recover(r).await).await?, Method::Recover)
+    }
+
+    async fn health(&self) -> Result<Option<Value>, ExecutorError> {
+        let req = pb::HealthRequest { executor_key: self.key.clone() };
+        let resp = match &self.conn {
+            Conn::Grpc(client) => client
+                .clone()
+                .health(grpc_request(req, &self.endpoint))
+                .await
+                .map_err(|s| status_error(&s))?
+                .into_inner(),
+            Conn::Http { client, base } => {
+                http_call::<pb::HealthRequest, pb::HealthResponse>(client, base, "health", None, &self.endpoint)
+                    .await?
+                    .unwrap_or(pb::HealthResponse { ok: true, details: None })
+            }
+        };
+        if !resp.ok {
+            return Err(ExecutorError::Unavailable("executor reports not ok".into()));
+        }
+        Ok(Some(convert::from_struct(resp.details.as_ref())))
+    }
+}
+
+/// A signer served by another process.
+pub struct RemoteSigner {
+    endpoint: Endpoint,
+    conn: Conn<SignerServiceClient<Channel>>,
+}
+
+impl RemoteSigner {
+    pub fn grpc(endpoint: Endpoint) -> Result<Self, String> {
+        let ch = channel(&endpoint.url, endpoint.timeout)?;
+        Ok(RemoteSigner { conn: Conn::Grpc(SignerServiceClient::new(ch)), endpoint })
+    }
+
+    pub fn http(endpoint: Endpoint) -> Self {
+        let base = endpoint.url.clone();
+        RemoteSigner { endpoint, conn: Conn::Http { client: http_client(), base } }
+    }
+}
+
+#[async_trait]
+impl Signer for RemoteSigner {
+    async fn sign(&self, req: &SignRequest) -> Result<SignResult, SignError> {
+        let wire_req =
+            convert::sign_request_to_wire(req).map_err(|e| SignError::Call(ExecutorError::Protocol(e.to_string())))?;
+        let resp = match &self.conn {
+            Conn::Grpc(client) => match client.clone().sign(grpc_request(wire_req, &self.endpoint)).await {
+                Ok(r) => r.into_inner(),
+                Err(s) if s.code() == tonic::Code::FailedPrecondition => {
+                    return Err(SignError::Refused(s.message().to_string()))
+                }
+                Err(s) => return Err(SignError::Call(status_error(&s))),
+            },
+            Conn::Http { client, base } => {
+                match http_call::<_, spb::SignResponse>(client, base, "sign", Some(&wire_req), &self.endpoint).await {
+                    Ok(Some(r)) => r,
+                    Ok(None) => return Err(SignError::Call(ExecutorError::Protocol("sign answered 204".into()))),
+                    Err(ExecutorError::Protocol(m)) if m.contains("422") => return Err(SignError::Refused(m)),
+                    Err(e) => return Err(SignError::Call(e)),
+                }
+            }
+        };
+        if resp.signature.is_empty() {
+            return Err(SignError::Call(ExecutorError::Protocol("sign answered without a signature".into())));
+        }
+        Ok(SignResult {
+            signature: resp.signature,
+            signed_payload: (!resp.signed_payload.is_empty()).then_some(resp.signed_payload),
+            signer_address: (!resp.signer_address.is_empty()).then_some(resp.signer_address),
+            signed_tx_hash: (!resp.signed_tx_hash.is_empty()).then_some(resp.signed_tx_hash),
+        })
+    }
+
+    async fn health(&self) -> Result<Option<Value>, ExecutorError> {
+        let req = spb::HealthRequest { signer_key: String::new() };
+        let resp = match &self.conn {
+            Conn::Grpc(client) => client
+                .clone()
+                .health(grpc_request(req, &self.endpoint))
+                .await
+                .map_err(|s| status_error(&s))?
+                .into_inner(),
+            Conn::Http { client, base } => {
+                http_call::<spb::HealthRequest, spb::HealthResponse>(client, base, "health", None, &self.endpoint)
+                    .await?
+                    .unwrap_or_default()
+            }
+        };
+        if !resp.ok {
+            return Err(ExecutorError::Unavailable("signer reports not ok".into()));
+        }
+        let mut details = convert::from_struct(resp.details.as_ref());
+        if !resp.signer_address.is_empty() {
+            details["signer_address"] = Value::String(resp.signer_address);
+        }
+        Ok(Some(details))
+    }
+}

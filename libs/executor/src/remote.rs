@@ -86,7 +86,6 @@ fn channel(url: &str, timeout: Duration) -> Result<Channel, String> {
     Ok(Channel::from_shared(url.to_string())
         .map_err(|e| format!("endpoint {url:?}: {e}"))?
         .connect_timeout(timeout.min(Duration::from_secs(10)))
-        .timeout(timeout)
         .connect_lazy())
 }
 
@@ -95,9 +94,24 @@ fn status_error(s: &tonic::Status) -> ExecutorError {
     let detail = format!("gRPC {:?}: {}", s.code(), s.message());
     match s.code() {
         DeadlineExceeded => ExecutorError::Timeout(0),
+        // tonic's server answers a passed `grpc-timeout` with CANCELLED "Timeout expired".
+        Cancelled if s.message().to_ascii_lowercase().contains("timeout") => ExecutorError::Timeout(0),
         Unavailable | Internal | Unknown | ResourceExhausted | Aborted | Cancelled | Unauthenticated
         | PermissionDenied => ExecutorError::Unavailable(detail),
         _ => ExecutorError::Protocol(detail),
+    }
+}
+
+/// Runs a gRPC call under the entry's deadline (a miss is `Timeout`, whatever the channel
+/// would have said).
+async fn grpc_call<T>(
+    endpoint: &Endpoint,
+    fut: impl std::future::Future<Output = Result<tonic::Response<T>, tonic::Status>>,
+) -> Result<T, ExecutorError> {
+    match tokio::time::timeout(endpoint.timeout, fut).await {
+        Ok(Ok(r)) => Ok(r.into_inner()),
+        Ok(Err(s)) => Err(status_error(&s)),
+        Err(_) => Err(ExecutorError::Timeout(endpoint.timeout.as_millis() as u64)),
     }
 }
 
@@ -207,12 +221,9 @@ impl RemoteExecutor {
         Req: prost::Message + Serialize,
     {
         let answer = match &self.conn {
-            Conn::Grpc(client) => Some(
-                grpc(client.clone(), grpc_request(req, &self.endpoint))
-                    .await
-                    .map_err(|s| status_error(&s))?
-                    .into_inner(),
-            ),
+            Conn::Grpc(client) => {
+                Some(grpc_call(&self.endpoint, grpc(client.clone(), grpc_request(req, &self.endpoint))).await?)
+            }
             Conn::Http { client, base } => {
                 http_call::<Req, pb::ExecutionResult>(client, base, method.as_str(), Some(&req), &self.endpoint).await?
             }
@@ -243,12 +254,9 @@ impl Executor for RemoteExecutor {
     async fn prepare(&self, ctx: &ExecutionContext, _tx: &mut PgConnection) -> Result<Prepared, ExecutorError> {
         let req = pb::PrepareRequest { executor_key: self.key.clone(), context: self.ctx(ctx)? };
         let resp = match &self.conn {
-            Conn::Grpc(client) => client
-                .clone()
-                .prepare(grpc_request(req, &self.endpoint))
-                .await
-                .map_err(|s| status_error(&s))?
-                .into_inner(),
+            Conn::Grpc(client) => {
+                grpc_call(&self.endpoint, client.clone().prepare(grpc_request(req, &self.endpoint))).await?
+            }
             Conn::Http { client, base } => {
                 http_call::<_, pb::PrepareResponse>(client, base, "prepare", Some(&req), &self.endpoint)
                     .await?
@@ -305,12 +313,9 @@ impl Executor for RemoteExecutor {
     async fn health(&self) -> Result<Option<Value>, ExecutorError> {
         let req = pb::HealthRequest { executor_key: self.key.clone() };
         let resp = match &self.conn {
-            Conn::Grpc(client) => client
-                .clone()
-                .health(grpc_request(req, &self.endpoint))
-                .await
-                .map_err(|s| status_error(&s))?
-                .into_inner(),
+            Conn::Grpc(client) => {
+                grpc_call(&self.endpoint, client.clone().health(grpc_request(req, &self.endpoint))).await?
+            }
             Conn::Http { client, base } => {
                 http_call::<pb::HealthRequest, pb::HealthResponse>(client, base, "health", None, &self.endpoint)
                     .await?
@@ -348,13 +353,20 @@ impl Signer for RemoteSigner {
         let wire_req =
             convert::sign_request_to_wire(req).map_err(|e| SignError::Call(ExecutorError::Protocol(e.to_string())))?;
         let resp = match &self.conn {
-            Conn::Grpc(client) => match client.clone().sign(grpc_request(wire_req, &self.endpoint)).await {
-                Ok(r) => r.into_inner(),
-                Err(s) if s.code() == tonic::Code::FailedPrecondition => {
-                    return Err(SignError::Refused(s.message().to_string()))
+            Conn::Grpc(client) => {
+                let mut client = client.clone();
+                let call = client.sign(grpc_request(wire_req, &self.endpoint));
+                match tokio::time::timeout(self.endpoint.timeout, call).await {
+                    Ok(Ok(r)) => r.into_inner(),
+                    Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => {
+                        return Err(SignError::Refused(s.message().to_string()))
+                    }
+                    Ok(Err(s)) => return Err(SignError::Call(status_error(&s))),
+                    Err(_) => {
+                        return Err(SignError::Call(ExecutorError::Timeout(self.endpoint.timeout.as_millis() as u64)))
+                    }
                 }
-                Err(s) => return Err(SignError::Call(status_error(&s))),
-            },
+            }
             Conn::Http { client, base } => {
                 match http_call::<_, spb::SignResponse>(client, base, "sign", Some(&wire_req), &self.endpoint).await {
                     Ok(Some(r)) => r,
@@ -378,12 +390,9 @@ impl Signer for RemoteSigner {
     async fn health(&self) -> Result<Option<Value>, ExecutorError> {
         let req = spb::HealthRequest { signer_key: String::new() };
         let resp = match &self.conn {
-            Conn::Grpc(client) => client
-                .clone()
-                .health(grpc_request(req, &self.endpoint))
-                .await
-                .map_err(|s| status_error(&s))?
-                .into_inner(),
+            Conn::Grpc(client) => {
+                grpc_call(&self.endpoint, client.clone().health(grpc_request(req, &self.endpoint))).await?
+            }
             Conn::Http { client, base } => {
                 http_call::<spb::HealthRequest, spb::HealthResponse>(client, base, "health", None, &self.endpoint)
                     .await?

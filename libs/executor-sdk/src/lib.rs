@@ -1,0 +1,69 @@
+//! The SDK for remote-executor implementers: implement [`Handler`] once and [`serve`] it over
+//! gRPC (with `grpc.health.v1` and reflection) and HTTP JSON (same messages in proto3
+//! canonical JSON), with bearer or HMAC authentication, tracing and graceful shutdown. The
+//! [`conformance`] suite (also the `qtg-executor-conformance` binary) drives any remote
+//! executor through the contract and prints a pass/fail table.
+
+pub mod conformance;
+mod server;
+
+use async_trait::async_trait;
+pub use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction, SignResult};
+use serde_json::Value;
+pub use server::{serve, Auth, Running, ServeConfig};
+pub use tokio_util::sync::CancellationToken;
+
+/// What `prepare` answers.
+#[derive(Debug, Clone, PartialEq)]
+pub enum PrepareOutcome {
+    Action(PreparedAction),
+    /// A FAILED result: nothing will be submitted.
+    Refused(ExecutionResult),
+}
+
+/// A handler's failure. `Unavailable` becomes gRPC UNAVAILABLE / HTTP 503 (qtg: nothing is
+/// known to have happened — on submit that means UNKNOWN); `Invalid` becomes
+/// INVALID_ARGUMENT / HTTP 400.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum HandlerError {
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+    #[error("invalid request: {0}")]
+    Invalid(String),
+}
+
+/// One remote executor (or several, told apart by `executor_key`). The contract:
+/// * `submit` must treat `idempotency_key` as the venue's client order id: the same key
+///   always yields the same `provider_ref_id` and never a second effect.
+/// * Answer `UNKNOWN` whenever you cannot tell whether the venue acted; never `FAILED`.
+/// * `recover` reconciles by idempotency key (or a lookback) — it never re-submits.
+#[async_trait]
+pub trait Handler: Send + Sync + 'static {
+    /// `Ok(None)` = pass; `Ok(Some(FAILED result))` = refuse.
+    async fn preflight(
+        &self,
+        executor_key: &str,
+        ctx: &ExecutionContext,
+    ) -> Result<Option<ExecutionResult>, HandlerError>;
+    async fn prepare(&self, executor_key: &str, ctx: &ExecutionContext) -> Result<PrepareOutcome, HandlerError>;
+    async fn submit(
+        &self,
+        executor_key: &str,
+        ctx: &ExecutionContext,
+        prepared: &PreparedAction,
+        signed: Option<&SignResult>,
+        idempotency_key: &str,
+    ) -> Result<ExecutionResult, HandlerError>;
+    async fn observe(&self, executor_key: &str, ctx: &ExecutionContext) -> Result<ExecutionResult, HandlerError>;
+    async fn recover(
+        &self,
+        executor_key: &str,
+        ctx: &ExecutionContext,
+        idempotency_key: &str,
+    ) -> Result<ExecutionResult, HandlerError>;
+    /// Details of a healthy executor; an error means not ok.
+    async fn health(&self, executor_key: &str) -> Result<Value, HandlerError> {
+        let _ = executor_key;
+        Ok(Value::Object(Default::default()))
+    }
+}

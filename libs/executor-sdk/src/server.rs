@@ -1,0 +1,370 @@
+//! Serving a [`Handler`] over both transports.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use axum::body::Bytes;
+use axum::extract::State;
+use axum::http::{HeaderMap, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::Router;
+use qtg_proto::convert;
+use qtg_proto::executor::v1 as pb;
+use qtg_proto::executor::v1::executor_service_server::{ExecutorService, ExecutorServiceServer};
+use serde::de::DeserializeOwned;
+use serde::Serialize;
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Status};
+
+use crate::{Handler, HandlerError, PrepareOutcome};
+
+/// How callers must authenticate.
+#[derive(Clone, Default)]
+pub enum Auth {
+    #[default]
+    None,
+    Bearer(String),
+    /// v3 signature with the current secret and any previous ones (rotation).
+    Hmac(Vec<Vec<u8>>),
+}
+
+impl Auth {
+    /// Checks the `authorization` / `x-qtg-callback-*` values against `body`.
+    fn check(&self, get: impl Fn(&str) -> Option<String>, body: &[u8]) -> Result<(), String> {
+        match self {
+            Auth::None => Ok(()),
+            Auth::Bearer(token) => match get("authorization") {
+                Some(v) if constant_eq(v.as_bytes(), format!("Bearer {token}").as_bytes()) => Ok(()),
+                _ => Err("a valid bearer token is required".into()),
+            },
+            Auth::Hmac(secrets) => {
+                let (Some(version), Some(timestamp), Some(nonce), Some(signature)) = (
+                    get("x-qtg-callback-signature-version"),
+                    get("x-qtg-callback-timestamp"),
+                    get("x-qtg-callback-nonce"),
+                    get("x-qtg-callback-signature"),
+                ) else {
+                    return Err("signature headers are missing".into());
+                };
+                let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
+                let secrets: Vec<&[u8]> = secrets.iter().map(Vec::as_slice).collect();
+                let signed = qtg_webhook::Signed {
+                    version: &version,
+                    timestamp: &timestamp,
+                    nonce: &nonce,
+                    signature: &signature,
+                };
+                qtg_webhook::verify(&signed, body, &secrets, now, 300).map_err(|e| e.to_string())
+            }
+        }
+    }
+}
+
+fn constant_eq(a: &[u8], b: &[u8]) -> bool {
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+#[derive(Clone, Default)]
+pub struct ServeConfig {
+    /// gRPC listen address (port 0 allowed); `None` = no gRPC.
+    pub grpc_addr: Option<SocketAddr>,
+    /// HTTP JSON listen address; `None` = no HTTP.
+    pub http_addr: Option<SocketAddr>,
+    pub auth: Auth,
+}
+
+/// The bound addresses and the tasks serving them.
+pub struct Running {
+    pub grpc_addr: Option<SocketAddr>,
+    pub http_addr: Option<SocketAddr>,
+    pub tasks: Vec<tokio::task::JoinHandle<anyhow::Result<()>>>,
+}
+
+impl Running {
+    /// Waits for every server to stop (after the shutdown token fires).
+    pub async fn wait(self) -> anyhow::Result<()> {
+        for t in self.tasks {
+            t.await??;
+        }
+        Ok(())
+    }
+}
+
+/// Serves `handler` until `shutdown` is cancelled.
+pub async fn serve<H: Handler>(
+    handler: Arc<H>,
+    config: ServeConfig,
+    shutdown: CancellationToken,
+) -> anyhow::Result<Running> {
+    let mut running = Running { grpc_addr: None, http_addr: None, tasks: Vec::new() };
+    if let Some(addr) = config.grpc_addr {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        let (health_reporter, health_service) = tonic_health::server::health_reporter();
+        health_reporter.set_serving::<ExecutorServiceServer<Grpc<H>>>().await;
+        let reflection = tonic_reflection::server::Builder::configure()
+            .register_encoded_file_descriptor_set(qtg_proto::FILE_DESCRIPTOR_SET)
+            .build_v1()?;
+        let service = ExecutorServiceServer::new(Grpc { handler: handler.clone(), auth: config.auth.clone() });
+        let token = shutdown.clone();
+        running.tasks.push(tokio::spawn(async move {
+            tonic::transport::Server::builder()
+                .add_service(health_service)
+                .add_service(reflection)
+                .add_service(service)
+                .serve_with_incoming_shutdown(
+                    tokio_stream::wrappers::TcpListenerStream::new(listener),
+                    token.cancelled_owned(),
+                )
+                .await?;
+            Ok(())
+        }));
+        tracing::info!(grpc_addr = %bound, "executor gRPC server listening");
+        running.grpc_addr = Some(bound);
+    }
+    if let Some(addr) = config.http_addr {
+        let listener = tokio::net::TcpListener::bind(addr).await?;
+        let bound = listener.local_addr()?;
+        let state = HttpState { handler, auth: config.auth.clone() };
+        let app = Router::new()
+            .route("/preflight", post(http_preflight::<H>))
+            .route("/prepare", post(http_prepare::<H>))
+            .route("/submit", post(http_submit::<H>))
+            .route("/observe", post(http_observe::<H>))
+            .route("/recover", post(http_recover::<H>))
+            .route("/health", get(http_health::<H>))
+            .with_state(state);
+        let token = shutdown.clone();
+        running.tasks.push(tokio::spawn(async move {
+            axum::serve(listener, app).with_graceful_shutdown(token.cancelled_owned()).await?;
+            Ok(())
+        }));
+        tracing::info!(http_addr = %bound, "executor HTTP server listening");
+        running.http_addr = Some(bound);
+    }
+    Ok(running)
+}
+
+fn handler_status(e: HandlerError) -> Status {
+    match e {
+        HandlerError::Unavailable(m) => Status::unavailable(m),
+        HandlerError::Invalid(m) => Status::invalid_argument(m),
+    }
+}
+
+fn context(ctx: Option<&pb::ExecutionContext>, key: &str) -> Result<qtg_core::ExecutionContext, HandlerError> {
+    let ctx = ctx.ok_or_else(|| HandlerError::Invalid("context is required".into()))?;
+    if key.is_empty() || ctx.request_node_id.is_empty() {
+        return Err(HandlerError::Invalid("executor_key and context.request_node_id are required".into()));
+    }
+    Ok(convert::context_from_wire(ctx, key))
+}
+
+fn result_wire(r: &qtg_core::ExecutionResult) -> Result<pb::ExecutionResult, HandlerError> {
+    convert::result_to_wire(r).map_err(|e| HandlerError::Invalid(e.to_string()))
+}
+
+/// The protocol operations, shared by both transports.
+async fn do_preflight<H: Handler>(
+    h: &H,
+    req: pb::PreflightRequest,
+) -> Result<Option<pb::ExecutionResult>, HandlerError> {
+    let ctx = context(req.context.as_ref(), &req.executor_key)?;
+    h.preflight(&req.executor_key, &ctx).await?.map(|r| result_wire(&r)).transpose()
+}
+
+async fn do_prepare<H: Handler>(h: &H, req: pb::PrepareRequest) -> Result<pb::PrepareResponse, HandlerError> {
+    let ctx = context(req.context.as_ref(), &req.executor_key)?;
+    use pb::prepare_response::Outcome;
+    let outcome = match h.prepare(&req.executor_key, &ctx).await? {
+        PrepareOutcome::Action(mut a) => {
+            if a.payload_hash.is_empty() {
+                a.payload_hash = a.computed_hash();
+            }
+            Outcome::Action(convert::prepared_to_wire(&a))
+        }
+        PrepareOutcome::Refused(r) => Outcome::Refused(result_wire(&r)?),
+    };
+    Ok(pb::PrepareResponse { outcome: Some(outcome) })
+}
+
+async fn do_submit<H: Handler>(h: &H, req: pb::SubmitRequest) -> Result<pb::ExecutionResult, HandlerError> {
+    let ctx = context(req.context.as_ref(), &req.executor_key)?;
+    let prepared = req
+        .prepared_action
+        .as_ref()
+        .ok_or_else(|| HandlerError::Invalid("prepared_action is required".into()))
+        .and_then(|p| convert::prepared_from_wire(p).map_err(|e| HandlerError::Invalid(e.to_string())))?;
+    if req.idempotency_key.is_empty() {
+        return Err(HandlerError::Invalid("idempotency_key is required".into()));
+    }
+    let signed = req.sign_result.as_ref().map(convert::sign_result_from_wire);
+    result_wire(&h.submit(&req.executor_key, &ctx, &prepared, signed.as_ref(), &req.idempotency_key).await?)
+}
+
+async fn do_observe<H: Handler>(h: &H, req: pb::ObserveRequest) -> Result<pb::ExecutionResult, HandlerError> {
+    let ctx = context(req.context.as_ref(), &req.executor_key)?;
+    result_wire(&h.observe(&req.executor_key, &ctx).await?)
+}
+
+async fn do_recover<H: Handler>(h: &H, req: pb::RecoverRequest) -> Result<pb::ExecutionResult, HandlerError> {
+    let ctx = context(req.context.as_ref(), &req.executor_key)?;
+    if req.idempotency_key.is_empty() {
+        return Err(HandlerError::Invalid("idempotency_key is required".into()));
+    }
+    result_wire(&h.recover(&req.executor_key, &ctx, &req.idempotency_key).await?)
+}
+
+async fn do_health<H: Handler>(h: &H, key: &str) -> pb::HealthResponse {
+    match h.health(key).await {
+        Ok(details) => pb::HealthResponse { ok: true, details: convert::to_struct(&details).ok().flatten() },
+        Err(e) => pb::HealthResponse {
+            ok: false,
+            details: convert::to_struct(&serde_json::json!({"error": e.to_string()})).ok().flatten(),
+        },
+    }
+}
+
+struct Grpc<H> {
+    handler: Arc<H>,
+    auth: Auth,
+}
+
+impl<H: Handler> Grpc<H> {
+    fn authorize<T: prost::Message>(&self, req: &Request<T>) -> Result<(), Status> {
+        let body = req.get_ref().encode_to_vec();
+        let md = req.metadata();
+        self.auth
+            .check(|k| md.get(k).and_then(|v| v.to_str().ok()).map(String::from), &body)
+            .map_err(Status::unauthenticated)
+    }
+}
+
+#[tonic::async_trait]
+impl<H: Handler> ExecutorService for Grpc<H> {
+    async fn preflight(
+        &self,
+        req: Request<pb::PreflightRequest>,
+    ) -> Result<tonic::Response<pb::ExecutionResult>, Status> {
+        self.authorize(&req)?;
+        let r = do_preflight(&*self.handler, req.into_inner()).await.map_err(handler_status)?;
+        Ok(tonic::Response::new(r.unwrap_or_default()))
+    }
+
+    async fn prepare(&self, req: Request<pb::PrepareRequest>) -> Result<tonic::Response<pb::PrepareResponse>, Status> {
+        self.authorize(&req)?;
+        Ok(tonic::Response::new(do_prepare(&*self.handler, req.into_inner()).await.map_err(handler_status)?))
+    }
+
+    async fn submit(&self, req: Request<pb::SubmitRequest>) -> Result<tonic::Response<pb::ExecutionResult>, Status> {
+        self.authorize(&req)?;
+        Ok(tonic::Response::new(do_submit(&*self.handler, req.into_inner()).await.map_err(handler_status)?))
+    }
+
+    async fn observe(&self, req: Request<pb::ObserveRequest>) -> Result<tonic::Response<pb::ExecutionResult>, Status> {
+        self.authorize(&req)?;
+        Ok(tonic::Response::new(do_observe(&*self.handler, req.into_inner()).await.map_err(handler_status)?))
+    }
+
+    async fn recover(&self, req: Request<pb::RecoverRequest>) -> Result<tonic::Response<pb::ExecutionResult>, Status> {
+        self.authorize(&req)?;
+        Ok(tonic::Response::new(do_recover(&*self.handler, req.into_inner()).await.map_err(handler_status)?))
+    }
+
+    async fn health(&self, req: Request<pb::HealthRequest>) -> Result<tonic::Response<pb::HealthResponse>, Status> {
+        self.authorize(&req)?;
+        Ok(tonic::Response::new(do_health(&*self.handler, &req.get_ref().executor_key).await))
+    }
+}
+
+struct HttpState<H> {
+    handler: Arc<H>,
+    auth: Auth,
+}
+
+impl<H> Clone for HttpState<H> {
+    fn clone(&self) -> Self {
+        HttpState { handler: self.handler.clone(), auth: self.auth.clone() }
+    }
+}
+
+fn json_response<T: Serialize>(v: &T) -> Response {
+    match serde_json::to_vec(v) {
+        Ok(body) => ([(axum::http::header::CONTENT_TYPE, "application/json")], body).into_response(),
+        Err(e) => (StatusCode::INTERNAL_SERVER_ERROR, e.to_string()).into_response(),
+    }
+}
+
+fn error_response(e: HandlerError) -> Response {
+    let status = match e {
+        HandlerError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+        HandlerError::Invalid(_) => StatusCode::BAD_REQUEST,
+    };
+    (status, axum::Json(serde_json::json!({"error": {"code": "EXECUTOR_ERROR", "message": e.to_string()}})))
+        .into_response()
+}
+
+/// Why an HTTP request was turned away before the handler saw it.
+enum Rejected {
+    Unauthorized(String),
+    Invalid(String),
+}
+
+impl IntoResponse for Rejected {
+    fn into_response(self) -> Response {
+        match self {
+            Rejected::Unauthorized(m) => (StatusCode::UNAUTHORIZED, m).into_response(),
+            Rejected::Invalid(m) => error_response(HandlerError::Invalid(m)),
+        }
+    }
+}
+
+fn http_input<T: DeserializeOwned>(s: &Auth, headers: &HeaderMap, body: &Bytes) -> Result<T, Rejected> {
+    s.check(|k| headers.get(k).and_then(|v| v.to_str().ok()).map(String::from), body)
+        .map_err(Rejected::Unauthorized)?;
+    serde_json::from_slice(body).map_err(|e| Rejected::Invalid(e.to_string()))
+}
+
+async fn http_preflight<H: Handler>(State(s): State<HttpState<H>>, headers: HeaderMap, body: Bytes) -> Response {
+    let req = match http_input(&s.auth, &headers, &body) {
+        Ok(r) => r,
+        Err(rejected) => return rejected.into_response(),
+    };
+    match do_preflight(&*s.handler, req).await {
+        Ok(None) => StatusCode::NO_CONTENT.into_response(),
+        Ok(Some(r)) => json_response(&r),
+        Err(e) => error_response(e),
+    }
+}
+
+macro_rules! http_op {
+    ($name:ident, $op:ident) => {
+        async fn $name<H: Handler>(State(s): State<HttpState<H>>, headers: HeaderMap, body: Bytes) -> Response {
+            let req = match http_input(&s.auth, &headers, &body) {
+                Ok(r) => r,
+                Err(rejected) => return rejected.into_response(),
+            };
+            match $op(&*s.handler, req).await {
+                Ok(r) => json_response(&r),
+                Err(e) => error_response(e),
+            }
+        }
+    };
+}
+
+http_op!(http_prepare, do_prepare);
+http_op!(http_submit, do_submit);
+http_op!(http_observe, do_observe);
+http_op!(http_recover, do_recover);
+
+async fn http_health<H: Handler>(State(s): State<HttpState<H>>, headers: HeaderMap) -> Response {
+    if let Err(m) = s.auth.check(|k| headers.get(k).and_then(|v| v.to_str().ok()).map(String::from), b"") {
+        return (StatusCode::UNAUTHORIZED, m).into_response();
+    }
+    let key = String::new();
+    let r = do_health(&*s.handler, &key).await;
+    let status = if r.ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, json_response(&r)).into_response()
+}

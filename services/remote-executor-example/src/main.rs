@@ -1,0 +1,179 @@
+//! `qtg-remote-executor-example`: a reference remote executor built on the SDK — a transfer
+//! lane with its own in-memory ledger keyed by idempotency key, served over gRPC and HTTP
+//! JSON. Scripted per node through `config.example` for demos and tests:
+//! `observe_polls` (default 1), `preflight: "fail"`, `submit_delay_ms`, `garbage: "<method>"`
+//! (answer that method with a contract violation).
+//!
+//! Env: `EXAMPLE_GRPC_ADDR` (default 0.0.0.0:50051), `EXAMPLE_HTTP_ADDR` (0.0.0.0:8081),
+//! `EXAMPLE_BEARER_TOKEN` (optional), `EXAMPLE_BROKEN=double-submit` (a deliberately broken
+//! executor that executes a repeated idempotency key twice — for the conformance suite).
+
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use async_trait::async_trait;
+use qtg_core::hash::canonical_json;
+use qtg_executor_sdk::{
+    serve, Auth, CancellationToken, ExecutionContext, ExecutionResult, Handler, HandlerError, NodeState,
+    PrepareOutcome, PreparedAction, ServeConfig, SignResult,
+};
+use serde_json::{json, Value};
+use tokio::sync::Mutex;
+
+#[derive(Clone)]
+struct Order {
+    ref_id: String,
+    polls: u64,
+}
+
+struct Example {
+    /// idempotency key → order: the venue's client-order-id index.
+    ledger: Mutex<HashMap<String, Order>>,
+    double_submit: bool,
+}
+
+fn script(ctx: &ExecutionContext) -> Value {
+    ctx.node_config.get("example").cloned().unwrap_or(Value::Null)
+}
+
+fn garbage(ctx: &ExecutionContext, method: &str) -> Option<ExecutionResult> {
+    (script(ctx)["garbage"] == method).then(|| {
+        // A state this method may never answer and a qtg-only marker: a contract violation.
+        let mut r = ExecutionResult::new(NodeState::Submitted);
+        r.provider_refs.insert("__submit_attempt_pending".into(), json!(false));
+        r
+    })
+}
+
+fn submitted(order: &Order) -> ExecutionResult {
+    let mut r = ExecutionResult::new(NodeState::Submitted);
+    r.provider_ref_id = Some(order.ref_id.clone());
+    r.provider_state = Some("ACCEPTED".into());
+    r.provider_refs.insert("example_order_id".into(), json!(order.ref_id));
+    r
+}
+
+#[async_trait]
+impl Handler for Example {
+    async fn preflight(&self, _key: &str, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, HandlerError> {
+        if script(ctx)["preflight"] == "fail" || ctx.intent.get("amount").and_then(Value::as_str).is_none() {
+            return Ok(Some(ExecutionResult::failed(
+                "EXAMPLE_PREFLIGHT_REFUSED",
+                "amount missing or preflight scripted to fail",
+            )));
+        }
+        Ok(garbage(ctx, "preflight"))
+    }
+
+    async fn prepare(&self, key: &str, ctx: &ExecutionContext) -> Result<PrepareOutcome, HandlerError> {
+        let payload =
+            canonical_json(&json!({"executor_key": key, "request_node_id": ctx.request_node_id, "intent": ctx.intent}));
+        Ok(PrepareOutcome::Action(PreparedAction::new(&ctx.action_type, "json", payload, false)))
+    }
+
+    async fn submit(
+        &self,
+        _key: &str,
+        ctx: &ExecutionContext,
+        _prepared: &PreparedAction,
+        _signed: Option<&SignResult>,
+        idempotency_key: &str,
+    ) -> Result<ExecutionResult, HandlerError> {
+        let order = {
+            let mut ledger = self.ledger.lock().await;
+            match ledger.get(idempotency_key) {
+                // Same key, same order: never a second effect.
+                Some(o) if !self.double_submit => o.clone(),
+                _ => {
+                    let o = Order { ref_id: format!("ex-{}", uuid::Uuid::new_v4().simple()), polls: 0 };
+                    ledger.insert(idempotency_key.to_string(), o.clone());
+                    o
+                }
+            }
+        };
+        if let Some(ms) = script(ctx)["submit_delay_ms"].as_u64() {
+            tokio::time::sleep(Duration::from_millis(ms)).await;
+        }
+        if let Some(g) = garbage(ctx, "submit") {
+            let mut g = g;
+            g.next_state = NodeState::Ready;
+            return Ok(g);
+        }
+        Ok(submitted(&order))
+    }
+
+    async fn observe(&self, _key: &str, ctx: &ExecutionContext) -> Result<ExecutionResult, HandlerError> {
+        if let Some(g) = garbage(ctx, "observe") {
+            return Ok(g);
+        }
+        let key = qtg_core::protocol::idempotency_key(&ctx.request_node_id, ctx.attempt_no);
+        let mut ledger = self.ledger.lock().await;
+        let Some(order) = ledger.get_mut(&key) else {
+            let mut r = ExecutionResult::new(NodeState::Unknown);
+            r.error_code = Some("EXAMPLE_ORDER_NOT_FOUND".into());
+            return Ok(r);
+        };
+        order.polls += 1;
+        let wanted = script(ctx)["observe_polls"].as_u64().unwrap_or(1);
+        let mut r = submitted(order);
+        if order.polls >= wanted {
+            r.next_state = NodeState::Completed;
+            r.provider_state = Some("SETTLED".into());
+            r.provider_refs.insert("example_txid".into(), json!(format!("0x{}", &order.ref_id[3..])));
+        } else {
+            r.next_state = NodeState::Observing;
+            r.provider_state = Some("PROCESSING".into());
+            r.retry_after_seconds = Some(0.2);
+        }
+        Ok(r)
+    }
+
+    async fn recover(
+        &self,
+        _key: &str,
+        ctx: &ExecutionContext,
+        idempotency_key: &str,
+    ) -> Result<ExecutionResult, HandlerError> {
+        if let Some(g) = garbage(ctx, "recover") {
+            return Ok(g);
+        }
+        match self.ledger.lock().await.get(idempotency_key) {
+            Some(o) => Ok(submitted(o)),
+            None => Ok(ExecutionResult::failed("EXAMPLE_ORDER_NOT_FOUND", "no order with this idempotency key")),
+        }
+    }
+
+    async fn health(&self, _key: &str) -> Result<Value, HandlerError> {
+        Ok(json!({"orders": self.ledger.lock().await.len()}))
+    }
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt().json().flatten_event(true).with_writer(std::io::stderr).init();
+    let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
+    let grpc_addr = var("EXAMPLE_GRPC_ADDR").unwrap_or_else(|| "0.0.0.0:50051".into()).parse()?;
+    let http_addr = var("EXAMPLE_HTTP_ADDR").unwrap_or_else(|| "0.0.0.0:8081".into()).parse()?;
+    let auth = var("EXAMPLE_BEARER_TOKEN").map(Auth::Bearer).unwrap_or_default();
+    let double_submit = var("EXAMPLE_BROKEN").as_deref() == Some("double-submit");
+    if double_submit {
+        tracing::warn!("EXAMPLE_BROKEN=double-submit: repeated idempotency keys execute again (conformance must fail)");
+    }
+    let handler = Arc::new(Example { ledger: Mutex::new(HashMap::new()), double_submit });
+    let shutdown = CancellationToken::new();
+    let running =
+        serve(handler, ServeConfig { grpc_addr: Some(grpc_addr), http_addr: Some(http_addr), auth }, shutdown.clone())
+            .await?;
+    let s = shutdown.clone();
+    tokio::spawn(async move {
+        let mut term =
+            tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).expect("SIGTERM handler");
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = tokio::signal::ctrl_c() => {}
+        }
+        s.cancel();
+    });
+    running.wait().await
+}

@@ -1,0 +1,133 @@
+//! Remote executors through the whole system: the example executor (built on the SDK) serves
+//! one node over gRPC and one over HTTP JSON for separately started workers; its failures map
+//! to the protocol's semantics.
+
+use std::time::Duration;
+
+use qtg_tests::*;
+use serde_json::{json, Value};
+
+struct Remote {
+    proc: Proc,
+    registry: std::path::PathBuf,
+}
+
+/// Starts the example executor and writes a registry naming it next to the sim lanes.
+async fn start_example(db: &TestDb, extra: &[(&str, &str)], timeout_ms: u64) -> anyhow::Result<Remote> {
+    let mut env = vec![("EXAMPLE_GRPC_ADDR", "127.0.0.1:0"), ("EXAMPLE_HTTP_ADDR", "127.0.0.1:0")];
+    env.extend_from_slice(extra);
+    let proc = Proc::spawn("qtg-remote-executor-example", &db.url, &env).await?;
+    let grpc = proc.wait_field("grpc_addr", Duration::from_secs(20)).await?;
+    let http = proc.wait_field("http_addr", Duration::from_secs(20)).await?;
+    let sim = std::fs::read_to_string(registry_file())?;
+    let registry = std::env::temp_dir().join(format!("{}-registry.toml", db.name));
+    std::fs::write(
+        &registry,
+        format!(
+            "{sim}\n[executors.\"exec.ex.grpc\"]\ntransport = \"grpc\"\nendpoint = \"http://{grpc}\"\ntimeout_ms = {timeout_ms}\n\
+             [executors.\"exec.ex.http\"]\ntransport = \"http\"\nendpoint = \"http://{http}\"\ntimeout_ms = {timeout_ms}\n"
+        ),
+    )?;
+    Ok(Remote { proc, registry })
+}
+
+fn remote_node(key: &str, executor: &str, example: Value) -> Value {
+    json!({"node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": executor, "config": {"example": example}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let remote = start_example(&db, &[], 1000).await?;
+    let reg = remote.registry.to_string_lossy().to_string();
+    let env = [("MG_EXECUTOR_REGISTRY", reg.as_str()), ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "1")];
+    let api = Api::start(&db.url, &env).await?;
+    let mut workers = Vec::new();
+    for bin in ["qtg-dispatcher", "qtg-observer", "qtg-recovery"] {
+        workers.push(Proc::spawn(bin, &db.url, &env).await?);
+    }
+    let keys = Keys::create(&api).await?;
+
+    // One node over gRPC, its successor over HTTP JSON, with observation polls on both.
+    install_template(&api, &keys, json!({
+        "template_key": "t.remote",
+        "nodes": [remote_node("g", "exec.ex.grpc", json!({"observe_polls": 2})), remote_node("h", "exec.ex.http", json!({"observe_polls": 2}))],
+        "edges": [{"from": "g", "to": "h"}],
+    }))
+    .await?;
+    // Submit slower than the 1 s deadline: UNKNOWN, then recovery finds the order.
+    install_template(&api, &keys, json!({"template_key": "t.slow", "nodes": [remote_node("s", "exec.ex.grpc", json!({"submit_delay_ms": 2500}))]})).await?;
+    // Observe answers garbage: no state change, a protocol_error event, the worker lives on.
+    install_template(&api, &keys, json!({"template_key": "t.garbage", "nodes": [remote_node("x", "exec.ex.http", json!({"garbage": "observe"}))]})).await?;
+    // Preflight refuses: FAILED before anything is sent.
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "t.refuse", "nodes": [remote_node("r", "exec.ex.http", json!({"preflight": "fail"}))]}),
+    )
+    .await?;
+
+    let ok = start_movement(&api, &keys, "t.remote", "r-1", None).await?;
+    let slow = start_movement(&api, &keys, "t.slow", "r-2", None).await?;
+    let garbage = start_movement(&api, &keys, "t.garbage", "r-3", None).await?;
+    let refuse = start_movement(&api, &keys, "t.refuse", "r-4", None).await?;
+    let t = Duration::from_secs(60);
+    let r = &keys.requester;
+
+    let m = wait_state(&api, r, &ok, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], t).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+    for k in ["g", "h"] {
+        let n = node(&m, k);
+        assert!(n["provider_ref_id"].as_str().unwrap().starts_with("ex-"), "{n}");
+        assert!(n["provider_refs"]["example_txid"].is_string(), "{n}");
+    }
+
+    let m = wait_state(&api, r, &slow, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], t).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+    let path: Vec<(String, Option<String>)> = sqlx::query_as(
+        "SELECT e.to_state, e.error_code FROM node_events e WHERE e.request_id = $1::uuid AND e.kind = 'transition' ORDER BY e.id",
+    )
+    .bind(&slow)
+    .fetch_all(&db.pool)
+    .await?;
+    let states: Vec<&str> = path.iter().map(|p| p.0.as_str()).collect();
+    assert_eq!(states, ["READY", "PREPARING", "SUBMITTING", "UNKNOWN", "SUBMITTED", "COMPLETED"], "{path:?}");
+    assert_eq!(path[3].1.as_deref(), Some("EXECUTOR_TIMEOUT"), "a submit past its deadline is UNKNOWN, never FAILED");
+
+    let m = wait_state(&api, r, &refuse, &["FAILED", "COMPLETED"], t).await?;
+    assert_eq!(node(&m, "r")["error_code"], "EXAMPLE_PREFLIGHT_REFUSED");
+
+    // The garbage observer: the node stays SUBMITTED and every observe is a protocol error.
+    let deadline = std::time::Instant::now() + t;
+    loop {
+        let errors: i64 = sqlx::query_scalar("SELECT count(*) FROM node_events WHERE request_id = $1::uuid AND method = 'observe' AND outcome = 'protocol_error'")
+            .bind(&garbage)
+            .fetch_one(&db.pool)
+            .await?;
+        if errors >= 1 {
+            break;
+        }
+        anyhow::ensure!(std::time::Instant::now() < deadline, "no protocol_error recorded");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let m = api.ok("GET", &format!("/v3/movements/{garbage}"), r, None, 200).await?;
+    assert_eq!(node(&m, "x")["node_state"], "SUBMITTED", "a malformed observe answer changes no state");
+    assert_eq!(m["request_state"], "EXECUTING");
+
+    // The remote executor goes away: a new movement fails at preflight with EXECUTOR_UNAVAILABLE.
+    let mut example = remote.proc;
+    example.signal("KILL");
+    example.wait_exit(Duration::from_secs(10)).await?;
+    let gone = start_movement(&api, &keys, "t.refuse", "r-5", None).await?;
+    let m = wait_state(&api, r, &gone, &["FAILED", "COMPLETED"], t).await?;
+    assert_eq!(node(&m, "r")["error_code"], "EXECUTOR_UNAVAILABLE", "{m:#}");
+
+    for w in &mut workers {
+        w.signal("TERM");
+        assert_eq!(w.wait_exit(Duration::from_secs(20)).await?, Some(0), "{}", w.log());
+    }
+    drop(api);
+    let _ = std::fs::remove_file(&remote.registry);
+    db.drop_db().await;
+    Ok(())
+}

@@ -131,3 +131,48 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
     db.drop_db().await;
     Ok(())
 }
+
+fn target(addr: &str, transport: qtg_executor_sdk::conformance::Transport) -> qtg_executor_sdk::conformance::Target {
+    qtg_executor_sdk::conformance::Target {
+        endpoint: format!("http://{addr}"),
+        transport,
+        executor_key: "exec.ex.conformance".into(),
+        auth: qtg_executor::remote::Auth::None,
+        timeout: Duration::from_secs(5),
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_example_passes_conformance_on_both_transports_and_a_broken_one_fails() -> anyhow::Result<()> {
+    use qtg_executor_sdk::conformance::{run, Transport};
+    let env = [("EXAMPLE_GRPC_ADDR", "127.0.0.1:0"), ("EXAMPLE_HTTP_ADDR", "127.0.0.1:0")];
+    let good = Proc::spawn("qtg-remote-executor-example", "unused", &env).await?;
+    let grpc = good.wait_field("grpc_addr", Duration::from_secs(20)).await?;
+    let http = good.wait_field("http_addr", Duration::from_secs(20)).await?;
+    for (addr, transport) in [(&grpc, Transport::Grpc), (&http, Transport::Http)] {
+        let report = run(&target(addr, transport)).await;
+        assert!(report.passed(), "{transport:?}:\n{}", report.table());
+    }
+    // The binary: exit 0 and a table.
+    let out = std::process::Command::new(bin_dir().join("qtg-executor-conformance"))
+        .args(["--endpoint", &format!("http://{grpc}"), "--transport", "grpc"])
+        .output()?;
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}");
+    assert!(table.contains("9 of 9 checks passed"), "{table}");
+
+    let broken_env = [env[0], env[1], ("EXAMPLE_BROKEN", "double-submit")];
+    let broken = Proc::spawn("qtg-remote-executor-example", "unused", &broken_env).await?;
+    let http = broken.wait_field("http_addr", Duration::from_secs(20)).await?;
+    let report = run(&target(&http, Transport::Http)).await;
+    assert!(!report.passed());
+    let line = report.checks.iter().find(|c| c.name == "repeated submit, same key").expect("check ran");
+    assert!(!line.passed && line.detail.contains("executed again"), "{}", report.table());
+    let out = std::process::Command::new(bin_dir().join("qtg-executor-conformance"))
+        .args(["--endpoint", &format!("http://{http}"), "--transport", "http"])
+        .output()?;
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("FAIL    repeated submit, same key"));
+    drop((good, broken));
+    Ok(())
+}

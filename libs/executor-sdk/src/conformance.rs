@@ -1,1 +1,269 @@
-//! placeholder
+//! The conformance suite: drives a remote executor through the contract over either
+//! transport and reports each check. What it expects of the executor under test:
+//! * a valid intent (`asset` "USDC", `amount` "1.00") passes preflight; amount "0" is refused;
+//! * prepare returns an action whose `payload_hash`, when set, is sha256(payload);
+//! * submit with a key returns SUBMITTED, OBSERVING or COMPLETED with a `provider_ref_id`,
+//!   and a repeated submit with the same key returns the same `provider_ref_id`;
+//! * observe reaches COMPLETED or FAILED within 30 polls;
+//! * recover with the submitted key finds the order; with a key never submitted it must not
+//!   claim success (FAILED or UNKNOWN).
+//!
+//! Every answer is also checked against the per-method state rules.
+
+use std::time::Duration;
+
+use qtg_core::protocol::{Method, PROTOCOL_VERSION};
+use qtg_core::{ExecutionContext, ExecutionResult, NodeState};
+use qtg_executor::remote::{Auth, Endpoint, RemoteExecutor};
+use qtg_executor::{ExecutorError, Prepared};
+use serde_json::{json, Value};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Transport {
+    Grpc,
+    Http,
+}
+
+#[derive(Debug, Clone)]
+pub struct Target {
+    pub endpoint: String,
+    pub transport: Transport,
+    pub executor_key: String,
+    pub auth: Auth,
+    pub timeout: Duration,
+}
+
+#[derive(Debug, Clone)]
+pub struct Check {
+    pub name: &'static str,
+    pub passed: bool,
+    pub detail: String,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct Report {
+    pub checks: Vec<Check>,
+}
+
+impl Report {
+    pub fn passed(&self) -> bool {
+        !self.checks.is_empty() && self.checks.iter().all(|c| c.passed)
+    }
+
+    fn record(&mut self, name: &'static str, outcome: Result<String, String>) {
+        let (passed, detail) = match outcome {
+            Ok(d) => (true, d),
+            Err(d) => (false, d),
+        };
+        self.checks.push(Check { name, passed, detail });
+    }
+
+    /// A fixed-width pass/fail table.
+    pub fn table(&self) -> String {
+        let mut out = String::from("RESULT  CHECK                          DETAIL\n");
+        for c in &self.checks {
+            out.push_str(&format!("{:<7} {:<30} {}\n", if c.passed { "PASS" } else { "FAIL" }, c.name, c.detail));
+        }
+        out.push_str(&format!(
+            "{} of {} checks passed\n",
+            self.checks.iter().filter(|c| c.passed).count(),
+            self.checks.len()
+        ));
+        out
+    }
+}
+
+fn context(key: &str, node_id: &str, amount: &str) -> ExecutionContext {
+    ExecutionContext {
+        protocol_version: PROTOCOL_VERSION.into(),
+        request_id: uuid::Uuid::new_v4().to_string(),
+        request_node_id: node_id.into(),
+        compiled_plan_hash: "0".repeat(64),
+        template_key: "qtg.conformance".into(),
+        template_version: 1,
+        node_key: "conformance".into(),
+        node_kind: "action".into(),
+        action_type: "transfer".into(),
+        attempt_no: 1,
+        intent: json!({"asset": "USDC", "amount": amount, "source": "conformance-a", "destination": "conformance-b"}),
+        input_params: json!({"qtg_conformance": true}),
+        resolved_bindings: json!({"executor_key": key}),
+        risk_controls: json!({}),
+        prior_artifacts: vec![],
+        node_config: json!({}),
+        provider_context: json!({}),
+        timeout_policy: json!({}),
+        provider_refs: json!({}),
+        provider_ref_id: None,
+        executor_key: key.into(),
+    }
+}
+
+fn checked(r: Result<ExecutionResult, ExecutorError>, method: Method) -> Result<ExecutionResult, String> {
+    let r = r.map_err(|e| format!("{} call failed: {e}", method.as_str()))?;
+    r.validate(method).map_err(|v| v.to_string())?;
+    Ok(r)
+}
+
+/// Runs every check against `target`.
+pub async fn run(target: &Target) -> Report {
+    let mut report = Report::default();
+    let endpoint = Endpoint { url: target.endpoint.clone(), timeout: target.timeout, auth: target.auth.clone() };
+    let exec = match target.transport {
+        Transport::Http => RemoteExecutor::http(&target.executor_key, endpoint),
+        Transport::Grpc => match RemoteExecutor::grpc(&target.executor_key, endpoint) {
+            Ok(e) => e,
+            Err(e) => {
+                report.record("connect", Err(e));
+                return report;
+            }
+        },
+    };
+    let key = &target.executor_key;
+    let node_id = uuid::Uuid::new_v4().to_string();
+    let ctx = context(key, &node_id, "1.00");
+
+    report.record(
+        "health",
+        exec.call_health().await.map(|d| format!("ok {}", d.unwrap_or_default())).map_err(|e| e.to_string()),
+    );
+
+    report.record(
+        "preflight pass",
+        match exec.call_preflight(&ctx).await {
+            Ok(None) => Ok("passed".into()),
+            Ok(Some(r)) => Err(format!("refused a valid intent: {:?} {:?}", r.error_code, r.error_detail)),
+            Err(e) => Err(e.to_string()),
+        },
+    );
+    report.record(
+        "preflight fail",
+        match exec.call_preflight(&context(key, &uuid::Uuid::new_v4().to_string(), "0")).await {
+            Ok(Some(r)) if r.next_state == NodeState::Failed => {
+                Ok(format!("refused with {}", r.error_code.unwrap_or_default()))
+            }
+            Ok(Some(r)) => Err(format!("answered {} (preflight may only refuse with FAILED)", r.next_state)),
+            Ok(None) => Err("passed an intent with amount \"0\"".into()),
+            Err(e) => Err(e.to_string()),
+        },
+    );
+
+    let prepared = match exec.call_prepare(&ctx).await {
+        Ok(Prepared::Action(mut p)) => match p.seal() {
+            Ok(()) => {
+                report.record("prepare", Ok(format!("{} payload, hash {}", p.payload_format, &p.payload_hash[..12])));
+                Some(p)
+            }
+            Err(v) => {
+                report.record("prepare", Err(v.to_string()));
+                None
+            }
+        },
+        Ok(Prepared::Refused(r)) => {
+            report.record("prepare", Err(format!("refused: {:?}", r.error_code)));
+            None
+        }
+        Ok(Prepared::Empty) => {
+            report.record("prepare", Err("no action".into()));
+            None
+        }
+        Err(e) => {
+            report.record("prepare", Err(e.to_string()));
+            None
+        }
+    };
+    let Some(prepared) = prepared else { return report };
+
+    let idem = qtg_core::protocol::idempotency_key(&node_id, 1);
+    let first = checked(exec.call_submit(&ctx, &prepared, None, &idem).await, Method::Submit);
+    let first_ref = match &first {
+        Ok(r)
+            if matches!(r.next_state, NodeState::Submitted | NodeState::Observing | NodeState::Completed)
+                && r.provider_ref_id.is_some() =>
+        {
+            report.record("submit", Ok(format!("{} {}", r.next_state, r.provider_ref_id.as_deref().unwrap_or(""))));
+            r.provider_ref_id.clone()
+        }
+        Ok(r) => {
+            report.record("submit", Err(format!("answered {} without a provider_ref_id or success", r.next_state)));
+            None
+        }
+        Err(e) => {
+            report.record("submit", Err(e.clone()));
+            None
+        }
+    };
+    let Some(first_ref) = first_ref else { return report };
+
+    report.record(
+        "repeated submit, same key",
+        match checked(exec.call_submit(&ctx, &prepared, None, &idem).await, Method::Submit) {
+            Ok(r) if r.provider_ref_id.as_deref() == Some(first_ref.as_str()) => Ok(format!("same provider_ref_id {first_ref}")),
+            Ok(r) => Err(format!(
+                "the same idempotency key gave provider_ref_id {:?}, first {first_ref:?}: a repeated submit executed again",
+                r.provider_ref_id
+            )),
+            Err(e) => Err(e),
+        },
+    );
+
+    let mut observed = ctx.clone();
+    observed.provider_ref_id = Some(first_ref.clone());
+    if let Ok(r) = &first {
+        observed.provider_refs = serde_json::Value::Object(r.provider_refs.clone());
+    }
+    let mut outcome = Err("never reached COMPLETED or FAILED in 30 polls".to_string());
+    if first.as_ref().is_ok_and(|r| r.next_state == NodeState::Completed) {
+        outcome = Ok("completed at submit".into());
+    } else {
+        for poll in 1..=30 {
+            match checked(exec.call_observe(&observed).await, Method::Observe) {
+                Ok(r) if matches!(r.next_state, NodeState::Completed | NodeState::Failed) => {
+                    outcome = Ok(format!("{} after {poll} poll(s)", r.next_state));
+                    break;
+                }
+                Ok(r) => {
+                    if let Value::Object(refs) = &mut observed.provider_refs {
+                        refs.extend(r.provider_refs.clone());
+                    }
+                    let wait = r.retry_after_seconds.unwrap_or(0.5).clamp(0.0, 2.0);
+                    tokio::time::sleep(Duration::from_secs_f64(wait)).await;
+                }
+                Err(e) => {
+                    outcome = Err(e);
+                    break;
+                }
+            }
+        }
+    }
+    report.record("observe until terminal", outcome);
+
+    report.record(
+        "recover submitted key",
+        match checked(exec.call_recover(&observed, &idem).await, Method::Recover) {
+            Ok(r) if r.next_state == NodeState::Failed => Err("recover said FAILED for an order it accepted".into()),
+            Ok(r) if r.provider_ref_id.as_deref().is_some_and(|p| p != first_ref) => {
+                Err(format!("recover found {:?}, submit gave {first_ref:?}", r.provider_ref_id))
+            }
+            Ok(r) => Ok(format!("{}", r.next_state)),
+            Err(e) => Err(e),
+        },
+    );
+    let unknown_node = uuid::Uuid::new_v4().to_string();
+    report.record(
+        "recover unknown key",
+        match checked(
+            exec.call_recover(
+                &context(key, &unknown_node, "1.00"),
+                &qtg_core::protocol::idempotency_key(&unknown_node, 1),
+            )
+            .await,
+            Method::Recover,
+        ) {
+            Ok(r) if matches!(r.next_state, NodeState::Failed | NodeState::Unknown) => Ok(format!("{}", r.next_state)),
+            Ok(r) => Err(format!("answered {} for a key never submitted (invented evidence)", r.next_state)),
+            Err(e) => Err(e),
+        },
+    );
+    report
+}

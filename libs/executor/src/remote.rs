@@ -240,18 +240,15 @@ fn required(r: Option<ExecutionResult>, method: Method) -> Result<ExecutionResul
     r.ok_or_else(|| ExecutorError::Protocol(format!("{} answered without next_state", method.as_str())))
 }
 
-#[async_trait]
-impl Executor for RemoteExecutor {
-    async fn preflight(
-        &self,
-        ctx: &ExecutionContext,
-        _tx: &mut PgConnection,
-    ) -> Result<Option<ExecutionResult>, ExecutorError> {
+/// The calls, without a worker transaction (remote executors have none) — also what the
+/// conformance suite drives.
+impl RemoteExecutor {
+    pub async fn call_preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
         let req = pb::PreflightRequest { executor_key: self.key.clone(), context: self.ctx(ctx)? };
         self.result_call(Method::Preflight, req, async |mut c, r| c.preflight(r).await).await
     }
 
-    async fn prepare(&self, ctx: &ExecutionContext, _tx: &mut PgConnection) -> Result<Prepared, ExecutorError> {
+    pub async fn call_prepare(&self, ctx: &ExecutionContext) -> Result<Prepared, ExecutorError> {
         let req = pb::PrepareRequest { executor_key: self.key.clone(), context: self.ctx(ctx)? };
         let resp = match &self.conn {
             Conn::Grpc(client) => {
@@ -273,13 +270,12 @@ impl Executor for RemoteExecutor {
         }
     }
 
-    async fn submit(
+    pub async fn call_submit(
         &self,
         ctx: &ExecutionContext,
         prepared: &PreparedAction,
         signed: Option<&SignResult>,
         idempotency_key: &str,
-        _tx: &mut PgConnection,
     ) -> Result<ExecutionResult, ExecutorError> {
         let req = pb::SubmitRequest {
             executor_key: self.key.clone(),
@@ -291,16 +287,15 @@ impl Executor for RemoteExecutor {
         required(self.result_call(Method::Submit, req, async |mut c, r| c.submit(r).await).await?, Method::Submit)
     }
 
-    async fn observe(&self, ctx: &ExecutionContext, _tx: &mut PgConnection) -> Result<ExecutionResult, ExecutorError> {
+    pub async fn call_observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
         let req = pb::ObserveRequest { executor_key: self.key.clone(), context: self.ctx(ctx)? };
         required(self.result_call(Method::Observe, req, async |mut c, r| c.observe(r).await).await?, Method::Observe)
     }
 
-    async fn recover(
+    pub async fn call_recover(
         &self,
         ctx: &ExecutionContext,
         idempotency_key: &str,
-        _tx: &mut PgConnection,
     ) -> Result<ExecutionResult, ExecutorError> {
         let req = pb::RecoverRequest {
             executor_key: self.key.clone(),
@@ -310,7 +305,7 @@ impl Executor for RemoteExecutor {
         required(self.result_call(Method::Recover, req, async |mut c, r| c.recover(r).await).await?, Method::Recover)
     }
 
-    async fn health(&self) -> Result<Option<Value>, ExecutorError> {
+    pub async fn call_health(&self) -> Result<Option<Value>, ExecutorError> {
         let req = pb::HealthRequest { executor_key: self.key.clone() };
         let resp = match &self.conn {
             Conn::Grpc(client) => {
@@ -326,6 +321,49 @@ impl Executor for RemoteExecutor {
             return Err(ExecutorError::Unavailable("executor reports not ok".into()));
         }
         Ok(Some(convert::from_struct(resp.details.as_ref())))
+    }
+}
+
+#[async_trait]
+impl Executor for RemoteExecutor {
+    async fn preflight(
+        &self,
+        ctx: &ExecutionContext,
+        _tx: &mut PgConnection,
+    ) -> Result<Option<ExecutionResult>, ExecutorError> {
+        self.call_preflight(ctx).await
+    }
+
+    async fn prepare(&self, ctx: &ExecutionContext, _tx: &mut PgConnection) -> Result<Prepared, ExecutorError> {
+        self.call_prepare(ctx).await
+    }
+
+    async fn submit(
+        &self,
+        ctx: &ExecutionContext,
+        prepared: &PreparedAction,
+        signed: Option<&SignResult>,
+        idempotency_key: &str,
+        _tx: &mut PgConnection,
+    ) -> Result<ExecutionResult, ExecutorError> {
+        self.call_submit(ctx, prepared, signed, idempotency_key).await
+    }
+
+    async fn observe(&self, ctx: &ExecutionContext, _tx: &mut PgConnection) -> Result<ExecutionResult, ExecutorError> {
+        self.call_observe(ctx).await
+    }
+
+    async fn recover(
+        &self,
+        ctx: &ExecutionContext,
+        idempotency_key: &str,
+        _tx: &mut PgConnection,
+    ) -> Result<ExecutionResult, ExecutorError> {
+        self.call_recover(ctx, idempotency_key).await
+    }
+
+    async fn health(&self) -> Result<Option<Value>, ExecutorError> {
+        self.call_health().await
     }
 }
 

@@ -57,10 +57,11 @@ fn submitted(order: &Order) -> ExecutionResult {
 #[async_trait]
 impl Handler for Example {
     async fn preflight(&self, _key: &str, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, HandlerError> {
-        if script(ctx)["preflight"] == "fail" || ctx.intent.get("amount").and_then(Value::as_str).is_none() {
+        let amount = ctx.intent.get("amount").and_then(Value::as_str).and_then(|a| a.parse::<f64>().ok());
+        if script(ctx)["preflight"] == "fail" || !amount.is_some_and(|a| a > 0.0) {
             return Ok(Some(ExecutionResult::failed(
                 "EXAMPLE_PREFLIGHT_REFUSED",
-                "amount missing or preflight scripted to fail",
+                "amount is not positive, or preflight scripted to fail",
             )));
         }
         Ok(garbage(ctx, "preflight"))

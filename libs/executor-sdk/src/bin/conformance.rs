@@ -1,1 +1,60 @@
-fn main() {}
+//! `qtg-executor-conformance --endpoint URL --transport grpc|http [--executor-key KEY]
+//! [--bearer-env VAR] [--timeout-ms N]`: checks a remote executor against the protocol and
+//! prints a pass/fail table; exits 0 only if every check passed.
+
+use std::time::Duration;
+
+use qtg_executor::remote::Auth;
+use qtg_executor_sdk::conformance::{run, Target, Transport};
+
+const USAGE: &str = "usage: qtg-executor-conformance --endpoint URL --transport grpc|http [--executor-key KEY] [--bearer-env VAR] [--timeout-ms N]";
+
+fn parse() -> Result<Target, String> {
+    let mut args = std::env::args().skip(1);
+    let (mut endpoint, mut transport, mut key, mut auth, mut timeout) =
+        (None, None, "exec.conformance".to_string(), Auth::None, 5000u64);
+    while let Some(a) = args.next() {
+        let mut value = || args.next().ok_or_else(|| format!("{a} needs a value\n{USAGE}"));
+        match a.as_str() {
+            "--endpoint" => endpoint = Some(value()?),
+            "--transport" => {
+                transport = Some(match value()?.as_str() {
+                    "grpc" => Transport::Grpc,
+                    "http" => Transport::Http,
+                    other => return Err(format!("--transport {other:?}: grpc or http\n{USAGE}")),
+                })
+            }
+            "--executor-key" => key = value()?,
+            "--bearer-env" => {
+                let var = value()?;
+                auth = Auth::Bearer(std::env::var(&var).map_err(|_| format!("{var} is not set"))?);
+            }
+            "--timeout-ms" => {
+                timeout = value()?.parse().map_err(|_| format!("--timeout-ms takes milliseconds\n{USAGE}"))?
+            }
+            "-h" | "--help" => return Err(USAGE.into()),
+            other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
+        }
+    }
+    Ok(Target {
+        endpoint: endpoint.ok_or_else(|| format!("--endpoint is required\n{USAGE}"))?,
+        transport: transport.ok_or_else(|| format!("--transport is required\n{USAGE}"))?,
+        executor_key: key,
+        auth,
+        timeout: Duration::from_millis(timeout),
+    })
+}
+
+#[tokio::main]
+async fn main() {
+    let target = match parse() {
+        Ok(t) => t,
+        Err(e) => {
+            eprintln!("{e}");
+            std::process::exit(2);
+        }
+    };
+    let report = run(&target).await;
+    print!("{}", report.table());
+    std::process::exit(if report.passed() { 0 } else { 1 });
+}

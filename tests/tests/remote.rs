@@ -7,15 +7,21 @@ use std::time::Duration;
 use qtg_tests::*;
 use serde_json::{json, Value};
 
+const HMAC_SECRET: &str = "example-hmac-secret-0001";
+
 struct Remote {
     proc: Proc,
     registry: std::path::PathBuf,
 }
 
 /// Starts the example executor and writes a registry naming it next to the sim lanes.
-async fn start_example(db: &TestDb, extra: &[(&str, &str)], timeout_ms: u64) -> anyhow::Result<Remote> {
-    let mut env = vec![("EXAMPLE_GRPC_ADDR", "127.0.0.1:0"), ("EXAMPLE_HTTP_ADDR", "127.0.0.1:0")];
-    env.extend_from_slice(extra);
+/// Calls are HMAC-signed on both transports (the registry names the secret's env var).
+async fn start_example(db: &TestDb, timeout_ms: u64) -> anyhow::Result<Remote> {
+    let env = [
+        ("EXAMPLE_GRPC_ADDR", "127.0.0.1:0"),
+        ("EXAMPLE_HTTP_ADDR", "127.0.0.1:0"),
+        ("EXAMPLE_HMAC_SECRET", HMAC_SECRET),
+    ];
     let proc = Proc::spawn("qtg-remote-executor-example", &db.url, &env).await?;
     let grpc = proc.wait_field("grpc_addr", Duration::from_secs(20)).await?;
     let http = proc.wait_field("http_addr", Duration::from_secs(20)).await?;
@@ -25,7 +31,9 @@ async fn start_example(db: &TestDb, extra: &[(&str, &str)], timeout_ms: u64) -> 
         &registry,
         format!(
             "{sim}\n[executors.\"exec.ex.grpc\"]\ntransport = \"grpc\"\nendpoint = \"http://{grpc}\"\ntimeout_ms = {timeout_ms}\n\
-             [executors.\"exec.ex.http\"]\ntransport = \"http\"\nendpoint = \"http://{http}\"\ntimeout_ms = {timeout_ms}\n"
+             auth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n\
+             [executors.\"exec.ex.http\"]\ntransport = \"http\"\nendpoint = \"http://{http}\"\ntimeout_ms = {timeout_ms}\n\
+             auth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n"
         ),
     )?;
     Ok(Remote { proc, registry })
@@ -38,9 +46,13 @@ fn remote_node(key: &str, executor: &str, example: Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let remote = start_example(&db, &[], 1000).await?;
+    let remote = start_example(&db, 1000).await?;
     let reg = remote.registry.to_string_lossy().to_string();
-    let env = [("MG_EXECUTOR_REGISTRY", reg.as_str()), ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "1")];
+    let env = [
+        ("MG_EXECUTOR_REGISTRY", reg.as_str()),
+        ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "1"),
+        ("QTG_EXAMPLE_SECRET", HMAC_SECRET),
+    ];
     let api = Api::start(&db.url, &env).await?;
     let mut workers = Vec::new();
     for bin in ["qtg-dispatcher", "qtg-observer", "qtg-recovery"] {
@@ -59,6 +71,10 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
     install_template(&api, &keys, json!({"template_key": "t.slow", "nodes": [remote_node("s", "exec.ex.grpc", json!({"submit_delay_ms": 2500}))]})).await?;
     // Observe answers garbage: no state change, a protocol_error event, the worker lives on.
     install_template(&api, &keys, json!({"template_key": "t.garbage", "nodes": [remote_node("x", "exec.ex.http", json!({"garbage": "observe"}))]})).await?;
+    // Prepare answers a payload whose hash is wrong: FAILED, nothing was sent.
+    install_template(&api, &keys, json!({"template_key": "t.badhash", "nodes": [remote_node("p", "exec.ex.grpc", json!({"garbage": "prepare"}))]})).await?;
+    // Submit answers garbage: UNKNOWN (the venue may have it), then recovery finds the order.
+    install_template(&api, &keys, json!({"template_key": "t.badsubmit", "nodes": [remote_node("b", "exec.ex.http", json!({"garbage": "submit"}))]})).await?;
     // Preflight refuses: FAILED before anything is sent.
     install_template(
         &api,
@@ -71,6 +87,8 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
     let slow = start_movement(&api, &keys, "t.slow", "r-2", None).await?;
     let garbage = start_movement(&api, &keys, "t.garbage", "r-3", None).await?;
     let refuse = start_movement(&api, &keys, "t.refuse", "r-4", None).await?;
+    let badhash = start_movement(&api, &keys, "t.badhash", "r-6", None).await?;
+    let badsubmit = start_movement(&api, &keys, "t.badsubmit", "r-7", None).await?;
     let t = Duration::from_secs(60);
     let r = &keys.requester;
 
@@ -96,6 +114,20 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
 
     let m = wait_state(&api, r, &refuse, &["FAILED", "COMPLETED"], t).await?;
     assert_eq!(node(&m, "r")["error_code"], "EXAMPLE_PREFLIGHT_REFUSED");
+
+    let m = wait_state(&api, r, &badhash, &["FAILED", "COMPLETED"], t).await?;
+    assert_eq!(node(&m, "p")["error_code"], "EXECUTOR_PROTOCOL_ERROR", "{m:#}");
+    assert_eq!(node(&m, "p")["attempt_no"], 0, "nothing was submitted");
+
+    let m = wait_state(&api, r, &badsubmit, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], t).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+    let unknown_code: Option<String> = sqlx::query_scalar(
+        "SELECT error_code FROM node_events WHERE request_id = $1::uuid AND kind = 'transition' AND to_state = 'UNKNOWN'",
+    )
+    .bind(&badsubmit)
+    .fetch_one(&db.pool)
+    .await?;
+    assert_eq!(unknown_code.as_deref(), Some("EXECUTOR_PROTOCOL_ERROR"), "a garbled submit answer is UNKNOWN");
 
     // The garbage observer: the node stays SUBMITTED and every observe is a protocol error.
     let deadline = std::time::Instant::now() + t;
@@ -173,6 +205,18 @@ async fn the_example_passes_conformance_on_both_transports_and_a_broken_one_fail
         .output()?;
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("FAIL    repeated submit, same key"));
-    drop((good, broken));
+
+    // Bearer-protected: refused without the token, conformant with it.
+    let token_env = [env[0], env[1], ("EXAMPLE_BEARER_TOKEN", "s3cret-token")];
+    let guarded = Proc::spawn("qtg-remote-executor-example", "unused", &token_env).await?;
+    let grpc = guarded.wait_field("grpc_addr", Duration::from_secs(20)).await?;
+    let mut t = target(&grpc, Transport::Grpc);
+    let report = run(&t).await;
+    assert!(!report.passed(), "no token must be refused:\n{}", report.table());
+    assert!(report.table().contains("Unauthenticated"), "{}", report.table());
+    t.auth = qtg_executor::remote::Auth::Bearer("s3cret-token".into());
+    let report = run(&t).await;
+    assert!(report.passed(), "{}", report.table());
+    drop((good, broken, guarded));
     Ok(())
 }

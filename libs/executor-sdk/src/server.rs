@@ -233,8 +233,11 @@ struct Grpc<H> {
 }
 
 impl<H: Handler> Grpc<H> {
-    fn authorize<T: prost::Message>(&self, req: &Request<T>) -> Result<(), Status> {
-        let body = req.get_ref().encode_to_vec();
+    fn authorize<T: Serialize>(&self, req: &Request<T>) -> Result<(), Status> {
+        let body = match self.auth {
+            Auth::Hmac(_) => qtg_executor::remote::grpc_signed_bytes(req.get_ref()),
+            _ => Vec::new(),
+        };
         let md = req.metadata();
         self.auth
             .check(|k| md.get(k).and_then(|v| v.to_str().ok()).map(String::from), &body)

@@ -115,8 +115,18 @@ async fn grpc_call<T>(
     }
 }
 
-fn grpc_request<T: prost::Message>(msg: T, endpoint: &Endpoint) -> tonic::Request<T> {
-    let body = msg.encode_to_vec();
+/// The bytes a gRPC call's HMAC covers: the canonical JSON (sorted keys) of the request
+/// message, which both ends can rebuild from the decoded message (protobuf encodings of maps
+/// need not be byte-identical).
+pub fn grpc_signed_bytes<T: Serialize>(msg: &T) -> Vec<u8> {
+    serde_json::to_value(msg).map(|v| qtg_core::hash::canonical_json(&v).into_bytes()).unwrap_or_default()
+}
+
+fn grpc_request<T: prost::Message + Serialize>(msg: T, endpoint: &Endpoint) -> tonic::Request<T> {
+    let body = match endpoint.auth {
+        Auth::Hmac(_) => grpc_signed_bytes(&msg),
+        _ => Vec::new(),
+    };
     let mut req = tonic::Request::new(msg);
     req.set_timeout(endpoint.timeout);
     for (k, v) in endpoint.auth.headers(&body) {

@@ -5,7 +5,7 @@
 //! (answer that method with a contract violation).
 //!
 //! Env: `EXAMPLE_GRPC_ADDR` (default 0.0.0.0:50051), `EXAMPLE_HTTP_ADDR` (0.0.0.0:8081),
-//! `EXAMPLE_BEARER_TOKEN` (optional), `EXAMPLE_BROKEN=double-submit` (a deliberately broken
+//! `EXAMPLE_BEARER_TOKEN` or `EXAMPLE_HMAC_SECRET` (optional), `EXAMPLE_BROKEN=double-submit` (a deliberately broken
 //! executor that executes a repeated idempotency key twice — for the conformance suite).
 
 use std::collections::HashMap;
@@ -70,7 +70,12 @@ impl Handler for Example {
     async fn prepare(&self, key: &str, ctx: &ExecutionContext) -> Result<PrepareOutcome, HandlerError> {
         let payload =
             canonical_json(&json!({"executor_key": key, "request_node_id": ctx.request_node_id, "intent": ctx.intent}));
-        Ok(PrepareOutcome::Action(PreparedAction::new(&ctx.action_type, "json", payload, false)))
+        let mut action = PreparedAction::new(&ctx.action_type, "json", payload, false);
+        if script(ctx)["garbage"] == "prepare" {
+            // A hash that is not sha256(payload): qtg must refuse it.
+            action.payload_hash = "0".repeat(64);
+        }
+        Ok(PrepareOutcome::Action(action))
     }
 
     async fn submit(
@@ -156,7 +161,12 @@ async fn main() -> anyhow::Result<()> {
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let grpc_addr = var("EXAMPLE_GRPC_ADDR").unwrap_or_else(|| "0.0.0.0:50051".into()).parse()?;
     let http_addr = var("EXAMPLE_HTTP_ADDR").unwrap_or_else(|| "0.0.0.0:8081".into()).parse()?;
-    let auth = var("EXAMPLE_BEARER_TOKEN").map(Auth::Bearer).unwrap_or_default();
+    let auth = match (var("EXAMPLE_BEARER_TOKEN"), var("EXAMPLE_HMAC_SECRET")) {
+        (Some(token), None) => Auth::Bearer(token),
+        (None, Some(secret)) => Auth::Hmac(vec![secret.into_bytes()]),
+        (None, None) => Auth::None,
+        (Some(_), Some(_)) => anyhow::bail!("set EXAMPLE_BEARER_TOKEN or EXAMPLE_HMAC_SECRET, not both"),
+    };
     let double_submit = var("EXAMPLE_BROKEN").as_deref() == Some("double-submit");
     if double_submit {
         tracing::warn!("EXAMPLE_BROKEN=double-submit: repeated idempotency keys execute again (conformance must fail)");

@@ -33,6 +33,10 @@ async fn start_example(db: &TestDb, timeout_ms: u64) -> anyhow::Result<Remote> {
             "{sim}\n[executors.\"exec.ex.grpc\"]\ntransport = \"grpc\"\nendpoint = \"http://{grpc}\"\ntimeout_ms = {timeout_ms}\n\
              auth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n\
              [executors.\"exec.ex.http\"]\ntransport = \"http\"\nendpoint = \"http://{http}\"\ntimeout_ms = {timeout_ms}\n\
+             auth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n\
+             [signers.\"signer.ex.grpc\"]\ntransport = \"grpc\"\nendpoint = \"http://{grpc}\"\n\
+             auth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n\
+             [signers.\"signer.ex.http\"]\ntransport = \"http\"\nendpoint = \"http://{http}/signer\"\n\
              auth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n"
         ),
     )?;
@@ -75,6 +79,20 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
     install_template(&api, &keys, json!({"template_key": "t.badhash", "nodes": [remote_node("p", "exec.ex.grpc", json!({"garbage": "prepare"}))]})).await?;
     // Submit answers garbage: UNKNOWN (the venue may have it), then recovery finds the order.
     install_template(&api, &keys, json!({"template_key": "t.badsubmit", "nodes": [remote_node("b", "exec.ex.http", json!({"garbage": "submit"}))]})).await?;
+    // Signing through remote signers on both transports.
+    let signed = |key: &str, signer: &str| {
+        let mut n = remote_node(key, "exec.ex.http", json!({}));
+        n["signing_required"] = json!(true);
+        n["signer_key"] = json!(signer);
+        n
+    };
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "t.signed", "nodes": [signed("sg", "signer.ex.grpc"), signed("sh", "signer.ex.http")],
+        "edges": [{"from": "sg", "to": "sh"}]}),
+    )
+    .await?;
     // Preflight refuses: FAILED before anything is sent.
     install_template(
         &api,
@@ -89,6 +107,7 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
     let refuse = start_movement(&api, &keys, "t.refuse", "r-4", None).await?;
     let badhash = start_movement(&api, &keys, "t.badhash", "r-6", None).await?;
     let badsubmit = start_movement(&api, &keys, "t.badsubmit", "r-7", None).await?;
+    let signed_id = start_movement(&api, &keys, "t.signed", "r-8", None).await?;
     let t = Duration::from_secs(60);
     let r = &keys.requester;
 
@@ -128,6 +147,20 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
     .fetch_one(&db.pool)
     .await?;
     assert_eq!(unknown_code.as_deref(), Some("EXECUTOR_PROTOCOL_ERROR"), "a garbled submit answer is UNKNOWN");
+
+    let m = wait_state(&api, r, &signed_id, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], t).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+    let addresses: Vec<Option<String>> = sqlx::query_scalar(
+        "SELECT payload->>'signer_address' FROM artifacts WHERE request_id = $1::uuid AND kind = 'sign_result' ORDER BY created_at",
+    )
+    .bind(&signed_id)
+    .fetch_all(&db.pool)
+    .await?;
+    assert_eq!(addresses.len(), 2, "one signature per node");
+    assert!(
+        addresses.iter().all(|a| a.as_deref().is_some_and(|a| a.starts_with("0x") && a.len() == 42)),
+        "{addresses:?}"
+    );
 
     // The garbage observer: the node stays SUBMITTED and every observe is a protocol error.
     let deadline = std::time::Instant::now() + t;

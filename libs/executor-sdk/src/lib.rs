@@ -8,7 +8,7 @@ pub mod conformance;
 mod server;
 
 use async_trait::async_trait;
-pub use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction, SignResult};
+pub use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction, SignRequest, SignResult};
 use serde_json::Value;
 pub use server::{serve, Auth, Running, ServeConfig};
 pub use tokio_util::sync::CancellationToken;
@@ -66,4 +66,24 @@ pub trait Handler: Send + Sync + 'static {
         let _ = executor_key;
         Ok(Value::Object(Default::default()))
     }
+}
+
+/// Why a signer did not sign.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SignerError {
+    /// Policy says no (gRPC FAILED_PRECONDITION / HTTP 422): qtg fails the node with
+    /// SIGNER_REFUSED before anything is submitted.
+    #[error("refused: {0}")]
+    Refused(String),
+    #[error("unavailable: {0}")]
+    Unavailable(String),
+}
+
+/// A remote signer. The SDK refuses, before calling [`SignerHandler::sign`], any request whose
+/// payload does not hash to both `payload_hash` and `signing_intent.allowed_payload_hash`.
+#[async_trait]
+pub trait SignerHandler: Send + Sync + 'static {
+    async fn sign(&self, req: &SignRequest) -> Result<SignResult, SignerError>;
+    /// The address the key signs as (EVM), for qtg's identity checks.
+    async fn signer_address(&self, signer_key: &str) -> Result<Option<String>, SignerError>;
 }

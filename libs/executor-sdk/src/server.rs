@@ -18,7 +18,10 @@ use serde::Serialize;
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Status};
 
-use crate::{Handler, HandlerError, PrepareOutcome};
+use qtg_proto::signer::v1 as spb;
+use qtg_proto::signer::v1::signer_service_server::{SignerService, SignerServiceServer};
+
+use crate::{Handler, HandlerError, PrepareOutcome, SignerError, SignerHandler};
 
 /// How callers must authenticate.
 #[derive(Clone, Default)]
@@ -68,6 +71,8 @@ fn constant_eq(a: &[u8], b: &[u8]) -> bool {
 
 #[derive(Clone, Default)]
 pub struct ServeConfig {
+    /// Also serve this signer (gRPC `qtg.signer.v1.SignerService`; HTTP under `/signer`).
+    pub signer: Option<Arc<dyn SignerHandler>>,
     /// gRPC listen address (port 0 allowed); `None` = no gRPC.
     pub grpc_addr: Option<SocketAddr>,
     /// HTTP JSON listen address; `None` = no HTTP.
@@ -108,12 +113,17 @@ pub async fn serve<H: Handler>(
             .register_encoded_file_descriptor_set(qtg_proto::FILE_DESCRIPTOR_SET)
             .build_v1()?;
         let service = ExecutorServiceServer::new(Grpc { handler: handler.clone(), auth: config.auth.clone() });
+        let signer = config
+            .signer
+            .clone()
+            .map(|s| SignerServiceServer::new(GrpcSigner { signer: s, auth: config.auth.clone() }));
         let token = shutdown.clone();
         running.tasks.push(tokio::spawn(async move {
             tonic::transport::Server::builder()
                 .add_service(health_service)
                 .add_service(reflection)
                 .add_service(service)
+                .add_optional_service(signer)
                 .serve_with_incoming_shutdown(
                     tokio_stream::wrappers::TcpListenerStream::new(listener),
                     token.cancelled_owned(),
@@ -136,6 +146,16 @@ pub async fn serve<H: Handler>(
             .route("/recover", post(http_recover::<H>))
             .route("/health", get(http_health::<H>))
             .with_state(state);
+        let app = match config.signer.clone() {
+            Some(signer) => app.nest(
+                "/signer",
+                Router::new()
+                    .route("/sign", post(http_sign))
+                    .route("/health", get(http_signer_health))
+                    .with_state(SignerState { signer, auth: config.auth.clone() }),
+            ),
+            None => app,
+        };
         let token = shutdown.clone();
         running.tasks.push(tokio::spawn(async move {
             axum::serve(listener, app).with_graceful_shutdown(token.cancelled_owned()).await?;
@@ -368,6 +388,105 @@ async fn http_health<H: Handler>(State(s): State<HttpState<H>>, headers: HeaderM
     }
     let key = String::new();
     let r = do_health(&*s.handler, &key).await;
+    let status = if r.ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
+    (status, json_response(&r)).into_response()
+}
+
+/// The hash rule every signer keeps, enforced before the implementation sees the request.
+fn checked_sign_request(req: &spb::SignRequest) -> Result<qtg_core::SignRequest, SignerError> {
+    let r = convert::sign_request_from_wire(req);
+    let actual = qtg_core::hash::sha256_hex(r.payload.as_bytes());
+    if actual != r.payload_hash || actual != r.signing_intent.allowed_payload_hash {
+        return Err(SignerError::Refused(format!("payload hash {actual} is not the allowed_payload_hash")));
+    }
+    Ok(r)
+}
+
+async fn do_sign(signer: &dyn SignerHandler, req: &spb::SignRequest) -> Result<spb::SignResponse, SignerError> {
+    let r = checked_sign_request(req)?;
+    let s = signer.sign(&r).await?;
+    Ok(spb::SignResponse {
+        signature: s.signature,
+        signed_payload: s.signed_payload.unwrap_or_default(),
+        signer_address: s.signer_address.unwrap_or_default(),
+        signed_tx_hash: s.signed_tx_hash.unwrap_or_default(),
+    })
+}
+
+async fn do_signer_health(signer: &dyn SignerHandler, key: &str) -> spb::HealthResponse {
+    match signer.signer_address(key).await {
+        Ok(address) => spb::HealthResponse { ok: true, signer_address: address.unwrap_or_default(), details: None },
+        Err(e) => spb::HealthResponse {
+            ok: false,
+            signer_address: String::new(),
+            details: convert::to_struct(&serde_json::json!({"error": e.to_string()})).ok().flatten(),
+        },
+    }
+}
+
+struct GrpcSigner {
+    signer: Arc<dyn SignerHandler>,
+    auth: Auth,
+}
+
+#[tonic::async_trait]
+impl SignerService for GrpcSigner {
+    async fn sign(&self, req: Request<spb::SignRequest>) -> Result<tonic::Response<spb::SignResponse>, Status> {
+        let body = match self.auth {
+            Auth::Hmac(_) => qtg_executor::remote::grpc_signed_bytes(req.get_ref()),
+            _ => Vec::new(),
+        };
+        let md = req.metadata();
+        self.auth
+            .check(|k| md.get(k).and_then(|v| v.to_str().ok()).map(String::from), &body)
+            .map_err(Status::unauthenticated)?;
+        match do_sign(&*self.signer, req.get_ref()).await {
+            Ok(r) => Ok(tonic::Response::new(r)),
+            Err(SignerError::Refused(m)) => Err(Status::failed_precondition(m)),
+            Err(SignerError::Unavailable(m)) => Err(Status::unavailable(m)),
+        }
+    }
+
+    async fn health(&self, req: Request<spb::HealthRequest>) -> Result<tonic::Response<spb::HealthResponse>, Status> {
+        let body = match self.auth {
+            Auth::Hmac(_) => qtg_executor::remote::grpc_signed_bytes(req.get_ref()),
+            _ => Vec::new(),
+        };
+        let md = req.metadata();
+        self.auth
+            .check(|k| md.get(k).and_then(|v| v.to_str().ok()).map(String::from), &body)
+            .map_err(Status::unauthenticated)?;
+        Ok(tonic::Response::new(do_signer_health(&*self.signer, &req.get_ref().signer_key).await))
+    }
+}
+
+#[derive(Clone)]
+struct SignerState {
+    signer: Arc<dyn SignerHandler>,
+    auth: Auth,
+}
+
+async fn http_sign(State(s): State<SignerState>, headers: HeaderMap, body: Bytes) -> Response {
+    let req: spb::SignRequest = match http_input(&s.auth, &headers, &body) {
+        Ok(r) => r,
+        Err(rejected) => return rejected.into_response(),
+    };
+    match do_sign(&*s.signer, &req).await {
+        Ok(r) => json_response(&r),
+        Err(SignerError::Refused(m)) => (
+            StatusCode::UNPROCESSABLE_ENTITY,
+            axum::Json(serde_json::json!({"error": {"code": "SIGNER_REFUSED", "message": m}})),
+        )
+            .into_response(),
+        Err(SignerError::Unavailable(m)) => error_response(HandlerError::Unavailable(m)),
+    }
+}
+
+async fn http_signer_health(State(s): State<SignerState>, headers: HeaderMap) -> Response {
+    if let Err(m) = s.auth.check(|k| headers.get(k).and_then(|v| v.to_str().ok()).map(String::from), b"") {
+        return (StatusCode::UNAUTHORIZED, m).into_response();
+    }
+    let r = do_signer_health(&*s.signer, "").await;
     let status = if r.ok { StatusCode::OK } else { StatusCode::SERVICE_UNAVAILABLE };
     (status, json_response(&r)).into_response()
 }

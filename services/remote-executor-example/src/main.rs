@@ -7,6 +7,7 @@
 //! Env: `EXAMPLE_GRPC_ADDR` (default 0.0.0.0:50051), `EXAMPLE_HTTP_ADDR` (0.0.0.0:8081),
 //! `EXAMPLE_BEARER_TOKEN` or `EXAMPLE_HMAC_SECRET` (optional), `EXAMPLE_BROKEN=double-submit` (a deliberately broken
 //! executor that executes a repeated idempotency key twice — for the conformance suite).
+//! It also serves a stand-in signer (gRPC `SignerService`, HTTP under `/signer`).
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -16,7 +17,7 @@ use async_trait::async_trait;
 use qtg_core::hash::canonical_json;
 use qtg_executor_sdk::{
     serve, Auth, CancellationToken, ExecutionContext, ExecutionResult, Handler, HandlerError, NodeState,
-    PrepareOutcome, PreparedAction, ServeConfig, SignResult,
+    PrepareOutcome, PreparedAction, ServeConfig, SignRequest, SignResult, SignerError, SignerHandler,
 };
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
@@ -155,6 +156,30 @@ impl Handler for Example {
     }
 }
 
+/// A stand-in signer (not real cryptography): signs the allowed payload hash with a key name.
+struct ExampleSigner;
+
+fn example_address(signer_key: &str) -> String {
+    format!("0x{}", &qtg_core::hash::sha256_hex(signer_key.as_bytes())[..40])
+}
+
+#[async_trait]
+impl SignerHandler for ExampleSigner {
+    async fn sign(&self, req: &SignRequest) -> Result<SignResult, SignerError> {
+        let signature = qtg_core::hash::sha256_hex(format!("{}:{}", req.signer_key, req.payload_hash).as_bytes());
+        Ok(SignResult {
+            signed_tx_hash: Some(format!("0x{}", qtg_core::hash::sha256_hex(signature.as_bytes()))),
+            signature,
+            signed_payload: Some(req.payload.clone()),
+            signer_address: Some(example_address(&req.signer_key)),
+        })
+    }
+
+    async fn signer_address(&self, signer_key: &str) -> Result<Option<String>, SignerError> {
+        Ok(Some(example_address(signer_key)))
+    }
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     tracing_subscriber::fmt().json().flatten_event(true).with_writer(std::io::stderr).init();
@@ -173,9 +198,13 @@ async fn main() -> anyhow::Result<()> {
     }
     let handler = Arc::new(Example { ledger: Mutex::new(HashMap::new()), double_submit });
     let shutdown = CancellationToken::new();
-    let running =
-        serve(handler, ServeConfig { grpc_addr: Some(grpc_addr), http_addr: Some(http_addr), auth }, shutdown.clone())
-            .await?;
+    let config = ServeConfig {
+        grpc_addr: Some(grpc_addr),
+        http_addr: Some(http_addr),
+        auth,
+        signer: Some(Arc::new(ExampleSigner)),
+    };
+    let running = serve(handler, config, shutdown.clone()).await?;
     let s = shutdown.clone();
     tokio::spawn(async move {
         let mut term =

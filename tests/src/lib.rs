@@ -180,7 +180,7 @@ impl Api {
         env.extend_from_slice(extra);
         let proc = Proc::spawn("qtg-api", db_url, &env).await?;
         let addr = proc.wait_field("api_addr", Duration::from_secs(30)).await?;
-        Ok(Api { proc, base: format!("http://{addr}"), http: reqwest::Client::new(), admin_key: BOOTSTRAP_KEY.into() })
+        Ok(Api { proc, base: format!("http://{addr}"), http: http_client(), admin_key: BOOTSTRAP_KEY.into() })
     }
 
     pub async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> anyhow::Result<(u16, Value)> {
@@ -370,4 +370,10 @@ pub async fn node_row(
 
 pub async fn request_state(pool: &PgPool, id: uuid::Uuid) -> anyhow::Result<String> {
     Ok(sqlx::query_scalar("SELECT request_state FROM movement_requests WHERE id = $1").bind(id).fetch_one(pool).await?)
+}
+
+/// A test HTTP client (with the process' TLS provider installed, as reqwest requires).
+pub fn http_client() -> reqwest::Client {
+    qtg_executor::remote::install_tls_provider();
+    reqwest::Client::new()
 }

@@ -14,12 +14,8 @@ async fn the_all_in_one_binary_runs_a_movement_and_serves_admin() -> anyhow::Res
             .await?;
     let addr = qtg.wait_field("api_addr", Duration::from_secs(30)).await?;
     let admin = qtg.wait_field("admin_addr", Duration::from_secs(30)).await?;
-    let mut api = Api {
-        proc: qtg,
-        base: format!("http://{addr}"),
-        http: reqwest::Client::new(),
-        admin_key: BOOTSTRAP_KEY.into(),
-    };
+    let mut api =
+        Api { proc: qtg, base: format!("http://{addr}"), http: http_client(), admin_key: BOOTSTRAP_KEY.into() };
     let keys = Keys::create(&api).await?;
     install_template(&api, &keys, json!({"template_key": "t.aio", "nodes": [
         {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"},
@@ -37,7 +33,7 @@ async fn the_all_in_one_binary_runs_a_movement_and_serves_admin() -> anyhow::Res
     .await?;
     assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
 
-    let http = reqwest::Client::new();
+    let http = http_client();
     let get = |path: &str| http.get(format!("http://{admin}{path}")).send();
     let health = get("/healthz").await?;
     assert_eq!(health.status().as_u16(), 200);

@@ -204,6 +204,7 @@ fn target(addr: &str, transport: qtg_executor_sdk::conformance::Transport) -> qt
         executor_key: "exec.ex.conformance".into(),
         auth: qtg_executor::remote::Auth::None,
         timeout: Duration::from_secs(5),
+        tls: None,
     }
 }
 
@@ -251,5 +252,41 @@ async fn the_example_passes_conformance_on_both_transports_and_a_broken_one_fail
     let report = run(&t).await;
     assert!(report.passed(), "{}", report.table());
     drop((good, broken, guarded));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remote_calls_run_over_tls_verified_by_a_ca_file() -> anyhow::Result<()> {
+    use qtg_executor_sdk::conformance::{run, Transport};
+    let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
+    let dir = std::env::temp_dir().join(format!("qtg-tls-{}", uuid::Uuid::new_v4().simple()));
+    std::fs::create_dir_all(&dir)?;
+    let (cert_path, key_path) = (dir.join("cert.pem"), dir.join("key.pem"));
+    std::fs::write(&cert_path, cert.cert.pem())?;
+    std::fs::write(&key_path, cert.signing_key.serialize_pem())?;
+    let (c, k) = (cert_path.to_string_lossy().to_string(), key_path.to_string_lossy().to_string());
+    let env = [
+        ("EXAMPLE_GRPC_ADDR", "127.0.0.1:0"),
+        ("EXAMPLE_HTTP_ADDR", "127.0.0.1:0"),
+        ("EXAMPLE_TLS_CERT", c.as_str()),
+        ("EXAMPLE_TLS_KEY", k.as_str()),
+    ];
+    let example = Proc::spawn("qtg-remote-executor-example", "unused", &env).await?;
+    let grpc = example.wait_field("grpc_addr", Duration::from_secs(20)).await?;
+    let http = example.wait_field("http_addr", Duration::from_secs(20)).await?;
+    let tls = qtg_executor::remote::TlsClient { ca_pem: cert.cert.pem().into_bytes(), domain: None };
+    for (addr, transport) in [(&grpc, Transport::Grpc), (&http, Transport::Http)] {
+        let mut t = target(addr, transport);
+        t.endpoint = format!("https://{addr}");
+        t.tls = Some(tls.clone());
+        let report = run(&t).await;
+        assert!(report.passed(), "{transport:?} over TLS:\n{}", report.table());
+        // Another CA's view of the same server: refused, never "passed".
+        let other = rcgen::generate_simple_self_signed(vec!["localhost".to_string()])?;
+        t.tls = Some(qtg_executor::remote::TlsClient { ca_pem: other.cert.pem().into_bytes(), domain: None });
+        assert!(!run(&t).await.passed(), "{transport:?}: a certificate from an unknown CA must be refused");
+    }
+    drop(example);
+    let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }

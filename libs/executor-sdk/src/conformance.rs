@@ -14,7 +14,7 @@ use std::time::Duration;
 
 use qtg_core::protocol::{Method, PROTOCOL_VERSION};
 use qtg_core::{ExecutionContext, ExecutionResult, NodeState};
-use qtg_executor::remote::{Auth, Endpoint, RemoteExecutor};
+use qtg_executor::remote::{Auth, Endpoint, RemoteExecutor, TlsClient};
 use qtg_executor::{ExecutorError, Prepared};
 use serde_json::{json, Value};
 
@@ -31,6 +31,8 @@ pub struct Target {
     pub executor_key: String,
     pub auth: Auth,
     pub timeout: Duration,
+    /// For https:// endpoints: the CA that signs the executor's certificate.
+    pub tls: Option<TlsClient>,
 }
 
 #[derive(Debug, Clone)]
@@ -108,16 +110,22 @@ fn checked(r: Result<ExecutionResult, ExecutorError>, method: Method) -> Result<
 /// Runs every check against `target`.
 pub async fn run(target: &Target) -> Report {
     let mut report = Report::default();
-    let endpoint = Endpoint { url: target.endpoint.clone(), timeout: target.timeout, auth: target.auth.clone() };
+    let endpoint = Endpoint {
+        url: target.endpoint.clone(),
+        timeout: target.timeout,
+        auth: target.auth.clone(),
+        tls: target.tls.clone(),
+    };
     let exec = match target.transport {
         Transport::Http => RemoteExecutor::http(&target.executor_key, endpoint),
-        Transport::Grpc => match RemoteExecutor::grpc(&target.executor_key, endpoint) {
-            Ok(e) => e,
-            Err(e) => {
-                report.record("connect", Err(e));
-                return report;
-            }
-        },
+        Transport::Grpc => RemoteExecutor::grpc(&target.executor_key, endpoint),
+    };
+    let exec = match exec {
+        Ok(e) => e,
+        Err(e) => {
+            report.record("connect", Err(e));
+            return report;
+        }
     };
     let key = &target.executor_key;
     let node_id = uuid::Uuid::new_v4().to_string();

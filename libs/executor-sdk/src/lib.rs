@@ -10,7 +10,7 @@ mod server;
 use async_trait::async_trait;
 pub use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction, SignRequest, SignResult};
 use serde_json::Value;
-pub use server::{serve, Auth, Running, ServeConfig};
+pub use server::{serve, Auth, Running, ServeConfig, TlsServer};
 pub use tokio_util::sync::CancellationToken;
 
 /// What `prepare` answers.

@@ -78,6 +78,61 @@ pub struct ServeConfig {
     /// HTTP JSON listen address; `None` = no HTTP.
     pub http_addr: Option<SocketAddr>,
     pub auth: Auth,
+    /// Serve both transports over TLS with this certificate chain and key (PEM).
+    pub tls: Option<TlsServer>,
+}
+
+#[derive(Clone)]
+pub struct TlsServer {
+    pub cert_pem: Vec<u8>,
+    pub key_pem: Vec<u8>,
+}
+
+impl TlsServer {
+    fn rustls_config(&self) -> anyhow::Result<rustls::ServerConfig> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+        let certs = CertificateDer::pem_slice_iter(&self.cert_pem).collect::<Result<Vec<_>, _>>()?;
+        let key = PrivateKeyDer::from_pem_slice(&self.key_pem)?;
+        let mut config =
+            rustls::ServerConfig::builder_with_provider(Arc::new(rustls::crypto::ring::default_provider()))
+                .with_safe_default_protocol_versions()?
+                .with_no_client_auth()
+                .with_single_cert(certs, key)?;
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+        Ok(config)
+    }
+}
+
+/// Serves an axum router over TLS until `shutdown`.
+async fn serve_https(
+    listener: tokio::net::TcpListener,
+    app: Router,
+    tls: &TlsServer,
+    shutdown: CancellationToken,
+) -> anyhow::Result<()> {
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(tls.rustls_config()?));
+    loop {
+        let (stream, peer) = tokio::select! {
+            _ = shutdown.cancelled() => return Ok(()),
+            accepted = listener.accept() => accepted?,
+        };
+        let (acceptor, app) = (acceptor.clone(), app.clone());
+        tokio::spawn(async move {
+            let stream = match acceptor.accept(stream).await {
+                Ok(s) => s,
+                Err(e) => {
+                    tracing::warn!(%peer, error = %e, "TLS handshake failed");
+                    return;
+                }
+            };
+            let service = hyper_util::service::TowerToHyperService::new(app);
+            let builder = hyper_util::server::conn::auto::Builder::new(hyper_util::rt::TokioExecutor::new());
+            if let Err(e) = builder.serve_connection(hyper_util::rt::TokioIo::new(stream), service).await {
+                tracing::debug!(%peer, error = %e, "HTTPS connection ended");
+            }
+        });
+    }
 }
 
 /// The bound addresses and the tasks serving them.
@@ -118,8 +173,13 @@ pub async fn serve<H: Handler>(
             .clone()
             .map(|s| SignerServiceServer::new(GrpcSigner { signer: s, auth: config.auth.clone() }));
         let token = shutdown.clone();
+        let mut builder = tonic::transport::Server::builder();
+        if let Some(tls) = &config.tls {
+            let identity = tonic::transport::Identity::from_pem(&tls.cert_pem, &tls.key_pem);
+            builder = builder.tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))?;
+        }
         running.tasks.push(tokio::spawn(async move {
-            tonic::transport::Server::builder()
+            builder
                 .add_service(health_service)
                 .add_service(reflection)
                 .add_service(service)
@@ -157,9 +217,15 @@ pub async fn serve<H: Handler>(
             None => app,
         };
         let token = shutdown.clone();
+        let tls = config.tls.clone();
         running.tasks.push(tokio::spawn(async move {
-            axum::serve(listener, app).with_graceful_shutdown(token.cancelled_owned()).await?;
-            Ok(())
+            match tls {
+                Some(tls) => serve_https(listener, app, &tls, token).await,
+                None => {
+                    axum::serve(listener, app).with_graceful_shutdown(token.cancelled_owned()).await?;
+                    Ok(())
+                }
+            }
         }));
         tracing::info!(http_addr = %bound, "executor HTTP server listening");
         running.http_addr = Some(bound);

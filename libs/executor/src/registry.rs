@@ -8,7 +8,7 @@ use std::sync::Arc;
 use qtg_core::Lane;
 use serde::Deserialize;
 
-use crate::remote::{Auth, Endpoint, RemoteExecutor, RemoteSigner};
+use crate::remote::{Auth, Endpoint, RemoteExecutor, RemoteSigner, TlsClient};
 use crate::{Executor, Signer};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -118,7 +118,10 @@ impl Registry {
                     RemoteExecutor::grpc(key, endpoint(key, spec, secret)?)
                         .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
                 ),
-                Transport::Http => Arc::new(RemoteExecutor::http(key, endpoint(key, spec, secret)?)),
+                Transport::Http => Arc::new(
+                    RemoteExecutor::http(key, endpoint(key, spec, secret)?)
+                        .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
+                ),
             };
             registry
                 .executors
@@ -137,7 +140,10 @@ impl Registry {
                     RemoteSigner::grpc(endpoint(key, spec, secret)?)
                         .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
                 ),
-                Transport::Http => Arc::new(RemoteSigner::http(endpoint(key, spec, secret)?)),
+                Transport::Http => Arc::new(
+                    RemoteSigner::http(endpoint(key, spec, secret)?)
+                        .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
+                ),
             };
             registry.signers.insert(key.clone(), SignerEntry { key: key.clone(), transport: spec.transport, signer });
         }
@@ -192,9 +198,21 @@ fn endpoint(key: &str, spec: &EntrySpec, secret: &dyn Fn(&str) -> Option<String>
     if !(url.starts_with("http://") || url.starts_with("https://")) {
         return Err(bad(format!("endpoint {url:?} must start with http:// or https://")));
     }
-    if spec.tls.is_some() || url.starts_with("https://") {
-        return Err(bad("TLS endpoints are not supported by this build yet".into()));
-    }
+    let tls = match (&spec.tls, url.starts_with("https://")) {
+        (None, false) => None,
+        (Some(_), false) => return Err(bad("`tls` needs an https:// endpoint".into())),
+        (None, true) => return Err(bad("an https:// endpoint needs tls = { ca_file = \"…\" }".into())),
+        (Some(toml::Value::Table(t)), true) => {
+            let ca_file =
+                t.get("ca_file").and_then(toml::Value::as_str).ok_or_else(|| bad("tls needs ca_file".into()))?;
+            if let Some(k) = t.keys().find(|k| !matches!(k.as_str(), "ca_file" | "domain")) {
+                return Err(bad(format!("tls: unknown field {k:?}")));
+            }
+            let ca_pem = std::fs::read(ca_file).map_err(|e| bad(format!("tls: cannot read {ca_file}: {e}")))?;
+            Some(TlsClient { ca_pem, domain: t.get("domain").and_then(toml::Value::as_str).map(String::from) })
+        }
+        (Some(_), true) => return Err(bad("tls must be a table, e.g. { ca_file = \"/etc/qtg/ca.pem\" }".into())),
+    };
     let timeout_ms = spec.timeout_ms.unwrap_or(DEFAULT_REMOTE_TIMEOUT_MS);
     if timeout_ms == 0 {
         return Err(bad("timeout_ms must be > 0".into()));
@@ -223,7 +241,7 @@ fn endpoint(key: &str, spec: &EntrySpec, secret: &dyn Fn(&str) -> Option<String>
         }
         Some(_) => return Err(bad("auth must be a table, e.g. { bearer_env = \"TOKEN\" }".into())),
     };
-    Ok(Endpoint { url, timeout: std::time::Duration::from_millis(timeout_ms), auth })
+    Ok(Endpoint { url, timeout: std::time::Duration::from_millis(timeout_ms), auth, tls })
 }
 
 #[cfg(test)]
@@ -308,6 +326,10 @@ endpoint = "http://127.0.0.1:1"
             ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://h\"\nauth = { bearer_env = \"MISSING\" }", "MISSING is not set"),
             ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://h\"\nauth = { bearer_env = \"SOL_TOKEN\", hmac_env = \"SOL_TOKEN\" }", "exactly one"),
             ("[executors.x]\ntransport = \"local\"", "needs `impl`"),
+            ("[executors.x]\ntransport = \"grpc\"\nendpoint = \"https://h\"", "needs tls"),
+            ("[executors.x]\ntransport = \"grpc\"\nendpoint = \"http://h\"\ntls = { ca_file = \"/x\" }", "needs an https"),
+            ("[executors.x]\ntransport = \"http\"\nendpoint = \"https://h\"\ntls = { ca_file = \"/nonexistent/ca.pem\" }", "cannot read"),
+            ("[executors.x]\ntransport = \"http\"\nendpoint = \"https://h\"\ntls = { ca = \"/x\" }", "needs ca_file"),
         ] {
             let e = build(text).err().unwrap_or_else(|| panic!("{text} should fail"));
             assert!(e.to_string().contains(why), "{e} / {why}");

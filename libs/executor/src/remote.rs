@@ -70,6 +70,33 @@ pub struct Endpoint {
     pub url: String,
     pub timeout: Duration,
     pub auth: Auth,
+    /// For `https://` endpoints: the CA certificate(s) (PEM) that sign the server's
+    /// certificate, and optionally the name to verify instead of the URL's host.
+    pub tls: Option<TlsClient>,
+}
+
+#[derive(Debug, Clone)]
+pub struct TlsClient {
+    pub ca_pem: Vec<u8>,
+    pub domain: Option<String>,
+}
+
+impl TlsClient {
+    fn rustls_config(&self) -> Result<rustls::ClientConfig, String> {
+        use rustls::pki_types::pem::PemObject;
+        use rustls::pki_types::CertificateDer;
+        let mut roots = rustls::RootCertStore::empty();
+        for cert in CertificateDer::pem_slice_iter(&self.ca_pem) {
+            roots.add(cert.map_err(|e| format!("CA file: {e}"))?).map_err(|e| format!("CA file: {e}"))?;
+        }
+        if roots.is_empty() {
+            return Err("CA file holds no certificate".into());
+        }
+        rustls::ClientConfig::builder_with_provider(std::sync::Arc::new(rustls::crypto::ring::default_provider()))
+            .with_safe_default_protocol_versions()
+            .map_err(|e| e.to_string())
+            .map(|b| b.with_root_certificates(roots).with_no_client_auth())
+    }
 }
 
 #[derive(Clone)]
@@ -78,15 +105,36 @@ enum Conn<G> {
     Http { client: reqwest::Client, base: String },
 }
 
-fn http_client() -> reqwest::Client {
-    reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).build().expect("reqwest client")
+/// Makes `ring` the process' rustls provider (reqwest needs one even for plain HTTP clients).
+/// Idempotent; a provider installed earlier is kept.
+pub fn install_tls_provider() {
+    let _ = rustls::crypto::ring::default_provider().install_default();
 }
 
-fn channel(url: &str, timeout: Duration) -> Result<Channel, String> {
-    Ok(Channel::from_shared(url.to_string())
+fn http_client(tls: Option<&TlsClient>) -> Result<reqwest::Client, String> {
+    install_tls_provider();
+    let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+    let builder = match tls {
+        Some(t) => builder.tls_backend_preconfigured(t.rustls_config()?),
+        None => builder,
+    };
+    builder.build().map_err(|e| format!("HTTP client: {e}"))
+}
+
+fn channel(endpoint: &Endpoint) -> Result<Channel, String> {
+    let url = &endpoint.url;
+    let mut ch = Channel::from_shared(url.to_string())
         .map_err(|e| format!("endpoint {url:?}: {e}"))?
-        .connect_timeout(timeout.min(Duration::from_secs(10)))
-        .connect_lazy())
+        .connect_timeout(endpoint.timeout.min(Duration::from_secs(10)));
+    if let Some(t) = &endpoint.tls {
+        let mut tls =
+            tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(&t.ca_pem));
+        if let Some(d) = &t.domain {
+            tls = tls.domain_name(d.clone());
+        }
+        ch = ch.tls_config(tls).map_err(|e| format!("TLS: {e}"))?;
+    }
+    Ok(ch.connect_lazy())
 }
 
 fn status_error(s: &tonic::Status) -> ExecutorError {
@@ -203,14 +251,15 @@ pub struct RemoteExecutor {
 
 impl RemoteExecutor {
     pub fn grpc(key: &str, endpoint: Endpoint) -> Result<Self, String> {
-        let ch = channel(&endpoint.url, endpoint.timeout)?;
+        let ch = channel(&endpoint)?;
         let client = ExecutorServiceClient::new(ch).max_decoding_message_size(MAX_RESULT_BYTES);
         Ok(RemoteExecutor { key: key.to_string(), endpoint, conn: Conn::Grpc(client) })
     }
 
-    pub fn http(key: &str, endpoint: Endpoint) -> Self {
+    pub fn http(key: &str, endpoint: Endpoint) -> Result<Self, String> {
         let base = endpoint.url.clone();
-        RemoteExecutor { key: key.to_string(), endpoint, conn: Conn::Http { client: http_client(), base } }
+        let client = http_client(endpoint.tls.as_ref())?;
+        Ok(RemoteExecutor { key: key.to_string(), endpoint, conn: Conn::Http { client, base } })
     }
 
     fn ctx(&self, ctx: &ExecutionContext) -> Result<Option<pb::ExecutionContext>, ExecutorError> {
@@ -385,13 +434,14 @@ pub struct RemoteSigner {
 
 impl RemoteSigner {
     pub fn grpc(endpoint: Endpoint) -> Result<Self, String> {
-        let ch = channel(&endpoint.url, endpoint.timeout)?;
+        let ch = channel(&endpoint)?;
         Ok(RemoteSigner { conn: Conn::Grpc(SignerServiceClient::new(ch)), endpoint })
     }
 
-    pub fn http(endpoint: Endpoint) -> Self {
+    pub fn http(endpoint: Endpoint) -> Result<Self, String> {
         let base = endpoint.url.clone();
-        RemoteSigner { endpoint, conn: Conn::Http { client: http_client(), base } }
+        let client = http_client(endpoint.tls.as_ref())?;
+        Ok(RemoteSigner { endpoint, conn: Conn::Http { client, base } })
     }
 }
 

@@ -7,6 +7,7 @@
 //! Env: `EXAMPLE_GRPC_ADDR` (default 0.0.0.0:50051), `EXAMPLE_HTTP_ADDR` (0.0.0.0:8081),
 //! `EXAMPLE_BEARER_TOKEN` or `EXAMPLE_HMAC_SECRET` (optional), `EXAMPLE_BROKEN=double-submit` (a deliberately broken
 //! executor that executes a repeated idempotency key twice — for the conformance suite).
+//! `EXAMPLE_TLS_CERT` + `EXAMPLE_TLS_KEY` (PEM files) serve both transports over TLS.
 //! It also serves a stand-in signer (gRPC `SignerService`, HTTP under `/signer`).
 
 use std::collections::HashMap;
@@ -17,7 +18,7 @@ use async_trait::async_trait;
 use qtg_core::hash::canonical_json;
 use qtg_executor_sdk::{
     serve, Auth, CancellationToken, ExecutionContext, ExecutionResult, Handler, HandlerError, NodeState,
-    PrepareOutcome, PreparedAction, ServeConfig, SignRequest, SignResult, SignerError, SignerHandler,
+    PrepareOutcome, PreparedAction, ServeConfig, SignRequest, SignResult, SignerError, SignerHandler, TlsServer,
 };
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
@@ -198,11 +199,17 @@ async fn main() -> anyhow::Result<()> {
     }
     let handler = Arc::new(Example { ledger: Mutex::new(HashMap::new()), double_submit });
     let shutdown = CancellationToken::new();
+    let tls = match (var("EXAMPLE_TLS_CERT"), var("EXAMPLE_TLS_KEY")) {
+        (Some(cert), Some(key)) => Some(TlsServer { cert_pem: std::fs::read(cert)?, key_pem: std::fs::read(key)? }),
+        (None, None) => None,
+        _ => anyhow::bail!("EXAMPLE_TLS_CERT and EXAMPLE_TLS_KEY go together"),
+    };
     let config = ServeConfig {
         grpc_addr: Some(grpc_addr),
         http_addr: Some(http_addr),
         auth,
         signer: Some(Arc::new(ExampleSigner)),
+        tls,
     };
     let running = serve(handler, config, shutdown.clone()).await?;
     let s = shutdown.clone();

@@ -4,15 +4,16 @@
 
 use std::time::Duration;
 
-use qtg_executor::remote::Auth;
+use qtg_executor::remote::{Auth, TlsClient};
 use qtg_executor_sdk::conformance::{run, Target, Transport};
 
-const USAGE: &str = "usage: qtg-executor-conformance --endpoint URL --transport grpc|http [--executor-key KEY] [--bearer-env VAR] [--timeout-ms N]";
+const USAGE: &str = "usage: qtg-executor-conformance --endpoint URL --transport grpc|http [--executor-key KEY] [--bearer-env VAR] [--timeout-ms N] [--ca-file PEM [--tls-domain NAME]]";
 
 fn parse() -> Result<Target, String> {
     let mut args = std::env::args().skip(1);
     let (mut endpoint, mut transport, mut key, mut auth, mut timeout) =
         (None, None, "exec.conformance".to_string(), Auth::None, 5000u64);
+    let (mut ca_file, mut domain): (Option<String>, Option<String>) = (None, None);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value\n{USAGE}"));
         match a.as_str() {
@@ -32,6 +33,8 @@ fn parse() -> Result<Target, String> {
             "--timeout-ms" => {
                 timeout = value()?.parse().map_err(|_| format!("--timeout-ms takes milliseconds\n{USAGE}"))?
             }
+            "--ca-file" => ca_file = Some(value()?),
+            "--tls-domain" => domain = Some(value()?),
             "-h" | "--help" => return Err(USAGE.into()),
             other => return Err(format!("unknown argument {other:?}\n{USAGE}")),
         }
@@ -42,6 +45,12 @@ fn parse() -> Result<Target, String> {
         executor_key: key,
         auth,
         timeout: Duration::from_millis(timeout),
+        tls: match ca_file {
+            Some(path) => {
+                Some(TlsClient { ca_pem: std::fs::read(&path).map_err(|e| format!("--ca-file {path}: {e}"))?, domain })
+            }
+            None => None,
+        },
     })
 }
 

@@ -290,3 +290,95 @@ async fn remote_calls_run_over_tls_verified_by_a_ca_file() -> anyhow::Result<()>
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
+
+/// Waits until movement `id` has a node event with `method` and `outcome`.
+async fn wait_event(db: &TestDb, id: &str, method: &str, outcome: &str) -> anyhow::Result<()> {
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM node_events WHERE request_id = $1::uuid AND method = $2 AND outcome = $3",
+        )
+        .bind(id)
+        .bind(method)
+        .bind(outcome)
+        .fetch_one(&db.pool)
+        .await?;
+        if n > 0 {
+            return Ok(());
+        }
+        anyhow::ensure!(std::time::Instant::now() < deadline, "no {method} {outcome} event for {id}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn each_remote_failure_has_its_protocol_semantics() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let remote = start_example(&db, 1000).await?;
+    let reg = remote.registry.to_string_lossy().to_string();
+    let env = [
+        ("MG_EXECUTOR_REGISTRY", reg.as_str()),
+        ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "1"),
+        ("QTG_EXAMPLE_SECRET", HMAC_SECRET),
+    ];
+    let api = Api::start(&db.url, &env).await?;
+    let _workers = [
+        Proc::spawn("qtg-dispatcher", &db.url, &env).await?,
+        Proc::spawn("qtg-observer", &db.url, &env).await?,
+        Proc::spawn("qtg-recovery", &db.url, &env).await?,
+    ];
+    let keys = Keys::create(&api).await?;
+    let cases = [
+        ("t.prepare503", remote_node("n", "exec.ex.http", json!({"fail": ["prepare"]}))),
+        ("t.preflightslow", remote_node("n", "exec.ex.grpc", json!({"slow": {"preflight": 2000}}))),
+        ("t.observe503", remote_node("n", "exec.ex.http", json!({"fail": ["observe"]}))),
+        ("t.oversize", remote_node("n", "exec.ex.http", json!({"oversize": "observe"}))),
+        ("t.recover503", remote_node("n", "exec.ex.http", json!({"garbage": "submit", "fail": ["recover"]}))),
+    ];
+    let mut ids = std::collections::HashMap::new();
+    for (template, n) in cases {
+        install_template(&api, &keys, json!({"template_key": template, "nodes": [n]})).await?;
+        ids.insert(template, start_movement(&api, &keys, template, template, None).await?);
+    }
+    let r = &keys.requester;
+    let t = Duration::from_secs(30);
+
+    // Before submit nothing left qtg: an outage or a deadline is a plain, retryable FAILED.
+    for template in ["t.prepare503", "t.preflightslow"] {
+        let m = wait_state(&api, r, &ids[template], &["FAILED", "COMPLETED"], t).await?;
+        assert_eq!(node(&m, "n")["error_code"], "EXECUTOR_UNAVAILABLE", "{template}: {m:#}");
+        assert_eq!(node(&m, "n")["attempt_no"], 0, "{template}: never reached submit");
+    }
+
+    // Observe outage: the node stays as it is and backs off.
+    let id = &ids["t.observe503"];
+    wait_event(&db, id, "observe", "transport_error").await?;
+    let m = api.ok("GET", &format!("/v3/movements/{id}"), r, None, 200).await?;
+    assert_eq!(node(&m, "n")["node_state"], "SUBMITTED");
+    let backoff: f64 = sqlx::query_scalar(
+        "SELECT extract(epoch FROM next_observe_at - now())::float8 FROM movement_request_nodes WHERE request_id = $1::uuid",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await?;
+    assert!(backoff > 5.0, "next observation is pushed back, got {backoff:.1}s");
+
+    // An answer over the size limit is a protocol error, not a state.
+    let id = &ids["t.oversize"];
+    wait_event(&db, id, "observe", "protocol_error").await?;
+    let m = api.ok("GET", &format!("/v3/movements/{id}"), r, None, 200).await?;
+    assert_eq!(node(&m, "n")["node_state"], "SUBMITTED");
+
+    // Recover outage: the node stays UNKNOWN with its marker; the movement keeps EXECUTING.
+    let id = &ids["t.recover503"];
+    wait_event(&db, id, "recover", "transport_error").await?;
+    let m = api.ok("GET", &format!("/v3/movements/{id}"), r, None, 200).await?;
+    assert_eq!(node(&m, "n")["node_state"], "UNKNOWN");
+    assert_eq!(node(&m, "n")["provider_refs"]["__submit_attempt_pending"], true);
+    assert_eq!(m["request_state"], "EXECUTING");
+
+    drop(api);
+    let _ = std::fs::remove_file(&remote.registry);
+    db.drop_db().await;
+    Ok(())
+}

@@ -2,7 +2,8 @@
 //! lane with its own in-memory ledger keyed by idempotency key, served over gRPC and HTTP
 //! JSON. Scripted per node through `config.example` for demos and tests:
 //! `observe_polls` (default 1), `preflight: "fail"`, `submit_delay_ms`, `garbage: "<method>"`
-//! (answer that method with a contract violation).
+//! (answer that method with a contract violation), `fail: [<method>…]` (answer UNAVAILABLE),
+//! `slow: {<method>: ms}`, `oversize: "observe"` (an answer over qtg's size limit).
 //!
 //! Env: `EXAMPLE_GRPC_ADDR` (default 0.0.0.0:50051), `EXAMPLE_HTTP_ADDR` (0.0.0.0:8081),
 //! `EXAMPLE_BEARER_TOKEN` or `EXAMPLE_HMAC_SECRET` (optional), `EXAMPLE_BROKEN=double-submit` (a deliberately broken
@@ -48,6 +49,27 @@ fn garbage(ctx: &ExecutionContext, method: &str) -> Option<ExecutionResult> {
     })
 }
 
+/// Scripted faults: `fail: ["<method>", …]` answers UNAVAILABLE / HTTP 503 and
+/// `slow: {"<method>": ms}` delays the answer.
+async fn fault(ctx: &ExecutionContext, method: &str) -> Result<(), HandlerError> {
+    let s = script(ctx);
+    if let Some(ms) = s["slow"][method].as_u64() {
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+    }
+    if s["fail"].as_array().is_some_and(|m| m.iter().any(|v| v == method)) {
+        return Err(HandlerError::Unavailable(format!("scripted {method} outage")));
+    }
+    Ok(())
+}
+
+/// `oversize: "<method>"`: an answer far over qtg's size limit.
+fn oversize(ctx: &ExecutionContext, method: &str, mut r: ExecutionResult) -> ExecutionResult {
+    if script(ctx)["oversize"] == method {
+        r.provider_refs.insert("blob".into(), json!("x".repeat(400 * 1024)));
+    }
+    r
+}
+
 fn submitted(order: &Order) -> ExecutionResult {
     let mut r = ExecutionResult::new(NodeState::Submitted);
     r.provider_ref_id = Some(order.ref_id.clone());
@@ -59,6 +81,7 @@ fn submitted(order: &Order) -> ExecutionResult {
 #[async_trait]
 impl Handler for Example {
     async fn preflight(&self, _key: &str, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, HandlerError> {
+        fault(ctx, "preflight").await?;
         let amount = ctx.intent.get("amount").and_then(Value::as_str).and_then(|a| a.parse::<f64>().ok());
         if script(ctx)["preflight"] == "fail" || !amount.is_some_and(|a| a > 0.0) {
             return Ok(Some(ExecutionResult::failed(
@@ -70,6 +93,7 @@ impl Handler for Example {
     }
 
     async fn prepare(&self, key: &str, ctx: &ExecutionContext) -> Result<PrepareOutcome, HandlerError> {
+        fault(ctx, "prepare").await?;
         let payload =
             canonical_json(&json!({"executor_key": key, "request_node_id": ctx.request_node_id, "intent": ctx.intent}));
         let mut action = PreparedAction::new(&ctx.action_type, "json", payload, false);
@@ -112,6 +136,7 @@ impl Handler for Example {
     }
 
     async fn observe(&self, _key: &str, ctx: &ExecutionContext) -> Result<ExecutionResult, HandlerError> {
+        fault(ctx, "observe").await?;
         if let Some(g) = garbage(ctx, "observe") {
             return Ok(g);
         }
@@ -124,7 +149,7 @@ impl Handler for Example {
         };
         order.polls += 1;
         let wanted = script(ctx)["observe_polls"].as_u64().unwrap_or(1);
-        let mut r = submitted(order);
+        let mut r = oversize(ctx, "observe", submitted(order));
         if order.polls >= wanted {
             r.next_state = NodeState::Completed;
             r.provider_state = Some("SETTLED".into());
@@ -143,6 +168,7 @@ impl Handler for Example {
         ctx: &ExecutionContext,
         idempotency_key: &str,
     ) -> Result<ExecutionResult, HandlerError> {
+        fault(ctx, "recover").await?;
         if let Some(g) = garbage(ctx, "recover") {
             return Ok(g);
         }

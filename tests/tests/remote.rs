@@ -179,10 +179,38 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
     assert_eq!(node(&m, "x")["node_state"], "SUBMITTED", "a malformed observe answer changes no state");
     assert_eq!(m["request_state"], "EXECUTING");
 
-    // The remote executor goes away: a new movement fails at preflight with EXECUTOR_UNAVAILABLE.
+    // The remote executor goes away mid-movement: a node it is observing stays OBSERVING
+    // (transport errors, no state change), and a new movement fails at preflight with
+    // EXECUTOR_UNAVAILABLE.
+    install_template(&api, &keys, json!({"template_key": "t.long", "nodes": [remote_node("l", "exec.ex.http", json!({"observe_polls": 100000}))]})).await?;
+    let long = start_movement(&api, &keys, "t.long", "r-9", None).await?;
+    let deadline = std::time::Instant::now() + t;
+    loop {
+        let m = api.ok("GET", &format!("/v3/movements/{long}"), r, None, 200).await?;
+        if node(&m, "l")["node_state"] == "OBSERVING" {
+            break;
+        }
+        anyhow::ensure!(std::time::Instant::now() < deadline, "never OBSERVING: {m:#}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
     let mut example = remote.proc;
     example.signal("KILL");
     example.wait_exit(Duration::from_secs(10)).await?;
+    let deadline = std::time::Instant::now() + t;
+    loop {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM node_events WHERE request_id = $1::uuid AND method = 'observe' AND outcome = 'transport_error'")
+            .bind(&long)
+            .fetch_one(&db.pool)
+            .await?;
+        if n > 0 {
+            break;
+        }
+        anyhow::ensure!(std::time::Instant::now() < deadline, "no observe transport_error after the executor died");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let m = api.ok("GET", &format!("/v3/movements/{long}"), r, None, 200).await?;
+    assert_eq!(node(&m, "l")["node_state"], "OBSERVING", "an unreachable executor changes no state");
+    assert_eq!(m["request_state"], "EXECUTING");
     let gone = start_movement(&api, &keys, "t.refuse", "r-5", None).await?;
     let m = wait_state(&api, r, &gone, &["FAILED", "COMPLETED"], t).await?;
     assert_eq!(node(&m, "r")["error_code"], "EXECUTOR_UNAVAILABLE", "{m:#}");

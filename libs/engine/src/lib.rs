@@ -10,6 +10,7 @@ pub mod movements;
 pub mod observe;
 pub mod plans;
 pub mod recover;
+pub mod sidecars;
 pub mod templates;
 
 use std::sync::Arc;

@@ -13,16 +13,25 @@ pub enum WorkerKind {
     Dispatcher,
     Observer,
     Recovery,
+    Expiration,
+    TemplateProposalExpiration,
+    AuditPromoter,
 }
 
 impl WorkerKind {
     pub const CORE: [WorkerKind; 3] = [WorkerKind::Dispatcher, WorkerKind::Observer, WorkerKind::Recovery];
+    /// The sidecars built so far (callbacks and health join with their issue).
+    pub const SIDECARS: [WorkerKind; 3] =
+        [WorkerKind::Expiration, WorkerKind::TemplateProposalExpiration, WorkerKind::AuditPromoter];
 
     pub fn name(self) -> &'static str {
         match self {
             WorkerKind::Dispatcher => "node_dispatcher",
             WorkerKind::Observer => "node_observer",
             WorkerKind::Recovery => "node_recovery",
+            WorkerKind::Expiration => "expiration_checker",
+            WorkerKind::TemplateProposalExpiration => "template_proposal_expiration",
+            WorkerKind::AuditPromoter => "audit_outbox_promoter",
         }
     }
 
@@ -31,14 +40,8 @@ impl WorkerKind {
             WorkerKind::Dispatcher => "qtg-dispatcher",
             WorkerKind::Observer => "qtg-observer",
             WorkerKind::Recovery => "qtg-recovery",
-        }
-    }
-
-    fn env_stem(self) -> &'static str {
-        match self {
-            WorkerKind::Dispatcher => "DISPATCHER",
-            WorkerKind::Observer => "OBSERVER",
-            WorkerKind::Recovery => "RECOVERY",
+            WorkerKind::Expiration | WorkerKind::TemplateProposalExpiration => "qtg-expiry",
+            WorkerKind::AuditPromoter => "qtg-audit",
         }
     }
 }
@@ -62,6 +65,9 @@ pub struct Settings {
     pub dispatch_interval: Duration,
     pub observe_interval: Duration,
     pub recovery_interval: Duration,
+    pub expiration_interval: Duration,
+    pub template_proposal_expiration_interval: Duration,
+    pub audit_promote_interval: Duration,
     pub dispatch_concurrency: usize,
     pub observe_concurrency: usize,
     pub recovery_concurrency: usize,
@@ -176,6 +182,10 @@ impl Settings {
             dispatch_interval: s.interval("MG_NODE_DISPATCH_INTERVAL_SECONDS", 2.0)?,
             observe_interval: s.interval("MG_NODE_OBSERVE_INTERVAL_SECONDS", 5.0)?,
             recovery_interval: s.interval("MG_NODE_RECOVERY_INTERVAL_SECONDS", 60.0)?,
+            expiration_interval: s.interval("MG_EXPIRATION_CHECK_INTERVAL_SECONDS", 30.0)?,
+            template_proposal_expiration_interval: s
+                .interval("MG_TEMPLATE_PROPOSAL_EXPIRATION_INTERVAL_SECONDS", 30.0)?,
+            audit_promote_interval: s.interval("MG_AUDIT_PROMOTE_INTERVAL_SECONDS", 1.0)?,
             dispatch_concurrency: s.count("MG_DISPATCHER_CONCURRENCY", 1, 64)?,
             observe_concurrency: s.count("MG_OBSERVER_CONCURRENCY", 1, 64)?,
             recovery_concurrency: s.count("MG_RECOVERY_CONCURRENCY", 1, 64)?,
@@ -208,20 +218,20 @@ impl Settings {
             WorkerKind::Dispatcher => self.dispatch_interval,
             WorkerKind::Observer => self.observe_interval,
             WorkerKind::Recovery => self.recovery_interval,
+            WorkerKind::Expiration => self.expiration_interval,
+            WorkerKind::TemplateProposalExpiration => self.template_proposal_expiration_interval,
+            WorkerKind::AuditPromoter => self.audit_promote_interval,
         }
     }
 
+    /// Claim loops per process (`MG_<WORKER>_CONCURRENCY`; sidecars run one).
     pub fn concurrency(&self, kind: WorkerKind) -> usize {
         match kind {
             WorkerKind::Dispatcher => self.dispatch_concurrency,
             WorkerKind::Observer => self.observe_concurrency,
             WorkerKind::Recovery => self.recovery_concurrency,
+            _ => 1,
         }
-    }
-
-    /// The env var that sets `kind`'s concurrency (documentation and errors).
-    pub fn concurrency_var(kind: WorkerKind) -> String {
-        format!("MG_{}_CONCURRENCY", kind.env_stem())
     }
 }
 

@@ -32,3 +32,94 @@ pub async fn record(conn: &mut PgConnection, rec: &AuditRecord<'_>) -> Result<()
     .await?;
     Ok(())
 }
+
+/// Promotes up to `limit` outbox rows into `audit_events`, oldest first. One promoter at a
+/// time (a transaction-scoped advisory lock), so events land in outbox order and exactly
+/// once (the outbox row is marked in the same transaction; `outbox_id` is unique). Returns
+/// how many were promoted; 0 when another replica holds the lock.
+pub async fn promote(conn: &mut PgConnection, limit: i64) -> Result<u64> {
+    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
+        .bind(AUDIT_PROMOTER_LOCK)
+        .fetch_one(&mut *conn)
+        .await?;
+    if !locked {
+        return Ok(0);
+    }
+    let res = sqlx::query(
+        "WITH batch AS (
+             UPDATE audit_outbox SET promoted_at = now()
+             WHERE id IN (SELECT id FROM audit_outbox WHERE promoted_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE)
+             RETURNING id, event_id, actor, action, entity_type, entity_id, movement_id, data, created_at
+         )
+         INSERT INTO audit_events (outbox_id, event_id, actor, action, entity_type, entity_id, movement_id, data, occurred_at)
+         SELECT id, event_id, actor, action, entity_type, entity_id, movement_id, data, created_at FROM batch ORDER BY id
+         ON CONFLICT (outbox_id) DO NOTHING",
+    )
+    .bind(limit)
+    .execute(&mut *conn)
+    .await?;
+    Ok(res.rows_affected())
+}
+
+/// The advisory-lock key of the audit promoter ("qtgaudit").
+const AUDIT_PROMOTER_LOCK: i64 = 0x7174_6761_7564_6974;
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct AuditEvent {
+    pub id: i64,
+    pub event_id: Uuid,
+    pub actor: String,
+    pub action: String,
+    pub entity_type: String,
+    pub entity_id: String,
+    pub movement_id: Option<Uuid>,
+    pub data: Value,
+    pub occurred_at: chrono::DateTime<chrono::Utc>,
+}
+
+#[derive(Debug, Clone, Default)]
+pub struct AuditFilter {
+    pub movement_id: Option<Uuid>,
+    pub actor: Option<String>,
+    pub action: Option<String>,
+    pub since: Option<chrono::DateTime<chrono::Utc>>,
+    pub until: Option<chrono::DateTime<chrono::Utc>>,
+    /// Events after this id (the cursor).
+    pub after_id: Option<i64>,
+}
+
+/// Promoted audit events in order, filtered, at most `limit`.
+pub async fn list(conn: &mut PgConnection, f: &AuditFilter, limit: i64) -> Result<Vec<AuditEvent>> {
+    use sqlx::Row;
+    let rows = sqlx::query(
+        "SELECT id, event_id, actor, action, entity_type, entity_id, movement_id, data, occurred_at FROM audit_events
+         WHERE ($1::uuid IS NULL OR movement_id = $1) AND ($2::text IS NULL OR actor = $2)
+           AND ($3::text IS NULL OR action = $3) AND ($4::timestamptz IS NULL OR occurred_at >= $4)
+           AND ($5::timestamptz IS NULL OR occurred_at < $5) AND ($6::bigint IS NULL OR id > $6)
+         ORDER BY id LIMIT $7",
+    )
+    .bind(f.movement_id)
+    .bind(&f.actor)
+    .bind(&f.action)
+    .bind(f.since)
+    .bind(f.until)
+    .bind(f.after_id)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(AuditEvent {
+                id: r.try_get("id")?,
+                event_id: r.try_get("event_id")?,
+                actor: r.try_get("actor")?,
+                action: r.try_get("action")?,
+                entity_type: r.try_get("entity_type")?,
+                entity_id: r.try_get("entity_id")?,
+                movement_id: r.try_get("movement_id")?,
+                data: r.try_get("data")?,
+                occurred_at: r.try_get("occurred_at")?,
+            })
+        })
+        .collect()
+}

@@ -8,6 +8,7 @@ pub mod claims;
 pub mod context;
 pub mod error;
 pub mod events;
+pub mod expiry;
 pub mod heartbeats;
 pub mod movements;
 pub mod rows;

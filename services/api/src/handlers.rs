@@ -537,3 +537,62 @@ mod tests {
         }
     }
 }
+
+// ---------------------------------------------------------------- audit
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuditQuery {
+    #[serde(default)]
+    movement_id: Option<String>,
+    #[serde(default)]
+    actor: Option<String>,
+    #[serde(default)]
+    action: Option<String>,
+    #[serde(default)]
+    since: Option<String>,
+    #[serde(default)]
+    until: Option<String>,
+    #[serde(default)]
+    limit: Option<String>,
+    #[serde(default)]
+    cursor: Option<String>,
+}
+
+fn parse_time(v: &str, name: &str) -> Result<DateTime<Utc>, ApiError> {
+    DateTime::parse_from_rfc3339(v)
+        .map(|t| t.with_timezone(&Utc))
+        .map_err(|_| ApiError::validation(format!("{name} must be an RFC 3339 time, e.g. 2026-11-29T18:00:00Z")))
+}
+
+/// Promoted audit events, oldest first, filtered by movement, actor, action and time.
+pub async fn list_audit_events(
+    State(s): State<AppState>,
+    who: Principal,
+    q: Result<Query<AuditQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Viewer)?;
+    let q = q.map(|Query(q)| q).map_err(|e| ApiError::validation(format!("invalid query: {}", e.body_text())))?;
+    let limit = PageQuery { limit: q.limit.clone(), cursor: None, state: None }.limit()?;
+    let filter = qtg_store::audit::AuditFilter {
+        movement_id: q
+            .movement_id
+            .as_deref()
+            .map(|m| m.parse().map_err(|_| ApiError::validation("movement_id must be a UUID")))
+            .transpose()?,
+        actor: q.actor.clone(),
+        action: q.action.clone(),
+        since: q.since.as_deref().map(|t| parse_time(t, "since")).transpose()?,
+        until: q.until.as_deref().map(|t| parse_time(t, "until")).transpose()?,
+        after_id: q
+            .cursor
+            .as_deref()
+            .map(|c| c.parse::<i64>().map_err(|_| ApiError::validation("cursor is not one this API returned")))
+            .transpose()?,
+    };
+    let mut conn = s.pool.acquire().await?;
+    let rows = qtg_store::audit::list(&mut conn, &filter, limit + 1).await?;
+    let next = (rows.len() as i64 > limit).then(|| rows[limit as usize - 1].id.to_string());
+    let items: Vec<_> = rows.into_iter().take(limit as usize).collect();
+    Ok(Json(json!({"items": items, "next_cursor": next})))
+}

@@ -48,6 +48,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v3/movements/{id}", get(get_movement))
         .route("/v3/movements/{id}/approve", post(approve_movement))
         .route("/v3/movements/{id}/reject", post(reject_movement))
+        .route("/v3/audit-events", get(list_audit_events))
         .route("/v3/api-keys", post(create_api_key))
         .route("/v3/api-keys/{id}", delete(revoke_api_key))
         .fallback(not_found)

@@ -20,6 +20,7 @@ pub async fn document() -> Json<Value> {
             "/v3/movements/{id}": {"get": op("A movement with its nodes", "viewer")},
             "/v3/movements/{id}/approve": {"post": op("Approve a movement", "approver")},
             "/v3/movements/{id}/reject": {"post": op("Reject a movement", "approver")},
+            "/v3/audit-events": {"get": op("Audit events (movement_id, actor, action, since, until; cursor paging)", "viewer")},
             "/v3/api-keys": {"post": op("Create an API key (secret shown once)", "admin")},
             "/v3/api-keys/{id}": {"delete": op("Revoke an API key", "admin")},
         }

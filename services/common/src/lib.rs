@@ -132,9 +132,10 @@ impl Process {
             beats.push(hb.clone());
             let engine = Arc::new(self.engine(&format!("worker:{}", kind.binary())));
             let channel = match kind {
-                WorkerKind::Dispatcher => CHANNEL_DISPATCH,
-                WorkerKind::Observer => CHANNEL_OBSERVE,
-                WorkerKind::Recovery => CHANNEL_RECOVER,
+                WorkerKind::Dispatcher => Some(CHANNEL_DISPATCH),
+                WorkerKind::Observer => Some(CHANNEL_OBSERVE),
+                WorkerKind::Recovery => Some(CHANNEL_RECOVER),
+                _ => None,
             };
             for i in 0..self.settings.concurrency(kind) {
                 let interval = self.settings.interval(kind);
@@ -142,7 +143,7 @@ impl Process {
                     name: kind.name().to_string(),
                     interval,
                     jitter: interval / 10,
-                    wake: Some(hub.subscribe(channel)),
+                    wake: channel.map(|c| hub.subscribe(c)),
                 };
                 let engine = engine.clone();
                 let fut = run_loop(spec, self.shutdown.clone(), self.metrics.clone(), Some(hb.clone()), move || {
@@ -152,6 +153,9 @@ impl Process {
                             WorkerKind::Dispatcher => engine.dispatch_tick().await?,
                             WorkerKind::Observer => engine.observe_tick().await?,
                             WorkerKind::Recovery => engine.recover_tick().await?,
+                            WorkerKind::Expiration => engine.expire_movements_tick().await?,
+                            WorkerKind::TemplateProposalExpiration => engine.expire_template_proposals_tick().await?,
+                            WorkerKind::AuditPromoter => engine.promote_audit_tick().await?,
                         };
                         // Idle: wake when the next scheduled observation/recovery falls due.
                         let due_in = match (processed, kind) {
@@ -211,11 +215,12 @@ impl Process {
     }
 }
 
-/// `main` of a single-worker binary.
-pub async fn run_worker_binary(binary: &'static str, kind: WorkerKind) -> anyhow::Result<()> {
+/// `main` of a worker binary running `kinds`. A standalone worker fails fast (exits
+/// non-zero so its Deployment restarts it); sidecar isolation is the all-in-one `qtg`'s.
+pub async fn run_worker_binary(binary: &'static str, kinds: &[WorkerKind]) -> anyhow::Result<()> {
     let process = boot(binary, false).await?;
     let mut hub = WakeHub::default();
-    let (tasks, beats) = process.worker_tasks(&[kind], &mut hub).await?;
+    let (tasks, beats) = process.worker_tasks(kinds, &mut hub).await?;
     process.serve_admin(beats).await?;
     hub.spawn(process.pool.clone(), process.shutdown.clone());
     process.supervise(tasks, Vec::new()).await

@@ -11,17 +11,21 @@ async fn main() -> anyhow::Result<()> {
         qtg_api::bootstrap_admin(&process.pool, key).await?;
     }
     let mut hub = WakeHub::default();
-    let (mut core, beats): (Vec<(String, Task)>, _) = if process.settings.workers_enabled {
-        process.worker_tasks(&WorkerKind::CORE, &mut hub).await?
-    } else {
-        (Vec::new(), Vec::new())
-    };
+    let (mut core, mut sidecars, mut beats): (Vec<(String, Task)>, Vec<(String, Task)>, _) =
+        (Vec::new(), Vec::new(), Vec::new());
+    if process.settings.workers_enabled {
+        let (tasks, b) = process.worker_tasks(&WorkerKind::CORE, &mut hub).await?;
+        core.extend(tasks);
+        beats.extend(b);
+        let (tasks, b) = process.worker_tasks(&WorkerKind::SIDECARS, &mut hub).await?;
+        sidecars.extend(tasks);
+        beats.extend(b);
+    }
     process.serve_admin(beats).await?;
     hub.spawn(process.pool.clone(), process.shutdown.clone());
     let state = qtg_api::app_state(&process);
     let (_, server) = qtg_api::serve(state, process.settings.api_addr, process.shutdown.clone()).await?;
     core.push(("api".into(), Box::pin(async move { server.await? })));
-    // Sidecars (callbacks, expiry, audit, health) join here as they land.
-    let sidecars: Vec<(String, Task)> = Vec::new();
+    // Callbacks and executor health join the sidecars with their issue.
     process.supervise(core, sidecars).await
 }

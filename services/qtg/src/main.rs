@@ -11,8 +11,9 @@ async fn main() -> anyhow::Result<()> {
         qtg_api::bootstrap_admin(&process.pool, key).await?;
     }
     let mut hub = WakeHub::default();
-    let (mut core, mut sidecars, mut beats): (Vec<(String, Task)>, Vec<(String, Task)>, _) =
-        (Vec::new(), Vec::new(), Vec::new());
+    let mut core: Vec<(String, Task)> = Vec::new();
+    let mut sidecars: Vec<(String, Task)> = Vec::new();
+    let mut beats = Vec::new();
     if process.settings.workers_enabled {
         let (tasks, b) = process.worker_tasks(&WorkerKind::CORE, &mut hub).await?;
         core.extend(tasks);

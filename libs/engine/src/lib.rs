@@ -3,6 +3,7 @@
 //! movement and template operations the API performs.
 
 pub mod advance;
+pub mod callbacks;
 pub mod calls;
 pub mod context;
 pub mod dispatch;
@@ -72,6 +73,7 @@ pub struct EngineSettings {
     pub grace: LaneGrace,
     /// Seconds before re-trying an observe/recover whose call failed.
     pub call_failure_backoff_seconds: f64,
+    pub callbacks: callbacks::CallbackSettings,
 }
 
 impl Default for EngineSettings {
@@ -83,6 +85,11 @@ impl Default for EngineSettings {
             recovery_batch: 10,
             grace: LaneGrace::default(),
             call_failure_backoff_seconds: 15.0,
+            callbacks: callbacks::CallbackSettings {
+                max_attempts: 5,
+                timeout: Duration::from_secs(10),
+                ..Default::default()
+            },
         }
     }
 }

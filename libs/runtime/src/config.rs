@@ -16,13 +16,18 @@ pub enum WorkerKind {
     Expiration,
     TemplateProposalExpiration,
     AuditPromoter,
+    CallbackDispatcher,
 }
 
 impl WorkerKind {
     pub const CORE: [WorkerKind; 3] = [WorkerKind::Dispatcher, WorkerKind::Observer, WorkerKind::Recovery];
     /// The sidecars built so far (callbacks and health join with their issue).
-    pub const SIDECARS: [WorkerKind; 3] =
-        [WorkerKind::Expiration, WorkerKind::TemplateProposalExpiration, WorkerKind::AuditPromoter];
+    pub const SIDECARS: [WorkerKind; 4] = [
+        WorkerKind::CallbackDispatcher,
+        WorkerKind::Expiration,
+        WorkerKind::TemplateProposalExpiration,
+        WorkerKind::AuditPromoter,
+    ];
 
     pub fn name(self) -> &'static str {
         match self {
@@ -32,6 +37,7 @@ impl WorkerKind {
             WorkerKind::Expiration => "expiration_checker",
             WorkerKind::TemplateProposalExpiration => "template_proposal_expiration",
             WorkerKind::AuditPromoter => "audit_outbox_promoter",
+            WorkerKind::CallbackDispatcher => "callback_dispatcher",
         }
     }
 
@@ -42,6 +48,7 @@ impl WorkerKind {
             WorkerKind::Recovery => "qtg-recovery",
             WorkerKind::Expiration | WorkerKind::TemplateProposalExpiration => "qtg-expiry",
             WorkerKind::AuditPromoter => "qtg-audit",
+            WorkerKind::CallbackDispatcher => "qtg-callback",
         }
     }
 }
@@ -68,6 +75,13 @@ pub struct Settings {
     pub expiration_interval: Duration,
     pub template_proposal_expiration_interval: Duration,
     pub audit_promote_interval: Duration,
+    pub callback_interval: Duration,
+    /// Secret: never printed.
+    pub callback_secret: Option<String>,
+    pub callback_max_attempts: i32,
+    pub callback_timeout: Duration,
+    pub callback_allow_private: bool,
+    pub callback_allowed_hosts: Vec<String>,
     pub dispatch_concurrency: usize,
     pub observe_concurrency: usize,
     pub recovery_concurrency: usize,
@@ -186,6 +200,15 @@ impl Settings {
             template_proposal_expiration_interval: s
                 .interval("MG_TEMPLATE_PROPOSAL_EXPIRATION_INTERVAL_SECONDS", 30.0)?,
             audit_promote_interval: s.interval("MG_AUDIT_PROMOTE_INTERVAL_SECONDS", 1.0)?,
+            callback_interval: s.interval("MG_CALLBACK_DISPATCH_INTERVAL_SECONDS", 3.0)?,
+            callback_secret: s.get("MG_CALLBACK_SECRET").map(String::from),
+            callback_max_attempts: s.count("MG_CALLBACK_MAX_ATTEMPTS", 5, 100)? as i32,
+            callback_timeout: s.interval("MG_CALLBACK_TIMEOUT_SECONDS", 10.0)?,
+            callback_allow_private: s.flag("MG_CALLBACK_ALLOW_PRIVATE", false)?,
+            callback_allowed_hosts: s
+                .get("MG_CALLBACK_ALLOWED_HOSTS")
+                .map(|v| v.split(',').map(|h| h.trim().to_string()).filter(|h| !h.is_empty()).collect())
+                .unwrap_or_default(),
             dispatch_concurrency: s.count("MG_DISPATCHER_CONCURRENCY", 1, 64)?,
             observe_concurrency: s.count("MG_OBSERVER_CONCURRENCY", 1, 64)?,
             recovery_concurrency: s.count("MG_RECOVERY_CONCURRENCY", 1, 64)?,
@@ -221,6 +244,7 @@ impl Settings {
             WorkerKind::Expiration => self.expiration_interval,
             WorkerKind::TemplateProposalExpiration => self.template_proposal_expiration_interval,
             WorkerKind::AuditPromoter => self.audit_promote_interval,
+            WorkerKind::CallbackDispatcher => self.callback_interval,
         }
     }
 
@@ -270,6 +294,10 @@ impl fmt::Debug for Settings {
             .field("observe_timeout_enforcement", &self.observe_timeout_enforcement)
             .field("approval_ttl_seconds", &self.approval_ttl_seconds)
             .field("callback_default_url", &self.callback_default_url)
+            .field("callback_secret", &self.callback_secret.as_ref().map(|_| "***"))
+            .field("callback_max_attempts", &self.callback_max_attempts)
+            .field("callback_allow_private", &self.callback_allow_private)
+            .field("callback_allowed_hosts", &self.callback_allowed_hosts)
             .field("bootstrap_admin_key", &self.bootstrap_admin_key.as_ref().map(|_| "***"))
             .finish()
     }

@@ -4,6 +4,7 @@
 pub mod api_keys;
 pub mod artifacts;
 pub mod audit;
+pub mod callbacks;
 pub mod claims;
 pub mod context;
 pub mod error;

@@ -319,6 +319,13 @@ pub async fn create_movement(
         if !valid_callback_url(u) {
             return Err(ApiError::validation("callback_url must be an http(s) URL with a host"));
         }
+        // A URL the delivery guard would always refuse is refused now.
+        qtg_engine::callbacks::check_url_syntax(
+            u,
+            s.settings.callback_allow_private,
+            &s.settings.callback_allowed_hosts,
+        )
+        .map_err(ApiError::validation)?;
     }
     if b.template_version.is_some_and(|v| v < 1) {
         return Err(ApiError::validation("template_version must be >= 1"));
@@ -595,4 +602,81 @@ pub async fn list_audit_events(
     let next = (rows.len() as i64 > limit).then(|| rows[limit as usize - 1].id.to_string());
     let items: Vec<_> = rows.into_iter().take(limit as usize).collect();
     Ok(Json(json!({"items": items, "next_cursor": next})))
+}
+
+// ---------------------------------------------------------------- callbacks
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CallbackQuery {
+    #[serde(default)]
+    status: Option<String>,
+    #[serde(default)]
+    movement_id: Option<String>,
+    #[serde(default)]
+    limit: Option<String>,
+    #[serde(default)]
+    cursor: Option<String>,
+}
+
+pub async fn list_callbacks(
+    State(s): State<AppState>,
+    who: Principal,
+    q: Result<Query<CallbackQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Operator)?;
+    let q = q.map(|Query(q)| q).map_err(|e| ApiError::validation(format!("invalid query: {}", e.body_text())))?;
+    let limit = PageQuery { limit: q.limit.clone(), cursor: None, state: None }.limit()?;
+    if let Some(st) = &q.status {
+        if !matches!(st.as_str(), "pending" | "sent" | "dlq") {
+            return Err(ApiError::validation("status must be pending, sent or dlq"));
+        }
+    }
+    let movement = q
+        .movement_id
+        .as_deref()
+        .map(|m| m.parse::<Uuid>().map_err(|_| ApiError::validation("movement_id must be a UUID")))
+        .transpose()?;
+    let after = q.cursor.as_deref().map(parse_cursor).transpose()?;
+    let mut conn = s.pool.acquire().await?;
+    let rows = qtg_store::callbacks::list(&mut conn, q.status.as_deref(), movement, after, limit + 1).await?;
+    let next = (rows.len() as i64 > limit).then(|| {
+        let last = &rows[limit as usize - 1];
+        format!("{}_{}", last.created_at.timestamp_micros(), last.id)
+    });
+    let items: Vec<_> = rows.into_iter().take(limit as usize).collect();
+    Ok(Json(json!({"items": items, "next_cursor": next})))
+}
+
+/// Replays a dead letter: a new row with the same event, fresh timestamp and nonce.
+pub async fn replay_callback(
+    State(s): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    who.require(Role::Operator)?;
+    let id = parse_id(&id, "callback")?;
+    let mut tx = s.pool.begin().await?;
+    let Some(row) = qtg_store::callbacks::replay(&mut tx, id).await? else {
+        let exists = qtg_store::callbacks::exists(&mut tx, id).await?;
+        return Err(if exists {
+            ApiError::new(StatusCode::CONFLICT, "INVALID_STATE", "only a dlq callback can be replayed")
+        } else {
+            ApiError::not_found("callback")
+        });
+    };
+    qtg_store::audit::record(
+        &mut tx,
+        &qtg_store::audit::AuditRecord {
+            actor: &who.name,
+            action: "callback.replay",
+            entity_type: "movement",
+            entity_id: row.request_id.to_string(),
+            movement_id: Some(row.request_id),
+            data: json!({"replay_of": id, "new_callback_id": row.id, "event_id": row.event_id}),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok((StatusCode::CREATED, Json(json!(row))).into_response())
 }

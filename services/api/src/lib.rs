@@ -25,6 +25,8 @@ pub struct ApiSettings {
     pub approval_ttl_seconds: f64,
     pub template_proposal_ttl_seconds: f64,
     pub callback_default_url: Option<String>,
+    pub callback_allow_private: bool,
+    pub callback_allowed_hosts: Vec<String>,
 }
 
 #[derive(Clone)]
@@ -49,6 +51,8 @@ pub fn router(state: AppState) -> Router {
         .route("/v3/movements/{id}/approve", post(approve_movement))
         .route("/v3/movements/{id}/reject", post(reject_movement))
         .route("/v3/audit-events", get(list_audit_events))
+        .route("/v3/callbacks", get(list_callbacks))
+        .route("/v3/callbacks/{id}/actions/replay", post(replay_callback))
         .route("/v3/api-keys", post(create_api_key))
         .route("/v3/api-keys/{id}", delete(revoke_api_key))
         .fallback(not_found)
@@ -100,6 +104,8 @@ pub fn app_state(process: &qtg_service::Process) -> AppState {
             approval_ttl_seconds: process.settings.approval_ttl_seconds,
             template_proposal_ttl_seconds: process.settings.template_proposal_ttl_seconds,
             callback_default_url: process.settings.callback_default_url.clone(),
+            callback_allow_private: process.settings.callback_allow_private,
+            callback_allowed_hosts: process.settings.callback_allowed_hosts.clone(),
         },
     }
 }

@@ -21,6 +21,8 @@ pub async fn document() -> Json<Value> {
             "/v3/movements/{id}/approve": {"post": op("Approve a movement", "approver")},
             "/v3/movements/{id}/reject": {"post": op("Reject a movement", "approver")},
             "/v3/audit-events": {"get": op("Audit events (movement_id, actor, action, since, until; cursor paging)", "viewer")},
+            "/v3/callbacks": {"get": op("Callback outbox rows (status, movement_id; cursor paging)", "operator")},
+            "/v3/callbacks/{id}/actions/replay": {"post": op("Replay a dead-lettered callback (new row, same event)", "operator")},
             "/v3/api-keys": {"post": op("Create an API key (secret shown once)", "admin")},
             "/v3/api-keys/{id}": {"delete": op("Revoke an API key", "admin")},
         }

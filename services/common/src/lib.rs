@@ -14,7 +14,7 @@ pub use qtg_runtime::supervise::Task;
 pub use qtg_runtime::wake::WakeHub;
 pub use qtg_runtime::WorkerKind;
 use qtg_runtime::{logging, run_loop, CancellationToken, LoopSpec, Metrics, Settings, Tick};
-use qtg_store::transition::{CHANNEL_DISPATCH, CHANNEL_OBSERVE, CHANNEL_RECOVER};
+use qtg_store::transition::{CHANNEL_CALLBACK, CHANNEL_DISPATCH, CHANNEL_OBSERVE, CHANNEL_RECOVER};
 use qtg_store::PgPool;
 
 /// A booted process: settings, database, executors, metrics and its shutdown token.
@@ -113,6 +113,13 @@ impl Process {
                     other: s.grace_other.unwrap_or(s.grace_default),
                 },
                 call_failure_backoff_seconds: 15.0,
+                callbacks: qtg_engine::callbacks::CallbackSettings {
+                    secret: s.callback_secret.clone().map(String::into_bytes),
+                    max_attempts: s.callback_max_attempts,
+                    timeout: s.callback_timeout,
+                    allow_private: s.callback_allow_private,
+                    allowed_hosts: s.callback_allowed_hosts.clone(),
+                },
             },
             actor: actor.to_string(),
         }
@@ -135,6 +142,7 @@ impl Process {
                 WorkerKind::Dispatcher => Some(CHANNEL_DISPATCH),
                 WorkerKind::Observer => Some(CHANNEL_OBSERVE),
                 WorkerKind::Recovery => Some(CHANNEL_RECOVER),
+                WorkerKind::CallbackDispatcher => Some(CHANNEL_CALLBACK),
                 _ => None,
             };
             for i in 0..self.settings.concurrency(kind) {
@@ -156,6 +164,7 @@ impl Process {
                             WorkerKind::Expiration => engine.expire_movements_tick().await?,
                             WorkerKind::TemplateProposalExpiration => engine.expire_template_proposals_tick().await?,
                             WorkerKind::AuditPromoter => engine.promote_audit_tick().await?,
+                            WorkerKind::CallbackDispatcher => engine.deliver_callbacks_tick().await?,
                         };
                         // Idle: wake when the next scheduled observation/recovery falls due.
                         let due_in = match (processed, kind) {

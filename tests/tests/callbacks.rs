@@ -1,0 +1,225 @@
+//! Signed callbacks end to end, against a real HTTP receiver that checks every signature with
+//! its own HMAC (not libs/webhook's): retries keep their timestamp and nonce, the backoff
+//! schedule is 2, 4, 8, 16 s (read from `next_attempt_at`, with the test moving the clock of
+//! due rows), the fifth failure dead-letters the row, a replay delivers the same event once
+//! the receiver is back, and private destinations are refused unless allowed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use axum::http::{HeaderMap, StatusCode};
+use hmac::{Hmac, KeyInit, Mac};
+use qtg_tests::*;
+use serde_json::{json, Value};
+use sha2::{Digest, Sha256};
+
+const SECRET: &str = "whsec-e2e-0001";
+
+#[derive(Clone, Debug)]
+struct Delivery {
+    timestamp: String,
+    nonce: String,
+    body: Value,
+    valid: bool,
+}
+
+#[derive(Clone, Default)]
+struct Receiver {
+    failing: Arc<AtomicBool>,
+    seen: Arc<Mutex<Vec<Delivery>>>,
+}
+
+fn header(h: &HeaderMap, k: &str) -> String {
+    h.get(k).and_then(|v| v.to_str().ok()).unwrap_or_default().to_string()
+}
+
+async fn receive(
+    axum::extract::State(r): axum::extract::State<Receiver>,
+    headers: HeaderMap,
+    body: Bytes,
+) -> StatusCode {
+    let (ts, nonce, sig) = (
+        header(&headers, "x-qtg-callback-timestamp"),
+        header(&headers, "x-qtg-callback-nonce"),
+        header(&headers, "x-qtg-callback-signature"),
+    );
+    let message = format!("{ts}\n{nonce}\n{}", hex::encode(Sha256::digest(&body)));
+    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
+    mac.update(message.as_bytes());
+    let valid =
+        header(&headers, "x-qtg-callback-signature-version") == "v3" && hex::encode(mac.finalize().into_bytes()) == sig;
+    let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    r.seen.lock().unwrap().push(Delivery { timestamp: ts, nonce, body, valid });
+    if r.failing.load(Ordering::SeqCst) {
+        StatusCode::INTERNAL_SERVER_ERROR
+    } else {
+        StatusCode::OK
+    }
+}
+
+async fn wait_for<F: std::future::Future<Output = anyhow::Result<bool>>>(
+    what: &str,
+    mut f: impl FnMut() -> F,
+) -> anyhow::Result<()> {
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while !f().await? {
+        anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn callbacks_are_signed_retried_dead_lettered_and_replayed() -> anyhow::Result<()> {
+    let receiver = Receiver::default();
+    receiver.failing.store(true, Ordering::SeqCst);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let hook = format!("http://{}/hook", listener.local_addr()?);
+    let app = axum::Router::new().route("/hook", axum::routing::post(receive)).with_state(receiver.clone());
+    tokio::spawn(async move { axum::serve(listener, app).await });
+
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[("MG_CALLBACK_ALLOW_PRIVATE", "true")]).await?;
+    let keys = Keys::create(&api).await?;
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "t.cb", "nodes": [
+        {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"}]}),
+    )
+    .await?;
+
+    // The guard at creation: an API that does not allow private hosts refuses the URL.
+    let strict = Api::start(&db.url, &[("MG_MIGRATE", "false")]).await?;
+    let body = json!({"template_key": "t.cb", "intent": {"asset": "USDC", "amount": "1"}, "idempotency_key": "cb-0", "callback_url": hook});
+    let (s, b) = strict.call("POST", "/v3/movements", &keys.requester, Some(body)).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{b}");
+    drop(strict);
+
+    let id = start_movement(&api, &keys, "t.cb", "cb-1", Some(&hook)).await?;
+    let first: uuid::Uuid = sqlx::query_scalar(
+        "SELECT id FROM movement_callback_outbox WHERE request_id = $1::uuid ORDER BY sequence LIMIT 1",
+    )
+    .bind(&id)
+    .fetch_one(&db.pool)
+    .await?;
+
+    // A worker that does not allow private destinations refuses before sending anything.
+    let base = [("MG_CALLBACK_SECRET", SECRET), ("MG_CALLBACK_DISPATCH_INTERVAL_SECONDS", "0.2")];
+    let mut guarded = Proc::spawn("qtg-callback", &db.url, &base).await?;
+    wait_for("a refused delivery", || async {
+        let e: Option<String> = sqlx::query_scalar("SELECT last_error FROM movement_callback_outbox WHERE id = $1")
+            .bind(first)
+            .fetch_one(&db.pool)
+            .await?;
+        Ok(e.is_some_and(|e| e.contains("refused")))
+    })
+    .await?;
+    assert!(receiver.seen.lock().unwrap().is_empty(), "nothing reached the private receiver");
+    guarded.signal("TERM");
+    guarded.wait_exit(Duration::from_secs(10)).await?;
+    sqlx::query("UPDATE movement_callback_outbox SET attempts = 0, last_error = NULL, next_attempt_at = now()")
+        .execute(&db.pool)
+        .await?;
+
+    let allowed = [base[0], base[1], ("MG_CALLBACK_ALLOW_PRIVATE", "true")];
+    let _worker = Proc::spawn("qtg-callback", &db.url, &allowed).await?;
+    // Five failures of the first event, each followed by its backoff; the test moves the row's
+    // clock forward instead of sleeping 30 s.
+    let mut delays = Vec::new();
+    for attempt in 1..=5 {
+        wait_for("an attempt", || async {
+            let a: i32 = sqlx::query_scalar("SELECT attempts FROM movement_callback_outbox WHERE id = $1")
+                .bind(first)
+                .fetch_one(&db.pool)
+                .await?;
+            Ok(a >= attempt)
+        })
+        .await?;
+        let (status, delay): (String, f64) = sqlx::query_as(
+            "SELECT status, extract(epoch FROM next_attempt_at - updated_at)::float8 FROM movement_callback_outbox WHERE id = $1",
+        )
+        .bind(first)
+        .fetch_one(&db.pool)
+        .await?;
+        if attempt < 5 {
+            assert_eq!(status, "pending");
+            delays.push(delay.round() as i64);
+            sqlx::query("UPDATE movement_callback_outbox SET next_attempt_at = now() WHERE id = $1")
+                .bind(first)
+                .execute(&db.pool)
+                .await?;
+        } else {
+            assert_eq!(status, "dlq", "the fifth failure dead-letters the row");
+        }
+    }
+    assert_eq!(delays, [2, 4, 8, 16], "backoff 2^min(attempts, 6) s");
+    let row: (String, Option<String>) =
+        sqlx::query_as("SELECT status, last_error FROM movement_callback_outbox WHERE id = $1")
+            .bind(first)
+            .fetch_one(&db.pool)
+            .await?;
+    assert_eq!(row.0, "dlq");
+    assert!(row.1.unwrap_or_default().contains("500"));
+
+    let event_id = {
+        let seen = receiver.seen.lock().unwrap();
+        let attempts: Vec<&Delivery> = seen.iter().filter(|d| d.body["sequence"] == 1).collect();
+        assert_eq!(attempts.len(), 5, "five attempts of the first event");
+        assert!(attempts.iter().all(|d| d.valid), "every delivery carries a valid v3 signature");
+        assert!(
+            attempts.iter().all(|d| d.timestamp == attempts[0].timestamp && d.nonce == attempts[0].nonce),
+            "retries reuse timestamp and nonce"
+        );
+        attempts[0].body["event_id"].clone()
+    };
+
+    // The receiver comes back; an operator replays the dead letter.
+    receiver.failing.store(false, Ordering::SeqCst);
+    let list = api.ok("GET", &format!("/v3/callbacks?status=dlq&movement_id={id}"), &keys.operator, None, 200).await?;
+    assert!(list["items"].as_array().unwrap().iter().any(|c| c["id"] == first.to_string()));
+    let (s, _) = api.call("POST", &format!("/v3/callbacks/{first}/actions/replay"), &keys.requester, None).await?;
+    assert_eq!(s, 403, "replay is an operator action");
+    let replay = api.ok("POST", &format!("/v3/callbacks/{first}/actions/replay"), &keys.operator, None, 201).await?;
+    assert_eq!(replay["replay_of"], first.to_string());
+    assert_eq!(replay["event_id"], event_id);
+    let replay_id = replay["id"].as_str().unwrap().to_string();
+    wait_for("the replay delivered", || async {
+        let s: String = sqlx::query_scalar("SELECT status FROM movement_callback_outbox WHERE id = $1::uuid")
+            .bind(&replay_id)
+            .fetch_one(&db.pool)
+            .await?;
+        Ok(s == "sent")
+    })
+    .await?;
+    {
+        let seen = receiver.seen.lock().unwrap();
+        let delivered: Vec<&Delivery> = seen.iter().filter(|d| d.body["event_id"] == event_id).collect();
+        let last = delivered.last().unwrap();
+        assert!(last.valid);
+        assert_ne!(last.nonce, delivered[0].nonce, "a replay is a new delivery: new nonce");
+    }
+    let old: String = sqlx::query_scalar("SELECT status FROM movement_callback_outbox WHERE id = $1")
+        .bind(first)
+        .fetch_one(&db.pool)
+        .await?;
+    assert_eq!(old, "dlq", "the dead letter stays");
+    let (s, _) = api.call("POST", &format!("/v3/callbacks/{replay_id}/actions/replay"), &keys.operator, None).await?;
+    assert_eq!(s, 409, "only dlq rows replay");
+    // The other events of the movement went through once the receiver was back.
+    wait_for("all sent", || async {
+        let pending: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM movement_callback_outbox WHERE request_id = $1::uuid AND status = 'pending'",
+        )
+        .bind(&id)
+        .fetch_one(&db.pool)
+        .await?;
+        Ok(pending == 0)
+    })
+    .await?;
+    drop(api);
+    db.drop_db().await;
+    Ok(())
+}

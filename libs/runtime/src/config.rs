@@ -313,7 +313,11 @@ mod tests {
 
     #[test]
     fn defaults_follow_the_seed() {
-        let s = Settings::from_vars(&vars(&[("DATABASE_URL", "postgres://u:secret@h/db")]), false).unwrap();
+        let s = Settings::from_vars(
+            &vars(&[("DATABASE_URL", "postgres://u:pa55-w0rd@h/db"), ("MG_CALLBACK_SECRET", "whsec-do-not-print")]),
+            false,
+        )
+        .unwrap();
         assert_eq!(s.dispatch_interval, Duration::from_secs(2));
         assert_eq!(s.observe_interval, Duration::from_secs(5));
         assert_eq!(s.recovery_interval, Duration::from_secs(60));
@@ -322,7 +326,7 @@ mod tests {
         assert!(!s.observe_timeout_enforcement);
         assert_eq!(s.approval_ttl_seconds, 300.0);
         let printed = format!("{s:?}");
-        assert!(!printed.contains("secret"), "{printed}");
+        assert!(!printed.contains("pa55-w0rd") && !printed.contains("whsec-do-not-print"), "{printed}");
     }
 
     #[test]

@@ -189,6 +189,7 @@ impl Api {
             "GET" => self.http.get(&url),
             "POST" => self.http.post(&url),
             "DELETE" => self.http.delete(&url),
+            "PUT" => self.http.put(&url),
             other => bail!("method {other}"),
         };
         req = req.bearer_auth(key);

@@ -7,6 +7,7 @@ pub mod callbacks;
 pub mod calls;
 pub mod context;
 pub mod dispatch;
+pub mod health;
 pub mod movements;
 pub mod observe;
 pub mod plans;

@@ -17,13 +17,15 @@ pub enum WorkerKind {
     TemplateProposalExpiration,
     AuditPromoter,
     CallbackDispatcher,
+    ExecutorHealth,
 }
 
 impl WorkerKind {
     pub const CORE: [WorkerKind; 3] = [WorkerKind::Dispatcher, WorkerKind::Observer, WorkerKind::Recovery];
     /// The sidecars built so far (callbacks and health join with their issue).
-    pub const SIDECARS: [WorkerKind; 4] = [
+    pub const SIDECARS: [WorkerKind; 5] = [
         WorkerKind::CallbackDispatcher,
+        WorkerKind::ExecutorHealth,
         WorkerKind::Expiration,
         WorkerKind::TemplateProposalExpiration,
         WorkerKind::AuditPromoter,
@@ -38,6 +40,7 @@ impl WorkerKind {
             WorkerKind::TemplateProposalExpiration => "template_proposal_expiration",
             WorkerKind::AuditPromoter => "audit_outbox_promoter",
             WorkerKind::CallbackDispatcher => "callback_dispatcher",
+            WorkerKind::ExecutorHealth => "executor_health",
         }
     }
 
@@ -49,6 +52,7 @@ impl WorkerKind {
             WorkerKind::Expiration | WorkerKind::TemplateProposalExpiration => "qtg-expiry",
             WorkerKind::AuditPromoter => "qtg-audit",
             WorkerKind::CallbackDispatcher => "qtg-callback",
+            WorkerKind::ExecutorHealth => "qtg-health",
         }
     }
 }
@@ -76,6 +80,9 @@ pub struct Settings {
     pub template_proposal_expiration_interval: Duration,
     pub audit_promote_interval: Duration,
     pub callback_interval: Duration,
+    pub health_interval: Duration,
+    /// A heartbeat older than this is `stale` in `GET /v3/workers`.
+    pub worker_stale_seconds: f64,
     /// Secret: never printed.
     pub callback_secret: Option<String>,
     pub callback_max_attempts: i32,
@@ -201,6 +208,8 @@ impl Settings {
                 .interval("MG_TEMPLATE_PROPOSAL_EXPIRATION_INTERVAL_SECONDS", 30.0)?,
             audit_promote_interval: s.interval("MG_AUDIT_PROMOTE_INTERVAL_SECONDS", 1.0)?,
             callback_interval: s.interval("MG_CALLBACK_DISPATCH_INTERVAL_SECONDS", 3.0)?,
+            health_interval: s.interval("MG_EXECUTOR_HEALTH_INTERVAL_SECONDS", 60.0)?,
+            worker_stale_seconds: s.seconds("MG_WORKER_STALE_SECONDS", 180.0)?,
             callback_secret: s.get("MG_CALLBACK_SECRET").map(String::from),
             callback_max_attempts: s.count("MG_CALLBACK_MAX_ATTEMPTS", 5, 100)? as i32,
             callback_timeout: s.interval("MG_CALLBACK_TIMEOUT_SECONDS", 10.0)?,
@@ -245,6 +254,7 @@ impl Settings {
             WorkerKind::TemplateProposalExpiration => self.template_proposal_expiration_interval,
             WorkerKind::AuditPromoter => self.audit_promote_interval,
             WorkerKind::CallbackDispatcher => self.callback_interval,
+            WorkerKind::ExecutorHealth => self.health_interval,
         }
     }
 

@@ -10,6 +10,7 @@ pub mod context;
 pub mod error;
 pub mod events;
 pub mod expiry;
+pub mod health;
 pub mod heartbeats;
 pub mod movements;
 pub mod rows;

@@ -680,3 +680,65 @@ pub async fn replay_callback(
     tx.commit().await?;
     Ok((StatusCode::CREATED, Json(json!(row))).into_response())
 }
+
+// ---------------------------------------------------------------- roster
+
+pub async fn list_executors(State(s): State<AppState>, who: Principal) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Viewer)?;
+    let mut conn = s.pool.acquire().await?;
+    let items = qtg_store::health::list_executors(&mut conn).await?;
+    Ok(Json(json!({"items": items, "next_cursor": null})))
+}
+
+pub async fn list_signers(State(s): State<AppState>, who: Principal) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Viewer)?;
+    let mut conn = s.pool.acquire().await?;
+    let items = qtg_store::health::list_signers(&mut conn).await?;
+    Ok(Json(json!({"items": items, "next_cursor": null})))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedIdentityBody {
+    address: String,
+}
+
+/// The only writer of a signer's expected address.
+pub async fn set_expected_identity(
+    State(s): State<AppState>,
+    who: Principal,
+    Path(key): Path<String>,
+    body: Result<Body<ExpectedIdentityBody>, ApiError>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Admin)?;
+    let body = body?;
+    let address = qtg_engine::health::canonical_address(&body.value.address)
+        .ok_or_else(|| ApiError::validation("address must be 0x followed by 40 hex digits, not all zero"))?;
+    let mut tx = s.pool.begin().await?;
+    if !qtg_store::health::set_expected_identity(&mut tx, &key, &address).await? {
+        return Err(ApiError::not_found("signer (not yet seen by qtg-health)"));
+    }
+    qtg_store::audit::record(
+        &mut tx,
+        &qtg_store::audit::AuditRecord {
+            actor: &who.name,
+            action: "signer.expected_identity",
+            entity_type: "signer",
+            entity_id: key.clone(),
+            movement_id: None,
+            data: json!({"expected_signer_address": address}),
+        },
+    )
+    .await?;
+    let signers = qtg_store::health::list_signers(&mut tx).await?;
+    tx.commit().await?;
+    let row = signers.into_iter().find(|r| r.signer_key == key);
+    Ok(Json(json!(row)))
+}
+
+pub async fn list_workers(State(s): State<AppState>, who: Principal) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Viewer)?;
+    let mut conn = s.pool.acquire().await?;
+    let items = qtg_store::health::list_workers(&mut conn, s.settings.worker_stale_seconds).await?;
+    Ok(Json(json!({"items": items, "next_cursor": null})))
+}

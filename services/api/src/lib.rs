@@ -10,7 +10,7 @@ mod openapi;
 use std::net::SocketAddr;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{delete, get, post};
+use axum::routing::{delete, get, post, put};
 use axum::Router;
 use qtg_engine::Engine;
 use qtg_store::PgPool;
@@ -27,6 +27,7 @@ pub struct ApiSettings {
     pub callback_default_url: Option<String>,
     pub callback_allow_private: bool,
     pub callback_allowed_hosts: Vec<String>,
+    pub worker_stale_seconds: f64,
 }
 
 #[derive(Clone)]
@@ -51,6 +52,10 @@ pub fn router(state: AppState) -> Router {
         .route("/v3/movements/{id}/approve", post(approve_movement))
         .route("/v3/movements/{id}/reject", post(reject_movement))
         .route("/v3/audit-events", get(list_audit_events))
+        .route("/v3/executors", get(list_executors))
+        .route("/v3/signers", get(list_signers))
+        .route("/v3/signers/{key}/expected-identity", put(set_expected_identity))
+        .route("/v3/workers", get(list_workers))
         .route("/v3/callbacks", get(list_callbacks))
         .route("/v3/callbacks/{id}/actions/replay", post(replay_callback))
         .route("/v3/api-keys", post(create_api_key))
@@ -106,6 +111,7 @@ pub fn app_state(process: &qtg_service::Process) -> AppState {
             callback_default_url: process.settings.callback_default_url.clone(),
             callback_allow_private: process.settings.callback_allow_private,
             callback_allowed_hosts: process.settings.callback_allowed_hosts.clone(),
+            worker_stale_seconds: process.settings.worker_stale_seconds,
         },
     }
 }

@@ -23,6 +23,10 @@ pub async fn document() -> Json<Value> {
             "/v3/audit-events": {"get": op("Audit events (movement_id, actor, action, since, until; cursor paging)", "viewer")},
             "/v3/callbacks": {"get": op("Callback outbox rows (status, movement_id; cursor paging)", "operator")},
             "/v3/callbacks/{id}/actions/replay": {"post": op("Replay a dead-lettered callback (new row, same event)", "operator")},
+            "/v3/executors": {"get": op("Executor roster with health", "viewer")},
+            "/v3/signers": {"get": op("Signer roster with health and identity posture", "viewer")},
+            "/v3/signers/{key}/expected-identity": {"put": op("Enrol a signer's expected address", "admin")},
+            "/v3/workers": {"get": op("Worker heartbeats with age and stale flag", "viewer")},
             "/v3/api-keys": {"post": op("Create an API key (secret shown once)", "admin")},
             "/v3/api-keys/{id}": {"delete": op("Revoke an API key", "admin")},
         }

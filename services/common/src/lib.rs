@@ -165,6 +165,11 @@ impl Process {
                             WorkerKind::TemplateProposalExpiration => engine.expire_template_proposals_tick().await?,
                             WorkerKind::AuditPromoter => engine.promote_audit_tick().await?,
                             WorkerKind::CallbackDispatcher => engine.deliver_callbacks_tick().await?,
+                            // Every executor each tick: report no work so the loop keeps its pace.
+                            WorkerKind::ExecutorHealth => {
+                                engine.refresh_health_tick().await?;
+                                0
+                            }
                         };
                         // Idle: wake when the next scheduled observation/recovery falls due.
                         let due_in = match (processed, kind) {

@@ -1,0 +1,222 @@
+//! The executor and signer roster: health as `qtg-health` last saw it, identity posture of
+//! signers, and the worker heartbeats view.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{PgConnection, Row};
+
+use crate::Result;
+
+/// Records an executor's health (creating its row on first sight).
+pub async fn record_executor(
+    conn: &mut PgConnection,
+    key: &str,
+    transport: &str,
+    lane: &str,
+    state: &str,
+    error: Option<&str>,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO executors (executor_key, transport, lane, health_state, last_health_checked_at, last_error)
+         VALUES ($1, $2, $3, $4, now(), $5)
+         ON CONFLICT (executor_key) DO UPDATE SET transport = EXCLUDED.transport, lane = EXCLUDED.lane,
+             health_state = EXCLUDED.health_state, last_health_checked_at = now(),
+             last_error = EXCLUDED.last_error, updated_at = now()",
+    )
+    .bind(key)
+    .bind(transport)
+    .bind(lane)
+    .bind(state)
+    .bind(error)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Records a signer's health and the address it reports (`None` clears the observation).
+/// Never touches `expected_signer_address`.
+pub async fn record_signer(
+    conn: &mut PgConnection,
+    key: &str,
+    transport: &str,
+    state: &str,
+    error: Option<&str>,
+    observed_address: Option<&str>,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO signers (signer_key, transport, health_state, last_health_checked_at, last_error, observed_signer_address)
+         VALUES ($1, $2, $3, now(), $4, $5)
+         ON CONFLICT (signer_key) DO UPDATE SET transport = EXCLUDED.transport, health_state = EXCLUDED.health_state,
+             last_health_checked_at = now(), last_error = EXCLUDED.last_error,
+             observed_signer_address = EXCLUDED.observed_signer_address, updated_at = now()",
+    )
+    .bind(key)
+    .bind(transport)
+    .bind(state)
+    .bind(error)
+    .bind(observed_address)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Rows whose key is no longer registered become `orphan` (a signer's observation is
+/// cleared). Returns how many changed.
+pub async fn mark_orphans(conn: &mut PgConnection, executor_keys: &[String], signer_keys: &[String]) -> Result<u64> {
+    let a = sqlx::query(
+        "UPDATE executors SET health_state = 'orphan', last_health_checked_at = now(), updated_at = now()
+         WHERE NOT (executor_key = ANY($1)) AND health_state <> 'orphan'",
+    )
+    .bind(executor_keys)
+    .execute(&mut *conn)
+    .await?;
+    let b = sqlx::query(
+        "UPDATE signers SET health_state = 'orphan', observed_signer_address = NULL, last_health_checked_at = now(), updated_at = now()
+         WHERE NOT (signer_key = ANY($1)) AND health_state <> 'orphan'",
+    )
+    .bind(signer_keys)
+    .execute(&mut *conn)
+    .await?;
+    Ok(a.rows_affected() + b.rows_affected())
+}
+
+/// Sets a signer's expected address (admin enrolment). `false` if the signer is unknown.
+pub async fn set_expected_identity(conn: &mut PgConnection, key: &str, address: &str) -> Result<bool> {
+    let res = sqlx::query("UPDATE signers SET expected_signer_address = $2, updated_at = now() WHERE signer_key = $1")
+        .bind(key)
+        .bind(address)
+        .execute(&mut *conn)
+        .await?;
+    Ok(res.rows_affected() == 1)
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct ExecutorHealth {
+    pub executor_key: String,
+    pub transport: String,
+    pub lane: String,
+    pub health_state: String,
+    pub last_health_checked_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+}
+
+pub async fn list_executors(conn: &mut PgConnection) -> Result<Vec<ExecutorHealth>> {
+    let rows = sqlx::query("SELECT executor_key, transport, lane, health_state, last_health_checked_at, last_error FROM executors ORDER BY executor_key")
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(ExecutorHealth {
+                executor_key: r.try_get(0)?,
+                transport: r.try_get(1)?,
+                lane: r.try_get(2)?,
+                health_state: r.try_get(3)?,
+                last_health_checked_at: r.try_get(4)?,
+                last_error: r.try_get(5)?,
+            })
+        })
+        .collect()
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct SignerHealth {
+    pub signer_key: String,
+    pub transport: String,
+    pub health_state: String,
+    pub observed_signer_address: Option<String>,
+    pub expected_signer_address: Option<String>,
+    /// `match`, `mismatch` or `unverified` (derived when read).
+    pub identity_posture: &'static str,
+    pub last_health_checked_at: Option<DateTime<Utc>>,
+    pub last_error: Option<String>,
+}
+
+pub async fn list_signers(conn: &mut PgConnection) -> Result<Vec<SignerHealth>> {
+    let rows = sqlx::query(
+        "SELECT signer_key, transport, health_state, observed_signer_address, expected_signer_address,
+                last_health_checked_at, last_error FROM signers ORDER BY signer_key",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let observed: Option<String> = r.try_get(3)?;
+            let expected: Option<String> = r.try_get(4)?;
+            let identity_posture = match (&observed, &expected) {
+                (Some(o), Some(e)) if o == e => "match",
+                (Some(_), Some(_)) => "mismatch",
+                _ => "unverified",
+            };
+            Ok(SignerHealth {
+                signer_key: r.try_get(0)?,
+                transport: r.try_get(1)?,
+                health_state: r.try_get(2)?,
+                observed_signer_address: observed,
+                expected_signer_address: expected,
+                identity_posture,
+                last_health_checked_at: r.try_get(5)?,
+                last_error: r.try_get(6)?,
+            })
+        })
+        .collect()
+}
+
+/// Health states of the given bindings that are not `up` (for the compile-time warning).
+pub async fn not_up(
+    conn: &mut PgConnection,
+    executor_keys: &[String],
+    signer_keys: &[String],
+) -> Result<Vec<(String, String)>> {
+    let rows = sqlx::query(
+        "SELECT k, COALESCE(e.health_state, 'unknown') FROM unnest($1::text[]) k LEFT JOIN executors e ON e.executor_key = k
+         WHERE COALESCE(e.health_state, 'unknown') <> 'up'
+         UNION ALL
+         SELECT k, COALESCE(s.health_state, 'unknown') FROM unnest($2::text[]) k LEFT JOIN signers s ON s.signer_key = k
+         WHERE COALESCE(s.health_state, 'unknown') <> 'up'",
+    )
+    .bind(executor_keys)
+    .bind(signer_keys)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct WorkerBeat {
+    pub worker: String,
+    pub network_class: String,
+    pub instance_id: String,
+    pub hostname: Option<String>,
+    pub pid: Option<i32>,
+    pub started_at: DateTime<Utc>,
+    pub last_beat_at: DateTime<Utc>,
+    pub age_seconds: f64,
+    pub stale: bool,
+}
+
+/// Heartbeat rows with their age by the database's clock; `stale` past `stale_after_seconds`.
+pub async fn list_workers(conn: &mut PgConnection, stale_after_seconds: f64) -> Result<Vec<WorkerBeat>> {
+    let rows = sqlx::query(
+        "SELECT worker, network_class, instance_id, hostname, pid, started_at, last_beat_at,
+                extract(epoch FROM now() - last_beat_at)::float8 AS age
+         FROM worker_heartbeats ORDER BY worker, network_class, instance_id",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            let age: f64 = r.try_get("age")?;
+            Ok(WorkerBeat {
+                worker: r.try_get("worker")?,
+                network_class: r.try_get("network_class")?,
+                instance_id: r.try_get("instance_id")?,
+                hostname: r.try_get("hostname")?,
+                pid: r.try_get("pid")?,
+                started_at: r.try_get("started_at")?,
+                last_beat_at: r.try_get("last_beat_at")?,
+                age_seconds: age,
+                stale: age > stale_after_seconds,
+            })
+        })
+        .collect()
+}

@@ -8,7 +8,7 @@ use qtg_tests::*;
 use serde_json::{json, Value};
 use sqlx::Row;
 
-const CALLBACK: &str = "http://127.0.0.1:9/callbacks";
+const CALLBACK: &str = "http://callbacks.invalid/callbacks";
 
 fn action(key: &str, sim: Value) -> Value {
     json!({"node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer", "config": {"sim": sim}})

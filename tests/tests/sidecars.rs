@@ -29,7 +29,7 @@ async fn expiry_and_audit_promotion_are_exactly_once_under_replicas() -> anyhow:
     let mut ids = Vec::new();
     for i in 0..12 {
         let body = json!({"template_key": "t.exp", "intent": {"asset": "USDC", "amount": "1"}, "idempotency_key": format!("e-{i}"),
-                          "callback_url": "http://127.0.0.1:9/cb"});
+                          "callback_url": "http://callbacks.invalid/cb"});
         let m = api.ok("POST", "/v3/movements", &keys.requester, Some(body), 201).await?;
         ids.push(m["id"].as_str().unwrap().to_string());
     }

@@ -33,11 +33,15 @@ pub async fn record(conn: &mut PgConnection, rec: &AuditRecord<'_>) -> Result<()
     Ok(())
 }
 
-/// Promotes up to `limit` outbox rows into `audit_events`, oldest first. One promoter at a
-/// time (a transaction-scoped advisory lock), so events land in outbox order and exactly
-/// once (the outbox row is marked in the same transaction; `outbox_id` is unique). Returns
-/// how many were promoted; 0 when another replica holds the lock.
+/// Promotes up to `limit` outbox rows into `audit_events`, in outbox order and exactly once.
+/// One promoter at a time (a transaction-scoped advisory lock); the outbox row is marked in
+/// the same transaction and `outbox_id` is unique. Outbox ids are handed out at insert but
+/// rows become visible at commit, so a later id can be visible before an earlier one: the
+/// promoter stops at such a hole and waits for it to fill, treating it as a rolled-back id
+/// once the row after it is `HOLE_GRACE_SECONDS` old. Returns how many were promoted; 0
+/// when another replica holds the lock.
 pub async fn promote(conn: &mut PgConnection, limit: i64) -> Result<u64> {
+    use sqlx::Row;
     let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
         .bind(AUDIT_PROMOTER_LOCK)
         .fetch_one(&mut *conn)
@@ -45,21 +49,44 @@ pub async fn promote(conn: &mut PgConnection, limit: i64) -> Result<u64> {
     if !locked {
         return Ok(0);
     }
+    let last: Option<i64> = sqlx::query_scalar("SELECT max(outbox_id) FROM audit_events").fetch_one(&mut *conn).await?;
+    let rows = sqlx::query(
+        "SELECT id, extract(epoch FROM clock_timestamp() - created_at)::float8 AS age
+         FROM audit_outbox WHERE promoted_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE",
+    )
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut expected = last.unwrap_or(0) + 1;
+    let mut take: Vec<i64> = Vec::with_capacity(rows.len());
+    for r in &rows {
+        let (id, age): (i64, f64) = (r.try_get("id")?, r.try_get("age")?);
+        if id != expected && age < HOLE_GRACE_SECONDS {
+            break;
+        }
+        take.push(id);
+        expected = id + 1;
+    }
+    if take.is_empty() {
+        return Ok(0);
+    }
     let res = sqlx::query(
         "WITH batch AS (
-             UPDATE audit_outbox SET promoted_at = now()
-             WHERE id IN (SELECT id FROM audit_outbox WHERE promoted_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE)
+             UPDATE audit_outbox SET promoted_at = now() WHERE id = ANY($1)
              RETURNING id, event_id, actor, action, entity_type, entity_id, movement_id, data, created_at
          )
          INSERT INTO audit_events (outbox_id, event_id, actor, action, entity_type, entity_id, movement_id, data, occurred_at)
          SELECT id, event_id, actor, action, entity_type, entity_id, movement_id, data, created_at FROM batch ORDER BY id
          ON CONFLICT (outbox_id) DO NOTHING",
     )
-    .bind(limit)
+    .bind(&take)
     .execute(&mut *conn)
     .await?;
     Ok(res.rows_affected())
 }
+
+/// How long a gap in outbox ids is waited for before it is taken as a rolled-back insert.
+pub const HOLE_GRACE_SECONDS: f64 = 5.0;
 
 /// The advisory-lock key of the audit promoter ("qtgaudit").
 const AUDIT_PROMOTER_LOCK: i64 = 0x7174_6761_7564_6974;

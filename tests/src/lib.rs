@@ -345,6 +345,7 @@ pub async fn create_approved(engine: &qtg_engine::Engine, template: &str, idem: 
                 intent: json!({"asset": "USDC", "amount": "10"}),
                 input_params: json!({}),
                 callback_url: None,
+                callback_secret: None,
                 idempotency_key: idem.into(),
                 body_hash: idem.into(),
             },

@@ -16,6 +16,7 @@ use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
 const SECRET: &str = "whsec-e2e-0001";
+const OWN_SECRET: &str = "movement-own-secret-0001";
 
 #[derive(Clone, Debug)]
 struct Delivery {
@@ -23,6 +24,8 @@ struct Delivery {
     nonce: String,
     body: Value,
     valid: bool,
+    /// Which secret signed it.
+    own_secret: bool,
 }
 
 #[derive(Clone, Default)]
@@ -46,12 +49,16 @@ async fn receive(
         header(&headers, "x-qtg-callback-signature"),
     );
     let message = format!("{ts}\n{nonce}\n{}", hex::encode(Sha256::digest(&body)));
-    let mut mac = Hmac::<Sha256>::new_from_slice(SECRET.as_bytes()).unwrap();
-    mac.update(message.as_bytes());
-    let valid =
-        header(&headers, "x-qtg-callback-signature-version") == "v3" && hex::encode(mac.finalize().into_bytes()) == sig;
+    let signs = |secret: &str| {
+        let mut mac = Hmac::<Sha256>::new_from_slice(secret.as_bytes()).unwrap();
+        mac.update(message.as_bytes());
+        hex::encode(mac.finalize().into_bytes()) == sig
+    };
+    let v3 = header(&headers, "x-qtg-callback-signature-version") == "v3";
+    let own_secret = v3 && signs(OWN_SECRET);
+    let valid = v3 && (signs(SECRET) || own_secret);
     let body: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    r.seen.lock().unwrap().push(Delivery { timestamp: ts, nonce, body, valid });
+    r.seen.lock().unwrap().push(Delivery { timestamp: ts, nonce, body, valid, own_secret });
     if r.failing.load(Ordering::SeqCst) {
         StatusCode::INTERNAL_SERVER_ERROR
     } else {
@@ -208,6 +215,24 @@ async fn callbacks_are_signed_retried_dead_lettered_and_replayed() -> anyhow::Re
     assert_eq!(old, "dlq", "the dead letter stays");
     let (s, _) = api.call("POST", &format!("/v3/callbacks/{replay_id}/actions/replay"), &keys.operator, None).await?;
     assert_eq!(s, 409, "only dlq rows replay");
+    // A movement with its own secret is signed with it.
+    let body = json!({"template_key": "t.cb", "intent": {"asset": "USDC", "amount": "2"}, "idempotency_key": "cb-own",
+                      "callback_url": hook, "callback_secret": OWN_SECRET});
+    let own = api.ok("POST", "/v3/movements", &keys.requester, Some(body), 201).await?;
+    assert!(own.get("callback_secret").is_none(), "the secret is never returned");
+    let own_id = own["id"].as_str().unwrap().to_string();
+    api.ok("POST", &format!("/v3/movements/{own_id}/approve"), &keys.approver, None, 200).await?;
+    wait_for("own-secret deliveries", || async {
+        let seen = receiver.seen.lock().unwrap();
+        Ok(seen.iter().any(|d| d.body["movement_id"] == own_id.as_str()))
+    })
+    .await?;
+    {
+        let seen = receiver.seen.lock().unwrap();
+        assert!(seen.iter().filter(|d| d.body["movement_id"] == own_id.as_str()).all(|d| d.valid && d.own_secret));
+        assert!(seen.iter().filter(|d| d.body["movement_id"] == id.as_str()).all(|d| !d.own_secret));
+    }
+
     // The other events of the movement went through once the receiver was back.
     wait_for("all sent", || async {
         let pending: i64 = sqlx::query_scalar(

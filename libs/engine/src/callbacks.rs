@@ -142,8 +142,12 @@ impl Engine {
     async fn send(&self, row: &CallbackRow) -> std::result::Result<(), Failure> {
         let s = &self.settings.callbacks;
         let fail = |error: String| Failure { error, retry_after: None };
-        let secret =
-            s.secret.as_ref().ok_or_else(|| fail("MG_CALLBACK_SECRET is not set; nothing is sent unsigned".into()))?;
+        // The movement's own secret wins over the global one.
+        let secret: &[u8] = match (&row.movement_secret, &s.secret) {
+            (Some(own), _) => own.as_bytes(),
+            (None, Some(global)) => global,
+            (None, None) => return Err(fail("MG_CALLBACK_SECRET is not set; nothing is sent unsigned".into())),
+        };
         let (host, addr) = check_destination(&row.callback_url, s).await.map_err(fail)?;
         let body = serde_json::to_vec(&row.payload).map_err(|e| fail(e.to_string()))?;
         let ts = row.callback_timestamp.to_string();

@@ -67,6 +67,8 @@ pub struct NewMovementInput {
     pub intent: Value,
     pub input_params: Value,
     pub callback_url: Option<String>,
+    /// The movement's own callback signing secret (else the global one).
+    pub callback_secret: Option<String>,
     pub idempotency_key: String,
     /// sha256 of the request body's canonical JSON.
     pub body_hash: String,
@@ -111,6 +113,7 @@ impl Engine {
                 idempotency_key: &input.idempotency_key,
                 body_hash: &input.body_hash,
                 callback_url: input.callback_url.as_deref(),
+                callback_secret: input.callback_secret.as_deref(),
                 ttl_seconds,
             },
             &nodes,

@@ -28,10 +28,14 @@ pub struct CallbackRow {
     pub replay_of: Option<Uuid>,
     pub sent_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
+    /// The movement's own signing secret, if it has one (never serialized).
+    #[serde(skip)]
+    pub movement_secret: Option<String>,
 }
 
 const COLUMNS: &str = "id, request_id, event_id, event_type, sequence, payload, callback_url, status, attempts,
-    max_attempts, next_attempt_at, last_error, callback_timestamp, callback_nonce, replay_of, sent_at, created_at";
+    max_attempts, next_attempt_at, last_error, callback_timestamp, callback_nonce, replay_of, sent_at, created_at,
+    (SELECT r.callback_secret FROM movement_requests r WHERE r.id = request_id) AS movement_secret";
 
 fn from_row(r: &sqlx::postgres::PgRow) -> Result<CallbackRow> {
     Ok(CallbackRow {
@@ -52,6 +56,7 @@ fn from_row(r: &sqlx::postgres::PgRow) -> Result<CallbackRow> {
         replay_of: r.try_get("replay_of")?,
         sent_at: r.try_get("sent_at")?,
         created_at: r.try_get("created_at")?,
+        movement_secret: r.try_get("movement_secret")?,
     })
 }
 

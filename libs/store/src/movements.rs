@@ -24,6 +24,7 @@ pub struct NewMovement<'a> {
     pub idempotency_key: &'a str,
     pub body_hash: &'a str,
     pub callback_url: Option<&'a str>,
+    pub callback_secret: Option<&'a str>,
     pub ttl_seconds: f64,
 }
 
@@ -47,9 +48,9 @@ pub async fn insert(conn: &mut PgConnection, m: &NewMovement<'_>, nodes: &[NewNo
     let inserted: Option<Uuid> = sqlx::query_scalar(
         "INSERT INTO movement_requests (id, template_id, plan_version_id, template_key,
              template_version, compiled_plan_hash, intent, intent_hash, input_params,
-             request_state, created_by, idempotency_key, body_hash, callback_url, expires_at)
+             request_state, created_by, idempotency_key, body_hash, callback_url, expires_at, callback_secret)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'PENDING_APPROVAL', $10, $11, $12, $13,
-             now() + make_interval(secs => $14))
+             now() + make_interval(secs => $14), $15)
          ON CONFLICT (created_by, idempotency_key) DO NOTHING
          RETURNING id",
     )
@@ -67,6 +68,7 @@ pub async fn insert(conn: &mut PgConnection, m: &NewMovement<'_>, nodes: &[NewNo
     .bind(m.body_hash)
     .bind(m.callback_url)
     .bind(m.ttl_seconds)
+    .bind(m.callback_secret)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(id) = inserted else {

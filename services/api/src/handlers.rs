@@ -259,6 +259,10 @@ pub struct CreateMovementBody {
     input_params: Option<Map<String, Value>>,
     #[serde(default)]
     callback_url: Option<String>,
+    /// Signs this movement's callbacks instead of MG_CALLBACK_SECRET (16-256 chars; never
+    /// returned).
+    #[serde(default)]
+    callback_secret: Option<String>,
     idempotency_key: String,
 }
 
@@ -327,6 +331,12 @@ pub async fn create_movement(
         )
         .map_err(ApiError::validation)?;
     }
+    if b.callback_secret.as_ref().is_some_and(|c| !(16..=256).contains(&c.len())) {
+        return Err(ApiError::validation("callback_secret must be 16-256 characters"));
+    }
+    if b.callback_secret.is_some() && b.callback_url.is_none() {
+        return Err(ApiError::validation("callback_secret needs a callback_url"));
+    }
     if b.template_version.is_some_and(|v| v < 1) {
         return Err(ApiError::validation("template_version must be >= 1"));
     }
@@ -336,6 +346,7 @@ pub async fn create_movement(
         intent: Value::Object(b.intent),
         input_params: Value::Object(b.input_params.unwrap_or_default()),
         callback_url: b.callback_url.or_else(|| s.settings.callback_default_url.clone()),
+        callback_secret: b.callback_secret,
         idempotency_key: b.idempotency_key,
         body_hash: canonical_hash(&body.raw),
     };

@@ -39,6 +39,13 @@ pub struct TestDb {
 
 impl TestDb {
     pub async fn new() -> anyhow::Result<TestDb> {
+        let db = Self::empty().await?;
+        qtg_store::migrate(&db.pool).await?;
+        Ok(db)
+    }
+
+    /// A fresh database without the schema.
+    pub async fn empty() -> anyhow::Result<TestDb> {
         let admin = admin_url();
         let name = format!("qtg_t_{}", uuid::Uuid::new_v4().simple());
         let admin_pool = qtg_store::connect(&admin, 1).await.context("connect to the test Postgres server")?;
@@ -46,7 +53,6 @@ impl TestDb {
         admin_pool.close().await;
         let url = with_db(&admin, &name);
         let pool = qtg_store::connect(&url, 20).await?;
-        qtg_store::migrate(&pool).await?;
         Ok(TestDb { name, url, pool })
     }
 
@@ -85,11 +91,16 @@ pub struct Proc {
 
 impl Proc {
     pub async fn spawn(binary: &str, db_url: &str, extra: &[(&str, &str)]) -> anyhow::Result<Proc> {
+        Self::spawn_args(binary, &[], db_url, extra).await
+    }
+
+    pub async fn spawn_args(binary: &str, args: &[&str], db_url: &str, extra: &[(&str, &str)]) -> anyhow::Result<Proc> {
         let path = bin_dir().join(binary);
         if !path.exists() {
             bail!("{} is not built; run `cargo build --workspace --bins` (make test does)", path.display());
         }
         let mut cmd = Command::new(&path);
+        cmd.args(args);
         cmd.env_clear()
             .env("PATH", std::env::var("PATH").unwrap_or_default())
             .env("MG_DATABASE_URL", db_url)

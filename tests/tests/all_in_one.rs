@@ -54,3 +54,15 @@ async fn the_all_in_one_binary_runs_a_movement_and_serves_admin() -> anyhow::Res
     db.drop_db().await;
     Ok(())
 }
+
+#[tokio::test]
+async fn migrate_only_applies_the_schema_and_exits() -> anyhow::Result<()> {
+    let db = TestDb::empty().await?;
+    let mut job = Proc::spawn_args("qtg-dispatcher", &["--migrate-only"], &db.url, &[]).await?;
+    assert_eq!(job.wait_exit(Duration::from_secs(30)).await?, Some(0), "{}", job.log());
+    let applied: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM _sqlx_migrations WHERE success").fetch_one(&db.pool).await?;
+    assert!(applied >= 3, "migrations applied: {applied}");
+    db.drop_db().await;
+    Ok(())
+}

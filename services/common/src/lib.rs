@@ -47,9 +47,15 @@ pub async fn boot(binary: &'static str, migrate_default: bool) -> anyhow::Result
     let pool = qtg_store::connect(&settings.database_url, settings.db_pool_size)
         .await
         .context("cannot connect to the database")?;
-    if settings.migrate {
+    // `--migrate-only` (the Kubernetes migration Job): apply migrations and exit.
+    let migrate_only = std::env::args().any(|a| a == "--migrate-only");
+    if settings.migrate || migrate_only {
         qtg_store::migrate(&pool).await.context("migrations failed")?;
         tracing::info!("migrations applied");
+    }
+    if migrate_only {
+        pool.close().await;
+        std::process::exit(0);
     }
     let registry = Arc::new(load_registry(&settings, &pool)?);
     let hostname =

@@ -405,6 +405,29 @@ async fn each_remote_failure_has_its_protocol_semantics() -> anyhow::Result<()> 
     assert_eq!(node(&m, "n")["provider_refs"]["__submit_attempt_pending"], true);
     assert_eq!(m["request_state"], "EXECUTING");
 
+    // Operators cannot retry or plainly cancel it: only recovery (or C6 evidence) decides.
+    let (s, b) = api
+        .call(
+            "POST",
+            &format!("/v3/movements/{id}/nodes/n/actions/retry"),
+            &keys.operator,
+            Some(json!({"reason": "again"})),
+        )
+        .await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (409, Some("SUBMIT_ATTEMPT_PENDING")), "{b}");
+    let (s, b) = api
+        .call("POST", &format!("/v3/movements/{id}/actions/cancel"), &keys.operator, Some(json!({"reason": "stop"})))
+        .await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (409, Some("CONFLICT")), "{b}");
+    let (s, _) = api
+        .call("POST", &format!("/v3/movements/{id}/actions/cancel"), &keys.requester, Some(json!({"reason": "stop"})))
+        .await?;
+    assert_eq!(s, 403, "cancel is an operator action");
+    let (s, b) = api
+        .call("POST", &format!("/v3/movements/{id}/actions/cancel"), &keys.operator, Some(json!({"reason": ""})))
+        .await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")));
+
     drop(api);
     let _ = std::fs::remove_file(&remote.registry);
     db.drop_db().await;

@@ -10,6 +10,7 @@ pub mod dispatch;
 pub mod health;
 pub mod movements;
 pub mod observe;
+pub mod operator;
 pub mod plans;
 pub mod recover;
 pub mod sidecars;

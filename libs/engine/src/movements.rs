@@ -30,6 +30,9 @@ pub enum OpError {
     ExecutorDown(Vec<String>),
     #[error("{0}")]
     Conflict(String),
+    /// A submit attempt may have reached the venue; only recovery decides it.
+    #[error("{0}")]
+    SubmitAttemptPending(String),
     #[error(transparent)]
     Store(StoreError),
 }

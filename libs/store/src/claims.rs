@@ -251,3 +251,24 @@ pub async fn next_due_in(conn: &mut PgConnection, pickup: Pickup, grace: [f64; 4
     let due: Option<f64> = query.fetch_one(&mut *conn).await?;
     Ok(due.map(|s| s.max(0.0)))
 }
+
+/// Locks every node of a request without waiting (an operator action holding the request
+/// lock). `Busy` if a worker holds one (e.g. a submit in flight).
+pub async fn lock_nodes_nowait(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<crate::NodeBrief>> {
+    let mut savepoint = conn.begin().await?;
+    let res = sqlx::query("SELECT id FROM movement_request_nodes WHERE request_id = $1 ORDER BY id FOR UPDATE NOWAIT")
+        .bind(request_id)
+        .fetch_all(&mut *savepoint)
+        .await;
+    match res {
+        Ok(_) => {
+            savepoint.commit().await?;
+            crate::context::request_nodes(conn, request_id).await
+        }
+        Err(e) if is_lock_not_available(&e) => {
+            savepoint.rollback().await?;
+            Err(crate::StoreError::Busy(format!("a node of movement {request_id} (a worker is on it)")))
+        }
+        Err(e) => Err(e.into()),
+    }
+}

@@ -65,6 +65,7 @@ impl From<OpError> for ApiError {
                 format!("bound executor/signer is down: {}", keys.join(", ")),
             ),
             OpError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "CONFLICT", m),
+            OpError::SubmitAttemptPending(m) => ApiError::new(StatusCode::CONFLICT, "SUBMIT_ATTEMPT_PENDING", m),
             OpError::Store(e) => ApiError::internal(e),
         }
     }

@@ -753,3 +753,107 @@ pub async fn list_workers(State(s): State<AppState>, who: Principal) -> Result<J
     let items = qtg_store::health::list_workers(&mut conn, s.settings.worker_stale_seconds).await?;
     Ok(Json(json!({"items": items, "next_cursor": null})))
 }
+
+// ---------------------------------------------------------------- operator actions
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CancelBody {
+    reason: String,
+    #[serde(default)]
+    runbook_case: Option<String>,
+    #[serde(default)]
+    evidence: Option<Value>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ActionBody {
+    reason: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceBody {
+    evidence: Value,
+}
+
+fn required_reason(reason: &str) -> Result<&str, ApiError> {
+    let r = reason.trim();
+    if r.is_empty() || r.len() > 2000 {
+        return Err(ApiError::validation("reason must be 1-2000 characters"));
+    }
+    Ok(r)
+}
+
+pub async fn cancel_movement(
+    State(s): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    body: Result<Body<CancelBody>, ApiError>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Operator)?;
+    let b = body?.value;
+    let id = parse_id(&id, "movement")?;
+    let reason = required_reason(&b.reason)?;
+    if let Some(c) = &b.runbook_case {
+        if !matches!(c.as_str(), "C1" | "C2" | "C3a" | "C3b" | "C5" | "C6" | "C7") {
+            return Err(ApiError::validation("runbook_case must be one of C1, C2, C3a, C3b, C5, C6, C7"));
+        }
+    }
+    let input = qtg_engine::operator::CancelInput {
+        reason,
+        runbook_case: b.runbook_case.as_deref(),
+        evidence: b.evidence.as_ref(),
+    };
+    s.engine.cancel_movement(&who.name, id, input).await?;
+    let (row, nodes) = s.engine.movement(id).await?;
+    Ok(Json(movement_json(&row, &nodes)))
+}
+
+pub async fn resume_movement(
+    State(s): State<AppState>,
+    who: Principal,
+    Path(id): Path<String>,
+    body: Result<Body<ActionBody>, ApiError>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Operator)?;
+    let b = body?.value;
+    let id = parse_id(&id, "movement")?;
+    s.engine.resume_movement(&who.name, id, required_reason(&b.reason)?).await?;
+    let (row, nodes) = s.engine.movement(id).await?;
+    Ok(Json(movement_json(&row, &nodes)))
+}
+
+pub async fn retry_node(
+    State(s): State<AppState>,
+    who: Principal,
+    Path((id, node_key)): Path<(String, String)>,
+    body: Result<Body<ActionBody>, ApiError>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Operator)?;
+    let b = body?.value;
+    let id = parse_id(&id, "movement")?;
+    s.engine.retry_node(&who.name, id, &node_key, required_reason(&b.reason)?).await?;
+    let (row, nodes) = s.engine.movement(id).await?;
+    Ok(Json(movement_json(&row, &nodes)))
+}
+
+pub async fn complete_manual(
+    State(s): State<AppState>,
+    who: Principal,
+    Path((id, node_key)): Path<(String, String)>,
+    body: Result<Body<EvidenceBody>, ApiError>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Operator)?;
+    let b = body?.value;
+    let id = parse_id(&id, "movement")?;
+    let empty =
+        b.evidence.is_null() || b.evidence == json!({}) || b.evidence.as_str().is_some_and(|e| e.trim().is_empty());
+    if empty {
+        return Err(ApiError::validation("evidence is required (what was done, by whom, references)"));
+    }
+    s.engine.complete_manual(&who.name, id, &node_key, &b.evidence).await?;
+    let (row, nodes) = s.engine.movement(id).await?;
+    Ok(Json(movement_json(&row, &nodes)))
+}

@@ -27,6 +27,10 @@ pub async fn document() -> Json<Value> {
             "/v3/signers": {"get": op("Signer roster with health and identity posture", "viewer")},
             "/v3/signers/{key}/expected-identity": {"put": op("Enrol a signer's expected address", "admin")},
             "/v3/workers": {"get": op("Worker heartbeats with age and stale flag", "viewer")},
+            "/v3/movements/{id}/actions/cancel": {"post": op("Cancel ({reason, runbook_case?, evidence?}); refused while a side effect may be in flight unless C6 with evidence", "operator")},
+            "/v3/movements/{id}/actions/resume": {"post": op("Resume MANUAL_INTERVENTION so recovery sweeps again ({reason})", "operator")},
+            "/v3/movements/{id}/nodes/{node_key}/actions/retry": {"post": op("Retry a FAILED node ({reason}); 409 SUBMIT_ATTEMPT_PENDING on UNKNOWN", "operator")},
+            "/v3/movements/{id}/nodes/{node_key}/actions/complete-manual": {"post": op("Complete a manual node with evidence ({evidence})", "operator")},
             "/v3/api-keys": {"post": op("Create an API key (secret shown once)", "admin")},
             "/v3/api-keys/{id}": {"delete": op("Revoke an API key", "admin")},
         }

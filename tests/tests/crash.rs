@@ -59,6 +59,8 @@ async fn a_killed_dispatcher_is_recovered_without_a_second_submit() -> anyhow::R
     let m = api.ok("GET", &format!("/v3/movements/{id}"), &keys.requester, None, 200).await?;
     assert_eq!(node(&m, "w")["node_state"], "SUBMITTING");
     assert_eq!(node(&m, "w")["provider_refs"]["__submit_attempt_pending"], true);
+    let d = api.ok("GET", &format!("/v3/movements/{id}/nodes/w/diagnosis"), &keys.operator, None, 200).await?;
+    assert_eq!(d["case"], "C1", "a dead dispatcher's submit is recovery's to decide: {d:#}");
 
     let m = wait_state(
         &api,

@@ -405,6 +405,18 @@ async fn each_remote_failure_has_its_protocol_semantics() -> anyhow::Result<()> 
     assert_eq!(node(&m, "n")["provider_refs"]["__submit_attempt_pending"], true);
     assert_eq!(m["request_state"], "EXECUTING");
 
+    // Diagnosis: past its grace with the marker, recovery unable to decide → C2.
+    let d = api.ok("GET", &format!("/v3/movements/{id}/nodes/n/diagnosis"), &keys.operator, None, 200).await?;
+    assert_eq!(d["case"], "C2", "{d:#}");
+    assert_eq!(d["automatic_resolution"], false);
+    assert_eq!(d["evidence"]["markers"]["__submit_attempt_pending"], true);
+    assert!(!d["evidence"]["recent_events"].as_array().unwrap().is_empty());
+    assert_eq!(api.call("GET", &format!("/v3/movements/{id}/nodes/n/diagnosis"), &keys.requester, None).await?.0, 403);
+    assert_eq!(api.call("GET", &format!("/v3/movements/{id}/nodes/zz/diagnosis"), &keys.operator, None).await?.0, 404);
+    let observing = &ids["t.observe503"];
+    let d = api.ok("GET", &format!("/v3/movements/{observing}/nodes/n/diagnosis"), &keys.operator, None, 200).await?;
+    assert_eq!(d["case"], "C7", "{d:#}");
+
     // Operators cannot retry or plainly cancel it: only recovery (or C6 evidence) decides.
     let (s, b) = api
         .call(

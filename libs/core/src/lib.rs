@@ -3,6 +3,7 @@
 
 pub mod codes;
 pub mod derive;
+pub mod diagnosis;
 pub mod hash;
 pub mod lane;
 pub mod markers;

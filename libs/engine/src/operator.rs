@@ -266,3 +266,52 @@ impl Engine {
         Ok(())
     }
 }
+
+impl Engine {
+    /// Classifies a node into the stuck-node runbook's cases, with the evidence. Never
+    /// changes anything.
+    pub async fn diagnose_node(&self, id: Uuid, node_key: &str) -> Result<Value, OpError> {
+        let mut conn = self.pool.acquire().await?;
+        let ev =
+            qtg_store::diagnosis::node_evidence(&mut conn, id, node_key).await?.ok_or(OpError::NotFound("node"))?;
+        let grace =
+            qtg_core::Lane::parse(&ev.lane).map(|l| self.settings.grace.of(l)).unwrap_or(self.settings.grace.other);
+        let facts = qtg_core::diagnosis::NodeFacts {
+            node_state: ev.facts_state,
+            request_state: ev.request_state,
+            provider_refs: ev.provider_refs.clone(),
+            provider_ref_id: ev.provider_ref_id.clone(),
+            seconds_since_started: ev.seconds_since_started,
+            grace_seconds: grace,
+            observe_count: ev.observe_count,
+            submit_transport_failures: ev.submit_transport_failures,
+        };
+        let d = qtg_core::diagnosis::diagnose(&facts);
+        let markers: serde_json::Map<String, Value> = ev
+            .provider_refs
+            .as_object()
+            .map(|m| {
+                m.iter().filter(|(k, _)| qtg_core::markers::is_marker(k)).map(|(k, v)| (k.clone(), v.clone())).collect()
+            })
+            .unwrap_or_default();
+        Ok(json!({
+            "movement_id": id,
+            "node_key": node_key,
+            "case": d.case,
+            "title": d.title,
+            "required_action": d.required_action,
+            "also_consider": d.also_consider,
+            "automatic_resolution": false,
+            "evidence": {
+                "request_state": ev.request_state,
+                "node": ev.node,
+                "markers": markers,
+                "seconds_since_started": ev.seconds_since_started,
+                "lane": ev.lane,
+                "grace_seconds": grace,
+                "submit_transport_failures": ev.submit_transport_failures,
+                "recent_events": ev.recent_events,
+            },
+        }))
+    }
+}

@@ -857,3 +857,13 @@ pub async fn complete_manual(
     let (row, nodes) = s.engine.movement(id).await?;
     Ok(Json(movement_json(&row, &nodes)))
 }
+
+pub async fn diagnose_node(
+    State(s): State<AppState>,
+    who: Principal,
+    Path((id, node_key)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Operator)?;
+    let id = parse_id(&id, "movement")?;
+    Ok(Json(s.engine.diagnose_node(id, &node_key).await?))
+}

@@ -54,6 +54,7 @@ pub fn router(state: AppState) -> Router {
         .route("/v3/movements/{id}/actions/cancel", post(cancel_movement))
         .route("/v3/movements/{id}/actions/resume", post(resume_movement))
         .route("/v3/movements/{id}/nodes/{node_key}/actions/retry", post(retry_node))
+        .route("/v3/movements/{id}/nodes/{node_key}/diagnosis", get(diagnose_node))
         .route("/v3/movements/{id}/nodes/{node_key}/actions/complete-manual", post(complete_manual))
         .route("/v3/audit-events", get(list_audit_events))
         .route("/v3/executors", get(list_executors))

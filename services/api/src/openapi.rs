@@ -31,6 +31,7 @@ pub async fn document() -> Json<Value> {
             "/v3/movements/{id}/actions/resume": {"post": op("Resume MANUAL_INTERVENTION so recovery sweeps again ({reason})", "operator")},
             "/v3/movements/{id}/nodes/{node_key}/actions/retry": {"post": op("Retry a FAILED node ({reason}); 409 SUBMIT_ATTEMPT_PENDING on UNKNOWN", "operator")},
             "/v3/movements/{id}/nodes/{node_key}/actions/complete-manual": {"post": op("Complete a manual node with evidence ({evidence})", "operator")},
+            "/v3/movements/{id}/nodes/{node_key}/diagnosis": {"get": op("Runbook case (C1…C7), evidence and required action for a stuck node", "operator")},
             "/v3/api-keys": {"post": op("Create an API key (secret shown once)", "admin")},
             "/v3/api-keys/{id}": {"delete": op("Revoke an API key", "admin")},
         }

@@ -1,0 +1,147 @@
+//! Stuck-node diagnosis (runbook `004_*`): classifies a node into the runbook's cases from
+//! its state, markers, timing and observe history, and names the required action. It never
+//! resolves anything.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::markers::{LEGACY_RECONCILIATION_GATED, MANUAL_REVIEW_REQUIRED, SUBMIT_ATTEMPT_PENDING};
+use crate::state::{NodeState, RequestState};
+
+/// What diagnosis looks at (timing by the database's clock).
+#[derive(Debug, Clone)]
+pub struct NodeFacts {
+    pub node_state: NodeState,
+    pub request_state: RequestState,
+    pub provider_refs: Value,
+    pub provider_ref_id: Option<String>,
+    pub seconds_since_started: Option<f64>,
+    pub grace_seconds: f64,
+    pub observe_count: i32,
+    /// Submit calls of the current attempt that ended without an answer (transport/timeout).
+    pub submit_transport_failures: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Diagnosis {
+    /// `C1`, `C2`, `C3a`, `C3b`, `C5`, `C6`, `C7`, or `none` when the node is not stuck.
+    pub case: &'static str,
+    pub title: &'static str,
+    pub required_action: &'static str,
+    /// Other cases the evidence points at, for the operator to rule out.
+    pub also_consider: Vec<&'static str>,
+}
+
+/// Observations after which an OBSERVING node counts as perpetual (C5).
+pub const PERPETUAL_OBSERVE_COUNT: i32 = 50;
+/// Seconds of observing after which a node counts as perpetual (C5).
+pub const PERPETUAL_OBSERVE_SECONDS: f64 = 3600.0;
+
+fn flag(refs: &Value, key: &str) -> bool {
+    refs.get(key).is_some_and(|v| !v.is_null() && v != &Value::Bool(false))
+}
+
+pub fn diagnose(f: &NodeFacts) -> Diagnosis {
+    let refs = &f.provider_refs;
+    let pending = flag(refs, SUBMIT_ATTEMPT_PENDING);
+    let gated = flag(refs, LEGACY_RECONCILIATION_GATED);
+    let review = refs.get(MANUAL_REVIEW_REQUIRED).and_then(Value::as_str);
+    let within_grace = f.seconds_since_started.is_some_and(|s| s <= f.grace_seconds);
+    let never_persisted = f.provider_ref_id.is_none();
+    let d = |case, title, required_action| Diagnosis { case, title, required_action, also_consider: Vec::new() };
+    let mut out = match f.node_state {
+        NodeState::Submitting if pending && (within_grace || f.request_state == RequestState::Executing) => d(
+            "C1",
+            "Recovery imminent",
+            "Wait: recovery reconciles this attempt by idempotency key after the lane's grace.",
+        ),
+        NodeState::Unknown if gated && review == Some("reconciliation_auth_failed") => d(
+            "C3b",
+            "AUTH failure, then escalated",
+            "Fix the venue credentials first (rotate key, update env, restart the worker), then escalate to the on-call operator.",
+        ),
+        NodeState::Unknown if pending && within_grace && review.is_none() && f.request_state == RequestState::Executing => d(
+            "C1",
+            "Recovery imminent",
+            "Wait: the submit's outcome is unknown and recovery asks the venue after the lane's grace.",
+        ),
+        NodeState::Unknown if pending => d(
+            "C2",
+            "Lookback or matcher issue",
+            "Escalate: check the venue by client order id / amount / address; there is no automatic resolution.",
+        ),
+        NodeState::Unknown if gated && review.is_none() => d(
+            "C3a",
+            "Legacy entry",
+            "Escalate and preserve an incident artifact (markers, logs, venue console).",
+        ),
+        NodeState::Observing
+            if f.observe_count >= PERPETUAL_OBSERVE_COUNT
+                || f.seconds_since_started.is_some_and(|s| s >= PERPETUAL_OBSERVE_SECONDS) =>
+        {
+            d("C5", "Perpetual observing", "File a bug with a fixture of the venue's status, then escalate the node.")
+        }
+        NodeState::Unknown if never_persisted => d(
+            "C6",
+            "Not found",
+            "Confirm in the venue console that nothing was created; then cancel with runbook_case C6 and that evidence.",
+        ),
+        NodeState::Unknown | NodeState::Observing | NodeState::Submitted => d(
+            "C7",
+            "Processing",
+            "Wait: the venue is still processing; observation continues at its normal cadence.",
+        ),
+        _ => d("none", "Not stuck", "Nothing to do: the node is not in a stuck state."),
+    };
+    if matches!(out.case, "C2" | "C7") && f.node_state == NodeState::Unknown && never_persisted {
+        out.also_consider
+            .push("C6: no venue reference was ever persisted — check the console; if absent, cancel with C6 evidence");
+    }
+    if f.submit_transport_failures > 0 && out.case == "C2" {
+        out.also_consider.push("C6: the submit call itself failed in transport; the venue may never have received it");
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn facts(state: NodeState, refs: Value) -> NodeFacts {
+        NodeFacts {
+            node_state: state,
+            request_state: RequestState::Executing,
+            provider_refs: refs,
+            provider_ref_id: Some("order-1".into()),
+            seconds_since_started: Some(10.0),
+            grace_seconds: 90.0,
+            observe_count: 1,
+            submit_transport_failures: 0,
+        }
+    }
+
+    #[test]
+    fn the_runbook_cases() {
+        let pending = json!({"__submit_attempt_pending": true, "__submit_attempt_started_at": "t"});
+        assert_eq!(diagnose(&facts(NodeState::Submitting, pending.clone())).case, "C1");
+        assert_eq!(diagnose(&facts(NodeState::Unknown, pending.clone())).case, "C1");
+        let mut late = facts(NodeState::Unknown, pending.clone());
+        late.seconds_since_started = Some(1000.0);
+        assert_eq!(diagnose(&late).case, "C2");
+        let auth = json!({"__legacy_reconciliation_gated": true, "__manual_review_required": "reconciliation_auth_failed", "__submit_attempt_pending": true});
+        assert_eq!(diagnose(&facts(NodeState::Unknown, auth)).case, "C3b");
+        assert_eq!(diagnose(&facts(NodeState::Unknown, json!({"__legacy_reconciliation_gated": true}))).case, "C3a");
+        let mut perpetual = facts(NodeState::Observing, json!({}));
+        perpetual.observe_count = 60;
+        assert_eq!(diagnose(&perpetual).case, "C5");
+        let mut lost = facts(NodeState::Unknown, json!({}));
+        lost.provider_ref_id = None;
+        assert_eq!(diagnose(&lost).case, "C6");
+        assert_eq!(diagnose(&facts(NodeState::Observing, json!({}))).case, "C7");
+        assert_eq!(diagnose(&facts(NodeState::Completed, json!({}))).case, "none");
+        let mut c2_lost = late.clone();
+        c2_lost.provider_ref_id = None;
+        assert!(!diagnose(&c2_lost).also_consider.is_empty(), "C2 without a venue reference points at C6");
+    }
+}

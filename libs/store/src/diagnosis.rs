@@ -1,0 +1,70 @@
+//! What diagnosis reads about a node: its row, its movement's state, timing by the
+//! database's clock, and its recent history.
+
+use serde_json::Value;
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use crate::rows::{parse_node_state, parse_request_state};
+use crate::Result;
+
+#[derive(Debug, Clone)]
+pub struct NodeEvidence {
+    pub node_id: Uuid,
+    pub lane: String,
+    pub facts_state: qtg_core::NodeState,
+    pub request_state: qtg_core::RequestState,
+    /// The node row as JSON (state, attempt, refs, error, timestamps).
+    pub node: Value,
+    pub provider_refs: Value,
+    pub provider_ref_id: Option<String>,
+    pub seconds_since_started: Option<f64>,
+    pub observe_count: i32,
+    pub submit_transport_failures: i64,
+    /// The last node events, newest first.
+    pub recent_events: Vec<Value>,
+}
+
+pub async fn node_evidence(conn: &mut PgConnection, request_id: Uuid, node_key: &str) -> Result<Option<NodeEvidence>> {
+    let row = sqlx::query(
+        "SELECT n.id, n.lane, n.node_state, r.request_state, n.provider_refs, n.provider_ref_id, n.observe_count,
+                extract(epoch FROM now() - n.started_at)::float8 AS since_started,
+                jsonb_build_object('node_key', n.node_key, 'node_state', n.node_state, 'attempt_no', n.attempt_no,
+                    'provider_state', n.provider_state, 'provider_ref_id', n.provider_ref_id, 'provider_refs', n.provider_refs,
+                    'error_code', n.error_code, 'error_detail', n.error_detail, 'started_at', n.started_at,
+                    'updated_at', n.updated_at, 'last_observed_at', n.last_observed_at, 'next_observe_at', n.next_observe_at,
+                    'observe_count', n.observe_count) AS node,
+                (SELECT count(*) FROM node_events e WHERE e.request_node_id = n.id AND e.attempt_no = n.attempt_no
+                   AND e.method = 'submit' AND e.outcome IN ('transport_error', 'timeout')) AS submit_failures
+         FROM movement_request_nodes n JOIN movement_requests r ON r.id = n.request_id
+         WHERE n.request_id = $1 AND n.node_key = $2",
+    )
+    .bind(request_id)
+    .bind(node_key)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(row) = row else { return Ok(None) };
+    let node_id: Uuid = row.try_get("id")?;
+    let recent_events: Vec<Value> = sqlx::query_scalar(
+        "SELECT jsonb_build_object('at', created_at, 'kind', kind, 'method', method, 'outcome', outcome, 'from', from_state,
+                    'to', to_state, 'error_code', error_code, 'error_detail', error_detail, 'attempt_no', attempt_no,
+                    'duration_ms', duration_ms, 'actor', actor)
+         FROM node_events WHERE request_node_id = $1 ORDER BY id DESC LIMIT 25",
+    )
+    .bind(node_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(Some(NodeEvidence {
+        node_id,
+        lane: row.try_get("lane")?,
+        facts_state: parse_node_state(row.try_get("node_state")?)?,
+        request_state: parse_request_state(row.try_get("request_state")?)?,
+        node: row.try_get("node")?,
+        provider_refs: row.try_get("provider_refs")?,
+        provider_ref_id: row.try_get("provider_ref_id")?,
+        seconds_since_started: row.try_get("since_started")?,
+        observe_count: row.try_get("observe_count")?,
+        submit_transport_failures: row.try_get("submit_failures")?,
+        recent_events,
+    }))
+}

@@ -162,66 +162,95 @@ impl Engine {
     /// hashes they saw, makes the roots READY and re-derives.
     pub async fn approve_movement(&self, actor: &str, id: Uuid) -> Result<(), OpError> {
         let mut tx = self.pool.begin().await?;
-        let state = claims::lock_request_nowait(&mut tx, id).await?.ok_or(OpError::NotFound("movement"))?;
-        let row = mq::get(&mut tx, id).await?.ok_or(OpError::NotFound("movement"))?;
-        if state != RequestState::PendingApproval {
-            return Err(OpError::InvalidState(format!("movement is {state}, not PENDING_APPROVAL")));
+        let res: Result<_, OpError> = async {
+            let state = claims::lock_request_nowait(&mut tx, id).await?.ok_or(OpError::NotFound("movement"))?;
+            let row = mq::get(&mut tx, id).await?.ok_or(OpError::NotFound("movement"))?;
+            if state != RequestState::PendingApproval {
+                return Err(OpError::InvalidState(format!("movement is {state}, not PENDING_APPROVAL")));
+            }
+            if row.expired {
+                return Err(OpError::InvalidState("movement approval window has expired".into()));
+            }
+            if row.created_by == actor {
+                return Err(OpError::SelfApproval("nobody approves a movement they created".into()));
+            }
+            let pv = tq::plan_version(&mut tx, &row.template_key, Some(row.template_version))
+                .await?
+                .ok_or(OpError::NotFound("template version"))?;
+            let executor_keys: Vec<String> = pv.plan.nodes.iter().map(|n| n.executor_key.clone()).collect();
+            let signer_keys: Vec<String> = pv.plan.nodes.iter().filter_map(|n| n.signer_key.clone()).collect();
+            let down = mq::down_bindings(&mut tx, &executor_keys, &signer_keys).await?;
+            if !down.is_empty() {
+                return Err(OpError::ExecutorDown(down));
+            }
+            let meta = Meta::actor(actor);
+            let patch = RequestPatch {
+                approval_status: Some("approved"),
+                approved_by: Some(actor.to_string()),
+                ..Default::default()
+            };
+            transition::transition_request(&mut tx, id, state, RequestState::Approved, &patch, &meta).await?;
+            let nodes = mq::nodes(&mut tx, id).await?;
+            let roots: Vec<String> = pv.plan.roots().into_iter().map(String::from).collect();
+            for n in nodes.iter().filter(|n| roots.contains(&n.node_key) && n.node_state == NodeState::Blocked) {
+                transition::transition_node(
+                    &mut tx,
+                    n.id,
+                    NodeState::Blocked,
+                    NodeState::Ready,
+                    &NodePatch::default(),
+                    &meta,
+                )
+                .await?;
+            }
+            transition::set_frontier(&mut tx, id, &roots).await?;
+            apply_request_state(&mut tx, id, actor).await?;
+
+            Ok(())
         }
-        if row.expired {
-            return Err(OpError::InvalidState("movement approval window has expired".into()));
-        }
-        if row.created_by == actor {
-            return Err(OpError::SelfApproval("nobody approves a movement they created".into()));
-        }
-        let pv = tq::plan_version(&mut tx, &row.template_key, Some(row.template_version))
-            .await?
-            .ok_or(OpError::NotFound("template version"))?;
-        let executor_keys: Vec<String> = pv.plan.nodes.iter().map(|n| n.executor_key.clone()).collect();
-        let signer_keys: Vec<String> = pv.plan.nodes.iter().filter_map(|n| n.signer_key.clone()).collect();
-        let down = mq::down_bindings(&mut tx, &executor_keys, &signer_keys).await?;
-        if !down.is_empty() {
-            return Err(OpError::ExecutorDown(down));
-        }
-        let meta = Meta::actor(actor);
-        let patch = RequestPatch {
-            approval_status: Some("approved"),
-            approved_by: Some(actor.to_string()),
-            ..Default::default()
-        };
-        transition::transition_request(&mut tx, id, state, RequestState::Approved, &patch, &meta).await?;
-        let nodes = mq::nodes(&mut tx, id).await?;
-        let roots: Vec<String> = pv.plan.roots().into_iter().map(String::from).collect();
-        for n in nodes.iter().filter(|n| roots.contains(&n.node_key) && n.node_state == NodeState::Blocked) {
-            transition::transition_node(
-                &mut tx,
-                n.id,
-                NodeState::Blocked,
-                NodeState::Ready,
-                &NodePatch::default(),
-                &meta,
-            )
-            .await?;
-        }
-        transition::set_frontier(&mut tx, id, &roots).await?;
-        apply_request_state(&mut tx, id, actor).await?;
-        tx.commit().await?;
-        Ok(())
+        .await;
+        finish(tx, res).await
     }
 
     pub async fn reject_movement(&self, actor: &str, id: Uuid, reason: Option<&str>) -> Result<(), OpError> {
         let mut tx = self.pool.begin().await?;
-        let state = claims::lock_request_nowait(&mut tx, id).await?.ok_or(OpError::NotFound("movement"))?;
-        if state != RequestState::PendingApproval {
-            return Err(OpError::InvalidState(format!("movement is {state}, not PENDING_APPROVAL")));
+        let res: Result<_, OpError> = async {
+            let state = claims::lock_request_nowait(&mut tx, id).await?.ok_or(OpError::NotFound("movement"))?;
+            if state != RequestState::PendingApproval {
+                return Err(OpError::InvalidState(format!("movement is {state}, not PENDING_APPROVAL")));
+            }
+            let patch = RequestPatch {
+                approval_status: Some("rejected"),
+                review_reason: reason.map(String::from),
+                ..Default::default()
+            };
+            let meta = Meta { actor, reason };
+            transition::transition_request(&mut tx, id, state, RequestState::Rejected, &patch, &meta).await?;
+
+            Ok(())
         }
-        let patch = RequestPatch {
-            approval_status: Some("rejected"),
-            review_reason: reason.map(String::from),
-            ..Default::default()
-        };
-        let meta = Meta { actor, reason };
-        transition::transition_request(&mut tx, id, state, RequestState::Rejected, &patch, &meta).await?;
-        tx.commit().await?;
-        Ok(())
+        .await;
+        finish(tx, res).await
+    }
+}
+
+/// Ends an operation's transaction: commit on success; on failure roll back now, so no row
+/// lock outlives the refused request (a dropped transaction would only roll back when its
+/// connection is next used).
+pub(crate) async fn finish<T>(
+    tx: sqlx::Transaction<'_, sqlx::Postgres>,
+    res: Result<T, OpError>,
+) -> Result<T, OpError> {
+    match res {
+        Ok(v) => {
+            tx.commit().await?;
+            Ok(v)
+        }
+        Err(e) => {
+            if let Err(rb) = tx.rollback().await {
+                tracing::warn!(error = %rb, "rollback after a refused operation failed");
+            }
+            Err(e)
+        }
     }
 }

@@ -13,7 +13,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::advance::advance_after_completion;
-use crate::movements::OpError;
+use crate::movements::{finish, OpError};
 use crate::Engine;
 
 /// Why a cancel is allowed while a side effect may exist (runbook case C6: submit never
@@ -49,6 +49,7 @@ impl Engine {
 
     pub async fn cancel_movement(&self, actor: &str, id: Uuid, input: CancelInput<'_>) -> Result<(), OpError> {
         let mut tx = self.pool.begin().await?;
+        let res: Result<_, OpError> = async {
         let (state, nodes) = self.lock_movement(&mut tx, id).await?;
         if state.is_terminal() {
             return Err(OpError::InvalidState(format!("movement is {state}")));
@@ -99,8 +100,11 @@ impl Engine {
             },
         )
         .await?;
-        tx.commit().await?;
+
         Ok(())
+        }
+        .await;
+        finish(tx, res).await
     }
 
     /// MANUAL_INTERVENTION → EXECUTING, clearing the hand-off marks (observation timeout,
@@ -108,79 +112,36 @@ impl Engine {
     /// for the workers (retry or cancel instead).
     pub async fn resume_movement(&self, actor: &str, id: Uuid, reason: &str) -> Result<(), OpError> {
         let mut tx = self.pool.begin().await?;
-        let (state, nodes) = self.lock_movement(&mut tx, id).await?;
-        if state != RequestState::ManualIntervention {
-            return Err(OpError::InvalidState(format!("movement is {state}, not MANUAL_INTERVENTION")));
-        }
-        let mut cleared = Vec::new();
-        for n in nodes.iter().filter(|n| n.node_state == NodeState::Unknown) {
-            let timed_out = n.error_code.as_deref() == Some(codes::OBSERVATION_TIMEOUT);
-            let review = n.provider_refs.get(MANUAL_REVIEW_REQUIRED).cloned();
-            if timed_out || review.is_some() {
-                let patch = NodePatch {
-                    remove_refs: vec![MANUAL_REVIEW_REQUIRED.to_string()],
-                    error: timed_out.then_some((None, None)),
-                    next_observe_in: Some(None),
-                    ..Default::default()
-                };
-                transition::poll_node(&mut tx, n.id, NodeState::Unknown, &patch).await?;
-                cleared
-                    .push(json!({"node_key": n.node_key, "error_code": n.error_code, MANUAL_REVIEW_REQUIRED: review}));
+        let res: Result<_, OpError> = async {
+            let (state, nodes) = self.lock_movement(&mut tx, id).await?;
+            if state != RequestState::ManualIntervention {
+                return Err(OpError::InvalidState(format!("movement is {state}, not MANUAL_INTERVENTION")));
             }
-        }
-        let after = qtg_store::context::request_nodes(&mut tx, id).await?;
-        let views: Vec<_> = after.iter().map(NodeBrief::view).collect();
-        if derive_request_state(&views) != Some(RequestState::Executing) {
-            return Err(OpError::InvalidState(
-                "nothing for the workers to resume (a FAILED node needs retry, or cancel the movement)".into(),
-            ));
-        }
-        let meta = Meta { actor, reason: Some(reason) };
-        transition::transition_request(&mut tx, id, state, RequestState::Executing, &RequestPatch::default(), &meta)
-            .await?;
-        audit::record(
-            &mut tx,
-            &AuditRecord {
-                actor,
-                action: "movement.resume",
-                entity_type: "movement",
-                entity_id: id.to_string(),
-                movement_id: Some(id),
-                data: json!({"reason": reason, "cleared": cleared}),
-            },
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(())
-    }
-
-    /// FAILED → READY for a new attempt. Refused on UNKNOWN, and on SUBMITTING with the
-    /// pending marker (`SUBMIT_ATTEMPT_PENDING`): only recovery decides those.
-    pub async fn retry_node(&self, actor: &str, id: Uuid, node_key: &str, reason: &str) -> Result<(), OpError> {
-        let mut tx = self.pool.begin().await?;
-        let (state, nodes) = self.lock_movement(&mut tx, id).await?;
-        let node = nodes.iter().find(|n| n.node_key == node_key).ok_or(OpError::NotFound("node"))?;
-        match node.node_state {
-            NodeState::Failed => {}
-            NodeState::Unknown => {
-                return Err(OpError::SubmitAttemptPending(format!(
-                    "node {node_key} is UNKNOWN: only recovery decides it"
-                )))
+            let mut cleared = Vec::new();
+            for n in nodes.iter().filter(|n| n.node_state == NodeState::Unknown) {
+                let timed_out = n.error_code.as_deref() == Some(codes::OBSERVATION_TIMEOUT);
+                let review = n.provider_refs.get(MANUAL_REVIEW_REQUIRED).cloned();
+                if timed_out || review.is_some() {
+                    let patch = NodePatch {
+                        remove_refs: vec![MANUAL_REVIEW_REQUIRED.to_string()],
+                        error: timed_out.then_some((None, None)),
+                        next_observe_in: Some(None),
+                        ..Default::default()
+                    };
+                    transition::poll_node(&mut tx, n.id, NodeState::Unknown, &patch).await?;
+                    cleared.push(
+                        json!({"node_key": n.node_key, "error_code": n.error_code, MANUAL_REVIEW_REQUIRED: review}),
+                    );
+                }
             }
-            NodeState::Submitting if node.provider_refs.get(SUBMIT_ATTEMPT_PENDING).is_some() => {
-                return Err(OpError::SubmitAttemptPending(format!("node {node_key} has a submit attempt pending")))
+            let after = qtg_store::context::request_nodes(&mut tx, id).await?;
+            let views: Vec<_> = after.iter().map(NodeBrief::view).collect();
+            if derive_request_state(&views) != Some(RequestState::Executing) {
+                return Err(OpError::InvalidState(
+                    "nothing for the workers to resume (a FAILED node needs retry, or cancel the movement)".into(),
+                ));
             }
-            other => {
-                return Err(OpError::InvalidState(format!("node {node_key} is {other}; only a FAILED node is retried")))
-            }
-        }
-        if !matches!(state, RequestState::Failed | RequestState::ManualIntervention | RequestState::Executing) {
-            return Err(OpError::InvalidState(format!("movement is {state}")));
-        }
-        let meta = Meta { actor, reason: Some(reason) };
-        let patch = NodePatch { submit_accepted: Some(false), error: Some((None, None)), ..Default::default() };
-        transition::transition_node(&mut tx, node.id, NodeState::Failed, NodeState::Ready, &patch, &meta).await?;
-        if state != RequestState::Executing {
+            let meta = Meta { actor, reason: Some(reason) };
             transition::transition_request(
                 &mut tx,
                 id,
@@ -190,21 +151,82 @@ impl Engine {
                 &meta,
             )
             .await?;
+            audit::record(
+                &mut tx,
+                &AuditRecord {
+                    actor,
+                    action: "movement.resume",
+                    entity_type: "movement",
+                    entity_id: id.to_string(),
+                    movement_id: Some(id),
+                    data: json!({"reason": reason, "cleared": cleared}),
+                },
+            )
+            .await?;
+
+            Ok(())
         }
-        audit::record(
-            &mut tx,
-            &AuditRecord {
-                actor,
-                action: "node.retry",
-                entity_type: "node",
-                entity_id: node.id.to_string(),
-                movement_id: Some(id),
-                data: json!({"node_key": node_key, "reason": reason, "previous_error": node.error_code}),
-            },
-        )
-        .await?;
-        tx.commit().await?;
-        Ok(())
+        .await;
+        finish(tx, res).await
+    }
+
+    /// FAILED → READY for a new attempt. Refused on UNKNOWN, and on SUBMITTING with the
+    /// pending marker (`SUBMIT_ATTEMPT_PENDING`): only recovery decides those.
+    pub async fn retry_node(&self, actor: &str, id: Uuid, node_key: &str, reason: &str) -> Result<(), OpError> {
+        let mut tx = self.pool.begin().await?;
+        let res: Result<_, OpError> = async {
+            let (state, nodes) = self.lock_movement(&mut tx, id).await?;
+            let node = nodes.iter().find(|n| n.node_key == node_key).ok_or(OpError::NotFound("node"))?;
+            match node.node_state {
+                NodeState::Failed => {}
+                NodeState::Unknown => {
+                    return Err(OpError::SubmitAttemptPending(format!(
+                        "node {node_key} is UNKNOWN: only recovery decides it"
+                    )))
+                }
+                NodeState::Submitting if node.provider_refs.get(SUBMIT_ATTEMPT_PENDING).is_some() => {
+                    return Err(OpError::SubmitAttemptPending(format!("node {node_key} has a submit attempt pending")))
+                }
+                other => {
+                    return Err(OpError::InvalidState(format!(
+                        "node {node_key} is {other}; only a FAILED node is retried"
+                    )))
+                }
+            }
+            if !matches!(state, RequestState::Failed | RequestState::ManualIntervention | RequestState::Executing) {
+                return Err(OpError::InvalidState(format!("movement is {state}")));
+            }
+            let meta = Meta { actor, reason: Some(reason) };
+            let patch = NodePatch { submit_accepted: Some(false), error: Some((None, None)), ..Default::default() };
+            transition::transition_node(&mut tx, node.id, NodeState::Failed, NodeState::Ready, &patch, &meta).await?;
+            if state != RequestState::Executing {
+                transition::transition_request(
+                    &mut tx,
+                    id,
+                    state,
+                    RequestState::Executing,
+                    &RequestPatch::default(),
+                    &meta,
+                )
+                .await?;
+            }
+            audit::record(
+                &mut tx,
+                &AuditRecord {
+                    actor,
+                    action: "node.retry",
+                    entity_type: "node",
+                    entity_id: node.id.to_string(),
+                    movement_id: Some(id),
+                    data: json!({"node_key": node_key, "reason": reason, "previous_error": node.error_code}),
+                },
+            )
+            .await?;
+
+            Ok(())
+        }
+        .await;
+        finish(tx, res).await
     }
 
     /// A person did a `manual_*` node's work: READY → COMPLETED with their evidence stored as
@@ -217,53 +239,57 @@ impl Engine {
         evidence: &Value,
     ) -> Result<(), OpError> {
         let mut tx = self.pool.begin().await?;
-        let (_, nodes) = self.lock_movement(&mut tx, id).await?;
-        let node = nodes.iter().find(|n| n.node_key == node_key).ok_or(OpError::NotFound("node"))?;
-        if node.node_kind != NodeKind::Manual {
-            return Err(OpError::InvalidState(format!(
-                "node {node_key} is not a manual node; COMPLETED comes only from executor evidence"
-            )));
+        let res: Result<_, OpError> = async {
+            let (_, nodes) = self.lock_movement(&mut tx, id).await?;
+            let node = nodes.iter().find(|n| n.node_key == node_key).ok_or(OpError::NotFound("node"))?;
+            if node.node_kind != NodeKind::Manual {
+                return Err(OpError::InvalidState(format!(
+                    "node {node_key} is not a manual node; COMPLETED comes only from executor evidence"
+                )));
+            }
+            if node.node_state != NodeState::Ready {
+                return Err(OpError::InvalidState(format!("node {node_key} is {}, not READY", node.node_state)));
+            }
+            let row = mq::get(&mut tx, id).await?.ok_or(OpError::NotFound("movement"))?;
+            let meta = Meta { actor, reason: Some("complete-manual") };
+            let attempt = transition::transition_node(
+                &mut tx,
+                node.id,
+                NodeState::Ready,
+                NodeState::Completed,
+                &NodePatch::default(),
+                &meta,
+            )
+            .await?;
+            artifacts::insert(
+                &mut tx,
+                id,
+                node.id,
+                attempt,
+                ArtifactKind::ManualEvidence,
+                &json!({"evidence": evidence, "by": actor}),
+                None,
+            )
+            .await?;
+            audit::record(
+                &mut tx,
+                &AuditRecord {
+                    actor,
+                    action: "node.complete_manual",
+                    entity_type: "node",
+                    entity_id: node.id.to_string(),
+                    movement_id: Some(id),
+                    data: json!({"node_key": node_key, "evidence": evidence}),
+                },
+            )
+            .await?;
+            // Activates successors and re-derives the request (COMPLETED, EXECUTING, …).
+            advance_after_completion(&mut tx, id, row.plan_version_id, node_key, actor).await?;
+
+            Ok(())
         }
-        if node.node_state != NodeState::Ready {
-            return Err(OpError::InvalidState(format!("node {node_key} is {}, not READY", node.node_state)));
-        }
-        let row = mq::get(&mut tx, id).await?.ok_or(OpError::NotFound("movement"))?;
-        let meta = Meta { actor, reason: Some("complete-manual") };
-        let attempt = transition::transition_node(
-            &mut tx,
-            node.id,
-            NodeState::Ready,
-            NodeState::Completed,
-            &NodePatch::default(),
-            &meta,
-        )
-        .await?;
-        artifacts::insert(
-            &mut tx,
-            id,
-            node.id,
-            attempt,
-            ArtifactKind::ManualEvidence,
-            &json!({"evidence": evidence, "by": actor}),
-            None,
-        )
-        .await?;
-        audit::record(
-            &mut tx,
-            &AuditRecord {
-                actor,
-                action: "node.complete_manual",
-                entity_type: "node",
-                entity_id: node.id.to_string(),
-                movement_id: Some(id),
-                data: json!({"node_key": node_key, "evidence": evidence}),
-            },
-        )
-        .await?;
-        // Activates successors and re-derives the request (COMPLETED, EXECUTING, …).
-        advance_after_completion(&mut tx, id, row.plan_version_id, node_key, actor).await?;
-        tx.commit().await?;
-        Ok(())
+        .await;
+        finish(tx, res).await
     }
 }
 

@@ -4,7 +4,7 @@ export CARGO_TERM_COLOR ?= never
 
 DB_ADMIN_URL = $(shell ./scripts/ensure-postgres.sh)
 
-.PHONY: run test build lint fmt bench db
+.PHONY: run test build lint lint-deploy fmt bench db
 
 build:
 	cargo build --workspace --bins
@@ -18,6 +18,12 @@ test:
 	@url="$$(./scripts/ensure-postgres.sh)" && \
 	cargo build --workspace --bins && \
 	DATABASE_URL="$$url" QTG_TEST_DATABASE_URL="$$url" cargo test --workspace -- --test-threads=4
+	@$(MAKE) --no-print-directory lint-deploy
+
+## Render the Helm chart (default and full values) and k8s/, lint, validate strictly against
+## the Kubernetes schemas and assert the deployment properties (Python venv in .qtg/).
+lint-deploy:
+	@./scripts/lint-deploy.sh
 
 lint:
 	cargo fmt --all -- --check

@@ -41,6 +41,16 @@ async fn the_all_in_one_binary_runs_a_movement_and_serves_admin() -> anyhow::Res
     let metrics = get("/metrics").await?.text().await?;
     assert!(metrics.contains("qtg_worker_items_processed_total{worker=\"node_dispatcher\"}"), "{metrics}");
     assert!(metrics.contains("qtg_worker_tick_duration_seconds_bucket"), "{metrics}");
+    for signal in [
+        "qtg_oldest_unknown_node_age_seconds 0",
+        "qtg_oldest_stale_submitting_node_age_seconds 0",
+        "qtg_oldest_manual_intervention_age_seconds 0",
+        "qtg_callback_dlq_size 0",
+        "qtg_outbox_backlog{outbox=\"callback\"} 0",
+        "qtg_worker_heartbeat_age_seconds{worker=\"node_dispatcher\"}",
+    ] {
+        assert!(metrics.contains(signal), "missing {signal}:\n{metrics}");
+    }
     let beats: Vec<(String, String)> =
         sqlx::query_as("SELECT worker, network_class FROM worker_heartbeats ORDER BY worker")
             .fetch_all(&db.pool)

@@ -23,6 +23,7 @@ struct AdminState {
     metrics: Metrics,
     heartbeats: Arc<Vec<Heartbeat>>,
     stale_after: Duration,
+    stale_submitting_after: f64,
 }
 
 /// Binds `addr` and serves until `shutdown`. Returns the bound address (port 0 resolved).
@@ -32,9 +33,10 @@ pub async fn serve(
     metrics: Metrics,
     heartbeats: Vec<Heartbeat>,
     stale_after: Duration,
+    stale_submitting_after: f64,
     shutdown: CancellationToken,
 ) -> anyhow::Result<SocketAddr> {
-    let state = AdminState { pool, metrics, heartbeats: Arc::new(heartbeats), stale_after };
+    let state = AdminState { pool, metrics, heartbeats: Arc::new(heartbeats), stale_after, stale_submitting_after };
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -64,5 +66,14 @@ async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
 }
 
 async fn metrics_text(State(s): State<AdminState>) -> impl IntoResponse {
+    // The paging signals come from the database; a slow or unreachable database leaves the
+    // last values (and /readyz says why).
+    match tokio::time::timeout(Duration::from_secs(2), qtg_store::signals::read(&s.pool, s.stale_submitting_after))
+        .await
+    {
+        Ok(Ok(signals)) => s.metrics.set_signals(&signals),
+        Ok(Err(e)) => tracing::warn!(error = %e, "cannot read paging signals"),
+        Err(_) => tracing::warn!("reading paging signals timed out"),
+    }
     ([(header::CONTENT_TYPE, "application/openmetrics-text; version=1.0.0; charset=utf-8")], s.metrics.encode())
 }

@@ -15,6 +15,11 @@ pub struct WorkerLabel {
     pub worker: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutboxLabel {
+    pub outbox: String,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     inner: Arc<Inner>,
@@ -22,6 +27,12 @@ pub struct Metrics {
 
 struct Inner {
     registry: Registry,
+    unknown_age: Gauge<f64, std::sync::atomic::AtomicU64>,
+    stale_submitting_age: Gauge<f64, std::sync::atomic::AtomicU64>,
+    manual_age: Gauge<f64, std::sync::atomic::AtomicU64>,
+    dlq_size: Gauge,
+    outbox_backlog: Family<OutboxLabel, Gauge>,
+    heartbeat_age: Family<WorkerLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     processed: Family<WorkerLabel, Counter>,
     tick_errors: Family<WorkerLabel, Counter>,
     consecutive_errors: Family<WorkerLabel, Gauge>,
@@ -47,7 +58,49 @@ impl Metrics {
         registry.register("worker_tick_errors", "Worker ticks that failed", tick_errors.clone());
         registry.register("worker_consecutive_errors", "Current run of failed ticks", consecutive_errors.clone());
         registry.register("worker_tick_duration_seconds", "Duration of one worker tick", tick_seconds.clone());
-        Metrics { inner: Arc::new(Inner { registry, processed, tick_errors, consecutive_errors, tick_seconds }) }
+        let unknown_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        let stale_submitting_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        let manual_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        let dlq_size = Gauge::default();
+        let outbox_backlog = Family::<OutboxLabel, Gauge>::default();
+        let heartbeat_age = Family::<WorkerLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        registry.register(
+            "oldest_unknown_node_age_seconds",
+            "Age of the oldest UNKNOWN node (since its submit)",
+            unknown_age.clone(),
+        );
+        registry.register(
+            "oldest_stale_submitting_node_age_seconds",
+            "Age of the oldest SUBMITTING node past the recovery grace",
+            stale_submitting_age.clone(),
+        );
+        registry.register(
+            "oldest_manual_intervention_age_seconds",
+            "Age of the oldest MANUAL_INTERVENTION / WAITING_MANUAL_ACTION movement",
+            manual_age.clone(),
+        );
+        registry.register("callback_dlq_size", "Dead-lettered callbacks", dlq_size.clone());
+        registry.register("outbox_backlog", "Rows waiting in an outbox", outbox_backlog.clone());
+        registry.register(
+            "worker_heartbeat_age_seconds",
+            "Seconds since a worker's newest heartbeat",
+            heartbeat_age.clone(),
+        );
+        Metrics {
+            inner: Arc::new(Inner {
+                registry,
+                processed,
+                tick_errors,
+                consecutive_errors,
+                tick_seconds,
+                unknown_age,
+                stale_submitting_age,
+                manual_age,
+                dlq_size,
+                outbox_backlog,
+                heartbeat_age,
+            }),
+        }
     }
 
     fn label(worker: &str) -> WorkerLabel {
@@ -68,6 +121,20 @@ impl Metrics {
 
     pub fn observe_tick(&self, worker: &str, d: Duration) {
         self.inner.tick_seconds.get_or_create(&Self::label(worker)).observe(d.as_secs_f64());
+    }
+
+    /// Records the database-wide paging signals (set at scrape time).
+    pub fn set_signals(&self, s: &qtg_store::signals::Signals) {
+        let i = &self.inner;
+        i.unknown_age.set(s.oldest_unknown_node_age_seconds);
+        i.stale_submitting_age.set(s.oldest_stale_submitting_node_age_seconds);
+        i.manual_age.set(s.oldest_manual_intervention_age_seconds);
+        i.dlq_size.set(s.callback_dlq_size);
+        i.outbox_backlog.get_or_create(&OutboxLabel { outbox: "callback".into() }).set(s.callback_backlog);
+        i.outbox_backlog.get_or_create(&OutboxLabel { outbox: "audit".into() }).set(s.audit_backlog);
+        for (worker, age) in &s.heartbeat_age_seconds {
+            i.heartbeat_age.get_or_create(&Self::label(worker)).set(*age);
+        }
     }
 
     /// The text exposition format.

@@ -15,6 +15,7 @@ pub mod health;
 pub mod heartbeats;
 pub mod movements;
 pub mod rows;
+pub mod signals;
 pub mod sim;
 pub mod templates;
 pub mod transition;

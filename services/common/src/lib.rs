@@ -210,6 +210,7 @@ impl Process {
             self.metrics.clone(),
             heartbeats,
             stale_after,
+            self.settings.grace_default,
             self.shutdown.clone(),
         )
         .await?;

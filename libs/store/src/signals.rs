@@ -1,0 +1,51 @@
+//! The signals an on-call person pages on, read from the database (every process exports
+//! them; alert on `max`).
+
+use sqlx::{PgPool, Row};
+
+use crate::Result;
+
+#[derive(Debug, Clone, Default)]
+pub struct Signals {
+    pub oldest_unknown_node_age_seconds: f64,
+    pub oldest_stale_submitting_node_age_seconds: f64,
+    pub oldest_manual_intervention_age_seconds: f64,
+    pub callback_dlq_size: i64,
+    pub callback_backlog: i64,
+    pub audit_backlog: i64,
+    /// Per worker: seconds since its newest heartbeat (any replica).
+    pub heartbeat_age_seconds: Vec<(String, f64)>,
+}
+
+/// `stale_after_seconds`: a SUBMITTING node older than this (the recovery grace) is stale.
+pub async fn read(pool: &PgPool, stale_after_seconds: f64) -> Result<Signals> {
+    let r = sqlx::query(
+        "SELECT
+           COALESCE((SELECT extract(epoch FROM now() - min(started_at))::float8 FROM movement_request_nodes
+                     WHERE node_state = 'UNKNOWN'), 0) AS unknown_age,
+           COALESCE((SELECT extract(epoch FROM now() - min(started_at))::float8 FROM movement_request_nodes
+                     WHERE node_state = 'SUBMITTING' AND started_at < now() - make_interval(secs => $1)), 0) AS stale_submitting_age,
+           COALESCE((SELECT extract(epoch FROM now() - min(updated_at))::float8 FROM movement_requests
+                     WHERE request_state IN ('MANUAL_INTERVENTION', 'WAITING_MANUAL_ACTION')), 0) AS manual_age,
+           (SELECT count(*) FROM movement_callback_outbox WHERE status = 'dlq') AS dlq,
+           (SELECT count(*) FROM movement_callback_outbox WHERE status = 'pending') AS callback_backlog,
+           (SELECT count(*) FROM audit_outbox WHERE promoted_at IS NULL) AS audit_backlog",
+    )
+    .bind(stale_after_seconds)
+    .fetch_one(pool)
+    .await?;
+    let beats = sqlx::query(
+        "SELECT worker, extract(epoch FROM now() - max(last_beat_at))::float8 FROM worker_heartbeats GROUP BY worker ORDER BY worker",
+    )
+    .fetch_all(pool)
+    .await?;
+    Ok(Signals {
+        oldest_unknown_node_age_seconds: r.try_get("unknown_age")?,
+        oldest_stale_submitting_node_age_seconds: r.try_get("stale_submitting_age")?,
+        oldest_manual_intervention_age_seconds: r.try_get("manual_age")?,
+        callback_dlq_size: r.try_get("dlq")?,
+        callback_backlog: r.try_get("callback_backlog")?,
+        audit_backlog: r.try_get("audit_backlog")?,
+        heartbeat_age_seconds: beats.iter().map(|b| Ok((b.try_get(0)?, b.try_get(1)?))).collect::<Result<_>>()?,
+    })
+}

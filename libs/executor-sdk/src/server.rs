@@ -320,15 +320,18 @@ struct Grpc<H> {
 
 impl<H: Handler> Grpc<H> {
     fn authorize<T: Serialize>(&self, req: &Request<T>) -> Result<(), Status> {
-        let body = match self.auth {
-            Auth::Hmac(_) => qtg_executor::remote::grpc_signed_bytes(req.get_ref()),
-            _ => Vec::new(),
-        };
-        let md = req.metadata();
-        self.auth
-            .check(|k| md.get(k).and_then(|v| v.to_str().ok()).map(String::from), &body)
-            .map_err(Status::unauthenticated)
+        authorize(&self.auth, req)
     }
+}
+
+/// Checks a gRPC request's credentials (an HMAC covers the request's canonical JSON).
+fn authorize<T: Serialize>(auth: &Auth, req: &Request<T>) -> Result<(), Status> {
+    let body = match auth {
+        Auth::Hmac(_) => qtg_executor::remote::grpc_signed_bytes(req.get_ref()),
+        _ => Vec::new(),
+    };
+    let md = req.metadata();
+    auth.check(|k| md.get(k).and_then(|v| v.to_str().ok()).map(String::from), &body).map_err(Status::unauthenticated)
 }
 
 #[tonic::async_trait]
@@ -498,14 +501,7 @@ struct GrpcSigner {
 #[tonic::async_trait]
 impl SignerService for GrpcSigner {
     async fn sign(&self, req: Request<spb::SignRequest>) -> Result<tonic::Response<spb::SignResponse>, Status> {
-        let body = match self.auth {
-            Auth::Hmac(_) => qtg_executor::remote::grpc_signed_bytes(req.get_ref()),
-            _ => Vec::new(),
-        };
-        let md = req.metadata();
-        self.auth
-            .check(|k| md.get(k).and_then(|v| v.to_str().ok()).map(String::from), &body)
-            .map_err(Status::unauthenticated)?;
+        authorize(&self.auth, &req)?;
         match do_sign(&*self.signer, req.get_ref()).await {
             Ok(r) => Ok(tonic::Response::new(r)),
             Err(SignerError::Refused(m)) => Err(Status::failed_precondition(m)),
@@ -514,14 +510,7 @@ impl SignerService for GrpcSigner {
     }
 
     async fn health(&self, req: Request<spb::HealthRequest>) -> Result<tonic::Response<spb::HealthResponse>, Status> {
-        let body = match self.auth {
-            Auth::Hmac(_) => qtg_executor::remote::grpc_signed_bytes(req.get_ref()),
-            _ => Vec::new(),
-        };
-        let md = req.metadata();
-        self.auth
-            .check(|k| md.get(k).and_then(|v| v.to_str().ok()).map(String::from), &body)
-            .map_err(Status::unauthenticated)?;
+        authorize(&self.auth, &req)?;
         Ok(tonic::Response::new(do_signer_health(&*self.signer, &req.get_ref().signer_key).await))
     }
 }

@@ -43,14 +43,8 @@ async fn start_example(db: &TestDb, timeout_ms: u64) -> anyhow::Result<Remote> {
     Ok(Remote { proc, registry })
 }
 
-fn remote_node(key: &str, executor: &str, example: Value) -> Value {
-    json!({"node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": executor, "config": {"example": example}})
-}
-
-#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> anyhow::Result<()> {
-    let db = TestDb::new().await?;
-    let remote = start_example(&db, 1000).await?;
+/// qtg-api, a dispatcher, an observer and recovery, all reading the example's registry.
+async fn start_system(db: &TestDb, remote: &Remote) -> anyhow::Result<(Api, Vec<Proc>)> {
     let reg = remote.registry.to_string_lossy().to_string();
     let env = [
         ("MG_EXECUTOR_REGISTRY", reg.as_str()),
@@ -62,6 +56,18 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
     for bin in ["qtg-dispatcher", "qtg-observer", "qtg-recovery"] {
         workers.push(Proc::spawn(bin, &db.url, &env).await?);
     }
+    Ok((api, workers))
+}
+
+fn remote_node(key: &str, executor: &str, example: Value) -> Value {
+    json!({"node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": executor, "config": {"example": example}})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let remote = start_example(&db, 1000).await?;
+    let (api, mut workers) = start_system(&db, &remote).await?;
     let keys = Keys::create(&api).await?;
 
     // One node over gRPC, its successor over HTTP JSON, with observation polls on both.
@@ -343,18 +349,7 @@ async fn wait_event(db: &TestDb, id: &str, method: &str, outcome: &str) -> anyho
 async fn each_remote_failure_has_its_protocol_semantics() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
     let remote = start_example(&db, 1000).await?;
-    let reg = remote.registry.to_string_lossy().to_string();
-    let env = [
-        ("MG_EXECUTOR_REGISTRY", reg.as_str()),
-        ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "1"),
-        ("QTG_EXAMPLE_SECRET", HMAC_SECRET),
-    ];
-    let api = Api::start(&db.url, &env).await?;
-    let _workers = [
-        Proc::spawn("qtg-dispatcher", &db.url, &env).await?,
-        Proc::spawn("qtg-observer", &db.url, &env).await?,
-        Proc::spawn("qtg-recovery", &db.url, &env).await?,
-    ];
+    let (api, _workers) = start_system(&db, &remote).await?;
     let keys = Keys::create(&api).await?;
     let cases = [
         ("t.prepare503", remote_node("n", "exec.ex.http", json!({"fail": ["prepare"]}))),

@@ -42,13 +42,7 @@ pub struct ExecutionContext {
     pub executor_key: String,
 }
 
-impl ExecutionContext {
-    /// `{request_node_id}:{attempt_no}` — the venue's client order id for this attempt.
-    pub fn idempotency_key(&self) -> String {
-        idempotency_key(&self.request_node_id, self.attempt_no)
-    }
-}
-
+/// `{request_node_id}:{attempt_no}` — the venue's client order id for an attempt.
 pub fn idempotency_key(request_node_id: &str, attempt_no: i32) -> String {
     format!("{request_node_id}:{attempt_no}")
 }

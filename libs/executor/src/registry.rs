@@ -157,10 +157,6 @@ impl Registry {
         );
     }
 
-    pub fn insert_signer(&mut self, key: &str, signer: Arc<dyn Signer>) {
-        self.signers.insert(key.to_string(), SignerEntry { key: key.to_string(), transport: Transport::Local, signer });
-    }
-
     pub fn executor(&self, key: &str) -> Option<&ExecutorEntry> {
         self.executors.get(key)
     }

@@ -1,7 +1,7 @@
 //! The sim lane's venue ledger (DESIGN.md §9): one row per submit, written on the venue's
 //! own connection as an external venue would.
 
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::Result;
@@ -24,15 +24,6 @@ pub async fn record_submit(
     .execute(pool)
     .await?;
     Ok(res.rows_affected() == 1)
-}
-
-/// The ledger rows of a node, oldest first, as their idempotency keys.
-pub async fn submits_for_node(pool: &PgPool, request_node_id: Uuid) -> Result<Vec<String>> {
-    let rows = sqlx::query("SELECT idempotency_key FROM sim_ledger WHERE request_node_id = $1 ORDER BY id")
-        .bind(request_node_id)
-        .fetch_all(pool)
-        .await?;
-    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
 }
 
 /// Whether the venue saw a submit with this idempotency key.

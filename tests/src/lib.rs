@@ -194,6 +194,15 @@ impl Api {
         Ok(Api { proc, base: format!("http://{addr}"), http: http_client(), admin_key: BOOTSTRAP_KEY.into() })
     }
 
+    /// The all-in-one `qtg` (API + every worker) as the API under test.
+    pub async fn all_in_one(db_url: &str, extra: &[(&str, &str)]) -> anyhow::Result<Api> {
+        let mut env = vec![("MG_API_BOOTSTRAP_ADMIN_KEY", BOOTSTRAP_KEY)];
+        env.extend_from_slice(extra);
+        let proc = Proc::spawn("qtg", db_url, &env).await?;
+        let addr = proc.wait_field("api_addr", Duration::from_secs(30)).await?;
+        Ok(Api { proc, base: format!("http://{addr}"), http: http_client(), admin_key: BOOTSTRAP_KEY.into() })
+    }
+
     pub async fn call(&self, method: &str, path: &str, key: &str, body: Option<Value>) -> anyhow::Result<(u16, Value)> {
         let url = format!("{}{}", self.base, path);
         let mut req = match method {
@@ -363,7 +372,7 @@ pub async fn create_approved(engine: &qtg_engine::Engine, template: &str, idem: 
             300.0,
         )
         .await?;
-    engine.approve_movement("alice", row.id).await?;
+    engine.approve_movement("alice", row.id, None).await?;
     Ok(row.id)
 }
 

@@ -54,7 +54,7 @@ async fn each_ready_node_is_claimed_exactly_once() -> anyhow::Result<()> {
                 300.0,
             )
             .await?;
-        engine.approve_movement("alice", row.id).await?;
+        engine.approve_movement("alice", row.id, None).await?;
     }
     let ready: i64 = sqlx::query_scalar("SELECT count(*) FROM movement_request_nodes WHERE node_state = 'READY'")
         .fetch_one(&db.pool)

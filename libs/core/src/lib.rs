@@ -11,6 +11,7 @@ pub mod observe;
 pub mod plan;
 pub mod protocol;
 pub mod refs;
+pub mod risk;
 pub mod state;
 
 pub use derive::{derive_request_state, NodeView};

@@ -154,6 +154,8 @@ impl PlanDefinition {
         if !self.risk_controls.is_object() {
             return Err(PlanError::BadNode { node: "-".into(), reason: "risk_controls must be an object".into() });
         }
+        crate::risk::RiskLimits::from_plan(&self.risk_controls)
+            .map_err(|reason| PlanError::BadNode { node: "-".into(), reason })?;
         Ok(())
     }
 

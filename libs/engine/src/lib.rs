@@ -6,6 +6,7 @@ pub mod advance;
 pub mod callbacks;
 pub mod calls;
 pub mod context;
+pub mod controls;
 pub mod dispatch;
 pub mod health;
 pub mod movements;
@@ -76,6 +77,8 @@ pub struct EngineSettings {
     /// Seconds before re-trying an observe/recover whose call failed.
     pub call_failure_backoff_seconds: f64,
     pub callbacks: callbacks::CallbackSettings,
+    /// Global risk limits (`MG_RISK_*`); each template's `risk_controls` can only tighten them.
+    pub risk: qtg_core::risk::RiskLimits,
 }
 
 impl Default for EngineSettings {
@@ -92,6 +95,7 @@ impl Default for EngineSettings {
                 timeout: Duration::from_secs(10),
                 ..Default::default()
             },
+            risk: qtg_core::risk::RiskLimits::default(),
         }
     }
 }

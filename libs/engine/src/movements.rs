@@ -2,6 +2,7 @@
 //! availability gate, frontier activation), reject, read.
 
 use qtg_core::hash::canonical_hash;
+use qtg_core::risk::{Amount, RiskLimits, RiskViolation};
 use qtg_core::{NodeState, RequestState};
 use qtg_store::audit::{self, AuditRecord};
 use qtg_store::movements::{self as mq, Created, NewMovement};
@@ -33,6 +34,9 @@ pub enum OpError {
     /// A submit attempt may have reached the venue; only recovery decides it.
     #[error("{0}")]
     SubmitAttemptPending(String),
+    /// A risk limit refuses the movement.
+    #[error("{}", .0.message)]
+    Risk(RiskViolation),
     #[error(transparent)]
     Store(StoreError),
 }
@@ -91,6 +95,8 @@ impl Engine {
             .await?
             .ok_or(OpError::NotFound("template (version)"))?;
         let intent_hash = canonical_hash(&input.intent);
+        let (limits, amount) = self.risk_limits(&pv.plan.risk_controls, &input.intent)?;
+        let approvals_required = limits.approvals_needed(&amount) as i32;
         let lanes: Vec<&'static str> =
             pv.nodes.iter().map(|(_, n)| self.registry.lane(&n.executor_key).as_str()).collect();
         let nodes: Vec<_> = pv
@@ -118,12 +124,16 @@ impl Engine {
                 callback_url: input.callback_url.as_deref(),
                 callback_secret: input.callback_secret.as_deref(),
                 ttl_seconds,
+                approvals_required,
             },
             &nodes,
         )
         .await?;
         let (id, fresh) = match created {
             Created::New(id) => {
+                if let Err(e) = self.check_risk(&mut tx, &limits, &amount, &input.intent, id).await {
+                    return finish(tx, Err(e)).await;
+                }
                 audit::record(
                     &mut tx,
                     &AuditRecord {
@@ -151,6 +161,42 @@ impl Engine {
         Ok((row, fresh))
     }
 
+    /// The limits that apply to a movement of `intent` under a plan's `risk_controls` (the
+    /// stricter of the template's and the global ones), and its amount.
+    fn risk_limits(&self, controls: &Value, intent: &Value) -> Result<(RiskLimits, Amount), OpError> {
+        let limits = RiskLimits::from_plan(controls)
+            .map_err(|e| OpError::Validation(format!("template risk_controls: {e}")))?
+            .stricter(&self.settings.risk);
+        let amount = intent
+            .get("amount")
+            .and_then(Value::as_str)
+            .and_then(Amount::parse)
+            .ok_or_else(|| OpError::Validation("intent.amount must be a decimal string greater than 0".into()))?;
+        Ok((limits, amount))
+    }
+
+    /// Every limit against this movement `id` (hard cap, destination, velocity). Velocity
+    /// checks of one asset and source are serialised by a transaction-scoped lock.
+    async fn check_risk(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        limits: &RiskLimits,
+        amount: &Amount,
+        intent: &Value,
+        id: Uuid,
+    ) -> Result<(), OpError> {
+        limits.check_static(amount, intent.get("destination")).map_err(OpError::Risk)?;
+        if let Some(v) = &limits.velocity {
+            let asset = intent.get("asset").and_then(Value::as_str).unwrap_or_default();
+            let source = intent.get("source").cloned().unwrap_or(Value::Null);
+            mq::lock_velocity(tx, asset, &source).await?;
+            let used = mq::velocity_used(tx, asset, &source, v.window_seconds, id).await?;
+            let used = Amount::parse(&used).unwrap_or(Amount::ZERO);
+            limits.check_velocity(amount, &used).map_err(OpError::Risk)?;
+        }
+        Ok(())
+    }
+
     pub async fn movement(&self, id: Uuid) -> Result<(RequestRow, Vec<NodeRow>), OpError> {
         let mut conn = self.pool.acquire().await?;
         let row = mq::get(&mut conn, id).await?.ok_or(OpError::NotFound("movement"))?;
@@ -158,9 +204,11 @@ impl Engine {
         Ok((row, nodes))
     }
 
-    /// Approves a PENDING_APPROVAL movement: records the approver and the intent and plan
-    /// hashes they saw, makes the roots READY and re-derives.
-    pub async fn approve_movement(&self, actor: &str, id: Uuid) -> Result<(), OpError> {
+    /// Records `actor`'s approval of a PENDING_APPROVAL movement with the intent and plan
+    /// hashes they saw, after the risk limits pass again. When the movement has the distinct
+    /// approvals it needs (m-of-n), approves it: roots READY, re-derived. Returns whether it
+    /// is now approved.
+    pub async fn approve_movement(&self, actor: &str, id: Uuid, reason: Option<&str>) -> Result<bool, OpError> {
         let mut tx = self.pool.begin().await?;
         let res: Result<_, OpError> = async {
             let state = claims::lock_request_nowait(&mut tx, id).await?.ok_or(OpError::NotFound("movement"))?;
@@ -183,7 +231,33 @@ impl Engine {
             if !down.is_empty() {
                 return Err(OpError::ExecutorDown(down));
             }
-            let meta = Meta::actor(actor);
+            let (limits, amount) = self.risk_limits(&pv.plan.risk_controls, &row.intent)?;
+            self.check_risk(&mut tx, &limits, &amount, &row.intent, id).await?;
+            let needed = row.approvals_required.max(limits.approvals_needed(&amount) as i32);
+            if needed > row.approvals_required {
+                mq::raise_approvals_required(&mut tx, id, needed).await?;
+            }
+            if !mq::add_approval(&mut tx, id, actor, reason).await? {
+                return Err(OpError::Conflict(format!("{actor} has already approved this movement")));
+            }
+            let have = mq::approvals(&mut tx, id).await?.len() as i32;
+            audit::record(
+                &mut tx,
+                &AuditRecord {
+                    actor,
+                    action: "movement.approval",
+                    entity_type: "movement",
+                    entity_id: id.to_string(),
+                    movement_id: Some(id),
+                    data: json!({"intent_hash": row.intent_hash, "plan_hash": row.compiled_plan_hash,
+                                 "approvals": have, "approvals_required": needed, "reason": reason}),
+                },
+            )
+            .await?;
+            if have < needed {
+                return Ok(false);
+            }
+            let meta = Meta { actor, reason };
             let patch = RequestPatch {
                 approval_status: Some("approved"),
                 approved_by: Some(actor.to_string()),
@@ -206,7 +280,7 @@ impl Engine {
             transition::set_frontier(&mut tx, id, &roots).await?;
             apply_request_state(&mut tx, id, actor).await?;
 
-            Ok(())
+            Ok(true)
         }
         .await;
         finish(tx, res).await

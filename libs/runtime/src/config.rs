@@ -110,6 +110,8 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// `MG_WORKERS_ENABLED` (the all-in-one `qtg`): run the workers, not only the API.
     pub workers_enabled: bool,
+    /// Global risk limits (`MG_RISK_*`), combined with each template's, the stricter winning.
+    pub risk: qtg_core::risk::RiskLimits,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -174,6 +176,40 @@ impl Source<'_> {
     }
 }
 
+/// `MG_RISK_HARD_CAP`, `MG_RISK_VELOCITY_AMOUNT` over `MG_RISK_VELOCITY_WINDOW_SECONDS`
+/// (default 86400), `MG_RISK_DESTINATION_ALLOWLIST` (comma-separated),
+/// `MG_RISK_APPROVALS_REQUIRED` from `MG_RISK_MULTI_APPROVAL_THRESHOLD`: read with the same
+/// rules as a template's `risk_controls`.
+fn risk_limits(s: &Source<'_>) -> Result<qtg_core::risk::RiskLimits, ConfigError> {
+    let mut controls = serde_json::Map::new();
+    let mut keys = Vec::new();
+    if let Some(v) = s.get("MG_RISK_HARD_CAP") {
+        controls.insert("hard_cap".into(), v.into());
+        keys.push("MG_RISK_HARD_CAP");
+    }
+    if let Some(v) = s.get("MG_RISK_VELOCITY_AMOUNT") {
+        let window: i64 = s.parse("MG_RISK_VELOCITY_WINDOW_SECONDS", 86_400)?;
+        controls.insert("velocity_limit".into(), serde_json::json!({"amount": v, "window_seconds": window}));
+        keys.push("MG_RISK_VELOCITY_AMOUNT");
+    }
+    if let Some(v) = s.get("MG_RISK_DESTINATION_ALLOWLIST") {
+        let list: Vec<&str> = v.split(',').map(str::trim).filter(|d| !d.is_empty()).collect();
+        controls.insert("destination_allowlist".into(), list.into());
+        keys.push("MG_RISK_DESTINATION_ALLOWLIST");
+    }
+    if s.get("MG_RISK_APPROVALS_REQUIRED").is_some() {
+        let n: u64 = s.parse("MG_RISK_APPROVALS_REQUIRED", 1)?;
+        controls.insert("approvals_required".into(), n.into());
+        keys.push("MG_RISK_APPROVALS_REQUIRED");
+    }
+    if let Some(v) = s.get("MG_RISK_MULTI_APPROVAL_THRESHOLD") {
+        controls.insert("multi_approval_threshold".into(), v.into());
+        keys.push("MG_RISK_MULTI_APPROVAL_THRESHOLD");
+    }
+    qtg_core::risk::RiskLimits::from_plan(&serde_json::Value::Object(controls))
+        .map_err(|reason| Source::err(&keys.join("/"), reason.replace("risk_controls.", "")))
+}
+
 impl Settings {
     /// Parses settings from `vars` (e.g. the process environment). `migrate_default` is the
     /// binary's own default for `MG_MIGRATE`.
@@ -236,6 +272,7 @@ impl Settings {
             bootstrap_admin_key: s.get("MG_API_BOOTSTRAP_ADMIN_KEY").map(String::from),
             shutdown_grace: s.interval("MG_SHUTDOWN_GRACE_SECONDS", 30.0)?,
             workers_enabled: s.flag("MG_WORKERS_ENABLED", true)?,
+            risk: risk_limits(&s)?,
         };
         if let Some(k) = &settings.bootstrap_admin_key {
             if k.len() < 16 {
@@ -309,6 +346,7 @@ impl fmt::Debug for Settings {
             .field("callback_allow_private", &self.callback_allow_private)
             .field("callback_allowed_hosts", &self.callback_allowed_hosts)
             .field("bootstrap_admin_key", &self.bootstrap_admin_key.as_ref().map(|_| "***"))
+            .field("risk", &self.risk)
             .finish()
     }
 }
@@ -352,5 +390,15 @@ mod tests {
         let s = Settings::from_vars(&vars(&[base[0], ("MG_NODE_OBSERVE_INTERVAL_SECONDS", "0.25")]), true).unwrap();
         assert_eq!(s.observe_interval, Duration::from_millis(250));
         assert!(s.migrate);
+        let e = Settings::from_vars(&vars(&[base[0], ("MG_RISK_HARD_CAP", "-5")]), false).unwrap_err();
+        assert_eq!(e.key, "MG_RISK_HARD_CAP");
+        let s = Settings::from_vars(
+            &vars(&[base[0], ("MG_RISK_HARD_CAP", "1000"), ("MG_RISK_DESTINATION_ALLOWLIST", "a, b")]),
+            false,
+        )
+        .unwrap();
+        assert_eq!(s.risk.hard_cap.map(|c| c.to_string()).as_deref(), Some("1000"));
+        assert_eq!(s.risk.destination_allowlist, Some(vec!["a".to_string(), "b".to_string()]));
+        assert_eq!(s.risk.approvals_required, 1);
     }
 }

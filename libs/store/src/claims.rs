@@ -12,7 +12,8 @@ use crate::{is_lock_not_available, Result, WorkItem};
 /// What a worker is looking for.
 #[derive(Debug, Clone, Copy)]
 pub enum Pickup {
-    /// READY non-manual nodes of APPROVED/EXECUTING requests, oldest request first.
+    /// READY non-manual nodes of APPROVED/EXECUTING requests that no pause holds, oldest
+    /// request first.
     Dispatch,
     /// Due SUBMITTED/OBSERVING nodes of EXECUTING requests, oldest request first.
     Observe,
@@ -33,7 +34,8 @@ impl Pickup {
         match self {
             Pickup::Dispatch => format!(
                 "{served} AND n.node_state = 'READY' AND n.node_kind <> 'manual'
-                AND r.request_state IN ('APPROVED', 'EXECUTING')"
+                AND r.request_state IN ('APPROVED', 'EXECUTING') AND NOT {PAUSED}",
+                PAUSED = crate::controls::PAUSED
             ),
             Pickup::Observe => format!(
                 "{served} AND n.node_state IN ('SUBMITTED', 'OBSERVING')

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod callbacks;
 pub mod claims;
 pub mod context;
+pub mod controls;
 pub mod diagnosis;
 pub mod error;
 pub mod events;

@@ -26,6 +26,7 @@ pub struct NewMovement<'a> {
     pub callback_url: Option<&'a str>,
     pub callback_secret: Option<&'a str>,
     pub ttl_seconds: f64,
+    pub approvals_required: i32,
 }
 
 /// One node to create: `(plan_node_id, node_key, node_kind, lane)`.
@@ -48,9 +49,10 @@ pub async fn insert(conn: &mut PgConnection, m: &NewMovement<'_>, nodes: &[NewNo
     let inserted: Option<Uuid> = sqlx::query_scalar(
         "INSERT INTO movement_requests (id, template_id, plan_version_id, template_key,
              template_version, compiled_plan_hash, intent, intent_hash, input_params,
-             request_state, created_by, idempotency_key, body_hash, callback_url, expires_at, callback_secret)
+             request_state, created_by, idempotency_key, body_hash, callback_url, expires_at, callback_secret,
+             approvals_required)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'PENDING_APPROVAL', $10, $11, $12, $13,
-             now() + make_interval(secs => $14), $15)
+             now() + make_interval(secs => $14), $15, $16)
          ON CONFLICT (created_by, idempotency_key) DO NOTHING
          RETURNING id",
     )
@@ -69,6 +71,7 @@ pub async fn insert(conn: &mut PgConnection, m: &NewMovement<'_>, nodes: &[NewNo
     .bind(m.callback_url)
     .bind(m.ttl_seconds)
     .bind(m.callback_secret)
+    .bind(m.approvals_required)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(id) = inserted else {
@@ -112,8 +115,17 @@ pub async fn nodes(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<Node
         "SELECT n.id, n.node_key, n.node_kind, n.node_state, p.action_type, p.executor_key,
                 p.signer_key, n.attempt_no, n.provider_state, n.provider_refs, n.provider_ref_id,
                 n.error_code, n.error_detail, n.started_at, n.completed_at, n.last_observed_at,
-                n.observe_count, n.next_observe_at, n.updated_at
+                n.observe_count, n.next_observe_at, n.updated_at,
+                h.scope AS hold_scope, h.target AS hold_target, h.reason AS hold_reason,
+                h.paused_by AS hold_by, h.paused_at AS hold_at
          FROM movement_request_nodes n JOIN plan_nodes p ON p.id = n.plan_node_id
+         LEFT JOIN LATERAL (
+             SELECT c.* FROM dispatch_pauses c
+             WHERE n.node_state = 'READY' AND n.node_kind <> 'manual'
+               AND (c.scope = 'global' OR (c.scope = 'lane' AND c.target = n.lane)
+                    OR (c.scope = 'executor' AND c.target = p.executor_key))
+             ORDER BY array_position(ARRAY['global', 'lane', 'executor'], c.scope) LIMIT 1
+         ) h ON true
          WHERE n.request_id = $1 ORDER BY n.node_key",
     )
     .bind(request_id)
@@ -161,4 +173,102 @@ pub async fn down_bindings(
     .bind(signer_keys)
     .fetch_all(&mut *conn)
     .await?)
+}
+
+/// Serialises velocity checks of one asset and source for the rest of the transaction, so
+/// two concurrent movements cannot both fit under a limit only one of them fits under.
+pub async fn lock_velocity(conn: &mut PgConnection, asset: &str, source: &Value) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('qtg.velocity:' || $1 || ':' || $2::jsonb::text, 0))")
+        .bind(asset)
+        .bind(source)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Sum of the amounts of the other live movements of `asset` from `source` (JSON `null` when
+/// the intent names none) created in the last `window_seconds`, as a decimal string. Live =
+/// anything but rejected or expired, and cancelled only if it was never approved.
+pub async fn velocity_used(
+    conn: &mut PgConnection,
+    asset: &str,
+    source: &Value,
+    window_seconds: i64,
+    exclude: Uuid,
+) -> Result<String> {
+    Ok(sqlx::query_scalar(
+        "SELECT COALESCE(sum((intent ->> 'amount')::numeric), 0)::text FROM movement_requests
+         WHERE intent ->> 'asset' = $1 AND COALESCE(intent -> 'source', 'null'::jsonb) = $2::jsonb
+           AND created_at > now() - make_interval(secs => $3::float8) AND id <> $4
+           AND request_state NOT IN ('REJECTED', 'EXPIRED')
+           AND NOT (request_state = 'CANCELLED' AND approved_at IS NULL)",
+    )
+    .bind(asset)
+    .bind(source)
+    .bind(window_seconds as f64)
+    .bind(exclude)
+    .fetch_one(&mut *conn)
+    .await?)
+}
+
+/// One approval of a movement.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Approval {
+    pub approver: String,
+    pub intent_hash: String,
+    pub plan_hash: String,
+    pub reason: Option<String>,
+    pub approved_at: DateTime<Utc>,
+}
+
+/// Records `approver`'s approval with the hashes they saw; `false` if they already approved.
+pub async fn add_approval(
+    conn: &mut PgConnection,
+    request_id: Uuid,
+    approver: &str,
+    reason: Option<&str>,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "INSERT INTO movement_approvals (request_id, approver, intent_hash, plan_hash, reason)
+         SELECT id, $2, intent_hash, compiled_plan_hash, $3 FROM movement_requests WHERE id = $1
+         ON CONFLICT (request_id, approver) DO NOTHING",
+    )
+    .bind(request_id)
+    .bind(approver)
+    .bind(reason)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Approvals of a movement, oldest first.
+pub async fn approvals(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<Approval>> {
+    let rows = sqlx::query(
+        "SELECT approver, intent_hash, plan_hash, reason, approved_at FROM movement_approvals
+         WHERE request_id = $1 ORDER BY approved_at, approver",
+    )
+    .bind(request_id)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(Approval {
+                approver: r.try_get("approver")?,
+                intent_hash: r.try_get("intent_hash")?,
+                plan_hash: r.try_get("plan_hash")?,
+                reason: r.try_get("reason")?,
+                approved_at: r.try_get("approved_at")?,
+            })
+        })
+        .collect()
+}
+
+/// Raises the approvals a movement needs (limits tightened since it was created).
+pub async fn raise_approvals_required(conn: &mut PgConnection, request_id: Uuid, needed: i32) -> Result<()> {
+    sqlx::query("UPDATE movement_requests SET approvals_required = GREATEST(approvals_required, $2) WHERE id = $1")
+        .bind(request_id)
+        .bind(needed)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
 }

@@ -177,6 +177,8 @@ pub struct RequestRow {
     pub completed_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+    /// Distinct approvers needed (m-of-n).
+    pub approvals_required: i32,
 }
 
 pub(crate) const REQUEST_COLUMNS: &str = "
@@ -184,7 +186,7 @@ pub(crate) const REQUEST_COLUMNS: &str = "
     intent, intent_hash, input_params, request_state, approval_status, approved_by, approved_at,
     review_reason, created_by, idempotency_key, body_hash, callback_url, current_frontier,
     expires_at, COALESCE(expires_at <= now(), false) AS expired, completed_at, created_at,
-    updated_at";
+    updated_at, approvals_required";
 
 impl RequestRow {
     pub(crate) fn from_row(row: &PgRow) -> Result<Self, StoreError> {
@@ -213,6 +215,7 @@ impl RequestRow {
             completed_at: row.try_get("completed_at")?,
             created_at: row.try_get("created_at")?,
             updated_at: row.try_get("updated_at")?,
+            approvals_required: row.try_get("approvals_required")?,
         })
     }
 }
@@ -239,6 +242,8 @@ pub struct NodeRow {
     pub observe_count: i32,
     pub next_observe_at: Option<DateTime<Utc>>,
     pub updated_at: DateTime<Utc>,
+    /// Why a READY node is not being dispatched: the pause that holds it.
+    pub dispatch_hold: Option<crate::controls::Pause>,
 }
 
 impl NodeRow {
@@ -263,6 +268,16 @@ impl NodeRow {
             observe_count: row.try_get("observe_count")?,
             next_observe_at: row.try_get("next_observe_at")?,
             updated_at: row.try_get("updated_at")?,
+            dispatch_hold: match row.try_get::<Option<String>, _>("hold_scope")? {
+                Some(scope) => Some(crate::controls::Pause {
+                    scope,
+                    target: row.try_get("hold_target")?,
+                    reason: row.try_get("hold_reason")?,
+                    paused_by: row.try_get("hold_by")?,
+                    paused_at: row.try_get("hold_at")?,
+                }),
+                None => None,
+            },
         })
     }
 }

@@ -12,11 +12,13 @@ pub struct ApiError {
     pub status: StatusCode,
     pub code: &'static str,
     pub message: String,
+    /// For `RISK_LIMIT_EXCEEDED`: which limit refused.
+    pub limit: Option<&'static str>,
 }
 
 impl ApiError {
     pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
-        ApiError { status, code, message: message.into() }
+        ApiError { status, code, message: message.into(), limit: None }
     }
 
     pub fn validation(message: impl Into<String>) -> Self {
@@ -47,7 +49,11 @@ impl ApiError {
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        (self.status, Json(json!({"error": {"code": self.code, "message": self.message}}))).into_response()
+        let mut error = json!({"code": self.code, "message": self.message});
+        if let Some(limit) = self.limit {
+            error["limit"] = limit.into();
+        }
+        (self.status, Json(json!({ "error": error }))).into_response()
     }
 }
 
@@ -66,6 +72,10 @@ impl From<OpError> for ApiError {
             ),
             OpError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "CONFLICT", m),
             OpError::SubmitAttemptPending(m) => ApiError::new(StatusCode::CONFLICT, "SUBMIT_ATTEMPT_PENDING", m),
+            OpError::Risk(v) => ApiError {
+                limit: Some(v.limit),
+                ..ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "RISK_LIMIT_EXCEEDED", v.message)
+            },
             OpError::Store(e) => ApiError::internal(e),
         }
     }

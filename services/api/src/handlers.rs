@@ -356,6 +356,17 @@ pub async fn create_movement(
     Ok((status, Json(movement_json(&row, &nodes))).into_response())
 }
 
+/// A movement with its nodes (each READY node held by a pause says so in `dispatch_hold`) and
+/// its approvals.
+async fn full_movement(s: &AppState, id: Uuid) -> Result<Json<Value>, ApiError> {
+    let (row, nodes) = s.engine.movement(id).await?;
+    let mut conn = s.pool.acquire().await?;
+    let approvals = qtg_store::movements::approvals(&mut conn, id).await?;
+    let mut out = movement_json(&row, &nodes);
+    out["approvals"] = json!(approvals);
+    Ok(Json(out))
+}
+
 pub fn movement_json(r: &RequestRow, nodes: &[NodeRow]) -> Value {
     json!({
         "id": r.id,
@@ -367,6 +378,7 @@ pub fn movement_json(r: &RequestRow, nodes: &[NodeRow]) -> Value {
         "approved_by": r.approved_by,
         "approved_at": r.approved_at,
         "review_reason": r.review_reason,
+        "approvals_required": r.approvals_required,
         "intent": r.intent,
         "intent_hash": r.intent_hash,
         "input_params": r.input_params,
@@ -388,8 +400,7 @@ pub async fn get_movement(
     Path(id): Path<String>,
 ) -> Result<Json<Value>, ApiError> {
     who.require(Role::Viewer)?;
-    let (row, nodes) = s.engine.movement(parse_id(&id, "movement")?).await?;
-    Ok(Json(movement_json(&row, &nodes)))
+    full_movement(&s, parse_id(&id, "movement")?).await
 }
 
 fn parse_cursor(c: &str) -> Result<(DateTime<Utc>, Uuid), ApiError> {
@@ -440,11 +451,9 @@ pub async fn approve_movement(
 ) -> Result<Json<Value>, ApiError> {
     who.require(Role::Approver)?;
     let OptBody(b) = b?;
-    b.reason()?;
     let id = parse_id(&id, "movement")?;
-    s.engine.approve_movement(&who.name, id).await?;
-    let (row, nodes) = s.engine.movement(id).await?;
-    Ok(Json(movement_json(&row, &nodes)))
+    s.engine.approve_movement(&who.name, id, b.reason()?).await?;
+    full_movement(&s, id).await
 }
 
 pub async fn reject_movement(
@@ -457,8 +466,7 @@ pub async fn reject_movement(
     let OptBody(b) = b?;
     let id = parse_id(&id, "movement")?;
     s.engine.reject_movement(&who.name, id, b.reason()?).await?;
-    let (row, nodes) = s.engine.movement(id).await?;
-    Ok(Json(movement_json(&row, &nodes)))
+    full_movement(&s, id).await
 }
 
 // ---------------------------------------------------------------- api keys
@@ -807,8 +815,7 @@ pub async fn cancel_movement(
         evidence: b.evidence.as_ref(),
     };
     s.engine.cancel_movement(&who.name, id, input).await?;
-    let (row, nodes) = s.engine.movement(id).await?;
-    Ok(Json(movement_json(&row, &nodes)))
+    full_movement(&s, id).await
 }
 
 pub async fn resume_movement(
@@ -821,8 +828,7 @@ pub async fn resume_movement(
     let b = body?.value;
     let id = parse_id(&id, "movement")?;
     s.engine.resume_movement(&who.name, id, required_reason(&b.reason)?).await?;
-    let (row, nodes) = s.engine.movement(id).await?;
-    Ok(Json(movement_json(&row, &nodes)))
+    full_movement(&s, id).await
 }
 
 pub async fn retry_node(
@@ -835,8 +841,7 @@ pub async fn retry_node(
     let b = body?.value;
     let id = parse_id(&id, "movement")?;
     s.engine.retry_node(&who.name, id, &node_key, required_reason(&b.reason)?).await?;
-    let (row, nodes) = s.engine.movement(id).await?;
-    Ok(Json(movement_json(&row, &nodes)))
+    full_movement(&s, id).await
 }
 
 pub async fn complete_manual(
@@ -854,8 +859,7 @@ pub async fn complete_manual(
         return Err(ApiError::validation("evidence is required (what was done, by whom, references)"));
     }
     s.engine.complete_manual(&who.name, id, &node_key, &b.evidence).await?;
-    let (row, nodes) = s.engine.movement(id).await?;
-    Ok(Json(movement_json(&row, &nodes)))
+    full_movement(&s, id).await
 }
 
 pub async fn diagnose_node(
@@ -866,4 +870,53 @@ pub async fn diagnose_node(
     who.require(Role::Operator)?;
     let id = parse_id(&id, "movement")?;
     Ok(Json(s.engine.diagnose_node(id, &node_key).await?))
+}
+
+// ---------------------------------------------------------------- controls (kill switch)
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ControlBody {
+    scope: String,
+    #[serde(default)]
+    target: Option<String>,
+    reason: String,
+}
+
+fn control_scope(s: &AppState, b: &ControlBody) -> Result<qtg_engine::controls::PauseScope, ApiError> {
+    Ok(qtg_engine::controls::PauseScope::parse(&s.engine, &b.scope, b.target.as_deref())?)
+}
+
+/// Pauses new submits (admin): the dispatcher leaves matching nodes READY.
+pub async fn pause_dispatch(
+    State(s): State<AppState>,
+    who: Principal,
+    body: Result<Body<ControlBody>, ApiError>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Admin)?;
+    let b = body?.value;
+    let scope = control_scope(&s, &b)?;
+    let pause = s.engine.pause_dispatch(&who.name, &scope, required_reason(&b.reason)?).await?;
+    Ok(Json(json!(pause)))
+}
+
+/// Lifts a pause (admin); 404 when that scope is not paused.
+pub async fn resume_dispatch(
+    State(s): State<AppState>,
+    who: Principal,
+    body: Result<Body<ControlBody>, ApiError>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Admin)?;
+    let b = body?.value;
+    let scope = control_scope(&s, &b)?;
+    let lifted = s.engine.resume_dispatch(&who.name, &scope, required_reason(&b.reason)?).await?;
+    Ok(Json(json!({"resumed": lifted})))
+}
+
+/// Active pauses (viewer).
+pub async fn list_controls(State(s): State<AppState>, who: Principal) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Viewer)?;
+    let mut conn = s.pool.acquire().await?;
+    let items = qtg_store::controls::list(&mut conn).await?;
+    Ok(Json(json!({"items": items, "next_cursor": null})))
 }

@@ -126,6 +126,7 @@ impl Process {
                     allow_private: s.callback_allow_private,
                     allowed_hosts: s.callback_allowed_hosts.clone(),
                 },
+                risk: s.risk.clone(),
             },
             actor: actor.to_string(),
         }

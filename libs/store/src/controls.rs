@@ -1,0 +1,85 @@
+//! The kill switch: dispatch pauses (global, per lane, per executor key). The dispatch claim
+//! leaves a paused node READY ([`crate::claims`] checks [`PAUSED`] under the claim's lock);
+//! a node claimed before the pause committed finishes its step.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgConnection, Row};
+
+use crate::Result;
+
+/// The claim predicate's pause test, over `n` (node) and `p` (plan node).
+pub(crate) const PAUSED: &str = "EXISTS (SELECT 1 FROM dispatch_pauses c
+    WHERE c.scope = 'global' OR (c.scope = 'lane' AND c.target = n.lane)
+       OR (c.scope = 'executor' AND c.target = p.executor_key))";
+
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct Pause {
+    /// `global`, `lane` or `executor`.
+    pub scope: String,
+    /// `""` for global, else the lane or executor key.
+    pub target: String,
+    pub reason: String,
+    pub paused_by: String,
+    pub paused_at: DateTime<Utc>,
+}
+
+/// Pauses a scope (or updates the reason of an existing pause); returns the stored pause and
+/// whether it is new.
+pub async fn pause(
+    conn: &mut PgConnection,
+    scope: &str,
+    target: &str,
+    reason: &str,
+    actor: &str,
+) -> Result<(Pause, bool)> {
+    let row = sqlx::query(
+        "INSERT INTO dispatch_pauses (scope, target, reason, paused_by) VALUES ($1, $2, $3, $4)
+         ON CONFLICT (scope, target) DO UPDATE SET reason = EXCLUDED.reason
+         RETURNING scope, target, reason, paused_by, paused_at, (xmax = 0) AS inserted",
+    )
+    .bind(scope)
+    .bind(target)
+    .bind(reason)
+    .bind(actor)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok((from_row(&row)?, row.try_get("inserted")?))
+}
+
+/// Lifts a pause and wakes the dispatchers; `None` when that scope was not paused.
+pub async fn resume(conn: &mut PgConnection, scope: &str, target: &str) -> Result<Option<Pause>> {
+    let row = sqlx::query(
+        "DELETE FROM dispatch_pauses WHERE scope = $1 AND target = $2
+         RETURNING scope, target, reason, paused_by, paused_at",
+    )
+    .bind(scope)
+    .bind(target)
+    .fetch_optional(&mut *conn)
+    .await?;
+    if row.is_some() {
+        // Delivered on commit: the held nodes are picked up at once, not on the next poll.
+        sqlx::query("SELECT pg_notify('qtg_dispatch', '')").execute(&mut *conn).await?;
+    }
+    row.as_ref().map(from_row).transpose()
+}
+
+/// Every active pause, global first.
+pub async fn list(conn: &mut PgConnection) -> Result<Vec<Pause>> {
+    let rows = sqlx::query(
+        "SELECT scope, target, reason, paused_by, paused_at FROM dispatch_pauses
+         ORDER BY array_position(ARRAY['global', 'lane', 'executor'], scope), target",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(from_row).collect()
+}
+
+fn from_row(row: &sqlx::postgres::PgRow) -> Result<Pause> {
+    Ok(Pause {
+        scope: row.try_get("scope")?,
+        target: row.try_get("target")?,
+        reason: row.try_get("reason")?,
+        paused_by: row.try_get("paused_by")?,
+        paused_at: row.try_get("paused_at")?,
+    })
+}

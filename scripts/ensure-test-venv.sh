@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Creates (or reuses) the Python venv that the Rust integration tests spawn their helpers
+# from (tests/py/otlp_receiver.py, tests/py/parse_metrics.py), at .qtg/venv-test.
+#
+#   scripts/ensure-test-venv.sh       prints ONLY the absolute path of the venv's python on
+#                                     stdout and exits 0; every diagnostic goes to stderr
+#
+# The venv is reused while the stamp (hash of `python3 -c sys.version` + REQUIREMENTS) in
+# $VENV/.qtg-requirements matches; otherwise it is rebuilt from scratch. Needs python3 and
+# PyPI only. Same approach as scripts/lint-deploy.sh (including the Debian python3-venv
+# fallback when `python3 -m venv` has no ensurepip).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="$ROOT/.qtg/venv-test"
+# Exact pins that resolve together on CPython 3.11 (typing_extensions: grpcio's only dep).
+REQUIREMENTS=(
+  "grpcio==1.85.3"
+  "opentelemetry-proto==1.45.2"
+  "protobuf==7.36.2"
+  "prometheus_client==0.26.0"
+  "typing_extensions==4.16.0"
+)
+
+# No __pycache__ in the work tree (the venv's own site-packages are outside tests/ anyway).
+export PYTHONDONTWRITEBYTECODE=1
+export PIP_DISABLE_PIP_VERSION_CHECK=1
+export PIP_NO_INPUT=1
+
+# Everything below reports on stderr; stdout carries only the final path.
+exec 3>&1 1>&2
+
+log() { printf 'ensure-test-venv: %s\n' "$*" >&2; }
+
+if ! command -v python3 >/dev/null; then
+  log "python3 is required"
+  exit 1
+fi
+
+# Integration tests run in parallel and may all call this at once: one builds, the rest wait
+# on the lock and then find the stamp matching.
+mkdir -p "$ROOT/.qtg"
+if command -v flock >/dev/null; then
+  exec 4>"$ROOT/.qtg/venv-test.lock"
+  flock 4
+fi
+
+stamp="$(printf '%s\n' "$(python3 -c 'import sys; print(sys.version)')" "${REQUIREMENTS[@]}" | sha256sum | cut -c1-16)"
+if [[ ! -x "$VENV/bin/python" || "$(cat "$VENV/.qtg-requirements" 2>/dev/null)" != "$stamp" ]]; then
+  log "creating $VENV"
+  rm -rf "$VENV"
+  mkdir -p "$(dirname "$VENV")"
+  errf="$(mktemp)"
+  trap 'rm -f "$errf"' EXIT
+  if ! python3 -m venv "$VENV" 2>"$errf"; then
+    # Debian ships venv's pip bootstrap (ensurepip) separately.
+    rm -rf "$VENV"
+    if [[ $(id -u) -eq 0 ]] && command -v apt-get >/dev/null; then
+      pyver="$(python3 -c 'import sys; print(f"{sys.version_info[0]}.{sys.version_info[1]}")')"
+      log "python3 -m venv failed; installing python3-venv with apt-get"
+      { apt-get install -y -qq "python${pyver}-venv" || apt-get install -y -qq python3-venv \
+        || { apt-get update -qq && apt-get install -y -qq python3-venv; }; } >/dev/null \
+        || { log "could not install python3-venv"; exit 1; }
+      python3 -m venv "$VENV" || { log "python3 -m venv failed"; exit 1; }
+    else
+      cat "$errf" >&2
+      log "python3 -m venv failed: install python3-venv (Debian) and rerun"
+      exit 1
+    fi
+  fi
+  if ! "$VENV/bin/python" -m pip install -q --upgrade pip \
+    || ! "$VENV/bin/python" -m pip install -q "${REQUIREMENTS[@]}"; then
+    log "pip install failed"
+    rm -rf "$VENV"
+    exit 1
+  fi
+  # Check that the pieces the helpers use import (catches a broken wheel before a test does).
+  if ! "$VENV/bin/python" -c 'import grpc, prometheus_client.parser
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc' ; then
+    log "installed packages do not import"
+    rm -rf "$VENV"
+    exit 1
+  fi
+  echo "$stamp" >"$VENV/.qtg-requirements"
+  log "created; installed: ${REQUIREMENTS[*]}"
+else
+  log "reused $VENV (requirements unchanged)"
+fi
+
+printf '%s\n' "$VENV/bin/python" >&3

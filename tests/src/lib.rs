@@ -212,7 +212,9 @@ impl Api {
             "PUT" => self.http.put(&url),
             other => bail!("method {other}"),
         };
-        req = req.bearer_auth(key);
+        if !key.is_empty() {
+            req = req.bearer_auth(key);
+        }
         if let Some(b) = body {
             req = req.json(&b);
         }

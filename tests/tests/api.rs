@@ -146,3 +146,53 @@ async fn the_front_door_guards_every_mutation() -> anyhow::Result<()> {
     db.drop_db().await;
     Ok(())
 }
+
+/// 20 identical creates at once: one movement, one 201, the rest 200 with the same id; a
+/// different body under the same key loses with 409 and changes nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_identical_creates_make_one_movement() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[]).await?;
+    let keys = Keys::create(&api).await?;
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "t.idem", "nodes": [
+        {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"}]}),
+    )
+    .await?;
+    let body = json!({"template_key": "t.idem", "idempotency_key": "same-20",
+                      "intent": {"asset": "USDC", "amount": "42.00", "destination": "0xd"}});
+    let mut calls = tokio::task::JoinSet::new();
+    for _ in 0..20 {
+        let (http, url, key, body) =
+            (api.http.clone(), format!("{}/v3/movements", api.base), keys.requester.clone(), body.clone());
+        calls.spawn(async move {
+            let resp = http.post(url).bearer_auth(key).json(&body).send().await?;
+            anyhow::Ok((resp.status().as_u16(), resp.json::<serde_json::Value>().await?))
+        });
+    }
+    let mut created = 0;
+    let mut ids = std::collections::BTreeSet::new();
+    while let Some(a) = calls.join_next().await {
+        let (status, m) = a??;
+        assert!(status == 201 || status == 200, "{status}: {m}");
+        created += usize::from(status == 201);
+        ids.insert(m["id"].as_str().unwrap_or_default().to_string());
+    }
+    assert_eq!((created, ids.len()), (1, 1));
+    let mut other = body.clone();
+    other["intent"]["amount"] = json!("43");
+    let (s, b) = api.call("POST", "/v3/movements", &keys.requester, Some(other)).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (409, Some("IDEMPOTENCY_CONFLICT")));
+    let (rows, nodes, audits): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM movement_requests), (SELECT count(*) FROM movement_request_nodes),
+                (SELECT count(*) FROM audit_outbox WHERE action = 'movement.create')",
+    )
+    .fetch_one(&db.pool)
+    .await?;
+    assert_eq!((rows, nodes, audits), (1, 1, 1));
+    drop(api);
+    db.drop_db().await;
+    Ok(())
+}

@@ -180,3 +180,59 @@ async fn complete_manual_only_on_manual_nodes_and_a_busy_worker_is_a_409() -> an
     db.drop_db().await;
     Ok(())
 }
+
+/// A node set up in each runbook case (by the sim, then its facts aged or marked as the case
+/// describes) is diagnosed as that case, with evidence and the required action, and nothing
+/// is resolved.
+#[tokio::test]
+async fn diagnosis_names_each_runbook_case() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let engine = sim_engine(&db, EngineSettings::default())?;
+    install_plan(&engine, "t.unknown", one(json!({"submit": "unknown"}))).await?;
+    install_plan(&engine, "t.observing", one(json!({"observe_polls": 1000, "retry_after_seconds": 0.01}))).await?;
+    let set = |id: uuid::Uuid, sql: &'static str| {
+        let pool = db.pool.clone();
+        async move {
+            sqlx::query(sqlx::AssertSqlSafe(format!("UPDATE movement_request_nodes SET {sql} WHERE request_id = $1")))
+                .bind(id)
+                .execute(&pool)
+                .await
+        }
+    };
+    let cases: [(&str, &str, Option<&'static str>); 7] = [
+        ("C1", "t.unknown", None),
+        ("C2", "t.unknown", Some("started_at = now() - interval '2 hours'")),
+        (
+            "C3a",
+            "t.unknown",
+            Some("provider_refs = provider_refs - '__submit_attempt_pending' || '{\"__legacy_reconciliation_gated\": true}'"),
+        ),
+        (
+            "C3b",
+            "t.unknown",
+            Some("provider_refs = provider_refs || '{\"__legacy_reconciliation_gated\": true, \"__manual_review_required\": \"reconciliation_auth_failed\"}'"),
+        ),
+        ("C5", "t.observing", Some("observe_count = 60")),
+        ("C6", "t.unknown", Some("provider_refs = '{}'::jsonb, provider_ref_id = NULL")),
+        ("C7", "t.observing", None),
+    ];
+    for (i, (case, template, tweak)) in cases.into_iter().enumerate() {
+        let id = create_approved(&engine, template, &format!("diag-{i}")).await?;
+        engine.dispatch_tick().await?;
+        if template == "t.observing" {
+            engine.observe_tick().await?;
+        }
+        if let Some(sql) = tweak {
+            set(id, sql).await?;
+        }
+        let before = node_row(&db.pool, id, "n").await?;
+        let d = engine.diagnose_node(id, "n").await?;
+        assert_eq!(d["case"], case, "{d:#}");
+        assert!(d["required_action"].as_str().is_some_and(|a| !a.is_empty()));
+        assert_eq!(d["automatic_resolution"], false);
+        assert!(d["evidence"]["node"].is_object() && d["evidence"]["recent_events"].is_array(), "{d:#}");
+        assert_eq!(node_row(&db.pool, id, "n").await?, before, "diagnosis changes nothing");
+    }
+    db.drop_db().await;
+    Ok(())
+}

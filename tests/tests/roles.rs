@@ -9,7 +9,9 @@ use serde_json::{json, Value};
 const ROLES: [&str; 5] = ["viewer", "requester", "approver", "operator", "admin"];
 
 /// (method, path, minimum role, body, status once allowed)
-fn endpoints() -> Vec<(&'static str, String, Option<&'static str>, Option<Value>, u16)> {
+type Cell = (&'static str, String, Option<&'static str>, Option<Value>, u16);
+
+fn endpoints() -> Vec<Cell> {
     let id = "00000000-0000-4000-8000-000000000001";
     let m = format!("/v3/movements/{id}");
     let reason = json!({"reason": "role table"});

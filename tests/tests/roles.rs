@@ -79,6 +79,24 @@ async fn every_endpoint_answers_every_role_as_specified() -> anyhow::Result<()> 
     .await?;
     let revoked = revoked["secret"].as_str().unwrap_or_default().to_string();
 
+    // The table walks exactly the operations the generated OpenAPI document describes.
+    let doc = api.ok("GET", "/v3/openapi.json", "", None, 200).await?;
+    let mut documented = std::collections::BTreeSet::new();
+    for (path, item) in doc["paths"].as_object().into_iter().flatten() {
+        for method in item.as_object().into_iter().flatten().map(|(m, _)| m.to_uppercase()) {
+            let key_value = if path.starts_with("/v3/signers") { "signer.none" } else { "t.none" };
+            let concrete = path
+                .replace("{id}", "00000000-0000-4000-8000-000000000001")
+                .replace("{node_key}", "a")
+                .replace("{key}", key_value);
+            documented.insert((method, concrete));
+        }
+    }
+    let mut walked: std::collections::BTreeSet<(String, String)> =
+        endpoints().into_iter().map(|(m, p, ..)| (m.to_string(), p)).collect();
+    walked.remove(&("GET".to_string(), "/v3/openapi.json".to_string()));
+    assert_eq!(walked, documented, "role table vs OpenAPI operations");
+
     let mut failures = Vec::new();
     for (method, path, min, body, allowed) in endpoints() {
         let mut cells: Vec<(String, String, u16)> = vec![

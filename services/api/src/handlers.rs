@@ -50,7 +50,30 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
 }
 
 fn serde_path_to_value<T: DeserializeOwned>(raw: &Value) -> Result<T, ApiError> {
+    if has_nul(raw) {
+        // PostgreSQL text and jsonb cannot hold U+0000.
+        return Err(ApiError::validation("strings and keys must not contain the NUL character (\\u0000)"));
+    }
     serde_json::from_value(raw.clone()).map_err(|e| ApiError::validation(format!("invalid body: {e}")))
+}
+
+fn has_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(a) => a.iter().any(has_nul),
+        Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
+}
+
+/// Refuses a request whose path or query carries an encoded NUL (`%00`) before any handler
+/// sees it: no database text can hold it.
+pub async fn refuse_nul(req: Request, next: axum::middleware::Next) -> Response {
+    let uri = req.uri().to_string();
+    if uri.to_ascii_lowercase().contains("%00") {
+        return ApiError::validation("the path and query must not contain %00").into_response();
+    }
+    next.run(req).await
 }
 
 /// An optional body: empty means `{}`.
@@ -82,19 +105,32 @@ pub async fn not_found() -> ApiError {
 
 // ---------------------------------------------------------------- templates
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ProposeBody {
     template_key: String,
     #[serde(default)]
     description: Option<String>,
+    #[schema(value_type = Vec<crate::openapi::PlanNodeDoc>)]
     nodes: Vec<PlanNode>,
     #[serde(default)]
+    #[schema(value_type = Vec<crate::openapi::PlanEdgeDoc>)]
     edges: Vec<PlanEdge>,
     #[serde(default)]
+    #[schema(value_type = Option<crate::openapi::RiskControlsDoc>)]
     risk_controls: Option<Value>,
 }
 
+#[utoipa::path(
+    post,
+    path = "/v3/template-proposals",
+    tag = "qtg",
+    summary = "Propose a template (a DAG of plan nodes); validated, pending admin approval",
+    description = "Role: operator.",
+    request_body = ProposeBody,
+    responses((status = 201, description = "the proposal", body = Object), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn propose_template(
     State(s): State<AppState>,
     who: Principal,
@@ -119,6 +155,16 @@ pub async fn propose_template(
     Ok((StatusCode::CREATED, Json(json!(row))).into_response())
 }
 
+#[utoipa::path(
+    get,
+    path = "/v3/template-proposals/{id}",
+    tag = "qtg",
+    summary = "Read a template proposal",
+    description = "Role: viewer.",
+    params(("id" = String, Path, description = "the resource id (UUID)")),
+    responses((status = 200, description = "the proposal", body = Object), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn get_proposal(
     State(s): State<AppState>,
     who: Principal,
@@ -133,7 +179,7 @@ pub async fn get_proposal(
     Ok(Json(json!(row)))
 }
 
-#[derive(Deserialize, Default)]
+#[derive(Deserialize, Default, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReasonBody {
     #[serde(default)]
@@ -149,6 +195,17 @@ impl ReasonBody {
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/v3/template-proposals/{id}/approve",
+    tag = "qtg",
+    summary = "Approve a proposal (not your own): the template's next version with its compiled_plan_hash",
+    description = "Role: admin.",
+    request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
+    params(("id" = String, Path, description = "the resource id (UUID)")),
+    responses((status = 200, description = "the new template version", body = Object), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn approve_proposal(
     State(s): State<AppState>,
     who: Principal,
@@ -161,6 +218,17 @@ pub async fn approve_proposal(
     Ok(Json(s.engine.review_template_proposal(&who.name, id, true, b.reason()?).await?))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v3/template-proposals/{id}/reject",
+    tag = "qtg",
+    summary = "Reject a proposal",
+    description = "Role: admin.",
+    request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
+    params(("id" = String, Path, description = "the resource id (UUID)")),
+    responses((status = 200, description = "the rejected proposal", body = Object), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn reject_proposal(
     State(s): State<AppState>,
     who: Principal,
@@ -173,7 +241,8 @@ pub async fn reject_proposal(
     Ok(Json(s.engine.review_template_proposal(&who.name, id, false, b.reason()?).await?))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct PageQuery {
     #[serde(default)]
@@ -200,6 +269,16 @@ fn page_query(q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejecti
     q.map(|Query(q)| q).map_err(|e| ApiError::validation(format!("invalid query: {}", e.body_text())))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v3/templates",
+    tag = "qtg",
+    summary = "List templates (cursor paging)",
+    description = "Role: viewer.",
+    params(PageQuery),
+    responses((status = 200, description = "a page of templates", body = crate::openapi::Page), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn list_templates(
     State(s): State<AppState>,
     who: Principal,
@@ -218,6 +297,16 @@ pub async fn list_templates(
     Ok(Json(json!({"items": items, "next_cursor": next})))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v3/templates/{key}",
+    tag = "qtg",
+    summary = "A template's versions, nodes, edges, risk_controls and hashes",
+    description = "Role: viewer.",
+    params(("key" = String, Path, description = "template key")),
+    responses((status = 200, description = "the template", body = Object), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn get_template(
     State(s): State<AppState>,
     who: Principal,
@@ -248,14 +337,16 @@ pub async fn get_template(
 
 // ---------------------------------------------------------------- movements
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateMovementBody {
     template_key: String,
     #[serde(default)]
     template_version: Option<i32>,
+    #[schema(value_type = crate::openapi::IntentDoc)]
     intent: Map<String, Value>,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     input_params: Option<Map<String, Value>>,
     #[serde(default)]
     callback_url: Option<String>,
@@ -291,6 +382,16 @@ pub fn valid_callback_url(u: &str) -> bool {
     }
 }
 
+#[utoipa::path(
+    post,
+    path = "/v3/movements",
+    tag = "qtg",
+    summary = "Create a movement: PENDING_APPROVAL, nodes BLOCKED. Same idempotency_key + same body answers 200 with the same movement; another body 409 IDEMPOTENCY_CONFLICT. Risk limits answer 422 RISK_LIMIT_EXCEEDED naming the limit",
+    description = "Role: requester.",
+    request_body = CreateMovementBody,
+    responses((status = 201, description = "the new movement", body = crate::openapi::Movement), (status = 200, description = "the movement this idempotency_key already created", body = crate::openapi::Movement), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn create_movement(
     State(s): State<AppState>,
     who: Principal,
@@ -394,6 +495,16 @@ pub fn movement_json(r: &RequestRow, nodes: &[NodeRow]) -> Value {
     })
 }
 
+#[utoipa::path(
+    get,
+    path = "/v3/movements/{id}",
+    tag = "qtg",
+    summary = "A movement with its nodes (a READY node held by a pause carries dispatch_hold) and approvals",
+    description = "Role: viewer.",
+    params(("id" = String, Path, description = "the resource id (UUID)")),
+    responses((status = 200, description = "the movement", body = crate::openapi::Movement), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn get_movement(
     State(s): State<AppState>,
     who: Principal,
@@ -410,6 +521,16 @@ fn parse_cursor(c: &str) -> Result<(DateTime<Utc>, Uuid), ApiError> {
     Ok((DateTime::from_timestamp_micros(micros).ok_or_else(bad)?, id.parse().map_err(|_| bad())?))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v3/movements",
+    tag = "qtg",
+    summary = "List movements, newest first (state filter, cursor paging)",
+    description = "Role: viewer.",
+    params(PageQuery),
+    responses((status = 200, description = "a page of movements (without nodes)", body = crate::openapi::Page), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn list_movements(
     State(s): State<AppState>,
     who: Principal,
@@ -443,6 +564,17 @@ pub async fn list_movements(
     Ok(Json(json!({"items": items, "next_cursor": next})))
 }
 
+#[utoipa::path(
+    post,
+    path = "/v3/movements/{id}/approve",
+    tag = "qtg",
+    summary = "Approve (not your own; bound to the intent and plan hashes shown). Risk limits are checked again; above the template's threshold m distinct approvers are needed (the movement stays PENDING_APPROVAL until then). 409 EXECUTOR_DOWN when a bound executor or signer is down",
+    description = "Role: approver.",
+    request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
+    params(("id" = String, Path, description = "the resource id (UUID)")),
+    responses((status = 200, description = "the movement", body = crate::openapi::Movement), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn approve_movement(
     State(s): State<AppState>,
     who: Principal,
@@ -456,6 +588,17 @@ pub async fn approve_movement(
     full_movement(&s, id).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/v3/movements/{id}/reject",
+    tag = "qtg",
+    summary = "Reject a PENDING_APPROVAL movement",
+    description = "Role: approver.",
+    request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
+    params(("id" = String, Path, description = "the resource id (UUID)")),
+    responses((status = 200, description = "the movement", body = crate::openapi::Movement), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn reject_movement(
     State(s): State<AppState>,
     who: Principal,
@@ -471,13 +614,23 @@ pub async fn reject_movement(
 
 // ---------------------------------------------------------------- api keys
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateKeyBody {
     principal: String,
     roles: Vec<String>,
 }
 
+#[utoipa::path(
+    post,
+    path = "/v3/api-keys",
+    tag = "qtg",
+    summary = "Create an API key; the secret is shown once and stored only as a hash",
+    description = "Role: admin.",
+    request_body = CreateKeyBody,
+    responses((status = 201, description = "the key with its secret", body = crate::openapi::ApiKeyCreated), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn create_api_key(
     State(s): State<AppState>,
     who: Principal,
@@ -513,6 +666,16 @@ pub async fn create_api_key(
         .into_response())
 }
 
+#[utoipa::path(
+    delete,
+    path = "/v3/api-keys/{id}",
+    tag = "qtg",
+    summary = "Revoke an API key",
+    description = "Role: admin.",
+    params(("id" = String, Path, description = "the resource id (UUID)")),
+    responses((status = 204, description = "revoked"), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn revoke_api_key(
     State(s): State<AppState>,
     who: Principal,
@@ -566,7 +729,8 @@ mod tests {
 
 // ---------------------------------------------------------------- audit
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct AuditQuery {
     #[serde(default)]
@@ -592,6 +756,16 @@ fn parse_time(v: &str, name: &str) -> Result<DateTime<Utc>, ApiError> {
 }
 
 /// Promoted audit events, oldest first, filtered by movement, actor, action and time.
+#[utoipa::path(
+    get,
+    path = "/v3/audit-events",
+    tag = "qtg",
+    summary = "Audit events (movement_id, actor, action, since, until; cursor paging)",
+    description = "Role: viewer.",
+    params(AuditQuery),
+    responses((status = 200, description = "a page of audit events", body = crate::openapi::Page), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn list_audit_events(
     State(s): State<AppState>,
     who: Principal,
@@ -625,7 +799,8 @@ pub async fn list_audit_events(
 
 // ---------------------------------------------------------------- callbacks
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
 #[serde(deny_unknown_fields)]
 pub struct CallbackQuery {
     #[serde(default)]
@@ -638,6 +813,16 @@ pub struct CallbackQuery {
     cursor: Option<String>,
 }
 
+#[utoipa::path(
+    get,
+    path = "/v3/callbacks",
+    tag = "qtg",
+    summary = "Callback outbox rows (status, movement_id; cursor paging)",
+    description = "Role: operator.",
+    params(CallbackQuery),
+    responses((status = 200, description = "a page of callbacks", body = crate::openapi::Page), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn list_callbacks(
     State(s): State<AppState>,
     who: Principal,
@@ -668,6 +853,16 @@ pub async fn list_callbacks(
 }
 
 /// Replays a dead letter: a new row with the same event, fresh timestamp and nonce.
+#[utoipa::path(
+    post,
+    path = "/v3/callbacks/{id}/actions/replay",
+    tag = "qtg",
+    summary = "Replay a dead-lettered callback: a new row with the same event, new timestamp and nonce",
+    description = "Role: operator.",
+    params(("id" = String, Path, description = "the resource id (UUID)")),
+    responses((status = 201, description = "the new callback row", body = Object), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn replay_callback(
     State(s): State<AppState>,
     who: Principal,
@@ -702,6 +897,15 @@ pub async fn replay_callback(
 
 // ---------------------------------------------------------------- roster
 
+#[utoipa::path(
+    get,
+    path = "/v3/executors",
+    tag = "qtg",
+    summary = "Executor roster with health",
+    description = "Role: viewer.",
+    responses((status = 200, description = "executors", body = crate::openapi::Page), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn list_executors(State(s): State<AppState>, who: Principal) -> Result<Json<Value>, ApiError> {
     who.require(Role::Viewer)?;
     let mut conn = s.pool.acquire().await?;
@@ -709,6 +913,15 @@ pub async fn list_executors(State(s): State<AppState>, who: Principal) -> Result
     Ok(Json(json!({"items": items, "next_cursor": null})))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v3/signers",
+    tag = "qtg",
+    summary = "Signer roster with health and identity posture",
+    description = "Role: viewer.",
+    responses((status = 200, description = "signers", body = crate::openapi::Page), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn list_signers(State(s): State<AppState>, who: Principal) -> Result<Json<Value>, ApiError> {
     who.require(Role::Viewer)?;
     let mut conn = s.pool.acquire().await?;
@@ -716,13 +929,24 @@ pub async fn list_signers(State(s): State<AppState>, who: Principal) -> Result<J
     Ok(Json(json!({"items": items, "next_cursor": null})))
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ExpectedIdentityBody {
     address: String,
 }
 
 /// The only writer of a signer's expected address.
+#[utoipa::path(
+    put,
+    path = "/v3/signers/{key}/expected-identity",
+    tag = "qtg",
+    summary = "Enrol a signer's expected address",
+    description = "Role: admin.",
+    request_body = ExpectedIdentityBody,
+    params(("key" = String, Path, description = "signer key")),
+    responses((status = 200, description = "the signer", body = Object), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn set_expected_identity(
     State(s): State<AppState>,
     who: Principal,
@@ -755,6 +979,15 @@ pub async fn set_expected_identity(
     Ok(Json(json!(row)))
 }
 
+#[utoipa::path(
+    get,
+    path = "/v3/workers",
+    tag = "qtg",
+    summary = "Worker heartbeats with age and stale flag",
+    description = "Role: viewer.",
+    responses((status = 200, description = "workers", body = crate::openapi::Page), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn list_workers(State(s): State<AppState>, who: Principal) -> Result<Json<Value>, ApiError> {
     who.require(Role::Viewer)?;
     let mut conn = s.pool.acquire().await?;
@@ -764,25 +997,27 @@ pub async fn list_workers(State(s): State<AppState>, who: Principal) -> Result<J
 
 // ---------------------------------------------------------------- operator actions
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelBody {
     reason: String,
     #[serde(default)]
     runbook_case: Option<String>,
     #[serde(default)]
+    #[schema(value_type = Option<Object>)]
     evidence: Option<Value>,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActionBody {
     reason: String,
 }
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct EvidenceBody {
+    #[schema(value_type = Object)]
     evidence: Value,
 }
 
@@ -794,6 +1029,17 @@ fn required_reason(reason: &str) -> Result<&str, ApiError> {
     Ok(r)
 }
 
+#[utoipa::path(
+    post,
+    path = "/v3/movements/{id}/actions/cancel",
+    tag = "qtg",
+    summary = "Cancel; refused (409) while a node may have a side effect in flight unless runbook_case C6 with evidence",
+    description = "Role: operator.",
+    request_body = CancelBody,
+    params(("id" = String, Path, description = "the resource id (UUID)")),
+    responses((status = 200, description = "the movement", body = crate::openapi::Movement), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn cancel_movement(
     State(s): State<AppState>,
     who: Principal,
@@ -818,6 +1064,17 @@ pub async fn cancel_movement(
     full_movement(&s, id).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/v3/movements/{id}/actions/resume",
+    tag = "qtg",
+    summary = "Resume a MANUAL_INTERVENTION movement: clears the hand-off mark so recovery sweeps again",
+    description = "Role: operator.",
+    request_body = ActionBody,
+    params(("id" = String, Path, description = "the resource id (UUID)")),
+    responses((status = 200, description = "the movement", body = crate::openapi::Movement), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn resume_movement(
     State(s): State<AppState>,
     who: Principal,
@@ -831,6 +1088,17 @@ pub async fn resume_movement(
     full_movement(&s, id).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/v3/movements/{id}/nodes/{node_key}/actions/retry",
+    tag = "qtg",
+    summary = "Retry a FAILED node as a new attempt; 409 SUBMIT_ATTEMPT_PENDING on UNKNOWN/SUBMITTING with the pending marker",
+    description = "Role: operator.",
+    request_body = ActionBody,
+    params(("id" = String, Path, description = "the resource id (UUID)"), ("node_key" = String, Path, description = "the node's key in the plan")),
+    responses((status = 200, description = "the movement", body = crate::openapi::Movement), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn retry_node(
     State(s): State<AppState>,
     who: Principal,
@@ -844,6 +1112,17 @@ pub async fn retry_node(
     full_movement(&s, id).await
 }
 
+#[utoipa::path(
+    post,
+    path = "/v3/movements/{id}/nodes/{node_key}/actions/complete-manual",
+    tag = "qtg",
+    summary = "Complete a manual_* node waiting for a person, with evidence",
+    description = "Role: operator.",
+    request_body = EvidenceBody,
+    params(("id" = String, Path, description = "the resource id (UUID)"), ("node_key" = String, Path, description = "the node's key in the plan")),
+    responses((status = 200, description = "the movement", body = crate::openapi::Movement), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn complete_manual(
     State(s): State<AppState>,
     who: Principal,
@@ -862,6 +1141,16 @@ pub async fn complete_manual(
     full_movement(&s, id).await
 }
 
+#[utoipa::path(
+    get,
+    path = "/v3/movements/{id}/nodes/{node_key}/diagnosis",
+    tag = "qtg",
+    summary = "Runbook case (C1, C2, C3a, C3b, C5, C6, C7) of a stuck node with its evidence and the required action; never resolves anything",
+    description = "Role: operator.",
+    params(("id" = String, Path, description = "the resource id (UUID)"), ("node_key" = String, Path, description = "the node's key in the plan")),
+    responses((status = 200, description = "the diagnosis", body = Object), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn diagnose_node(
     State(s): State<AppState>,
     who: Principal,
@@ -874,7 +1163,7 @@ pub async fn diagnose_node(
 
 // ---------------------------------------------------------------- controls (kill switch)
 
-#[derive(Deserialize)]
+#[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ControlBody {
     scope: String,
@@ -888,6 +1177,16 @@ fn control_scope(s: &AppState, b: &ControlBody) -> Result<qtg_engine::controls::
 }
 
 /// Pauses new submits (admin): the dispatcher leaves matching nodes READY.
+#[utoipa::path(
+    post,
+    path = "/v3/controls/pause",
+    tag = "qtg",
+    summary = "Kill switch: pause new submits globally, per lane or per executor key (matching nodes stay READY)",
+    description = "Role: admin.",
+    request_body = ControlBody,
+    responses((status = 200, description = "the pause", body = crate::openapi::PauseDoc), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn pause_dispatch(
     State(s): State<AppState>,
     who: Principal,
@@ -901,6 +1200,16 @@ pub async fn pause_dispatch(
 }
 
 /// Lifts a pause (admin); 404 when that scope is not paused.
+#[utoipa::path(
+    post,
+    path = "/v3/controls/resume",
+    tag = "qtg",
+    summary = "Lift a pause (404 when that scope is not paused); dispatchers wake at once",
+    description = "Role: admin.",
+    request_body = ControlBody,
+    responses((status = 200, description = "the lifted pause", body = Object), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn resume_dispatch(
     State(s): State<AppState>,
     who: Principal,
@@ -914,6 +1223,15 @@ pub async fn resume_dispatch(
 }
 
 /// Active pauses (viewer).
+#[utoipa::path(
+    get,
+    path = "/v3/controls",
+    tag = "qtg",
+    summary = "Active pauses",
+    description = "Role: viewer.",
+    responses((status = 200, description = "pauses", body = crate::openapi::Page), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
 pub async fn list_controls(State(s): State<AppState>, who: Principal) -> Result<Json<Value>, ApiError> {
     who.require(Role::Viewer)?;
     let mut conn = s.pool.acquire().await?;

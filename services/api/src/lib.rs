@@ -10,7 +10,7 @@ mod openapi;
 use std::net::SocketAddr;
 
 use axum::extract::DefaultBodyLimit;
-use axum::routing::{delete, get, post, put};
+use axum::routing::get;
 use axum::Router;
 use qtg_engine::Engine;
 use qtg_store::PgPool;
@@ -37,38 +37,53 @@ pub struct AppState {
     pub settings: ApiSettings,
 }
 
-pub fn router(state: AppState) -> Router {
+/// The API's routes and its OpenAPI document, built from the same handler annotations.
+pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
     use handlers::*;
-    Router::new()
-        .route("/v3/openapi.json", get(openapi::document))
-        .route("/v3/template-proposals", post(propose_template))
-        .route("/v3/template-proposals/{id}", get(get_proposal))
-        .route("/v3/template-proposals/{id}/approve", post(approve_proposal))
-        .route("/v3/template-proposals/{id}/reject", post(reject_proposal))
-        .route("/v3/templates", get(list_templates))
-        .route("/v3/templates/{key}", get(get_template))
-        .route("/v3/movements", post(create_movement).get(list_movements))
-        .route("/v3/movements/{id}", get(get_movement))
-        .route("/v3/movements/{id}/approve", post(approve_movement))
-        .route("/v3/movements/{id}/reject", post(reject_movement))
-        .route("/v3/movements/{id}/actions/cancel", post(cancel_movement))
-        .route("/v3/movements/{id}/actions/resume", post(resume_movement))
-        .route("/v3/movements/{id}/nodes/{node_key}/actions/retry", post(retry_node))
-        .route("/v3/movements/{id}/nodes/{node_key}/diagnosis", get(diagnose_node))
-        .route("/v3/movements/{id}/nodes/{node_key}/actions/complete-manual", post(complete_manual))
-        .route("/v3/audit-events", get(list_audit_events))
-        .route("/v3/executors", get(list_executors))
-        .route("/v3/signers", get(list_signers))
-        .route("/v3/signers/{key}/expected-identity", put(set_expected_identity))
-        .route("/v3/workers", get(list_workers))
-        .route("/v3/callbacks", get(list_callbacks))
-        .route("/v3/callbacks/{id}/actions/replay", post(replay_callback))
-        .route("/v3/controls", get(list_controls))
-        .route("/v3/controls/pause", post(pause_dispatch))
-        .route("/v3/controls/resume", post(resume_dispatch))
-        .route("/v3/api-keys", post(create_api_key))
-        .route("/v3/api-keys/{id}", delete(revoke_api_key))
-        .fallback(not_found)
+    use utoipa::OpenApi;
+    use utoipa_axum::routes;
+    utoipa_axum::router::OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
+        .routes(routes!(propose_template))
+        .routes(routes!(get_proposal))
+        .routes(routes!(approve_proposal))
+        .routes(routes!(reject_proposal))
+        .routes(routes!(list_templates))
+        .routes(routes!(get_template))
+        .routes(routes!(create_movement, list_movements))
+        .routes(routes!(get_movement))
+        .routes(routes!(approve_movement))
+        .routes(routes!(reject_movement))
+        .routes(routes!(cancel_movement))
+        .routes(routes!(resume_movement))
+        .routes(routes!(retry_node))
+        .routes(routes!(diagnose_node))
+        .routes(routes!(complete_manual))
+        .routes(routes!(list_audit_events))
+        .routes(routes!(list_executors))
+        .routes(routes!(list_signers))
+        .routes(routes!(set_expected_identity))
+        .routes(routes!(list_workers))
+        .routes(routes!(list_callbacks))
+        .routes(routes!(replay_callback))
+        .routes(routes!(list_controls))
+        .routes(routes!(pause_dispatch))
+        .routes(routes!(resume_dispatch))
+        .routes(routes!(create_api_key))
+        .routes(routes!(revoke_api_key))
+        .split_for_parts()
+}
+
+/// The generated OpenAPI 3.1 document, as served.
+pub fn openapi_json() -> serde_json::Value {
+    serde_json::to_value(routes().1).unwrap_or_default()
+}
+
+pub fn router(state: AppState) -> Router {
+    let (api, doc) = routes();
+    let doc = std::sync::Arc::new(serde_json::to_value(doc).unwrap_or_default());
+    api.route("/v3/openapi.json", get(move || async move { axum::Json(doc.as_ref().clone()) }))
+        .fallback(handlers::not_found)
+        .layer(axum::middleware::from_fn(handlers::refuse_nul))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }

@@ -53,3 +53,45 @@ pub async fn revoke(conn: &mut PgConnection, id: Uuid) -> Result<bool> {
         .await?;
     Ok(res.rows_affected() == 1)
 }
+
+/// A key as an admin lists it: never the hash.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct ApiKeyInfo {
+    pub id: Uuid,
+    pub principal: String,
+    pub roles: Vec<String>,
+    pub created_by: Option<String>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+    pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
+}
+
+/// Keys newest first after the `(created_at, id)` cursor.
+pub async fn list(
+    conn: &mut PgConnection,
+    after: Option<(chrono::DateTime<chrono::Utc>, Uuid)>,
+    limit: i64,
+) -> Result<Vec<ApiKeyInfo>> {
+    let (at, id) = after.map_or((None, None), |(a, i)| (Some(a), Some(i)));
+    let rows = sqlx::query(
+        "SELECT id, principal, roles, created_by, created_at, revoked_at FROM api_keys
+         WHERE ($1::timestamptz IS NULL OR (created_at, id) < ($1, $2))
+         ORDER BY created_at DESC, id DESC LIMIT $3",
+    )
+    .bind(at)
+    .bind(id)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter()
+        .map(|r| {
+            Ok(ApiKeyInfo {
+                id: r.try_get("id")?,
+                principal: r.try_get("principal")?,
+                roles: r.try_get("roles")?,
+                created_by: r.try_get("created_by")?,
+                created_at: r.try_get("created_at")?,
+                revoked_at: r.try_get("revoked_at")?,
+            })
+        })
+        .collect()
+}

@@ -667,6 +667,38 @@ pub async fn create_api_key(
 }
 
 #[utoipa::path(
+    get,
+    path = "/v3/api-keys",
+    tag = "qtg",
+    summary = "List API keys (never their secrets or hashes), newest first",
+    description = "Role: admin.",
+    params(PageQuery),
+    responses((status = 200, description = "a page of keys", body = crate::openapi::Page), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn list_api_keys(
+    State(s): State<AppState>,
+    who: Principal,
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
+    who.require(Role::Admin)?;
+    let q = page_query(q)?;
+    if q.state.is_some() {
+        return Err(ApiError::validation("unknown query parameter state"));
+    }
+    let limit = q.limit()?;
+    let after = q.cursor.as_deref().map(parse_cursor).transpose()?;
+    let mut conn = s.pool.acquire().await?;
+    let rows = qtg_store::api_keys::list(&mut conn, after, limit + 1).await?;
+    let next = (rows.len() as i64 > limit).then(|| {
+        let last = &rows[limit as usize - 1];
+        format!("{}_{}", last.created_at.timestamp_micros(), last.id)
+    });
+    let items: Vec<_> = rows.into_iter().take(limit as usize).collect();
+    Ok(Json(json!({"items": items, "next_cursor": next})))
+}
+
+#[utoipa::path(
     delete,
     path = "/v3/api-keys/{id}",
     tag = "qtg",

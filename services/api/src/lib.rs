@@ -68,7 +68,7 @@ pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
         .routes(routes!(list_controls))
         .routes(routes!(pause_dispatch))
         .routes(routes!(resume_dispatch))
-        .routes(routes!(create_api_key))
+        .routes(routes!(create_api_key, list_api_keys))
         .routes(routes!(revoke_api_key))
         .split_for_parts()
 }

@@ -1,0 +1,538 @@
+//! `qtgctl`: the operator CLI over qtg's `/v3` HTTP API. Reads `QTG_API_URL` and
+//! `QTG_API_KEY` (or `--api-url` / `--api-key`); prints human tables by default and the API's
+//! JSON with `--json`. Exit codes: 0 success, 1 the API refused or failed (its error code and
+//! message on stderr), 2 usage, 3 `movements watch` ended in a state other than COMPLETED.
+
+mod render;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use clap::{Args, Parser, Subcommand};
+use serde_json::{json, Value};
+
+#[derive(Parser)]
+#[command(
+    name = "qtgctl",
+    version,
+    about = "Operate qtg: templates, movements, approvals, operator actions, diagnosis, keys, controls"
+)]
+struct Cli {
+    /// Base URL of qtg-api, e.g. https://qtg.example.internal
+    #[arg(long, env = "QTG_API_URL", global = true, default_value = "http://127.0.0.1:8080")]
+    api_url: String,
+    /// API key (Bearer); never printed
+    #[arg(long, env = "QTG_API_KEY", global = true, hide_env_values = true)]
+    api_key: Option<String>,
+    /// Print the API's JSON instead of tables
+    #[arg(long, global = true)]
+    json: bool,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Template proposals and templates
+    #[command(subcommand)]
+    Templates(Templates),
+    /// Movements: create, approve, inspect, watch, operator actions
+    #[command(subcommand)]
+    Movements(Movements),
+    /// Nodes: runbook diagnosis
+    #[command(subcommand)]
+    Nodes(Nodes),
+    /// API keys (admin)
+    #[command(subcommand)]
+    Keys(Keys),
+    /// Kill switch: pause / resume new submits (admin)
+    #[command(subcommand)]
+    Controls(Controls),
+}
+
+#[derive(Subcommand)]
+enum Templates {
+    /// Propose a template from a JSON file ({template_key, nodes, edges, risk_controls?}); `-` reads stdin
+    Propose { file: PathBuf },
+    /// Approve a template proposal (admin; not your own)
+    Approve {
+        proposal_id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Reject a template proposal (admin)
+    Reject {
+        proposal_id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// List templates
+    List(Paging),
+    /// Show a template's versions, nodes and edges
+    Show { template_key: String },
+}
+
+#[derive(Args, Clone)]
+struct Paging {
+    /// Page size (1-200)
+    #[arg(long, default_value_t = 50)]
+    limit: u32,
+    /// Follow next_cursor until the end
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Subcommand)]
+enum Movements {
+    /// Create a movement (idempotent: the same --idempotency-key and body answer the same movement)
+    Create(CreateMovement),
+    /// Approve a movement (not your own)
+    Approve {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Reject a movement
+    Reject {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Show a movement and its nodes
+    Show { id: String },
+    /// List movements, newest first
+    List {
+        /// Only movements in this state (e.g. EXECUTING, MANUAL_INTERVENTION)
+        #[arg(long)]
+        state: Option<String>,
+        #[command(flatten)]
+        paging: Paging,
+    },
+    /// Follow a movement's DAG live until nothing more happens without a person
+    Watch {
+        id: String,
+        /// Seconds between polls
+        #[arg(long, default_value_t = 1.0)]
+        interval: f64,
+        /// Give up after this many seconds (0 = never)
+        #[arg(long, default_value_t = 0.0)]
+        timeout: f64,
+    },
+    /// Cancel; while a node may have a side effect in flight only with --runbook-case C6 and --evidence
+    Cancel {
+        id: String,
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        runbook_case: Option<String>,
+        /// Evidence: a JSON value or plain text
+        #[arg(long)]
+        evidence: Option<String>,
+    },
+    /// Resume a MANUAL_INTERVENTION movement so recovery sweeps again
+    Resume {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Retry a FAILED node as a new attempt
+    Retry {
+        id: String,
+        node_key: String,
+        #[arg(long)]
+        reason: String,
+    },
+    /// Complete a manual_* node waiting for a person
+    CompleteManual {
+        id: String,
+        node_key: String,
+        /// What was done, by whom, references: a JSON value or plain text
+        #[arg(long)]
+        evidence: String,
+    },
+}
+
+#[derive(Args)]
+struct CreateMovement {
+    /// The whole request body as a JSON file (`-` = stdin); the flags below build it otherwise
+    #[arg(long, conflicts_with_all = ["template", "asset", "amount"])]
+    file: Option<PathBuf>,
+    #[arg(long, required_unless_present = "file")]
+    template: Option<String>,
+    #[arg(long)]
+    template_version: Option<i32>,
+    #[arg(long, required_unless_present = "file")]
+    asset: Option<String>,
+    /// Decimal string, e.g. 100.50
+    #[arg(long, required_unless_present = "file")]
+    amount: Option<String>,
+    #[arg(long)]
+    source: Option<String>,
+    #[arg(long)]
+    destination: Option<String>,
+    #[arg(long)]
+    callback_url: Option<String>,
+    /// Required: retrying with the same key never creates a second movement
+    #[arg(long, required_unless_present = "file")]
+    idempotency_key: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum Nodes {
+    /// Classify a stuck node into the runbook's cases (C1…C7), with evidence and required action
+    Diagnose { id: String, node_key: String },
+}
+
+#[derive(Subcommand)]
+enum Keys {
+    /// Create a key; its secret is printed once
+    Create {
+        #[arg(long)]
+        principal: String,
+        /// viewer, requester, approver, operator or admin (repeatable)
+        #[arg(long = "role", required = true)]
+        roles: Vec<String>,
+    },
+    /// List keys (never their secrets)
+    List(Paging),
+    /// Revoke a key
+    Revoke { id: String },
+}
+
+#[derive(Subcommand)]
+enum Controls {
+    /// Pause new submits: global, or --lane L, or --executor KEY
+    Pause(ControlTarget),
+    /// Lift a pause
+    Resume(ControlTarget),
+    /// Active pauses
+    List,
+}
+
+#[derive(Args)]
+struct ControlTarget {
+    #[arg(long, conflicts_with = "executor")]
+    lane: Option<String>,
+    #[arg(long)]
+    executor: Option<String>,
+    /// Pause everything (the default when neither --lane nor --executor is given)
+    #[arg(long, conflicts_with_all = ["lane", "executor"])]
+    global: bool,
+    #[arg(long)]
+    reason: String,
+}
+
+impl ControlTarget {
+    fn body(&self) -> Value {
+        let (scope, target) = match (&self.lane, &self.executor) {
+            (Some(l), _) => ("lane", Some(l.as_str())),
+            (None, Some(e)) => ("executor", Some(e.as_str())),
+            (None, None) => ("global", None),
+        };
+        json!({"scope": scope, "target": target, "reason": self.reason})
+    }
+}
+
+/// The API client: one base URL, one key.
+struct Client {
+    base: String,
+    key: Option<String>,
+    http: reqwest::Client,
+}
+
+/// An API refusal: its status, code and message.
+#[derive(Debug)]
+struct ApiRefusal {
+    status: u16,
+    code: String,
+    message: String,
+}
+
+impl std::fmt::Display for ApiRefusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} {}: {}", self.status, self.code, self.message)
+    }
+}
+
+impl std::error::Error for ApiRefusal {}
+
+impl Client {
+    async fn call(&self, method: reqwest::Method, path: &str, body: Option<&Value>) -> anyhow::Result<Value> {
+        let url = format!("{}{}", self.base.trim_end_matches('/'), path);
+        let mut req = self.http.request(method.clone(), &url);
+        if let Some(k) = &self.key {
+            req = req.bearer_auth(k);
+        }
+        if let Some(b) = body {
+            req = req.json(b);
+        }
+        let resp = req.send().await.with_context(|| format!("{method} {url}"))?;
+        let status = resp.status().as_u16();
+        let text = resp.text().await?;
+        let value: Value = if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text).unwrap_or(Value::String(text))
+        };
+        if status >= 400 {
+            return Err(ApiRefusal {
+                status,
+                code: value["error"]["code"].as_str().unwrap_or("HTTP_ERROR").to_string(),
+                message: value["error"]["message"].as_str().map(String::from).unwrap_or_else(|| value.to_string()),
+            }
+            .into());
+        }
+        Ok(value)
+    }
+
+    async fn get(&self, path: &str) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::GET, path, None).await
+    }
+
+    async fn post(&self, path: &str, body: Value) -> anyhow::Result<Value> {
+        self.call(reqwest::Method::POST, path, Some(&body)).await
+    }
+
+    /// Every page of a list (or only the first).
+    async fn list(&self, path: &str, paging: &Paging) -> anyhow::Result<Value> {
+        let sep = if path.contains('?') { '&' } else { '?' };
+        let mut items = Vec::new();
+        let mut cursor: Option<String> = None;
+        loop {
+            let mut p = format!("{path}{sep}limit={}", paging.limit);
+            if let Some(c) = &cursor {
+                p.push_str(&format!("&cursor={}", encode(c)));
+            }
+            let page = self.get(&p).await?;
+            items.extend(page["items"].as_array().cloned().unwrap_or_default());
+            cursor = page["next_cursor"].as_str().map(String::from);
+            if !paging.all || cursor.is_none() {
+                return Ok(json!({"items": items, "next_cursor": cursor}));
+            }
+        }
+    }
+}
+
+/// Percent-encodes a path segment or query value.
+fn encode(s: &str) -> String {
+    s.bytes()
+        .map(|b| match b {
+            b'A'..=b'Z' | b'a'..=b'z' | b'0'..=b'9' | b'-' | b'_' | b'.' | b'~' => (b as char).to_string(),
+            _ => format!("%{b:02X}"),
+        })
+        .collect()
+}
+
+fn read_json(file: &PathBuf) -> anyhow::Result<Value> {
+    let text = if file.as_os_str() == "-" {
+        std::io::read_to_string(std::io::stdin())?
+    } else {
+        std::fs::read_to_string(file).with_context(|| format!("read {}", file.display()))?
+    };
+    serde_json::from_str(&text).with_context(|| format!("{} is not JSON", file.display()))
+}
+
+/// `--evidence` as JSON when it parses, else as text.
+fn evidence(raw: &str) -> Value {
+    serde_json::from_str(raw).unwrap_or_else(|_| Value::String(raw.to_string()))
+}
+
+fn reason_body(reason: &Option<String>) -> Value {
+    match reason {
+        Some(r) => json!({"reason": r}),
+        None => json!({}),
+    }
+}
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let cli = Cli::parse();
+    let code = match run(&cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            match e.downcast_ref::<ApiRefusal>() {
+                Some(r) => eprintln!("error: {r}"),
+                None => eprintln!("error: {e:#}"),
+            }
+            1
+        }
+    };
+    std::process::exit(code);
+}
+
+async fn run(cli: &Cli) -> anyhow::Result<i32> {
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
+    let c = Client { base: cli.api_url.clone(), key: cli.api_key.clone(), http };
+    if c.key.is_none() {
+        bail!("no API key: set QTG_API_KEY or pass --api-key");
+    }
+    let out = |v: &Value, human: &dyn Fn(&Value) -> String| {
+        if cli.json {
+            println!("{}", serde_json::to_string_pretty(v).unwrap_or_default());
+        } else {
+            print!("{}", human(v));
+        }
+    };
+    match &cli.command {
+        Command::Templates(t) => match t {
+            Templates::Propose { file } => {
+                let v = c.post("/v3/template-proposals", read_json(file)?).await?;
+                out(&v, &render::proposal);
+            }
+            Templates::Approve { proposal_id, reason } => {
+                let v = c
+                    .post(&format!("/v3/template-proposals/{}/approve", encode(proposal_id)), reason_body(reason))
+                    .await?;
+                out(&v, &render::object);
+            }
+            Templates::Reject { proposal_id, reason } => {
+                let v = c
+                    .post(&format!("/v3/template-proposals/{}/reject", encode(proposal_id)), reason_body(reason))
+                    .await?;
+                out(&v, &render::object);
+            }
+            Templates::List(p) => out(&c.list("/v3/templates", p).await?, &render::templates),
+            Templates::Show { template_key } => {
+                out(&c.get(&format!("/v3/templates/{}", encode(template_key))).await?, &render::template)
+            }
+        },
+        Command::Movements(m) => return movements(cli, &c, m, &out).await,
+        Command::Nodes(Nodes::Diagnose { id, node_key }) => {
+            let v = c.get(&format!("/v3/movements/{}/nodes/{}/diagnosis", encode(id), encode(node_key))).await?;
+            out(&v, &render::diagnosis);
+        }
+        Command::Keys(k) => match k {
+            Keys::Create { principal, roles } => {
+                let v = c.post("/v3/api-keys", json!({"principal": principal, "roles": roles})).await?;
+                out(&v, &render::key_created);
+            }
+            Keys::List(p) => out(&c.list("/v3/api-keys", p).await?, &render::keys),
+            Keys::Revoke { id } => {
+                c.call(reqwest::Method::DELETE, &format!("/v3/api-keys/{}", encode(id)), None).await?;
+                out(&json!({"revoked": id}), &|_| format!("revoked {id}\n"));
+            }
+        },
+        Command::Controls(ct) => match ct {
+            Controls::Pause(t) => out(&c.post("/v3/controls/pause", t.body()).await?, &render::pause),
+            Controls::Resume(t) => {
+                out(&c.post("/v3/controls/resume", t.body()).await?, &|v| render::pause(&v["resumed"]))
+            }
+            Controls::List => out(&c.get("/v3/controls").await?, &render::pauses),
+        },
+    }
+    Ok(0)
+}
+
+async fn movements(
+    cli: &Cli,
+    c: &Client,
+    m: &Movements,
+    out: &dyn Fn(&Value, &dyn Fn(&Value) -> String),
+) -> anyhow::Result<i32> {
+    let path = |id: &str, rest: &str| format!("/v3/movements/{}{rest}", encode(id));
+    let v = match m {
+        Movements::Create(a) => {
+            let body = match &a.file {
+                Some(f) => read_json(f)?,
+                None => {
+                    let mut intent = json!({"asset": a.asset, "amount": a.amount});
+                    if let Some(s) = &a.source {
+                        intent["source"] = json!(s);
+                    }
+                    if let Some(d) = &a.destination {
+                        intent["destination"] = json!(d);
+                    }
+                    let mut body =
+                        json!({"template_key": a.template, "intent": intent, "idempotency_key": a.idempotency_key});
+                    if let Some(v) = a.template_version {
+                        body["template_version"] = json!(v);
+                    }
+                    if let Some(u) = &a.callback_url {
+                        body["callback_url"] = json!(u);
+                    }
+                    body
+                }
+            };
+            c.post("/v3/movements", body).await?
+        }
+        Movements::Approve { id, reason } => c.post(&path(id, "/approve"), reason_body(reason)).await?,
+        Movements::Reject { id, reason } => c.post(&path(id, "/reject"), reason_body(reason)).await?,
+        Movements::Show { id } => c.get(&path(id, "")).await?,
+        Movements::List { state, paging } => {
+            let p = match state {
+                Some(s) => format!("/v3/movements?state={}", encode(s)),
+                None => "/v3/movements".to_string(),
+            };
+            let v = c.list(&p, paging).await?;
+            out(&v, &render::movements);
+            return Ok(0);
+        }
+        Movements::Watch { id, interval, timeout } => return watch(cli, c, id, *interval, *timeout).await,
+        Movements::Cancel { id, reason, runbook_case, evidence: e } => {
+            let mut body = json!({"reason": reason});
+            if let Some(rc) = runbook_case {
+                body["runbook_case"] = json!(rc);
+            }
+            if let Some(e) = e {
+                body["evidence"] = evidence(e);
+            }
+            c.post(&path(id, "/actions/cancel"), body).await?
+        }
+        Movements::Resume { id, reason } => c.post(&path(id, "/actions/resume"), json!({"reason": reason})).await?,
+        Movements::Retry { id, node_key, reason } => {
+            c.post(&path(id, &format!("/nodes/{}/actions/retry", encode(node_key))), json!({"reason": reason})).await?
+        }
+        Movements::CompleteManual { id, node_key, evidence: e } => {
+            let p = path(id, &format!("/nodes/{}/actions/complete-manual", encode(node_key)));
+            c.post(&p, json!({"evidence": evidence(e)})).await?
+        }
+    };
+    out(&v, &|v| render::movement(v, None));
+    Ok(0)
+}
+
+/// States after which nothing happens without a person (or ever).
+const SETTLED: &[&str] =
+    &["COMPLETED", "FAILED", "EXPIRED", "REJECTED", "CANCELLED", "MANUAL_INTERVENTION", "WAITING_MANUAL_ACTION"];
+
+async fn watch(cli: &Cli, c: &Client, id: &str, interval: f64, timeout: f64) -> anyhow::Result<i32> {
+    let path = format!("/v3/movements/{}", encode(id));
+    let first = c.get(&path).await?;
+    // The DAG's edges come from the movement's template version.
+    let template =
+        c.get(&format!("/v3/templates/{}", encode(first["template_key"].as_str().unwrap_or_default()))).await?;
+    let edges = template["versions"]
+        .as_array()
+        .and_then(|vs| vs.iter().find(|v| v["version"] == first["template_version"]))
+        .map(|v| v["edges"].clone())
+        .unwrap_or(Value::Array(vec![]));
+    let started = std::time::Instant::now();
+    let mut last = String::new();
+    let mut m = first;
+    loop {
+        let frame = if cli.json {
+            serde_json::to_string(&m).unwrap_or_default() + "\n"
+        } else {
+            render::movement(&m, Some(&edges))
+        };
+        if frame != last {
+            if !cli.json {
+                println!("--- {}s", started.elapsed().as_secs());
+            }
+            print!("{frame}");
+            last = frame;
+        }
+        let state = m["request_state"].as_str().unwrap_or_default();
+        if SETTLED.contains(&state) {
+            return Ok(if state == "COMPLETED" { 0 } else { 3 });
+        }
+        if timeout > 0.0 && started.elapsed().as_secs_f64() > timeout {
+            eprintln!("watch: still {state} after {timeout}s");
+            return Ok(3);
+        }
+        tokio::time::sleep(Duration::from_secs_f64(interval.max(0.1))).await;
+        m = c.get(&path).await?;
+    }
+}

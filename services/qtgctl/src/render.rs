@@ -1,0 +1,293 @@
+//! Human output: aligned tables and short summaries of the API's JSON.
+
+use std::collections::BTreeMap;
+use std::fmt::Write;
+
+use serde_json::Value;
+
+/// A cell: strings bare, null as `-`, anything else as compact JSON.
+fn cell(v: &Value) -> String {
+    match v {
+        Value::Null => "-".into(),
+        Value::String(s) => s.clone(),
+        Value::Array(a) if a.iter().all(Value::is_string) => {
+            a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(",")
+        }
+        other => other.to_string(),
+    }
+}
+
+/// Left-aligned columns separated by two spaces.
+pub fn table(headers: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let mut s = String::new();
+        for (i, (c, w)) in cells.iter().zip(&widths).enumerate() {
+            if i + 1 == widths.len() {
+                s.push_str(c);
+            } else {
+                let _ = write!(s, "{c:<w$}  ");
+            }
+        }
+        s.trim_end().to_string() + "\n"
+    };
+    let mut out = line(headers.iter().map(|h| h.to_uppercase()).collect());
+    for r in rows {
+        out.push_str(&line(r.clone()));
+    }
+    out
+}
+
+fn rows(v: &Value, cols: &[&str]) -> Vec<Vec<String>> {
+    v["items"].as_array().into_iter().flatten().map(|i| cols.iter().map(|c| cell(&i[*c])).collect()).collect()
+}
+
+fn with_cursor(mut s: String, v: &Value) -> String {
+    if let Some(c) = v["next_cursor"].as_str() {
+        let _ = writeln!(s, "(more: --all, or cursor {c})");
+    }
+    s
+}
+
+/// Top-level scalar fields as `key: value` lines.
+pub fn object(v: &Value) -> String {
+    let mut s = String::new();
+    for (k, x) in v.as_object().into_iter().flatten() {
+        if !x.is_object() && !(x.is_array() && !x.as_array().is_some_and(|a| a.iter().all(Value::is_string))) {
+            let _ = writeln!(s, "{k}: {}", cell(x));
+        }
+    }
+    s
+}
+
+pub fn proposal(v: &Value) -> String {
+    object(v)
+}
+
+pub fn templates(v: &Value) -> String {
+    let cols = ["template_key", "latest_version", "compiled_plan_hash", "updated_at"];
+    let present: Vec<&str> = cols
+        .into_iter()
+        .filter(|c| v["items"].as_array().is_some_and(|a| a.iter().any(|i| !i[*c].is_null())))
+        .collect();
+    let present = if present.is_empty() { vec!["template_key"] } else { present };
+    with_cursor(table(&present, &rows(v, &present)), v)
+}
+
+pub fn template(v: &Value) -> String {
+    let mut s = format!("template {}  (latest version {})\n", cell(&v["template_key"]), cell(&v["latest_version"]));
+    for ver in v["versions"].as_array().into_iter().flatten() {
+        let _ = writeln!(s, "\nversion {}  hash {}", cell(&ver["version"]), cell(&ver["compiled_plan_hash"]));
+        let nodes: Vec<Vec<String>> = ver["nodes"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|n| ["node_key", "node_kind", "action_type", "executor_key"].iter().map(|c| cell(&n[*c])).collect())
+            .collect();
+        s.push_str(&table(&["node_key", "node_kind", "action_type", "executor_key"], &nodes));
+        let edges: Vec<String> = ver["edges"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| format!("{} -> {}", cell(&e["from"]), cell(&e["to"])))
+            .collect();
+        if !edges.is_empty() {
+            let _ = writeln!(s, "edges: {}", edges.join(", "));
+        }
+        if ver["risk_controls"].as_object().is_some_and(|o| !o.is_empty()) {
+            let _ = writeln!(s, "risk_controls: {}", ver["risk_controls"]);
+        }
+    }
+    s
+}
+
+/// Depth of each node in the DAG (longest path from a root).
+fn depths(edges: &Value) -> BTreeMap<String, usize> {
+    let pairs: Vec<(String, String)> =
+        edges.as_array().into_iter().flatten().map(|e| (cell(&e["from"]), cell(&e["to"]))).collect();
+    let mut depth: BTreeMap<String, usize> = BTreeMap::new();
+    // Relax until stable; plans are small and acyclic.
+    for _ in 0..=pairs.len() {
+        let mut changed = false;
+        for (from, to) in &pairs {
+            let d = depth.get(from).copied().unwrap_or(0) + 1;
+            if depth.get(to).copied().unwrap_or(0) < d {
+                depth.insert(to.clone(), d);
+                changed = true;
+            }
+        }
+        if !changed {
+            break;
+        }
+    }
+    depth
+}
+
+/// A movement: summary lines, then its nodes (in DAG order, indented by depth, when `edges`
+/// are known).
+pub fn movement(v: &Value, edges: Option<&Value>) -> String {
+    let intent = &v["intent"];
+    let mut s = format!(
+        "movement {}  {}  ({} v{})\n{} {}  {} -> {}\n",
+        cell(&v["id"]),
+        cell(&v["request_state"]),
+        cell(&v["template_key"]),
+        cell(&v["template_version"]),
+        cell(&intent["amount"]),
+        cell(&intent["asset"]),
+        cell(&intent["source"]),
+        cell(&intent["destination"]),
+    );
+    let approvals = v["approvals"].as_array().map(Vec::len).unwrap_or(0);
+    let _ = writeln!(
+        s,
+        "approval {}  ({approvals}/{} approvers)  created by {}",
+        cell(&v["approval_status"]),
+        cell(&v["approvals_required"]),
+        cell(&v["created_by"])
+    );
+    let depth = edges.map(depths).unwrap_or_default();
+    let mut nodes: Vec<&Value> = v["nodes"].as_array().into_iter().flatten().collect();
+    nodes.sort_by_key(|n| (depth.get(&cell(&n["node_key"])).copied().unwrap_or(0), cell(&n["node_key"])));
+    let rows: Vec<Vec<String>> = nodes
+        .iter()
+        .map(|n| {
+            let key = cell(&n["node_key"]);
+            let indent = "  ".repeat(depth.get(&key).copied().unwrap_or(0));
+            let note = if !n["dispatch_hold"].is_null() {
+                format!(
+                    "held: {} {} ({})",
+                    cell(&n["dispatch_hold"]["scope"]),
+                    cell(&n["dispatch_hold"]["target"]),
+                    cell(&n["dispatch_hold"]["reason"])
+                )
+            } else {
+                match (n["error_code"].as_str(), n["error_detail"].as_str()) {
+                    (Some(c), Some(d)) => format!("{c}: {d}"),
+                    (Some(c), None) => c.to_string(),
+                    _ => String::new(),
+                }
+            };
+            vec![
+                format!("{indent}{key}"),
+                cell(&n["node_state"]),
+                cell(&n["attempt_no"]),
+                cell(&n["executor_key"]),
+                cell(&n["provider_ref_id"]),
+                note,
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        s.push_str(&table(&["node", "state", "attempt", "executor", "provider_ref", "note"], &rows));
+    }
+    s
+}
+
+pub fn movements(v: &Value) -> String {
+    let rows: Vec<Vec<String>> = v["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|m| {
+            vec![
+                cell(&m["id"]),
+                cell(&m["request_state"]),
+                cell(&m["template_key"]),
+                cell(&m["intent"]["amount"]),
+                cell(&m["intent"]["asset"]),
+                cell(&m["created_by"]),
+                cell(&m["created_at"]),
+            ]
+        })
+        .collect();
+    with_cursor(table(&["id", "state", "template", "amount", "asset", "created_by", "created_at"], &rows), v)
+}
+
+pub fn diagnosis(v: &Value) -> String {
+    let mut s = format!(
+        "{} {}: {}\nrequired action: {}\n",
+        cell(&v["node_key"]),
+        cell(&v["case"]),
+        cell(&v["title"]),
+        cell(&v["required_action"])
+    );
+    for a in v["also_consider"].as_array().into_iter().flatten() {
+        let _ = writeln!(s, "also consider: {}", cell(a));
+    }
+    let e = &v["evidence"];
+    let _ = writeln!(
+        s,
+        "evidence: request {}, node {}, attempt {}, lane {}, {}s since start (grace {}s), markers {}",
+        cell(&e["request_state"]),
+        cell(&e["node"]["node_state"]),
+        cell(&e["node"]["attempt_no"]),
+        cell(&e["lane"]),
+        cell(&e["seconds_since_started"]),
+        cell(&e["grace_seconds"]),
+        e["markers"]
+    );
+    s.push_str("automatic resolution: none (a person decides)\n");
+    s
+}
+
+pub fn key_created(v: &Value) -> String {
+    format!(
+        "id: {}\nprincipal: {}\nroles: {}\nsecret: {}\n(the secret is shown once; store it now)\n",
+        cell(&v["id"]),
+        cell(&v["principal"]),
+        cell(&v["roles"]),
+        cell(&v["secret"])
+    )
+}
+
+pub fn keys(v: &Value) -> String {
+    let cols = ["id", "principal", "roles", "created_by", "created_at", "revoked_at"];
+    with_cursor(table(&cols, &rows(v, &cols)), v)
+}
+
+pub fn pause(v: &Value) -> String {
+    let target = v["target"].as_str().filter(|t| !t.is_empty()).unwrap_or("(everything)");
+    format!(
+        "{} {target}: {} (by {} at {})\n",
+        cell(&v["scope"]),
+        cell(&v["reason"]),
+        cell(&v["paused_by"]),
+        cell(&v["paused_at"])
+    )
+}
+
+pub fn pauses(v: &Value) -> String {
+    let cols = ["scope", "target", "reason", "paused_by", "paused_at"];
+    let r = rows(v, &cols);
+    if r.is_empty() {
+        return "no pauses: submits flow normally\n".into();
+    }
+    table(&cols, &r)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn tables_align_and_dags_indent() {
+        let t = table(&["a", "bb"], &[vec!["xxx".into(), "1".into()]]);
+        assert_eq!(t, "A    BB\nxxx  1\n");
+        let m = json!({"id": "m1", "request_state": "EXECUTING", "template_key": "t", "template_version": 1,
+            "intent": {"asset": "USDC", "amount": "5"}, "approvals": [], "approvals_required": 1,
+            "nodes": [{"node_key": "b", "node_state": "READY", "attempt_no": 0, "dispatch_hold": {"scope": "global", "target": "", "reason": "incident"}},
+                      {"node_key": "a", "node_state": "COMPLETED", "attempt_no": 1}]});
+        let out = movement(&m, Some(&json!([{"from": "a", "to": "b"}])));
+        let a = out.find("\na ").expect("a first");
+        let b = out.find("\n  b ").expect("b indented under a");
+        assert!(a < b, "{out}");
+        assert!(out.contains("held: global"), "{out}");
+    }
+}

@@ -425,12 +425,7 @@ async fn run(cli: &Cli) -> anyhow::Result<i32> {
     Ok(0)
 }
 
-async fn movements(
-    cli: &Cli,
-    c: &Client,
-    m: &Movements,
-    out: &dyn Fn(&Value, &dyn Fn(&Value) -> String),
-) -> anyhow::Result<i32> {
+async fn movements(cli: &Cli, c: &Client, m: &Movements, out: &Printer<'_>) -> anyhow::Result<i32> {
     let path = |id: &str, rest: &str| format!("/v3/movements/{}{rest}", encode(id));
     let v = match m {
         Movements::Create(a) => {
@@ -492,6 +487,9 @@ async fn movements(
     out(&v, &|v| render::movement(v, None));
     Ok(0)
 }
+
+/// Prints a value: as JSON with `--json`, else with the given human renderer.
+type Printer<'a> = dyn Fn(&Value, &dyn Fn(&Value) -> String) + 'a;
 
 /// States after which nothing happens without a person (or ever).
 const SETTLED: &[&str] =

@@ -58,7 +58,8 @@ fn with_cursor(mut s: String, v: &Value) -> String {
 pub fn object(v: &Value) -> String {
     let mut s = String::new();
     for (k, x) in v.as_object().into_iter().flatten() {
-        if !x.is_object() && !(x.is_array() && !x.as_array().is_some_and(|a| a.iter().all(Value::is_string))) {
+        let flat_list = x.as_array().is_some_and(|a| a.iter().all(Value::is_string));
+        if !x.is_object() && (!x.is_array() || flat_list) {
             let _ = writeln!(s, "{k}: {}", cell(x));
         }
     }

@@ -3,8 +3,11 @@
 
     parse_metrics.py FILE [FILE ...]
 
-Each FILE is parsed with ``prometheus_client.parser.text_string_to_metric_families`` (run it
-with the python printed by scripts/ensure-test-venv.sh). On success prints ONE JSON object to
+Each FILE is parsed with prometheus_client's own parsers (run it with the python printed by
+scripts/ensure-test-venv.sh): an OpenMetrics exposition (one ending in ``# EOF``, as qtg's
+``/metrics`` serves with ``application/openmetrics-text``) with the strict
+``prometheus_client.openmetrics.parser``, anything else with the Prometheus text-format
+``prometheus_client.parser``. On success prints ONE JSON object to
 stdout and exits 0:
 
     {
@@ -42,6 +45,9 @@ import sys
 
 sys.dont_write_bytecode = True
 
+from prometheus_client.openmetrics.parser import (  # noqa: E402
+    text_string_to_metric_families as openmetrics_families,
+)
 from prometheus_client.parser import text_string_to_metric_families  # noqa: E402
 
 
@@ -58,7 +64,9 @@ def json_value(v):
 
 def parse(text):
     families = {}
-    for fam in text_string_to_metric_families(text):
+    openmetrics = text.rstrip("\n").endswith("# EOF")
+    parser = openmetrics_families if openmetrics else text_string_to_metric_families
+    for fam in parser(text):
         entry = families.setdefault(
             fam.name, {"type": fam.type, "help": fam.documentation, "samples": []}
         )

@@ -7,49 +7,13 @@ use std::time::Duration;
 use qtg_tests::*;
 use serde_json::{json, Value};
 
-const HMAC_SECRET: &str = "example-hmac-secret-0001";
-
-struct Remote {
-    proc: Proc,
-    registry: std::path::PathBuf,
-}
-
-/// Starts the example executor and writes a registry naming it next to the sim lanes.
-/// Calls are HMAC-signed on both transports (the registry names the secret's env var).
-async fn start_example(db: &TestDb, timeout_ms: u64) -> anyhow::Result<Remote> {
-    let env = [
-        ("EXAMPLE_GRPC_ADDR", "127.0.0.1:0"),
-        ("EXAMPLE_HTTP_ADDR", "127.0.0.1:0"),
-        ("EXAMPLE_HMAC_SECRET", HMAC_SECRET),
-    ];
-    let proc = Proc::spawn("qtg-remote-executor-example", &db.url, &env).await?;
-    let grpc = proc.wait_field("grpc_addr", Duration::from_secs(20)).await?;
-    let http = proc.wait_field("http_addr", Duration::from_secs(20)).await?;
-    let sim = std::fs::read_to_string(registry_file())?;
-    let registry = std::env::temp_dir().join(format!("{}-registry.toml", db.name));
-    std::fs::write(
-        &registry,
-        format!(
-            "{sim}\n[executors.\"exec.ex.grpc\"]\ntransport = \"grpc\"\nendpoint = \"http://{grpc}\"\ntimeout_ms = {timeout_ms}\n\
-             auth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n\
-             [executors.\"exec.ex.http\"]\ntransport = \"http\"\nendpoint = \"http://{http}\"\ntimeout_ms = {timeout_ms}\n\
-             auth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n\
-             [signers.\"signer.ex.grpc\"]\ntransport = \"grpc\"\nendpoint = \"http://{grpc}\"\n\
-             auth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n\
-             [signers.\"signer.ex.http\"]\ntransport = \"http\"\nendpoint = \"http://{http}/signer\"\n\
-             auth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n"
-        ),
-    )?;
-    Ok(Remote { proc, registry })
-}
-
 /// qtg-api, a dispatcher, an observer and recovery, all reading the example's registry.
 async fn start_system(db: &TestDb, remote: &Remote) -> anyhow::Result<(Api, Vec<Proc>)> {
     let reg = remote.registry.to_string_lossy().to_string();
     let env = [
         ("MG_EXECUTOR_REGISTRY", reg.as_str()),
         ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "1"),
-        ("QTG_EXAMPLE_SECRET", HMAC_SECRET),
+        ("QTG_EXAMPLE_SECRET", EXAMPLE_HMAC_SECRET),
     ];
     let api = Api::start(&db.url, &env).await?;
     let mut workers = Vec::new();
@@ -66,7 +30,7 @@ fn remote_node(key: &str, executor: &str, example: Value) -> Value {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let remote = start_example(&db, 1000).await?;
+    let remote = start_example(&db, 1000, &[]).await?;
     let (api, mut workers) = start_system(&db, &remote).await?;
     let keys = Keys::create(&api).await?;
 
@@ -348,7 +312,7 @@ async fn wait_event(db: &TestDb, id: &str, method: &str, outcome: &str) -> anyho
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn each_remote_failure_has_its_protocol_semantics() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let remote = start_example(&db, 1000).await?;
+    let remote = start_example(&db, 1000, &[]).await?;
     let (api, _workers) = start_system(&db, &remote).await?;
     let keys = Keys::create(&api).await?;
     let cases = [

@@ -126,11 +126,13 @@ impl Engine {
             match self.send(row).await {
                 Ok(()) => {
                     callbacks::mark_sent(&mut tx, row.id).await?;
+                    qtg_telemetry::sink().callback_delivery("delivered");
                     tracing::info!(callback_id = %row.id, movement_id = %row.request_id, event_type = %row.event_type, sequence = row.sequence, "callback delivered");
                 }
                 Err(f) => {
                     let status =
                         callbacks::mark_failed(&mut tx, row.id, s.max_attempts, &f.error, f.retry_after).await?;
+                    qtg_telemetry::sink().callback_delivery(if status == "dlq" { "dlq" } else { "retry" });
                     tracing::warn!(callback_id = %row.id, movement_id = %row.request_id, attempt = row.attempts + 1, status = %status, error = %f.error, "callback delivery failed");
                 }
             }
@@ -159,9 +161,12 @@ impl Engine {
             .resolve(&host, addr)
             .build()
             .map_err(|e| fail(e.to_string()))?;
-        let resp = client
-            .post(&row.callback_url)
-            .header("content-type", "application/json")
+        let mut req = client.post(&row.callback_url).header("content-type", "application/json");
+        // The receiver joins the trace of the step that produced the event.
+        if let Some(tp) = &row.traceparent {
+            req = req.header("traceparent", tp);
+        }
+        let resp = req
             .header(qtg_webhook::HEADER_TIMESTAMP, &ts)
             .header(qtg_webhook::HEADER_NONCE, &row.callback_nonce)
             .header(qtg_webhook::HEADER_VERSION, qtg_webhook::VERSION)

@@ -23,6 +23,7 @@ use crate::advance::{apply_request_state, apply_result};
 use crate::calls::{self, with_deadline};
 use crate::context::{build_execution_context, ContextError};
 use crate::{Engine, Result};
+use tracing::Instrument;
 
 /// How many READY candidates one claim pass lists.
 const CANDIDATE_SCAN: i64 = 16;
@@ -45,12 +46,18 @@ impl Engine {
             tx.commit().await?;
             return Ok(0);
         };
-        let staged = self.prepare_submission(&mut tx, item).await?;
-        tx.commit().await?;
-        if let Some(submission) = staged {
-            self.submit(submission).await?;
+        // One trace per node step: transaction 1, the submit, transaction 2.
+        let span = crate::step_span("dispatch", &item, item.attempt_no + 1);
+        async move {
+            let staged = self.prepare_submission(&mut tx, item).await?;
+            tx.commit().await?;
+            if let Some(submission) = staged {
+                self.submit(submission).await?;
+            }
+            Ok(1)
         }
-        Ok(1)
+        .instrument(span)
+        .await
     }
 
     /// Transaction 1. `None` when the node ended here (FAILED) instead of reaching SUBMITTING.
@@ -113,7 +120,7 @@ impl Engine {
         let deadline = self.settings.executor_timeout;
 
         // Preflight: nothing has been sent, so every failure is a plain FAILED.
-        let (res, ms) = with_deadline(deadline, executor.preflight(&ctx, conn)).await;
+        let (res, ms) = with_deadline("preflight", deadline, executor.preflight(&ctx, conn)).await;
         // A pass is recorded together with prepare's answer below (one round trip).
         let preflight_ms = match res {
             Ok(None) => ms,
@@ -133,7 +140,7 @@ impl Engine {
         };
 
         // Prepare.
-        let (res, ms) = with_deadline(deadline, executor.prepare(&ctx, conn)).await;
+        let (res, ms) = with_deadline("prepare", deadline, executor.prepare(&ctx, conn)).await;
         let mut prepared = match res {
             Ok(Prepared::Action(p)) => p,
             Ok(Prepared::Refused(result)) => {
@@ -219,13 +226,19 @@ impl Engine {
             };
             let request = SignRequest::build(&ctx, &signer_key, &prepared);
             let started = std::time::Instant::now();
-            let res = match tokio::time::timeout(deadline, signer.sign(&request)).await {
+            let span = calls::call_span("sign");
+            let res = match tokio::time::timeout(deadline, signer.sign(&request)).instrument(span.clone()).await {
                 Ok(Ok(result)) => Ok(result),
                 Ok(Err(SignError::Refused(why))) => Err(SignFailure::Refused(why)),
                 Ok(Err(SignError::Call(e))) => Err(SignFailure::Call(e)),
                 Err(_) => Err(SignFailure::Call(ExecutorError::Timeout(deadline.as_millis() as u64))),
             };
-            let ms = started.elapsed().as_millis().min(i32::MAX as u128) as i32;
+            let outcome = match &res {
+                Ok(_) => "ok",
+                Err(SignFailure::Refused(_)) => "refused",
+                Err(SignFailure::Call(e)) => calls::outcome(e),
+            };
+            let ms = calls::call_ended(&span, "sign", outcome, started);
             match res {
                 Ok(result) => {
                     calls::record(conn, &item, attempt_no, "sign", "ok", None, ms, &self.actor).await?;
@@ -320,6 +333,7 @@ impl Engine {
             return Ok(());
         }
         let (res, ms) = with_deadline(
+            "submit",
             self.settings.executor_timeout,
             s.executor.submit(&s.ctx, &s.prepared, s.signed.as_ref(), &key, &mut tx),
         )

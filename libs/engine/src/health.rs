@@ -30,12 +30,12 @@ impl Engine {
         let deadline = self.settings.executor_timeout;
         let mut executors = Vec::new();
         for e in self.registry.executors() {
-            let (res, _) = with_deadline(deadline, e.executor.health()).await;
+            let (res, _) = with_deadline("health", deadline, e.executor.health()).await;
             executors.push((e.key.clone(), e.transport.as_str(), e.lane.as_str(), state(&res)));
         }
         let mut signers = Vec::new();
         for s in self.registry.signers() {
-            let (res, _) = with_deadline(deadline, s.signer.health()).await;
+            let (res, _) = with_deadline("signer_health", deadline, s.signer.health()).await;
             let observed = match &res {
                 Ok(Some(d)) => match d.get("signer_address").and_then(Value::as_str) {
                     Some(a) => {

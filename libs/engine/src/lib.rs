@@ -110,6 +110,21 @@ pub struct Engine {
     pub actor: String,
 }
 
+/// The root span of one node step (`node.dispatch`, `node.observe`, `node.recover`): a new
+/// trace per step, carrying the movement, node, executor and attempt.
+pub(crate) fn step_span(step: &'static str, item: &qtg_store::WorkItem, attempt_no: i32) -> tracing::Span {
+    tracing::info_span!(
+        parent: None,
+        "node.step",
+        otel.name = %format_args!("node.{step}"),
+        step,
+        movement_id = %item.request_id,
+        node_key = %item.node_key,
+        executor_key = %item.executor_key,
+        attempt_no,
+    )
+}
+
 impl Engine {
     /// The executor keys this worker can call: it claims only nodes bound to one of them.
     pub fn served_keys(&self) -> Vec<String> {

@@ -9,6 +9,7 @@ use qtg_executor::ExecutorError;
 use qtg_store::claims::{self, Pickup};
 use qtg_store::transition::{self, Meta, NodePatch};
 use qtg_store::{PgConnection, WorkItem};
+use tracing::Instrument;
 
 use crate::advance::{apply_request_state, apply_result};
 use crate::calls::{self, with_deadline};
@@ -30,8 +31,14 @@ impl Engine {
                 tx.rollback().await?;
                 continue;
             };
-            self.observe_node(&mut tx, &item).await?;
-            tx.commit().await?;
+            let span = crate::step_span("observe", &item, item.attempt_no);
+            async {
+                self.observe_node(&mut tx, &item).await?;
+                tx.commit().await?;
+                Ok::<_, crate::EngineError>(())
+            }
+            .instrument(span)
+            .await?;
             processed += 1;
         }
         Ok(processed)
@@ -71,7 +78,8 @@ impl Engine {
                 return self.call_failed_no_change(conn, item, "observe", &e, 0).await;
             }
         };
-        let (res, ms) = with_deadline(self.settings.executor_timeout, entry.executor.observe(&ctx, conn)).await;
+        let (res, ms) =
+            with_deadline("observe", self.settings.executor_timeout, entry.executor.observe(&ctx, conn)).await;
         let res = res.and_then(|r| r.validate(Method::Observe).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0)));
         match res {
             Ok(result) => {

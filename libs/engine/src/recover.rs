@@ -8,6 +8,7 @@ use qtg_core::Lane;
 use qtg_executor::ExecutorError;
 use qtg_store::claims::{self, Pickup};
 use qtg_store::{PgConnection, WorkItem};
+use tracing::Instrument;
 
 use crate::advance::apply_result;
 use crate::calls::with_deadline;
@@ -32,8 +33,14 @@ impl Engine {
                     tx.rollback().await?;
                     continue;
                 };
-                self.recover_node(&mut tx, &item).await?;
-                tx.commit().await?;
+                let span = crate::step_span("recover", &item, item.attempt_no);
+                async {
+                    self.recover_node(&mut tx, &item).await?;
+                    tx.commit().await?;
+                    Ok::<_, crate::EngineError>(())
+                }
+                .instrument(span)
+                .await?;
                 processed += 1;
             }
         }
@@ -58,7 +65,8 @@ impl Engine {
         };
         let key = idempotency_key(&ctx.request_node_id, item.attempt_no);
         tracing::info!(node_id = %item.node_id, node_key = %item.node_key, state = %from, idempotency_key = %key, "recovering node");
-        let (res, ms) = with_deadline(self.settings.executor_timeout, entry.executor.recover(&ctx, &key, conn)).await;
+        let (res, ms) =
+            with_deadline("recover", self.settings.executor_timeout, entry.executor.recover(&ctx, &key, conn)).await;
         let res = res.and_then(|r| r.validate(Method::Recover).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0)));
         match res {
             Ok(result) => {

@@ -331,7 +331,17 @@ fn authorize<T: Serialize>(auth: &Auth, req: &Request<T>) -> Result<(), Status> 
         _ => Vec::new(),
     };
     let md = req.metadata();
-    auth.check(|k| md.get(k).and_then(|v| v.to_str().ok()).map(String::from), &body).map_err(Status::unauthenticated)
+    auth.check(|k| md.get(k).and_then(|v| v.to_str().ok()).map(String::from), &body)
+        .map_err(Status::unauthenticated)?;
+    log_trace_context("grpc", md.get("traceparent").and_then(|v| v.to_str().ok()));
+    Ok(())
+}
+
+/// The caller's W3C trace context (qtg sends its node step's), for implementers to join.
+fn log_trace_context(transport: &str, traceparent: Option<&str>) {
+    if let Some(tp) = traceparent {
+        tracing::debug!(transport, traceparent = tp, "call carries trace context");
+    }
 }
 
 #[tonic::async_trait]
@@ -416,6 +426,7 @@ impl IntoResponse for Rejected {
 fn http_input<T: DeserializeOwned>(s: &Auth, headers: &HeaderMap, body: &Bytes) -> Result<T, Rejected> {
     s.check(|k| headers.get(k).and_then(|v| v.to_str().ok()).map(String::from), body)
         .map_err(Rejected::Unauthorized)?;
+    log_trace_context("http", headers.get("traceparent").and_then(|v| v.to_str().ok()));
     serde_json::from_slice(body).map_err(|e| Rejected::Invalid(e.to_string()))
 }
 

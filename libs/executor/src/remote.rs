@@ -182,6 +182,10 @@ fn grpc_request<T: prost::Message + Serialize>(msg: T, endpoint: &Endpoint) -> t
             req.metadata_mut().insert(k, v);
         }
     }
+    // W3C trace context of the caller's span: the executor's work joins the node step's trace.
+    if let Some(Ok(tp)) = qtg_telemetry::traceparent().map(|t| t.parse()) {
+        req.metadata_mut().insert("traceparent", tp);
+    }
     req
 }
 
@@ -204,6 +208,9 @@ async fn http_call<Req: Serialize, Resp: DeserializeOwned>(
     }
     for (k, v) in endpoint.auth.headers(&bytes) {
         req = req.header(k, v);
+    }
+    if let Some(tp) = qtg_telemetry::traceparent() {
+        req = req.header("traceparent", tp);
     }
     let resp = req.body(bytes).send().await.map_err(|e| {
         if e.is_timeout() {

@@ -112,6 +112,10 @@ pub struct Settings {
     pub workers_enabled: bool,
     /// Global risk limits (`MG_RISK_*`), combined with each template's, the stricter winning.
     pub risk: qtg_core::risk::RiskLimits,
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`: export traces over OTLP/gRPC when set.
+    pub otlp_endpoint: Option<String>,
+    /// `OTEL_SERVICE_NAME` (else the binary's name).
+    pub otel_service_name: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -273,6 +277,8 @@ impl Settings {
             shutdown_grace: s.interval("MG_SHUTDOWN_GRACE_SECONDS", 30.0)?,
             workers_enabled: s.flag("MG_WORKERS_ENABLED", true)?,
             risk: risk_limits(&s)?,
+            otlp_endpoint: s.get("OTEL_EXPORTER_OTLP_ENDPOINT").map(String::from),
+            otel_service_name: s.get("OTEL_SERVICE_NAME").map(String::from),
         };
         if let Some(k) = &settings.bootstrap_admin_key {
             if k.len() < 16 {
@@ -347,6 +353,7 @@ impl fmt::Debug for Settings {
             .field("callback_allowed_hosts", &self.callback_allowed_hosts)
             .field("bootstrap_admin_key", &self.bootstrap_admin_key.as_ref().map(|_| "***"))
             .field("risk", &self.risk)
+            .field("otlp_endpoint", &self.otlp_endpoint)
             .finish()
     }
 }

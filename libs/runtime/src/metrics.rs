@@ -20,6 +20,28 @@ pub struct OutboxLabel {
     pub outbox: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TransitionLabel {
+    pub from: String,
+    pub to: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CallLabel {
+    pub method: String,
+    pub outcome: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PickupLabel {
+    pub pickup: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: String,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     inner: Arc<Inner>,
@@ -37,6 +59,10 @@ struct Inner {
     tick_errors: Family<WorkerLabel, Counter>,
     consecutive_errors: Family<WorkerLabel, Gauge>,
     tick_seconds: Family<WorkerLabel, Histogram>,
+    transitions: Family<TransitionLabel, Counter>,
+    executor_calls: Family<CallLabel, Histogram>,
+    claim_misses: Family<PickupLabel, Counter>,
+    callback_deliveries: Family<OutcomeLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -86,9 +112,39 @@ impl Metrics {
             "Seconds since a worker's newest heartbeat",
             heartbeat_age.clone(),
         );
+        let transitions = Family::<TransitionLabel, Counter>::default();
+        let executor_calls = Family::<CallLabel, Histogram>::new_with_constructor(|| {
+            Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0])
+        });
+        let claim_misses = Family::<PickupLabel, Counter>::default();
+        let callback_deliveries = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "node_transitions",
+            "Node state transitions written, by from and to state",
+            transitions.clone(),
+        );
+        registry.register(
+            "executor_call_duration_seconds",
+            "Executor and signer call latency by method and outcome (ok, timeout, transport_error, protocol_error, refused)",
+            executor_calls.clone(),
+        );
+        registry.register(
+            "claim_misses",
+            "Candidates a worker found locked elsewhere or no longer matching, by pickup",
+            claim_misses.clone(),
+        );
+        registry.register(
+            "callback_deliveries",
+            "Callback delivery attempts by outcome (delivered, retry, dlq)",
+            callback_deliveries.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
                 registry,
+                transitions,
+                executor_calls,
+                claim_misses,
+                callback_deliveries,
                 processed,
                 tick_errors,
                 consecutive_errors,
@@ -142,5 +198,27 @@ impl Metrics {
         let mut out = String::new();
         prometheus_client::encoding::text::encode(&mut out, &self.inner.registry).expect("writing to a String");
         out
+    }
+}
+
+/// The lower layers report through this (installed once per process at boot).
+impl qtg_telemetry::Sink for Metrics {
+    fn node_transition(&self, from: &str, to: &str) {
+        self.inner.transitions.get_or_create(&TransitionLabel { from: from.into(), to: to.into() }).inc();
+    }
+
+    fn executor_call(&self, method: &str, outcome: &str, seconds: f64) {
+        self.inner
+            .executor_calls
+            .get_or_create(&CallLabel { method: method.into(), outcome: outcome.into() })
+            .observe(seconds);
+    }
+
+    fn claim_miss(&self, pickup: &str) {
+        self.inner.claim_misses.get_or_create(&PickupLabel { pickup: pickup.into() }).inc();
+    }
+
+    fn callback_delivery(&self, outcome: &str) {
+        self.inner.callback_deliveries.get_or_create(&OutcomeLabel { outcome: outcome.into() }).inc();
     }
 }

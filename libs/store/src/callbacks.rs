@@ -28,6 +28,8 @@ pub struct CallbackRow {
     pub replay_of: Option<Uuid>,
     pub sent_at: Option<DateTime<Utc>>,
     pub created_at: DateTime<Utc>,
+    /// W3C trace context of the step that produced the event (sent as `traceparent`).
+    pub traceparent: Option<String>,
     /// The movement's own signing secret, if it has one (never serialized).
     #[serde(skip)]
     pub movement_secret: Option<String>,
@@ -35,7 +37,7 @@ pub struct CallbackRow {
 
 const COLUMNS: &str = "id, request_id, event_id, event_type, sequence, payload, callback_url, status, attempts,
     max_attempts, next_attempt_at, last_error, callback_timestamp, callback_nonce, replay_of, sent_at, created_at,
-    (SELECT r.callback_secret FROM movement_requests r WHERE r.id = request_id) AS movement_secret";
+    traceparent, (SELECT r.callback_secret FROM movement_requests r WHERE r.id = request_id) AS movement_secret";
 
 fn from_row(r: &sqlx::postgres::PgRow) -> Result<CallbackRow> {
     Ok(CallbackRow {
@@ -56,6 +58,7 @@ fn from_row(r: &sqlx::postgres::PgRow) -> Result<CallbackRow> {
         replay_of: r.try_get("replay_of")?,
         sent_at: r.try_get("sent_at")?,
         created_at: r.try_get("created_at")?,
+        traceparent: r.try_get("traceparent")?,
         movement_secret: r.try_get("movement_secret")?,
     })
 }
@@ -119,9 +122,9 @@ pub async fn replay(conn: &mut PgConnection, id: Uuid) -> Result<Option<Callback
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "INSERT INTO movement_callback_outbox
              (id, request_id, event_id, event_type, sequence, payload, callback_url, max_attempts,
-              callback_timestamp, callback_nonce, replay_of)
+              callback_timestamp, callback_nonce, replay_of, traceparent)
          SELECT gen_random_uuid(), request_id, event_id, event_type, sequence, payload, callback_url, max_attempts,
-                extract(epoch FROM now())::bigint, gen_random_uuid()::text, id
+                extract(epoch FROM now())::bigint, gen_random_uuid()::text, id, traceparent
          FROM movement_callback_outbox WHERE id = $1 AND status = 'dlq'
          RETURNING {COLUMNS}"
     )))

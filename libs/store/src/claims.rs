@@ -55,6 +55,15 @@ impl Pickup {
         }
     }
 
+    /// The metric label of this pickup.
+    pub fn name(self) -> &'static str {
+        match self {
+            Pickup::Dispatch => "dispatch",
+            Pickup::Observe => "observe",
+            Pickup::Recover { .. } => "recover",
+        }
+    }
+
     fn order(self) -> &'static str {
         match self {
             Pickup::Dispatch | Pickup::Observe => "r.created_at, n.id",
@@ -119,6 +128,7 @@ pub async fn claim(
         }
         None => {
             savepoint.rollback().await?;
+            qtg_telemetry::sink().claim_miss(pickup.name());
             Ok(None)
         }
     }

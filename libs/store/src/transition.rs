@@ -112,7 +112,7 @@ WITH upd AS (
 ), cb AS (
     INSERT INTO movement_callback_outbox
         (id, request_id, event_id, event_type, sequence, payload, callback_url,
-         callback_timestamp, callback_nonce)
+         callback_timestamp, callback_nonce, traceparent)
     SELECT gen_random_uuid(), req.id, ev.event_id, 'node_state_changed', req.callback_sequence,
         jsonb_build_object(
             'event_id', ev.event_id, 'event_type', 'node_state_changed',
@@ -123,7 +123,7 @@ WITH upd AS (
             'data', jsonb_build_object('from', $2::text, 'to', upd.node_state,
                 'attempt_no', upd.attempt_no, 'provider_state', upd.provider_state,
                 'error_code', upd.error_code)),
-        req.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text
+        req.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text, $20::text
     FROM req CROSS JOIN upd CROSS JOIN (SELECT gen_random_uuid() AS event_id) ev
 ), aud AS (
     INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
@@ -188,10 +188,16 @@ async fn write_node(
         .bind(meta.actor)
         .bind(meta.reason)
         .bind(channel)
+        .bind(qtg_telemetry::traceparent())
         .fetch_optional(&mut *conn)
         .await?;
     match row {
-        Some(row) => Ok(row.try_get("attempt_no")?),
+        Some(row) => {
+            if transition {
+                qtg_telemetry::sink().node_transition(from.as_str(), to.as_str());
+            }
+            Ok(row.try_get("attempt_no")?)
+        }
         None => Err(StoreError::StaleState { entity: "node", id: node_id.to_string(), expected: from.to_string() }),
     }
 }
@@ -250,14 +256,14 @@ WITH upd AS (
 ), cb AS (
     INSERT INTO movement_callback_outbox
         (id, request_id, event_id, event_type, sequence, payload, callback_url,
-         callback_timestamp, callback_nonce)
+         callback_timestamp, callback_nonce, traceparent)
     SELECT gen_random_uuid(), ev.id, ev.event_id, ev.event_type, ev.seq,
         jsonb_build_object(
             'event_id', ev.event_id, 'event_type', ev.event_type, 'movement_id', ev.id,
             'sequence', ev.seq, 'request_state', ev.request_state,
             'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
             'data', jsonb_build_object('from', $2::text, 'to', ev.request_state, 'reason', $10::text)),
-        ev.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text
+        ev.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text, $11::text
     FROM events ev
 ), aud AS (
     INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
@@ -295,6 +301,7 @@ pub async fn transition_request(
         .bind(event_type)
         .bind(meta.actor)
         .bind(meta.reason)
+        .bind(qtg_telemetry::traceparent())
         .fetch_optional(&mut *conn)
         .await?;
     match row {
@@ -326,13 +333,13 @@ WITH req AS (
 ), ev AS (SELECT gen_random_uuid() AS event_id), cb AS (
     INSERT INTO movement_callback_outbox
         (id, request_id, event_id, event_type, sequence, payload, callback_url,
-         callback_timestamp, callback_nonce)
+         callback_timestamp, callback_nonce, traceparent)
     SELECT gen_random_uuid(), req.id, ev.event_id, $2, req.callback_sequence,
         jsonb_build_object('event_id', ev.event_id, 'event_type', $2::text, 'movement_id', req.id,
             'sequence', req.callback_sequence, 'request_state', req.request_state,
             'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
             'data', $3::jsonb),
-        req.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text
+        req.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text, $5::text
     FROM req CROSS JOIN ev WHERE req.callback_url IS NOT NULL
 )
 SELECT count(*) FROM (SELECT pg_notify('qtg_callback', '') FROM req WHERE req.callback_url IS NOT NULL) n
@@ -342,6 +349,7 @@ SELECT count(*) FROM (SELECT pg_notify('qtg_callback', '') FROM req WHERE req.ca
     .bind(event_type)
     .bind(data)
     .bind(frontier.map(|f| serde_json::json!(f)))
+    .bind(qtg_telemetry::traceparent())
     .execute(&mut *conn)
     .await?;
     Ok(())

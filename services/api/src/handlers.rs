@@ -76,6 +76,24 @@ pub async fn refuse_nul(req: Request, next: axum::middleware::Next) -> Response 
     next.run(req).await
 }
 
+/// Each request is its own trace (`api.request`): what an approval or an operator action
+/// changes — and the callbacks it enqueues — carries that trace.
+pub async fn trace_request(req: Request, next: axum::middleware::Next) -> Response {
+    use tracing::Instrument;
+    let span = tracing::info_span!(
+        parent: None,
+        "api.request",
+        otel.name = "api.request",
+        otel.kind = "server",
+        http.method = %req.method(),
+        http.target = %req.uri().path(),
+        http.status_code = tracing::field::Empty,
+    );
+    let response = next.run(req).instrument(span.clone()).await;
+    span.record("http.status_code", response.status().as_u16());
+    response
+}
+
 /// An optional body: empty means `{}`.
 pub struct OptBody<T>(pub T);
 

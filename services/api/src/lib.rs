@@ -84,6 +84,7 @@ pub fn router(state: AppState) -> Router {
     api.route("/v3/openapi.json", get(move || async move { axum::Json(doc.as_ref().clone()) }))
         .fallback(handlers::not_found)
         .layer(axum::middleware::from_fn(handlers::refuse_nul))
+        .layer(axum::middleware::from_fn(handlers::trace_request))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
 }

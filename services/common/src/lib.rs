@@ -25,6 +25,8 @@ pub struct Process {
     pub registry: Arc<Registry>,
     pub metrics: Metrics,
     pub shutdown: CancellationToken,
+    /// Flushes exported traces when the process ends.
+    pub trace_guard: Option<qtg_runtime::logging::TraceGuard>,
     pub instance_id: String,
 }
 
@@ -42,8 +44,25 @@ pub async fn boot(binary: &'static str, migrate_default: bool) -> anyhow::Result
         println!("{settings:#?}");
         std::process::exit(0);
     }
-    logging::init(settings.log_format, vars.get("RUST_LOG").map(String::as_str));
+    let otlp = settings.otlp_endpoint.as_ref().map(|endpoint| logging::OtlpConfig {
+        endpoint: endpoint.clone(),
+        service_name: settings.otel_service_name.clone().unwrap_or_else(|| binary.to_string()),
+    });
+    let trace_guard = match logging::init(settings.log_format, vars.get("RUST_LOG").map(String::as_str), otlp.as_ref())
+    {
+        Ok(guard) => guard,
+        Err(e) => {
+            tracing::error!(error = %e, "traces are not exported");
+            None
+        }
+    };
+    if let Some(o) = &otlp {
+        tracing::info!(endpoint = %o.endpoint, service_name = %o.service_name, "exporting traces over OTLP/gRPC");
+    }
     tracing::info!(binary, settings = ?settings, "starting");
+    // Executor latency, transitions, claim misses and callback outcomes reach /metrics.
+    let metrics = Metrics::new();
+    qtg_telemetry::install(metrics.clone());
     let pool = qtg_store::connect(&settings.database_url, settings.db_pool_size)
         .await
         .context("cannot connect to the database")?;
@@ -66,8 +85,9 @@ pub async fn boot(binary: &'static str, migrate_default: bool) -> anyhow::Result
         settings,
         pool,
         registry,
-        metrics: Metrics::new(),
+        metrics,
         shutdown: qtg_runtime::shutdown::on_signals(),
+        trace_guard,
         instance_id,
     })
 }

@@ -209,7 +209,10 @@ impl SignerHandler for ExampleSigner {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    tracing_subscriber::fmt().json().flatten_event(true).with_writer(std::io::stderr).init();
+    // `RUST_LOG=qtg_executor_sdk=debug` also logs the trace context each call carries.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt().json().flatten_event(true).with_env_filter(filter).with_writer(std::io::stderr).init();
     let var = |k: &str| std::env::var(k).ok().filter(|v| !v.is_empty());
     let grpc_addr = var("EXAMPLE_GRPC_ADDR").unwrap_or_else(|| "0.0.0.0:50051".into()).parse()?;
     let http_addr = var("EXAMPLE_HTTP_ADDR").unwrap_or_else(|| "0.0.0.0:8081".into()).parse()?;

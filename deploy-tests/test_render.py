@@ -450,6 +450,61 @@ def test_monitoring(full: Render, default: Render):
     json.loads(dash["data"]["qtg.json"])
 
 
+# Alerts on the workers' event metrics: name -> (values key, metric, a fragment of the expression).
+EVENT_ALERTS = {
+    "QtgExecutorCallsFailing": ("executorCallErrors", "qtg_executor_call_duration_seconds_count", 'outcome!="ok"'),
+    "QtgExecutorSubmitSlow": ("executorSubmitLatency", "qtg_executor_call_duration_seconds_bucket", 'method="submit"'),
+    "QtgCallbacksDeadLettering": ("callbackDeadLettering", "qtg_callback_deliveries_total", 'outcome="dlq"'),
+    "QtgNodesGoingUnknown": ("unknownTransitions", "qtg_node_transitions_total", 'to="UNKNOWN"'),
+}
+
+
+def alert_rules(r: Render) -> dict[str, dict[str, Any]]:
+    rule = r.get("PrometheusRule", "qtg")
+    rules = [x for g in rule["spec"]["groups"] for x in g["rules"]]
+    names = [x["alert"] for x in rules]
+    assert len(names) == len(set(names)), f"{r.name}: an alert defined twice: {names}"
+    return {x["alert"]: x for x in rules}
+
+
+def test_event_metric_alerts(full: Render):
+    rules = alert_rules(full)
+    pr = full.values["metrics"]["prometheusRule"]
+    base = pr["runbookBaseUrl"].rstrip("/")
+    for name, (key, metric, fragment) in EVENT_ALERTS.items():
+        assert name in rules, f"no alert {name}"
+        r, a = rules[name], pr["alerts"][key]
+        assert metric in r["expr"] and fragment in r["expr"], f"{name}: {r['expr']}"
+        assert r["expr"].endswith(f" {a['threshold']}"), f"{name}: threshold {a['threshold']} not in {r['expr']}"
+        assert "namespace=" in r["expr"] and "%" not in r["expr"], f"{name}: {r['expr']}"
+        assert r["for"] == a["for"] and r["labels"]["severity"] == a["severity"]
+        assert r["labels"].get("team") == "payments", f"{name}: alertLabels not applied"
+        assert r["annotations"]["summary"] and r["annotations"]["description"]
+        assert r["annotations"]["runbook_url"] == f"{base}#{a['anchor']}", f"{name}: {r['annotations']['runbook_url']}"
+    assert rules["QtgExecutorCallsFailing"]["expr"].count("sum by (method)") == 2
+    assert rules["QtgExecutorCallsFailing"]["expr"].count("[10m]") == 2
+    assert "histogram_quantile(0.99," in rules["QtgExecutorSubmitSlow"]["expr"]
+    for name in ("QtgCallbacksDeadLettering", "QtgNodesGoingUnknown"):
+        assert "increase(" in rules[name]["expr"] and "[15m]" in rules[name]["expr"]
+    anchors = [a["anchor"] for a in pr["alerts"].values()]
+    assert len(anchors) == len(set(anchors)), f"two alerts share a runbook anchor: {anchors}"
+
+
+def test_event_metric_alerts_are_switchable():
+    values = d.values_file("full-values.yaml")
+    alerts = values["metrics"]["prometheusRule"].setdefault("alerts", {})
+    alerts["executorCallErrors"] = {"enabled": False}
+    alerts["unknownTransitions"] = {"threshold": 12, "for": "5m", "severity": "warning", "anchor": "x"}
+    docs = d.manifests(d.render_chart(values))
+    (rule,) = [o for o in docs if o["kind"] == "PrometheusRule"]
+    rules = {x["alert"]: x for g in rule["spec"]["groups"] for x in g["rules"]}
+    assert "QtgExecutorCallsFailing" not in rules
+    assert {"QtgExecutorSubmitSlow", "QtgCallbacksDeadLettering", "QtgNodesGoingUnknown"} <= set(rules)
+    r = rules["QtgNodesGoingUnknown"]
+    assert r["expr"].endswith("> 12") and r["for"] == "5m" and r["labels"]["severity"] == "warning"
+    assert r["annotations"]["runbook_url"].endswith("#x")
+
+
 def test_dashboard():
     dash = json.loads((d.CHART / "dashboards" / "qtg.json").read_text())
     exprs = " ".join(t["expr"] for p in dash["panels"] for t in p.get("targets", []))
@@ -457,8 +512,14 @@ def test_dashboard():
                    "qtg_worker_tick_errors_total", "qtg_worker_consecutive_errors",
                    "qtg_oldest_unknown_node_age_seconds", "qtg_oldest_stale_submitting_node_age_seconds",
                    "qtg_oldest_manual_intervention_age_seconds", "qtg_callback_dlq_size",
-                   "qtg_worker_heartbeat_age_seconds"):
+                   "qtg_worker_heartbeat_age_seconds",
+                   # The workers' event metrics.
+                   "qtg_executor_call_duration_seconds_count", "qtg_executor_call_duration_seconds_bucket",
+                   "qtg_node_transitions_total", "qtg_claim_misses_total", "qtg_callback_deliveries_total"):
         assert metric in exprs, f"dashboard has no panel on {metric}"
+    for p in dash["panels"]:
+        for t in p.get("targets", []):
+            assert 'namespace=~"$namespace"' in t["expr"], f"panel {p['id']}: {t['expr']} ignores $namespace"
     ids = [p["id"] for p in dash["panels"]]
     assert len(ids) == len(set(ids))
 

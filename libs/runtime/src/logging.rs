@@ -1,6 +1,7 @@
-//! Logs: JSON lines (default) or pretty, filtered by `RUST_LOG` (default `info`). Traces: when
-//! an OTLP endpoint is configured (`OTEL_EXPORTER_OTLP_ENDPOINT`), spans are also exported over
-//! OTLP/gRPC in batches (the SDK reads the `OTEL_BSP_*` batch settings itself).
+//! Logs: JSON lines (default; a line logged inside a node step carries the step's `span` with
+//! movement_id, node_key, executor_key, attempt_no) or pretty, filtered by `RUST_LOG` (default
+//! `info`). Traces: when an OTLP endpoint is configured (`OTEL_EXPORTER_OTLP_ENDPOINT`), spans
+//! are also exported over OTLP/gRPC in batches (the SDK reads the `OTEL_BSP_*` settings itself).
 
 use opentelemetry::trace::TracerProvider as _;
 use opentelemetry_otlp::WithExportConfig;
@@ -46,7 +47,7 @@ pub fn init(format: LogFormat, filter: Option<&str>, otlp: Option<&OtlpConfig>) 
     let filter = EnvFilter::try_new(filter.unwrap_or("info")).unwrap_or_else(|_| EnvFilter::new("info"));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let fmt = match format {
-        LogFormat::Json => fmt.json().flatten_event(true).with_current_span(false).with_span_list(false).boxed(),
+        LogFormat::Json => fmt.json().flatten_event(true).with_current_span(true).with_span_list(false).boxed(),
         LogFormat::Pretty => fmt.boxed(),
     };
     let (otel, guard, error) = match otlp.map(tracer_provider).transpose() {

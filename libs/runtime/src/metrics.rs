@@ -118,6 +118,13 @@ impl Metrics {
         });
         let claim_misses = Family::<PickupLabel, Counter>::default();
         let callback_deliveries = Family::<OutcomeLabel, Counter>::default();
+        // Series exist from the start (at 0), so rate()/increase() see the first event.
+        for outcome in ["delivered", "retry", "dlq"] {
+            let _ = callback_deliveries.get_or_create(&OutcomeLabel { outcome: outcome.into() });
+        }
+        for pickup in ["dispatch", "observe", "recover"] {
+            let _ = claim_misses.get_or_create(&PickupLabel { pickup: pickup.into() });
+        }
         registry.register(
             "node_transitions",
             "Node state transitions written, by from and to state",

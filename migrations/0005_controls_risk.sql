@@ -1,5 +1,7 @@
 -- Issue 5: the kill switch (dispatch pauses), m-of-n approvals, and what velocity limits read.
--- Expand-only: running workers of the previous release keep working.
+-- Expand-only: running workers of the previous release keep working — but they do not know
+-- these controls. Finish the rollout (no API or dispatcher replica of the previous release
+-- left) before relying on pauses, risk limits or m-of-n approvals.
 
 -- A row = new submits paused for that scope. `target` is '' for global, the lane for a lane
 -- pause, the executor key for an executor pause. Resume deletes the row (the audit log keeps
@@ -30,5 +32,5 @@ CREATE TABLE movement_approvals (
 ALTER TABLE movement_requests ADD COLUMN approvals_required integer NOT NULL DEFAULT 1
     CHECK (approvals_required BETWEEN 1 AND 10);
 
--- Velocity limits sum live movements per asset in a window.
-CREATE INDEX movement_requests_velocity ON movement_requests ((intent ->> 'asset'), created_at);
+-- Velocity limits sum live movements per (case-folded) asset in a window.
+CREATE INDEX movement_requests_velocity ON movement_requests (lower(intent ->> 'asset'), created_at);

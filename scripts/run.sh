@@ -66,6 +66,13 @@ Template demo.sim.transfer is installed. Keys are in .qtg/keys/ (the bootstrap a
   curl -s -X POST $api/v3/movements/<id>/approve -H "Authorization: Bearer \$APPROVER"
   curl -s $api/v3/movements/<id> -H "Authorization: Bearer \$REQUESTER"
 
+  # or with qtgctl (QTG_API_URL, QTG_API_KEY; --json for scripts)
+  export QTG_API_URL=$api
+  QTG_API_KEY=\$REQUESTER ./target/debug/qtgctl movements create --template demo.sim.transfer \\
+    --asset USDC --amount 100.00 --source venue-a --destination 0xabc --idempotency-key demo-2
+  QTG_API_KEY=\$APPROVER ./target/debug/qtgctl movements approve <id>
+  QTG_API_KEY=\$REQUESTER ./target/debug/qtgctl movements watch <id>
+
 Ctrl-C stops qtg.
 MSG
 wait $pid

@@ -137,6 +137,10 @@ async fn risk_limits_refuse_at_creation_and_at_approval_and_big_movements_need_t
     // Velocity: 800 + 800 > 1500 within the window, per asset and source.
     let big = create(&api, &keys, movement("t.risk", "v1", "800", "0xdest")).await?;
     refused(movement("t.risk", "v2", "800", "acct-2"), "velocity_limit").await?;
+    // The same source spelled differently is the same budget.
+    let mut respelled = movement("t.risk", "v2b", "800", "acct-2");
+    respelled["intent"]["source"] = json!({"address": "TREASURY-1"});
+    refused(respelled, "velocity_limit").await?;
     let mut other_source = movement("t.risk", "v3", "800", "acct-2");
     other_source["intent"]["source"] = json!("treasury-2");
     let other = create(&api, &keys, other_source).await?;
@@ -174,6 +178,101 @@ async fn risk_limits_refuse_at_creation_and_at_approval_and_big_movements_need_t
     assert_eq!(m["request_state"], "PENDING_APPROVAL");
     assert_eq!(m["approvals"], json!([]), "a refused approval records nothing");
     drop(api);
+    db.drop_db().await;
+    Ok(())
+}
+
+/// An executor whose `prepare` lets an operator's pause commit while the node is claimed
+/// (between the claim and the submit): the pause must still stop the submit.
+struct PausedDuringPrepare {
+    inner: qtg_sim::SimExecutor,
+    pool: sqlx::PgPool,
+}
+
+#[async_trait::async_trait]
+impl qtg_executor::Executor for PausedDuringPrepare {
+    async fn preflight(
+        &self,
+        ctx: &qtg_core::ExecutionContext,
+        tx: &mut sqlx::PgConnection,
+    ) -> Result<Option<qtg_core::ExecutionResult>, qtg_executor::ExecutorError> {
+        self.inner.preflight(ctx, tx).await
+    }
+
+    async fn prepare(
+        &self,
+        ctx: &qtg_core::ExecutionContext,
+        tx: &mut sqlx::PgConnection,
+    ) -> Result<qtg_executor::Prepared, qtg_executor::ExecutorError> {
+        sqlx::query("INSERT INTO dispatch_pauses (scope, target, reason, paused_by) VALUES ('global', '', 'incident', 'ops') ON CONFLICT DO NOTHING")
+            .execute(&self.pool)
+            .await
+            .map_err(|e| qtg_executor::ExecutorError::Unavailable(e.to_string()))?;
+        self.inner.prepare(ctx, tx).await
+    }
+
+    async fn submit(
+        &self,
+        ctx: &qtg_core::ExecutionContext,
+        prepared: &qtg_core::PreparedAction,
+        signed: Option<&qtg_core::SignResult>,
+        key: &str,
+        tx: &mut sqlx::PgConnection,
+    ) -> Result<qtg_core::ExecutionResult, qtg_executor::ExecutorError> {
+        self.inner.submit(ctx, prepared, signed, key, tx).await
+    }
+
+    async fn observe(
+        &self,
+        ctx: &qtg_core::ExecutionContext,
+        tx: &mut sqlx::PgConnection,
+    ) -> Result<qtg_core::ExecutionResult, qtg_executor::ExecutorError> {
+        self.inner.observe(ctx, tx).await
+    }
+
+    async fn recover(
+        &self,
+        ctx: &qtg_core::ExecutionContext,
+        key: &str,
+        tx: &mut sqlx::PgConnection,
+    ) -> Result<qtg_core::ExecutionResult, qtg_executor::ExecutorError> {
+        self.inner.recover(ctx, key, tx).await
+    }
+}
+
+#[tokio::test]
+async fn a_pause_that_commits_after_the_claim_still_stops_the_submit() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let mut registry = qtg_executor::Registry::default();
+    registry.insert_executor(
+        "exec.sim.transfer",
+        qtg_core::Lane::Other,
+        std::sync::Arc::new(PausedDuringPrepare {
+            inner: qtg_sim::SimExecutor::new("exec.sim.transfer", db.pool.clone()),
+            pool: db.pool.clone(),
+        }),
+    );
+    let engine = qtg_engine::Engine {
+        pool: db.pool.clone(),
+        registry: std::sync::Arc::new(registry),
+        settings: qtg_engine::EngineSettings::default(),
+        actor: "test".into(),
+    };
+    install_plan(&engine, "t.p", json!({"nodes": [{"node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"}]})).await?;
+    let id = create_approved(&engine, "t.p", "p-1").await?;
+    assert_eq!(engine.dispatch_tick().await?, 1, "claimed before the pause existed");
+    let (state, code, refs, attempt) = node_row(&db.pool, id, "n").await?;
+    assert_eq!((state.as_str(), code.as_deref(), attempt), ("FAILED", Some("DISPATCH_PAUSED"), 1));
+    assert!(refs.get("__submit_attempt_pending").is_none(), "nothing was sent: no pending marker");
+    let sent: i64 = sqlx::query_scalar("SELECT count(*) FROM sim_ledger").fetch_one(&db.pool).await?;
+    assert_eq!(sent, 0, "the venue never saw a submit");
+    assert_eq!(request_state(&db.pool, id).await?, "FAILED");
+
+    // After resume, an operator retry runs a new attempt (the executor pauses again on
+    // prepare, so lift it from the database the way resume does, before the submit).
+    sqlx::query("DELETE FROM dispatch_pauses").execute(&db.pool).await?;
+    engine.retry_node("ops", id, "n", "incident over").await?;
+    assert_eq!(node_row(&db.pool, id, "n").await?.0, "READY");
     db.drop_db().await;
     Ok(())
 }

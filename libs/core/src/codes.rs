@@ -12,4 +12,6 @@ pub const SIGNER_UNAVAILABLE: &str = "SIGNER_UNAVAILABLE";
 pub const SIGNER_REFUSED: &str = "SIGNER_REFUSED";
 pub const PREPARE_EMPTY: &str = "PREPARE_EMPTY";
 pub const PAYLOAD_HASH_MISMATCH: &str = "PAYLOAD_HASH_MISMATCH";
+/// A pause (kill switch) took effect after the node was claimed, before its submit was sent.
+pub const DISPATCH_PAUSED: &str = "DISPATCH_PAUSED";
 pub const OBSERVATION_TIMEOUT: &str = "OBSERVATION_TIMEOUT";

@@ -22,9 +22,18 @@ impl Amount {
     pub const ZERO: Amount = Amount { int: String::new(), frac: String::new() };
 
     /// Parses `"123"`, `"0.5"`, `"100.50"`: digits, at most one point with digits on both
-    /// sides, no sign, no exponent, at most 78 characters.
+    /// sides, no sign, no exponent, at most 78 characters (an amount a client may send).
     pub fn parse(s: &str) -> Option<Amount> {
-        if s.is_empty() || s.len() > 78 {
+        if s.len() > 78 {
+            return None;
+        }
+        Self::parse_any(s)
+    }
+
+    /// Like [`Amount::parse`] without the length bound: for sums the database computed, which
+    /// may be longer than any single amount.
+    pub fn parse_any(s: &str) -> Option<Amount> {
+        if s.is_empty() {
             return None;
         }
         let (int, frac) = match s.split_once('.') {
@@ -102,18 +111,27 @@ pub struct Velocity {
     pub window_seconds: i64,
 }
 
-/// The limits qtg itself enforces. Every field optional; `default()` enforces nothing.
+/// `required` distinct approvers for amounts at or above `threshold` (every amount when
+/// `None`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ApprovalRule {
+    pub required: u32,
+    pub threshold: Option<Amount>,
+}
+
+/// The limits qtg itself enforces. `default()` enforces nothing. Combining two sets
+/// ([`RiskLimits::stricter`]) keeps every velocity window and every approval rule, so each
+/// source of limits holds on its own terms.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct RiskLimits {
     /// No single movement above this amount.
     pub hard_cap: Option<Amount>,
-    pub velocity: Option<Velocity>,
+    /// Each window is checked on its own.
+    pub velocity: Vec<Velocity>,
     /// When set, `intent.destination` must be one of these.
     pub destination_allowlist: Option<Vec<String>>,
-    /// Distinct approvers needed at or above `multi_approval_threshold` (1 when unset).
-    pub approvals_required: u32,
-    /// Amount from which `approvals_required` applies (every amount when unset).
-    pub multi_approval_threshold: Option<Amount>,
+    /// The movement needs the most approvers any rule asks for (1 without rules).
+    pub approval_rules: Vec<ApprovalRule>,
 }
 
 /// The most approvers a template may demand.
@@ -132,7 +150,7 @@ impl RiskLimits {
                 .filter(|a| !a.is_zero())
                 .ok_or_else(|| format!("risk_controls.{key} must be a decimal string greater than 0, e.g. \"1000\""))
         };
-        let mut out = RiskLimits { approvals_required: 1, ..Default::default() };
+        let mut out = RiskLimits::default();
         if let Some(v) = obj.get("hard_cap") {
             out.hard_cap = Some(amount("hard_cap", v)?);
         }
@@ -151,7 +169,7 @@ impl RiskLimits {
                 .and_then(Value::as_i64)
                 .filter(|w| (1..=MAX_WINDOW_SECONDS).contains(w))
                 .ok_or_else(bad)?;
-            out.velocity = Some(Velocity { amount, window_seconds });
+            out.velocity = vec![Velocity { amount, window_seconds }];
         }
         if let Some(v) = obj.get("destination_allowlist") {
             let bad = || "risk_controls.destination_allowlist must be a list of 1-1000 non-empty strings".to_string();
@@ -163,55 +181,54 @@ impl RiskLimits {
                 .ok_or_else(bad)?;
             out.destination_allowlist = Some(list);
         }
-        if let Some(v) = obj.get("approvals_required") {
-            out.approvals_required = v
-                .as_u64()
-                .filter(|n| (1..=u64::from(MAX_APPROVALS)).contains(n))
-                .and_then(|n| u32::try_from(n).ok())
-                .ok_or_else(|| format!("risk_controls.approvals_required must be an integer 1-{MAX_APPROVALS}"))?;
-        }
-        if let Some(v) = obj.get("multi_approval_threshold") {
-            out.multi_approval_threshold = Some(amount("multi_approval_threshold", v)?);
+        let required = obj
+            .get("approvals_required")
+            .map(|v| {
+                v.as_u64()
+                    .filter(|n| (1..=u64::from(MAX_APPROVALS)).contains(n))
+                    .and_then(|n| u32::try_from(n).ok())
+                    .ok_or_else(|| format!("risk_controls.approvals_required must be an integer 1-{MAX_APPROVALS}"))
+            })
+            .transpose()?;
+        let threshold =
+            obj.get("multi_approval_threshold").map(|v| amount("multi_approval_threshold", v)).transpose()?;
+        match (required, threshold) {
+            (Some(required), threshold) => out.approval_rules.push(ApprovalRule { required, threshold }),
+            (None, Some(_)) => {
+                return Err("risk_controls.multi_approval_threshold needs approvals_required".into());
+            }
+            (None, None) => {}
         }
         Ok(out)
     }
 
-    /// The stricter of two sets of limits, field by field.
+    /// Both sets of limits at once: the lower hard cap, the intersection of allow-lists, and
+    /// every velocity window and approval rule of either.
     pub fn stricter(self, other: &RiskLimits) -> RiskLimits {
-        fn min_amount(a: Option<Amount>, b: &Option<Amount>) -> Option<Amount> {
-            match (a, b) {
-                (Some(a), Some(b)) => Some(a.min(b.clone())),
-                (a, b) => a.or_else(|| b.clone()),
-            }
-        }
-        let velocity = match (self.velocity, &other.velocity) {
-            // Both apply: keep each as its own window; the tighter amount over the longer
-            // window is the conservative single limit.
-            (Some(a), Some(b)) => Some(Velocity {
-                amount: a.amount.min(b.amount.clone()),
-                window_seconds: a.window_seconds.max(b.window_seconds),
-            }),
+        let hard_cap = match (self.hard_cap, &other.hard_cap) {
+            (Some(a), Some(b)) => Some(a.min(b.clone())),
             (a, b) => a.or_else(|| b.clone()),
         };
         let destination_allowlist = match (self.destination_allowlist, &other.destination_allowlist) {
             (Some(a), Some(b)) => Some(a.into_iter().filter(|d| b.contains(d)).collect()),
             (a, b) => a.or_else(|| b.clone()),
         };
-        RiskLimits {
-            hard_cap: min_amount(self.hard_cap, &other.hard_cap),
-            velocity,
-            destination_allowlist,
-            approvals_required: self.approvals_required.max(other.approvals_required),
-            multi_approval_threshold: min_amount(self.multi_approval_threshold, &other.multi_approval_threshold),
-        }
+        let mut velocity = self.velocity;
+        velocity.extend(other.velocity.iter().cloned());
+        let mut approval_rules = self.approval_rules;
+        approval_rules.extend(other.approval_rules.iter().cloned());
+        RiskLimits { hard_cap, velocity, destination_allowlist, approval_rules }
     }
 
-    /// Distinct approvers this amount needs.
+    /// Distinct approvers this amount needs: the most any rule asks for, at least 1.
     pub fn approvals_needed(&self, amount: &Amount) -> u32 {
-        match &self.multi_approval_threshold {
-            Some(t) if amount < t => 1,
-            _ => self.approvals_required.max(1),
-        }
+        self.approval_rules
+            .iter()
+            .filter(|r| r.threshold.as_ref().is_none_or(|t| amount >= t))
+            .map(|r| r.required)
+            .max()
+            .unwrap_or(1)
+            .max(1)
     }
 
     /// Checks the limits that need no history: hard cap and destination.
@@ -236,7 +253,7 @@ impl RiskLimits {
                 None => {
                     return Err(RiskViolation {
                         limit: "destination_allowlist",
-                        message: "intent.destination is required (a string, or an object with \"address\") when a \
+                        message: "intent.destination must be a string, or an object with only \"address\", when a \
                                   destination allow-list applies"
                             .into(),
                     })
@@ -246,10 +263,10 @@ impl RiskLimits {
         Ok(())
     }
 
-    /// Checks the velocity limit given what other live movements of the same asset and source
-    /// already committed inside the window.
-    pub fn check_velocity(&self, amount: &Amount, used: &Amount) -> Result<(), RiskViolation> {
-        if let Some(v) = &self.velocity {
+    /// Checks one velocity window given what other live movements of the same asset and
+    /// source already committed inside it.
+    pub fn check_velocity(v: &Velocity, amount: &Amount, used: &Amount) -> Result<(), RiskViolation> {
+        {
             let total = used.add(amount);
             if total > v.amount {
                 return Err(RiskViolation {
@@ -266,11 +283,13 @@ impl RiskLimits {
     }
 }
 
-/// The string an allow-list matches: the destination itself, or its `address`.
+/// The string an allow-list matches: the destination itself, or the `address` of an object
+/// that holds nothing else (a memo, tag or chain beside an allowed address would send funds
+/// somewhere the list never named).
 pub fn destination_key(d: &Value) -> Option<&str> {
     match d {
         Value::String(s) => Some(s),
-        Value::Object(o) => o.get("address").and_then(Value::as_str),
+        Value::Object(o) if o.len() == 1 => o.get("address").and_then(Value::as_str),
         _ => None,
     }
 }
@@ -342,8 +361,14 @@ mod tests {
         assert!(l.check_static(&a("10"), Some(&json!({"address": "0xabc"}))).is_ok());
         assert_eq!(l.check_static(&a("10"), Some(&json!("acct-9"))).unwrap_err().limit, "destination_allowlist");
         assert_eq!(l.check_static(&a("10"), None).unwrap_err().limit, "destination_allowlist");
-        assert!(l.check_velocity(&a("500"), &a("1000")).is_ok());
-        assert_eq!(l.check_velocity(&a("500.01"), &a("1000")).unwrap_err().limit, "velocity_limit");
+        let v = &l.velocity[0];
+        assert!(RiskLimits::check_velocity(v, &a("500"), &a("1000")).is_ok());
+        assert_eq!(RiskLimits::check_velocity(v, &a("500.01"), &a("1000")).unwrap_err().limit, "velocity_limit");
+        assert_eq!(
+            l.check_static(&a("10"), Some(&json!({"address": "0xabc", "memo": "x"}))).unwrap_err().limit,
+            "destination_allowlist",
+            "an allowed address with a memo is not the allowed destination"
+        );
         assert_eq!(RiskLimits::from_plan(&json!({})).unwrap().approvals_needed(&a("1")), 1);
         for bad in [
             json!({"hard_cap": 1000}),
@@ -355,25 +380,44 @@ mod tests {
             json!({"destination_allowlist": [1]}),
             json!({"approvals_required": 0}),
             json!({"approvals_required": 11}),
-            json!({"multi_approval_threshold": "-1"}),
+            json!({"approvals_required": 2, "multi_approval_threshold": "-1"}),
+            json!({"multi_approval_threshold": "5"}),
         ] {
             assert!(RiskLimits::from_plan(&bad).is_err(), "{bad}");
         }
     }
 
     #[test]
-    fn stricter_takes_the_tighter_of_each() {
-        let t = RiskLimits::from_plan(&json!({"hard_cap": "1000", "destination_allowlist": ["a", "b"]})).unwrap();
-        let g = RiskLimits {
-            hard_cap: Some(a("500")),
-            velocity: Some(Velocity { amount: a("2000"), window_seconds: 60 }),
-            destination_allowlist: Some(vec!["b".into(), "c".into()]),
-            approvals_required: 1,
-            multi_approval_threshold: None,
-        };
-        let s = t.stricter(&g);
+    fn stricter_keeps_each_source_on_its_own_terms() {
+        let t = RiskLimits::from_plan(&json!({"hard_cap": "1000", "destination_allowlist": ["a", "b"],
+            "velocity_limit": {"amount": "1000", "window_seconds": 60},
+            "approvals_required": 3, "multi_approval_threshold": "1000000"}))
+        .unwrap();
+        let g = RiskLimits::from_plan(&json!({"hard_cap": "500", "destination_allowlist": ["b", "c"],
+            "velocity_limit": {"amount": "100000", "window_seconds": 2_678_400}, "approvals_required": 2}))
+        .unwrap();
+        let s = t.clone().stricter(&g);
         assert_eq!(s.hard_cap, Some(a("500")));
-        assert_eq!(s.velocity.unwrap().amount, a("2000"));
         assert_eq!(s.destination_allowlist, Some(vec!["b".to_string()]));
+        // Each window stays its own: not 1000 per 31 days.
+        assert_eq!(s.velocity.len(), 2);
+        // A template threshold never loosens a global "2 for everything", and vice versa.
+        assert_eq!(s.approvals_needed(&a("500")), 2);
+        assert_eq!(s.approvals_needed(&a("1000000")), 3);
+        assert_eq!(g.stricter(&t).approvals_needed(&a("1")), 2);
+        let only_threshold =
+            RiskLimits::from_plan(&json!({"approvals_required": 2, "multi_approval_threshold": "500"})).unwrap();
+        let everyone = RiskLimits::from_plan(&json!({"approvals_required": 2})).unwrap();
+        assert_eq!(everyone.stricter(&only_threshold).approvals_needed(&a("1")), 2);
+    }
+
+    #[test]
+    fn database_sums_longer_than_an_amount_still_parse() {
+        let dust = format!("0.{}1", "0".repeat(75));
+        assert!(Amount::parse(&dust).is_some());
+        let sum = a("100").add(&a(&dust)).to_string();
+        assert!(sum.len() > 78);
+        assert!(Amount::parse(&sum).is_none());
+        assert_eq!(Amount::parse_any(&sum).map(|s| s > a("100")), Some(true));
     }
 }

@@ -19,9 +19,11 @@ pub enum PauseScope {
 
 impl PauseScope {
     /// `scope` is `global` (no target), `lane` (target = a lane) or `executor` (target = an
-    /// executor key this deployment's registry knows: a typo must not pause nothing).
-    pub fn parse(engine: &Engine, scope: &str, target: Option<&str>) -> Result<PauseScope, OpError> {
+    /// executor key). Pausing needs a key this deployment's registry knows (a typo must not
+    /// pause nothing); resuming takes any key, so a pause outlives no registry change.
+    pub fn parse(engine: &Engine, scope: &str, target: Option<&str>, resume: bool) -> Result<PauseScope, OpError> {
         match (scope, target) {
+            ("executor", Some(t)) if resume && !t.is_empty() => Ok(PauseScope::Executor(t.into())),
             ("global", None | Some("")) => Ok(PauseScope::Global),
             ("global", Some(_)) => Err(OpError::Validation("a global pause takes no target".into())),
             ("lane", Some(t)) => Lane::parse(t)

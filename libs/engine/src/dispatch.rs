@@ -305,19 +305,28 @@ impl Engine {
             return Ok(());
         };
         let item = relocked.item;
-        // What was prepared is what is submitted.
+        // What was prepared is what is submitted, and only while no pause holds the node.
         let intact = relocked.prepared_hash.as_deref() == Some(s.prepared.payload_hash.as_str())
             && relocked.prepared_payload.as_deref() == Some(s.prepared.payload.as_str())
             && s.prepared.computed_hash() == s.prepared.payload_hash;
-        if !intact {
+        let refusal = match (&relocked.held_by, intact) {
+            (Some(pause), _) => Some((
+                codes::DISPATCH_PAUSED,
+                format!("dispatch paused ({pause}) before the submit was sent; nothing reached the venue; retry after resume"),
+            )),
+            (None, false) => Some((
+                codes::PAYLOAD_HASH_MISMATCH,
+                "the stored prepared action does not match what would be submitted".to_string(),
+            )),
+            (None, true) => None,
+        };
+        if let Some((code, detail)) = refusal {
             // Nothing was sent: a plain failure, safe to retry.
+            tracing::warn!(node_id = %item.node_id, attempt_no, code, "submit not sent");
             claims::lock_request(&mut tx, item.request_id).await?;
             let patch = NodePatch {
                 remove_refs: vec![qtg_core::markers::SUBMIT_ATTEMPT_PENDING.into()],
-                ..NodePatch::error(
-                    codes::PAYLOAD_HASH_MISMATCH,
-                    "the stored prepared action does not match what would be submitted",
-                )
+                ..NodePatch::error(code, &detail)
             };
             transition::transition_node(
                 &mut tx,

@@ -175,8 +175,9 @@ impl Engine {
         Ok((limits, amount))
     }
 
-    /// Every limit against this movement `id` (hard cap, destination, velocity). Velocity
-    /// checks of one asset and source are serialised by a transaction-scoped lock.
+    /// Every limit against this movement `id` (hard cap, destination, each velocity window).
+    /// Velocity checks of one bucket are serialised by a transaction-scoped lock. A refusal is
+    /// logged with who tried what (the refused request itself leaves nothing behind).
     async fn check_risk(
         &self,
         tx: &mut sqlx::PgConnection,
@@ -185,14 +186,33 @@ impl Engine {
         intent: &Value,
         id: Uuid,
     ) -> Result<(), OpError> {
+        let res = self.check_limits(tx, limits, amount, intent, id).await;
+        if let Err(OpError::Risk(v)) = &res {
+            tracing::warn!(movement_id = %id, limit = v.limit, reason = %v.message, "risk limit refused the movement");
+        }
+        res
+    }
+
+    async fn check_limits(
+        &self,
+        tx: &mut sqlx::PgConnection,
+        limits: &RiskLimits,
+        amount: &Amount,
+        intent: &Value,
+        id: Uuid,
+    ) -> Result<(), OpError> {
         limits.check_static(amount, intent.get("destination")).map_err(OpError::Risk)?;
-        if let Some(v) = &limits.velocity {
-            let asset = intent.get("asset").and_then(Value::as_str).unwrap_or_default();
-            let source = intent.get("source").cloned().unwrap_or(Value::Null);
-            mq::lock_velocity(tx, asset, &source).await?;
-            let used = mq::velocity_used(tx, asset, &source, v.window_seconds, id).await?;
-            let used = Amount::parse(&used).unwrap_or(Amount::ZERO);
-            limits.check_velocity(amount, &used).map_err(OpError::Risk)?;
+        if limits.velocity.is_empty() {
+            return Ok(());
+        }
+        mq::lock_velocity(tx, intent).await?;
+        for v in &limits.velocity {
+            let used = mq::velocity_used(tx, intent, v.window_seconds, id).await?;
+            // Fail closed: a sum that does not parse must never read as zero.
+            let used = Amount::parse_any(&used).ok_or_else(|| {
+                OpError::Store(StoreError::Corrupt(format!("velocity sum {used:?} is not a decimal")))
+            })?;
+            RiskLimits::check_velocity(v, amount, &used).map_err(OpError::Risk)?;
         }
         Ok(())
     }

@@ -191,6 +191,9 @@ fn risk_limits(s: &Source<'_>) -> Result<qtg_core::risk::RiskLimits, ConfigError
         controls.insert("hard_cap".into(), v.into());
         keys.push("MG_RISK_HARD_CAP");
     }
+    if s.get("MG_RISK_VELOCITY_WINDOW_SECONDS").is_some() && s.get("MG_RISK_VELOCITY_AMOUNT").is_none() {
+        return Err(Source::err("MG_RISK_VELOCITY_WINDOW_SECONDS", "needs MG_RISK_VELOCITY_AMOUNT"));
+    }
     if let Some(v) = s.get("MG_RISK_VELOCITY_AMOUNT") {
         let window: i64 = s.parse("MG_RISK_VELOCITY_WINDOW_SECONDS", 86_400)?;
         controls.insert("velocity_limit".into(), serde_json::json!({"amount": v, "window_seconds": window}));
@@ -404,8 +407,10 @@ mod tests {
             false,
         )
         .unwrap();
-        assert_eq!(s.risk.hard_cap.map(|c| c.to_string()).as_deref(), Some("1000"));
+        assert_eq!(s.risk.hard_cap.as_ref().map(|c| c.to_string()).as_deref(), Some("1000"));
         assert_eq!(s.risk.destination_allowlist, Some(vec!["a".to_string(), "b".to_string()]));
-        assert_eq!(s.risk.approvals_required, 1);
+        assert_eq!(s.risk.approvals_needed(&qtg_core::risk::Amount::parse("5").unwrap()), 1);
+        let e = Settings::from_vars(&vars(&[base[0], ("MG_RISK_VELOCITY_WINDOW_SECONDS", "60")]), false).unwrap_err();
+        assert_eq!(e.key, "MG_RISK_VELOCITY_WINDOW_SECONDS");
     }
 }

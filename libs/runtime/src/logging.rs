@@ -1,5 +1,5 @@
-//! Logs: JSON lines (default; a line logged inside a node step carries the step's `span` with
-//! movement_id, node_key, executor_key, attempt_no) or pretty, filtered by `RUST_LOG` (default
+//! Logs: JSON lines (default; a line logged inside a node step carries its `spans`, the step's
+//! with movement_id, node_key, executor_key, attempt_no) or pretty, filtered by `RUST_LOG` (default
 //! `info`). Traces: when an OTLP endpoint is configured (`OTEL_EXPORTER_OTLP_ENDPOINT`), spans
 //! are also exported over OTLP/gRPC in batches (the SDK reads the `OTEL_BSP_*` settings itself).
 
@@ -29,14 +29,19 @@ impl Drop for TraceGuard {
     fn drop(&mut self) {
         // The batch task runs on the tokio runtime: flush from a plain thread, never from a
         // runtime worker that the flush itself would wait on.
+        // An unreachable collector must not hold the exit: wait at most 10 s.
         let provider = self.provider.clone();
-        let _ = std::thread::spawn(move || {
+        let (done, wait) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
             if let Err(e) = provider.force_flush() {
                 eprintln!("trace flush failed: {e}");
             }
-            let _ = provider.shutdown_with_timeout(std::time::Duration::from_secs(5));
-        })
-        .join();
+            let _ = provider.shutdown();
+            let _ = done.send(());
+        });
+        if wait.recv_timeout(std::time::Duration::from_secs(10)).is_err() {
+            eprintln!("trace flush did not finish in 10 s; exiting without it");
+        }
     }
 }
 
@@ -47,7 +52,7 @@ pub fn init(format: LogFormat, filter: Option<&str>, otlp: Option<&OtlpConfig>) 
     let filter = EnvFilter::try_new(filter.unwrap_or("info")).unwrap_or_else(|_| EnvFilter::new("info"));
     let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
     let fmt = match format {
-        LogFormat::Json => fmt.json().flatten_event(true).with_current_span(true).with_span_list(false).boxed(),
+        LogFormat::Json => fmt.json().flatten_event(true).with_current_span(false).with_span_list(true).boxed(),
         LogFormat::Pretty => fmt.boxed(),
     };
     let (otel, guard, error) = match otlp.map(tracer_provider).transpose() {

@@ -162,6 +162,8 @@ pub struct Relocked {
     pub item: WorkItem,
     pub prepared_hash: Option<String>,
     pub prepared_payload: Option<String>,
+    /// `scope:target` of a pause that now holds the node: do not submit.
+    pub held_by: Option<String>,
 }
 
 /// Dispatch transaction 2: re-locks only the node, still SUBMITTING for `attempt_no` with
@@ -184,6 +186,7 @@ pub async fn relock_submitting(conn: &mut PgConnection, node_id: Uuid, attempt_n
             item: WorkItem::from_row(&r)?,
             prepared_hash: r.try_get("prepared_hash")?,
             prepared_payload: r.try_get("prepared_payload")?,
+            held_by: r.try_get("held_by")?,
         })
     })
     .transpose()
@@ -191,7 +194,8 @@ pub async fn relock_submitting(conn: &mut PgConnection, node_id: Uuid, attempt_n
 
 static RELOCK_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "SELECT {WORK_ITEM_COLUMNS}, pa.payload_hash AS prepared_hash, pa.payload->>'payload' AS prepared_payload
+        "SELECT {WORK_ITEM_COLUMNS}, pa.payload_hash AS prepared_hash, pa.payload->>'payload' AS prepared_payload,
+             {held_by} AS held_by
          {WORK_ITEM_FROM}
          LEFT JOIN LATERAL (
              SELECT a.payload_hash, a.payload FROM artifacts a
@@ -199,7 +203,8 @@ static RELOCK_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
              ORDER BY a.created_at DESC, a.id DESC LIMIT 1) pa ON true
          WHERE n.id = $1 AND n.node_state = 'SUBMITTING' AND n.attempt_no = $2
            AND n.provider_refs ? '__submit_attempt_pending'
-         FOR UPDATE OF n"
+         FOR UPDATE OF n",
+        held_by = crate::controls::HELD_BY
     )
 });
 

@@ -1,6 +1,8 @@
 //! The kill switch: dispatch pauses (global, per lane, per executor key). The dispatch claim
-//! leaves a paused node READY ([`crate::claims`] checks [`PAUSED`] under the claim's lock);
-//! a node claimed before the pause committed finishes its step.
+//! leaves a paused node READY ([`crate::claims`] tests [`PAUSED`] in the claim statement), and
+//! dispatch transaction 2 tests it again right before the submit ([`HELD_BY`]): a node claimed
+//! before the pause committed ends FAILED with `DISPATCH_PAUSED` without reaching the venue.
+//! Only a submit already on the wire when the pause commits is not stopped.
 
 use chrono::{DateTime, Utc};
 use sqlx::{PgConnection, Row};
@@ -11,6 +13,12 @@ use crate::Result;
 pub(crate) const PAUSED: &str = "EXISTS (SELECT 1 FROM dispatch_pauses c
     WHERE c.scope = 'global' OR (c.scope = 'lane' AND c.target = n.lane)
        OR (c.scope = 'executor' AND c.target = p.executor_key))";
+
+/// `scope:target` of the pause that holds node `n` (plan node `p`), or NULL.
+pub(crate) const HELD_BY: &str = "(SELECT c.scope || ':' || c.target FROM dispatch_pauses c
+    WHERE c.scope = 'global' OR (c.scope = 'lane' AND c.target = n.lane)
+       OR (c.scope = 'executor' AND c.target = p.executor_key)
+    ORDER BY array_position(ARRAY['global', 'lane', 'executor'], c.scope) LIMIT 1)";
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct Pause {

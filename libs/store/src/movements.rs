@@ -175,40 +175,54 @@ pub async fn down_bindings(
     .await?)
 }
 
-/// Serialises velocity checks of one asset and source for the rest of the transaction, so
-/// two concurrent movements cannot both fit under a limit only one of them fits under.
-pub async fn lock_velocity(conn: &mut PgConnection, asset: &str, source: &Value) -> Result<()> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended('qtg.velocity:' || $1 || ':' || $2::jsonb::text, 0))")
-        .bind(asset)
-        .bind(source)
-        .execute(&mut *conn)
-        .await?;
+/// The bucket a velocity limit counts in, from an intent's asset and source (SQL over a jsonb
+/// `{intent}` expression): the asset case-folded, and the source case-folded whether it is a
+/// string or an object's `address` (any other object: its canonical text; none: empty). So
+/// `"0xAbC"`, `"0xabc"` and `{"address": "0xabc"}` share one budget.
+fn velocity_bucket(intent: &str) -> String {
+    format!(
+        "lower({intent} ->> 'asset') || '|' || CASE jsonb_typeof({intent} -> 'source')
+             WHEN 'string' THEN lower({intent} ->> 'source')
+             WHEN 'object' THEN COALESCE(lower({intent} -> 'source' ->> 'address'), ({intent} -> 'source')::text)
+             ELSE '' END"
+    )
+}
+
+/// Serialises velocity checks of one bucket (see [`velocity_bucket`]) for the rest of the
+/// transaction, so two concurrent movements cannot both fit under a limit only one fits under.
+pub async fn lock_velocity(conn: &mut PgConnection, intent: &Value) -> Result<()> {
+    let sql = format!(
+        "SELECT pg_advisory_xact_lock(hashtextextended('qtg.velocity:' || {}, 0))",
+        velocity_bucket("$1::jsonb")
+    );
+    sqlx::query(AssertSqlSafe(sql)).bind(intent).execute(&mut *conn).await?;
     Ok(())
 }
 
-/// Sum of the amounts of the other live movements of `asset` from `source` (JSON `null` when
-/// the intent names none) created in the last `window_seconds`, as a decimal string. Live =
-/// anything but rejected or expired, and cancelled only if it was never approved.
+/// Sum of the amounts of the other live movements in `intent`'s velocity bucket created in
+/// the last `window_seconds`, as a decimal string. Live = anything but rejected or expired,
+/// and cancelled only if it was never approved.
 pub async fn velocity_used(
     conn: &mut PgConnection,
-    asset: &str,
-    source: &Value,
+    intent: &Value,
     window_seconds: i64,
     exclude: Uuid,
 ) -> Result<String> {
-    Ok(sqlx::query_scalar(
+    let sql = format!(
         "SELECT COALESCE(sum((intent ->> 'amount')::numeric), 0)::text FROM movement_requests
-         WHERE intent ->> 'asset' = $1 AND COALESCE(intent -> 'source', 'null'::jsonb) = $2::jsonb
-           AND created_at > now() - make_interval(secs => $3::float8) AND id <> $4
+         WHERE lower(intent ->> 'asset') = lower($1::jsonb ->> 'asset') AND {} = {}
+           AND created_at > now() - make_interval(secs => $2::float8) AND id <> $3
            AND request_state NOT IN ('REJECTED', 'EXPIRED')
            AND NOT (request_state = 'CANCELLED' AND approved_at IS NULL)",
-    )
-    .bind(asset)
-    .bind(source)
-    .bind(window_seconds as f64)
-    .bind(exclude)
-    .fetch_one(&mut *conn)
-    .await?)
+        velocity_bucket("intent"),
+        velocity_bucket("$1::jsonb")
+    );
+    Ok(sqlx::query_scalar(AssertSqlSafe(sql))
+        .bind(intent)
+        .bind(window_seconds as f64)
+        .bind(exclude)
+        .fetch_one(&mut *conn)
+        .await?)
 }
 
 /// One approval of a movement.

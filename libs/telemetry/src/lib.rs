@@ -9,12 +9,12 @@ use std::sync::OnceLock;
 pub trait Sink: Send + Sync {
     /// A node state transition was written (`node_state` `from` → `to`).
     fn node_transition(&self, _from: &str, _to: &str) {}
-    /// An executor or signer call ended: `outcome` is `ok`, `timeout`, `transport_error` or
-    /// `protocol_error`.
+    /// An executor or signer call ended: `outcome` is `ok`, `timeout`, `transport_error`,
+    /// `protocol_error`, or `refused` (a signer refusing to sign).
     fn executor_call(&self, _method: &str, _outcome: &str, _seconds: f64) {}
     /// A claim found its candidate locked elsewhere or no longer matching.
     fn claim_miss(&self, _pickup: &str) {}
-    /// A callback delivery attempt ended: `delivered`, `retry`, `dlq` or `refused`.
+    /// A callback delivery attempt ended: `delivered`, `retry` or `dlq`.
     fn callback_delivery(&self, _outcome: &str) {}
 }
 

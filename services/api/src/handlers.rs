@@ -1222,8 +1222,8 @@ pub struct ControlBody {
     reason: String,
 }
 
-fn control_scope(s: &AppState, b: &ControlBody) -> Result<qtg_engine::controls::PauseScope, ApiError> {
-    Ok(qtg_engine::controls::PauseScope::parse(&s.engine, &b.scope, b.target.as_deref())?)
+fn control_scope(s: &AppState, b: &ControlBody, resume: bool) -> Result<qtg_engine::controls::PauseScope, ApiError> {
+    Ok(qtg_engine::controls::PauseScope::parse(&s.engine, &b.scope, b.target.as_deref(), resume)?)
 }
 
 /// Pauses new submits (admin): the dispatcher leaves matching nodes READY.
@@ -1244,7 +1244,7 @@ pub async fn pause_dispatch(
 ) -> Result<Json<Value>, ApiError> {
     who.require(Role::Admin)?;
     let b = body?.value;
-    let scope = control_scope(&s, &b)?;
+    let scope = control_scope(&s, &b, false)?;
     let pause = s.engine.pause_dispatch(&who.name, &scope, required_reason(&b.reason)?).await?;
     Ok(Json(json!(pause)))
 }
@@ -1267,7 +1267,7 @@ pub async fn resume_dispatch(
 ) -> Result<Json<Value>, ApiError> {
     who.require(Role::Admin)?;
     let b = body?.value;
-    let scope = control_scope(&s, &b)?;
+    let scope = control_scope(&s, &b, true)?;
     let lifted = s.engine.resume_dispatch(&who.name, &scope, required_reason(&b.reason)?).await?;
     Ok(Json(json!({"resumed": lifted})))
 }

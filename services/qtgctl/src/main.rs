@@ -22,7 +22,7 @@ struct Cli {
     /// Base URL of qtg-api, e.g. https://qtg.example.internal
     #[arg(long, env = "QTG_API_URL", global = true, default_value = "http://127.0.0.1:8080")]
     api_url: String,
-    /// API key (Bearer); never printed
+    /// API key (Bearer); never printed. Prefer the env var: a flag shows in `ps` and shell history
     #[arg(long, env = "QTG_API_KEY", global = true, hide_env_values = true)]
     api_key: Option<String>,
     /// Print the API's JSON instead of tables
@@ -506,6 +506,7 @@ async fn watch(cli: &Cli, c: &Client, id: &str, interval: f64, timeout: f64) -> 
         .and_then(|vs| vs.iter().find(|v| v["version"] == first["template_version"]))
         .map(|v| v["edges"].clone())
         .unwrap_or(Value::Array(vec![]));
+    let pause = Duration::from_secs_f64(if interval.is_finite() { interval.clamp(0.1, 3600.0) } else { 1.0 });
     let started = std::time::Instant::now();
     let mut last = String::new();
     let mut m = first;
@@ -530,7 +531,19 @@ async fn watch(cli: &Cli, c: &Client, id: &str, interval: f64, timeout: f64) -> 
             eprintln!("watch: still {state} after {timeout}s");
             return Ok(3);
         }
-        tokio::time::sleep(Duration::from_secs_f64(interval.max(0.1))).await;
-        m = c.get(&path).await?;
+        tokio::time::sleep(pause).await;
+        // A transient error does not end the watch; three in a row do.
+        let mut failures = 0;
+        m = loop {
+            match c.get(&path).await {
+                Ok(v) => break v,
+                Err(e) if failures < 2 && e.downcast_ref::<ApiRefusal>().is_none_or(|r| r.status >= 500) => {
+                    failures += 1;
+                    eprintln!("watch: {e:#}; retrying");
+                    tokio::time::sleep(pause).await;
+                }
+                Err(e) => return Err(e),
+            }
+        };
     }
 }

@@ -74,13 +74,41 @@ async fn the_kill_switch_holds_nodes_ready_until_resumed() -> anyhow::Result<()>
         assert_eq!((s, body["error"]["code"].as_str()), (404, Some("NOT_FOUND")));
         api.ok("POST", "/v3/controls/resume", &api.admin_key, Some(pause("lane", Some("cex"))), 200).await?;
     }
+    // Every list pages: three pauses, one per page, global first.
+    let scopes = [("executor", Some("exec.sim.transfer")), ("global", None), ("lane", Some("cex"))];
+    for (scope, target) in scopes {
+        api.ok("POST", "/v3/controls/pause", &api.admin_key, Some(pause(scope, target)), 200).await?;
+    }
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let path = match &cursor {
+            Some(c) => format!("/v3/controls?limit=1&cursor={c}"),
+            None => "/v3/controls?limit=1".to_string(),
+        };
+        let page = api.ok("GET", &path, &viewer, None, 200).await?;
+        assert_eq!(page["items"].as_array().map(Vec::len), Some(1), "{page}");
+        seen.push(page["items"][0]["scope"].as_str().unwrap_or_default().to_string());
+        match page["next_cursor"].as_str() {
+            Some(c) => cursor = Some(c.replace('/', "%2F")),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ["global", "lane", "executor"]);
+    let (s, _) = api.call("GET", "/v3/executors?limit=0", &viewer, None).await?;
+    assert_eq!(s, 400);
+    let page = api.ok("GET", "/v3/executors?limit=1", &viewer, None, 200).await?;
+    assert_eq!(page["items"].as_array().map(Vec::len), Some(1));
+    for (scope, target) in scopes {
+        api.ok("POST", "/v3/controls/resume", &api.admin_key, Some(pause(scope, target)), 200).await?;
+    }
     let (pauses, resumes): (i64, i64) = sqlx::query_as(
         "SELECT count(*) FILTER (WHERE action = 'control.pause'), count(*) FILTER (WHERE action = 'control.resume')
          FROM audit_outbox",
     )
     .fetch_one(&db.pool)
     .await?;
-    assert_eq!((pauses, resumes), (6, 6));
+    assert_eq!((pauses, resumes), (9, 9));
     drop(api);
     db.drop_db().await;
     Ok(())

@@ -283,6 +283,28 @@ impl PageQuery {
     }
 }
 
+/// One page of a small roster listed whole from the database: ordered by `key`, after the
+/// cursor (the last key of the previous page). `state` is not a filter here.
+fn key_page<T: serde::Serialize>(
+    items: Vec<T>,
+    key: impl Fn(&T) -> String,
+    q: &PageQuery,
+) -> Result<Json<Value>, ApiError> {
+    if q.state.is_some() {
+        return Err(ApiError::validation("unknown query parameter state"));
+    }
+    let limit = q.limit()? as usize;
+    let mut keyed: Vec<(String, T)> = items.into_iter().map(|i| (key(&i), i)).collect();
+    keyed.sort_by(|a, b| a.0.cmp(&b.0));
+    let after: Vec<(String, T)> = match &q.cursor {
+        Some(c) => keyed.into_iter().filter(|(k, _)| k > c).collect(),
+        None => keyed,
+    };
+    let next = (after.len() > limit).then(|| after[limit - 1].0.clone());
+    let items: Vec<T> = after.into_iter().take(limit).map(|(_, i)| i).collect();
+    Ok(Json(json!({"items": items, "next_cursor": next})))
+}
+
 fn page_query(q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>) -> Result<PageQuery, ApiError> {
     q.map(|Query(q)| q).map_err(|e| ApiError::validation(format!("invalid query: {}", e.body_text())))
 }
@@ -953,14 +975,20 @@ pub async fn replay_callback(
     tag = "qtg",
     summary = "Executor roster with health",
     description = "Role: viewer.",
+    params(PageQuery),
     responses((status = 200, description = "executors", body = crate::openapi::Page), crate::openapi::Errors),
     security(("bearer" = []))
 )]
-pub async fn list_executors(State(s): State<AppState>, who: Principal) -> Result<Json<Value>, ApiError> {
+pub async fn list_executors(
+    State(s): State<AppState>,
+    who: Principal,
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
     who.require(Role::Viewer)?;
+    let q = page_query(q)?;
     let mut conn = s.pool.acquire().await?;
     let items = qtg_store::health::list_executors(&mut conn).await?;
-    Ok(Json(json!({"items": items, "next_cursor": null})))
+    key_page(items, |e| e.executor_key.clone(), &q)
 }
 
 #[utoipa::path(
@@ -969,14 +997,20 @@ pub async fn list_executors(State(s): State<AppState>, who: Principal) -> Result
     tag = "qtg",
     summary = "Signer roster with health and identity posture",
     description = "Role: viewer.",
+    params(PageQuery),
     responses((status = 200, description = "signers", body = crate::openapi::Page), crate::openapi::Errors),
     security(("bearer" = []))
 )]
-pub async fn list_signers(State(s): State<AppState>, who: Principal) -> Result<Json<Value>, ApiError> {
+pub async fn list_signers(
+    State(s): State<AppState>,
+    who: Principal,
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
     who.require(Role::Viewer)?;
+    let q = page_query(q)?;
     let mut conn = s.pool.acquire().await?;
     let items = qtg_store::health::list_signers(&mut conn).await?;
-    Ok(Json(json!({"items": items, "next_cursor": null})))
+    key_page(items, |e| e.signer_key.clone(), &q)
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -1035,14 +1069,20 @@ pub async fn set_expected_identity(
     tag = "qtg",
     summary = "Worker heartbeats with age and stale flag",
     description = "Role: viewer.",
+    params(PageQuery),
     responses((status = 200, description = "workers", body = crate::openapi::Page), crate::openapi::Errors),
     security(("bearer" = []))
 )]
-pub async fn list_workers(State(s): State<AppState>, who: Principal) -> Result<Json<Value>, ApiError> {
+pub async fn list_workers(
+    State(s): State<AppState>,
+    who: Principal,
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
     who.require(Role::Viewer)?;
+    let q = page_query(q)?;
     let mut conn = s.pool.acquire().await?;
     let items = qtg_store::health::list_workers(&mut conn, s.settings.worker_stale_seconds).await?;
-    Ok(Json(json!({"items": items, "next_cursor": null})))
+    key_page(items, |w| format!("{}/{}/{}", w.worker, w.network_class, w.instance_id), &q)
 }
 
 // ---------------------------------------------------------------- operator actions
@@ -1279,12 +1319,24 @@ pub async fn resume_dispatch(
     tag = "qtg",
     summary = "Active pauses",
     description = "Role: viewer.",
+    params(PageQuery),
     responses((status = 200, description = "pauses", body = crate::openapi::Page), crate::openapi::Errors),
     security(("bearer" = []))
 )]
-pub async fn list_controls(State(s): State<AppState>, who: Principal) -> Result<Json<Value>, ApiError> {
+pub async fn list_controls(
+    State(s): State<AppState>,
+    who: Principal,
+    q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejection>,
+) -> Result<Json<Value>, ApiError> {
     who.require(Role::Viewer)?;
+    let q = page_query(q)?;
     let mut conn = s.pool.acquire().await?;
     let items = qtg_store::controls::list(&mut conn).await?;
-    Ok(Json(json!({"items": items, "next_cursor": null})))
+    // Global first, then lanes, then executor keys.
+    let rank = |scope: &str| match scope {
+        "global" => 0,
+        "lane" => 1,
+        _ => 2,
+    };
+    key_page(items, |p| format!("{}/{}", rank(&p.scope), p.target), &q)
 }

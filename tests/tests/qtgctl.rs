@@ -120,7 +120,11 @@ async fn qtgctl_drives_a_movement_end_to_end() -> anyhow::Result<()> {
     assert!(ctl.ok(&key("viewer"), &["movements", "list", "--state", "COMPLETED"]).await?.stdout.contains(&id));
     let d = ctl.ok(&key("operator"), &["--json", "nodes", "diagnose", &id, "a"]).await?.json();
     assert_eq!(d["case"], "none");
-    assert!(ctl.ok(&key("operator"), &["nodes", "diagnose", &id, "a"]).await?.stdout.contains("required action"));
+    assert!(ctl.ok(&key("operator"), &["diagnose", &id, "a"]).await?.stdout.contains("required action"));
+    let inspected = ctl.ok(&key("operator"), &["inspect-node", &id, "a"]).await?.stdout;
+    assert!(inspected.contains("COMPLETED") && inspected.contains("submit"), "{inspected}");
+    let as_viewer = ctl.ok(&key("viewer"), &["--json", "nodes", "inspect", &id, "b"]).await?.json();
+    assert_eq!(as_viewer["node"]["node_state"], "COMPLETED");
 
     let paused = ctl.ok(&admin, &["controls", "pause", "--lane", "cex", "--reason", "exchange incident"]).await?;
     assert!(paused.stdout.contains("lane cex"), "{}", paused.stdout);

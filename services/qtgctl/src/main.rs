@@ -49,6 +49,16 @@ enum Command {
     /// Kill switch: pause / resume new submits (admin)
     #[command(subcommand)]
     Controls(Controls),
+    /// Approve a movement (same as `movements approve`)
+    Approve {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// A node in full: state, attempt, refs, markers, errors, recent executor calls (same as `nodes inspect`)
+    InspectNode { id: String, node_key: String },
+    /// Runbook diagnosis of a stuck node (same as `nodes diagnose`)
+    Diagnose { id: String, node_key: String },
 }
 
 #[derive(Subcommand)]
@@ -182,6 +192,8 @@ struct CreateMovement {
 enum Nodes {
     /// Classify a stuck node into the runbook's cases (C1…C7), with evidence and required action
     Diagnose { id: String, node_key: String },
+    /// A node in full: state, attempt, refs, markers, errors, recent executor calls
+    Inspect { id: String, node_key: String },
 }
 
 #[derive(Subcommand)]
@@ -399,9 +411,17 @@ async fn run(cli: &Cli) -> anyhow::Result<i32> {
             }
         },
         Command::Movements(m) => return movements(cli, &c, m, &out).await,
-        Command::Nodes(Nodes::Diagnose { id, node_key }) => {
+        Command::Nodes(Nodes::Diagnose { id, node_key }) | Command::Diagnose { id, node_key } => {
             let v = c.get(&format!("/v3/movements/{}/nodes/{}/diagnosis", encode(id), encode(node_key))).await?;
             out(&v, &render::diagnosis);
+        }
+        Command::Nodes(Nodes::Inspect { id, node_key }) | Command::InspectNode { id, node_key } => {
+            let v = inspect_node(&c, id, node_key).await?;
+            out(&v, &render::node);
+        }
+        Command::Approve { id, reason } => {
+            let v = c.post(&format!("/v3/movements/{}/approve", encode(id)), reason_body(reason)).await?;
+            out(&v, &|v| render::movement(v, None));
         }
         Command::Keys(k) => match k {
             Keys::Create { principal, roles } => {
@@ -490,6 +510,28 @@ async fn movements(cli: &Cli, c: &Client, m: &Movements, out: &Printer<'_>) -> a
 
 /// Prints a value: as JSON with `--json`, else with the given human renderer.
 type Printer<'a> = dyn Fn(&Value, &dyn Fn(&Value) -> String) + 'a;
+
+/// The node as the movement shows it, with its recent calls and markers when the key may read
+/// the diagnosis (operator); a viewer gets the node alone.
+async fn inspect_node(c: &Client, id: &str, node_key: &str) -> anyhow::Result<Value> {
+    let m = c.get(&format!("/v3/movements/{}", encode(id))).await?;
+    let node = m["nodes"]
+        .as_array()
+        .and_then(|ns| ns.iter().find(|n| n["node_key"] == node_key))
+        .cloned()
+        .with_context(|| format!("movement {id} has no node {node_key:?}"))?;
+    let mut out = json!({"movement_id": id, "request_state": m["request_state"], "node": node});
+    match c.get(&format!("/v3/movements/{}/nodes/{}/diagnosis", encode(id), encode(node_key))).await {
+        Ok(d) => {
+            out["recent_events"] = d["evidence"]["recent_events"].clone();
+            out["markers"] = d["evidence"]["markers"].clone();
+            out["case"] = d["case"].clone();
+        }
+        Err(e) if e.downcast_ref::<ApiRefusal>().is_some_and(|r| r.status == 403) => {}
+        Err(e) => return Err(e),
+    }
+    Ok(out)
+}
 
 /// States after which nothing happens without a person (or ever).
 const SETTLED: &[&str] =

@@ -237,6 +237,54 @@ pub fn diagnosis(v: &Value) -> String {
     s
 }
 
+/// One node in full, then its recent executor calls and transitions (newest first).
+pub fn node(v: &Value) -> String {
+    let n = &v["node"];
+    let mut s = format!(
+        "movement {} ({})\nnode {}  {}  attempt {}  executor {}\n",
+        cell(&v["movement_id"]),
+        cell(&v["request_state"]),
+        cell(&n["node_key"]),
+        cell(&n["node_state"]),
+        cell(&n["attempt_no"]),
+        cell(&n["executor_key"])
+    );
+    for k in [
+        "provider_state",
+        "provider_ref_id",
+        "error_code",
+        "error_detail",
+        "started_at",
+        "last_observed_at",
+        "observe_count",
+        "next_observe_at",
+        "dispatch_hold",
+    ] {
+        if !n[k].is_null() {
+            let _ = writeln!(s, "{k}: {}", cell(&n[k]));
+        }
+    }
+    let _ = writeln!(s, "provider_refs: {}", n["provider_refs"]);
+    if !v["case"].is_null() {
+        let _ = writeln!(s, "runbook case: {} (qtgctl diagnose for the required action)", cell(&v["case"]));
+    }
+    let events: Vec<Vec<String>> = v["recent_events"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .map(|e| {
+            ["at", "kind", "method", "outcome", "from", "to", "error_code", "attempt_no"]
+                .iter()
+                .map(|c| cell(&e[*c]))
+                .collect()
+        })
+        .collect();
+    if !events.is_empty() {
+        s.push_str(&table(&["at", "kind", "method", "outcome", "from", "to", "error", "attempt"], &events));
+    }
+    s
+}
+
 pub fn key_created(v: &Value) -> String {
     format!(
         "id: {}\nprincipal: {}\nroles: {}\nsecret: {}\n(the secret is shown once; store it now)\n",

@@ -20,6 +20,11 @@ REQUIREMENTS=(
   "protobuf==7.36.2"
   "prometheus_client==0.26.0"
   "typing_extensions==4.16.0"
+  "jsonschema==4.26.0"
+  "jsonschema-specifications==2025.9.1"
+  "referencing==0.37.0"
+  "rpds-py==2026.9.1"
+  "attrs==26.1.0"
 )
 
 # No __pycache__ in the work tree (the venv's own site-packages are outside tests/ anyway).
@@ -75,7 +80,7 @@ if [[ ! -x "$VENV/bin/python" || "$(cat "$VENV/.qtg-requirements" 2>/dev/null)" 
     exit 1
   fi
   # Check that the pieces the helpers use import (catches a broken wheel before a test does).
-  if ! "$VENV/bin/python" -c 'import grpc, prometheus_client.parser
+  if ! "$VENV/bin/python" -c 'import grpc, prometheus_client.parser, jsonschema
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc' ; then
     log "installed packages do not import"
     rm -rf "$VENV"

@@ -56,6 +56,7 @@ pub async fn revoke(conn: &mut PgConnection, id: Uuid) -> Result<bool> {
 
 /// A key as an admin lists it: never the hash.
 #[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ApiKeyInfo {
     pub id: Uuid,
     pub principal: String,

@@ -92,6 +92,7 @@ pub const HOLE_GRACE_SECONDS: f64 = 5.0;
 const AUDIT_PROMOTER_LOCK: i64 = 0x7174_6761_7564_6974;
 
 #[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditEvent {
     pub id: i64,
     pub event_id: Uuid,
@@ -100,6 +101,7 @@ pub struct AuditEvent {
     pub entity_type: String,
     pub entity_id: String,
     pub movement_id: Option<Uuid>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub data: Value,
     pub occurred_at: chrono::DateTime<chrono::Utc>,
 }

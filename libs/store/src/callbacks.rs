@@ -10,12 +10,14 @@ use uuid::Uuid;
 use crate::Result;
 
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CallbackRow {
     pub id: Uuid,
     pub request_id: Uuid,
     pub event_id: Uuid,
     pub event_type: String,
     pub sequence: i64,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub payload: Value,
     pub callback_url: String,
     pub status: String,

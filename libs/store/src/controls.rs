@@ -21,6 +21,7 @@ pub(crate) const HELD_BY: &str = "(SELECT c.scope || ':' || c.target FROM dispat
     ORDER BY array_position(ARRAY['global', 'lane', 'executor'], c.scope) LIMIT 1)";
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Pause {
     /// `global`, `lane` or `executor`.
     pub scope: String,

@@ -91,6 +91,7 @@ pub async fn set_expected_identity(conn: &mut PgConnection, key: &str, address: 
 }
 
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ExecutorHealth {
     pub executor_key: String,
     pub transport: String,
@@ -119,6 +120,7 @@ pub async fn list_executors(conn: &mut PgConnection) -> Result<Vec<ExecutorHealt
 }
 
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct SignerHealth {
     pub signer_key: String,
     pub transport: String,
@@ -126,6 +128,7 @@ pub struct SignerHealth {
     pub observed_signer_address: Option<String>,
     pub expected_signer_address: Option<String>,
     /// `match`, `mismatch` or `unverified` (derived when read).
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub identity_posture: &'static str,
     pub last_health_checked_at: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
@@ -182,6 +185,7 @@ pub async fn not_up(
 }
 
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct WorkerBeat {
     pub worker: String,
     pub network_class: String,

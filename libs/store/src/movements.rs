@@ -227,6 +227,7 @@ pub async fn velocity_used(
 
 /// One approval of a movement.
 #[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Approval {
     pub approver: String,
     pub intent_hash: String,

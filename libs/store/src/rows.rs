@@ -222,16 +222,20 @@ impl RequestRow {
 
 /// A node as the API shows it.
 #[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct NodeRow {
     pub id: Uuid,
     pub node_key: String,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub node_kind: NodeKind,
+    #[cfg_attr(feature = "openapi", schema(value_type = String))]
     pub node_state: NodeState,
     pub action_type: String,
     pub executor_key: String,
     pub signer_key: Option<String>,
     pub attempt_no: i32,
     pub provider_state: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub provider_refs: Value,
     pub provider_ref_id: Option<String>,
     pub error_code: Option<String>,

@@ -11,10 +11,12 @@ use crate::rows::parse_kind;
 use crate::{Result, StoreError};
 
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProposalRow {
     pub id: Uuid,
     pub template_key: String,
     pub description: Option<String>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub definition: Value,
     pub compiled_plan_hash: String,
     pub status: String,
@@ -266,6 +268,7 @@ pub async fn plan_version(
 }
 
 #[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TemplateSummary {
     pub template_key: String,
     pub latest_version: i32,

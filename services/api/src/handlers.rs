@@ -146,7 +146,7 @@ pub struct ProposeBody {
     summary = "Propose a template (a DAG of plan nodes); validated, pending admin approval",
     description = "Role: operator.",
     request_body = ProposeBody,
-    responses((status = 201, description = "the proposal", body = Object), crate::openapi::Errors),
+    responses((status = 201, description = "the proposal", body = qtg_store::templates::ProposalRow), crate::openapi::Errors),
     security(("bearer" = []))
 )]
 pub async fn propose_template(
@@ -180,7 +180,7 @@ pub async fn propose_template(
     summary = "Read a template proposal",
     description = "Role: viewer.",
     params(("id" = String, Path, description = "the resource id (UUID)")),
-    responses((status = 200, description = "the proposal", body = Object), crate::openapi::Errors),
+    responses((status = 200, description = "the proposal", body = qtg_store::templates::ProposalRow), crate::openapi::Errors),
     security(("bearer" = []))
 )]
 pub async fn get_proposal(
@@ -316,7 +316,7 @@ fn page_query(q: Result<Query<PageQuery>, axum::extract::rejection::QueryRejecti
     summary = "List templates (cursor paging)",
     description = "Role: viewer.",
     params(PageQuery),
-    responses((status = 200, description = "a page of templates", body = crate::openapi::Page), crate::openapi::Errors),
+    responses((status = 200, description = "a page of templates", body = crate::openapi::Page<qtg_store::templates::TemplateSummary>), crate::openapi::Errors),
     security(("bearer" = []))
 )]
 pub async fn list_templates(
@@ -568,7 +568,7 @@ fn parse_cursor(c: &str) -> Result<(DateTime<Utc>, Uuid), ApiError> {
     summary = "List movements, newest first (state filter, cursor paging)",
     description = "Role: viewer.",
     params(PageQuery),
-    responses((status = 200, description = "a page of movements (without nodes)", body = crate::openapi::Page), crate::openapi::Errors),
+    responses((status = 200, description = "a page of movements (without nodes)", body = crate::openapi::Page<crate::openapi::Movement>), crate::openapi::Errors),
     security(("bearer" = []))
 )]
 pub async fn list_movements(
@@ -713,7 +713,7 @@ pub async fn create_api_key(
     summary = "List API keys (never their secrets or hashes), newest first",
     description = "Role: admin.",
     params(PageQuery),
-    responses((status = 200, description = "a page of keys", body = crate::openapi::Page), crate::openapi::Errors),
+    responses((status = 200, description = "a page of keys", body = crate::openapi::Page<qtg_store::api_keys::ApiKeyInfo>), crate::openapi::Errors),
     security(("bearer" = []))
 )]
 pub async fn list_api_keys(
@@ -835,7 +835,7 @@ fn parse_time(v: &str, name: &str) -> Result<DateTime<Utc>, ApiError> {
     summary = "Audit events (movement_id, actor, action, since, until; cursor paging)",
     description = "Role: viewer.",
     params(AuditQuery),
-    responses((status = 200, description = "a page of audit events", body = crate::openapi::Page), crate::openapi::Errors),
+    responses((status = 200, description = "a page of audit events", body = crate::openapi::Page<qtg_store::audit::AuditEvent>), crate::openapi::Errors),
     security(("bearer" = []))
 )]
 pub async fn list_audit_events(
@@ -892,7 +892,7 @@ pub struct CallbackQuery {
     summary = "Callback outbox rows (status, movement_id; cursor paging)",
     description = "Role: operator.",
     params(CallbackQuery),
-    responses((status = 200, description = "a page of callbacks", body = crate::openapi::Page), crate::openapi::Errors),
+    responses((status = 200, description = "a page of callbacks", body = crate::openapi::Page<qtg_store::callbacks::CallbackRow>), crate::openapi::Errors),
     security(("bearer" = []))
 )]
 pub async fn list_callbacks(
@@ -932,7 +932,7 @@ pub async fn list_callbacks(
     summary = "Replay a dead-lettered callback: a new row with the same event, new timestamp and nonce",
     description = "Role: operator.",
     params(("id" = String, Path, description = "the resource id (UUID)")),
-    responses((status = 201, description = "the new callback row", body = Object), crate::openapi::Errors),
+    responses((status = 201, description = "the new callback row", body = qtg_store::callbacks::CallbackRow), crate::openapi::Errors),
     security(("bearer" = []))
 )]
 pub async fn replay_callback(
@@ -976,7 +976,7 @@ pub async fn replay_callback(
     summary = "Executor roster with health",
     description = "Role: viewer.",
     params(PageQuery),
-    responses((status = 200, description = "executors", body = crate::openapi::Page), crate::openapi::Errors),
+    responses((status = 200, description = "executors", body = crate::openapi::Page<qtg_store::health::ExecutorHealth>), crate::openapi::Errors),
     security(("bearer" = []))
 )]
 pub async fn list_executors(
@@ -998,7 +998,7 @@ pub async fn list_executors(
     summary = "Signer roster with health and identity posture",
     description = "Role: viewer.",
     params(PageQuery),
-    responses((status = 200, description = "signers", body = crate::openapi::Page), crate::openapi::Errors),
+    responses((status = 200, description = "signers", body = crate::openapi::Page<qtg_store::health::SignerHealth>), crate::openapi::Errors),
     security(("bearer" = []))
 )]
 pub async fn list_signers(
@@ -1028,7 +1028,7 @@ pub struct ExpectedIdentityBody {
     description = "Role: admin.",
     request_body = ExpectedIdentityBody,
     params(("key" = String, Path, description = "signer key")),
-    responses((status = 200, description = "the signer", body = Object), crate::openapi::Errors),
+    responses((status = 200, description = "the signer", body = qtg_store::health::SignerHealth), crate::openapi::Errors),
     security(("bearer" = []))
 )]
 pub async fn set_expected_identity(
@@ -1070,7 +1070,7 @@ pub async fn set_expected_identity(
     summary = "Worker heartbeats with age and stale flag",
     description = "Role: viewer.",
     params(PageQuery),
-    responses((status = 200, description = "workers", body = crate::openapi::Page), crate::openapi::Errors),
+    responses((status = 200, description = "workers", body = crate::openapi::Page<qtg_store::health::WorkerBeat>), crate::openapi::Errors),
     security(("bearer" = []))
 )]
 pub async fn list_workers(
@@ -1274,7 +1274,7 @@ fn control_scope(s: &AppState, b: &ControlBody, resume: bool) -> Result<qtg_engi
     summary = "Kill switch: pause new submits globally, per lane or per executor key (matching nodes stay READY)",
     description = "Role: admin.",
     request_body = ControlBody,
-    responses((status = 200, description = "the pause", body = crate::openapi::PauseDoc), crate::openapi::Errors),
+    responses((status = 200, description = "the pause", body = qtg_store::controls::Pause), crate::openapi::Errors),
     security(("bearer" = []))
 )]
 pub async fn pause_dispatch(
@@ -1320,7 +1320,7 @@ pub async fn resume_dispatch(
     summary = "Active pauses",
     description = "Role: viewer.",
     params(PageQuery),
-    responses((status = 200, description = "pauses", body = crate::openapi::Page), crate::openapi::Errors),
+    responses((status = 200, description = "pauses", body = crate::openapi::Page<qtg_store::controls::Pause>), crate::openapi::Errors),
     security(("bearer" = []))
 )]
 pub async fn list_controls(

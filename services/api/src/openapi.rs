@@ -18,7 +18,7 @@ use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 #[openapi(
     info(title = "qtg", version = "3", description = "Fund-movement orchestrator: templates (DAGs of plan nodes), movements, approvals, operator actions, controls. Every call needs `Authorization: Bearer <key>`; roles viewer < requester < approver < operator < admin. Errors are `{\"error\": {\"code\", \"message\"}}`."),
     modifiers(&BearerAuth),
-    components(schemas(ErrorBody, ErrorDetail, Page, Movement, ApiKeyCreated, PauseDoc, PlanNodeDoc, PlanEdgeDoc, RiskControlsDoc, VelocityDoc, IntentDoc))
+    components(schemas(ErrorBody, ErrorDetail, Movement, ApiKeyCreated, PlanNodeDoc, PlanEdgeDoc, RiskControlsDoc, VelocityDoc, IntentDoc))
 )]
 pub struct ApiDoc;
 
@@ -82,11 +82,10 @@ pub enum Errors {
     RiskLimit(ErrorBody),
 }
 
-/// Lists answer a page: follow `next_cursor` until it is null.
+/// Lists answer a page: follow `next_cursor` (pass it as `cursor`) until it is null.
 #[derive(ToSchema)]
-pub struct Page {
-    #[schema(value_type = Vec<Object>)]
-    items: Vec<Value>,
+pub struct Page<T> {
+    items: Vec<T>,
     next_cursor: Option<String>,
 }
 
@@ -107,9 +106,8 @@ pub struct Movement {
     review_reason: Option<String>,
     /// Distinct approvers needed (m-of-n above the template's threshold).
     approvals_required: i32,
-    /// Each approval with the intent and plan hashes it was bound to.
-    #[schema(value_type = Vec<Object>)]
-    approvals: Vec<Value>,
+    /// Each approval with the intent and plan hashes it was bound to (not in lists).
+    approvals: Option<Vec<qtg_store::movements::Approval>>,
     #[schema(value_type = IntentDoc)]
     intent: Value,
     intent_hash: String,
@@ -123,12 +121,8 @@ pub struct Movement {
     completed_at: Option<String>,
     created_at: String,
     updated_at: String,
-    /// node_key, node_kind, node_state, action_type, executor_key, signer_key, attempt_no,
-    /// provider_state, provider_refs, provider_ref_id, error_code, error_detail, started_at,
-    /// completed_at, last_observed_at, observe_count, next_observe_at, updated_at,
-    /// dispatch_hold (the pause holding a READY node, or null)
-    #[schema(value_type = Vec<Object>)]
-    nodes: Vec<Value>,
+    /// The nodes (not in lists); `dispatch_hold` is the pause holding a READY node, or null.
+    nodes: Option<Vec<qtg_store::NodeRow>>,
 }
 
 #[derive(ToSchema)]
@@ -138,18 +132,6 @@ pub struct ApiKeyCreated {
     roles: Vec<String>,
     /// Shown once; only its hash is stored.
     secret: String,
-}
-
-/// A dispatch pause.
-#[derive(ToSchema)]
-pub struct PauseDoc {
-    /// global, lane, executor
-    scope: String,
-    /// "" for global; the lane or executor key otherwise
-    target: String,
-    reason: String,
-    paused_by: String,
-    paused_at: String,
 }
 
 /// One plan node of a template proposal.
@@ -212,10 +194,8 @@ pub struct IntentDoc {
     /// Decimal string greater than 0, e.g. "100.50"
     amount: String,
     /// A string or an object
-    #[schema(value_type = Option<Object>)]
     source: Option<Value>,
     /// A string, or an object with "address"
-    #[schema(value_type = Option<Object>)]
     destination: Option<Value>,
 }
 

@@ -31,7 +31,8 @@ async fn live_answers_conform_to_the_openapi_document() -> anyhow::Result<()> {
     // Calls `path` and records the answer under the document's path template.
     macro_rules! sample {
         ($method:expr, $template:expr, $path:expr, $key:expr, $body:expr) => {{
-            let (status, answer) = api.call($method, &$path, $key, $body).await?;
+            let path: String = ($path).into();
+            let (status, answer) = api.call($method, &path, $key, $body).await?;
             samples.push(json!({"method": $method, "path": $template, "status": status, "body": answer}));
             answer
         }};
@@ -42,7 +43,7 @@ async fn live_answers_conform_to_the_openapi_document() -> anyhow::Result<()> {
     let p = sample!(
         "POST",
         "/v3/template-proposals",
-        "/v3/template-proposals".to_string(),
+        "/v3/template-proposals",
         &keys.operator,
         Some(json!({"template_key": "t.doc", "nodes": [node], "risk_controls": {"hard_cap": "1000"}}))
     );
@@ -58,7 +59,7 @@ async fn live_answers_conform_to_the_openapi_document() -> anyhow::Result<()> {
     let m = sample!(
         "POST",
         "/v3/movements",
-        "/v3/movements".to_string(),
+        "/v3/movements",
         &keys.requester,
         Some(
             json!({"template_key": "t.doc", "idempotency_key": "doc-1", "callback_url": "https://hooks.example.com/qtg",
@@ -69,7 +70,7 @@ async fn live_answers_conform_to_the_openapi_document() -> anyhow::Result<()> {
     sample!(
         "POST",
         "/v3/movements",
-        "/v3/movements".to_string(),
+        "/v3/movements",
         &keys.requester,
         Some(
             json!({"template_key": "t.doc", "idempotency_key": "doc-2", "intent": {"asset": "USDC", "amount": "1000.01"}})
@@ -81,43 +82,39 @@ async fn live_answers_conform_to_the_openapi_document() -> anyhow::Result<()> {
     sample!(
         "POST",
         "/v3/controls/pause",
-        "/v3/controls/pause".to_string(),
+        "/v3/controls/pause",
         &admin,
         Some(json!({"scope": "lane", "target": "cex", "reason": "doc"}))
     );
-    sample!(
-        "POST",
-        "/v3/api-keys",
-        "/v3/api-keys".to_string(),
-        &admin,
-        Some(json!({"principal": "doc", "roles": ["viewer"]}))
-    );
+    sample!("POST", "/v3/api-keys", "/v3/api-keys", &admin, Some(json!({"principal": "doc", "roles": ["viewer"]})));
     // The health worker has probed the executors once it has run; wait for the roster.
     let deadline = std::time::Instant::now() + Duration::from_secs(20);
     while api.ok("GET", "/v3/executors", &admin, None, 200).await?["items"].as_array().is_none_or(Vec::is_empty) {
         anyhow::ensure!(std::time::Instant::now() < deadline, "no executor roster");
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
+    let movement_path = format!("/v3/movements/{id}");
+    let diagnosis_path = format!("/v3/movements/{id}/nodes/a/diagnosis");
     for (template, path) in [
-        ("/v3/templates", "/v3/templates".to_string()),
-        ("/v3/templates/{key}", "/v3/templates/t.doc".to_string()),
-        ("/v3/movements", "/v3/movements".to_string()),
-        ("/v3/movements/{id}", format!("/v3/movements/{id}")),
-        ("/v3/movements/{id}/nodes/{node_key}/diagnosis", format!("/v3/movements/{id}/nodes/a/diagnosis")),
-        ("/v3/audit-events", "/v3/audit-events".to_string()),
-        ("/v3/callbacks", "/v3/callbacks".to_string()),
-        ("/v3/executors", "/v3/executors".to_string()),
-        ("/v3/signers", "/v3/signers".to_string()),
-        ("/v3/workers", "/v3/workers".to_string()),
-        ("/v3/controls", "/v3/controls".to_string()),
-        ("/v3/api-keys", "/v3/api-keys".to_string()),
-        ("/v3/movements/{id}", "/v3/movements/00000000-0000-4000-8000-000000000001".to_string()),
+        ("/v3/templates", "/v3/templates"),
+        ("/v3/templates/{key}", "/v3/templates/t.doc"),
+        ("/v3/movements", "/v3/movements"),
+        ("/v3/movements/{id}", movement_path.as_str()),
+        ("/v3/movements/{id}/nodes/{node_key}/diagnosis", diagnosis_path.as_str()),
+        ("/v3/audit-events", "/v3/audit-events"),
+        ("/v3/callbacks", "/v3/callbacks"),
+        ("/v3/executors", "/v3/executors"),
+        ("/v3/signers", "/v3/signers"),
+        ("/v3/workers", "/v3/workers"),
+        ("/v3/controls", "/v3/controls"),
+        ("/v3/api-keys", "/v3/api-keys"),
+        ("/v3/movements/{id}", "/v3/movements/00000000-0000-4000-8000-000000000001"),
     ] {
         sample!("GET", template, path, &admin, None);
     }
-    sample!("GET", "/v3/movements", "/v3/movements".to_string(), "not-a-key", None);
-    sample!("GET", "/v3/movements", "/v3/movements?limit=0".to_string(), &admin, None);
-    sample!("POST", "/v3/api-keys", "/v3/api-keys".to_string(), &keys.operator, Some(json!({})));
+    sample!("GET", "/v3/movements", "/v3/movements", "not-a-key", None);
+    sample!("GET", "/v3/movements", "/v3/movements?limit=0", &admin, None);
+    sample!("POST", "/v3/api-keys", "/v3/api-keys", &keys.operator, Some(json!({})));
     let statuses: Vec<u64> = samples.iter().filter_map(|s| s["status"].as_u64()).collect();
     for expected in [200, 201, 400, 401, 403, 404, 422] {
         assert!(statuses.contains(&expected), "no {expected} sampled: {statuses:?}");

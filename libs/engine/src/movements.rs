@@ -186,22 +186,11 @@ impl Engine {
         intent: &Value,
         id: Uuid,
     ) -> Result<(), OpError> {
-        let res = self.check_limits(tx, limits, amount, intent, id).await;
-        if let Err(OpError::Risk(v)) = &res {
+        let refuse = |v: RiskViolation| {
             tracing::warn!(movement_id = %id, limit = v.limit, reason = %v.message, "risk limit refused the movement");
-        }
-        res
-    }
-
-    async fn check_limits(
-        &self,
-        tx: &mut sqlx::PgConnection,
-        limits: &RiskLimits,
-        amount: &Amount,
-        intent: &Value,
-        id: Uuid,
-    ) -> Result<(), OpError> {
-        limits.check_static(amount, intent.get("destination")).map_err(OpError::Risk)?;
+            OpError::Risk(v)
+        };
+        limits.check_static(amount, intent.get("destination")).map_err(refuse)?;
         if limits.velocity.is_empty() {
             return Ok(());
         }
@@ -212,7 +201,7 @@ impl Engine {
             let used = Amount::parse_any(&used).ok_or_else(|| {
                 OpError::Store(StoreError::Corrupt(format!("velocity sum {used:?} is not a decimal")))
             })?;
-            RiskLimits::check_velocity(v, amount, &used).map_err(OpError::Risk)?;
+            RiskLimits::check_velocity(v, amount, &used).map_err(refuse)?;
         }
         Ok(())
     }

@@ -9,16 +9,27 @@ use sqlx::{PgConnection, Row};
 
 use crate::Result;
 
-/// The claim predicate's pause test, over `n` (node) and `p` (plan node).
-pub(crate) const PAUSED: &str = "EXISTS (SELECT 1 FROM dispatch_pauses c
-    WHERE c.scope = 'global' OR (c.scope = 'lane' AND c.target = n.lane)
-       OR (c.scope = 'executor' AND c.target = p.executor_key))";
+/// The one definition of which pauses (`c`) hold a node (`n`, plan node `p`), the widest
+/// first. Every reader of pauses below is built from it.
+macro_rules! holding_pauses {
+    ($columns:literal) => {
+        concat!(
+            "SELECT ",
+            $columns,
+            " FROM dispatch_pauses c
+             WHERE c.scope = 'global' OR (c.scope = 'lane' AND c.target = n.lane)
+                OR (c.scope = 'executor' AND c.target = p.executor_key)
+             ORDER BY array_position(ARRAY['global', 'lane', 'executor'], c.scope) LIMIT 1"
+        )
+    };
+}
+pub(crate) use holding_pauses;
 
-/// `scope:target` of the pause that holds node `n` (plan node `p`), or NULL.
-pub(crate) const HELD_BY: &str = "(SELECT c.scope || ':' || c.target FROM dispatch_pauses c
-    WHERE c.scope = 'global' OR (c.scope = 'lane' AND c.target = n.lane)
-       OR (c.scope = 'executor' AND c.target = p.executor_key)
-    ORDER BY array_position(ARRAY['global', 'lane', 'executor'], c.scope) LIMIT 1)";
+/// The claim predicate's pause test.
+pub(crate) const PAUSED: &str = concat!("EXISTS (", holding_pauses!("1"), ")");
+
+/// `scope:target` of the pause that holds the node, or NULL.
+pub(crate) const HELD_BY: &str = concat!("(", holding_pauses!("c.scope || ':' || c.target"), ")");
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -1,6 +1,8 @@
 //! Movement requests and their nodes: creation (idempotent by a unique constraint), reads
 //! and cursor paging.
 
+use std::sync::LazyLock;
+
 use chrono::{DateTime, Utc};
 use serde_json::Value;
 use sqlx::{AssertSqlSafe, PgConnection, Row};
@@ -111,28 +113,24 @@ pub async fn get(conn: &mut PgConnection, id: Uuid) -> Result<Option<RequestRow>
 }
 
 pub async fn nodes(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<NodeRow>> {
-    let rows = sqlx::query(
-        "SELECT n.id, n.node_key, n.node_kind, n.node_state, p.action_type, p.executor_key,
-                p.signer_key, n.attempt_no, n.provider_state, n.provider_refs, n.provider_ref_id,
-                n.error_code, n.error_detail, n.started_at, n.completed_at, n.last_observed_at,
-                n.observe_count, n.next_observe_at, n.updated_at,
-                h.scope AS hold_scope, h.target AS hold_target, h.reason AS hold_reason,
-                h.paused_by AS hold_by, h.paused_at AS hold_at
-         FROM movement_request_nodes n JOIN plan_nodes p ON p.id = n.plan_node_id
-         LEFT JOIN LATERAL (
-             SELECT c.* FROM dispatch_pauses c
-             WHERE n.node_state = 'READY' AND n.node_kind <> 'manual'
-               AND (c.scope = 'global' OR (c.scope = 'lane' AND c.target = n.lane)
-                    OR (c.scope = 'executor' AND c.target = p.executor_key))
-             ORDER BY array_position(ARRAY['global', 'lane', 'executor'], c.scope) LIMIT 1
-         ) h ON true
-         WHERE n.request_id = $1 ORDER BY n.node_key",
-    )
-    .bind(request_id)
-    .fetch_all(&mut *conn)
-    .await?;
+    let rows = sqlx::query(NODES_SQL).bind(request_id).fetch_all(&mut *conn).await?;
     rows.iter().map(NodeRow::from_row).collect()
 }
+
+/// A movement's nodes; a READY non-manual node carries the pause holding it, if any.
+const NODES_SQL: &str = concat!(
+    "SELECT n.id, n.node_key, n.node_kind, n.node_state, p.action_type, p.executor_key,
+            p.signer_key, n.attempt_no, n.provider_state, n.provider_refs, n.provider_ref_id,
+            n.error_code, n.error_detail, n.started_at, n.completed_at, n.last_observed_at,
+            n.observe_count, n.next_observe_at, n.updated_at,
+            h.scope AS hold_scope, h.target AS hold_target, h.reason AS hold_reason,
+            h.paused_by AS hold_by, h.paused_at AS hold_at
+     FROM movement_request_nodes n JOIN plan_nodes p ON p.id = n.plan_node_id
+     LEFT JOIN LATERAL (",
+    crate::controls::holding_pauses!("c.*"),
+    ") h ON n.node_state = 'READY' AND n.node_kind <> 'manual'
+     WHERE n.request_id = $1 ORDER BY n.node_key"
+);
 
 /// Movements newest first, optionally in one state, after the `(created_at, id)` cursor.
 pub async fn list(
@@ -208,16 +206,18 @@ pub async fn velocity_used(
     window_seconds: i64,
     exclude: Uuid,
 ) -> Result<String> {
-    let sql = format!(
-        "SELECT COALESCE(sum((intent ->> 'amount')::numeric), 0)::text FROM movement_requests
-         WHERE lower(intent ->> 'asset') = lower($1::jsonb ->> 'asset') AND {} = {}
-           AND created_at > now() - make_interval(secs => $2::float8) AND id <> $3
-           AND request_state NOT IN ('REJECTED', 'EXPIRED')
-           AND NOT (request_state = 'CANCELLED' AND approved_at IS NULL)",
-        velocity_bucket("intent"),
-        velocity_bucket("$1::jsonb")
-    );
-    Ok(sqlx::query_scalar(AssertSqlSafe(sql))
+    static SQL: LazyLock<String> = LazyLock::new(|| {
+        format!(
+            "SELECT COALESCE(sum((intent ->> 'amount')::numeric), 0)::text FROM movement_requests
+             WHERE lower(intent ->> 'asset') = lower($1::jsonb ->> 'asset') AND {} = {}
+               AND created_at > now() - make_interval(secs => $2::float8) AND id <> $3
+               AND request_state NOT IN ('REJECTED', 'EXPIRED')
+               AND NOT (request_state = 'CANCELLED' AND approved_at IS NULL)",
+            velocity_bucket("intent"),
+            velocity_bucket("$1::jsonb")
+        )
+    });
+    Ok(sqlx::query_scalar(AssertSqlSafe(SQL.as_str()))
         .bind(intent)
         .bind(window_seconds as f64)
         .bind(exclude)

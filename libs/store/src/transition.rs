@@ -188,7 +188,8 @@ async fn write_node(
         .bind(meta.actor)
         .bind(meta.reason)
         .bind(channel)
-        .bind(qtg_telemetry::traceparent())
+        // Only a transition enqueues a callback that could carry it.
+        .bind(if transition { qtg_telemetry::traceparent() } else { None })
         .fetch_optional(&mut *conn)
         .await?;
     match row {

@@ -109,6 +109,8 @@ impl Proc {
             .env("MG_LOG_FORMAT", "json")
             .env("MG_DB_POOL_SIZE", "4")
             .env("MG_EXECUTOR_REGISTRY", registry_file())
+            // A small clock-skew margin lets tests nest short graces (grace > window + skew).
+            .env("MG_CLOCK_SKEW_MARGIN_SECONDS", "0.2")
             .env("RUST_LOG", "info");
         for (k, v) in extra {
             cmd.env(k, v);
@@ -323,10 +325,12 @@ pub fn node<'a>(movement: &'a Value, key: &str) -> &'a Value {
     movement["nodes"].as_array().and_then(|ns| ns.iter().find(|n| n["node_key"] == key)).unwrap_or(&Value::Null)
 }
 
-/// Worker settings for tests: the seed's intervals, with a 1 s recovery grace instead of 90 s
-/// (an idle recovery worker wakes when a node's grace ends, so its 60 s poll is not waited).
+/// Worker settings for tests: the seed's intervals, with a 3 s recovery grace instead of 90 s
+/// (an idle recovery worker wakes when a node's grace ends, so its 60 s poll is not waited),
+/// nested as every binary insists: a 1.5 s call deadline, so a 1.9 s submit window
+/// (deadline + 2 × the harness' 0.2 s skew margin) and grace 3 > 1.9 + 0.2.
 pub fn fast_recovery() -> HashMap<&'static str, &'static str> {
-    HashMap::from([("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "1")])
+    HashMap::from([("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "3"), ("MG_EXECUTOR_TIMEOUT_MS", "1500")])
 }
 
 /// An in-process engine over `db` with the sim lanes of `deploy/registry.sim.toml`.

@@ -222,49 +222,42 @@ impl qtg_executor::Executor for PausedDuringPrepare {
     async fn preflight(
         &self,
         ctx: &qtg_core::ExecutionContext,
-        tx: &mut sqlx::PgConnection,
     ) -> Result<Option<qtg_core::ExecutionResult>, qtg_executor::ExecutorError> {
-        self.inner.preflight(ctx, tx).await
+        self.inner.preflight(ctx).await
     }
 
     async fn prepare(
         &self,
         ctx: &qtg_core::ExecutionContext,
-        tx: &mut sqlx::PgConnection,
     ) -> Result<qtg_executor::Prepared, qtg_executor::ExecutorError> {
         sqlx::query("INSERT INTO dispatch_pauses (scope, target, reason, paused_by) VALUES ('global', '', 'incident', 'ops') ON CONFLICT DO NOTHING")
             .execute(&self.pool)
             .await
             .map_err(|e| qtg_executor::ExecutorError::Unavailable(e.to_string()))?;
-        self.inner.prepare(ctx, tx).await
+        self.inner.prepare(ctx).await
     }
 
     async fn submit(
         &self,
         ctx: &qtg_core::ExecutionContext,
-        prepared: &qtg_core::PreparedAction,
-        signed: Option<&qtg_core::SignResult>,
-        key: &str,
-        tx: &mut sqlx::PgConnection,
+        submission: &qtg_executor::Submission<'_>,
     ) -> Result<qtg_core::ExecutionResult, qtg_executor::ExecutorError> {
-        self.inner.submit(ctx, prepared, signed, key, tx).await
+        self.inner.submit(ctx, submission).await
     }
 
     async fn observe(
         &self,
         ctx: &qtg_core::ExecutionContext,
-        tx: &mut sqlx::PgConnection,
     ) -> Result<qtg_core::ExecutionResult, qtg_executor::ExecutorError> {
-        self.inner.observe(ctx, tx).await
+        self.inner.observe(ctx).await
     }
 
     async fn recover(
         &self,
         ctx: &qtg_core::ExecutionContext,
         key: &str,
-        tx: &mut sqlx::PgConnection,
     ) -> Result<qtg_core::ExecutionResult, qtg_executor::ExecutorError> {
-        self.inner.recover(ctx, key, tx).await
+        self.inner.recover(ctx, key).await
     }
 }
 
@@ -290,10 +283,11 @@ async fn a_pause_that_commits_after_the_claim_still_stops_the_submit() -> anyhow
     let id = create_approved(&engine, "t.p", "p-1").await?;
     assert_eq!(engine.dispatch_tick().await?, 1, "claimed before the pause existed");
     let (state, code, refs, attempt) = node_row(&db.pool, id, "n").await?;
-    assert_eq!((state.as_str(), code.as_deref(), attempt), ("FAILED", Some("DISPATCH_PAUSED"), 1));
+    // The arm's compare-and-set saw the pause: the attempt was never armed.
+    assert_eq!((state.as_str(), code.as_deref(), attempt), ("FAILED", Some("DISPATCH_PAUSED"), 0));
     assert!(refs.get("__submit_attempt_pending").is_none(), "nothing was sent: no pending marker");
-    let sent: i64 = sqlx::query_scalar("SELECT count(*) FROM sim_ledger").fetch_one(&db.pool).await?;
-    assert_eq!(sent, 0, "the venue never saw a submit");
+    let sent: i64 = sqlx::query_scalar("SELECT count(*) FROM sim_submit_calls").fetch_one(&db.pool).await?;
+    assert_eq!(sent, 0, "the venue never saw a submit call");
     assert_eq!(request_state(&db.pool, id).await?, "FAILED");
 
     // After resume, an operator retry runs a new attempt (the executor pauses again on

@@ -43,14 +43,13 @@ async fn slow_template(delay_ms: u64) -> anyhow::Result<(TestDb, Api, Keys)> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_killed_dispatcher_is_recovered_without_a_second_submit() -> anyhow::Result<()> {
     let (db, api, keys) = slow_template(5000).await?;
-    let mut dispatcher = Proc::spawn("qtg-dispatcher", &db.url, &[]).await?;
-    let observer = Proc::spawn("qtg-observer", &db.url, &[]).await?;
-    let recovery = Proc::spawn(
-        "qtg-recovery",
-        &db.url,
-        &[("MG_NODE_RECOVERY_INTERVAL_SECONDS", "0.5"), ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "2")],
-    )
-    .await?;
+    // A 6 s deadline nests under a 7 s grace (submit window 6.4 s + 0.2 s skew).
+    let times = [("MG_EXECUTOR_TIMEOUT_MS", "6000"), ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "7")];
+    let mut dispatcher = Proc::spawn("qtg-dispatcher", &db.url, &times).await?;
+    let observer = Proc::spawn("qtg-observer", &db.url, &times).await?;
+    let recovery =
+        Proc::spawn("qtg-recovery", &db.url, &[times[0], times[1], ("MG_NODE_RECOVERY_INTERVAL_SECONDS", "0.5")])
+            .await?;
 
     let id = start_movement(&api, &keys, "t.slow", "crash-1", None).await?;
     wait_for_venue_order(&db, &id).await?;

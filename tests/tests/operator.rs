@@ -51,7 +51,9 @@ async fn retry_makes_a_new_attempt_of_a_failed_node_and_refuses_unknown() -> any
 #[tokio::test]
 async fn cancel_needs_c6_evidence_while_a_side_effect_may_exist() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let engine = sim_engine(&db, EngineSettings::default())?;
+    // A short submit window, so that the armed attempt is fenced within the test.
+    let settings = EngineSettings { submit_window_seconds: 0.6, clock_skew_seconds: 0.1, ..EngineSettings::default() };
+    let engine = sim_engine(&db, settings)?;
     install_plan(&engine, "t.unknown", one(json!({"submit": "unknown"}))).await?;
     let id = create_approved(&engine, "t.unknown", "m1").await?;
     engine.dispatch_tick().await?;
@@ -61,9 +63,19 @@ async fn cancel_needs_c6_evidence_while_a_side_effect_may_exist() -> anyhow::Res
     assert!(matches!(engine.cancel_movement("ops", id, no_evidence).await, Err(OpError::Conflict(_))));
     assert_eq!(request_state(&db.pool, id).await?, "EXECUTING", "a refused cancel changes nothing");
     let evidence = json!({"exchange_console": "no withdrawal with client id", "checked_by": "ops"});
-    let c6 =
-        CancelInput { reason: "C6: never reached the exchange", runbook_case: Some("C6"), evidence: Some(&evidence) };
-    engine.cancel_movement("ops", id, c6).await?;
+    let c6 = || CancelInput {
+        reason: "C6: never reached the exchange",
+        runbook_case: Some("C6"),
+        evidence: Some(&evidence),
+    };
+    // Until submit_by + skew has passed the venue could still accept the attempt: wait for the fence.
+    match engine.cancel_movement("ops", id, c6()).await {
+        Err(OpError::SubmitAttemptPending(why)) => assert!(why.contains("not fenced"), "{why}"),
+        other => panic!("a C6 cancel before the fence must wait: {other:?}"),
+    }
+    assert_eq!(request_state(&db.pool, id).await?, "EXECUTING", "a refused cancel changes nothing");
+    tokio::time::sleep(std::time::Duration::from_millis(900)).await;
+    engine.cancel_movement("ops", id, c6()).await?;
     assert_eq!(request_state(&db.pool, id).await?, "CANCELLED");
     assert_eq!(node_row(&db.pool, id, "n").await?.0, "CANCELLED");
     let recorded: serde_json::Value =
@@ -187,7 +199,9 @@ async fn complete_manual_only_on_manual_nodes_and_a_busy_worker_is_a_409() -> an
 #[tokio::test]
 async fn diagnosis_names_each_runbook_case() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let engine = sim_engine(&db, EngineSettings::default())?;
+    // A short submit window, so that the armed attempt is fenced within the test.
+    let settings = EngineSettings { submit_window_seconds: 0.6, clock_skew_seconds: 0.1, ..EngineSettings::default() };
+    let engine = sim_engine(&db, settings)?;
     install_plan(&engine, "t.unknown", one(json!({"submit": "unknown"}))).await?;
     install_plan(&engine, "t.observing", one(json!({"observe_polls": 1000, "retry_after_seconds": 0.01}))).await?;
     let set = |id: uuid::Uuid, sql: &'static str| {

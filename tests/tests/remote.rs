@@ -12,7 +12,8 @@ async fn start_system(db: &TestDb, remote: &Remote) -> anyhow::Result<(Api, Vec<
     let reg = remote.registry.to_string_lossy().to_string();
     let env = [
         ("MG_EXECUTOR_REGISTRY", reg.as_str()),
-        ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "1"),
+        ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "3"),
+        ("MG_EXECUTOR_TIMEOUT_MS", "1500"),
         ("QTG_EXAMPLE_SECRET", EXAMPLE_HMAC_SECRET),
     ];
     let api = Api::start(&db.url, &env).await?;

@@ -15,6 +15,8 @@ pub struct NodeView {
     pub manual_review_required: bool,
     /// The venue accepted (or may have accepted) a submit of the current attempt.
     pub submit_accepted: bool,
+    /// `provider_refs` carries `__late_effect`: an effect reported after the node ended.
+    pub late_effect: bool,
 }
 
 impl NodeView {
@@ -48,6 +50,10 @@ pub fn derive_request_state(nodes: &[NodeView]) -> Option<RequestState> {
     // (2) A side effect is in flight or recovery may still resolve it.
     if nodes.iter().any(NodeView::in_flight) {
         return Some(RequestState::Executing);
+    }
+    // (2b) An effect reported for a node already FAILED or CANCELLED: money may have moved.
+    if nodes.iter().any(|n| n.late_effect) {
+        return Some(RequestState::ManualIntervention);
     }
     // (3) A person must decide where money may have moved.
     let handed: Vec<&NodeView> = nodes.iter().filter(|n| n.handed_to_person()).collect();
@@ -89,6 +95,7 @@ mod tests {
                 state,
                 NodeState::Submitted | NodeState::Observing | NodeState::Completed | NodeState::Unknown
             ),
+            late_effect: false,
         }
     }
 
@@ -148,13 +155,10 @@ mod tests {
             proptest::option::of(Just(OBSERVATION_TIMEOUT.to_string())),
             any::<bool>(),
             any::<bool>(),
+            proptest::bool::weighted(0.05),
         )
-            .prop_map(|(kind, state, error_code, manual_review_required, submit_accepted)| NodeView {
-                kind,
-                state,
-                error_code,
-                manual_review_required,
-                submit_accepted,
+            .prop_map(|(kind, state, error_code, manual_review_required, submit_accepted, late_effect)| {
+                NodeView { kind, state, error_code, manual_review_required, submit_accepted, late_effect }
             })
     }
 
@@ -179,6 +183,15 @@ mod tests {
                 || nodes.iter().any(|n| n.handed_to_person() && n.submit_accepted);
             if side_effect {
                 prop_assert_ne!(derive_request_state(&nodes), Some(RequestState::Failed));
+            }
+        }
+
+        #[test]
+        fn a_late_effect_calls_a_person_once_nothing_is_in_flight(nodes in proptest::collection::vec(arb_node(), 1..8)) {
+            let in_flight = nodes.iter().any(NodeView::in_flight);
+            let all_done = nodes.iter().all(|n| matches!(n.state, Completed | Skipped));
+            if nodes.iter().any(|n| n.late_effect) && !in_flight && !all_done {
+                prop_assert_eq!(derive_request_state(&nodes), Some(RequestState::ManualIntervention));
             }
         }
 

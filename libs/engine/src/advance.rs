@@ -9,7 +9,7 @@ use qtg_core::plan::{activated_successors, successors};
 use qtg_core::protocol::Method;
 use qtg_core::{derive_request_state, ExecutionResult, NodeState, RequestState};
 use qtg_store::artifacts::{self, ArtifactKind};
-use qtg_store::transition::{self, Meta, NodePatch, RequestPatch};
+use qtg_store::transition::{self, Guard, Meta, NodePatch, RequestPatch};
 use qtg_store::{context as q, NodeBrief, PgConnection, WorkItem};
 use serde_json::json;
 use uuid::Uuid;
@@ -19,14 +19,16 @@ use crate::Result;
 /// Seconds before recovery looks at a node that became (or stayed) UNKNOWN without a hint.
 pub const UNKNOWN_RECHECK_SECONDS: f64 = 15.0;
 
-/// Records a well-formed executor `result` for `item` (currently `from`), then advances or
-/// derives. Returns the node's new state.
+/// Records a well-formed executor `result` for `item` (currently `from`) by compare-and-set
+/// on `guard` (a miss is `StaleState` and writes nothing), then locks the request (waiting:
+/// node before request) and advances or derives. Returns the node's new state.
 pub async fn apply_result(
     conn: &mut PgConnection,
     item: &WorkItem,
     from: NodeState,
     result: &ExecutionResult,
     method: Method,
+    guard: Guard,
     actor: &str,
 ) -> Result<NodeState> {
     let to = result.next_state;
@@ -36,6 +38,7 @@ pub async fn apply_result(
         merge_refs: result.provider_refs.clone(),
         error: Some((result.error_code.clone(), result.error_detail.clone())),
         observed: method == Method::Observe,
+        guard,
         ..Default::default()
     };
     if matches!(method, Method::Submit | Method::Recover) {
@@ -70,6 +73,9 @@ pub async fn apply_result(
     } else {
         transition::transition_node(conn, item.node_id, from, to, &patch, &Meta::actor(actor)).await?
     };
+    if !(from == to && to == NodeState::Observing) {
+        qtg_store::claims::lock_request(conn, item.request_id).await?;
+    }
     if !result.generated_artifacts.is_empty() {
         artifacts::insert_many(
             conn,
@@ -148,7 +154,10 @@ async fn derive_and_apply(
     if let Some(derived) = derive_request_state(&views) {
         // APPROVED becomes EXECUTING on the first dispatch, not by derivation.
         let first_dispatch_pending = current == RequestState::Approved && derived == RequestState::Executing;
-        if derived != current && !first_dispatch_pending && current.can_transition_to(derived) {
+        // A terminal movement moves only for a late effect (CANCELLED → MANUAL_INTERVENTION).
+        let late_effect = views.iter().any(|v| v.late_effect);
+        let allowed = !current.is_terminal() || late_effect;
+        if derived != current && !first_dispatch_pending && allowed && current.can_transition_to(derived) {
             transition::transition_request(
                 conn,
                 request_id,
@@ -161,4 +170,53 @@ async fn derive_and_apply(
         }
     }
     Ok(())
+}
+
+/// An answer whose compare-and-set matched nothing (the node moved on: re-claimed, decided by
+/// another worker, cancelled). A node event only — except that an answer other than FAILED
+/// for a node already FAILED or CANCELLED means money may have moved after qtg gave up on
+/// it: the node gets `__late_effect` and the movement goes to MANUAL_INTERVENTION (with
+/// `request_attention`).
+pub async fn stale_answer(
+    conn: &mut PgConnection,
+    item: &WorkItem,
+    method: &'static str,
+    result: &ExecutionResult,
+    actor: &str,
+) -> Result<()> {
+    let Some(now) = qtg_store::claims::node_now(conn, item.node_id).await? else {
+        return Ok(());
+    };
+    let late =
+        result.next_state != NodeState::Failed && matches!(now.node_state, NodeState::Failed | NodeState::Cancelled);
+    if !late {
+        let detail = format!(
+            "answer {} for attempt {} not applied: the node is {} at attempt {}",
+            result.next_state, item.attempt_no, now.node_state, now.attempt_no
+        );
+        tracing::info!(node_id = %item.node_id, method, %detail, "stale answer");
+        let call = qtg_store::events::Call::failed(method, "stale", "STALE_ANSWER", &detail, 0);
+        qtg_store::events::record_calls(conn, item.request_id, item.node_id, item.attempt_no, &[call], actor).await?;
+        return Ok(());
+    }
+    tracing::error!(node_id = %item.node_id, node_key = %item.node_key, method, answer = %result.next_state,
+        node_state = %now.node_state, "late effect: an executor reports an effect for a node qtg already ended; a person must decide");
+    let mut refs = serde_json::Map::new();
+    refs.insert(
+        qtg_core::markers::LATE_EFFECT.into(),
+        json!({"method": method, "attempt_no": item.attempt_no, "next_state": result.next_state.as_str(),
+               "provider_ref_id": result.provider_ref_id, "node_state": now.node_state.as_str()}),
+    );
+    let call = qtg_store::events::Call::failed(
+        method,
+        &format!("late:{}", result.next_state),
+        "LATE_EFFECT",
+        &format!("{} answered {} after the node was {}", method, result.next_state, now.node_state),
+        0,
+    );
+    qtg_store::events::record_calls(conn, item.request_id, item.node_id, item.attempt_no, &[call], actor).await?;
+    let patch = NodePatch { merge_refs: refs, submit_accepted: Some(true), ..Default::default() };
+    transition::poll_node(conn, item.node_id, now.node_state, &patch).await?;
+    qtg_store::claims::lock_request(conn, item.request_id).await?;
+    apply_request_state(conn, item.request_id, actor).await
 }

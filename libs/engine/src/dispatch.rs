@@ -1,80 +1,135 @@
 //! node_dispatcher: READY → PREPARING → (AWAITING_SIGNATURE) → SUBMITTING → submit → result,
-//! in the two transactions of DESIGN.md §2.2 (intent before effect).
+//! leased (docs/architecture.md, "The lease and the fence"). No transaction, row lock or
+//! pooled connection is held while an executor or signer call is in flight:
 //!
-//! Transaction 1 claims the node and its request, runs preflight, prepare and sign, and
-//! commits SUBMITTING with `attempt_no + 1`, `started_at` and the `__submit_attempt_*`
-//! markers together with the prepared artifact. Transaction 2 re-locks the node only
-//! (NOWAIT), checks the payload hash, calls submit, then locks the request and records the
-//! result. A crash before commit 1 leaves the node READY; after it, recovery finds the marker.
+//! 1. *Claim* (short transaction): READY — or PREPARING / AWAITING_SIGNATURE whose lease
+//!    expired, with a node event — → PREPARING with a fresh `claim_token` and
+//!    `lease_expires_at`; the request APPROVED → EXECUTING; the execution context is built.
+//! 2. *Calls*, outside any transaction: preflight, prepare (and a compare-and-set to
+//!    AWAITING_SIGNATURE), sign.
+//! 3. *Arm*: compare-and-set on (state, `claim_token`, `attempt_no` = N − 1, request
+//!    EXECUTING, no pause) → SUBMITTING with N, the `__submit_attempt_*` markers,
+//!    `started_at` and `submit_by = started_at + submit_window`, the prepared artifact and
+//!    the call events. No row matched, or the commit failed: nothing is sent.
+//! 4. *Submit*, outside any transaction, started only while less than `submit_window` minus
+//!    the skew margin has passed since the arm statement was sent; it carries `submit_by`.
+//! 5. *Record*: compare-and-set on (`attempt_no` = N, SUBMITTING or UNKNOWN, marker), then the
+//!    request lock, apply, advance, derive. Otherwise a node event — or `__late_effect` when
+//!    a non-FAILED answer finds the node FAILED or CANCELLED.
+//!
+//! A crash before the arm leaves the node PREPARING until its lease expires; after it,
+//! recovery finds the marker once `submit_by` plus the skew margin has passed.
 
-use qtg_core::codes;
-use qtg_core::protocol::{idempotency_key, Method};
-use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction, RequestState, SignRequest, SignResult};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 
-use qtg_executor::{Executor, ExecutorError, Prepared, SignError};
+use qtg_core::protocol::{idempotency_key, Method};
+use qtg_core::{codes, ExecutionContext, ExecutionResult, NodeState, PreparedAction, RequestState, SignRequest};
+use qtg_executor::{Executor, ExecutorError, Prepared, SignError, Submission};
 use qtg_store::artifacts::{self, ArtifactKind};
 use qtg_store::claims::{self, Pickup};
-use qtg_store::transition::{self, Meta, NodePatch, RequestPatch};
-use qtg_store::{PgConnection, WorkItem};
+use qtg_store::events::{record_calls, Call};
+use qtg_store::transition::{self, Guard, Lease, Meta, NodePatch, RequestPatch};
+use qtg_store::{PgConnection, StoreError, WorkItem};
 use serde_json::json;
+use tracing::Instrument;
+use uuid::Uuid;
 
 use crate::advance::{apply_request_state, apply_result};
 use crate::calls::{self, with_deadline};
 use crate::context::{build_execution_context, ContextError};
-use crate::{Engine, Result};
-use tracing::Instrument;
+use crate::{Engine, EngineError, Result};
 
 /// How many READY candidates one claim pass lists.
 const CANDIDATE_SCAN: i64 = 16;
 
-/// Everything transaction 2 needs, fixed by transaction 1.
-struct Submission {
+/// A node this dispatcher holds the lease of, with everything its calls need.
+struct Claimed {
     item: WorkItem,
+    token: Uuid,
+    /// The attempt being prepared (stored + 1).
+    attempt_no: i32,
     executor: Arc<dyn Executor>,
     ctx: ExecutionContext,
-    prepared: PreparedAction,
-    signed: Option<SignResult>,
+}
+
+enum Claim {
+    Nothing,
+    /// Claimed and ended in the claim transaction (drift, unknown executor…).
+    Ended,
+    Held(Box<Claimed>, tracing::Span),
 }
 
 impl Engine {
-    /// Dispatches at most one READY node. Returns 1 if it claimed one.
+    /// Dispatches at most one node. Returns 1 if it claimed one.
     pub async fn dispatch_tick(&self) -> Result<usize> {
+        match self.claim_for_dispatch().await? {
+            Claim::Nothing => Ok(0),
+            Claim::Ended => Ok(1),
+            Claim::Held(c, span) => {
+                self.run_claimed(*c).instrument(span).await?;
+                Ok(1)
+            }
+        }
+    }
+
+    /// The claim: one short transaction.
+    async fn claim_for_dispatch(&self) -> Result<Claim> {
         let mut tx = self.pool.begin().await?;
         let Some(item) = claims::claim_next(&mut tx, Pickup::Dispatch, &self.served_keys(), CANDIDATE_SCAN).await?
         else {
             tx.commit().await?;
-            return Ok(0);
+            return Ok(Claim::Nothing);
         };
-        // One trace per node step: transaction 1, the submit, transaction 2.
+        // One trace per node step: claim, calls, arm, submit and record.
         let span = crate::step_span("dispatch", &item, item.attempt_no + 1);
-        async move {
-            let staged = self.prepare_submission(&mut tx, item).await?;
-            tx.commit().await?;
-            if let Some(submission) = staged {
-                self.submit(submission).await?;
-            }
-            Ok(1)
-        }
-        .instrument(span)
-        .await
+        self.claimed(tx, item, span.clone()).instrument(span).await
     }
 
-    /// Transaction 1. `None` when the node ended here (FAILED) instead of reaching SUBMITTING.
-    async fn prepare_submission(&self, conn: &mut PgConnection, item: WorkItem) -> Result<Option<Submission>> {
+    /// The rest of the claim transaction, under the step's span.
+    async fn claimed(
+        &self,
+        mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
+        item: WorkItem,
+        span: tracing::Span,
+    ) -> Result<Claim> {
         let meta = Meta::actor(&self.actor);
-        transition::transition_node(
-            conn,
-            item.node_id,
-            NodeState::Ready,
-            NodeState::Preparing,
-            &NodePatch::default(),
-            &meta,
-        )
-        .await?;
+        let token = Uuid::new_v4();
+        let attempt_no = item.attempt_no + 1;
+        let lease = NodePatch {
+            lease: Some(Lease { token, seconds: Some(self.settings.lease_seconds) }),
+            ..Default::default()
+        };
+        match item.node_state {
+            NodeState::Ready => {
+                transition::transition_node(
+                    &mut tx,
+                    item.node_id,
+                    NodeState::Ready,
+                    NodeState::Preparing,
+                    &lease,
+                    &meta,
+                )
+                .await?;
+            }
+            expired => {
+                // Its dispatcher died or froze before arming: nothing was sent for attempt N.
+                tracing::warn!(node_id = %item.node_id, node_key = %item.node_key, state = %expired,
+                    "lease expired before the arm; re-claiming the node");
+                let detail = format!("the lease of a {expired} node expired before it was armed; re-claimed");
+                let call = Call::failed("claim", "lease_expired", "LEASE_EXPIRED", &detail, 0);
+                record_calls(&mut tx, item.request_id, item.node_id, attempt_no, &[call], &self.actor).await?;
+                if expired == NodeState::Preparing {
+                    transition::poll_node(&mut tx, item.node_id, expired, &lease).await?;
+                } else {
+                    transition::transition_node(&mut tx, item.node_id, expired, NodeState::Preparing, &lease, &meta)
+                        .await?;
+                }
+            }
+        }
         if item.request_state == RequestState::Approved {
             transition::transition_request(
-                conn,
+                &mut tx,
                 item.request_id,
                 RequestState::Approved,
                 RequestState::Executing,
@@ -83,47 +138,65 @@ impl Engine {
             )
             .await?;
         }
-        let attempt_no = item.attempt_no + 1;
-        let mut state = NodeState::Preparing;
-
-        // Dispatch refuses drift from what was compiled and approved.
-        if item.compiled_plan_hash != item.current_plan_hash
+        // Refusals that need no call end here, under the claim's locks.
+        let refusal = if item.compiled_plan_hash != item.current_plan_hash
             || item.approved_plan_hash.as_deref().is_some_and(|h| h != item.compiled_plan_hash)
         {
-            return self
-                .fail(
-                    conn,
-                    &item,
-                    state,
-                    codes::PLAN_HASH_DRIFT,
-                    "the plan changed since the movement was compiled or approved",
-                )
-                .await;
-        }
-        if item.approved_intent_hash.as_deref().is_some_and(|h| h != item.intent_hash) {
-            return self
-                .fail(conn, &item, state, codes::INTENT_HASH_DRIFT, "the intent changed since it was approved")
-                .await;
-        }
-        let Some(entry) = self.registry.executor(&item.executor_key) else {
-            let detail = format!("executor {:?} is not in this worker's registry", item.executor_key);
-            return self.fail(conn, &item, state, codes::EXECUTOR_NOT_REGISTERED, &detail).await;
+            Some((codes::PLAN_HASH_DRIFT, "the plan changed since the movement was compiled or approved".to_string()))
+        } else if item.approved_intent_hash.as_deref().is_some_and(|h| h != item.intent_hash) {
+            Some((codes::INTENT_HASH_DRIFT, "the intent changed since it was approved".to_string()))
+        } else if self.registry.executor(&item.executor_key).is_none() {
+            Some((
+                codes::EXECUTOR_NOT_REGISTERED,
+                format!("executor {:?} is not in this worker's registry", item.executor_key),
+            ))
+        } else {
+            None
         };
-        let executor = entry.executor.clone();
-        let ctx = match build_execution_context(conn, &item, attempt_no).await {
-            Ok(ctx) => ctx,
-            Err(ContextError::Ref(e)) => {
-                return self.fail(conn, &item, state, codes::CONFIG_REF_UNRESOLVED, &e.to_string()).await
+        let built = match refusal {
+            Some(r) => Err(r),
+            None => match build_execution_context(&mut tx, &item, attempt_no).await {
+                Ok(ctx) => Ok(ctx),
+                Err(ContextError::Ref(e)) => Err((codes::CONFIG_REF_UNRESOLVED, e.to_string())),
+                Err(ContextError::Store(e)) => return Err(e.into()),
+            },
+        };
+        match built {
+            Ok(ctx) => {
+                tx.commit().await?;
+                let executor =
+                    self.registry.executor(&item.executor_key).map(|e| e.executor.clone()).ok_or_else(|| {
+                        StoreError::corrupt(format!("executor {:?} left the registry", item.executor_key))
+                    })?;
+                Ok(Claim::Held(Box::new(Claimed { item, token, attempt_no, executor, ctx }), span))
             }
-            Err(ContextError::Store(e)) => return Err(e.into()),
-        };
+            Err((code, detail)) => {
+                tracing::info!(node_id = %item.node_id, node_key = %item.node_key, code, %detail, "node failed before any call");
+                transition::transition_node(
+                    &mut tx,
+                    item.node_id,
+                    NodeState::Preparing,
+                    NodeState::Failed,
+                    &NodePatch::error(code, &detail),
+                    &meta,
+                )
+                .await?;
+                apply_request_state(&mut tx, item.request_id, &self.actor).await?;
+                tx.commit().await?;
+                Ok(Claim::Ended)
+            }
+        }
+    }
+
+    /// Calls, arm, submit, record — the claim's lease held by `c.token`.
+    async fn run_claimed(&self, c: Claimed) -> Result<()> {
         let deadline = self.settings.executor_timeout;
+        let mut calls: Vec<Call> = Vec::new();
 
         // Preflight: nothing has been sent, so every failure is a plain FAILED.
-        let (res, ms) = with_deadline("preflight", deadline, executor.preflight(&ctx, conn)).await;
-        // A pass is recorded together with prepare's answer below (one round trip).
-        let preflight_ms = match res {
-            Ok(None) => ms,
+        let (res, ms) = with_deadline("preflight", deadline, c.executor.preflight(&c.ctx)).await;
+        match res {
+            Ok(None) => calls.push(Call::ok("preflight", "pass", ms)),
             Ok(Some(result)) => {
                 let (code, detail) = match result.validate(Method::Preflight) {
                     Ok(()) => (
@@ -132,100 +205,55 @@ impl Engine {
                     ),
                     Err(v) => (codes::EXECUTOR_PROTOCOL_ERROR.to_string(), v.to_string()),
                 };
-                calls::record(conn, &item, attempt_no, "preflight", "refused", Some((&code, &detail)), ms, &self.actor)
-                    .await?;
-                return self.fail(conn, &item, state, &code, &detail).await;
+                calls.push(Call::failed("preflight", "refused", &code, &detail, ms));
+                return self.fail_claimed(&c, NodeState::Preparing, calls, &code, &detail).await;
             }
-            Err(e) => return self.call_failed(conn, &item, attempt_no, state, "preflight", &e, ms).await,
-        };
+            Err(e) => return self.call_failed(&c, NodeState::Preparing, calls, "preflight", &e, ms).await,
+        }
 
         // Prepare.
-        let (res, ms) = with_deadline("prepare", deadline, executor.prepare(&ctx, conn)).await;
+        let (res, ms) = with_deadline("prepare", deadline, c.executor.prepare(&c.ctx)).await;
         let mut prepared = match res {
             Ok(Prepared::Action(p)) => p,
             Ok(Prepared::Refused(result)) => {
-                calls::record(conn, &item, attempt_no, "preflight", "pass", None, preflight_ms, &self.actor).await?;
                 let code = result.error_code.clone().unwrap_or_else(|| "PREPARE_FAILED".into());
                 let detail = result.error_detail.clone().unwrap_or_default();
-                calls::record(conn, &item, attempt_no, "prepare", "refused", Some((&code, &detail)), ms, &self.actor)
-                    .await?;
-                return self.fail(conn, &item, state, &code, &detail).await;
+                calls.push(Call::failed("prepare", "refused", &code, &detail, ms));
+                return self.fail_claimed(&c, NodeState::Preparing, calls, &code, &detail).await;
             }
             Ok(Prepared::Empty) => {
-                calls::record(conn, &item, attempt_no, "preflight", "pass", None, preflight_ms, &self.actor).await?;
-                calls::record(conn, &item, attempt_no, "prepare", "empty", None, ms, &self.actor).await?;
-                return self.fail(conn, &item, state, codes::PREPARE_EMPTY, "prepare returned no action").await;
+                calls.push(Call::ok("prepare", "empty", ms));
+                let detail = "prepare returned no action";
+                return self.fail_claimed(&c, NodeState::Preparing, calls, codes::PREPARE_EMPTY, detail).await;
             }
-            Err(e) => {
-                calls::record(conn, &item, attempt_no, "preflight", "pass", None, preflight_ms, &self.actor).await?;
-                return self.call_failed(conn, &item, attempt_no, state, "prepare", &e, ms).await;
-            }
+            Err(e) => return self.call_failed(&c, NodeState::Preparing, calls, "prepare", &e, ms).await,
         };
         if let Err(v) = prepared.seal() {
-            calls::record(conn, &item, attempt_no, "preflight", "pass", None, preflight_ms, &self.actor).await?;
-            calls::record(
-                conn,
-                &item,
-                attempt_no,
-                "prepare",
-                "protocol_error",
-                Some((codes::EXECUTOR_PROTOCOL_ERROR, &v.to_string())),
-                ms,
-                &self.actor,
-            )
-            .await?;
-            return self.fail(conn, &item, state, codes::EXECUTOR_PROTOCOL_ERROR, &v.to_string()).await;
+            let detail = v.to_string();
+            calls.push(Call::failed("prepare", "protocol_error", codes::EXECUTOR_PROTOCOL_ERROR, &detail, ms));
+            return self.fail_claimed(&c, NodeState::Preparing, calls, codes::EXECUTOR_PROTOCOL_ERROR, &detail).await;
         }
-        calls::record_ok(
-            conn,
-            &item,
-            attempt_no,
-            &[("preflight", "pass", preflight_ms), ("prepare", "ok", ms)],
-            &self.actor,
-        )
-        .await?;
-        let prepared_json = serde_json::to_value(&prepared).unwrap_or_else(|_| json!({}));
-        artifacts::insert(
-            conn,
-            item.request_id,
-            item.node_id,
-            attempt_no,
-            ArtifactKind::PreparedAction,
-            &prepared_json,
-            Some(&prepared.payload_hash),
-        )
-        .await?;
+        calls.push(Call::ok("prepare", "ok", ms));
 
         // Sign, when the plan or the prepared action asks for it.
+        let mut state = NodeState::Preparing;
         let mut signed = None;
-        if item.signing_required || prepared.signing_required {
-            transition::transition_node(
-                conn,
-                item.node_id,
-                state,
-                NodeState::AwaitingSignature,
-                &NodePatch::default(),
-                &meta,
-            )
-            .await?;
-            state = NodeState::AwaitingSignature;
-            let Some(signer_key) = item.signer_key.clone().filter(|k| !k.is_empty()) else {
-                return self
-                    .fail(
-                        conn,
-                        &item,
-                        state,
-                        codes::SIGNER_BINDING_MISSING,
-                        "signing is required but the node has no signer_key",
-                    )
-                    .await;
+        if c.item.signing_required || prepared.signing_required {
+            let Some(signer_key) = c.item.signer_key.clone().filter(|k| !k.is_empty()) else {
+                let detail = "signing is required but the node has no signer_key";
+                return self.fail_claimed(&c, state, calls, codes::SIGNER_BINDING_MISSING, detail).await;
             };
             let Some(signer) = self.registry.signer(&signer_key).map(|s| s.signer.clone()) else {
                 let detail = format!("signer {signer_key:?} is not in this worker's registry");
-                return self.fail(conn, &item, state, codes::SIGNER_BINDING_MISSING, &detail).await;
+                return self.fail_claimed(&c, state, calls, codes::SIGNER_BINDING_MISSING, &detail).await;
             };
-            let request = SignRequest::build(&ctx, &signer_key, &prepared);
-            let started = std::time::Instant::now();
+            // The prepared action and the calls so far are stored before the signer sees it.
+            if !self.await_signature(&c, &prepared, std::mem::take(&mut calls)).await? {
+                return Ok(());
+            }
+            state = NodeState::AwaitingSignature;
+            let request = SignRequest::build(&c.ctx, &signer_key, &prepared);
+            let started = Instant::now();
             let span = calls::call_span("sign");
             let res = match tokio::time::timeout(deadline, signer.sign(&request)).instrument(span.clone()).await {
                 Ok(Ok(result)) => Ok(result),
@@ -241,208 +269,302 @@ impl Engine {
             let ms = calls::call_ended(&span, "sign", outcome, started);
             match res {
                 Ok(result) => {
-                    calls::record(conn, &item, attempt_no, "sign", "ok", None, ms, &self.actor).await?;
-                    let value = serde_json::to_value(&result).unwrap_or_else(|_| json!({}));
-                    artifacts::insert(
-                        conn,
-                        item.request_id,
-                        item.node_id,
-                        attempt_no,
-                        ArtifactKind::SignResult,
-                        &value,
-                        Some(&prepared.payload_hash),
-                    )
-                    .await?;
+                    calls.push(Call::ok("sign", "ok", ms));
                     signed = Some(result);
                 }
                 Err(SignFailure::Refused(why)) => {
-                    calls::record(
-                        conn,
-                        &item,
-                        attempt_no,
-                        "sign",
-                        "refused",
-                        Some((codes::SIGNER_REFUSED, &why)),
-                        ms,
-                        &self.actor,
-                    )
-                    .await?;
-                    return self.fail(conn, &item, state, codes::SIGNER_REFUSED, &why).await;
+                    calls.push(Call::failed("sign", "refused", codes::SIGNER_REFUSED, &why, ms));
+                    return self.fail_claimed(&c, state, calls, codes::SIGNER_REFUSED, &why).await;
                 }
                 Err(SignFailure::Call(e)) => {
                     let detail = e.to_string();
-                    calls::record(
-                        conn,
-                        &item,
-                        attempt_no,
-                        "sign",
-                        calls::outcome(&e),
-                        Some((codes::SIGNER_UNAVAILABLE, &detail)),
-                        ms,
-                        &self.actor,
-                    )
-                    .await?;
-                    return self.fail(conn, &item, state, codes::SIGNER_UNAVAILABLE, &detail).await;
+                    calls.push(Call::failed("sign", calls::outcome(&e), codes::SIGNER_UNAVAILABLE, &detail, ms));
+                    return self.fail_claimed(&c, state, calls, codes::SIGNER_UNAVAILABLE, &detail).await;
                 }
             }
         }
 
-        // Intent before effect: SUBMITTING, the attempt and its markers commit first.
-        let begin = NodePatch { begin_attempt: true, ..Default::default() };
-        transition::transition_node(conn, item.node_id, state, NodeState::Submitting, &begin, &meta).await?;
-        Ok(Some(Submission { item, executor, ctx, prepared, signed }))
-    }
-
-    /// Transaction 2: submit under the node's lock, then record the result.
-    async fn submit(&self, s: Submission) -> Result<()> {
-        let attempt_no = s.ctx.attempt_no;
-        let key = idempotency_key(&s.ctx.request_node_id, attempt_no);
-        let mut tx = self.pool.begin().await?;
-        let Some(relocked) = claims::relock_submitting(&mut tx, s.item.node_id, attempt_no).await? else {
-            // Someone else (recovery) owns it now; the marker tells them what happened.
-            tracing::warn!(node_id = %s.item.node_id, attempt_no, "node left SUBMITTING before submit; leaving it to recovery");
-            tx.rollback().await?;
+        // Arm: intent before effect. The clock of the submit window starts before the
+        // statement is sent.
+        let armed_at = Instant::now();
+        let Some(submit_by) = self.arm(&c, state, &prepared, signed.as_ref(), calls).await? else {
             return Ok(());
         };
-        let item = relocked.item;
-        // What was prepared is what is submitted, and only while no pause holds the node.
-        let intact = relocked.prepared_hash.as_deref() == Some(s.prepared.payload_hash.as_str())
-            && relocked.prepared_payload.as_deref() == Some(s.prepared.payload.as_str())
-            && s.prepared.computed_hash() == s.prepared.payload_hash;
-        let refusal = match (&relocked.held_by, intact) {
-            (Some(pause), _) => Some((
-                codes::DISPATCH_PAUSED,
-                format!("dispatch paused ({pause}) before the submit was sent; nothing reached the venue; retry after resume"),
-            )),
-            (None, false) => Some((
-                codes::PAYLOAD_HASH_MISMATCH,
-                "the stored prepared action does not match what would be submitted".to_string(),
-            )),
-            (None, true) => None,
-        };
-        if let Some((code, detail)) = refusal {
-            // Nothing was sent: a plain failure, safe to retry.
-            tracing::warn!(node_id = %item.node_id, attempt_no, code, "submit not sent");
-            claims::lock_request(&mut tx, item.request_id).await?;
-            let patch = NodePatch {
-                remove_refs: vec![qtg_core::markers::SUBMIT_ATTEMPT_PENDING.into()],
-                ..NodePatch::error(code, &detail)
-            };
-            transition::transition_node(
-                &mut tx,
-                item.node_id,
-                NodeState::Submitting,
-                NodeState::Failed,
-                &patch,
-                &Meta::actor(&self.actor),
-            )
-            .await?;
-            apply_request_state(&mut tx, item.request_id, &self.actor).await?;
-            tx.commit().await?;
+
+        // Submit, only while the window (less the skew margin) is still open.
+        let window =
+            Duration::from_secs_f64((self.settings.submit_window_seconds - self.settings.clock_skew_seconds).max(0.0));
+        let key = idempotency_key(&c.ctx.request_node_id, c.attempt_no);
+        if armed_at.elapsed() >= window || prepared.computed_hash() != prepared.payload_hash {
+            tracing::warn!(node_id = %c.item.node_id, attempt_no = c.attempt_no, elapsed_ms = armed_at.elapsed().as_millis() as u64,
+                "submit not sent: the submit window closed before it could start; recovery decides the attempt");
+            let mut conn = self.pool.acquire().await?;
+            let detail = "the submit window closed before the submit could start; nothing was sent";
+            let call = Call::failed("submit", "not_sent", "SUBMIT_WINDOW_CLOSED", detail, 0);
+            record_calls(&mut conn, c.item.request_id, c.item.node_id, c.attempt_no, &[call], &self.actor).await?;
             return Ok(());
         }
-        let (res, ms) = with_deadline(
-            "submit",
-            self.settings.executor_timeout,
-            s.executor.submit(&s.ctx, &s.prepared, s.signed.as_ref(), &key, &mut tx),
+        let submission = Submission { prepared: &prepared, signed: signed.as_ref(), idempotency_key: &key, submit_by };
+        let (res, ms) = with_deadline("submit", deadline, c.executor.submit(&c.ctx, &submission)).await;
+        let res = res.and_then(|r| r.validate(Method::Submit).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0)));
+        self.record_submit(&c, res, ms).await
+    }
+
+    /// PREPARING → AWAITING_SIGNATURE by compare-and-set, with the prepared action and the
+    /// calls so far. `false` when the claim was lost (nothing is signed then).
+    async fn await_signature(&self, c: &Claimed, prepared: &PreparedAction, calls: Vec<Call>) -> Result<bool> {
+        let mut tx = self.pool.begin().await?;
+        record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
+        let patch = NodePatch { guard: self.claim_guard(c), ..Default::default() };
+        let moved = transition::transition_node(
+            &mut tx,
+            c.item.node_id,
+            NodeState::Preparing,
+            NodeState::AwaitingSignature,
+            &patch,
+            &Meta::actor(&self.actor),
         )
         .await;
-        let res = res.and_then(|r| r.validate(Method::Submit).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0)));
-        claims::lock_request(&mut tx, item.request_id).await?;
+        let held = match moved {
+            Ok(_) => {
+                store_prepared(&mut tx, c, prepared).await?;
+                true
+            }
+            Err(StoreError::StaleState { .. }) => {
+                self.claim_lost(&mut tx, c, "sign").await?;
+                false
+            }
+            Err(e) => return Err(e.into()),
+        };
+        tx.commit().await?;
+        Ok(held)
+    }
+
+    /// The arm. `Some(submit_by)` once SUBMITTING for attempt N is committed; `None` when the
+    /// compare-and-set matched nothing (cancelled, re-claimed, paused) — nothing is sent.
+    async fn arm(
+        &self,
+        c: &Claimed,
+        from: NodeState,
+        prepared: &PreparedAction,
+        signed: Option<&qtg_core::SignResult>,
+        calls: Vec<Call>,
+    ) -> Result<Option<chrono::DateTime<chrono::Utc>>> {
+        let mut tx = self.pool.begin().await?;
+        let patch = NodePatch {
+            begin_attempt: true,
+            submit_window_seconds: self.settings.submit_window_seconds,
+            guard: Guard { dispatchable: true, ..self.claim_guard(c) },
+            ..Default::default()
+        };
+        let meta = Meta::actor(&self.actor);
+        let armed =
+            transition::write_transition(&mut tx, c.item.node_id, from, NodeState::Submitting, &patch, &meta).await;
+        match armed {
+            Ok(written) => {
+                record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
+                if from == NodeState::Preparing {
+                    store_prepared(&mut tx, c, prepared).await?;
+                }
+                if let Some(result) = signed {
+                    let value = serde_json::to_value(result).unwrap_or_else(|_| json!({}));
+                    let hash = Some(prepared.payload_hash.as_str());
+                    artifacts::insert(
+                        &mut tx,
+                        c.item.request_id,
+                        c.item.node_id,
+                        c.attempt_no,
+                        ArtifactKind::SignResult,
+                        &value,
+                        hash,
+                    )
+                    .await?;
+                }
+                // An unconfirmed commit sends nothing: recovery decides from what is stored.
+                tx.commit().await?;
+                let submit_by = written
+                    .submit_by
+                    .ok_or_else(|| StoreError::corrupt("an armed attempt has no submit_by".to_string()))?;
+                Ok(Some(submit_by))
+            }
+            Err(StoreError::StaleState { .. }) => {
+                record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
+                let now = claims::node_now(&mut tx, c.item.node_id).await?;
+                let still_ours = now.as_ref().is_some_and(|n| {
+                    n.node_state == from && n.claim_token == Some(c.token) && n.attempt_no == c.attempt_no - 1
+                });
+                match now.and_then(|n| n.held_by.filter(|_| still_ours)) {
+                    Some(pause) => {
+                        // A pause committed after the claim: nothing reached the venue.
+                        let detail = format!(
+                            "dispatch paused ({pause}) before the submit was sent; nothing reached the venue; retry after resume"
+                        );
+                        tracing::warn!(node_id = %c.item.node_id, attempt_no = c.attempt_no, %pause, "submit not sent: paused");
+                        let patch = NodePatch {
+                            guard: self.claim_guard(c),
+                            ..NodePatch::error(codes::DISPATCH_PAUSED, &detail)
+                        };
+                        transition::transition_node(&mut tx, c.item.node_id, from, NodeState::Failed, &patch, &meta)
+                            .await?;
+                        apply_request_state(&mut tx, c.item.request_id, &self.actor).await?;
+                    }
+                    None => self.claim_lost(&mut tx, c, "arm").await?,
+                }
+                tx.commit().await?;
+                Ok(None)
+            }
+            Err(e) => Err(e.into()),
+        }
+    }
+
+    /// Record: compare-and-set on the armed attempt, then apply.
+    async fn record_submit(
+        &self,
+        c: &Claimed,
+        res: std::result::Result<ExecutionResult, ExecutorError>,
+        ms: i32,
+    ) -> Result<()> {
         // An UNKNOWN from submit gets the lane's grace counted from now, the end of the call:
         // the venue may still be processing what it received.
-        let grace = self.settings.grace.of(item.lane);
-        match res {
+        let grace = self.settings.grace.of(c.item.lane);
+        let (result, call) = match res {
             Ok(mut result) => {
                 if result.next_state == NodeState::Unknown {
                     result.retry_after_seconds = Some(result.retry_after_seconds.unwrap_or(0.0).max(grace));
                 }
-                calls::record(
-                    &mut tx,
-                    &item,
-                    attempt_no,
-                    "submit",
-                    &format!("result:{}", result.next_state),
-                    result.error_code.as_deref().map(|c| (c, result.error_detail.as_deref().unwrap_or(""))),
-                    ms,
-                    &self.actor,
-                )
-                .await?;
-                apply_result(&mut tx, &item, NodeState::Submitting, &result, Method::Submit, &self.actor).await?;
+                let call = Call {
+                    method: "submit",
+                    outcome: format!("result:{}", result.next_state),
+                    error_code: result.error_code.clone(),
+                    error_detail: result.error_code.as_ref().map(|_| result.error_detail.clone().unwrap_or_default()),
+                    duration_ms: ms,
+                };
+                (result, call)
             }
             Err(e) => {
                 // The venue may have it: UNKNOWN, never FAILED, never retried blind.
                 let code = calls::error_code(&e);
                 let detail = e.to_string();
-                calls::record(
-                    &mut tx,
-                    &item,
-                    attempt_no,
-                    "submit",
-                    calls::outcome(&e),
-                    Some((code, &detail)),
-                    ms,
-                    &self.actor,
-                )
-                .await?;
-                tracing::warn!(node_id = %item.node_id, attempt_no, error = %detail, "submit gave no answer; node is UNKNOWN");
+                tracing::warn!(node_id = %c.item.node_id, attempt_no = c.attempt_no, error = %detail, "submit gave no answer; node is UNKNOWN");
+                let call = Call::failed("submit", calls::outcome(&e), code, &detail, ms);
                 let result = ExecutionResult {
                     error_code: Some(code.into()),
                     error_detail: Some(detail),
                     retry_after_seconds: Some(grace),
                     ..ExecutionResult::new(NodeState::Unknown)
                 };
-                apply_result(&mut tx, &item, NodeState::Submitting, &result, Method::Submit, &self.actor).await?;
+                (result, call)
             }
+        };
+        let mut tx = self.pool.begin().await?;
+        record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &[call], &self.actor).await?;
+        let guard = Guard { attempt_no: Some(c.attempt_no), submit_pending: true, ..Default::default() };
+        let mut item = c.item.clone();
+        item.attempt_no = c.attempt_no;
+        let mut applied =
+            apply_result(&mut tx, &item, NodeState::Submitting, &result, Method::Submit, guard, &self.actor).await;
+        if is_stale(&applied) {
+            // Recovery may have moved the armed attempt to UNKNOWN meanwhile: still ours to decide.
+            let now = claims::node_now(&mut tx, c.item.node_id).await?;
+            if now.is_some_and(|n| n.node_state == NodeState::Unknown && n.attempt_no == c.attempt_no) {
+                applied =
+                    apply_result(&mut tx, &item, NodeState::Unknown, &result, Method::Submit, guard, &self.actor).await;
+            }
+        }
+        match applied {
+            Ok(_) => {}
+            Err(EngineError::Store(StoreError::StaleState { .. })) => {
+                crate::advance::stale_answer(&mut tx, &item, "submit", &result, &self.actor).await?;
+            }
+            Err(e) => return Err(e),
         }
         tx.commit().await?;
         Ok(())
     }
 
-    /// Ends transaction 1 with the node FAILED (nothing was sent) and re-derives.
-    async fn fail(
-        &self,
-        conn: &mut PgConnection,
-        item: &WorkItem,
-        from: NodeState,
-        code: &str,
-        detail: &str,
-    ) -> Result<Option<Submission>> {
-        tracing::info!(node_id = %item.node_id, node_key = %item.node_key, code, detail, "node failed before submit");
-        transition::transition_node(
-            conn,
-            item.node_id,
-            from,
-            NodeState::Failed,
-            &NodePatch::error(code, detail),
-            &Meta::actor(&self.actor),
-        )
-        .await?;
-        apply_request_state(conn, item.request_id, &self.actor).await?;
-        Ok(None)
+    /// The guard of a write made under this claim: same token, attempt not yet advanced.
+    fn claim_guard(&self, c: &Claimed) -> Guard {
+        Guard { claim_token: Some(c.token), attempt_no: Some(c.attempt_no - 1), ..Default::default() }
     }
 
-    #[allow(clippy::too_many_arguments)]
+    /// The claim was lost (an operator cancelled the node, or its lease expired and another
+    /// dispatcher took it): a node event, nothing else.
+    async fn claim_lost(&self, conn: &mut PgConnection, c: &Claimed, step: &'static str) -> Result<()> {
+        let now = claims::node_now(conn, c.item.node_id).await?;
+        let detail = match &now {
+            Some(n) => format!(
+                "the claim was lost before the {step} (node is {}, attempt {}, request {}); nothing was sent",
+                n.node_state, n.attempt_no, n.request_state
+            ),
+            None => format!("the node is gone; nothing was sent at the {step}"),
+        };
+        tracing::warn!(node_id = %c.item.node_id, node_key = %c.item.node_key, step, %detail, "claim lost");
+        let call = Call::failed(step, "claim_lost", "CLAIM_LOST", &detail, 0);
+        record_calls(conn, c.item.request_id, c.item.node_id, c.attempt_no, &[call], &self.actor).await?;
+        Ok(())
+    }
+
+    /// Ends the claim with the node FAILED (nothing was sent) and re-derives — by
+    /// compare-and-set: a claim lost meanwhile records the calls and changes nothing.
+    async fn fail_claimed(
+        &self,
+        c: &Claimed,
+        from: NodeState,
+        calls: Vec<Call>,
+        code: &str,
+        detail: &str,
+    ) -> Result<()> {
+        tracing::info!(node_id = %c.item.node_id, node_key = %c.item.node_key, code, detail, "node failed before submit");
+        let mut tx = self.pool.begin().await?;
+        record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
+        let patch = NodePatch { guard: self.claim_guard(c), ..NodePatch::error(code, detail) };
+        let meta = Meta::actor(&self.actor);
+        match transition::transition_node(&mut tx, c.item.node_id, from, NodeState::Failed, &patch, &meta).await {
+            Ok(_) => apply_request_state(&mut tx, c.item.request_id, &self.actor).await?,
+            Err(StoreError::StaleState { .. }) => self.claim_lost(&mut tx, c, "failure").await?,
+            Err(e) => return Err(e.into()),
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+
     async fn call_failed(
         &self,
-        conn: &mut PgConnection,
-        item: &WorkItem,
-        attempt_no: i32,
+        c: &Claimed,
         from: NodeState,
-        method: &str,
+        mut calls: Vec<Call>,
+        method: &'static str,
         e: &ExecutorError,
         ms: i32,
-    ) -> Result<Option<Submission>> {
+    ) -> Result<()> {
         // Before submit nothing left qtg: unreachable, slow or garbled all mean FAILED.
         let code = match e {
             ExecutorError::Protocol(_) => codes::EXECUTOR_PROTOCOL_ERROR,
             _ => codes::EXECUTOR_UNAVAILABLE,
         };
         let detail = e.to_string();
-        calls::record(conn, item, attempt_no, method, calls::outcome(e), Some((code, &detail)), ms, &self.actor)
-            .await?;
-        self.fail(conn, item, from, code, &detail).await
+        calls.push(Call::failed(method, calls::outcome(e), code, &detail, ms));
+        self.fail_claimed(c, from, calls, code, &detail).await
     }
+}
+
+async fn store_prepared(conn: &mut PgConnection, c: &Claimed, prepared: &PreparedAction) -> Result<()> {
+    let value = serde_json::to_value(prepared).unwrap_or_else(|_| json!({}));
+    artifacts::insert(
+        conn,
+        c.item.request_id,
+        c.item.node_id,
+        c.attempt_no,
+        ArtifactKind::PreparedAction,
+        &value,
+        Some(&prepared.payload_hash),
+    )
+    .await?;
+    Ok(())
+}
+
+pub(crate) fn is_stale<T>(res: &Result<T>) -> bool {
+    matches!(res, Err(EngineError::Store(StoreError::StaleState { .. })))
 }
 
 enum SignFailure {

@@ -79,6 +79,22 @@ pub struct EngineSettings {
     pub callbacks: callbacks::CallbackSettings,
     /// Global risk limits (`MG_RISK_*`); each template's `risk_controls` can only tighten them.
     pub risk: qtg_core::risk::RiskLimits,
+    /// How long a dispatch claim holds a node through preflight, prepare and sign
+    /// (`MG_DISPATCH_LEASE_SECONDS`); an expired lease is re-claimable.
+    pub lease_seconds: f64,
+    /// `submit_by = started_at + submit_window` (`MG_SUBMIT_WINDOW_SECONDS`).
+    pub submit_window_seconds: f64,
+    /// Margin for clocks and the network (`MG_CLOCK_SKEW_MARGIN_SECONDS`): a submit starts
+    /// only within `submit_window` minus it; recovery takes a SUBMITTING node only after
+    /// `submit_by` plus it.
+    pub clock_skew_seconds: f64,
+}
+
+impl EngineSettings {
+    /// How long an observe or recover claim holds its node: the call's deadline plus margin.
+    pub fn call_lease_seconds(&self) -> f64 {
+        self.executor_timeout.as_secs_f64() + 2.0 * self.clock_skew_seconds + 1.0
+    }
 }
 
 impl Default for EngineSettings {
@@ -96,6 +112,9 @@ impl Default for EngineSettings {
                 ..Default::default()
             },
             risk: qtg_core::risk::RiskLimits::default(),
+            lease_seconds: 120.0,
+            submit_window_seconds: 40.0,
+            clock_skew_seconds: 5.0,
         }
     }
 }

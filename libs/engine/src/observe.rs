@@ -1,17 +1,18 @@
 //! node_observer: polls due SUBMITTED/OBSERVING nodes (two-phase claim: unlocked candidate
-//! list, then one node + request at a time with SKIP LOCKED), enforces the observation
-//! timeout when enabled, and applies the executor's answer.
+//! list, then one node + request at a time with SKIP LOCKED, in a short transaction that
+//! leases the node), enforces the observation timeout when enabled, calls the executor
+//! outside any transaction and applies its answer by compare-and-set.
 
 use qtg_core::codes;
-use qtg_core::protocol::Method;
+use qtg_core::protocol::{idempotency_key, Method};
 use qtg_core::{ExecutionResult, NodeState};
 use qtg_executor::ExecutorError;
 use qtg_store::claims::{self, Pickup};
-use qtg_store::transition::{self, Meta, NodePatch};
+use qtg_store::transition::{self, Guard, Lease, Meta, NodePatch};
 use qtg_store::{PgConnection, WorkItem};
 use tracing::Instrument;
 
-use crate::advance::{apply_request_state, apply_result};
+use crate::advance::{apply_request_state, apply_result, stale_answer};
 use crate::calls::{self, with_deadline};
 use crate::context::build_execution_context;
 use crate::{Engine, Result};
@@ -26,27 +27,81 @@ impl Engine {
         };
         let mut processed = 0;
         for id in ids {
-            let mut tx = self.pool.begin().await?;
-            let Some(item) = claims::claim(&mut tx, Pickup::Observe, &served, id).await? else {
-                tx.rollback().await?;
-                continue;
-            };
-            let span = crate::step_span("observe", &item, item.attempt_no);
-            async {
-                self.observe_node(&mut tx, &item).await?;
-                tx.commit().await?;
-                Ok::<_, crate::EngineError>(())
+            if self.step_leased(Pickup::Observe, &served, id).await? {
+                processed += 1;
             }
-            .instrument(span)
-            .await?;
-            processed += 1;
         }
         Ok(processed)
     }
 
-    async fn observe_node(&self, conn: &mut PgConnection, item: &WorkItem) -> Result<()> {
+    /// Observe or recover one node, leased: a short claim transaction (token, lease pushed
+    /// into `next_observe_at`, context built), the call outside any transaction, then the
+    /// answer applied by compare-and-set on (state, attempt, token). `false` on a miss.
+    pub(crate) async fn step_leased(&self, pickup: Pickup, served: &[String], id: uuid::Uuid) -> Result<bool> {
+        let method = match pickup {
+            Pickup::Observe => Method::Observe,
+            _ => Method::Recover,
+        };
+        let mut tx = self.pool.begin().await?;
+        let Some(item) = claims::claim(&mut tx, pickup, served, id).await? else {
+            tx.rollback().await?;
+            return Ok(false);
+        };
+        let span =
+            crate::step_span(if method == Method::Observe { "observe" } else { "recover" }, &item, item.attempt_no);
+        async {
+            let Some((executor, ctx, token)) = self.claim_leased(&mut tx, &item, method).await? else {
+                tx.commit().await?;
+                return Ok(());
+            };
+            tx.commit().await?;
+            let deadline = self.settings.executor_timeout;
+            let (res, ms) = if method == Method::Observe {
+                with_deadline("observe", deadline, executor.observe(&ctx)).await
+            } else {
+                let key = idempotency_key(&ctx.request_node_id, item.attempt_no);
+                tracing::info!(node_id = %item.node_id, node_key = %item.node_key, state = %item.node_state, idempotency_key = %key, "recovering node");
+                with_deadline("recover", deadline, executor.recover(&ctx, &key)).await
+            };
+            let res = res.and_then(|r| r.validate(method).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0)));
+            let guard = Guard { claim_token: Some(token), attempt_no: Some(item.attempt_no), ..Default::default() };
+            let mut tx = self.pool.begin().await?;
+            let name = method.as_str();
+            match res {
+                Ok(result) => {
+                    record_result(&mut tx, &item, name, &result, ms, &self.actor).await?;
+                    // Re-derives too: an executor may have handed the node to a person.
+                    let applied =
+                        apply_result(&mut tx, &item, item.node_state, &result, method, guard, &self.actor).await;
+                    match applied {
+                        Ok(_) => {}
+                        Err(crate::EngineError::Store(qtg_store::StoreError::StaleState { .. })) => {
+                            stale_answer(&mut tx, &item, name, &result, &self.actor).await?
+                        }
+                        Err(e) => return Err(e),
+                    }
+                }
+                Err(e) => self.call_failed_no_change(&mut tx, &item, name, &e, ms, guard).await?,
+            }
+            tx.commit().await?;
+            Ok::<_, crate::EngineError>(())
+        }
+        .instrument(span)
+        .await?;
+        Ok(true)
+    }
+
+    /// Inside the claim transaction: what needs no call is done here (observation timeout,
+    /// unknown executor, context errors); otherwise the node gets the token and its lease.
+    async fn claim_leased(
+        &self,
+        conn: &mut PgConnection,
+        item: &WorkItem,
+        method: Method,
+    ) -> Result<Option<(std::sync::Arc<dyn qtg_executor::Executor>, qtg_core::ExecutionContext, uuid::Uuid)>> {
         let from = item.node_state;
-        if self.settings.observe_timeout_enforcement && item.observe_timed_out {
+        let name = method.as_str();
+        if method == Method::Observe && self.settings.observe_timeout_enforcement && item.observe_timed_out {
             // No executor call; a person decides (derivation escalates).
             let patch = NodePatch {
                 submit_accepted: Some(true),
@@ -62,37 +117,37 @@ impl Engine {
             )
             .await?;
             apply_request_state(conn, item.request_id, &self.actor).await?;
-            return Ok(());
+            return Ok(None);
         }
         let Some(entry) = self.registry.executor(&item.executor_key) else {
             let e = ExecutorError::Unavailable(format!(
                 "executor {:?} is not in this worker's registry",
                 item.executor_key
             ));
-            return self.call_failed_no_change(conn, item, "observe", &e, 0).await;
+            self.call_failed_no_change(conn, item, name, &e, 0, Guard::default()).await?;
+            return Ok(None);
         };
         let ctx = match build_execution_context(conn, item, item.attempt_no).await {
             Ok(ctx) => ctx,
             Err(e) => {
                 let e = ExecutorError::Protocol(format!("cannot build context: {e}"));
-                return self.call_failed_no_change(conn, item, "observe", &e, 0).await;
+                self.call_failed_no_change(conn, item, name, &e, 0, Guard::default()).await?;
+                return Ok(None);
             }
         };
-        let (res, ms) =
-            with_deadline("observe", self.settings.executor_timeout, entry.executor.observe(&ctx, conn)).await;
-        let res = res.and_then(|r| r.validate(Method::Observe).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0)));
-        match res {
-            Ok(result) => {
-                record_result(conn, item, "observe", &result, ms, &self.actor).await?;
-                apply_result(conn, item, from, &result, Method::Observe, &self.actor).await?;
-                Ok(())
-            }
-            Err(e) => self.call_failed_no_change(conn, item, "observe", &e, ms).await,
-        }
+        let token = uuid::Uuid::new_v4();
+        // The lease: no other worker takes the node before the call's deadline has passed.
+        let patch = NodePatch {
+            lease: Some(Lease { token, seconds: None }),
+            next_observe_in: Some(Some(self.settings.call_lease_seconds())),
+            ..Default::default()
+        };
+        transition::poll_node(conn, item.node_id, from, &patch).await?;
+        Ok(Some((entry.executor.clone(), ctx, token)))
     }
 
     /// Observe/recover got no usable answer: no state change, a node event, and a backoff
-    /// before the node is due again.
+    /// before the node is due again (by compare-and-set on `guard`; a miss leaves the event).
     pub(crate) async fn call_failed_no_change(
         &self,
         conn: &mut PgConnection,
@@ -100,16 +155,22 @@ impl Engine {
         method: &str,
         e: &ExecutorError,
         ms: i32,
+        guard: Guard,
     ) -> Result<()> {
         let code = calls::error_code(e);
         let detail = e.to_string();
         tracing::warn!(node_id = %item.node_id, node_key = %item.node_key, method, code, error = %detail, "executor call failed; node unchanged, backing off");
         calls::record(conn, item, item.attempt_no, method, calls::outcome(e), Some((code, &detail)), ms, &self.actor)
             .await?;
-        let patch =
-            NodePatch { next_observe_in: Some(Some(self.settings.call_failure_backoff_seconds)), ..Default::default() };
-        transition::poll_node(conn, item.node_id, item.node_state, &patch).await?;
-        Ok(())
+        let patch = NodePatch {
+            next_observe_in: Some(Some(self.settings.call_failure_backoff_seconds)),
+            guard,
+            ..Default::default()
+        };
+        match transition::poll_node(conn, item.node_id, item.node_state, &patch).await {
+            Ok(_) | Err(qtg_store::StoreError::StaleState { .. }) => Ok(()),
+            Err(e) => Err(e.into()),
+        }
     }
 }
 

@@ -3,7 +3,7 @@
 //! with NOWAIT (a busy worker means 409, never a half-applied change), re-checks state, and
 //! writes through the one door with the operator's reason in the audit trail.
 
-use qtg_core::markers::{MANUAL_REVIEW_REQUIRED, SUBMIT_ATTEMPT_PENDING};
+use qtg_core::markers::{LATE_EFFECT, MANUAL_REVIEW_REQUIRED, SUBMIT_ATTEMPT_PENDING};
 use qtg_core::{codes, derive_request_state, NodeKind, NodeState, RequestState};
 use qtg_store::artifacts::{self, ArtifactKind};
 use qtg_store::audit::{self, AuditRecord};
@@ -37,14 +37,34 @@ fn in_flight(n: &NodeBrief) -> bool {
 }
 
 impl Engine {
+    /// Locks the movement and its nodes without waiting on a lock (request first, nodes
+    /// NOWAIT: never a deadlock with a worker, which locks node then request). Workers hold
+    /// these rows only for short compare-and-set transactions, never across a call, so a busy
+    /// row is retried for up to ~2 s before the action answers 409.
     async fn lock_movement(
         &self,
-        conn: &mut PgConnection,
+        tx: &mut sqlx::Transaction<'static, sqlx::Postgres>,
         id: Uuid,
     ) -> Result<(RequestState, Vec<NodeBrief>), OpError> {
-        let state = claims::lock_request_nowait(conn, id).await?.ok_or(OpError::NotFound("movement"))?;
-        let nodes = claims::lock_nodes_nowait(conn, id).await?;
-        Ok((state, nodes))
+        let mut tries = 0;
+        loop {
+            let attempt: Result<_, OpError> = async {
+                let mut sp = sqlx::Acquire::begin(&mut **tx).await.map_err(sqlx_op)?;
+                let state = claims::lock_request_nowait(&mut sp, id).await?.ok_or(OpError::NotFound("movement"))?;
+                let nodes = claims::lock_nodes_nowait(&mut sp, id).await?;
+                sp.commit().await.map_err(sqlx_op)?;
+                Ok((state, nodes))
+            }
+            .await;
+            match attempt {
+                Err(OpError::Store(qtg_store::StoreError::Busy(what))) if tries < 40 => {
+                    tries += 1;
+                    tracing::debug!(movement_id = %id, %what, tries, "movement busy; retrying the lock");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+                other => return other,
+            }
+        }
     }
 
     pub async fn cancel_movement(&self, actor: &str, id: Uuid, input: CancelInput<'_>) -> Result<(), OpError> {
@@ -56,15 +76,20 @@ impl Engine {
         }
         let c6 = input.runbook_case == Some("C6")
             && input.evidence.is_some_and(|e| !e.is_null() && e != &json!({}) && e != &json!(""));
-        // Only an UNKNOWN or SUBMITTING node can be C6 ("never reached the venue"); a node the
-        // venue accepted (SUBMITTED/OBSERVING) or one being prepared blocks any cancel.
+        // A node being prepared or signed has sent nothing: the cancel wins and its
+        // dispatcher's arm then matches nothing. Only an UNKNOWN or SUBMITTING node can be C6
+        // ("never reached the venue"), and only once its attempt is fenced; a node the venue
+        // accepted (SUBMITTED/OBSERVING) blocks any cancel.
         for n in nodes.iter().filter(|n| in_flight(n)) {
-            let c6_applies = c6 && matches!(n.node_state, NodeState::Unknown | NodeState::Submitting);
-            if !c6_applies {
-                return Err(OpError::Conflict(format!(
-                    "node {} is {}: a side effect may be in flight; cancel only with runbook_case C6 and evidence that it never reached the venue",
-                    n.node_key, n.node_state
-                )));
+            match n.node_state {
+                NodeState::Preparing | NodeState::AwaitingSignature => {}
+                NodeState::Unknown | NodeState::Submitting if c6 => self.check_fenced(&mut tx, n).await?,
+                _ => {
+                    return Err(OpError::Conflict(format!(
+                        "node {} is {}: a side effect may be in flight; cancel only with runbook_case C6 and evidence that it never reached the venue",
+                        n.node_key, n.node_state
+                    )))
+                }
             }
         }
         let meta = Meta { actor, reason: Some(input.reason) };
@@ -181,17 +206,27 @@ impl Engine {
                 NodeState::Failed => {}
                 NodeState::Unknown => {
                     return Err(OpError::SubmitAttemptPending(format!(
-                        "node {node_key} is UNKNOWN: only recovery decides it"
+                        "node {node_key} is UNKNOWN: its armed attempt is not fenced yet; only recovery decides it \
+                         (a Recover FAILED voids its key), then retry"
                     )))
                 }
                 NodeState::Submitting if node.provider_refs.get(SUBMIT_ATTEMPT_PENDING).is_some() => {
-                    return Err(OpError::SubmitAttemptPending(format!("node {node_key} has a submit attempt pending")))
+                    return Err(OpError::SubmitAttemptPending(format!(
+                        "node {node_key} has a submit attempt pending: wait for its fence (the executor's answer, \
+                         or recovery voiding its key after submit_by), then retry"
+                    )))
                 }
                 other => {
                     return Err(OpError::InvalidState(format!(
                         "node {node_key} is {other}; only a FAILED node is retried"
                     )))
                 }
+            }
+            if node.provider_refs.get(LATE_EFFECT).is_some() {
+                return Err(OpError::InvalidState(format!(
+                    "node {node_key} has a late effect (an executor reported money moved after it ended): \
+                     reconcile with the venue and cancel the movement instead of retrying"
+                )));
             }
             if !matches!(state, RequestState::Failed | RequestState::ManualIntervention | RequestState::Executing) {
                 return Err(OpError::InvalidState(format!("movement is {state}")));
@@ -293,7 +328,35 @@ impl Engine {
     }
 }
 
+/// `sqlx::Error` into the operation's error.
+fn sqlx_op(e: sqlx::Error) -> OpError {
+    OpError::Store(e.into())
+}
+
 impl Engine {
+    /// A C6 cancel of an armed node is accepted only once its attempt is fenced: the
+    /// executor's venue refuses the key after `submit_by`, and `submit_by` plus the skew
+    /// margin has passed. Otherwise 409, saying what to wait for.
+    async fn check_fenced(&self, conn: &mut PgConnection, n: &NodeBrief) -> Result<(), OpError> {
+        let (executor_key, past) = claims::past_submit_by(conn, n.id, self.settings.clock_skew_seconds).await?;
+        let fence = self.registry.executor(&executor_key).map(|e| e.fence);
+        if past && fence == Some(qtg_executor::Fence::VenueDeadline) {
+            return Ok(());
+        }
+        let why = match fence {
+            Some(qtg_executor::Fence::VenueDeadline) => {
+                "its submit_by (plus the clock-skew margin) has not passed yet".to_string()
+            }
+            Some(f) => format!("executor {executor_key:?} has fence = {}", f.as_str()),
+            None => format!("executor {executor_key:?} is not in this process's registry"),
+        };
+        Err(OpError::SubmitAttemptPending(format!(
+            "node {} is {} with an armed attempt that is not fenced ({why}): wait for recovery to decide it \
+             (a Recover FAILED voids its key), then cancel",
+            n.node_key, n.node_state
+        )))
+    }
+
     /// Classifies a node into the stuck-node runbook's cases, with the evidence. Never
     /// changes anything.
     pub async fn diagnose_node(&self, id: Uuid, node_key: &str) -> Result<Value, OpError> {

@@ -183,7 +183,7 @@ pub async fn run(target: &Target) -> Report {
     let Some(prepared) = prepared else { return report };
 
     let idem = qtg_core::protocol::idempotency_key(&node_id, 1);
-    let first = checked(exec.call_submit(&ctx, &prepared, None, &idem).await, Method::Submit);
+    let first = checked(exec.call_submit(&ctx, &in_window(&prepared, &idem)).await, Method::Submit);
     let first_ref = match &first {
         Ok(r)
             if matches!(r.next_state, NodeState::Submitted | NodeState::Observing | NodeState::Completed)
@@ -205,7 +205,7 @@ pub async fn run(target: &Target) -> Report {
 
     report.record(
         "repeated submit, same key",
-        match checked(exec.call_submit(&ctx, &prepared, None, &idem).await, Method::Submit) {
+        match checked(exec.call_submit(&ctx, &in_window(&prepared, &idem)).await, Method::Submit) {
             Ok(r) if r.provider_ref_id.as_deref() == Some(first_ref.as_str()) => Ok(format!("same provider_ref_id {first_ref}")),
             Ok(r) => Err(format!(
                 "the same idempotency key gave provider_ref_id {:?}, first {first_ref:?}: a repeated submit executed again",
@@ -274,4 +274,14 @@ pub async fn run(target: &Target) -> Report {
         },
     );
     report
+}
+
+/// A submission of `prepared` with key `idem` whose `submit_by` is a minute away.
+fn in_window<'a>(prepared: &'a qtg_core::PreparedAction, idem: &'a str) -> qtg_executor::Submission<'a> {
+    qtg_executor::Submission {
+        prepared,
+        signed: None,
+        idempotency_key: idem,
+        submit_by: chrono::Utc::now() + chrono::Duration::seconds(60),
+    }
 }

@@ -6,12 +6,12 @@ mod registry;
 pub mod remote;
 
 use async_trait::async_trait;
+use chrono::{DateTime, Utc};
 use qtg_core::{ExecutionContext, ExecutionResult, PreparedAction, SignRequest, SignResult};
 use serde_json::Value;
-pub use sqlx::PgConnection;
 
 pub use registry::{
-    EntrySpec, ExecutorEntry, LocalFactory, Registry, RegistryError, RegistryFile, SignerEntry, Transport,
+    EntrySpec, ExecutorEntry, Fence, LocalFactory, Registry, RegistryError, RegistryFile, SignerEntry, Transport,
 };
 
 /// Why a call produced no answer qtg can use. The engine maps each to the method's failure
@@ -43,41 +43,43 @@ pub enum Prepared {
     Empty,
 }
 
-/// One lane's actor. Local executors receive the worker's open transaction: `prepare` may
-/// reserve (nonces, intents) there and that commits before `submit`; `submit` and `recover`
-/// may read and record evidence there, but nothing reserved in them survives a crash.
+/// What Submit carries besides the context (DESIGN.md §2.2): the prepared action, the
+/// signature, the attempt's idempotency key and its absolute `submit_by`.
+#[derive(Debug, Clone, Copy)]
+pub struct Submission<'a> {
+    pub prepared: &'a PreparedAction,
+    pub signed: Option<&'a SignResult>,
+    /// `{request_node_id}:{attempt_no}`: the venue's client order id.
+    pub idempotency_key: &'a str,
+    /// After this instant the attempt must not reach the venue: the executor refuses it
+    /// without a venue call, and sends it with a venue-side deadline where the venue has one.
+    pub submit_by: DateTime<Utc>,
+}
+
+/// One lane's actor. No worker transaction, row lock or pooled connection is held while any
+/// of these runs (DESIGN.md §2.2): an executor that keeps state of its own (a key store, a
+/// nonce reservation) uses its own pool and short transactions.
 #[async_trait]
 pub trait Executor: Send + Sync {
     /// `Ok(None)` = pass; `Ok(Some(FAILED result))` = refused.
-    async fn preflight(
-        &self,
-        ctx: &ExecutionContext,
-        tx: &mut PgConnection,
-    ) -> Result<Option<ExecutionResult>, ExecutorError>;
+    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError>;
 
-    async fn prepare(&self, ctx: &ExecutionContext, tx: &mut PgConnection) -> Result<Prepared, ExecutorError>;
+    async fn prepare(&self, ctx: &ExecutionContext) -> Result<Prepared, ExecutorError>;
 
-    /// `idempotency_key` is `{request_node_id}:{attempt_no}`: the same key must always yield
-    /// the same `provider_ref_id` and never a second effect.
+    /// The same idempotency key must always yield the same `provider_ref_id` and never a
+    /// second effect; a key that is void, older than one already seen for the node, or
+    /// received after `submit_by` is refused without a venue call (the fence).
     async fn submit(
         &self,
         ctx: &ExecutionContext,
-        prepared: &PreparedAction,
-        signed: Option<&SignResult>,
-        idempotency_key: &str,
-        tx: &mut PgConnection,
+        submission: &Submission<'_>,
     ) -> Result<ExecutionResult, ExecutorError>;
 
-    async fn observe(&self, ctx: &ExecutionContext, tx: &mut PgConnection) -> Result<ExecutionResult, ExecutorError>;
+    async fn observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError>;
 
     /// Decides an UNKNOWN (or stale SUBMITTING) node by idempotency key / lookback — never by
-    /// a blind retry.
-    async fn recover(
-        &self,
-        ctx: &ExecutionContext,
-        idempotency_key: &str,
-        tx: &mut PgConnection,
-    ) -> Result<ExecutionResult, ExecutorError>;
+    /// a blind retry. A FAILED answer voids the key: a later Submit with it is refused.
+    async fn recover(&self, ctx: &ExecutionContext, idempotency_key: &str) -> Result<ExecutionResult, ExecutorError>;
 
     /// A small status object, or `NotImplemented`.
     async fn health(&self) -> Result<Option<Value>, ExecutorError> {

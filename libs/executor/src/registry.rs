@@ -41,6 +41,30 @@ pub struct EntrySpec {
     pub lane: Option<Lane>,
     pub auth: Option<toml::Value>,
     pub tls: Option<toml::Value>,
+    /// How the venue fences a stale attempt (DESIGN.md §2.2); executors only.
+    pub fence: Option<Fence>,
+}
+
+/// What stops an armed attempt from executing late, so that absence at the venue can become
+/// conclusive: a venue-side deadline (`submit_by` sent as the venue's own expiry), a
+/// sequence (an EVM nonce consumed in a final block), or nothing (absence is never
+/// conclusive: UNKNOWN with `__manual_review_required`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Fence {
+    VenueDeadline,
+    Sequence,
+    None,
+}
+
+impl Fence {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Fence::VenueDeadline => "venue_deadline",
+            Fence::Sequence => "sequence",
+            Fence::None => "none",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Default, Deserialize)]
@@ -77,6 +101,11 @@ pub struct ExecutorEntry {
     pub key: String,
     pub transport: Transport,
     pub lane: Lane,
+    /// Declared `fence`; a local entry that names none follows the venue deadline (the sim
+    /// venue refuses after `submit_by`), a remote one that names none has `none`.
+    pub fence: Fence,
+    /// A remote entry's own per-call deadline (`timeout_ms`).
+    pub timeout: Option<std::time::Duration>,
     pub executor: Arc<dyn Executor>,
 }
 
@@ -106,6 +135,14 @@ impl Registry {
         let mut registry = Registry::default();
         for (key, spec) in &file.executors {
             let lane = spec.lane.unwrap_or_else(|| Lane::from_executor_key(key));
+            let fence = spec.fence.unwrap_or(match spec.transport {
+                Transport::Local => Fence::VenueDeadline,
+                Transport::Grpc | Transport::Http => Fence::None,
+            });
+            let timeout = match spec.transport {
+                Transport::Local => None,
+                _ => Some(std::time::Duration::from_millis(spec.timeout_ms.unwrap_or(DEFAULT_REMOTE_TIMEOUT_MS))),
+            };
             let executor: Arc<dyn Executor> = match spec.transport {
                 Transport::Local => {
                     let implementation = local_impl(key, spec)?;
@@ -123,11 +160,15 @@ impl Registry {
                         .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
                 ),
             };
-            registry
-                .executors
-                .insert(key.clone(), ExecutorEntry { key: key.clone(), transport: spec.transport, lane, executor });
+            registry.executors.insert(
+                key.clone(),
+                ExecutorEntry { key: key.clone(), transport: spec.transport, lane, fence, timeout, executor },
+            );
         }
         for (key, spec) in &file.signers {
+            if spec.fence.is_some() {
+                return Err(RegistryError::Entry { key: key.clone(), reason: "`fence` is for executors".into() });
+            }
             let signer: Arc<dyn Signer> = match spec.transport {
                 Transport::Local => {
                     let implementation = local_impl(key, spec)?;
@@ -153,7 +194,14 @@ impl Registry {
     pub fn insert_executor(&mut self, key: &str, lane: Lane, executor: Arc<dyn Executor>) {
         self.executors.insert(
             key.to_string(),
-            ExecutorEntry { key: key.to_string(), transport: Transport::Local, lane, executor },
+            ExecutorEntry {
+                key: key.to_string(),
+                transport: Transport::Local,
+                lane,
+                fence: Fence::VenueDeadline,
+                timeout: None,
+                executor,
+            },
         );
     }
 
@@ -171,6 +219,11 @@ impl Registry {
 
     pub fn signers(&self) -> impl Iterator<Item = &SignerEntry> {
         self.signers.values()
+    }
+
+    /// The longest deadline a remote entry sets for its own calls.
+    pub fn largest_remote_timeout(&self) -> Option<std::time::Duration> {
+        self.executors.values().filter_map(|e| e.timeout).max()
     }
 
     /// The lane recovery sweeps a node of `executor_key` in.

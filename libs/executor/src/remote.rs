@@ -10,7 +10,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use async_trait::async_trait;
 use qtg_core::protocol::{Method, MAX_RESULT_BYTES};
-use qtg_core::{ExecutionContext, ExecutionResult, PreparedAction, SignRequest, SignResult};
+use qtg_core::{ExecutionContext, ExecutionResult, SignRequest, SignResult};
 use qtg_proto::convert;
 use qtg_proto::executor::v1 as pb;
 use qtg_proto::executor::v1::executor_service_client::ExecutorServiceClient;
@@ -21,7 +21,7 @@ use serde::Serialize;
 use serde_json::Value;
 use tonic::transport::Channel;
 
-use crate::{Executor, ExecutorError, PgConnection, Prepared, SignError, Signer};
+use crate::{Executor, ExecutorError, Prepared, SignError, Signer, Submission};
 
 /// How calls authenticate.
 #[derive(Clone)]
@@ -339,16 +339,18 @@ impl RemoteExecutor {
     pub async fn call_submit(
         &self,
         ctx: &ExecutionContext,
-        prepared: &PreparedAction,
-        signed: Option<&SignResult>,
-        idempotency_key: &str,
+        submission: &Submission<'_>,
     ) -> Result<ExecutionResult, ExecutorError> {
         let req = pb::SubmitRequest {
             executor_key: self.key.clone(),
             context: self.ctx(ctx)?,
-            prepared_action: Some(convert::prepared_to_wire(prepared)),
-            sign_result: signed.map(convert::sign_result_to_wire),
-            idempotency_key: idempotency_key.to_string(),
+            prepared_action: Some(convert::prepared_to_wire(submission.prepared)),
+            sign_result: submission.signed.map(convert::sign_result_to_wire),
+            idempotency_key: submission.idempotency_key.to_string(),
+            submit_by: Some(convert::timestamp_to_wire(
+                submission.submit_by.timestamp(),
+                submission.submit_by.timestamp_subsec_nanos(),
+            )),
         };
         required(self.result_call(Method::Submit, req, async |mut c, r| c.submit(r).await).await?, Method::Submit)
     }
@@ -392,39 +394,27 @@ impl RemoteExecutor {
 
 #[async_trait]
 impl Executor for RemoteExecutor {
-    async fn preflight(
-        &self,
-        ctx: &ExecutionContext,
-        _tx: &mut PgConnection,
-    ) -> Result<Option<ExecutionResult>, ExecutorError> {
+    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
         self.call_preflight(ctx).await
     }
 
-    async fn prepare(&self, ctx: &ExecutionContext, _tx: &mut PgConnection) -> Result<Prepared, ExecutorError> {
+    async fn prepare(&self, ctx: &ExecutionContext) -> Result<Prepared, ExecutorError> {
         self.call_prepare(ctx).await
     }
 
     async fn submit(
         &self,
         ctx: &ExecutionContext,
-        prepared: &PreparedAction,
-        signed: Option<&SignResult>,
-        idempotency_key: &str,
-        _tx: &mut PgConnection,
+        submission: &Submission<'_>,
     ) -> Result<ExecutionResult, ExecutorError> {
-        self.call_submit(ctx, prepared, signed, idempotency_key).await
+        self.call_submit(ctx, submission).await
     }
 
-    async fn observe(&self, ctx: &ExecutionContext, _tx: &mut PgConnection) -> Result<ExecutionResult, ExecutorError> {
+    async fn observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
         self.call_observe(ctx).await
     }
 
-    async fn recover(
-        &self,
-        ctx: &ExecutionContext,
-        idempotency_key: &str,
-        _tx: &mut PgConnection,
-    ) -> Result<ExecutionResult, ExecutorError> {
+    async fn recover(&self, ctx: &ExecutionContext, idempotency_key: &str) -> Result<ExecutionResult, ExecutorError> {
         self.call_recover(ctx, idempotency_key).await
     }
 

@@ -170,6 +170,16 @@ pub fn result_from_wire(r: &pb::ExecutionResult, method: Method) -> Result<Optio
     }))
 }
 
+/// Unix seconds and nanoseconds as a `google.protobuf.Timestamp` (`submit_by`).
+pub fn timestamp_to_wire(seconds: i64, nanos: u32) -> pbjson_types::Timestamp {
+    pbjson_types::Timestamp { seconds, nanos: nanos.min(999_999_999) as i32 }
+}
+
+/// A `google.protobuf.Timestamp` as unix seconds and nanoseconds; `None` when out of range.
+pub fn timestamp_from_wire(t: &pbjson_types::Timestamp) -> Option<(i64, u32)> {
+    (0..=999_999_999).contains(&t.nanos).then_some((t.seconds, t.nanos as u32))
+}
+
 pub fn prepared_to_wire(p: &PreparedAction) -> pb::PreparedAction {
     pb::PreparedAction {
         action_type: p.action_type.clone(),

@@ -101,6 +101,20 @@ pub struct Settings {
     pub grace_cex: Option<f64>,
     pub grace_other: Option<f64>,
     pub executor_timeout: Duration,
+    /// `MG_CLOCK_SKEW_MARGIN_SECONDS` (5): margin for clocks and the network around
+    /// `submit_by`.
+    pub clock_skew_seconds: f64,
+    /// `MG_SUBMIT_WINDOW_SECONDS` (the executor deadline + 2 × skew): an armed attempt's
+    /// `submit_by = started_at + submit_window`.
+    pub submit_window_seconds: f64,
+    /// `MG_DISPATCH_LEASE_SECONDS` (3 × the executor deadline + 2 × skew): how long a
+    /// dispatch claim holds its node through preflight, prepare and sign.
+    pub lease_seconds: f64,
+    /// `MG_DB_LOCK_TIMEOUT_MS` (5000): `lock_timeout` of every connection.
+    pub db_lock_timeout: Duration,
+    /// `MG_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS` (half the lease, at most 60):
+    /// `idle_in_transaction_session_timeout` of every connection; must be below the lease.
+    pub db_idle_in_transaction_timeout: Duration,
     pub observe_timeout_enforcement: bool,
     pub approval_ttl_seconds: f64,
     pub template_proposal_ttl_seconds: f64,
@@ -272,6 +286,12 @@ impl Settings {
             grace_cex: s.opt_seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CEX")?,
             grace_other: s.opt_seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_OTHER")?,
             executor_timeout: Duration::from_millis(s.parse("MG_EXECUTOR_TIMEOUT_MS", 30_000u64)?.max(1)),
+            // Set (and checked) by fence_times below.
+            clock_skew_seconds: 0.0,
+            submit_window_seconds: 0.0,
+            lease_seconds: 0.0,
+            db_lock_timeout: Duration::from_millis(s.parse("MG_DB_LOCK_TIMEOUT_MS", 5_000u64)?.max(1)),
+            db_idle_in_transaction_timeout: Duration::ZERO,
             observe_timeout_enforcement: s.flag("MG_OBSERVE_TIMEOUT_ENFORCEMENT_ENABLED", false)?,
             approval_ttl_seconds: s.seconds("MG_APPROVAL_TTL_SECONDS", 300.0)?,
             template_proposal_ttl_seconds: s.seconds("MG_TEMPLATE_PROPOSAL_TTL_SECONDS", 7.0 * 86400.0)?,
@@ -283,12 +303,74 @@ impl Settings {
             otlp_endpoint: s.get("OTEL_EXPORTER_OTLP_ENDPOINT").map(String::from),
             otel_service_name: s.get("OTEL_SERVICE_NAME").map(String::from),
         };
+        let mut settings = settings;
+        settings.fence_times(&s)?;
         if let Some(k) = &settings.bootstrap_admin_key {
             if k.len() < 16 {
                 return Err(Source::err("MG_API_BOOTSTRAP_ADMIN_KEY", "must be at least 16 characters"));
             }
         }
         Ok(settings)
+    }
+
+    /// The lease, the submit window and the skew margin, which must nest (DESIGN.md §2.2):
+    /// every grace > submit window + skew; submit window > the largest submit deadline
+    /// (`MG_EXECUTOR_TIMEOUT_MS`, which also caps every remote entry's `timeout_ms`) + skew;
+    /// lease > preflight + prepare + sign deadlines + skew; idle-in-transaction timeout <
+    /// lease. A binary refuses to start otherwise, naming the numbers.
+    fn fence_times(&mut self, s: &Source<'_>) -> Result<(), ConfigError> {
+        let deadline = self.executor_timeout.as_secs_f64();
+        let skew = s.seconds("MG_CLOCK_SKEW_MARGIN_SECONDS", 5.0)?;
+        let window = s.seconds("MG_SUBMIT_WINDOW_SECONDS", deadline + 2.0 * skew)?;
+        let lease = s.seconds("MG_DISPATCH_LEASE_SECONDS", 3.0 * deadline + 2.0 * skew)?;
+        let idle = s.seconds("MG_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", (lease / 2.0).min(60.0))?;
+        if window <= deadline + skew {
+            return Err(Source::err(
+                "MG_SUBMIT_WINDOW_SECONDS",
+                format!(
+                    "the submit window ({window} s) must be above the largest submit deadline \
+                     (MG_EXECUTOR_TIMEOUT_MS = {deadline} s) + the clock-skew margin ({skew} s)"
+                ),
+            ));
+        }
+        let graces = [
+            ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", Some(self.grace_default)),
+            ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CCIP", self.grace_ccip),
+            ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_STARGATE", self.grace_stargate),
+            ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CEX", self.grace_cex),
+            ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_OTHER", self.grace_other),
+        ];
+        for (key, grace) in graces {
+            if let Some(grace) = grace.filter(|g| *g <= window + skew) {
+                return Err(Source::err(
+                    key,
+                    format!(
+                        "the recovery grace ({grace} s) must be above the submit window ({window} s) + the \
+                         clock-skew margin ({skew} s): recovery may not decide an attempt that can still start"
+                    ),
+                ));
+            }
+        }
+        if lease <= 3.0 * deadline + skew {
+            return Err(Source::err(
+                "MG_DISPATCH_LEASE_SECONDS",
+                format!(
+                    "the lease ({lease} s) must be above preflight + prepare + sign deadlines \
+                     (3 × {deadline} s) + the clock-skew margin ({skew} s)"
+                ),
+            ));
+        }
+        if idle <= 0.0 || idle >= lease {
+            return Err(Source::err(
+                "MG_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS",
+                format!("must be above 0 and below the lease ({lease} s), got {idle} s"),
+            ));
+        }
+        self.clock_skew_seconds = skew;
+        self.submit_window_seconds = window;
+        self.lease_seconds = lease;
+        self.db_idle_in_transaction_timeout = Duration::from_secs_f64(idle);
+        Ok(())
     }
 
     pub fn interval(&self, kind: WorkerKind) -> Duration {
@@ -347,6 +429,11 @@ impl fmt::Debug for Settings {
             .field("recovery_batch", &self.recovery_batch)
             .field("grace_default", &self.grace_default)
             .field("executor_timeout", &self.executor_timeout)
+            .field("clock_skew_seconds", &self.clock_skew_seconds)
+            .field("submit_window_seconds", &self.submit_window_seconds)
+            .field("lease_seconds", &self.lease_seconds)
+            .field("db_lock_timeout", &self.db_lock_timeout)
+            .field("db_idle_in_transaction_timeout", &self.db_idle_in_transaction_timeout)
             .field("observe_timeout_enforcement", &self.observe_timeout_enforcement)
             .field("approval_ttl_seconds", &self.approval_ttl_seconds)
             .field("callback_default_url", &self.callback_default_url)
@@ -412,5 +499,37 @@ mod tests {
         assert_eq!(s.risk.approvals_needed(&qtg_core::risk::Amount::parse("5").unwrap()), 1);
         let e = Settings::from_vars(&vars(&[base[0], ("MG_RISK_VELOCITY_WINDOW_SECONDS", "60")]), false).unwrap_err();
         assert_eq!(e.key, "MG_RISK_VELOCITY_WINDOW_SECONDS");
+    }
+
+    #[test]
+    fn lease_window_and_grace_must_nest() {
+        let base = ("MG_DATABASE_URL", "postgres://h/db");
+        let s = Settings::from_vars(&vars(&[base]), false).unwrap();
+        assert_eq!((s.clock_skew_seconds, s.submit_window_seconds, s.lease_seconds), (5.0, 40.0, 100.0));
+        assert_eq!(s.db_idle_in_transaction_timeout, Duration::from_secs(50));
+        // A grace recovery could reach while the attempt may still start: refused, with numbers.
+        let e =
+            Settings::from_vars(&vars(&[base, ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CEX", "30")]), false).unwrap_err();
+        assert_eq!(e.key, "MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CEX");
+        assert!(e.reason.contains("30 s") && e.reason.contains("40 s") && e.reason.contains("5 s"), "{e}");
+        let e = Settings::from_vars(&vars(&[base, ("MG_SUBMIT_WINDOW_SECONDS", "31")]), false).unwrap_err();
+        assert_eq!(e.key, "MG_SUBMIT_WINDOW_SECONDS");
+        let e = Settings::from_vars(&vars(&[base, ("MG_DISPATCH_LEASE_SECONDS", "60")]), false).unwrap_err();
+        assert_eq!(e.key, "MG_DISPATCH_LEASE_SECONDS");
+        let e = Settings::from_vars(&vars(&[base, ("MG_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", "100")]), false)
+            .unwrap_err();
+        assert_eq!(e.key, "MG_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS");
+        // Short deadlines let short graces nest (the tests' settings).
+        let s = Settings::from_vars(
+            &vars(&[
+                base,
+                ("MG_EXECUTOR_TIMEOUT_MS", "1500"),
+                ("MG_CLOCK_SKEW_MARGIN_SECONDS", "0.2"),
+                ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "3"),
+            ]),
+            false,
+        )
+        .unwrap();
+        assert!((s.submit_window_seconds - 1.9).abs() < 1e-9 && (s.lease_seconds - 4.9).abs() < 1e-9);
     }
 }

@@ -12,14 +12,16 @@ use crate::{is_lock_not_available, Result, WorkItem};
 /// What a worker is looking for.
 #[derive(Debug, Clone, Copy)]
 pub enum Pickup {
-    /// READY non-manual nodes of APPROVED/EXECUTING requests that no pause holds, oldest
-    /// request first.
+    /// READY non-manual nodes of APPROVED/EXECUTING requests that no pause holds — and
+    /// PREPARING / AWAITING_SIGNATURE ones whose lease expired (their dispatcher died or froze
+    /// before arming) — oldest request first.
     Dispatch,
     /// Due SUBMITTED/OBSERVING nodes of EXECUTING requests, oldest request first.
     Observe,
     /// In `lane`: UNKNOWN nodes recovery may still decide, and SUBMITTING nodes, once
-    /// `grace_seconds` have passed since `started_at`; longest idle first.
-    Recover { lane: Lane, grace_seconds: f64 },
+    /// `grace_seconds` have passed since `started_at` (and, for SUBMITTING, `skew_seconds`
+    /// since `submit_by`: the attempt can no longer start at the venue); longest idle first.
+    Recover { lane: Lane, grace_seconds: f64, skew_seconds: f64 },
 }
 
 const HANDED_TO_PERSON: &str =
@@ -33,7 +35,9 @@ impl Pickup {
         let served = format!("p.executor_key = ANY(${first}::text[])");
         match self {
             Pickup::Dispatch => format!(
-                "{served} AND n.node_state = 'READY' AND n.node_kind <> 'manual'
+                "{served} AND n.node_kind <> 'manual'
+                AND (n.node_state = 'READY'
+                     OR (n.node_state IN ('PREPARING', 'AWAITING_SIGNATURE') AND n.lease_expires_at < now()))
                 AND r.request_state IN ('APPROVED', 'EXECUTING') AND NOT {PAUSED}",
                 PAUSED = crate::controls::PAUSED
             ),
@@ -47,10 +51,12 @@ impl Pickup {
                 AND n.started_at IS NOT NULL
                 AND n.started_at + make_interval(secs => ${grace}::float8) < now()
                 AND (n.next_observe_at IS NULL OR n.next_observe_at <= now())
-                AND (n.node_state = 'SUBMITTING'
+                AND ((n.node_state = 'SUBMITTING'
+                      AND (n.submit_by IS NULL OR n.submit_by + make_interval(secs => ${skew}::float8) < now()))
                      OR (n.node_state = 'UNKNOWN' AND NOT {HANDED_TO_PERSON}))",
                 lane = first + 1,
-                grace = first + 2
+                grace = first + 2,
+                skew = first + 3
             ),
         }
     }
@@ -98,7 +104,9 @@ type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArgu
 
 fn bind_lane(query: PgQuery<'_>, pickup: Pickup) -> PgQuery<'_> {
     match pickup {
-        Pickup::Recover { lane, grace_seconds } => query.bind(lane.as_str()).bind(grace_seconds),
+        Pickup::Recover { lane, grace_seconds, skew_seconds } => {
+            query.bind(lane.as_str()).bind(grace_seconds).bind(skew_seconds)
+        }
         _ => query,
     }
 }
@@ -156,61 +164,47 @@ pub async fn claim_next(
     }
 }
 
-/// What transaction 2 re-locked: the node, and the prepared action stored for the attempt.
+/// Where a node stands now: read after a compare-and-set matched nothing, to tell why.
 #[derive(Debug, Clone)]
-pub struct Relocked {
-    pub item: WorkItem,
-    pub prepared_hash: Option<String>,
-    pub prepared_payload: Option<String>,
-    /// `scope:target` of a pause that now holds the node: do not submit.
+pub struct NodeNow {
+    pub node_state: qtg_core::NodeState,
+    pub attempt_no: i32,
+    pub claim_token: Option<Uuid>,
+    pub request_state: qtg_core::RequestState,
+    /// `scope:target` of a pause that holds the node.
     pub held_by: Option<String>,
 }
 
-/// Dispatch transaction 2: re-locks only the node, still SUBMITTING for `attempt_no` with
-/// the pending marker, and reads the prepared action stored for that attempt. `None` if
-/// the node moved on.
-///
-/// It waits rather than NOWAIT: a concurrent claimer whose candidate listing predates
-/// transaction 1's commit can hold this row for an instant (Postgres keeps the lock of a
-/// row that fails its re-check until the claimer's savepoint rolls back). The caller holds
-/// no other lock, so waiting cannot deadlock; recovery, the only long holder, takes the
-/// node only after the lane's grace, and then the node is no longer what this looks for.
-pub async fn relock_submitting(conn: &mut PgConnection, node_id: Uuid, attempt_no: i32) -> Result<Option<Relocked>> {
-    let row = sqlx::query(AssertSqlSafe(RELOCK_SQL.as_str()))
-        .bind(node_id)
-        .bind(attempt_no)
-        .fetch_optional(&mut *conn)
-        .await?;
+/// Reads a node's state, attempt and token, its request's state and the pause holding it.
+pub async fn node_now(conn: &mut PgConnection, node_id: Uuid) -> Result<Option<NodeNow>> {
+    let row = sqlx::query(AssertSqlSafe(NODE_NOW_SQL.as_str())).bind(node_id).fetch_optional(&mut *conn).await?;
     row.map(|r| {
-        Ok(Relocked {
-            item: WorkItem::from_row(&r)?,
-            prepared_hash: r.try_get("prepared_hash")?,
-            prepared_payload: r.try_get("prepared_payload")?,
+        Ok(NodeNow {
+            node_state: crate::rows::parse_node_state(r.try_get("node_state")?)?,
+            attempt_no: r.try_get("attempt_no")?,
+            claim_token: r.try_get("claim_token")?,
+            request_state: crate::rows::parse_request_state(r.try_get("request_state")?)?,
             held_by: r.try_get("held_by")?,
         })
     })
     .transpose()
 }
 
-static RELOCK_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+static NODE_NOW_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
-        "SELECT {WORK_ITEM_COLUMNS}, pa.payload_hash AS prepared_hash, pa.payload->>'payload' AS prepared_payload,
-             {held_by} AS held_by
-         {WORK_ITEM_FROM}
-         LEFT JOIN LATERAL (
-             SELECT a.payload_hash, a.payload FROM artifacts a
-             WHERE a.request_node_id = n.id AND a.attempt_no = $2 AND a.kind = 'prepared_action'
-             ORDER BY a.created_at DESC, a.id DESC LIMIT 1) pa ON true
-         WHERE n.id = $1 AND n.node_state = 'SUBMITTING' AND n.attempt_no = $2
-           AND n.provider_refs ? '__submit_attempt_pending'
-         FOR UPDATE OF n",
+        "SELECT n.node_state, n.attempt_no, n.claim_token, r.request_state, {held_by} AS held_by
+         FROM movement_request_nodes n
+         JOIN movement_requests r ON r.id = n.request_id
+         JOIN plan_nodes p ON p.id = n.plan_node_id
+         WHERE n.id = $1",
         held_by = crate::controls::HELD_BY
     )
 });
 
-/// Locks a request row, waiting (dispatch transaction 2 after submit; callers holding a node
-/// lock take the request lock only this way, and request-lock holders take node locks only
-/// with NOWAIT / SKIP LOCKED, so the two never deadlock). Returns its state.
+/// Locks a request row, waiting (a worker recording a result, after its compare-and-set
+/// locked the node; callers holding a node lock take the request lock only this way, and
+/// request-lock holders take node locks only with NOWAIT / SKIP LOCKED, so the two never
+/// deadlock). Returns its state.
 pub async fn lock_request(conn: &mut PgConnection, request_id: Uuid) -> Result<qtg_core::RequestState> {
     let state: String = sqlx::query_scalar("SELECT request_state FROM movement_requests WHERE id = $1 FOR UPDATE")
         .bind(request_id)
@@ -288,4 +282,19 @@ pub async fn lock_nodes_nowait(conn: &mut PgConnection, request_id: Uuid) -> Res
         }
         Err(e) => Err(e.into()),
     }
+}
+
+/// The executor key of a node and whether its armed attempt's `submit_by` plus `skew_seconds`
+/// has passed by the database's clock (no attempt armed: `false`).
+pub async fn past_submit_by(conn: &mut PgConnection, node_id: Uuid, skew_seconds: f64) -> Result<(String, bool)> {
+    let row = sqlx::query(
+        "SELECT p.executor_key,
+                COALESCE(n.submit_by + make_interval(secs => $2::float8) < now(), false) AS past
+         FROM movement_request_nodes n JOIN plan_nodes p ON p.id = n.plan_node_id WHERE n.id = $1",
+    )
+    .bind(node_id)
+    .bind(skew_seconds)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok((row.try_get("executor_key")?, row.try_get("past")?))
 }

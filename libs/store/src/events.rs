@@ -69,3 +69,67 @@ pub async fn record_calls_ok(
     .await?;
     Ok(())
 }
+
+/// One executor call of a step, as [`record_calls`] writes it.
+#[derive(Debug, Clone)]
+pub struct Call {
+    pub method: &'static str,
+    pub outcome: String,
+    pub error_code: Option<String>,
+    pub error_detail: Option<String>,
+    pub duration_ms: i32,
+}
+
+impl Call {
+    pub fn ok(method: &'static str, outcome: &str, duration_ms: i32) -> Call {
+        Call { method, outcome: outcome.into(), error_code: None, error_detail: None, duration_ms }
+    }
+
+    pub fn failed(method: &'static str, outcome: &str, code: &str, detail: &str, duration_ms: i32) -> Call {
+        Call {
+            method,
+            outcome: outcome.into(),
+            error_code: Some(code.into()),
+            error_detail: Some(detail.into()),
+            duration_ms,
+        }
+    }
+}
+
+/// Records the calls of one attempt (in call order) in one statement; nothing when empty.
+pub async fn record_calls(
+    conn: &mut PgConnection,
+    request_id: Uuid,
+    node_id: Uuid,
+    attempt_no: i32,
+    calls: &[Call],
+    actor: &str,
+) -> Result<()> {
+    if calls.is_empty() {
+        return Ok(());
+    }
+    let methods: Vec<&str> = calls.iter().map(|c| c.method).collect();
+    let outcomes: Vec<&str> = calls.iter().map(|c| c.outcome.as_str()).collect();
+    let codes: Vec<Option<&str>> = calls.iter().map(|c| c.error_code.as_deref()).collect();
+    let details: Vec<Option<&str>> = calls.iter().map(|c| c.error_detail.as_deref()).collect();
+    let durations: Vec<i32> = calls.iter().map(|c| c.duration_ms).collect();
+    sqlx::query(
+        "INSERT INTO node_events (request_id, request_node_id, attempt_no, kind, method, outcome,
+             error_code, error_detail, duration_ms, actor)
+         SELECT $1, $2, $3, 'call', m, o, c, left(d, 2000), ms, $9
+         FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::int[]) WITH ORDINALITY AS x(m, o, c, d, ms, i)
+         ORDER BY i",
+    )
+    .bind(request_id)
+    .bind(node_id)
+    .bind(attempt_no)
+    .bind(&methods)
+    .bind(&outcomes)
+    .bind(&codes)
+    .bind(&details)
+    .bind(&durations)
+    .bind(actor)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}

@@ -33,9 +33,32 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
+/// Bounds on what a frozen process can hold (DESIGN.md §2.2 *Database*).
+#[derive(Debug, Clone, Copy)]
+pub struct SessionLimits {
+    /// `lock_timeout`: no statement waits longer for a row lock.
+    pub lock_timeout: Duration,
+    /// `idle_in_transaction_session_timeout` (below the lease): a transaction left open by
+    /// a frozen process is ended by the server, releasing its locks.
+    pub idle_in_transaction: Duration,
+}
+
 /// Opens a pool of at most `max_connections`.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
-    let options = sqlx::postgres::PgConnectOptions::from_str(url)?.application_name("qtg");
+    connect_limited(url, max_connections, None).await
+}
+
+/// Opens a pool whose connections carry `limits` and keep `synchronous_commit` on (a commit
+/// is durable before a worker acts on it; failover must go to a synchronous standby).
+pub async fn connect_limited(url: &str, max_connections: u32, limits: Option<SessionLimits>) -> Result<PgPool> {
+    let mut options = sqlx::postgres::PgConnectOptions::from_str(url)?.application_name("qtg");
+    if let Some(l) = limits {
+        options = options.options([
+            ("lock_timeout", format!("{}ms", l.lock_timeout.as_millis().max(1))),
+            ("idle_in_transaction_session_timeout", format!("{}ms", l.idle_in_transaction.as_millis().max(1))),
+            ("synchronous_commit", "on".to_string()),
+        ]);
+    }
     let pool = sqlx::postgres::PgPoolOptions::new()
         .max_connections(max_connections)
         .min_connections(0)

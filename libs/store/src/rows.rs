@@ -146,6 +146,7 @@ impl NodeBrief {
                 .get(qtg_core::markers::MANUAL_REVIEW_REQUIRED)
                 .is_some_and(|v| !v.is_null() && v != &Value::Bool(false)),
             submit_accepted: self.submit_accepted,
+            late_effect: self.provider_refs.get(qtg_core::markers::LATE_EFFECT).is_some(),
         }
     }
 }

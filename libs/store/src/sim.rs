@@ -1,35 +1,75 @@
-//! The sim lane's venue ledger (DESIGN.md §9): one row per submit, written on the venue's
-//! own connection as an external venue would.
+//! The sim lane's venue (DESIGN.md §9): a ledger of orders, the fence's key store and a count
+//! of every submit call, each written in one statement on the venue's own connection as an
+//! external venue would (`sim_submit` / `sim_recover` in the schema).
 
+use chrono::{DateTime, Utc};
 use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::Result;
 
-/// Records an order unless the venue already has one with this idempotency key (a venue
-/// honours client order ids). Returns whether a new row was written.
-pub async fn record_submit(
+/// What the sim venue did with one submit call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SimSubmit {
+    /// A new order.
+    Executed,
+    /// The key was seen before: the same order, no second effect.
+    Repeat,
+    /// The venue refused the order (scripted); the key is void.
+    Failed,
+    /// Refused without an effect: the key is void.
+    RefusedVoid,
+    /// Refused: a newer attempt of the node was already seen.
+    RefusedOlder,
+    /// Refused: received after `submit_by`.
+    RefusedLate,
+}
+
+/// One submit call at the sim venue (`fail`: the venue refuses the order).
+pub async fn submit(
     pool: &PgPool,
     idempotency_key: &str,
     executor_key: &str,
     request_node_id: Uuid,
-) -> Result<bool> {
-    let res = sqlx::query(
-        "INSERT INTO sim_ledger (idempotency_key, executor_key, request_node_id)
-         SELECT $1, $2, $3 WHERE NOT EXISTS (SELECT 1 FROM sim_ledger WHERE idempotency_key = $1)",
-    )
-    .bind(idempotency_key)
-    .bind(executor_key)
-    .bind(request_node_id)
-    .execute(pool)
-    .await?;
-    Ok(res.rows_affected() == 1)
+    attempt_no: i32,
+    submit_by: DateTime<Utc>,
+    fail: bool,
+) -> Result<SimSubmit> {
+    let outcome: String = sqlx::query_scalar("SELECT sim_submit($1, $2, $3, $4, $5, $6)")
+        .bind(idempotency_key)
+        .bind(executor_key)
+        .bind(request_node_id)
+        .bind(attempt_no)
+        .bind(submit_by)
+        .bind(fail)
+        .fetch_one(pool)
+        .await?;
+    Ok(match outcome.as_str() {
+        "executed" => SimSubmit::Executed,
+        "repeat" => SimSubmit::Repeat,
+        "failed" => SimSubmit::Failed,
+        "refused_void" => SimSubmit::RefusedVoid,
+        "refused_older" => SimSubmit::RefusedOlder,
+        "refused_late" => SimSubmit::RefusedLate,
+        other => return Err(crate::StoreError::corrupt(format!("sim_submit answered {other:?}"))),
+    })
 }
 
-/// Whether the venue saw a submit with this idempotency key.
-pub async fn has_submit(pool: &PgPool, idempotency_key: &str) -> Result<bool> {
-    Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM sim_ledger WHERE idempotency_key = $1)")
+/// Recover at the sim venue: `true` when the ledger has the key. Otherwise — or always when
+/// `void_always` — the key is voided so that no later submit executes it.
+pub async fn recover(
+    pool: &PgPool,
+    idempotency_key: &str,
+    request_node_id: Uuid,
+    attempt_no: i32,
+    void_always: bool,
+) -> Result<bool> {
+    let outcome: String = sqlx::query_scalar("SELECT sim_recover($1, $2, $3, $4)")
         .bind(idempotency_key)
+        .bind(request_node_id)
+        .bind(attempt_no)
+        .bind(void_always)
         .fetch_one(pool)
-        .await?)
+        .await?;
+    Ok(outcome == "found")
 }

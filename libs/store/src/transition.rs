@@ -49,6 +49,34 @@ pub struct NodePatch {
     pub next_observe_in: Option<Option<f64>>,
     /// An observation happened: `last_observed_at`, `observe_count + 1`.
     pub observed: bool,
+    /// With `begin_attempt` (the arm): `submit_by = started_at + submit_window` seconds.
+    pub submit_window_seconds: f64,
+    /// A claim: a fresh `claim_token`, and for dispatch `lease_expires_at`.
+    pub lease: Option<Lease>,
+    /// The compare-and-set the write is conditional on, beside the `from` state.
+    pub guard: Guard,
+}
+
+/// A claim's token and how long it holds (DESIGN.md §2.2). `seconds: None` writes the token
+/// only (observe and recover lease through `next_observe_at`).
+#[derive(Debug, Clone, Copy)]
+pub struct Lease {
+    pub token: Uuid,
+    pub seconds: Option<f64>,
+}
+
+/// Conditions a write matches beside the node's state; a write that matches nothing fails
+/// with `StaleState` and changes nothing.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Guard {
+    /// `claim_token` is this one.
+    pub claim_token: Option<Uuid>,
+    /// `attempt_no` is this one.
+    pub attempt_no: Option<i32>,
+    /// The request is EXECUTING and no pause holds the node (the arm).
+    pub dispatchable: bool,
+    /// `provider_refs` carries `__submit_attempt_pending` (recording a submit's answer).
+    pub submit_pending: bool,
 }
 
 impl NodePatch {
@@ -72,14 +100,22 @@ pub const CHANNEL_OBSERVE: &str = "qtg_observe";
 pub const CHANNEL_RECOVER: &str = "qtg_recover";
 pub const CHANNEL_CALLBACK: &str = "qtg_callback";
 
-const NODE_WRITE: &str = r#"
-WITH upd AS (
-    UPDATE movement_request_nodes SET
+static NODE_WRITE: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| NODE_WRITE_TEMPLATE.replace("{PAUSED}", crate::controls::PAUSED));
+
+const NODE_WRITE_TEMPLATE: &str = r#"
+WITH clk AS (SELECT clock_timestamp() AS ts), upd AS (
+    UPDATE movement_request_nodes n SET
         node_state = $3,
         attempt_no = attempt_no + CASE WHEN $4 THEN 1 ELSE 0 END,
-        -- clock_timestamp(), not now(): the transaction began before preflight, prepare and
-        -- sign, and recovery's grace must count from the moment the attempt was recorded.
-        started_at = CASE WHEN $4 THEN clock_timestamp() ELSE started_at END,
+        -- clock_timestamp(), not now(): recovery's grace and the submit window count from
+        -- the moment the attempt was recorded, whenever the transaction began.
+        started_at = CASE WHEN $4 THEN clk.ts ELSE started_at END,
+        submit_by = CASE WHEN $4 THEN clk.ts + make_interval(secs => $21) ELSE submit_by END,
+        claim_token = COALESCE($22::uuid, claim_token),
+        lease_expires_at = CASE WHEN $23::float8 IS NOT NULL THEN clk.ts + make_interval(secs => $23)
+                                WHEN $4 OR $3 NOT IN ('PREPARING', 'AWAITING_SIGNATURE') THEN NULL
+                                ELSE lease_expires_at END,
         completed_at = CASE WHEN $3 = 'COMPLETED' THEN now() ELSE completed_at END,
         -- A new attempt starts clean: nothing of the previous attempt's venue references
         -- may steer observe or recover (the history keeps them).
@@ -89,7 +125,7 @@ WITH upd AS (
             jsonb_build_object(
                 '__submit_attempt_pending', true,
                 '__submit_attempt_started_at',
-                to_char(clock_timestamp() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
+                to_char(clk.ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
             ELSE (provider_refs || $7::jsonb) - $8::text[] END,
         error_code = CASE WHEN $9 THEN $10 WHEN $4 THEN NULL ELSE error_code END,
         error_detail = CASE WHEN $9 THEN $11 WHEN $4 THEN NULL ELSE error_detail END,
@@ -97,13 +133,21 @@ WITH upd AS (
             WHEN $12 = 1 THEN COALESCE(submit_accepted_at, now())
             WHEN $12 = -1 OR $4 THEN NULL
             ELSE submit_accepted_at END,
-        next_observe_at = CASE WHEN $13 THEN clock_timestamp() + make_interval(secs => $14)
+        next_observe_at = CASE WHEN $13 THEN clk.ts + make_interval(secs => $14)
                                WHEN $4 THEN NULL ELSE next_observe_at END,
         last_observed_at = CASE WHEN $15 THEN now() WHEN $4 THEN NULL ELSE last_observed_at END,
         observe_count = CASE WHEN $4 THEN 0 ELSE observe_count END + CASE WHEN $15 THEN 1 ELSE 0 END,
         updated_at = now()
-    WHERE id = $1 AND node_state = $2
-    RETURNING id, request_id, node_key, node_state, attempt_no, provider_state, error_code, error_detail
+    FROM clk
+    WHERE n.id = $1 AND n.node_state = $2
+      AND ($24::uuid IS NULL OR n.claim_token = $24)
+      AND ($25::int IS NULL OR n.attempt_no = $25)
+      AND (NOT $26 OR n.provider_refs ? '__submit_attempt_pending')
+      AND (NOT $27 OR (
+          EXISTS (SELECT 1 FROM movement_requests r WHERE r.id = n.request_id AND r.request_state = 'EXECUTING')
+          AND NOT EXISTS (SELECT 1 FROM plan_nodes p WHERE p.id = n.plan_node_id AND {PAUSED})))
+    RETURNING n.id, n.request_id, n.node_key, n.node_state, n.attempt_no, n.provider_state, n.error_code,
+        n.error_detail, n.submit_by
 ), req AS (
     UPDATE movement_requests r SET callback_sequence = r.callback_sequence + 1
     FROM upd
@@ -142,8 +186,15 @@ WITH upd AS (
     UNION ALL
     SELECT pg_notify('qtg_callback', '') FROM req
 )
-SELECT upd.attempt_no, (SELECT count(*) FROM ntf) AS notified FROM upd
+SELECT upd.attempt_no, upd.submit_by, (SELECT count(*) FROM ntf) AS notified FROM upd
 "#;
+
+/// What a node write left: the attempt, and the armed attempt's `submit_by`.
+#[derive(Debug, Clone, Copy)]
+pub struct Written {
+    pub attempt_no: i32,
+    pub submit_by: Option<chrono::DateTime<chrono::Utc>>,
+}
 
 async fn write_node(
     conn: &mut PgConnection,
@@ -153,7 +204,7 @@ async fn write_node(
     patch: &NodePatch,
     transition: bool,
     meta: &Meta<'_>,
-) -> Result<i32> {
+) -> Result<Written> {
     let (set_error, error_code, error_detail) = match &patch.error {
         Some((c, d)) => (true, c.clone(), d.clone()),
         None => (false, None, None),
@@ -168,7 +219,7 @@ async fn write_node(
         None => (false, None),
     };
     let channel = if transition { wake_channel(to) } else { None };
-    let row = sqlx::query(NODE_WRITE)
+    let row = sqlx::query(sqlx::AssertSqlSafe(NODE_WRITE.as_str()))
         .bind(node_id)
         .bind(from.as_str())
         .bind(to.as_str())
@@ -190,6 +241,13 @@ async fn write_node(
         .bind(channel)
         // Only a transition enqueues a callback that could carry it.
         .bind(if transition { qtg_telemetry::traceparent() } else { None })
+        .bind(patch.submit_window_seconds)
+        .bind(patch.lease.map(|l| l.token))
+        .bind(patch.lease.and_then(|l| l.seconds))
+        .bind(patch.guard.claim_token)
+        .bind(patch.guard.attempt_no)
+        .bind(patch.guard.submit_pending)
+        .bind(patch.guard.dispatchable)
         .fetch_optional(&mut *conn)
         .await?;
     match row {
@@ -197,7 +255,7 @@ async fn write_node(
             if transition {
                 qtg_telemetry::sink().node_transition(from.as_str(), to.as_str());
             }
-            Ok(row.try_get("attempt_no")?)
+            Ok(Written { attempt_no: row.try_get("attempt_no")?, submit_by: row.try_get("submit_by")? })
         }
         None => Err(StoreError::StaleState { entity: "node", id: node_id.to_string(), expected: from.to_string() }),
     }
@@ -213,6 +271,18 @@ pub async fn transition_node(
     patch: &NodePatch,
     meta: &Meta<'_>,
 ) -> Result<i32> {
+    Ok(write_transition(conn, node_id, from, to, patch, meta).await?.attempt_no)
+}
+
+/// [`transition_node`], answering what was written (the arm needs its `submit_by`).
+pub async fn write_transition(
+    conn: &mut PgConnection,
+    node_id: Uuid,
+    from: NodeState,
+    to: NodeState,
+    patch: &NodePatch,
+    meta: &Meta<'_>,
+) -> Result<Written> {
     from.check_transition(to)?;
     write_node(conn, node_id, from, to, patch, true, meta).await
 }
@@ -220,7 +290,7 @@ pub async fn transition_node(
 /// Updates a node's fields without changing its state (an OBSERVING poll, a recovery that
 /// stays UNKNOWN, a backoff). No audit row, no callback.
 pub async fn poll_node(conn: &mut PgConnection, node_id: Uuid, state: NodeState, patch: &NodePatch) -> Result<i32> {
-    write_node(conn, node_id, state, state, patch, false, &Meta::actor("-")).await
+    Ok(write_node(conn, node_id, state, state, patch, false, &Meta::actor("-")).await?.attempt_no)
 }
 
 /// Field changes written with a request's state.

@@ -63,7 +63,11 @@ pub async fn boot(binary: &'static str, migrate_default: bool) -> anyhow::Result
     // Executor latency, transitions, claim misses and callback outcomes reach /metrics.
     let metrics = Metrics::new();
     qtg_telemetry::install(metrics.clone());
-    let pool = qtg_store::connect(&settings.database_url, settings.db_pool_size)
+    let limits = qtg_store::SessionLimits {
+        lock_timeout: settings.db_lock_timeout,
+        idle_in_transaction: settings.db_idle_in_transaction_timeout,
+    };
+    let pool = qtg_store::connect_limited(&settings.database_url, settings.db_pool_size, Some(limits))
         .await
         .context("cannot connect to the database")?;
     // `--migrate-only` (the Kubernetes migration Job): apply migrations and exit.
@@ -147,6 +151,9 @@ impl Process {
                     allowed_hosts: s.callback_allowed_hosts.clone(),
                 },
                 risk: s.risk.clone(),
+                lease_seconds: s.lease_seconds,
+                submit_window_seconds: s.submit_window_seconds,
+                clock_skew_seconds: s.clock_skew_seconds,
             },
             actor: actor.to_string(),
         }

@@ -1,6 +1,9 @@
 //! The sim lane (DESIGN.md §9): in-process executors and a signer for demos, tests and
-//! benchmarks, scripted through the node's `config.sim`, keeping a venue-side `sim_ledger`
-//! written on the venue's own connection.
+//! benchmarks, scripted through the node's `config.sim`, keeping a venue-side `sim_ledger`,
+//! the fence's key store (`sim_keys`) and a count of every submit call (`sim_submit_calls`),
+//! written on the venue's own connection. It follows the fence of a venue with a deadline:
+//! a key that is void, superseded or past `submit_by` is refused without an effect, and
+//! Recover answers FAILED only by voiding the key.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,7 +11,8 @@ use std::time::Duration;
 use async_trait::async_trait;
 use qtg_core::hash::{canonical_json, sha256_hex};
 use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction, SignRequest, SignResult};
-use qtg_executor::{Executor, ExecutorError, LocalFactory, PgConnection, Prepared, SignError, Signer};
+use qtg_executor::{Executor, ExecutorError, LocalFactory, Prepared, SignError, Signer, Submission};
+use qtg_store::sim::SimSubmit;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
 use sqlx::PgPool;
@@ -93,11 +97,7 @@ impl SimExecutor {
 
 #[async_trait]
 impl Executor for SimExecutor {
-    async fn preflight(
-        &self,
-        ctx: &ExecutionContext,
-        _tx: &mut PgConnection,
-    ) -> Result<Option<ExecutionResult>, ExecutorError> {
+    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
         let script = Script::of(ctx)?;
         Ok(match script.preflight.as_str() {
             "fail" => Some(script.failed("SIM_PREFLIGHT_FAILED", "scripted preflight failure")),
@@ -105,7 +105,7 @@ impl Executor for SimExecutor {
         })
     }
 
-    async fn prepare(&self, ctx: &ExecutionContext, _tx: &mut PgConnection) -> Result<Prepared, ExecutorError> {
+    async fn prepare(&self, ctx: &ExecutionContext) -> Result<Prepared, ExecutorError> {
         let payload = canonical_json(&json!({
             "executor_key": self.key,
             "request_node_id": ctx.request_node_id,
@@ -116,22 +116,32 @@ impl Executor for SimExecutor {
         Ok(Prepared::Action(PreparedAction::new(&ctx.action_type, "json", payload, false)))
     }
 
-    async fn submit(
-        &self,
-        ctx: &ExecutionContext,
-        _prepared: &PreparedAction,
-        _signed: Option<&SignResult>,
-        idempotency_key: &str,
-        _tx: &mut PgConnection,
-    ) -> Result<ExecutionResult, ExecutorError> {
+    async fn submit(&self, ctx: &ExecutionContext, s: &Submission<'_>) -> Result<ExecutionResult, ExecutorError> {
         let script = Script::of(ctx)?;
-        if script.submit == "fail" {
-            return Ok(script.failed("SIM_SUBMIT_FAILED", "scripted submit failure"));
+        let key = s.idempotency_key;
+        // The venue honours client order ids (a repeated key is the same order) and the fence:
+        // a void, superseded or late key is refused without an effect.
+        let outcome = qtg_store::sim::submit(
+            &self.venue,
+            key,
+            &self.key,
+            Self::node_id(ctx)?,
+            ctx.attempt_no,
+            s.submit_by,
+            script.submit == "fail",
+        )
+        .await
+        .map_err(Self::unavailable)?;
+        let refused = |code: &str, detail: &str| Ok(script.failed(code, detail));
+        match outcome {
+            SimSubmit::Failed => return refused("SIM_SUBMIT_FAILED", "scripted submit failure"),
+            SimSubmit::RefusedVoid => return refused("SIM_KEY_VOID", "the idempotency key was voided by recover"),
+            SimSubmit::RefusedOlder => {
+                return refused("SIM_KEY_SUPERSEDED", "a newer attempt of this node was already seen")
+            }
+            SimSubmit::RefusedLate => return refused("SIM_SUBMIT_LATE", "received after submit_by"),
+            SimSubmit::Executed | SimSubmit::Repeat => {}
         }
-        // The venue honours client order ids: a repeated key is the same order, not a new one.
-        qtg_store::sim::record_submit(&self.venue, idempotency_key, &self.key, Self::node_id(ctx)?)
-            .await
-            .map_err(Self::unavailable)?;
         if script.delay_ms > 0 {
             tokio::time::sleep(Duration::from_millis(script.delay_ms)).await;
         }
@@ -142,15 +152,14 @@ impl Executor for SimExecutor {
                 let state =
                     if script.submit_result == "completed" { NodeState::Completed } else { NodeState::Submitted };
                 let mut r = script.result(state);
-                r.provider_ref_id =
-                    Some(format!("sim-{}", sha256_hex(idempotency_key.as_bytes()).get(..16).unwrap_or("")));
-                r.provider_refs.insert("sim_order_id".into(), json!(idempotency_key));
+                r.provider_ref_id = Some(format!("sim-{}", sha256_hex(key.as_bytes()).get(..16).unwrap_or("")));
+                r.provider_refs.insert("sim_order_id".into(), json!(key));
                 Ok(r)
             }
         }
     }
 
-    async fn observe(&self, ctx: &ExecutionContext, _tx: &mut PgConnection) -> Result<ExecutionResult, ExecutorError> {
+    async fn observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
         let script = Script::of(ctx)?;
         match script.observe.as_str() {
             "fail" => return Ok(script.failed("SIM_OBSERVE_FAILED", "scripted observe failure")),
@@ -169,22 +178,30 @@ impl Executor for SimExecutor {
         Ok(r)
     }
 
-    async fn recover(
-        &self,
-        ctx: &ExecutionContext,
-        idempotency_key: &str,
-        _tx: &mut PgConnection,
-    ) -> Result<ExecutionResult, ExecutorError> {
+    async fn recover(&self, ctx: &ExecutionContext, idempotency_key: &str) -> Result<ExecutionResult, ExecutorError> {
         let script = Script::of(ctx)?;
-        let state = match script.recover.as_deref() {
-            Some("completed") => NodeState::Completed,
-            Some("failed") => NodeState::Failed,
-            Some("submitted") => NodeState::Submitted,
-            Some("unknown") => NodeState::Unknown,
+        let node_id = Self::node_id(ctx)?;
+        let scripted = match script.recover.as_deref() {
+            None => None,
+            Some("completed") => Some(NodeState::Completed),
+            Some("failed") => Some(NodeState::Failed),
+            Some("submitted") => Some(NodeState::Submitted),
+            Some("unknown") => Some(NodeState::Unknown),
             Some(other) => return Err(ExecutorError::Protocol(format!("config.sim.recover {other:?}"))),
+        };
+        // FAILED only by voiding the key (the fence): a later submit with it is refused.
+        let state = match scripted {
+            Some(NodeState::Failed) => {
+                qtg_store::sim::recover(&self.venue, idempotency_key, node_id, ctx.attempt_no, true)
+                    .await
+                    .map_err(Self::unavailable)?;
+                NodeState::Failed
+            }
+            Some(state) => state,
             None => {
-                let found =
-                    qtg_store::sim::has_submit(&self.venue, idempotency_key).await.map_err(Self::unavailable)?;
+                let found = qtg_store::sim::recover(&self.venue, idempotency_key, node_id, ctx.attempt_no, false)
+                    .await
+                    .map_err(Self::unavailable)?;
                 if found {
                     NodeState::Submitted
                 } else {
@@ -196,7 +213,7 @@ impl Executor for SimExecutor {
         r.provider_refs.insert("sim_recovered_by".into(), json!(idempotency_key));
         if state == NodeState::Failed {
             r.error_code = Some("SIM_NOT_FOUND".into());
-            r.error_detail = Some("the venue has no order with this idempotency key".into());
+            r.error_detail = Some("the venue has no order with this idempotency key; the key is now void".into());
         }
         Ok(r)
     }

@@ -98,3 +98,9 @@ BEGIN
     ON CONFLICT (idempotency_key) DO UPDATE SET status = 'void', updated_at = now();
     RETURN 'void';
 END $$;
+
+-- Node events of the lease itself: a re-claim after an expired lease ('claim') and a
+-- compare-and-set that matched nothing ('arm').
+ALTER TABLE node_events DROP CONSTRAINT node_events_method_check;
+ALTER TABLE node_events ADD CONSTRAINT node_events_method_check CHECK (method IS NULL OR method IN (
+    'preflight', 'prepare', 'sign', 'submit', 'observe', 'recover', 'claim', 'arm'));

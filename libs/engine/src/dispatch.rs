@@ -521,7 +521,7 @@ impl Engine {
         let meta = Meta::actor(&self.actor);
         match transition::transition_node(&mut tx, c.item.node_id, from, NodeState::Failed, &patch, &meta).await {
             Ok(_) => apply_request_state(&mut tx, c.item.request_id, &self.actor).await?,
-            Err(StoreError::StaleState { .. }) => self.claim_lost(&mut tx, c, "failure").await?,
+            Err(StoreError::StaleState { .. }) => self.claim_lost(&mut tx, c, "claim").await?,
             Err(e) => return Err(e.into()),
         }
         tx.commit().await?;

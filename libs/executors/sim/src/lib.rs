@@ -29,6 +29,11 @@ struct Script {
     observe: String,
     recover: Option<String>,
     delay_ms: u64,
+    /// Inside prepare, before it answers (a slow prepare: a remote build, an MPC round).
+    prepare_delay_ms: u64,
+    /// Inside submit, before the venue receives the call (a request on the wire): the call
+    /// reaches the venue even if the caller gave up meanwhile.
+    submit_hold_ms: u64,
     retry_after_seconds: Option<f64>,
     provider_refs: Map<String, Value>,
 }
@@ -43,6 +48,8 @@ impl Default for Script {
             observe: "ok".into(),
             recover: None,
             delay_ms: 0,
+            prepare_delay_ms: 0,
+            submit_hold_ms: 0,
             retry_after_seconds: None,
             provider_refs: Map::new(),
         }
@@ -106,6 +113,10 @@ impl Executor for SimExecutor {
     }
 
     async fn prepare(&self, ctx: &ExecutionContext) -> Result<Prepared, ExecutorError> {
+        let script = Script::of(ctx)?;
+        if script.prepare_delay_ms > 0 {
+            tokio::time::sleep(Duration::from_millis(script.prepare_delay_ms)).await;
+        }
         let payload = canonical_json(&json!({
             "executor_key": self.key,
             "request_node_id": ctx.request_node_id,
@@ -120,18 +131,22 @@ impl Executor for SimExecutor {
         let script = Script::of(ctx)?;
         let key = s.idempotency_key;
         // The venue honours client order ids (a repeated key is the same order) and the fence:
-        // a void, superseded or late key is refused without an effect.
-        let outcome = qtg_store::sim::submit(
-            &self.venue,
-            key,
-            &self.key,
-            Self::node_id(ctx)?,
-            ctx.attempt_no,
-            s.submit_by,
-            script.submit == "fail",
-        )
-        .await
-        .map_err(Self::unavailable)?;
+        // a void, superseded or late key is refused without an effect. The call runs as its
+        // own task, like a request on the wire: it reaches the venue even if the caller gives
+        // up (a deadline) or freezes meanwhile.
+        let call = {
+            let (venue, key, executor) = (self.venue.clone(), key.to_string(), self.key.clone());
+            let (node, attempt, submit_by, fail) =
+                (Self::node_id(ctx)?, ctx.attempt_no, s.submit_by, script.submit == "fail");
+            let hold = Duration::from_millis(script.submit_hold_ms);
+            tokio::spawn(async move {
+                if !hold.is_zero() {
+                    tokio::time::sleep(hold).await;
+                }
+                qtg_store::sim::submit(&venue, &key, &executor, node, attempt, submit_by, fail).await
+            })
+        };
+        let outcome = call.await.map_err(Self::unavailable)?.map_err(Self::unavailable)?;
         let refused = |code: &str, detail: &str| Ok(script.failed(code, detail));
         match outcome {
             SimSubmit::Failed => return refused("SIM_SUBMIT_FAILED", "scripted submit failure"),

@@ -416,10 +416,12 @@ pub struct Remote {
 /// Starts the example executor (`qtg-remote-executor-example`) and writes a registry naming it next to the sim lanes.
 /// Calls are HMAC-signed on both transports (the registry names the secret's env var).
 pub async fn start_example(db: &TestDb, timeout_ms: u64, extra: &[(&str, &str)]) -> anyhow::Result<Remote> {
+    let keys = std::env::temp_dir().join(format!("{}-example-keys.jsonl", db.name)).to_string_lossy().to_string();
     let mut env = vec![
         ("EXAMPLE_GRPC_ADDR", "127.0.0.1:0"),
         ("EXAMPLE_HTTP_ADDR", "127.0.0.1:0"),
         ("EXAMPLE_HMAC_SECRET", EXAMPLE_HMAC_SECRET),
+        ("EXAMPLE_KEY_STORE", keys.as_str()),
     ];
     env.extend_from_slice(extra);
     let proc = Proc::spawn("qtg-remote-executor-example", &db.url, &env).await?;

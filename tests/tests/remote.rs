@@ -224,7 +224,7 @@ async fn the_example_passes_conformance_on_both_transports_and_a_broken_one_fail
         .output()?;
     let table = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{table}");
-    assert!(table.contains("9 of 9 checks passed"), "{table}");
+    assert!(table.contains("12 of 12 checks passed"), "{table}");
 
     let broken_env = [env[0], env[1], ("EXAMPLE_BROKEN", "double-submit")];
     let broken = Proc::spawn("qtg-remote-executor-example", "unused", &broken_env).await?;

@@ -6,7 +6,16 @@
 //!   and a repeated submit with the same key returns the same `provider_ref_id`;
 //! * observe reaches COMPLETED or FAILED within 30 polls;
 //! * recover with the submitted key finds the order; with a key never submitted it must not
-//!   claim success (FAILED or UNKNOWN).
+//!   claim success (FAILED or UNKNOWN);
+//! * the fence (docs/executors.md, "The fence"): a key Recover answered FAILED for is void and
+//!   a Submit with it is refused; a Submit received after its `submit_by` is refused and left
+//!   no order (Recover then finds nothing); once attempt 2 of a node was seen, a Submit of
+//!   attempt 1 is refused. A refusal is a FAILED answer.
+//!
+//! What it cannot prove: that the executor records keys *durably* and *before* the venue call
+//! (a restart or a crash between the two is not simulated), nor anything about replicas that
+//! do not share the key store; an executor that answers a repeated key with the first
+//! `provider_ref_id` while executing it again is invisible to it.
 //!
 //! Every answer is also checked against the per-method state rules.
 
@@ -273,7 +282,79 @@ pub async fn run(target: &Target) -> Report {
             Err(e) => Err(e),
         },
     );
+    fence_checks(&exec, key, &prepared, &mut report).await;
     report
+}
+
+/// The executor's duties of the fence, each on a node of its own.
+async fn fence_checks(exec: &RemoteExecutor, key: &str, prepared: &qtg_core::PreparedAction, report: &mut Report) {
+    let refused = |r: Result<ExecutionResult, String>, what: &str| match r {
+        Ok(r) if r.next_state == NodeState::Failed => Ok(format!("refused: {}", r.error_code.unwrap_or_default())),
+        Ok(r) => Err(format!("{what}: answered {} (must be refused with FAILED)", r.next_state)),
+        Err(e) => Err(e),
+    };
+    let node_ctx = |attempt: i32| {
+        let node = uuid::Uuid::new_v4().to_string();
+        let mut ctx = context(key, &node, "1.00");
+        ctx.attempt_no = attempt;
+        (qtg_core::protocol::idempotency_key(&node, attempt), ctx)
+    };
+
+    // Recover FAILED on a key never sent voids it: a later Submit with it is refused.
+    let (idem, ctx) = node_ctx(1);
+    let voided = checked(exec.call_recover(&ctx, &idem).await, Method::Recover);
+    report.record(
+        "void key refused",
+        match voided {
+            Ok(r) if r.next_state == NodeState::Failed => refused(
+                checked(exec.call_submit(&ctx, &in_window(prepared, &idem)).await, Method::Submit),
+                "a Submit with a key Recover answered FAILED for",
+            ),
+            Ok(r) => {
+                Err(format!("recover of a key never sent answered {} (expected FAILED, voiding it)", r.next_state))
+            }
+            Err(e) => Err(e),
+        },
+    );
+
+    // A Submit received after submit_by is refused, and leaves nothing at the venue.
+    let (idem, ctx) = node_ctx(1);
+    let late = qtg_executor::Submission {
+        prepared,
+        signed: None,
+        idempotency_key: &idem,
+        submit_by: chrono::Utc::now() - chrono::Duration::seconds(10),
+    };
+    let answer = refused(checked(exec.call_submit(&ctx, &late).await, Method::Submit), "a Submit past its submit_by");
+    let after = match answer {
+        Ok(ok) => match checked(exec.call_recover(&ctx, &idem).await, Method::Recover) {
+            Ok(r) if r.next_state == NodeState::Failed => Ok(ok),
+            Ok(r) => {
+                Err(format!("recover after a refused late submit answered {}: did it reach the venue?", r.next_state))
+            }
+            Err(e) => Err(e),
+        },
+        Err(e) => Err(e),
+    };
+    report.record("late submit_by refused", after);
+
+    // Once attempt 2 of a node was seen, attempt 1 is refused.
+    let (idem2, ctx2) = node_ctx(2);
+    let node = ctx2.request_node_id.clone();
+    let mut ctx1 = ctx2.clone();
+    ctx1.attempt_no = 1;
+    let idem1 = qtg_core::protocol::idempotency_key(&node, 1);
+    report.record(
+        "older attempt refused",
+        match checked(exec.call_submit(&ctx2, &in_window(prepared, &idem2)).await, Method::Submit) {
+            Ok(r) if r.next_state != NodeState::Failed => refused(
+                checked(exec.call_submit(&ctx1, &in_window(prepared, &idem1)).await, Method::Submit),
+                "attempt 1 after attempt 2",
+            ),
+            Ok(r) => Err(format!("attempt 2 was refused ({:?}); cannot check", r.error_code)),
+            Err(e) => Err(e),
+        },
+    );
 }
 
 /// A submission of `prepared` with key `idem` whose `submit_by` is a minute away.

@@ -5,12 +5,27 @@
 //! executor through the contract and prints a pass/fail table.
 
 pub mod conformance;
+pub mod fence;
 mod server;
 
 use async_trait::async_trait;
+pub use fence::{Admission, FileKeyStore, KeyState, KeyStore, KeyStoreError, MemoryKeyStore};
 pub use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction, SignRequest, SignResult};
 use serde_json::Value;
 pub use server::{serve, Auth, Running, ServeConfig, TlsServer};
+
+/// What Submit carries besides the context.
+#[derive(Debug, Clone, Copy)]
+pub struct SubmitCall<'a> {
+    pub prepared: &'a PreparedAction,
+    pub signed: Option<&'a SignResult>,
+    /// `{request_node_id}:{attempt_no}`: use it as the venue's client order id.
+    pub idempotency_key: &'a str,
+    /// The attempt's fence: the SDK has already refused a call received after it; send it
+    /// to the venue as its own deadline where the venue has one (e.g. a CEX `recvWindow`
+    /// ending no later than this), so the venue refuses a late arrival too.
+    pub submit_by: chrono::DateTime<chrono::Utc>,
+}
 pub use tokio_util::sync::CancellationToken;
 
 /// What `prepare` answers.
@@ -36,7 +51,13 @@ pub enum HandlerError {
 /// * `submit` must treat `idempotency_key` as the venue's client order id: the same key
 ///   always yields the same `provider_ref_id` and never a second effect.
 /// * Answer `UNKNOWN` whenever you cannot tell whether the venue acted; never `FAILED`.
-/// * `recover` reconciles by idempotency key (or a lookback) — it never re-submits.
+/// * `recover` reconciles by idempotency key (or a lookback) — it never re-submits. It may
+///   answer FAILED for a key that was sent only once the venue can no longer accept it
+///   (its deadline passed, or its sequence was consumed); otherwise UNKNOWN with
+///   `__manual_review_required`.
+///
+/// [`serve`] puts the handler behind the fence ([`fence`]): a void, superseded or late key
+/// never reaches `submit`, and `recover` is not called for a key never sent.
 #[async_trait]
 pub trait Handler: Send + Sync + 'static {
     /// `Ok(None)` = pass; `Ok(Some(FAILED result))` = refuse.
@@ -50,9 +71,7 @@ pub trait Handler: Send + Sync + 'static {
         &self,
         executor_key: &str,
         ctx: &ExecutionContext,
-        prepared: &PreparedAction,
-        signed: Option<&SignResult>,
-        idempotency_key: &str,
+        call: &SubmitCall<'_>,
     ) -> Result<ExecutionResult, HandlerError>;
     async fn observe(&self, executor_key: &str, ctx: &ExecutionContext) -> Result<ExecutionResult, HandlerError>;
     async fn recover(

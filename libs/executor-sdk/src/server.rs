@@ -21,7 +21,8 @@ use tonic::{Request, Status};
 use qtg_proto::signer::v1 as spb;
 use qtg_proto::signer::v1::signer_service_server::{SignerService, SignerServiceServer};
 
-use crate::{Handler, HandlerError, PrepareOutcome, SignerError, SignerHandler};
+use crate::fence::{Fenced, KeyStore, MemoryKeyStore};
+use crate::{Handler, HandlerError, PrepareOutcome, SignerError, SignerHandler, SubmitCall};
 
 /// How callers must authenticate.
 #[derive(Clone, Default)]
@@ -80,6 +81,9 @@ pub struct ServeConfig {
     pub auth: Auth,
     /// Serve both transports over TLS with this certificate chain and key (PEM).
     pub tls: Option<TlsServer>,
+    /// The fence's durable key record, shared by every replica ([`crate::FileKeyStore`] for
+    /// one). `None` keeps keys in memory only and logs a warning: a restart forgets them.
+    pub key_store: Option<Arc<dyn KeyStore>>,
 }
 
 #[derive(Clone)]
@@ -158,12 +162,20 @@ pub async fn serve<H: Handler>(
     config: ServeConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<Running> {
+    let keys: Arc<dyn KeyStore> = match config.key_store.clone() {
+        Some(k) => k,
+        None => {
+            tracing::warn!("no key store configured: idempotency keys are kept in memory and a restart forgets them (not a fence across restarts)");
+            Arc::new(MemoryKeyStore::default())
+        }
+    };
+    let handler = Arc::new(Fenced { inner: handler, keys, now: chrono::Utc::now });
     let mut running = Running { grpc_addr: None, http_addr: None, tasks: Vec::new() };
     if let Some(addr) = config.grpc_addr {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let bound = listener.local_addr()?;
         let (health_reporter, health_service) = tonic_health::server::health_reporter();
-        health_reporter.set_serving::<ExecutorServiceServer<Grpc<H>>>().await;
+        health_reporter.set_serving::<ExecutorServiceServer<Grpc<Fenced<H>>>>().await;
         let reflection = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(qtg_proto::FILE_DESCRIPTOR_SET)
             .build_v1()?;
@@ -199,12 +211,12 @@ pub async fn serve<H: Handler>(
         let bound = listener.local_addr()?;
         let state = HttpState { handler, auth: config.auth.clone() };
         let app = Router::new()
-            .route("/preflight", post(http_preflight::<H>))
-            .route("/prepare", post(http_prepare::<H>))
-            .route("/submit", post(http_submit::<H>))
-            .route("/observe", post(http_observe::<H>))
-            .route("/recover", post(http_recover::<H>))
-            .route("/health", get(http_health::<H>))
+            .route("/preflight", post(http_preflight::<Fenced<H>>))
+            .route("/prepare", post(http_prepare::<Fenced<H>>))
+            .route("/submit", post(http_submit::<Fenced<H>>))
+            .route("/observe", post(http_observe::<Fenced<H>>))
+            .route("/recover", post(http_recover::<Fenced<H>>))
+            .route("/health", get(http_health::<Fenced<H>>))
             .with_state(state);
         let app = match config.signer.clone() {
             Some(signer) => app.nest(
@@ -287,7 +299,15 @@ async fn do_submit<H: Handler>(h: &H, req: pb::SubmitRequest) -> Result<pb::Exec
         return Err(HandlerError::Invalid("idempotency_key is required".into()));
     }
     let signed = req.sign_result.as_ref().map(convert::sign_result_from_wire);
-    result_wire(&h.submit(&req.executor_key, &ctx, &prepared, signed.as_ref(), &req.idempotency_key).await?)
+    let submit_by = req
+        .submit_by
+        .as_ref()
+        .and_then(convert::timestamp_from_wire)
+        .and_then(|(s, n)| chrono::DateTime::from_timestamp(s, n))
+        .ok_or_else(|| HandlerError::Invalid("submit_by is required (an absolute timestamp)".into()))?;
+    let call =
+        SubmitCall { prepared: &prepared, signed: signed.as_ref(), idempotency_key: &req.idempotency_key, submit_by };
+    result_wire(&h.submit(&req.executor_key, &ctx, &call).await?)
 }
 
 async fn do_observe<H: Handler>(h: &H, req: pb::ObserveRequest) -> Result<pb::ExecutionResult, HandlerError> {

@@ -5,7 +5,8 @@
 //! (answer that method with a contract violation), `fail: [<method>…]` (answer UNAVAILABLE),
 //! `slow: {<method>: ms}`, `oversize: "observe"` (an answer over qtg's size limit).
 //!
-//! Env: `EXAMPLE_GRPC_ADDR` (default 0.0.0.0:50051), `EXAMPLE_HTTP_ADDR` (0.0.0.0:8081),
+//! Env: `EXAMPLE_KEY_STORE` (a file that keeps the fence's idempotency keys across restarts;
+//! unset: in memory, with a warning), `EXAMPLE_GRPC_ADDR` (default 0.0.0.0:50051), `EXAMPLE_HTTP_ADDR` (0.0.0.0:8081),
 //! `EXAMPLE_BEARER_TOKEN` or `EXAMPLE_HMAC_SECRET` (optional), `EXAMPLE_BROKEN=double-submit` (a deliberately broken
 //! executor that executes a repeated idempotency key twice — for the conformance suite).
 //! `EXAMPLE_TLS_CERT` + `EXAMPLE_TLS_KEY` (PEM files) serve both transports over TLS.
@@ -18,8 +19,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use qtg_core::hash::canonical_json;
 use qtg_executor_sdk::{
-    serve, Auth, CancellationToken, ExecutionContext, ExecutionResult, Handler, HandlerError, NodeState,
-    PrepareOutcome, PreparedAction, ServeConfig, SignRequest, SignResult, SignerError, SignerHandler, TlsServer,
+    serve, Auth, CancellationToken, ExecutionContext, ExecutionResult, FileKeyStore, Handler, HandlerError, KeyStore,
+    NodeState, PrepareOutcome, PreparedAction, ServeConfig, SignRequest, SignResult, SignerError, SignerHandler,
+    SubmitCall, TlsServer,
 };
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
@@ -108,10 +110,11 @@ impl Handler for Example {
         &self,
         _key: &str,
         ctx: &ExecutionContext,
-        _prepared: &PreparedAction,
-        _signed: Option<&SignResult>,
-        idempotency_key: &str,
+        call: &SubmitCall<'_>,
     ) -> Result<ExecutionResult, HandlerError> {
+        // The SDK already refused a void, superseded or late key; this stand-in venue has no
+        // deadline of its own, so the key store is its only fence.
+        let idempotency_key = call.idempotency_key;
         let order = {
             let mut ledger = self.ledger.lock().await;
             match ledger.get(idempotency_key) {
@@ -172,9 +175,17 @@ impl Handler for Example {
         if let Some(g) = garbage(ctx, "recover") {
             return Ok(g);
         }
+        // Only keys the SDK recorded as sent reach here. With no venue deadline, absence is
+        // never conclusive (the in-memory ledger is lost on a restart): a person decides.
         match self.ledger.lock().await.get(idempotency_key) {
             Some(o) => Ok(submitted(o)),
-            None => Ok(ExecutionResult::failed("EXAMPLE_ORDER_NOT_FOUND", "no order with this idempotency key")),
+            None => {
+                let mut r = ExecutionResult::new(NodeState::Unknown);
+                r.error_code = Some("EXAMPLE_ORDER_NOT_FOUND".into());
+                r.error_detail = Some("the key was sent but the venue has no order for it".into());
+                r.provider_refs.insert("__manual_review_required".into(), json!("sent_key_without_order"));
+                Ok(r)
+            }
         }
     }
 
@@ -233,12 +244,21 @@ async fn main() -> anyhow::Result<()> {
         (None, None) => None,
         _ => anyhow::bail!("EXAMPLE_TLS_CERT and EXAMPLE_TLS_KEY go together"),
     };
+    // The fence's key record survives restarts (one replica; several would share a store).
+    let key_store = match var("EXAMPLE_KEY_STORE") {
+        Some(path) => {
+            tracing::info!(path, "idempotency keys kept in a durable file");
+            Some(Arc::new(FileKeyStore::open(&path)?) as Arc<dyn KeyStore>)
+        }
+        None => None,
+    };
     let config = ServeConfig {
         grpc_addr: Some(grpc_addr),
         http_addr: Some(http_addr),
         auth,
         signer: Some(Arc::new(ExampleSigner)),
         tls,
+        key_store,
     };
     let running = serve(handler, config, shutdown.clone()).await?;
     let s = shutdown.clone();

@@ -1,0 +1,389 @@
+//! The fence (docs/executors.md, "The fence"): the executor's durable record of idempotency
+//! keys and the refusals the SDK makes before a [`Handler`] runs.
+//!
+//! * Submit: the key is recorded (insert-if-absent) before the handler's first venue call; a
+//!   key that is void, older than an attempt already seen for the node, or received after
+//!   `submit_by` is refused with FAILED and the handler is never called.
+//! * Recover: a key this executor never recorded cannot have reached the venue: it is voided
+//!   and answered FAILED without the handler. For a recorded key the handler decides; a FAILED
+//!   answer voids the key (the handler may answer FAILED for a sent key only where its venue
+//!   can no longer accept it — otherwise UNKNOWN with `__manual_review_required`).
+//!
+//! [`FileKeyStore`] is the durable default for one replica (an fsynced append-only file);
+//! replicas that share a venue need a [`KeyStore`] they all share (a database table with a
+//! unique key, for instance).
+
+use std::collections::HashMap;
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use qtg_core::{ExecutionContext, ExecutionResult, NodeState};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+
+use crate::{Handler, HandlerError, PrepareOutcome, SubmitCall};
+
+/// What the store knows of a key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum KeyState {
+    /// Recorded before a venue call: the venue may have it.
+    Sent,
+    /// Can never execute: Recover found nothing, or Submit refused it.
+    Void,
+}
+
+/// The answer to [`KeyStore::admit`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Admission {
+    /// Recorded now as sent: go to the venue.
+    First,
+    /// Recorded before as sent: go to the venue with the same client id (same outcome).
+    Repeat,
+    /// The key is void: refuse.
+    Void,
+    /// A newer attempt of the node was recorded: refuse.
+    Superseded,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("key store: {0}")]
+pub struct KeyStoreError(pub String);
+
+/// The durable record of idempotency keys, shared by every replica of an executor. Each
+/// method must be atomic with respect to the others for the same node.
+#[async_trait]
+pub trait KeyStore: Send + Sync + 'static {
+    /// Refuses a void key or one older than an attempt recorded for `node`; otherwise
+    /// records `key` as sent if absent (durably, before answering).
+    async fn admit(&self, node: &str, attempt: i32, key: &str) -> Result<Admission, KeyStoreError>;
+    /// The key's state, if recorded.
+    async fn state(&self, key: &str) -> Result<Option<KeyState>, KeyStoreError>;
+    /// Records `key` as void (durably), whatever it was.
+    async fn void(&self, node: &str, attempt: i32, key: &str) -> Result<(), KeyStoreError>;
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Entry {
+    key: String,
+    node: String,
+    attempt: i32,
+    state: KeyState,
+}
+
+#[derive(Default)]
+struct Keys {
+    by_key: HashMap<String, Entry>,
+    newest: HashMap<String, i32>,
+}
+
+impl Keys {
+    fn apply(&mut self, e: Entry) {
+        let newest = self.newest.entry(e.node.clone()).or_insert(e.attempt);
+        *newest = (*newest).max(e.attempt);
+        self.by_key.insert(e.key.clone(), e);
+    }
+
+    fn admission(&self, node: &str, attempt: i32, key: &str) -> Admission {
+        match self.by_key.get(key).map(|e| e.state) {
+            Some(KeyState::Void) => Admission::Void,
+            _ if self.newest.get(node).is_some_and(|n| *n > attempt) => Admission::Superseded,
+            Some(KeyState::Sent) => Admission::Repeat,
+            None => Admission::First,
+        }
+    }
+}
+
+/// Keys in memory only: for tests. A restart forgets every key — not a fence.
+#[derive(Default)]
+pub struct MemoryKeyStore {
+    keys: Mutex<Keys>,
+}
+
+#[async_trait]
+impl KeyStore for MemoryKeyStore {
+    async fn admit(&self, node: &str, attempt: i32, key: &str) -> Result<Admission, KeyStoreError> {
+        let mut keys = self.keys.lock().map_err(|_| KeyStoreError("poisoned".into()))?;
+        let a = keys.admission(node, attempt, key);
+        if a == Admission::First {
+            keys.apply(Entry { key: key.into(), node: node.into(), attempt, state: KeyState::Sent });
+        }
+        Ok(a)
+    }
+
+    async fn state(&self, key: &str) -> Result<Option<KeyState>, KeyStoreError> {
+        let keys = self.keys.lock().map_err(|_| KeyStoreError("poisoned".into()))?;
+        Ok(keys.by_key.get(key).map(|e| e.state))
+    }
+
+    async fn void(&self, node: &str, attempt: i32, key: &str) -> Result<(), KeyStoreError> {
+        let mut keys = self.keys.lock().map_err(|_| KeyStoreError("poisoned".into()))?;
+        keys.apply(Entry { key: key.into(), node: node.into(), attempt, state: KeyState::Void });
+        Ok(())
+    }
+}
+
+/// The durable default for one replica: every change is a JSON line appended and fsynced
+/// before the answer; the file is replayed at open.
+pub struct FileKeyStore {
+    path: PathBuf,
+    inner: Mutex<(Keys, std::fs::File)>,
+}
+
+impl FileKeyStore {
+    pub fn open(path: impl AsRef<Path>) -> Result<FileKeyStore, KeyStoreError> {
+        let path = path.as_ref().to_path_buf();
+        let err = |e: std::io::Error| KeyStoreError(format!("{}: {e}", path.display()));
+        let mut keys = Keys::default();
+        if path.exists() {
+            let text = std::fs::read_to_string(&path).map_err(err)?;
+            for (i, line) in text.lines().enumerate().filter(|(_, l)| !l.trim().is_empty()) {
+                let e: Entry = serde_json::from_str(line)
+                    .map_err(|e| KeyStoreError(format!("{} line {}: {e}", path.display(), i + 1)))?;
+                keys.apply(e);
+            }
+        }
+        let file = std::fs::OpenOptions::new().create(true).append(true).open(&path).map_err(err)?;
+        Ok(FileKeyStore { path, inner: Mutex::new((keys, file)) })
+    }
+
+    fn write(&self, keys: &mut Keys, file: &mut std::fs::File, e: Entry) -> Result<(), KeyStoreError> {
+        let err = |e: std::io::Error| KeyStoreError(format!("{}: {e}", self.path.display()));
+        let mut line = serde_json::to_vec(&e).map_err(|e| KeyStoreError(e.to_string()))?;
+        line.push(b'\n');
+        file.write_all(&line).map_err(err)?;
+        file.sync_data().map_err(err)?;
+        keys.apply(e);
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl KeyStore for FileKeyStore {
+    async fn admit(&self, node: &str, attempt: i32, key: &str) -> Result<Admission, KeyStoreError> {
+        let mut guard = self.inner.lock().map_err(|_| KeyStoreError("poisoned".into()))?;
+        let (keys, file) = &mut *guard;
+        let a = keys.admission(node, attempt, key);
+        if a == Admission::First {
+            self.write(keys, file, Entry { key: key.into(), node: node.into(), attempt, state: KeyState::Sent })?;
+        }
+        Ok(a)
+    }
+
+    async fn state(&self, key: &str) -> Result<Option<KeyState>, KeyStoreError> {
+        let guard = self.inner.lock().map_err(|_| KeyStoreError("poisoned".into()))?;
+        Ok(guard.0.by_key.get(key).map(|e| e.state))
+    }
+
+    async fn void(&self, node: &str, attempt: i32, key: &str) -> Result<(), KeyStoreError> {
+        let mut guard = self.inner.lock().map_err(|_| KeyStoreError("poisoned".into()))?;
+        let (keys, file) = &mut *guard;
+        self.write(keys, file, Entry { key: key.into(), node: node.into(), attempt, state: KeyState::Void })
+    }
+}
+
+/// The node and attempt a key `{request_node_id}:{attempt_no}` names.
+fn parse_key(key: &str) -> Result<(&str, i32), HandlerError> {
+    key.rsplit_once(':').and_then(|(node, n)| n.parse().ok().map(|n| (node, n))).ok_or_else(|| {
+        HandlerError::Invalid(format!("idempotency_key {key:?} is not {{request_node_id}}:{{attempt_no}}"))
+    })
+}
+
+fn refused(code: &str, detail: String) -> ExecutionResult {
+    ExecutionResult::failed(code, &detail)
+}
+
+fn unavailable(e: KeyStoreError) -> HandlerError {
+    HandlerError::Unavailable(e.to_string())
+}
+
+/// A [`Handler`] behind the fence: what `serve` runs.
+pub(crate) struct Fenced<H> {
+    pub inner: std::sync::Arc<H>,
+    pub keys: std::sync::Arc<dyn KeyStore>,
+    /// The clock (tests move it).
+    pub now: fn() -> DateTime<Utc>,
+}
+
+#[async_trait]
+impl<H: Handler> Handler for Fenced<H> {
+    async fn preflight(&self, key: &str, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, HandlerError> {
+        self.inner.preflight(key, ctx).await
+    }
+
+    async fn prepare(&self, key: &str, ctx: &ExecutionContext) -> Result<PrepareOutcome, HandlerError> {
+        self.inner.prepare(key, ctx).await
+    }
+
+    async fn submit(
+        &self,
+        executor_key: &str,
+        ctx: &ExecutionContext,
+        call: &SubmitCall<'_>,
+    ) -> Result<ExecutionResult, HandlerError> {
+        let (node, attempt) = parse_key(call.idempotency_key)?;
+        let now = (self.now)();
+        if now > call.submit_by {
+            tracing::warn!(idempotency_key = call.idempotency_key, submit_by = %call.submit_by, "submit refused: past submit_by");
+            return Ok(refused(
+                "SUBMIT_BY_PASSED",
+                format!("received at {now}, after submit_by {}; nothing was sent", call.submit_by),
+            ));
+        }
+        match self.keys.admit(node, attempt, call.idempotency_key).await.map_err(unavailable)? {
+            Admission::Void => {
+                tracing::warn!(idempotency_key = call.idempotency_key, "submit refused: the key is void");
+                Ok(refused(
+                    "IDEMPOTENCY_KEY_VOID",
+                    "the key was voided (recover found nothing); nothing was sent".into(),
+                ))
+            }
+            Admission::Superseded => {
+                tracing::warn!(idempotency_key = call.idempotency_key, "submit refused: a newer attempt was seen");
+                Ok(refused(
+                    "IDEMPOTENCY_KEY_SUPERSEDED",
+                    "a newer attempt of this node was already seen; nothing was sent".into(),
+                ))
+            }
+            Admission::First | Admission::Repeat => self.inner.submit(executor_key, ctx, call).await,
+        }
+    }
+
+    async fn observe(&self, key: &str, ctx: &ExecutionContext) -> Result<ExecutionResult, HandlerError> {
+        self.inner.observe(key, ctx).await
+    }
+
+    async fn recover(
+        &self,
+        executor_key: &str,
+        ctx: &ExecutionContext,
+        idempotency_key: &str,
+    ) -> Result<ExecutionResult, HandlerError> {
+        let (node, attempt) = parse_key(idempotency_key)?;
+        match self.keys.state(idempotency_key).await.map_err(unavailable)? {
+            None => {
+                // Never recorded, so never sent: void it, so no later Submit executes it.
+                self.keys.void(node, attempt, idempotency_key).await.map_err(unavailable)?;
+                Ok(refused("IDEMPOTENCY_KEY_UNKNOWN", "this executor never sent the key; it is now void".into()))
+            }
+            Some(KeyState::Void) => Ok(refused("IDEMPOTENCY_KEY_VOID", "the key is void; nothing was executed".into())),
+            Some(KeyState::Sent) => {
+                let r = self.inner.recover(executor_key, ctx, idempotency_key).await?;
+                if r.next_state == NodeState::Failed {
+                    self.keys.void(node, attempt, idempotency_key).await.map_err(unavailable)?;
+                }
+                Ok(r)
+            }
+        }
+    }
+
+    async fn health(&self, key: &str) -> Result<Value, HandlerError> {
+        self.inner.health(key).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn the_file_store_keeps_keys_across_a_reopen() {
+        let path = std::env::temp_dir().join(format!("qtg-keys-{}.jsonl", uuid::Uuid::new_v4()));
+        let store = FileKeyStore::open(&path).unwrap();
+        assert_eq!(store.admit("n", 1, "n:1").await.unwrap(), Admission::First);
+        assert_eq!(store.admit("n", 1, "n:1").await.unwrap(), Admission::Repeat);
+        store.void("m", 1, "m:1").await.unwrap();
+        assert_eq!(store.admit("n", 2, "n:2").await.unwrap(), Admission::First);
+        drop(store);
+        let store = FileKeyStore::open(&path).unwrap();
+        assert_eq!(store.admit("m", 1, "m:1").await.unwrap(), Admission::Void);
+        assert_eq!(store.admit("n", 1, "n:1").await.unwrap(), Admission::Superseded);
+        assert_eq!(store.state("n:2").await.unwrap(), Some(KeyState::Sent));
+        std::fs::remove_file(path).unwrap();
+    }
+}
+
+#[cfg(test)]
+mod fenced_tests {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+
+    use super::*;
+
+    /// A handler that counts the submits that reach it and finds nothing on recover.
+    #[derive(Default)]
+    struct Counting {
+        submits: AtomicUsize,
+    }
+
+    #[async_trait]
+    impl Handler for Counting {
+        async fn preflight(&self, _: &str, _: &ExecutionContext) -> Result<Option<ExecutionResult>, HandlerError> {
+            Ok(None)
+        }
+        async fn prepare(&self, _: &str, _: &ExecutionContext) -> Result<PrepareOutcome, HandlerError> {
+            Err(HandlerError::Unavailable("unused".into()))
+        }
+        async fn submit(
+            &self,
+            _: &str,
+            _: &ExecutionContext,
+            _: &SubmitCall<'_>,
+        ) -> Result<ExecutionResult, HandlerError> {
+            self.submits.fetch_add(1, Ordering::SeqCst);
+            Ok(ExecutionResult::new(NodeState::Submitted))
+        }
+        async fn observe(&self, _: &str, _: &ExecutionContext) -> Result<ExecutionResult, HandlerError> {
+            Ok(ExecutionResult::new(NodeState::Observing))
+        }
+        async fn recover(&self, _: &str, _: &ExecutionContext, _: &str) -> Result<ExecutionResult, HandlerError> {
+            Ok(ExecutionResult::failed("NOT_FOUND", "nothing at the venue"))
+        }
+    }
+
+    fn ctx() -> ExecutionContext {
+        serde_json::from_value(serde_json::json!({
+            "protocol_version": "1.0", "request_id": "r", "request_node_id": "n", "compiled_plan_hash": "h",
+            "template_key": "t", "template_version": 1, "node_key": "k", "node_kind": "action",
+            "action_type": "transfer", "attempt_no": 1, "intent": {}, "input_params": {},
+            "resolved_bindings": {}, "risk_controls": {}, "prior_artifacts": [], "node_config": {},
+            "provider_context": {}, "timeout_policy": {}, "provider_refs": {}, "provider_ref_id": null,
+            "executor_key": "e"
+        }))
+        .unwrap()
+    }
+
+    #[tokio::test]
+    async fn refusals_happen_before_the_handler_runs() {
+        let inner = Arc::new(Counting::default());
+        let fenced = Fenced { inner: inner.clone(), keys: Arc::new(MemoryKeyStore::default()), now: Utc::now };
+        let prepared = qtg_core::PreparedAction::new("transfer", "json", "{}".into(), false);
+        let call = |key: &'static str, late: bool| SubmitCall {
+            prepared: &prepared,
+            signed: None,
+            idempotency_key: key,
+            submit_by: Utc::now() + chrono::Duration::seconds(if late { -1 } else { 60 }),
+        };
+        let code = |r: ExecutionResult| (r.next_state, r.error_code.unwrap_or_default());
+        // Late: refused, nothing recorded, the handler never called.
+        let r = fenced.submit("e", &ctx(), &call("n:1", true)).await.unwrap();
+        assert_eq!(code(r), (NodeState::Failed, "SUBMIT_BY_PASSED".into()));
+        // Recover of a key never sent voids it without asking the handler; Submit is refused.
+        let r = fenced.recover("e", &ctx(), "n:1").await.unwrap();
+        assert_eq!(code(r), (NodeState::Failed, "IDEMPOTENCY_KEY_UNKNOWN".into()));
+        let r = fenced.submit("e", &ctx(), &call("n:1", false)).await.unwrap();
+        assert_eq!(code(r), (NodeState::Failed, "IDEMPOTENCY_KEY_VOID".into()));
+        // Attempt 2 goes through; attempt 1 of the same node is then refused.
+        assert_eq!(fenced.submit("e", &ctx(), &call("m:2", false)).await.unwrap().next_state, NodeState::Submitted);
+        let r = fenced.submit("e", &ctx(), &call("m:1", false)).await.unwrap();
+        assert_eq!(code(r), (NodeState::Failed, "IDEMPOTENCY_KEY_SUPERSEDED".into()));
+        // A sent key the handler answers FAILED for is voided.
+        assert_eq!(fenced.recover("e", &ctx(), "m:2").await.unwrap().next_state, NodeState::Failed);
+        let r = fenced.submit("e", &ctx(), &call("m:2", false)).await.unwrap();
+        assert_eq!(code(r), (NodeState::Failed, "IDEMPOTENCY_KEY_VOID".into()));
+        assert_eq!(inner.submits.load(Ordering::SeqCst), 1, "only attempt m:2 reached the handler");
+    }
+}

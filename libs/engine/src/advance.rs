@@ -8,8 +8,8 @@ use qtg_core::observe::next_observe_delay;
 use qtg_core::plan::{activated_successors, successors};
 use qtg_core::protocol::Method;
 use qtg_core::{derive_request_state, ExecutionResult, NodeState, RequestState};
-use qtg_store::artifacts::{self, ArtifactKind};
-use qtg_store::transition::{self, Guard, Meta, NodePatch, RequestPatch};
+use qtg_store::artifacts::ArtifactKind;
+use qtg_store::transition::{self, Guard, Meta, NewArtifact, NodePatch, RequestPatch};
 use qtg_store::{context as q, NodeBrief, PgConnection, WorkItem};
 use serde_json::json;
 use uuid::Uuid;
@@ -19,18 +19,27 @@ use crate::Result;
 /// Seconds before recovery looks at a node that became (or stayed) UNKNOWN without a hint.
 pub const UNKNOWN_RECHECK_SECONDS: f64 = 15.0;
 
-/// Records a well-formed executor `result` for `item` (currently `from`) by compare-and-set
-/// on `guard` (a miss is `StaleState` and writes nothing), then locks the request (waiting:
-/// node before request) and advances or derives. Returns the node's new state.
+/// An executor's well-formed answer as a worker records it: the result, the method that gave
+/// it, the compare-and-set it is recorded under, and the call events to write with it.
+#[derive(Debug, Clone, Copy)]
+pub struct Answer<'a> {
+    pub result: &'a ExecutionResult,
+    pub method: Method,
+    pub guard: Guard,
+    pub calls: &'a [qtg_store::events::Call],
+}
+
+/// Records `answer` for `item` (currently `from`) by compare-and-set on its guard (a miss is
+/// `StaleState` and writes nothing), then locks the request (waiting: node before request)
+/// and advances or derives. Returns the node's new state.
 pub async fn apply_result(
     conn: &mut PgConnection,
     item: &WorkItem,
     from: NodeState,
-    result: &ExecutionResult,
-    method: Method,
-    guard: Guard,
+    answer: &Answer<'_>,
     actor: &str,
 ) -> Result<NodeState> {
+    let Answer { result, method, guard, calls } = *answer;
     let to = result.next_state;
     let mut patch = NodePatch {
         provider_state: result.provider_state.clone(),
@@ -39,6 +48,8 @@ pub async fn apply_result(
         error: Some((result.error_code.clone(), result.error_detail.clone())),
         observed: method == Method::Observe,
         guard,
+        calls: calls.to_vec(),
+        calls_attempt: Some(item.attempt_no),
         ..Default::default()
     };
     if matches!(method, Method::Submit | Method::Recover) {
@@ -68,28 +79,21 @@ pub async fn apply_result(
         // First observation as soon as an observer is free.
         patch.next_observe_in = Some(Some(0.0));
     }
-    let attempt_no = if from == to {
-        transition::poll_node(conn, item.node_id, from, &patch).await?
-    } else {
-        transition::transition_node(conn, item.node_id, from, to, &patch, &Meta::actor(actor)).await?
-    };
-    if !(from == to && to == NodeState::Observing) {
-        qtg_store::claims::lock_request(conn, item.request_id).await?;
-    }
-    if !result.generated_artifacts.is_empty() {
-        artifacts::insert_many(
-            conn,
-            item.request_id,
-            item.node_id,
-            attempt_no,
-            ArtifactKind::Generated,
-            &result.generated_artifacts,
-        )
-        .await?;
-    }
+    // Generated artifacts and, for a decision from observe/recover, the proof are written in
+    // the same statement as the node.
+    patch.artifacts = result
+        .generated_artifacts
+        .iter()
+        .map(|a| NewArtifact { kind: ArtifactKind::Generated, payload: a.clone(), payload_hash: None })
+        .collect();
     if from != to && matches!(method, Method::Observe | Method::Recover) {
         let proof = serde_json::to_value(result).unwrap_or_else(|_| json!({}));
-        artifacts::insert(conn, item.request_id, item.node_id, attempt_no, ArtifactKind::Proof, &proof, None).await?;
+        patch.artifacts.push(NewArtifact { kind: ArtifactKind::Proof, payload: proof, payload_hash: None });
+    }
+    if from == to {
+        transition::poll_node(conn, item.node_id, from, &patch).await?;
+    } else {
+        transition::transition_node(conn, item.node_id, from, to, &patch, &Meta::actor(actor)).await?;
     }
     match to {
         NodeState::Completed => {
@@ -110,7 +114,7 @@ pub async fn advance_after_completion(
     completed_key: &str,
     actor: &str,
 ) -> Result<()> {
-    let (state, mut nodes) = q::request_snapshot(conn, request_id).await?;
+    let (state, mut nodes) = q::request_snapshot_for_update(conn, request_id).await?;
     let edges = crate::plans::edges(conn, plan_version_id).await?;
     if !successors(&edges, completed_key).is_empty() {
         let states: HashMap<&str, NodeState> = nodes.iter().map(|n| (n.node_key.as_str(), n.node_state)).collect();
@@ -131,6 +135,7 @@ pub async fn advance_after_completion(
             }
             let data = json!({"completed": completed_key, "frontier": activated});
             transition::enqueue_event(conn, request_id, "frontier_advanced", &data, Some(&activated)).await?;
+            crate::hints::offer(nodes.iter().filter(|n| activated.contains(&n.node_key)).map(|n| n.id));
         }
     }
     derive_and_apply(conn, request_id, state, &nodes, actor).await
@@ -139,7 +144,7 @@ pub async fn advance_after_completion(
 /// Derives the request's state from its nodes and moves it there if that is a change the
 /// table allows (the request row must be locked by the caller).
 pub async fn apply_request_state(conn: &mut PgConnection, request_id: Uuid, actor: &str) -> Result<()> {
-    let (state, nodes) = q::request_snapshot(conn, request_id).await?;
+    let (state, nodes) = q::request_snapshot_for_update(conn, request_id).await?;
     derive_and_apply(conn, request_id, state, &nodes, actor).await
 }
 
@@ -217,6 +222,5 @@ pub async fn stale_answer(
     qtg_store::events::record_calls(conn, item.request_id, item.node_id, item.attempt_no, &[call], actor).await?;
     let patch = NodePatch { merge_refs: refs, submit_accepted: Some(true), ..Default::default() };
     transition::poll_node(conn, item.node_id, now.node_state, &patch).await?;
-    qtg_store::claims::lock_request(conn, item.request_id).await?;
     apply_request_state(conn, item.request_id, actor).await
 }

@@ -26,16 +26,16 @@ use std::time::{Duration, Instant};
 use qtg_core::protocol::{idempotency_key, Method};
 use qtg_core::{codes, ExecutionContext, ExecutionResult, NodeState, PreparedAction, RequestState, SignRequest};
 use qtg_executor::{Executor, ExecutorError, Prepared, SignError, Submission};
-use qtg_store::artifacts::{self, ArtifactKind};
+use qtg_store::artifacts::ArtifactKind;
 use qtg_store::claims::{self, Pickup};
 use qtg_store::events::{record_calls, Call};
-use qtg_store::transition::{self, Guard, Lease, Meta, NodePatch, RequestPatch};
+use qtg_store::transition::{self, Guard, Lease, Meta, NewArtifact, NodePatch, RequestPatch};
 use qtg_store::{PgConnection, StoreError, WorkItem};
 use serde_json::json;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::advance::{apply_request_state, apply_result};
+use crate::advance::{apply_request_state, apply_result, Answer};
 use crate::calls::{self, with_deadline};
 use crate::context::{build_execution_context, ContextError};
 use crate::{Engine, EngineError, Result};
@@ -73,17 +73,37 @@ impl Engine {
         }
     }
 
-    /// The claim: one short transaction.
+    /// The claim: one short transaction. Candidates are listed outside it (an idle tick is
+    /// one statement); nodes this process just made READY are tried first, without a list.
     async fn claim_for_dispatch(&self) -> Result<Claim> {
-        let mut tx = self.pool.begin().await?;
-        let Some(item) = claims::claim_next(&mut tx, Pickup::Dispatch, &self.served_keys(), CANDIDATE_SCAN).await?
-        else {
-            tx.commit().await?;
-            return Ok(Claim::Nothing);
-        };
-        // One trace per node step: claim, calls, arm, submit and record.
-        let span = crate::step_span("dispatch", &item, item.attempt_no + 1);
-        self.claimed(tx, item, span.clone()).instrument(span).await
+        let served = self.served_keys();
+        let mut tried: Vec<Uuid> = Vec::new();
+        let mut hinted = crate::hints::take();
+        loop {
+            let ids = if hinted.is_empty() {
+                let mut conn = self.pool.acquire().await?;
+                claims::candidates(&mut conn, Pickup::Dispatch, &served, &tried, CANDIDATE_SCAN).await?
+            } else {
+                std::mem::take(&mut hinted)
+            };
+            if ids.is_empty() {
+                return Ok(Claim::Nothing);
+            }
+            for id in ids {
+                let mut tx = self.pool.begin().await?;
+                match claims::claim_first(&mut tx, Pickup::Dispatch, &served, id).await? {
+                    Some(item) => {
+                        // One trace per node step: claim, calls, arm, submit and record.
+                        let span = crate::step_span("dispatch", &item, item.attempt_no + 1);
+                        return self.claimed(tx, item, span.clone()).instrument(span).await;
+                    }
+                    None => {
+                        tx.rollback().await?;
+                        tried.push(id);
+                    }
+                }
+            }
+        }
     }
 
     /// The rest of the claim transaction, under the step's span.
@@ -313,11 +333,17 @@ impl Engine {
     /// PREPARING → AWAITING_SIGNATURE by compare-and-set, with the prepared action and the
     /// calls so far. `false` when the claim was lost (nothing is signed then).
     async fn await_signature(&self, c: &Claimed, prepared: &PreparedAction, calls: Vec<Call>) -> Result<bool> {
-        let mut tx = self.pool.begin().await?;
-        record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
-        let patch = NodePatch { guard: self.claim_guard(c), ..Default::default() };
+        // One statement: the state, the calls so far and the prepared action.
+        let patch = NodePatch {
+            guard: self.claim_guard(c),
+            calls: calls.clone(),
+            calls_attempt: Some(c.attempt_no),
+            artifacts: vec![prepared_artifact(prepared)],
+            ..Default::default()
+        };
+        let mut conn = self.pool.acquire().await?;
         let moved = transition::transition_node(
-            &mut tx,
+            &mut conn,
             c.item.node_id,
             NodeState::Preparing,
             NodeState::AwaitingSignature,
@@ -325,19 +351,15 @@ impl Engine {
             &Meta::actor(&self.actor),
         )
         .await;
-        let held = match moved {
-            Ok(_) => {
-                store_prepared(&mut tx, c, prepared).await?;
-                true
-            }
+        match moved {
+            Ok(_) => Ok(true),
             Err(StoreError::StaleState { .. }) => {
-                self.claim_lost(&mut tx, c, "sign").await?;
-                false
+                record_calls(&mut conn, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
+                self.claim_lost(&mut conn, c, "sign").await?;
+                Ok(false)
             }
-            Err(e) => return Err(e.into()),
-        };
-        tx.commit().await?;
-        Ok(held)
+            Err(e) => Err(e.into()),
+        }
     }
 
     /// The arm. `Some(submit_by)` once SUBMITTING for attempt N is committed; `None` when the
@@ -350,44 +372,42 @@ impl Engine {
         signed: Option<&qtg_core::SignResult>,
         calls: Vec<Call>,
     ) -> Result<Option<chrono::DateTime<chrono::Utc>>> {
-        let mut tx = self.pool.begin().await?;
+        // One statement, committed on its own: the attempt, its markers, the calls so far and
+        // the prepared (and signed) artifacts.
+        let mut artifacts = Vec::new();
+        if from == NodeState::Preparing {
+            artifacts.push(prepared_artifact(prepared));
+        }
+        if let Some(result) = signed {
+            artifacts.push(NewArtifact {
+                kind: ArtifactKind::SignResult,
+                payload: serde_json::to_value(result).unwrap_or_else(|_| json!({})),
+                payload_hash: Some(prepared.payload_hash.clone()),
+            });
+        }
         let patch = NodePatch {
             begin_attempt: true,
             submit_window_seconds: self.settings.submit_window_seconds,
             guard: Guard { dispatchable: true, ..self.claim_guard(c) },
+            calls: calls.clone(),
+            calls_attempt: Some(c.attempt_no),
+            artifacts,
             ..Default::default()
         };
         let meta = Meta::actor(&self.actor);
+        let mut conn = self.pool.acquire().await?;
         let armed =
-            transition::write_transition(&mut tx, c.item.node_id, from, NodeState::Submitting, &patch, &meta).await;
+            transition::write_transition(&mut conn, c.item.node_id, from, NodeState::Submitting, &patch, &meta).await;
         match armed {
+            // An unconfirmed commit (an error) sends nothing: recovery decides from what is stored.
             Ok(written) => {
-                record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
-                if from == NodeState::Preparing {
-                    store_prepared(&mut tx, c, prepared).await?;
-                }
-                if let Some(result) = signed {
-                    let value = serde_json::to_value(result).unwrap_or_else(|_| json!({}));
-                    let hash = Some(prepared.payload_hash.as_str());
-                    artifacts::insert(
-                        &mut tx,
-                        c.item.request_id,
-                        c.item.node_id,
-                        c.attempt_no,
-                        ArtifactKind::SignResult,
-                        &value,
-                        hash,
-                    )
-                    .await?;
-                }
-                // An unconfirmed commit sends nothing: recovery decides from what is stored.
-                tx.commit().await?;
                 let submit_by = written
                     .submit_by
                     .ok_or_else(|| StoreError::corrupt("an armed attempt has no submit_by".to_string()))?;
                 Ok(Some(submit_by))
             }
             Err(StoreError::StaleState { .. }) => {
+                let mut tx = sqlx::Acquire::begin(&mut *conn).await?;
                 record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
                 let now = claims::node_now(&mut tx, c.item.node_id).await?;
                 let still_ours = now.as_ref().is_some_and(|n| {
@@ -457,23 +477,23 @@ impl Engine {
             }
         };
         let mut tx = self.pool.begin().await?;
-        record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &[call], &self.actor).await?;
         let guard = Guard { attempt_no: Some(c.attempt_no), submit_pending: true, ..Default::default() };
         let mut item = c.item.clone();
         item.attempt_no = c.attempt_no;
-        let mut applied =
-            apply_result(&mut tx, &item, NodeState::Submitting, &result, Method::Submit, guard, &self.actor).await;
+        let calls = [call];
+        let answer = Answer { result: &result, method: Method::Submit, guard, calls: &calls };
+        let mut applied = apply_result(&mut tx, &item, NodeState::Submitting, &answer, &self.actor).await;
         if is_stale(&applied) {
             // Recovery may have moved the armed attempt to UNKNOWN meanwhile: still ours to decide.
             let now = claims::node_now(&mut tx, c.item.node_id).await?;
             if now.is_some_and(|n| n.node_state == NodeState::Unknown && n.attempt_no == c.attempt_no) {
-                applied =
-                    apply_result(&mut tx, &item, NodeState::Unknown, &result, Method::Submit, guard, &self.actor).await;
+                applied = apply_result(&mut tx, &item, NodeState::Unknown, &answer, &self.actor).await;
             }
         }
         match applied {
             Ok(_) => {}
             Err(EngineError::Store(StoreError::StaleState { .. })) => {
+                record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
                 crate::advance::stale_answer(&mut tx, &item, "submit", &result, &self.actor).await?;
             }
             Err(e) => return Err(e),
@@ -516,12 +536,19 @@ impl Engine {
     ) -> Result<()> {
         tracing::info!(node_id = %c.item.node_id, node_key = %c.item.node_key, code, detail, "node failed before submit");
         let mut tx = self.pool.begin().await?;
-        record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
-        let patch = NodePatch { guard: self.claim_guard(c), ..NodePatch::error(code, detail) };
+        let patch = NodePatch {
+            guard: self.claim_guard(c),
+            calls: calls.clone(),
+            calls_attempt: Some(c.attempt_no),
+            ..NodePatch::error(code, detail)
+        };
         let meta = Meta::actor(&self.actor);
         match transition::transition_node(&mut tx, c.item.node_id, from, NodeState::Failed, &patch, &meta).await {
             Ok(_) => apply_request_state(&mut tx, c.item.request_id, &self.actor).await?,
-            Err(StoreError::StaleState { .. }) => self.claim_lost(&mut tx, c, "claim").await?,
+            Err(StoreError::StaleState { .. }) => {
+                record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
+                self.claim_lost(&mut tx, c, "claim").await?
+            }
             Err(e) => return Err(e.into()),
         }
         tx.commit().await?;
@@ -548,19 +575,12 @@ impl Engine {
     }
 }
 
-async fn store_prepared(conn: &mut PgConnection, c: &Claimed, prepared: &PreparedAction) -> Result<()> {
-    let value = serde_json::to_value(prepared).unwrap_or_else(|_| json!({}));
-    artifacts::insert(
-        conn,
-        c.item.request_id,
-        c.item.node_id,
-        c.attempt_no,
-        ArtifactKind::PreparedAction,
-        &value,
-        Some(&prepared.payload_hash),
-    )
-    .await?;
-    Ok(())
+fn prepared_artifact(prepared: &PreparedAction) -> NewArtifact {
+    NewArtifact {
+        kind: ArtifactKind::PreparedAction,
+        payload: serde_json::to_value(prepared).unwrap_or_else(|_| json!({})),
+        payload_hash: Some(prepared.payload_hash.clone()),
+    }
 }
 
 pub(crate) fn is_stale<T>(res: &Result<T>) -> bool {

@@ -9,6 +9,7 @@ pub mod context;
 pub mod controls;
 pub mod dispatch;
 pub mod health;
+mod hints;
 pub mod movements;
 pub mod observe;
 pub mod operator;

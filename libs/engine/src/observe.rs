@@ -5,14 +5,15 @@
 
 use qtg_core::codes;
 use qtg_core::protocol::{idempotency_key, Method};
-use qtg_core::{ExecutionResult, NodeState};
+use qtg_core::NodeState;
 use qtg_executor::ExecutorError;
 use qtg_store::claims::{self, Pickup};
+use qtg_store::events::{record_calls, Call};
 use qtg_store::transition::{self, Guard, Lease, Meta, NodePatch};
 use qtg_store::{PgConnection, WorkItem};
 use tracing::Instrument;
 
-use crate::advance::{apply_request_state, apply_result, stale_answer};
+use crate::advance::{apply_request_state, apply_result, stale_answer, Answer};
 use crate::calls::{self, with_deadline};
 use crate::context::build_execution_context;
 use crate::{Engine, Result};
@@ -43,7 +44,7 @@ impl Engine {
             _ => Method::Recover,
         };
         let mut tx = self.pool.begin().await?;
-        let Some(item) = claims::claim(&mut tx, pickup, served, id).await? else {
+        let Some(item) = claims::claim_first(&mut tx, pickup, served, id).await? else {
             tx.rollback().await?;
             return Ok(false);
         };
@@ -69,13 +70,22 @@ impl Engine {
             let name = method.as_str();
             match res {
                 Ok(result) => {
-                    record_result(&mut tx, &item, name, &result, ms, &self.actor).await?;
+                    let error = result.error_code.as_deref().map(|c| (c, result.error_detail.as_deref().unwrap_or("")));
+                    let outcome = format!("result:{}", result.next_state);
+                    let call = match error {
+                        Some((code, detail)) => Call::failed(name, &outcome, code, detail, ms),
+                        None => Call::ok(name, &outcome, ms),
+                    };
+                    let calls = [call];
                     // Re-derives too: an executor may have handed the node to a person.
                     let applied =
-                        apply_result(&mut tx, &item, item.node_state, &result, method, guard, &self.actor).await;
+                        apply_result(&mut tx, &item, item.node_state, &Answer { result: &result, method, guard, calls: &calls }, &self.actor)
+                            .await;
                     match applied {
                         Ok(_) => {}
                         Err(crate::EngineError::Store(qtg_store::StoreError::StaleState { .. })) => {
+                            record_calls(&mut tx, item.request_id, item.node_id, item.attempt_no, &calls, &self.actor)
+                                .await?;
                             stale_answer(&mut tx, &item, name, &result, &self.actor).await?
                         }
                         Err(e) => return Err(e),
@@ -172,20 +182,6 @@ impl Engine {
             Err(e) => Err(e.into()),
         }
     }
-}
-
-pub(crate) async fn record_result(
-    conn: &mut PgConnection,
-    item: &WorkItem,
-    method: &str,
-    result: &ExecutionResult,
-    ms: i32,
-    actor: &str,
-) -> Result<()> {
-    let error = result.error_code.as_deref().map(|c| (c, result.error_detail.as_deref().unwrap_or("")));
-    calls::record(conn, item, item.attempt_no, method, &format!("result:{}", result.next_state), error, ms, actor)
-        .await?;
-    Ok(())
 }
 
 impl Engine {

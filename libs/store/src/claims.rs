@@ -111,6 +111,31 @@ fn bind_lane(query: PgQuery<'_>, pickup: Pickup) -> PgQuery<'_> {
     }
 }
 
+/// Claims one candidate as the first statement of a fresh transaction `tx`: locks node and
+/// request (SKIP LOCKED). `None` on a miss (locked elsewhere or no longer matching): the
+/// caller rolls `tx` back, which also drops a stray lock on the node — no savepoint needed.
+pub async fn claim_first(
+    tx: &mut PgConnection,
+    pickup: Pickup,
+    served: &[String],
+    node_id: Uuid,
+) -> Result<Option<WorkItem>> {
+    let sql = format!(
+        "SELECT {WORK_ITEM_COLUMNS} {WORK_ITEM_FROM}
+         WHERE n.id = $1 AND {} FOR UPDATE OF n, r SKIP LOCKED",
+        pickup.predicate(2)
+    );
+    let row =
+        bind_lane(sqlx::query(AssertSqlSafe(sql)).bind(node_id).bind(served), pickup).fetch_optional(&mut *tx).await?;
+    match row {
+        Some(row) => Ok(Some(WorkItem::from_row(&row)?)),
+        None => {
+            qtg_telemetry::sink().claim_miss(pickup.name());
+            Ok(None)
+        }
+    }
+}
+
 /// Claims one candidate: locks node and request (SKIP LOCKED) inside a savepoint. `None` on a
 /// miss (locked elsewhere or no longer matching); the savepoint is rolled back then.
 pub async fn claim(

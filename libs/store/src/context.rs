@@ -19,15 +19,36 @@ pub async fn request_nodes(conn: &mut PgConnection, request_id: Uuid) -> Result<
 
 /// The request's state and every one of its nodes, in one query.
 pub async fn request_snapshot(conn: &mut PgConnection, request_id: Uuid) -> Result<(RequestState, Vec<NodeBrief>)> {
-    let rows = sqlx::query(
-        "SELECT r.request_state, n.id, n.node_key, n.node_kind, n.node_state, n.provider_refs, n.error_code,
-                (n.submit_accepted_at IS NOT NULL) AS submit_accepted
-         FROM movement_requests r JOIN movement_request_nodes n ON n.request_id = r.id
-         WHERE r.id = $1 ORDER BY n.node_key",
-    )
-    .bind(request_id)
-    .fetch_all(&mut *conn)
-    .await?;
+    snapshot(conn, request_id, SNAPSHOT).await
+}
+
+/// [`request_snapshot`], locking the request row (waiting): what derivation reads. A worker
+/// that has just written its node takes the request lock this way (node before request).
+pub async fn request_snapshot_for_update(
+    conn: &mut PgConnection,
+    request_id: Uuid,
+) -> Result<(RequestState, Vec<NodeBrief>)> {
+    snapshot(conn, request_id, SNAPSHOT_FOR_UPDATE).await
+}
+
+const SNAPSHOT: &str =
+    "SELECT r.request_state, n.id, n.node_key, n.node_kind, n.node_state, n.provider_refs, n.error_code,
+        (n.submit_accepted_at IS NOT NULL) AS submit_accepted
+ FROM movement_requests r JOIN movement_request_nodes n ON n.request_id = r.id
+ WHERE r.id = $1 ORDER BY n.node_key";
+
+const SNAPSHOT_FOR_UPDATE: &str =
+    "SELECT r.request_state, n.id, n.node_key, n.node_kind, n.node_state, n.provider_refs, n.error_code,
+        (n.submit_accepted_at IS NOT NULL) AS submit_accepted
+ FROM movement_requests r JOIN movement_request_nodes n ON n.request_id = r.id
+ WHERE r.id = $1 ORDER BY n.node_key FOR UPDATE OF r";
+
+async fn snapshot(
+    conn: &mut PgConnection,
+    request_id: Uuid,
+    sql: &'static str,
+) -> Result<(RequestState, Vec<NodeBrief>)> {
+    let rows = sqlx::query(sql).bind(request_id).fetch_all(&mut *conn).await?;
     let state = match rows.first() {
         Some(r) => parse_request_state(r.try_get("request_state")?)?,
         None => return Err(crate::StoreError::corrupt(format!("movement {request_id} has no nodes"))),

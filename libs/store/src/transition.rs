@@ -55,6 +55,20 @@ pub struct NodePatch {
     pub lease: Option<Lease>,
     /// The compare-and-set the write is conditional on, beside the `from` state.
     pub guard: Guard,
+    /// Executor calls recorded in the same statement, before the transition's own event
+    /// (only when the write matches), under `calls_attempt` (else the written attempt).
+    pub calls: Vec<crate::events::Call>,
+    pub calls_attempt: Option<i32>,
+    /// Artifacts stored in the same statement, under the written attempt.
+    pub artifacts: Vec<NewArtifact>,
+}
+
+/// An artifact written with a node's state.
+#[derive(Debug, Clone)]
+pub struct NewArtifact {
+    pub kind: crate::artifacts::ArtifactKind,
+    pub payload: Value,
+    pub payload_hash: Option<String>,
 }
 
 /// A claim's token and how long it holds (DESIGN.md §2.2). `seconds: None` writes the token
@@ -176,11 +190,27 @@ WITH clk AS (SELECT clock_timestamp() AS ts), upd AS (
             'attempt_no', upd.attempt_no, 'error_code', upd.error_code, 'reason', $18::text)
     FROM upd WHERE $16
 ), hist AS (
-    INSERT INTO node_events (request_id, request_node_id, attempt_no, kind, from_state, to_state,
-        error_code, error_detail, actor)
-    SELECT upd.request_id, upd.id, upd.attempt_no, 'transition', $2, upd.node_state,
-        upd.error_code, upd.error_detail, $17
-    FROM upd WHERE $16
+    -- The calls first, then the transition: one INSERT, so ids follow this order.
+    INSERT INTO node_events (request_id, request_node_id, attempt_no, kind, method, outcome,
+        from_state, to_state, error_code, error_detail, duration_ms, actor)
+    SELECT upd.request_id, upd.id, ev.attempt_no, ev.kind, ev.method, ev.outcome, ev.from_state,
+        ev.to_state, ev.error_code, left(ev.error_detail, 2000), ev.duration_ms, $17
+    FROM upd CROSS JOIN LATERAL (
+        SELECT c.i AS ord, COALESCE($33::int, upd.attempt_no) AS attempt_no, 'call' AS kind, c.m AS method,
+            c.o AS outcome, NULL::text AS from_state, NULL::text AS to_state, c.cd AS error_code,
+            c.d AS error_detail, c.ms AS duration_ms
+        FROM unnest($28::text[], $29::text[], $30::text[], $31::text[], $32::int[]) WITH ORDINALITY
+            AS c(m, o, cd, d, ms, i)
+        UNION ALL
+        SELECT 2147483647, upd.attempt_no, 'transition', NULL, NULL, $2, upd.node_state,
+            upd.error_code, upd.error_detail, NULL
+        WHERE $16
+    ) ev
+    ORDER BY ev.ord
+), art AS (
+    INSERT INTO artifacts (id, request_id, request_node_id, attempt_no, kind, payload, payload_hash)
+    SELECT gen_random_uuid(), upd.request_id, upd.id, upd.attempt_no, a->>'kind', a->'payload', a->>'payload_hash'
+    FROM upd CROSS JOIN jsonb_array_elements($34::jsonb) AS a
 ), ntf AS (
     SELECT pg_notify($19::text, '') FROM upd WHERE $19::text IS NOT NULL
     UNION ALL
@@ -248,6 +278,21 @@ async fn write_node(
         .bind(patch.guard.attempt_no)
         .bind(patch.guard.submit_pending)
         .bind(patch.guard.dispatchable)
+        .bind(patch.calls.iter().map(|c| c.method).collect::<Vec<_>>())
+        .bind(patch.calls.iter().map(|c| c.outcome.as_str()).collect::<Vec<_>>())
+        .bind(patch.calls.iter().map(|c| c.error_code.as_deref()).collect::<Vec<_>>())
+        .bind(patch.calls.iter().map(|c| c.error_detail.as_deref()).collect::<Vec<_>>())
+        .bind(patch.calls.iter().map(|c| c.duration_ms).collect::<Vec<_>>())
+        .bind(patch.calls_attempt)
+        .bind(Value::Array(
+            patch
+                .artifacts
+                .iter()
+                .map(|a| {
+                    serde_json::json!({"kind": a.kind.as_str(), "payload": a.payload, "payload_hash": a.payload_hash})
+                })
+                .collect(),
+        ))
         .fetch_optional(&mut *conn)
         .await?;
     match row {

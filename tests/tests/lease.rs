@@ -82,8 +82,9 @@ async fn fan_out_branches_prepare_in_parallel_and_a_cancel_during_prepare_wins()
         ("MG_EXECUTOR_REGISTRY", reg.as_str()),
         ("QTG_EXAMPLE_SECRET", EXAMPLE_HMAC_SECRET),
         ("MG_EXECUTOR_TIMEOUT_MS", "4000"),
+        // The seed's 2 s idle poll: the approval's NOTIFY wakes one loop, and each loop busy
+        // on a slow call recruits the next.
         ("MG_DISPATCHER_CONCURRENCY", "4"),
-        ("MG_NODE_DISPATCH_INTERVAL_SECONDS", "0.2"),
     ];
     let api = Api::start(&db.url, &env).await?;
     let dispatcher = Proc::spawn("qtg-dispatcher", &db.url, &env).await?;
@@ -299,6 +300,99 @@ async fn a_dispatcher_frozen_while_preparing_past_its_lease_arms_nothing() -> an
     let (state, _, _, attempt) = node_row(&db.pool, id.parse()?, "n").await?;
     assert_eq!((state.as_str(), attempt), ("SUBMITTED", 1));
     drop((frozen, other, api));
+    db.drop_db().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn worker_connections_bound_what_a_frozen_process_can_hold() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let dispatcher = Proc::spawn(
+        "qtg-dispatcher",
+        &db.url,
+        &[("MG_DB_LOCK_TIMEOUT_MS", "1234"), ("MG_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", "7.5")],
+    )
+    .await?;
+    // As the server reports them for the worker's own connections.
+    assert_eq!(dispatcher.wait_field("lock_timeout", Duration::from_secs(20)).await?, "1234ms");
+    assert_eq!(dispatcher.wait_field("idle_in_transaction_session_timeout", Duration::from_secs(5)).await?, "7500ms");
+    assert_eq!(dispatcher.wait_field("synchronous_commit", Duration::from_secs(5)).await?, "on");
+    let active: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = 'qtg-dispatcher'",
+    )
+    .fetch_one(&db.pool)
+    .await?;
+    assert!(active >= 1, "the dispatcher's connections carry its name");
+    // Settings that do not nest stop the binary at start, naming the numbers.
+    let mut bad = Proc::spawn(
+        "qtg-dispatcher",
+        &db.url,
+        &[("MG_EXECUTOR_TIMEOUT_MS", "60000"), ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "30")],
+    )
+    .await?;
+    assert_ne!(bad.wait_exit(Duration::from_secs(20)).await?, Some(0));
+    assert!(bad.log().contains("MG_RECOVERY_SUBMITTING_GRACE_SECONDS"), "{}", bad.log());
+    drop(dispatcher);
+    db.drop_db().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_effect_reported_after_the_node_failed_calls_a_person() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &SHORT).await?;
+    let keys = Keys::create(&api).await?;
+    // The venue executes at once, the answer takes 1 s to come back, and this venue's Recover
+    // wrongly finds nothing (a lagging history): recovery fails the node meanwhile.
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "t.late", "nodes": [sim_node("n", json!({"delay_ms": 1000, "recover": "failed"}))]}),
+    )
+    .await?;
+    let dispatcher = Proc::spawn("qtg-dispatcher", &db.url, &SHORT).await?;
+    let recovery =
+        Proc::spawn("qtg-recovery", &db.url, &[SHORT[0], SHORT[1], ("MG_NODE_RECOVERY_INTERVAL_SECONDS", "0.5")])
+            .await?;
+    let id = start_movement(&api, &keys, "t.late", "late-1", None).await?;
+    let node = node_id(&db.pool, &id, "n").await?;
+    wait_until(
+        &db.pool,
+        "the venue's order",
+        "SELECT count(*) > 0 FROM sim_ledger WHERE request_node_id = $1",
+        node,
+        Duration::from_secs(20),
+    )
+    .await?;
+    dispatcher.signal("STOP");
+    let m = wait_state(&api, &keys.requester, &id, &["FAILED", "MANUAL_INTERVENTION"], Duration::from_secs(30)).await?;
+    assert_eq!(m["request_state"], "FAILED", "{m:#}\n{}", recovery.log());
+    // The frozen dispatcher wakes with the venue's SUBMITTED: money moved after qtg gave up.
+    dispatcher.signal("CONT");
+    let m = wait_state(&api, &keys.requester, &id, &["MANUAL_INTERVENTION"], Duration::from_secs(20)).await?;
+    let n = qtg_tests::node(&m, "n");
+    assert_eq!(n["node_state"], "FAILED");
+    let (_, _, refs, _) = node_row(&db.pool, id.parse()?, "n").await?;
+    assert_eq!(refs["__late_effect"]["next_state"], "SUBMITTED", "{refs}");
+    let attention: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_outbox WHERE movement_id = $1::uuid AND action = 'movement.transition'
+           AND data->>'to' = 'MANUAL_INTERVENTION'",
+    )
+    .bind(&id)
+    .fetch_one(&db.pool)
+    .await?;
+    assert_eq!(attention, 1);
+    // A node with a late effect is not retried blind.
+    let (status, body) = api
+        .call(
+            "POST",
+            &format!("/v3/movements/{id}/nodes/n/actions/retry"),
+            &keys.operator,
+            Some(json!({"reason": "again"})),
+        )
+        .await?;
+    assert_eq!(status, 409, "{body}");
+    drop((dispatcher, recovery, api));
     db.drop_db().await;
     Ok(())
 }

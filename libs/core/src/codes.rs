@@ -14,4 +14,6 @@ pub const PREPARE_EMPTY: &str = "PREPARE_EMPTY";
 pub const PAYLOAD_HASH_MISMATCH: &str = "PAYLOAD_HASH_MISMATCH";
 /// A pause (kill switch) took effect after the node was claimed, before its submit was sent.
 pub const DISPATCH_PAUSED: &str = "DISPATCH_PAUSED";
+/// The movement left EXECUTING between the claim and the arm: nothing was sent.
+pub const DISPATCH_ABORTED: &str = "DISPATCH_ABORTED";
 pub const OBSERVATION_TIMEOUT: &str = "OBSERVATION_TIMEOUT";

@@ -413,17 +413,26 @@ impl Engine {
                 let still_ours = now.as_ref().is_some_and(|n| {
                     n.node_state == from && n.claim_token == Some(c.token) && n.attempt_no == c.attempt_no - 1
                 });
-                match now.and_then(|n| n.held_by.filter(|_| still_ours)) {
-                    Some(pause) => {
-                        // A pause committed after the claim: nothing reached the venue.
-                        let detail = format!(
+                // Still ours, but not dispatchable: a pause, or the movement left EXECUTING
+                // (another branch handed it to a person). Nothing reached the venue: FAILED,
+                // safe to retry.
+                let refusal = now.filter(|_| still_ours).and_then(|n| match (n.held_by, n.request_state) {
+                    (Some(pause), _) => Some((
+                        codes::DISPATCH_PAUSED,
+                        format!(
                             "dispatch paused ({pause}) before the submit was sent; nothing reached the venue; retry after resume"
-                        );
-                        tracing::warn!(node_id = %c.item.node_id, attempt_no = c.attempt_no, %pause, "submit not sent: paused");
-                        let patch = NodePatch {
-                            guard: self.claim_guard(c),
-                            ..NodePatch::error(codes::DISPATCH_PAUSED, &detail)
-                        };
+                        ),
+                    )),
+                    (None, RequestState::Executing) => None,
+                    (None, state) => Some((
+                        codes::DISPATCH_ABORTED,
+                        format!("the movement became {state} before the submit was sent; nothing reached the venue"),
+                    )),
+                });
+                match refusal {
+                    Some((code, detail)) => {
+                        tracing::warn!(node_id = %c.item.node_id, attempt_no = c.attempt_no, code, %detail, "submit not sent");
+                        let patch = NodePatch { guard: self.claim_guard(c), ..NodePatch::error(code, &detail) };
                         transition::transition_node(&mut tx, c.item.node_id, from, NodeState::Failed, &patch, &meta)
                             .await?;
                         apply_request_state(&mut tx, c.item.request_id, &self.actor).await?;

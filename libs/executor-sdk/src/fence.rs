@@ -53,15 +53,29 @@ pub enum Admission {
 #[error("key store: {0}")]
 pub struct KeyStoreError(pub String);
 
+/// What the store holds for one key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyRecord {
+    pub state: KeyState,
+    /// The `submit_by` the key was sent with (absent for a key voided unsent).
+    pub submit_by: Option<DateTime<Utc>>,
+}
+
 /// The durable record of idempotency keys, shared by every replica of an executor. Each
 /// method must be atomic with respect to the others for the same node.
 #[async_trait]
 pub trait KeyStore: Send + Sync + 'static {
     /// Refuses a void key or one older than an attempt recorded for `node`; otherwise
-    /// records `key` as sent if absent (durably, before answering).
-    async fn admit(&self, node: &str, attempt: i32, key: &str) -> Result<Admission, KeyStoreError>;
-    /// The key's state, if recorded.
-    async fn state(&self, key: &str) -> Result<Option<KeyState>, KeyStoreError>;
+    /// records `key` as sent with its `submit_by` if absent (durably, before answering).
+    async fn admit(
+        &self,
+        node: &str,
+        attempt: i32,
+        key: &str,
+        submit_by: DateTime<Utc>,
+    ) -> Result<Admission, KeyStoreError>;
+    /// What is recorded for the key, if anything.
+    async fn state(&self, key: &str) -> Result<Option<KeyRecord>, KeyStoreError>;
     /// Records `key` as void (durably), whatever it was.
     async fn void(&self, node: &str, attempt: i32, key: &str) -> Result<(), KeyStoreError>;
 }
@@ -72,6 +86,22 @@ struct Entry {
     node: String,
     attempt: i32,
     state: KeyState,
+    #[serde(default)]
+    submit_by: Option<DateTime<Utc>>,
+}
+
+impl Entry {
+    fn sent(node: &str, attempt: i32, key: &str, submit_by: DateTime<Utc>) -> Entry {
+        Entry { key: key.into(), node: node.into(), attempt, state: KeyState::Sent, submit_by: Some(submit_by) }
+    }
+
+    fn void(node: &str, attempt: i32, key: &str) -> Entry {
+        Entry { key: key.into(), node: node.into(), attempt, state: KeyState::Void, submit_by: None }
+    }
+
+    fn record(&self) -> KeyRecord {
+        KeyRecord { state: self.state, submit_by: self.submit_by }
+    }
 }
 
 #[derive(Default)]
@@ -81,9 +111,13 @@ struct Keys {
 }
 
 impl Keys {
-    fn apply(&mut self, e: Entry) {
+    fn apply(&mut self, mut e: Entry) {
         let newest = self.newest.entry(e.node.clone()).or_insert(e.attempt);
         *newest = (*newest).max(e.attempt);
+        if e.submit_by.is_none() {
+            // Voiding a sent key keeps the deadline it was sent with.
+            e.submit_by = self.by_key.get(&e.key).and_then(|old| old.submit_by);
+        }
         self.by_key.insert(e.key.clone(), e);
     }
 
@@ -105,23 +139,29 @@ pub struct MemoryKeyStore {
 
 #[async_trait]
 impl KeyStore for MemoryKeyStore {
-    async fn admit(&self, node: &str, attempt: i32, key: &str) -> Result<Admission, KeyStoreError> {
+    async fn admit(
+        &self,
+        node: &str,
+        attempt: i32,
+        key: &str,
+        submit_by: DateTime<Utc>,
+    ) -> Result<Admission, KeyStoreError> {
         let mut keys = self.keys.lock().map_err(|_| KeyStoreError("poisoned".into()))?;
         let a = keys.admission(node, attempt, key);
         if a == Admission::First {
-            keys.apply(Entry { key: key.into(), node: node.into(), attempt, state: KeyState::Sent });
+            keys.apply(Entry::sent(node, attempt, key, submit_by));
         }
         Ok(a)
     }
 
-    async fn state(&self, key: &str) -> Result<Option<KeyState>, KeyStoreError> {
+    async fn state(&self, key: &str) -> Result<Option<KeyRecord>, KeyStoreError> {
         let keys = self.keys.lock().map_err(|_| KeyStoreError("poisoned".into()))?;
-        Ok(keys.by_key.get(key).map(|e| e.state))
+        Ok(keys.by_key.get(key).map(Entry::record))
     }
 
     async fn void(&self, node: &str, attempt: i32, key: &str) -> Result<(), KeyStoreError> {
         let mut keys = self.keys.lock().map_err(|_| KeyStoreError("poisoned".into()))?;
-        keys.apply(Entry { key: key.into(), node: node.into(), attempt, state: KeyState::Void });
+        keys.apply(Entry::void(node, attempt, key));
         Ok(())
     }
 }
@@ -163,25 +203,31 @@ impl FileKeyStore {
 
 #[async_trait]
 impl KeyStore for FileKeyStore {
-    async fn admit(&self, node: &str, attempt: i32, key: &str) -> Result<Admission, KeyStoreError> {
+    async fn admit(
+        &self,
+        node: &str,
+        attempt: i32,
+        key: &str,
+        submit_by: DateTime<Utc>,
+    ) -> Result<Admission, KeyStoreError> {
         let mut guard = self.inner.lock().map_err(|_| KeyStoreError("poisoned".into()))?;
         let (keys, file) = &mut *guard;
         let a = keys.admission(node, attempt, key);
         if a == Admission::First {
-            self.write(keys, file, Entry { key: key.into(), node: node.into(), attempt, state: KeyState::Sent })?;
+            self.write(keys, file, Entry::sent(node, attempt, key, submit_by))?;
         }
         Ok(a)
     }
 
-    async fn state(&self, key: &str) -> Result<Option<KeyState>, KeyStoreError> {
+    async fn state(&self, key: &str) -> Result<Option<KeyRecord>, KeyStoreError> {
         let guard = self.inner.lock().map_err(|_| KeyStoreError("poisoned".into()))?;
-        Ok(guard.0.by_key.get(key).map(|e| e.state))
+        Ok(guard.0.by_key.get(key).map(Entry::record))
     }
 
     async fn void(&self, node: &str, attempt: i32, key: &str) -> Result<(), KeyStoreError> {
         let mut guard = self.inner.lock().map_err(|_| KeyStoreError("poisoned".into()))?;
         let (keys, file) = &mut *guard;
-        self.write(keys, file, Entry { key: key.into(), node: node.into(), attempt, state: KeyState::Void })
+        self.write(keys, file, Entry::void(node, attempt, key))
     }
 }
 
@@ -206,6 +252,9 @@ pub(crate) struct Fenced<H> {
     pub keys: std::sync::Arc<dyn KeyStore>,
     /// The clock (tests move it).
     pub now: fn() -> DateTime<Utc>,
+    /// Margin for clocks and the venue's history lag: a sent key is voided on a FAILED
+    /// recover only once its `submit_by` plus this has passed.
+    pub skew: chrono::Duration,
 }
 
 #[async_trait]
@@ -233,7 +282,7 @@ impl<H: Handler> Handler for Fenced<H> {
                 format!("received at {now}, after submit_by {}; nothing was sent", call.submit_by),
             ));
         }
-        match self.keys.admit(node, attempt, call.idempotency_key).await.map_err(unavailable)? {
+        match self.keys.admit(node, attempt, call.idempotency_key, call.submit_by).await.map_err(unavailable)? {
             Admission::Void => {
                 tracing::warn!(idempotency_key = call.idempotency_key, "submit refused: the key is void");
                 Ok(refused(
@@ -269,13 +318,37 @@ impl<H: Handler> Handler for Fenced<H> {
                 self.keys.void(node, attempt, idempotency_key).await.map_err(unavailable)?;
                 Ok(refused("IDEMPOTENCY_KEY_UNKNOWN", "this executor never sent the key; it is now void".into()))
             }
-            Some(KeyState::Void) => Ok(refused("IDEMPOTENCY_KEY_VOID", "the key is void; nothing was executed".into())),
-            Some(KeyState::Sent) => {
+            Some(KeyRecord { state: KeyState::Void, .. }) => {
+                Ok(refused("IDEMPOTENCY_KEY_VOID", "the key is void; nothing was executed".into()))
+            }
+            Some(KeyRecord { state: KeyState::Sent, submit_by }) => {
                 let r = self.inner.recover(executor_key, ctx, idempotency_key).await?;
-                if r.next_state == NodeState::Failed {
-                    self.keys.void(node, attempt, idempotency_key).await.map_err(unavailable)?;
+                if r.next_state != NodeState::Failed {
+                    return Ok(r);
                 }
-                Ok(r)
+                // Absence of a sent key is conclusive only once the venue can no longer accept
+                // it: never before its submit_by plus the margin.
+                let now = (self.now)();
+                match submit_by {
+                    Some(by) if now > by + self.skew => {
+                        self.keys.void(node, attempt, idempotency_key).await.map_err(unavailable)?;
+                        Ok(r)
+                    }
+                    _ => {
+                        tracing::warn!(
+                            idempotency_key,
+                            ?submit_by,
+                            "recover answered FAILED for a sent key before its submit_by passed; answering UNKNOWN"
+                        );
+                        let mut unknown = ExecutionResult::new(NodeState::Unknown);
+                        unknown.error_code = Some("ABSENCE_NOT_YET_CONCLUSIVE".into());
+                        unknown.error_detail = Some(format!(
+                            "the key was sent with submit_by {submit_by:?}; the venue may still accept it; ask again later"
+                        ));
+                        unknown.retry_after_seconds = Some(self.skew.num_seconds().max(1) as f64);
+                        Ok(unknown)
+                    }
+                }
             }
         }
     }
@@ -293,15 +366,18 @@ mod tests {
     async fn the_file_store_keeps_keys_across_a_reopen() {
         let path = std::env::temp_dir().join(format!("qtg-keys-{}.jsonl", uuid::Uuid::new_v4()));
         let store = FileKeyStore::open(&path).unwrap();
-        assert_eq!(store.admit("n", 1, "n:1").await.unwrap(), Admission::First);
-        assert_eq!(store.admit("n", 1, "n:1").await.unwrap(), Admission::Repeat);
+        let by = Utc::now();
+        assert_eq!(store.admit("n", 1, "n:1", by).await.unwrap(), Admission::First);
+        assert_eq!(store.admit("n", 1, "n:1", by).await.unwrap(), Admission::Repeat);
         store.void("m", 1, "m:1").await.unwrap();
-        assert_eq!(store.admit("n", 2, "n:2").await.unwrap(), Admission::First);
+        assert_eq!(store.admit("n", 2, "n:2", by).await.unwrap(), Admission::First);
         drop(store);
         let store = FileKeyStore::open(&path).unwrap();
-        assert_eq!(store.admit("m", 1, "m:1").await.unwrap(), Admission::Void);
-        assert_eq!(store.admit("n", 1, "n:1").await.unwrap(), Admission::Superseded);
-        assert_eq!(store.state("n:2").await.unwrap(), Some(KeyState::Sent));
+        assert_eq!(store.admit("m", 1, "m:1", by).await.unwrap(), Admission::Void);
+        assert_eq!(store.admit("n", 1, "n:1", by).await.unwrap(), Admission::Superseded);
+        let rec = store.state("n:2").await.unwrap().unwrap();
+        assert_eq!(rec.state, KeyState::Sent);
+        assert_eq!(rec.submit_by.map(|t| t.timestamp_millis()), Some(by.timestamp_millis()));
         std::fs::remove_file(path).unwrap();
     }
 }
@@ -359,13 +435,18 @@ mod fenced_tests {
     #[tokio::test]
     async fn refusals_happen_before_the_handler_runs() {
         let inner = Arc::new(Counting::default());
-        let fenced = Fenced { inner: inner.clone(), keys: Arc::new(MemoryKeyStore::default()), now: Utc::now };
+        let fenced = Fenced {
+            inner: inner.clone(),
+            keys: Arc::new(MemoryKeyStore::default()),
+            now: Utc::now,
+            skew: chrono::Duration::zero(),
+        };
         let prepared = qtg_core::PreparedAction::new("transfer", "json", "{}".into(), false);
         let call = |key: &'static str, late: bool| SubmitCall {
             prepared: &prepared,
             signed: None,
             idempotency_key: key,
-            submit_by: Utc::now() + chrono::Duration::seconds(if late { -1 } else { 60 }),
+            submit_by: Utc::now() + chrono::Duration::seconds(if late { -1 } else { 600 }),
         };
         let code = |r: ExecutionResult| (r.next_state, r.error_code.unwrap_or_default());
         // Late: refused, nothing recorded, the handler never called.
@@ -380,8 +461,13 @@ mod fenced_tests {
         assert_eq!(fenced.submit("e", &ctx(), &call("m:2", false)).await.unwrap().next_state, NodeState::Submitted);
         let r = fenced.submit("e", &ctx(), &call("m:1", false)).await.unwrap();
         assert_eq!(code(r), (NodeState::Failed, "IDEMPOTENCY_KEY_SUPERSEDED".into()));
-        // A sent key the handler answers FAILED for is voided.
-        assert_eq!(fenced.recover("e", &ctx(), "m:2").await.unwrap().next_state, NodeState::Failed);
+        // A sent key the handler answers FAILED for is not voided while the venue may still
+        // take it (before submit_by + skew): UNKNOWN. After that it is voided.
+        let r = fenced.recover("e", &ctx(), "m:2").await.unwrap();
+        assert_eq!(code(r), (NodeState::Unknown, "ABSENCE_NOT_YET_CONCLUSIVE".into()));
+        let later = Fenced { now: || Utc::now() + chrono::Duration::seconds(1200), ..fenced };
+        assert_eq!(later.recover("e", &ctx(), "m:2").await.unwrap().next_state, NodeState::Failed);
+        let fenced = Fenced { now: Utc::now, ..later };
         let r = fenced.submit("e", &ctx(), &call("m:2", false)).await.unwrap();
         assert_eq!(code(r), (NodeState::Failed, "IDEMPOTENCY_KEY_VOID".into()));
         assert_eq!(inner.submits.load(Ordering::SeqCst), 1, "only attempt m:2 reached the handler");

@@ -84,6 +84,9 @@ pub struct ServeConfig {
     /// The fence's durable key record, shared by every replica ([`crate::FileKeyStore`] for
     /// one). `None` keeps keys in memory only and logs a warning: a restart forgets them.
     pub key_store: Option<Arc<dyn KeyStore>>,
+    /// A recover that finds a sent key absent voids it only after its `submit_by` plus this
+    /// margin (clocks, the venue's history lag); before, the answer is UNKNOWN. `None`: 5 s.
+    pub clock_skew: Option<std::time::Duration>,
 }
 
 #[derive(Clone)]
@@ -169,7 +172,11 @@ pub async fn serve<H: Handler>(
             Arc::new(MemoryKeyStore::default())
         }
     };
-    let handler = Arc::new(Fenced { inner: handler, keys, now: chrono::Utc::now });
+    let skew = config
+        .clock_skew
+        .and_then(|d| chrono::Duration::from_std(d).ok())
+        .unwrap_or_else(|| chrono::Duration::seconds(5));
+    let handler = Arc::new(Fenced { inner: handler, keys, now: chrono::Utc::now, skew });
     let mut running = Running { grpc_addr: None, http_addr: None, tasks: Vec::new() };
     if let Some(addr) = config.grpc_addr {
         let listener = tokio::net::TcpListener::bind(addr).await?;

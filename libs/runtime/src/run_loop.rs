@@ -1,5 +1,7 @@
 //! The seed's `run_loop`: call `tick` forever; it returns how many items it processed. After
-//! a tick that processed something the next runs at once (drain); after an idle one the loop
+//! a tick that processed something the next runs at once (drain), and a tick that is still
+//! running after 50 ms (an executor call in flight) recruits another loop of the worker, so
+//! slow calls overlap instead of queueing; after an idle one the loop
 //! sleeps `interval ± jitter` (at least 0.1 s) or until woken by NOTIFY; after 5 consecutive
 //! errors it backs off `min(2^n, 60)` s. Shutdown is only observed between ticks, so the item
 //! in hand is always finished.
@@ -17,6 +19,8 @@ use crate::wake::Waker;
 pub const MAX_CONSECUTIVE_ERRORS: u32 = 5;
 pub const MAX_BACKOFF_SECONDS: f64 = 60.0;
 pub const MIN_SLEEP: Duration = Duration::from_millis(100);
+/// A tick running longer than this recruits another loop of its worker.
+pub const RECRUIT_AFTER: Duration = Duration::from_millis(50);
 
 #[derive(Clone)]
 pub struct LoopSpec {
@@ -26,7 +30,15 @@ pub struct LoopSpec {
     pub jitter: Duration,
     /// Woken early by NOTIFY; the interval stays the safety net.
     pub wake: Option<Waker>,
+    /// A second (third…) claim loop of the same worker in one process: it ignores `due_in`
+    /// (the first loop wakes for scheduled work and recruits the others while work lasts), so
+    /// an idle process polls about once per `interval` however many loops it runs. Its own
+    /// `interval` is the long safety net.
+    pub secondary: bool,
 }
+
+/// How much longer a secondary loop's idle poll is than the first loop's.
+pub const SECONDARY_INTERVAL_FACTOR: u32 = 10;
 
 /// The pause after a tick: `None` = run again now.
 pub fn pause_after(
@@ -81,7 +93,19 @@ pub async fn run_loop<F, Fut>(
     tracing::info!(worker = %spec.name, interval_s = spec.interval.as_secs_f64(), "worker loop started");
     while !shutdown.is_cancelled() {
         let started = Instant::now();
-        let result = tick().await;
+        // A tick still running after RECRUIT_AFTER is working (an idle tick is one quick
+        // statement): bring one more loop in now rather than after a slow call.
+        let fut = tick();
+        tokio::pin!(fut);
+        let result = tokio::select! {
+            r = &mut fut => r,
+            _ = tokio::time::sleep(RECRUIT_AFTER) => {
+                if let Some(w) = &spec.wake {
+                    w.recruit();
+                }
+                fut.await
+            }
+        };
         metrics.observe_tick(&spec.name, started.elapsed());
         let outcome = match result {
             Ok(t) => {
@@ -100,7 +124,11 @@ pub async fn run_loop<F, Fut>(
         if let Some(hb) = &heartbeat {
             hb.beat().await;
         }
-        match pause_after(&outcome, consecutive_errors, spec.interval, spec.jitter) {
+        let for_pause = match &outcome {
+            Ok(t) if spec.secondary => Ok(Tick { due_in: None, ..*t }),
+            other => *other,
+        };
+        match pause_after(&for_pause, consecutive_errors, spec.interval, spec.jitter) {
             None => {
                 // Work exists: bring one more loop in, then drain.
                 if let Some(w) = &spec.wake {
@@ -159,6 +187,7 @@ mod tests {
             interval: Duration::from_secs(3600),
             jitter: Duration::ZERO,
             wake: Some(waker),
+            secondary: false,
         };
         let c = calls.clone();
         let task = tokio::spawn(run_loop(spec, shutdown.clone(), Metrics::new(), None, move || {
@@ -182,7 +211,13 @@ mod tests {
     async fn backs_off_after_five_errors() {
         let calls = Arc::new(AtomicUsize::new(0));
         let shutdown = CancellationToken::new();
-        let spec = LoopSpec { name: "t".into(), interval: Duration::from_secs(1), jitter: Duration::ZERO, wake: None };
+        let spec = LoopSpec {
+            name: "t".into(),
+            interval: Duration::from_secs(1),
+            jitter: Duration::ZERO,
+            wake: None,
+            secondary: false,
+        };
         let c = calls.clone();
         let task = tokio::spawn(run_loop(spec, shutdown.clone(), Metrics::new(), None, move || {
             c.fetch_add(1, Ordering::SeqCst);

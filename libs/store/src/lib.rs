@@ -45,13 +45,19 @@ pub struct SessionLimits {
 
 /// Opens a pool of at most `max_connections`.
 pub async fn connect(url: &str, max_connections: u32) -> Result<PgPool> {
-    connect_limited(url, max_connections, None).await
+    connect_limited(url, max_connections, None, "qtg").await
 }
 
 /// Opens a pool whose connections carry `limits` and keep `synchronous_commit` on (a commit
 /// is durable before a worker acts on it; failover must go to a synchronous standby).
-pub async fn connect_limited(url: &str, max_connections: u32, limits: Option<SessionLimits>) -> Result<PgPool> {
-    let mut options = sqlx::postgres::PgConnectOptions::from_str(url)?.application_name("qtg");
+/// `application_name` is the binary's name, so `pg_stat_activity` tells the workers apart.
+pub async fn connect_limited(
+    url: &str,
+    max_connections: u32,
+    limits: Option<SessionLimits>,
+    application_name: &str,
+) -> Result<PgPool> {
+    let mut options = sqlx::postgres::PgConnectOptions::from_str(url)?.application_name(application_name);
     if let Some(l) = limits {
         options = options.options([
             ("lock_timeout", format!("{}ms", l.lock_timeout.as_millis().max(1))),
@@ -66,6 +72,24 @@ pub async fn connect_limited(url: &str, max_connections: u32, limits: Option<Ses
         .connect_with(options)
         .await?;
     Ok(pool)
+}
+
+/// The session settings a connection of `pool` runs with (as the server reports them).
+#[derive(Debug, Clone)]
+pub struct SessionSettings {
+    pub lock_timeout: String,
+    pub idle_in_transaction_session_timeout: String,
+    pub synchronous_commit: String,
+}
+
+pub async fn session_settings(pool: &PgPool) -> Result<SessionSettings> {
+    let (lock_timeout, idle_in_transaction_session_timeout, synchronous_commit) = sqlx::query_as(
+        "SELECT current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout'),
+                current_setting('synchronous_commit')",
+    )
+    .fetch_one(pool)
+    .await?;
+    Ok(SessionSettings { lock_timeout, idle_in_transaction_session_timeout, synchronous_commit })
 }
 
 /// Applies pending migrations (idempotent; safe under concurrent starters thanks to sqlx's

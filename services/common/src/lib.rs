@@ -67,19 +67,31 @@ pub async fn boot(binary: &'static str, migrate_default: bool) -> anyhow::Result
         lock_timeout: settings.db_lock_timeout,
         idle_in_transaction: settings.db_idle_in_transaction_timeout,
     };
-    let pool = qtg_store::connect_limited(&settings.database_url, settings.db_pool_size, Some(limits))
-        .await
-        .context("cannot connect to the database")?;
-    // `--migrate-only` (the Kubernetes migration Job): apply migrations and exit.
+    // `--migrate-only` (the Kubernetes migration Job): apply migrations and exit. Migrations
+    // run on a connection of their own, without the workers' lock_timeout: a starter waits
+    // for another one's migration (sqlx's advisory lock) instead of failing.
     let migrate_only = std::env::args().any(|a| a == "--migrate-only");
     if settings.migrate || migrate_only {
-        qtg_store::migrate(&pool).await.context("migrations failed")?;
+        let migrator = qtg_store::connect_limited(&settings.database_url, 1, None, binary)
+            .await
+            .context("cannot connect to the database")?;
+        qtg_store::migrate(&migrator).await.context("migrations failed")?;
+        migrator.close().await;
         tracing::info!("migrations applied");
     }
     if migrate_only {
-        pool.close().await;
         std::process::exit(0);
     }
+    let pool = qtg_store::connect_limited(&settings.database_url, settings.db_pool_size, Some(limits), binary)
+        .await
+        .context("cannot connect to the database")?;
+    let session = qtg_store::session_settings(&pool).await.context("cannot read the session settings")?;
+    tracing::info!(
+        lock_timeout = %session.lock_timeout,
+        idle_in_transaction_session_timeout = %session.idle_in_transaction_session_timeout,
+        synchronous_commit = %session.synchronous_commit,
+        "database session limits"
+    );
     let registry = Arc::new(load_registry(&settings, &pool)?);
     let hostname =
         std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "host".into());
@@ -180,12 +192,17 @@ impl Process {
                 _ => None,
             };
             for i in 0..self.settings.concurrency(kind) {
-                let interval = self.settings.interval(kind);
+                // The first loop polls at the seed's interval; the others are woken (NOTIFY, or
+                // recruited by a loop that found work) and poll only as a long safety net.
+                let secondary = i > 0;
+                let interval = self.settings.interval(kind)
+                    * if secondary { qtg_runtime::run_loop::SECONDARY_INTERVAL_FACTOR } else { 1 };
                 let spec = LoopSpec {
                     name: kind.name().to_string(),
                     interval,
                     jitter: interval / 10,
                     wake: channel.map(|c| hub.subscribe(c)),
+                    secondary,
                 };
                 let engine = engine.clone();
                 let fut = run_loop(spec, self.shutdown.clone(), self.metrics.clone(), Some(hb.clone()), move || {

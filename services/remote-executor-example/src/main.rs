@@ -5,7 +5,7 @@
 //! (answer that method with a contract violation), `fail: [<method>…]` (answer UNAVAILABLE),
 //! `slow: {<method>: ms}`, `oversize: "observe"` (an answer over qtg's size limit).
 //!
-//! Env: `EXAMPLE_KEY_STORE` (a file that keeps the fence's idempotency keys across restarts;
+//! Env: `EXAMPLE_SIGN_DELAY_MS` (the stand-in signer's latency), `EXAMPLE_KEY_STORE` (a file that keeps the fence's idempotency keys across restarts;
 //! unset: in memory, with a warning), `EXAMPLE_GRPC_ADDR` (default 0.0.0.0:50051), `EXAMPLE_HTTP_ADDR` (0.0.0.0:8081),
 //! `EXAMPLE_BEARER_TOKEN` or `EXAMPLE_HMAC_SECRET` (optional), `EXAMPLE_BROKEN=double-submit` (a deliberately broken
 //! executor that executes a repeated idempotency key twice — for the conformance suite).
@@ -194,8 +194,11 @@ impl Handler for Example {
     }
 }
 
-/// A stand-in signer (not real cryptography): signs the allowed payload hash with a key name.
-struct ExampleSigner;
+/// A stand-in signer (not real cryptography): signs the allowed payload hash with a key name,
+/// after `delay` (an MPC round or an HSM queue, for benchmarks).
+struct ExampleSigner {
+    delay: Duration,
+}
 
 fn example_address(signer_key: &str) -> String {
     format!("0x{}", &qtg_core::hash::sha256_hex(signer_key.as_bytes())[..40])
@@ -204,6 +207,9 @@ fn example_address(signer_key: &str) -> String {
 #[async_trait]
 impl SignerHandler for ExampleSigner {
     async fn sign(&self, req: &SignRequest) -> Result<SignResult, SignerError> {
+        if !self.delay.is_zero() {
+            tokio::time::sleep(self.delay).await;
+        }
         let signature = qtg_core::hash::sha256_hex(format!("{}:{}", req.signer_key, req.payload_hash).as_bytes());
         Ok(SignResult {
             signed_tx_hash: Some(format!("0x{}", qtg_core::hash::sha256_hex(signature.as_bytes()))),
@@ -256,9 +262,12 @@ async fn main() -> anyhow::Result<()> {
         grpc_addr: Some(grpc_addr),
         http_addr: Some(http_addr),
         auth,
-        signer: Some(Arc::new(ExampleSigner)),
+        signer: Some(Arc::new(ExampleSigner {
+            delay: Duration::from_millis(var("EXAMPLE_SIGN_DELAY_MS").map(|v| v.parse()).transpose()?.unwrap_or(0)),
+        })),
         tls,
         key_store,
+        clock_skew: None,
     };
     let running = serve(handler, config, shutdown.clone()).await?;
     let s = shutdown.clone();

@@ -72,11 +72,11 @@ async fn a_killed_dispatcher_is_recovered_without_a_second_submit() -> anyhow::R
     assert_eq!(m["request_state"], "COMPLETED", "{m:#}\nrecovery log:\n{}", recovery.log());
     let w = node(&m, "w");
     assert_eq!(w["attempt_no"], 1, "no new attempt was made");
-    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM sim_ledger WHERE request_node_id = $1::uuid")
+    let calls: i64 = sqlx::query_scalar("SELECT count(*) FROM sim_submit_calls WHERE request_node_id = $1::uuid")
         .bind(w["id"].as_str().unwrap())
         .fetch_one(&db.pool)
         .await?;
-    assert_eq!(orders, 1, "the venue saw exactly one submit");
+    assert_eq!(calls, 1, "the venue got exactly one submit call (not only one deduplicated order)");
     let recovered: i64 =
         sqlx::query_scalar("SELECT count(*) FROM node_events WHERE request_node_id = $1::uuid AND method = 'recover'")
             .bind(w["id"].as_str().unwrap())

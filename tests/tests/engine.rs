@@ -103,8 +103,8 @@ async fn unresolved_refs_and_plan_drift_fail_before_anything_is_sent() -> anyhow
     let (state, code, _, _) = node_row(&db.pool, id, "n").await?;
     assert_eq!((state.as_str(), code.as_deref()), ("FAILED", Some("PLAN_HASH_DRIFT")));
     assert_eq!(request_state(&db.pool, id).await?, "FAILED");
-    let orders: i64 = sqlx::query_scalar("SELECT count(*) FROM sim_ledger").fetch_one(&db.pool).await?;
-    assert_eq!(orders, 1, "only node a reached the venue");
+    let calls: i64 = sqlx::query_scalar("SELECT count(*) FROM sim_submit_calls").fetch_one(&db.pool).await?;
+    assert_eq!(calls, 1, "only node a reached the venue, with one call");
     db.drop_db().await;
     Ok(())
 }

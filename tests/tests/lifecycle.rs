@@ -177,9 +177,11 @@ async fn movements_run_to_their_end_states_across_separate_workers() -> anyhow::
         .await?;
     assert_eq!(attention, 1, "MANUAL_INTERVENTION sends request_attention");
 
-    // Never more than one venue order per node.
+    // Never more than one venue execution per node, across all its attempts (retries
+    // included), counted from the venue's submit calls.
     let doubled: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM (SELECT request_node_id FROM sim_ledger GROUP BY 1 HAVING count(*) > 1) d",
+        "SELECT count(*) FROM (SELECT request_node_id FROM sim_submit_calls WHERE outcome = 'executed'
+                               GROUP BY 1 HAVING count(*) > 1) d",
     )
     .fetch_one(&db.pool)
     .await?;

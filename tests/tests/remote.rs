@@ -121,6 +121,24 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
 
     let m = wait_state(&api, r, &signed_id, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], t).await?;
     assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+
+    // At the venue: every submit call the executor received, and at most one execution per node
+    // across all of its keys (the slow and garbled submits were recovered, not re-submitted).
+    let mut calls: std::collections::HashMap<String, (u32, u32)> = Default::default();
+    for line in remote.proc.log().lines() {
+        let Ok(v) = serde_json::from_str::<Value>(line) else { continue };
+        if v["message"] == "submit call" {
+            let key = v["idempotency_key"].as_str().unwrap_or_default();
+            let node = key.rsplit_once(':').map(|(n, _)| n.to_string()).unwrap_or_default();
+            let e = calls.entry(node).or_default();
+            e.0 += 1;
+            e.1 += u32::from(v["executed"] == true);
+        }
+    }
+    assert!(!calls.is_empty(), "the example logged its submit calls");
+    for (node, (n, executed)) in &calls {
+        assert_eq!((*n, *executed), (1, 1), "node {node}: {n} submit call(s), {executed} execution(s)");
+    }
     let addresses: Vec<Option<String>> = sqlx::query_scalar(
         "SELECT payload->>'signer_address' FROM artifacts WHERE request_id = $1::uuid AND kind = 'sign_result' ORDER BY created_at",
     )

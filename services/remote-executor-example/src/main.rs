@@ -119,8 +119,13 @@ impl Handler for Example {
             let mut ledger = self.ledger.lock().await;
             match ledger.get(idempotency_key) {
                 // Same key, same order: never a second effect.
-                Some(o) if !self.double_submit => o.clone(),
+                Some(o) if !self.double_submit => {
+                    tracing::info!(idempotency_key, executed = false, "submit call");
+                    o.clone()
+                }
                 _ => {
+                    // Every execution at this stand-in venue is logged: tests count them.
+                    tracing::info!(idempotency_key, executed = true, "submit call");
                     let o = Order { ref_id: format!("ex-{}", uuid::Uuid::new_v4().simple()), polls: 0 };
                     ledger.insert(idempotency_key.to_string(), o.clone());
                     o

@@ -228,7 +228,13 @@ fn target(addr: &str, transport: qtg_executor_sdk::conformance::Transport) -> qt
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_passes_conformance_on_both_transports_and_a_broken_one_fails() -> anyhow::Result<()> {
     use qtg_executor_sdk::conformance::{run, Transport};
-    let env = [("EXAMPLE_GRPC_ADDR", "127.0.0.1:0"), ("EXAMPLE_HTTP_ADDR", "127.0.0.1:0")];
+    let keys = std::env::temp_dir().join(format!("qtg-conformance-keys-{}.jsonl", uuid::Uuid::new_v4()));
+    let keys = keys.to_string_lossy().to_string();
+    let env = [
+        ("EXAMPLE_GRPC_ADDR", "127.0.0.1:0"),
+        ("EXAMPLE_HTTP_ADDR", "127.0.0.1:0"),
+        ("EXAMPLE_KEY_STORE", keys.as_str()),
+    ];
     let good = Proc::spawn("qtg-remote-executor-example", "unused", &env).await?;
     let grpc = good.wait_field("grpc_addr", Duration::from_secs(20)).await?;
     let http = good.wait_field("http_addr", Duration::from_secs(20)).await?;
@@ -244,7 +250,8 @@ async fn the_example_passes_conformance_on_both_transports_and_a_broken_one_fail
     assert_eq!(out.status.code(), Some(0), "{table}");
     assert!(table.contains("12 of 12 checks passed"), "{table}");
 
-    let broken_env = [env[0], env[1], ("EXAMPLE_BROKEN", "double-submit")];
+    let broken_keys = format!("{keys}.broken");
+    let broken_env = [env[0], env[1], ("EXAMPLE_BROKEN", "double-submit"), ("EXAMPLE_KEY_STORE", broken_keys.as_str())];
     let broken = Proc::spawn("qtg-remote-executor-example", "unused", &broken_env).await?;
     let http = broken.wait_field("http_addr", Duration::from_secs(20)).await?;
     let report = run(&target(&http, Transport::Http)).await;
@@ -258,7 +265,9 @@ async fn the_example_passes_conformance_on_both_transports_and_a_broken_one_fail
     assert!(String::from_utf8_lossy(&out.stdout).contains("FAIL    repeated submit, same key"));
 
     // Bearer-protected: refused without the token, conformant with it.
-    let token_env = [env[0], env[1], ("EXAMPLE_BEARER_TOKEN", "s3cret-token")];
+    let token_keys = format!("{keys}.token");
+    let token_env =
+        [env[0], env[1], ("EXAMPLE_BEARER_TOKEN", "s3cret-token"), ("EXAMPLE_KEY_STORE", token_keys.as_str())];
     let guarded = Proc::spawn("qtg-remote-executor-example", "unused", &token_env).await?;
     let grpc = guarded.wait_field("grpc_addr", Duration::from_secs(20)).await?;
     let mut t = target(&grpc, Transport::Grpc);
@@ -282,11 +291,13 @@ async fn remote_calls_run_over_tls_verified_by_a_ca_file() -> anyhow::Result<()>
     std::fs::write(&cert_path, cert.cert.pem())?;
     std::fs::write(&key_path, cert.signing_key.serialize_pem())?;
     let (c, k) = (cert_path.to_string_lossy().to_string(), key_path.to_string_lossy().to_string());
+    let keys = dir.join("keys.jsonl").to_string_lossy().to_string();
     let env = [
         ("EXAMPLE_GRPC_ADDR", "127.0.0.1:0"),
         ("EXAMPLE_HTTP_ADDR", "127.0.0.1:0"),
         ("EXAMPLE_TLS_CERT", c.as_str()),
         ("EXAMPLE_TLS_KEY", k.as_str()),
+        ("EXAMPLE_KEY_STORE", keys.as_str()),
     ];
     let example = Proc::spawn("qtg-remote-executor-example", "unused", &env).await?;
     let grpc = example.wait_field("grpc_addr", Duration::from_secs(20)).await?;

@@ -187,13 +187,16 @@ pub async fn stale_answer(
     item: &WorkItem,
     method: &'static str,
     result: &ExecutionResult,
+    from_executor: bool,
     actor: &str,
 ) -> Result<()> {
     let Some(now) = qtg_store::claims::node_now(conn, item.node_id).await? else {
         return Ok(());
     };
-    let late =
-        result.next_state != NodeState::Failed && matches!(now.node_state, NodeState::Failed | NodeState::Cancelled);
+    // Only an executor's own answer reports an effect; a timeout or transport error is no news.
+    let late = from_executor
+        && result.next_state != NodeState::Failed
+        && matches!(now.node_state, NodeState::Failed | NodeState::Cancelled);
     if !late {
         let detail = format!(
             "answer {} for attempt {} not applied: the node is {} at attempt {}",

@@ -456,6 +456,7 @@ impl Engine {
         // An UNKNOWN from submit gets the lane's grace counted from now, the end of the call:
         // the venue may still be processing what it received.
         let grace = self.settings.grace.of(c.item.lane);
+        let from_executor = res.is_ok();
         let (result, call) = match res {
             Ok(mut result) => {
                 if result.next_state == NodeState::Unknown {
@@ -503,7 +504,7 @@ impl Engine {
             Ok(_) => {}
             Err(EngineError::Store(StoreError::StaleState { .. })) => {
                 record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
-                crate::advance::stale_answer(&mut tx, &item, "submit", &result, &self.actor).await?;
+                crate::advance::stale_answer(&mut tx, &item, "submit", &result, from_executor, &self.actor).await?;
             }
             Err(e) => return Err(e),
         }

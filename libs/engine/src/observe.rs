@@ -86,7 +86,7 @@ impl Engine {
                         Err(crate::EngineError::Store(qtg_store::StoreError::StaleState { .. })) => {
                             record_calls(&mut tx, item.request_id, item.node_id, item.attempt_no, &calls, &self.actor)
                                 .await?;
-                            stale_answer(&mut tx, &item, name, &result, &self.actor).await?
+                            stale_answer(&mut tx, &item, name, &result, true, &self.actor).await?
                         }
                         Err(e) => return Err(e),
                     }

@@ -252,6 +252,9 @@ pub(crate) struct Fenced<H> {
     pub keys: std::sync::Arc<dyn KeyStore>,
     /// The clock (tests move it).
     pub now: fn() -> DateTime<Utc>,
+    /// A key store that survives restarts: only then does "never recorded" prove "never
+    /// sent". With a memory store, Recover of an unknown key goes to the handler instead.
+    pub durable: bool,
     /// Margin for clocks and the venue's history lag: a sent key is voided on a FAILED
     /// recover only once its `submit_by` plus this has passed.
     pub skew: chrono::Duration,
@@ -313,6 +316,7 @@ impl<H: Handler> Handler for Fenced<H> {
     ) -> Result<ExecutionResult, HandlerError> {
         let (node, attempt) = parse_key(idempotency_key)?;
         match self.keys.state(idempotency_key).await.map_err(unavailable)? {
+            None if !self.durable => self.inner.recover(executor_key, ctx, idempotency_key).await,
             None => {
                 // Never recorded, so never sent: void it, so no later Submit executes it.
                 self.keys.void(node, attempt, idempotency_key).await.map_err(unavailable)?;
@@ -440,6 +444,7 @@ mod fenced_tests {
             keys: Arc::new(MemoryKeyStore::default()),
             now: Utc::now,
             skew: chrono::Duration::zero(),
+            durable: true,
         };
         let prepared = qtg_core::PreparedAction::new("transfer", "json", "{}".into(), false);
         let call = |key: &'static str, late: bool| SubmitCall {

@@ -165,6 +165,7 @@ pub async fn serve<H: Handler>(
     config: ServeConfig,
     shutdown: CancellationToken,
 ) -> anyhow::Result<Running> {
+    let durable = config.key_store.is_some();
     let keys: Arc<dyn KeyStore> = match config.key_store.clone() {
         Some(k) => k,
         None => {
@@ -176,7 +177,7 @@ pub async fn serve<H: Handler>(
         .clock_skew
         .and_then(|d| chrono::Duration::from_std(d).ok())
         .unwrap_or_else(|| chrono::Duration::seconds(5));
-    let handler = Arc::new(Fenced { inner: handler, keys, now: chrono::Utc::now, skew });
+    let handler = Arc::new(Fenced { inner: handler, keys, now: chrono::Utc::now, skew, durable });
     let mut running = Running { grpc_addr: None, http_addr: None, tasks: Vec::new() };
     if let Some(addr) = config.grpc_addr {
         let listener = tokio::net::TcpListener::bind(addr).await?;

@@ -158,7 +158,7 @@ WITH clk AS (SELECT clock_timestamp() AS ts), upd AS (
       AND ($25::int IS NULL OR n.attempt_no = $25)
       AND (NOT $26 OR n.provider_refs ? '__submit_attempt_pending')
       AND (NOT $27 OR (
-          EXISTS (SELECT 1 FROM movement_requests r WHERE r.id = n.request_id AND r.request_state = 'EXECUTING')
+          EXISTS (SELECT 1 FROM movement_requests r WHERE r.id = n.request_id AND r.request_state = 'EXECUTING' FOR SHARE)
           AND NOT EXISTS (SELECT 1 FROM plan_nodes p WHERE p.id = n.plan_node_id AND {PAUSED})))
     RETURNING n.id, n.request_id, n.node_key, n.node_state, n.attempt_no, n.provider_state, n.error_code,
         n.error_detail, n.submit_by
@@ -209,7 +209,7 @@ WITH clk AS (SELECT clock_timestamp() AS ts), upd AS (
     ORDER BY ev.ord
 ), art AS (
     INSERT INTO artifacts (id, request_id, request_node_id, attempt_no, kind, payload, payload_hash)
-    SELECT gen_random_uuid(), upd.request_id, upd.id, upd.attempt_no, a->>'kind', a->'payload', a->>'payload_hash'
+    SELECT gen_random_uuid(), upd.request_id, upd.id, COALESCE($33::int, upd.attempt_no), a->>'kind', a->'payload', a->>'payload_hash'
     FROM upd CROSS JOIN jsonb_array_elements($34::jsonb) AS a
 ), ntf AS (
     SELECT pg_notify($19::text, '') FROM upd WHERE $19::text IS NOT NULL

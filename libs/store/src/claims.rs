@@ -144,27 +144,14 @@ pub async fn claim(
     served: &[String],
     node_id: Uuid,
 ) -> Result<Option<WorkItem>> {
-    let sql = format!(
-        "SELECT {WORK_ITEM_COLUMNS} {WORK_ITEM_FROM}
-         WHERE n.id = $1 AND {} FOR UPDATE OF n, r SKIP LOCKED",
-        pickup.predicate(2)
-    );
     let mut savepoint = conn.begin().await?;
-    let row = bind_lane(sqlx::query(AssertSqlSafe(sql)).bind(node_id).bind(served), pickup)
-        .fetch_optional(&mut *savepoint)
-        .await?;
-    match row {
-        Some(row) => {
-            let item = WorkItem::from_row(&row)?;
-            savepoint.commit().await?;
-            Ok(Some(item))
-        }
-        None => {
-            savepoint.rollback().await?;
-            qtg_telemetry::sink().claim_miss(pickup.name());
-            Ok(None)
-        }
+    let item = claim_first(&mut savepoint, pickup, served, node_id).await?;
+    if item.is_some() {
+        savepoint.commit().await?;
+    } else {
+        savepoint.rollback().await?;
     }
+    Ok(item)
 }
 
 /// Claims the first free candidate of up to `scan` listed ones.

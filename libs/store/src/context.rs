@@ -31,17 +31,20 @@ pub async fn request_snapshot_for_update(
     snapshot(conn, request_id, SNAPSHOT_FOR_UPDATE).await
 }
 
-const SNAPSHOT: &str =
-    "SELECT r.request_state, n.id, n.node_key, n.node_kind, n.node_state, n.provider_refs, n.error_code,
-        (n.submit_accepted_at IS NOT NULL) AS submit_accepted
- FROM movement_requests r JOIN movement_request_nodes n ON n.request_id = r.id
- WHERE r.id = $1 ORDER BY n.node_key";
+macro_rules! snapshot_sql {
+    ($tail:literal) => {
+        concat!(
+            "SELECT r.request_state, n.id, n.node_key, n.node_kind, n.node_state, n.provider_refs, n.error_code,
+                    (n.submit_accepted_at IS NOT NULL) AS submit_accepted
+             FROM movement_requests r JOIN movement_request_nodes n ON n.request_id = r.id
+             WHERE r.id = $1 ORDER BY n.node_key",
+            $tail
+        )
+    };
+}
 
-const SNAPSHOT_FOR_UPDATE: &str =
-    "SELECT r.request_state, n.id, n.node_key, n.node_kind, n.node_state, n.provider_refs, n.error_code,
-        (n.submit_accepted_at IS NOT NULL) AS submit_accepted
- FROM movement_requests r JOIN movement_request_nodes n ON n.request_id = r.id
- WHERE r.id = $1 ORDER BY n.node_key FOR UPDATE OF r";
+const SNAPSHOT: &str = snapshot_sql!("");
+const SNAPSHOT_FOR_UPDATE: &str = snapshot_sql!(" FOR UPDATE OF r");
 
 async fn snapshot(
     conn: &mut PgConnection,

@@ -4,7 +4,7 @@ export CARGO_TERM_COLOR ?= never
 
 DB_ADMIN_URL = $(shell ./scripts/ensure-postgres.sh)
 
-.PHONY: run test build lint lint-deploy fmt bench db
+.PHONY: run test build lint lint-deploy lint-proto fmt bench db
 
 build:
 	cargo build --workspace --bins
@@ -19,11 +19,17 @@ test:
 	cargo build --workspace --bins && \
 	DATABASE_URL="$$url" QTG_TEST_DATABASE_URL="$$url" cargo test --workspace -- --test-threads=4
 	@$(MAKE) --no-print-directory lint-deploy
+	@$(MAKE) --no-print-directory lint-proto
 
 ## Render the Helm chart (default and full values) and k8s/, lint, validate strictly against
 ## the Kubernetes schemas and assert the deployment properties (Python venv in .qtg/).
 lint-deploy:
 	@./scripts/lint-deploy.sh
+
+## Protocol compatibility of proto/: `buf lint` (STANDARD, exceptions in buf.yaml) and
+## `buf breaking` against the last release's protos in proto-released/ (buf from npm, in .qtg/).
+lint-proto:
+	@./scripts/buf.sh
 
 lint:
 	cargo fmt --all -- --check

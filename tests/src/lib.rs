@@ -337,7 +337,10 @@ pub fn fast_recovery() -> HashMap<&'static str, &'static str> {
 pub fn sim_engine(db: &TestDb, settings: qtg_engine::EngineSettings) -> anyhow::Result<qtg_engine::Engine> {
     let text = std::fs::read_to_string(registry_file())?;
     let file = qtg_executor::RegistryFile::parse(&text)?;
-    let registry = qtg_executor::Registry::build(&file, &qtg_sim::SimFactory { venue: db.pool.clone() }, &|_| None)?;
+    let none = |_: &str| None;
+    let sim =
+        qtg_sim::lane(&qtg_executor::LaneContext { pool: &db.pool, setting: &none }).map_err(anyhow::Error::msg)?;
+    let registry = qtg_executor::Registry::build(&file, &[sim], &none)?;
     Ok(qtg_engine::Engine {
         pool: db.pool.clone(),
         registry: Arc::new(registry),

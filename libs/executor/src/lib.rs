@@ -11,7 +11,8 @@ use qtg_core::{ExecutionContext, ExecutionResult, PreparedAction, SignRequest, S
 use serde_json::Value;
 
 pub use registry::{
-    EntrySpec, ExecutorEntry, Fence, LocalFactory, Registry, RegistryError, RegistryFile, SignerEntry, Transport,
+    EntrySpec, ExecutorEntry, Fence, LaneContext, LaneFactory, LanePlugin, Registry, RegistryError, RegistryFile,
+    SignerEntry, Transport,
 };
 
 /// Why a call produced no answer qtg can use. The engine maps each to the method's failure

@@ -41,8 +41,11 @@ pub struct EntrySpec {
     pub lane: Option<Lane>,
     pub auth: Option<toml::Value>,
     pub tls: Option<toml::Value>,
-    /// How the venue fences a stale attempt (DESIGN.md §2.2); executors only.
+    /// How the venue fences a stale attempt (docs/architecture.md, "The fence"); executors
+    /// only.
     pub fence: Option<Fence>,
+    /// A local entry's own settings, read by its lane (e.g. which venue account it acts for).
+    pub config: Option<toml::Table>,
 }
 
 /// What stops an armed attempt from executing late, so that absence at the venue can become
@@ -90,10 +93,32 @@ impl RegistryFile {
     }
 }
 
-/// Builds compiled-in implementations by name.
-pub trait LocalFactory {
-    fn executor(&self, implementation: &str, key: &str) -> Option<Arc<dyn Executor>>;
-    fn signer(&self, implementation: &str, key: &str) -> Option<Arc<dyn Signer>>;
+/// What `services/` hands a lane when it builds it: the database (a lane may own tables;
+/// its migrations live with the others) and the key → value source of its settings.
+pub struct LaneContext<'a> {
+    pub pool: &'a sqlx::PgPool,
+    pub setting: &'a dyn Fn(&str) -> Option<String>,
+}
+
+/// Each lane crate's entry point: `pub fn lane(ctx: &LaneContext) -> Result<Box<dyn
+/// LanePlugin>, String>` (an error = a setting the lane cannot run with).
+pub type LaneFactory = fn(&LaneContext<'_>) -> Result<Box<dyn LanePlugin>, String>;
+
+/// A compiled-in lane (`libs/executors/<lane>`): builds the executors and signers that local
+/// registry entries name with `impl = "<name>"`. `services/common/src/lanes.rs` lists the
+/// lanes a binary has; a lane reads its own settings from the key → value source `services/`
+/// hands it when constructing it.
+pub trait LanePlugin: Send + Sync {
+    /// The `impl` name entries use.
+    fn name(&self) -> &'static str;
+    /// The executor of entry `key` (`config` = the entry's `config` table). An error is the
+    /// entry's: the registry refuses to load.
+    fn executor(&self, key: &str, config: Option<&toml::Table>) -> Result<Arc<dyn Executor>, String>;
+    /// The signer of entry `key`; a lane without signers refuses.
+    fn signer(&self, key: &str, config: Option<&toml::Table>) -> Result<Arc<dyn Signer>, String> {
+        let _ = config;
+        Err(format!("lane {:?} has no signer (entry {key:?})", self.name()))
+    }
 }
 
 #[derive(Clone)]
@@ -124,12 +149,12 @@ pub struct Registry {
 }
 
 impl Registry {
-    /// Builds every entry: local ones from `local`, remote ones as gRPC / HTTP clients.
-    /// `secret` resolves the environment variables an entry's `auth` names (only `services/`
-    /// reads the environment).
+    /// Builds every entry: local ones by the lane their `impl` names (one of `lanes`), remote
+    /// ones as gRPC / HTTP clients. `secret` resolves the environment variables an entry's
+    /// `auth` names (only `services/` reads the environment).
     pub fn build(
         file: &RegistryFile,
-        local: &dyn LocalFactory,
+        lanes: &[Box<dyn LanePlugin>],
         secret: &dyn Fn(&str) -> Option<String>,
     ) -> Result<Self, RegistryError> {
         let mut registry = Registry::default();
@@ -144,13 +169,9 @@ impl Registry {
                 _ => Some(std::time::Duration::from_millis(spec.timeout_ms.unwrap_or(DEFAULT_REMOTE_TIMEOUT_MS))),
             };
             let executor: Arc<dyn Executor> = match spec.transport {
-                Transport::Local => {
-                    let implementation = local_impl(key, spec)?;
-                    local.executor(implementation, key).ok_or_else(|| RegistryError::Entry {
-                        key: key.clone(),
-                        reason: format!("no compiled-in executor implementation {implementation:?}"),
-                    })?
-                }
+                Transport::Local => lane_of(key, spec, lanes)?
+                    .executor(key, spec.config.as_ref())
+                    .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
                 Transport::Grpc => Arc::new(
                     RemoteExecutor::grpc(key, endpoint(key, spec, secret)?)
                         .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
@@ -170,13 +191,9 @@ impl Registry {
                 return Err(RegistryError::Entry { key: key.clone(), reason: "`fence` is for executors".into() });
             }
             let signer: Arc<dyn Signer> = match spec.transport {
-                Transport::Local => {
-                    let implementation = local_impl(key, spec)?;
-                    local.signer(implementation, key).ok_or_else(|| RegistryError::Entry {
-                        key: key.clone(),
-                        reason: format!("no compiled-in signer implementation {implementation:?}"),
-                    })?
-                }
+                Transport::Local => lane_of(key, spec, lanes)?
+                    .signer(key, spec.config.as_ref())
+                    .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
                 Transport::Grpc => Arc::new(
                     RemoteSigner::grpc(endpoint(key, spec, secret)?)
                         .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
@@ -232,10 +249,18 @@ impl Registry {
     }
 }
 
-fn local_impl<'a>(key: &str, spec: &'a EntrySpec) -> Result<&'a str, RegistryError> {
-    spec.implementation
-        .as_deref()
-        .ok_or_else(|| RegistryError::Entry { key: key.to_string(), reason: "a local entry needs `impl`".into() })
+/// The compiled-in lane a local entry's `impl` names.
+fn lane_of<'a>(
+    key: &str,
+    spec: &EntrySpec,
+    lanes: &'a [Box<dyn LanePlugin>],
+) -> Result<&'a dyn LanePlugin, RegistryError> {
+    let bad = |reason: String| RegistryError::Entry { key: key.to_string(), reason };
+    let name = spec.implementation.as_deref().ok_or_else(|| bad("a local entry needs `impl`".into()))?;
+    lanes.iter().find(|l| l.name() == name).map(|l| l.as_ref()).ok_or_else(|| {
+        let known: Vec<&str> = lanes.iter().map(|l| l.name()).collect();
+        bad(format!("no compiled-in lane {name:?} (this build has: {})", known.join(", ")))
+    })
 }
 
 /// Default deadline of a remote call when the entry sets no `timeout_ms`.
@@ -325,19 +350,9 @@ impl = "sim"
 mod remote_tests {
     use super::*;
 
-    struct NoLocal;
-    impl LocalFactory for NoLocal {
-        fn executor(&self, _: &str, _: &str) -> Option<Arc<dyn Executor>> {
-            None
-        }
-        fn signer(&self, _: &str, _: &str) -> Option<Arc<dyn Signer>> {
-            None
-        }
-    }
-
     fn build(text: &str) -> Result<Registry, RegistryError> {
         let env = |v: &str| (v == "SOL_TOKEN").then(|| "t0k3n".to_string());
-        Registry::build(&RegistryFile::parse(text)?, &NoLocal, &env)
+        Registry::build(&RegistryFile::parse(text)?, &[], &env)
     }
 
     #[tokio::test]
@@ -375,6 +390,7 @@ endpoint = "http://127.0.0.1:1"
             ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://h\"\nauth = { bearer_env = \"MISSING\" }", "MISSING is not set"),
             ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://h\"\nauth = { bearer_env = \"SOL_TOKEN\", hmac_env = \"SOL_TOKEN\" }", "exactly one"),
             ("[executors.x]\ntransport = \"local\"", "needs `impl`"),
+            ("[executors.x]\ntransport = \"local\"\nimpl = \"cex\"", "no compiled-in lane \"cex\""),
             ("[executors.x]\ntransport = \"grpc\"\nendpoint = \"https://h\"", "needs tls"),
             ("[executors.x]\ntransport = \"grpc\"\nendpoint = \"http://h\"\ntls = { ca_file = \"/x\" }", "needs an https"),
             ("[executors.x]\ntransport = \"http\"\nendpoint = \"https://h\"\ntls = { ca_file = \"/nonexistent/ca.pem\" }", "cannot read"),

@@ -1,61 +1,14 @@
 //! Typed settings, parsed once from a key → value source (the environment, handed in by
 //! `services/`), validated, printable with secrets redacted.
 
-use std::collections::HashMap;
+use std::cell::RefCell;
+use std::collections::{BTreeMap, HashMap};
 use std::fmt;
 use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
-/// The workers qtg runs (DESIGN.md §1); `name` is the seed's name and the heartbeat key.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum WorkerKind {
-    Dispatcher,
-    Observer,
-    Recovery,
-    Expiration,
-    TemplateProposalExpiration,
-    AuditPromoter,
-    CallbackDispatcher,
-    ExecutorHealth,
-}
-
-impl WorkerKind {
-    pub const CORE: [WorkerKind; 3] = [WorkerKind::Dispatcher, WorkerKind::Observer, WorkerKind::Recovery];
-    /// The sidecars built so far (callbacks and health join with their issue).
-    pub const SIDECARS: [WorkerKind; 5] = [
-        WorkerKind::CallbackDispatcher,
-        WorkerKind::ExecutorHealth,
-        WorkerKind::Expiration,
-        WorkerKind::TemplateProposalExpiration,
-        WorkerKind::AuditPromoter,
-    ];
-
-    pub fn name(self) -> &'static str {
-        match self {
-            WorkerKind::Dispatcher => "node_dispatcher",
-            WorkerKind::Observer => "node_observer",
-            WorkerKind::Recovery => "node_recovery",
-            WorkerKind::Expiration => "expiration_checker",
-            WorkerKind::TemplateProposalExpiration => "template_proposal_expiration",
-            WorkerKind::AuditPromoter => "audit_outbox_promoter",
-            WorkerKind::CallbackDispatcher => "callback_dispatcher",
-            WorkerKind::ExecutorHealth => "executor_health",
-        }
-    }
-
-    pub fn binary(self) -> &'static str {
-        match self {
-            WorkerKind::Dispatcher => "qtg-dispatcher",
-            WorkerKind::Observer => "qtg-observer",
-            WorkerKind::Recovery => "qtg-recovery",
-            WorkerKind::Expiration | WorkerKind::TemplateProposalExpiration => "qtg-expiry",
-            WorkerKind::AuditPromoter => "qtg-audit",
-            WorkerKind::CallbackDispatcher => "qtg-callback",
-            WorkerKind::ExecutorHealth => "qtg-health",
-        }
-    }
-}
+use crate::workers::{Worker, WorkerSettings, MAX_CONCURRENCY};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LogFormat {
@@ -73,14 +26,8 @@ pub struct Settings {
     pub network_class: String,
     pub executor_registry: Option<PathBuf>,
     pub log_format: LogFormat,
-    pub dispatch_interval: Duration,
-    pub observe_interval: Duration,
-    pub recovery_interval: Duration,
-    pub expiration_interval: Duration,
-    pub template_proposal_expiration_interval: Duration,
-    pub audit_promote_interval: Duration,
-    pub callback_interval: Duration,
-    pub health_interval: Duration,
+    /// Each worker of the table handed to [`Settings::from_vars`], by its seed name.
+    pub workers: BTreeMap<&'static str, WorkerSettings>,
     /// A heartbeat older than this is `stale` in `GET /v3/workers`.
     pub worker_stale_seconds: f64,
     /// Secret: never printed.
@@ -89,9 +36,6 @@ pub struct Settings {
     pub callback_timeout: Duration,
     pub callback_allow_private: bool,
     pub callback_allowed_hosts: Vec<String>,
-    pub dispatch_concurrency: usize,
-    pub observe_concurrency: usize,
-    pub recovery_concurrency: usize,
     pub recovery_batch: i64,
     pub observe_batch: i64,
     /// Default and per-lane overrides (`MG_RECOVERY_SUBMITTING_GRACE_SECONDS[_<LANE>]`).
@@ -130,6 +74,9 @@ pub struct Settings {
     pub otlp_endpoint: Option<String>,
     /// `OTEL_SERVICE_NAME` (else the binary's name).
     pub otel_service_name: Option<String>,
+    /// Every setting read and its effective value (defaults included, secrets as `***`), by
+    /// key: what `--print-config` prints and the start-up log shows.
+    pub effective: BTreeMap<String, String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -139,25 +86,53 @@ pub struct ConfigError {
     pub reason: String,
 }
 
-struct Source<'a>(&'a HashMap<String, String>);
+/// The key → value source, recording every setting read with its effective value.
+struct Source<'a> {
+    vars: &'a HashMap<String, String>,
+    seen: RefCell<BTreeMap<String, String>>,
+}
+
+/// How an unset optional setting is printed.
+const UNSET: &str = "(unset)";
 
 impl Source<'_> {
+    /// The raw value (trimmed; empty = unset). Not recorded: typed readers record.
     fn get(&self, key: &str) -> Option<&str> {
-        self.0.get(key).map(|s| s.trim()).filter(|s| !s.is_empty())
+        self.vars.get(key).map(|s| s.trim()).filter(|s| !s.is_empty())
+    }
+
+    fn note(&self, key: &str, value: impl fmt::Display) {
+        self.seen.borrow_mut().insert(key.to_string(), value.to_string());
     }
 
     fn err(key: &str, reason: impl Into<String>) -> ConfigError {
         ConfigError { key: key.into(), reason: reason.into() }
     }
 
-    fn parse<T: std::str::FromStr>(&self, key: &str, default: T) -> Result<T, ConfigError>
+    /// An optional free-form value (recorded as given).
+    fn text(&self, key: &str) -> Option<String> {
+        let v = self.get(key).map(String::from);
+        self.note(key, v.as_deref().unwrap_or(UNSET));
+        v
+    }
+
+    /// A secret: recorded only as set or not.
+    fn secret(&self, key: &str) -> Option<String> {
+        let v = self.get(key).map(String::from);
+        self.note(key, if v.is_some() { "***" } else { UNSET });
+        v
+    }
+
+    fn parse<T: std::str::FromStr + fmt::Display>(&self, key: &str, default: T) -> Result<T, ConfigError>
     where
         T::Err: fmt::Display,
     {
-        match self.get(key) {
-            None => Ok(default),
-            Some(v) => v.parse().map_err(|e| Self::err(key, format!("{v:?}: {e}"))),
-        }
+        let v = match self.get(key) {
+            None => default,
+            Some(v) => v.parse().map_err(|e| Self::err(key, format!("{v:?}: {e}")))?,
+        };
+        self.note(key, &v);
+        Ok(v)
     }
 
     fn seconds(&self, key: &str, default: f64) -> Result<f64, ConfigError> {
@@ -169,20 +144,30 @@ impl Source<'_> {
     }
 
     fn opt_seconds(&self, key: &str) -> Result<Option<f64>, ConfigError> {
-        self.get(key).map(|_| self.seconds(key, 0.0)).transpose()
+        let v = self.get(key).map(|_| self.seconds(key, 0.0)).transpose()?;
+        if v.is_none() {
+            self.note(key, UNSET);
+        }
+        Ok(v)
     }
 
     fn interval(&self, key: &str, default: f64) -> Result<Duration, ConfigError> {
         Ok(Duration::from_secs_f64(self.seconds(key, default)?))
     }
 
+    fn millis(&self, key: &str, default: u64) -> Result<Duration, ConfigError> {
+        Ok(Duration::from_millis(self.parse(key, default)?.max(1)))
+    }
+
     fn flag(&self, key: &str, default: bool) -> Result<bool, ConfigError> {
-        match self.get(key).map(str::to_ascii_lowercase).as_deref() {
-            None => Ok(default),
-            Some("1" | "true" | "yes" | "on") => Ok(true),
-            Some("0" | "false" | "no" | "off") => Ok(false),
-            Some(v) => Err(Self::err(key, format!("{v:?} is not a boolean"))),
-        }
+        let v = match self.get(key).map(str::to_ascii_lowercase).as_deref() {
+            None => default,
+            Some("1" | "true" | "yes" | "on") => true,
+            Some("0" | "false" | "no" | "off") => false,
+            Some(v) => return Err(Self::err(key, format!("{v:?} is not a boolean"))),
+        };
+        self.note(key, v);
+        Ok(v)
     }
 
     fn count(&self, key: &str, default: usize, max: usize) -> Result<usize, ConfigError> {
@@ -192,6 +177,29 @@ impl Source<'_> {
         }
         Ok(v)
     }
+
+    fn list(&self, key: &str) -> Vec<String> {
+        let v: Vec<String> = self
+            .get(key)
+            .map(|v| v.split(',').map(|h| h.trim().to_string()).filter(|h| !h.is_empty()).collect())
+            .unwrap_or_default();
+        self.note(key, if v.is_empty() { UNSET.to_string() } else { v.join(",") });
+        v
+    }
+
+    fn worker<T>(&self, w: &Worker<T>) -> Result<WorkerSettings, ConfigError> {
+        Ok(WorkerSettings {
+            interval: self.interval(w.interval_key, w.default_interval_seconds)?,
+            concurrency: match w.concurrency_key {
+                Some(key) => self.count(key, 1, MAX_CONCURRENCY)?,
+                None => 1,
+            },
+            enabled: match w.enabled_by {
+                Some(flag) => self.flag(flag.key, flag.default)?,
+                None => true,
+            },
+        })
+    }
 }
 
 /// `MG_RISK_HARD_CAP`, `MG_RISK_VELOCITY_AMOUNT` over `MG_RISK_VELOCITY_WINDOW_SECONDS`
@@ -199,6 +207,16 @@ impl Source<'_> {
 /// `MG_RISK_APPROVALS_REQUIRED` from `MG_RISK_MULTI_APPROVAL_THRESHOLD`: read with the same
 /// rules as a template's `risk_controls`.
 fn risk_limits(s: &Source<'_>) -> Result<qtg_core::risk::RiskLimits, ConfigError> {
+    for key in [
+        "MG_RISK_HARD_CAP",
+        "MG_RISK_VELOCITY_AMOUNT",
+        "MG_RISK_VELOCITY_WINDOW_SECONDS",
+        "MG_RISK_DESTINATION_ALLOWLIST",
+        "MG_RISK_APPROVALS_REQUIRED",
+        "MG_RISK_MULTI_APPROVAL_THRESHOLD",
+    ] {
+        s.text(key);
+    }
     let mut controls = serde_json::Map::new();
     let mut keys = Vec::new();
     if let Some(v) = s.get("MG_RISK_HARD_CAP") {
@@ -232,52 +250,46 @@ fn risk_limits(s: &Source<'_>) -> Result<qtg_core::risk::RiskLimits, ConfigError
 }
 
 impl Settings {
-    /// Parses settings from `vars` (e.g. the process environment). `migrate_default` is the
-    /// binary's own default for `MG_MIGRATE`.
-    pub fn from_vars(vars: &HashMap<String, String>, migrate_default: bool) -> Result<Settings, ConfigError> {
-        let s = Source(vars);
+    /// Parses settings from `vars` (e.g. the process environment), with the settings of each
+    /// worker in `workers` (the worker table). `migrate_default` is the binary's own default
+    /// for `MG_MIGRATE`.
+    pub fn from_vars<T>(
+        vars: &HashMap<String, String>,
+        migrate_default: bool,
+        workers: &[Worker<T>],
+    ) -> Result<Settings, ConfigError> {
+        let s = Source { vars, seen: RefCell::default() };
         let database_url = s
             .get("MG_DATABASE_URL")
             .or_else(|| s.get("DATABASE_URL"))
             .ok_or_else(|| Source::err("MG_DATABASE_URL", "is required (or DATABASE_URL)"))?
             .to_string();
+        s.note("MG_DATABASE_URL", redact_url(&database_url));
         let log_format = match s.get("MG_LOG_FORMAT").unwrap_or("json") {
             "json" => LogFormat::Json,
             "pretty" => LogFormat::Pretty,
             other => return Err(Source::err("MG_LOG_FORMAT", format!("{other:?} is not json|pretty"))),
         };
+        s.note("MG_LOG_FORMAT", format!("{log_format:?}").to_ascii_lowercase());
         let network_class = s.get("MG_NETWORK_CLASS").unwrap_or("default").to_string();
-        let callback_default_url = s.get("MG_CALLBACK_DEFAULT_URL").map(String::from);
-        let settings = Settings {
+        s.note("MG_NETWORK_CLASS", &network_class);
+        let workers = workers.iter().map(|w| Ok((w.name, s.worker(w)?))).collect::<Result<_, ConfigError>>()?;
+        let mut settings = Settings {
             database_url,
             db_pool_size: s.count("MG_DB_POOL_SIZE", 8, 200)? as u32,
             api_addr: s.parse("MG_API_ADDR", "0.0.0.0:8080".parse().expect("literal"))?,
             admin_addr: s.parse("MG_ADMIN_ADDR", "0.0.0.0:9090".parse().expect("literal"))?,
             migrate: s.flag("MG_MIGRATE", migrate_default)?,
             network_class,
-            executor_registry: s.get("MG_EXECUTOR_REGISTRY").map(PathBuf::from),
+            executor_registry: s.text("MG_EXECUTOR_REGISTRY").map(PathBuf::from),
             log_format,
-            dispatch_interval: s.interval("MG_NODE_DISPATCH_INTERVAL_SECONDS", 2.0)?,
-            observe_interval: s.interval("MG_NODE_OBSERVE_INTERVAL_SECONDS", 5.0)?,
-            recovery_interval: s.interval("MG_NODE_RECOVERY_INTERVAL_SECONDS", 60.0)?,
-            expiration_interval: s.interval("MG_EXPIRATION_CHECK_INTERVAL_SECONDS", 30.0)?,
-            template_proposal_expiration_interval: s
-                .interval("MG_TEMPLATE_PROPOSAL_EXPIRATION_INTERVAL_SECONDS", 30.0)?,
-            audit_promote_interval: s.interval("MG_AUDIT_PROMOTE_INTERVAL_SECONDS", 1.0)?,
-            callback_interval: s.interval("MG_CALLBACK_DISPATCH_INTERVAL_SECONDS", 3.0)?,
-            health_interval: s.interval("MG_EXECUTOR_HEALTH_INTERVAL_SECONDS", 60.0)?,
+            workers,
             worker_stale_seconds: s.seconds("MG_WORKER_STALE_SECONDS", 180.0)?,
-            callback_secret: s.get("MG_CALLBACK_SECRET").map(String::from),
+            callback_secret: s.secret("MG_CALLBACK_SECRET"),
             callback_max_attempts: s.count("MG_CALLBACK_MAX_ATTEMPTS", 5, 100)? as i32,
             callback_timeout: s.interval("MG_CALLBACK_TIMEOUT_SECONDS", 10.0)?,
             callback_allow_private: s.flag("MG_CALLBACK_ALLOW_PRIVATE", false)?,
-            callback_allowed_hosts: s
-                .get("MG_CALLBACK_ALLOWED_HOSTS")
-                .map(|v| v.split(',').map(|h| h.trim().to_string()).filter(|h| !h.is_empty()).collect())
-                .unwrap_or_default(),
-            dispatch_concurrency: s.count("MG_DISPATCHER_CONCURRENCY", 1, 64)?,
-            observe_concurrency: s.count("MG_OBSERVER_CONCURRENCY", 1, 64)?,
-            recovery_concurrency: s.count("MG_RECOVERY_CONCURRENCY", 1, 64)?,
+            callback_allowed_hosts: s.list("MG_CALLBACK_ALLOWED_HOSTS"),
             recovery_batch: s.count("MG_NODE_RECOVERY_BATCH_SIZE", 10, 1000)? as i64,
             observe_batch: s.count("MG_NODE_OBSERVE_BATCH_SIZE", 10, 1000)? as i64,
             grace_default: s.seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", 90.0)?,
@@ -285,32 +297,43 @@ impl Settings {
             grace_stargate: s.opt_seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_STARGATE")?,
             grace_cex: s.opt_seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CEX")?,
             grace_other: s.opt_seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_OTHER")?,
-            executor_timeout: Duration::from_millis(s.parse("MG_EXECUTOR_TIMEOUT_MS", 30_000u64)?.max(1)),
+            executor_timeout: s.millis("MG_EXECUTOR_TIMEOUT_MS", 30_000)?,
             // Set (and checked) by fence_times below.
             clock_skew_seconds: 0.0,
             submit_window_seconds: 0.0,
             lease_seconds: 0.0,
-            db_lock_timeout: Duration::from_millis(s.parse("MG_DB_LOCK_TIMEOUT_MS", 5_000u64)?.max(1)),
+            db_lock_timeout: s.millis("MG_DB_LOCK_TIMEOUT_MS", 5_000)?,
             db_idle_in_transaction_timeout: Duration::ZERO,
             observe_timeout_enforcement: s.flag("MG_OBSERVE_TIMEOUT_ENFORCEMENT_ENABLED", false)?,
             approval_ttl_seconds: s.seconds("MG_APPROVAL_TTL_SECONDS", 300.0)?,
             template_proposal_ttl_seconds: s.seconds("MG_TEMPLATE_PROPOSAL_TTL_SECONDS", 7.0 * 86400.0)?,
-            callback_default_url,
-            bootstrap_admin_key: s.get("MG_API_BOOTSTRAP_ADMIN_KEY").map(String::from),
+            callback_default_url: s.text("MG_CALLBACK_DEFAULT_URL"),
+            bootstrap_admin_key: s.secret("MG_API_BOOTSTRAP_ADMIN_KEY"),
             shutdown_grace: s.interval("MG_SHUTDOWN_GRACE_SECONDS", 30.0)?,
             workers_enabled: s.flag("MG_WORKERS_ENABLED", true)?,
             risk: risk_limits(&s)?,
-            otlp_endpoint: s.get("OTEL_EXPORTER_OTLP_ENDPOINT").map(String::from),
-            otel_service_name: s.get("OTEL_SERVICE_NAME").map(String::from),
+            otlp_endpoint: s.text("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            otel_service_name: s.text("OTEL_SERVICE_NAME"),
+            effective: BTreeMap::new(),
         };
-        let mut settings = settings;
         settings.fence_times(&s)?;
         if let Some(k) = &settings.bootstrap_admin_key {
             if k.len() < 16 {
                 return Err(Source::err("MG_API_BOOTSTRAP_ADMIN_KEY", "must be at least 16 characters"));
             }
         }
+        settings.effective = s.seen.into_inner();
         Ok(settings)
+    }
+
+    /// `--print-config`: every effective setting as `KEY=value`, one per line, sorted.
+    pub fn print_config(&self) -> String {
+        self.effective.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
+    }
+
+    /// The settings of worker `name` (one of the table given to [`Settings::from_vars`]).
+    pub fn worker(&self, name: &str) -> Option<&WorkerSettings> {
+        self.workers.get(name)
     }
 
     /// The lease, the submit window and the skew margin, which must nest (DESIGN.md §2.2):
@@ -372,29 +395,6 @@ impl Settings {
         self.db_idle_in_transaction_timeout = Duration::from_secs_f64(idle);
         Ok(())
     }
-
-    pub fn interval(&self, kind: WorkerKind) -> Duration {
-        match kind {
-            WorkerKind::Dispatcher => self.dispatch_interval,
-            WorkerKind::Observer => self.observe_interval,
-            WorkerKind::Recovery => self.recovery_interval,
-            WorkerKind::Expiration => self.expiration_interval,
-            WorkerKind::TemplateProposalExpiration => self.template_proposal_expiration_interval,
-            WorkerKind::AuditPromoter => self.audit_promote_interval,
-            WorkerKind::CallbackDispatcher => self.callback_interval,
-            WorkerKind::ExecutorHealth => self.health_interval,
-        }
-    }
-
-    /// Claim loops per process (`MG_<WORKER>_CONCURRENCY`; sidecars run one).
-    pub fn concurrency(&self, kind: WorkerKind) -> usize {
-        match kind {
-            WorkerKind::Dispatcher => self.dispatch_concurrency,
-            WorkerKind::Observer => self.observe_concurrency,
-            WorkerKind::Recovery => self.recovery_concurrency,
-            _ => 1,
-        }
-    }
 }
 
 fn redact_url(url: &str) -> String {
@@ -412,45 +412,43 @@ fn redact_url(url: &str) -> String {
 }
 
 impl fmt::Debug for Settings {
+    /// The effective settings (secrets redacted, the database password masked).
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Settings")
-            .field("database_url", &redact_url(&self.database_url))
-            .field("db_pool_size", &self.db_pool_size)
-            .field("api_addr", &self.api_addr)
-            .field("admin_addr", &self.admin_addr)
-            .field("migrate", &self.migrate)
-            .field("network_class", &self.network_class)
-            .field("executor_registry", &self.executor_registry)
-            .field("log_format", &self.log_format)
-            .field("dispatch_interval", &self.dispatch_interval)
-            .field("observe_interval", &self.observe_interval)
-            .field("recovery_interval", &self.recovery_interval)
-            .field("concurrency", &(self.dispatch_concurrency, self.observe_concurrency, self.recovery_concurrency))
-            .field("recovery_batch", &self.recovery_batch)
-            .field("grace_default", &self.grace_default)
-            .field("executor_timeout", &self.executor_timeout)
-            .field("clock_skew_seconds", &self.clock_skew_seconds)
-            .field("submit_window_seconds", &self.submit_window_seconds)
-            .field("lease_seconds", &self.lease_seconds)
-            .field("db_lock_timeout", &self.db_lock_timeout)
-            .field("db_idle_in_transaction_timeout", &self.db_idle_in_transaction_timeout)
-            .field("observe_timeout_enforcement", &self.observe_timeout_enforcement)
-            .field("approval_ttl_seconds", &self.approval_ttl_seconds)
-            .field("callback_default_url", &self.callback_default_url)
-            .field("callback_secret", &self.callback_secret.as_ref().map(|_| "***"))
-            .field("callback_max_attempts", &self.callback_max_attempts)
-            .field("callback_allow_private", &self.callback_allow_private)
-            .field("callback_allowed_hosts", &self.callback_allowed_hosts)
-            .field("bootstrap_admin_key", &self.bootstrap_admin_key.as_ref().map(|_| "***"))
-            .field("risk", &self.risk)
-            .field("otlp_endpoint", &self.otlp_endpoint)
-            .finish()
+        f.debug_map().entries(self.effective.iter()).finish()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::workers::{Flag, Group};
+
+    const WORKERS: &[Worker<()>] = &[
+        Worker {
+            name: "node_dispatcher",
+            binary: "qtg-dispatcher",
+            summary: "",
+            interval_key: "MG_NODE_DISPATCH_INTERVAL_SECONDS",
+            default_interval_seconds: 2.0,
+            concurrency_key: Some("MG_DISPATCHER_CONCURRENCY"),
+            wake: None,
+            group: Group::Core,
+            enabled_by: None,
+            tick: (),
+        },
+        Worker {
+            name: "evm_nonce_reaper",
+            binary: "qtg-reaper",
+            summary: "",
+            interval_key: "MG_EVM_NONCE_REAPER_INTERVAL_SECONDS",
+            default_interval_seconds: 60.0,
+            concurrency_key: None,
+            wake: None,
+            group: Group::Core,
+            enabled_by: Some(Flag { key: "MG_EVM_NONCE_REAPER_ENABLED", default: true }),
+            tick: (),
+        },
+    ];
 
     fn vars(pairs: &[(&str, &str)]) -> HashMap<String, String> {
         pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
@@ -461,63 +459,94 @@ mod tests {
         let s = Settings::from_vars(
             &vars(&[("DATABASE_URL", "postgres://u:pa55-w0rd@h/db"), ("MG_CALLBACK_SECRET", "whsec-do-not-print")]),
             false,
+            WORKERS,
         )
         .unwrap();
-        assert_eq!(s.dispatch_interval, Duration::from_secs(2));
-        assert_eq!(s.observe_interval, Duration::from_secs(5));
-        assert_eq!(s.recovery_interval, Duration::from_secs(60));
+        assert_eq!(s.worker("node_dispatcher").map(|w| w.interval), Some(Duration::from_secs(2)));
+        assert_eq!(
+            s.worker("evm_nonce_reaper").map(|w| (w.interval, w.concurrency, w.enabled)),
+            Some((Duration::from_secs(60), 1, true))
+        );
         assert_eq!(s.recovery_batch, 10);
         assert_eq!(s.grace_default, 90.0);
         assert!(!s.observe_timeout_enforcement);
         assert_eq!(s.approval_ttl_seconds, 300.0);
         let printed = format!("{s:?}");
         assert!(!printed.contains("pa55-w0rd") && !printed.contains("whsec-do-not-print"), "{printed}");
+        // --print-config: every setting read, defaults included, secrets masked.
+        let config = s.print_config();
+        for line in [
+            "MG_DATABASE_URL=postgres://u:***@h/db",
+            "MG_CALLBACK_SECRET=***",
+            "MG_API_BOOTSTRAP_ADMIN_KEY=(unset)",
+            "MG_NODE_DISPATCH_INTERVAL_SECONDS=2",
+            "MG_DISPATCHER_CONCURRENCY=1",
+            "MG_EVM_NONCE_REAPER_ENABLED=true",
+            "MG_SUBMIT_WINDOW_SECONDS=40",
+            "MG_RISK_HARD_CAP=(unset)",
+        ] {
+            assert!(config.lines().any(|l| l == line), "{line} missing from\n{config}");
+        }
+        assert!(!config.contains("pa55-w0rd") && !config.contains("whsec-do-not-print"), "{config}");
     }
 
     #[test]
     fn bad_values_are_clear_errors() {
         let base = [("MG_DATABASE_URL", "postgres://h/db")];
-        let e = Settings::from_vars(&vars(&[base[0], ("MG_NODE_DISPATCH_INTERVAL_SECONDS", "-1")]), false).unwrap_err();
+        let e = Settings::from_vars(&vars(&[base[0], ("MG_NODE_DISPATCH_INTERVAL_SECONDS", "-1")]), false, WORKERS)
+            .unwrap_err();
         assert_eq!(e.key, "MG_NODE_DISPATCH_INTERVAL_SECONDS");
-        let e = Settings::from_vars(&vars(&[base[0], ("MG_MIGRATE", "maybe")]), false).unwrap_err();
+        let e = Settings::from_vars(&vars(&[base[0], ("MG_MIGRATE", "maybe")]), false, WORKERS).unwrap_err();
         assert_eq!(e.key, "MG_MIGRATE");
-        let e = Settings::from_vars(&vars(&[base[0], ("MG_DISPATCHER_CONCURRENCY", "0")]), false).unwrap_err();
+        let e = Settings::from_vars(&vars(&[base[0], ("MG_EVM_NONCE_REAPER_ENABLED", "sometimes")]), false, WORKERS)
+            .unwrap_err();
+        assert_eq!(e.key, "MG_EVM_NONCE_REAPER_ENABLED");
+        let s =
+            Settings::from_vars(&vars(&[base[0], ("MG_EVM_NONCE_REAPER_ENABLED", "false")]), false, WORKERS).unwrap();
+        assert_eq!(s.worker("evm_nonce_reaper").map(|w| w.enabled), Some(false));
+        let e = Settings::from_vars(&vars(&[base[0], ("MG_MIGRATE", "maybe")]), false, WORKERS).unwrap_err();
+        assert_eq!(e.key, "MG_MIGRATE");
+        let e = Settings::from_vars(&vars(&[base[0], ("MG_DISPATCHER_CONCURRENCY", "0")]), false, WORKERS).unwrap_err();
         assert_eq!(e.key, "MG_DISPATCHER_CONCURRENCY");
-        assert!(Settings::from_vars(&vars(&[]), false).is_err());
-        let s = Settings::from_vars(&vars(&[base[0], ("MG_NODE_OBSERVE_INTERVAL_SECONDS", "0.25")]), true).unwrap();
-        assert_eq!(s.observe_interval, Duration::from_millis(250));
+        assert!(Settings::from_vars(&vars(&[]), false, WORKERS).is_err());
+        let s = Settings::from_vars(&vars(&[base[0], ("MG_NODE_DISPATCH_INTERVAL_SECONDS", "0.25")]), true, WORKERS)
+            .unwrap();
+        assert_eq!(s.worker("node_dispatcher").map(|w| w.interval), Some(Duration::from_millis(250)));
         assert!(s.migrate);
-        let e = Settings::from_vars(&vars(&[base[0], ("MG_RISK_HARD_CAP", "-5")]), false).unwrap_err();
+        let e = Settings::from_vars(&vars(&[base[0], ("MG_RISK_HARD_CAP", "-5")]), false, WORKERS).unwrap_err();
         assert_eq!(e.key, "MG_RISK_HARD_CAP");
         let s = Settings::from_vars(
             &vars(&[base[0], ("MG_RISK_HARD_CAP", "1000"), ("MG_RISK_DESTINATION_ALLOWLIST", "a, b")]),
             false,
+            WORKERS,
         )
         .unwrap();
         assert_eq!(s.risk.hard_cap.as_ref().map(|c| c.to_string()).as_deref(), Some("1000"));
         assert_eq!(s.risk.destination_allowlist, Some(vec!["a".to_string(), "b".to_string()]));
         assert_eq!(s.risk.approvals_needed(&qtg_core::risk::Amount::parse("5").unwrap()), 1);
-        let e = Settings::from_vars(&vars(&[base[0], ("MG_RISK_VELOCITY_WINDOW_SECONDS", "60")]), false).unwrap_err();
+        let e = Settings::from_vars(&vars(&[base[0], ("MG_RISK_VELOCITY_WINDOW_SECONDS", "60")]), false, WORKERS)
+            .unwrap_err();
         assert_eq!(e.key, "MG_RISK_VELOCITY_WINDOW_SECONDS");
     }
 
     #[test]
     fn lease_window_and_grace_must_nest() {
         let base = ("MG_DATABASE_URL", "postgres://h/db");
-        let s = Settings::from_vars(&vars(&[base]), false).unwrap();
+        let s = Settings::from_vars(&vars(&[base]), false, WORKERS).unwrap();
         assert_eq!((s.clock_skew_seconds, s.submit_window_seconds, s.lease_seconds), (5.0, 40.0, 100.0));
         assert_eq!(s.db_idle_in_transaction_timeout, Duration::from_secs(50));
         // A grace recovery could reach while the attempt may still start: refused, with numbers.
-        let e =
-            Settings::from_vars(&vars(&[base, ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CEX", "30")]), false).unwrap_err();
+        let e = Settings::from_vars(&vars(&[base, ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CEX", "30")]), false, WORKERS)
+            .unwrap_err();
         assert_eq!(e.key, "MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CEX");
         assert!(e.reason.contains("30 s") && e.reason.contains("40 s") && e.reason.contains("5 s"), "{e}");
-        let e = Settings::from_vars(&vars(&[base, ("MG_SUBMIT_WINDOW_SECONDS", "31")]), false).unwrap_err();
+        let e = Settings::from_vars(&vars(&[base, ("MG_SUBMIT_WINDOW_SECONDS", "31")]), false, WORKERS).unwrap_err();
         assert_eq!(e.key, "MG_SUBMIT_WINDOW_SECONDS");
-        let e = Settings::from_vars(&vars(&[base, ("MG_DISPATCH_LEASE_SECONDS", "60")]), false).unwrap_err();
+        let e = Settings::from_vars(&vars(&[base, ("MG_DISPATCH_LEASE_SECONDS", "60")]), false, WORKERS).unwrap_err();
         assert_eq!(e.key, "MG_DISPATCH_LEASE_SECONDS");
-        let e = Settings::from_vars(&vars(&[base, ("MG_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", "100")]), false)
-            .unwrap_err();
+        let e =
+            Settings::from_vars(&vars(&[base, ("MG_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", "100")]), false, WORKERS)
+                .unwrap_err();
         assert_eq!(e.key, "MG_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS");
         // Short deadlines let short graces nest (the tests' settings).
         let s = Settings::from_vars(
@@ -528,6 +557,7 @@ mod tests {
                 ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "3"),
             ]),
             false,
+            WORKERS,
         )
         .unwrap();
         assert!((s.submit_window_seconds - 1.9).abs() < 1e-9 && (s.lease_seconds - 4.9).abs() < 1e-9);

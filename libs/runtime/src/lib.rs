@@ -11,8 +11,10 @@ pub mod run_loop;
 pub mod shutdown;
 pub mod supervise;
 pub mod wake;
+pub mod workers;
 
-pub use config::{Settings, WorkerKind};
+pub use config::Settings;
 pub use metrics::Metrics;
 pub use run_loop::{run_loop, LoopSpec, Tick};
 pub use tokio_util::sync::CancellationToken;
+pub use workers::{Flag, Group, Worker, WorkerSettings};

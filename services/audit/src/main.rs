@@ -3,5 +3,5 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    qtg_service::run_worker_binary("qtg-audit", &[qtg_service::WorkerKind::AuditPromoter]).await
+    qtg_service::run_worker_binary("qtg-audit").await
 }

@@ -3,5 +3,5 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    qtg_service::run_worker_binary("qtg-callback", &[qtg_service::WorkerKind::CallbackDispatcher]).await
+    qtg_service::run_worker_binary("qtg-callback").await
 }

@@ -1,21 +1,24 @@
 //! What every qtg binary does at start: read `MG_*` from the environment (the only place
-//! that does), set up logs, connect and migrate, load the executor registry, and run worker
-//! loops under supervision with heartbeats, NOTIFY wake-ups and the admin server.
+//! that does), set up logs, connect and migrate, load the executor registry over the
+//! compiled-in [`lanes`], and run the [`workers`] of its binary under supervision with
+//! heartbeats, NOTIFY wake-ups and the admin server.
+
+pub mod lanes;
+pub mod workers;
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
 use anyhow::Context;
 use qtg_engine::{Engine, EngineSettings, LaneGrace};
-use qtg_executor::{Registry, RegistryFile};
+use qtg_executor::{LaneContext, Registry, RegistryFile};
 use qtg_runtime::heartbeat::Heartbeat;
 use qtg_runtime::supervise::run_groups;
 pub use qtg_runtime::supervise::Task;
 pub use qtg_runtime::wake::WakeHub;
-pub use qtg_runtime::WorkerKind;
-use qtg_runtime::{logging, run_loop, CancellationToken, LoopSpec, Metrics, Settings, Tick};
-use qtg_store::transition::{CHANNEL_CALLBACK, CHANNEL_DISPATCH, CHANNEL_OBSERVE, CHANNEL_RECOVER};
+use qtg_runtime::{logging, run_loop, CancellationToken, Group, LoopSpec, Metrics, Settings};
 use qtg_store::PgPool;
+pub use workers::{Worker, WORKERS};
 
 /// A booted process: settings, database, executors, metrics and its shutdown token.
 pub struct Process {
@@ -39,9 +42,9 @@ pub fn env_vars() -> HashMap<String, String> {
 /// migrates when `MG_MIGRATE` says so and loads the registry.
 pub async fn boot(binary: &'static str, migrate_default: bool) -> anyhow::Result<Process> {
     let vars = env_vars();
-    let settings = Settings::from_vars(&vars, migrate_default).context("invalid configuration")?;
+    let settings = Settings::from_vars(&vars, migrate_default, WORKERS).context("invalid configuration")?;
     if std::env::args().any(|a| a == "--print-config") {
-        println!("{settings:#?}");
+        print!("{}", settings.print_config());
         std::process::exit(0);
     }
     let otlp = settings.otlp_endpoint.as_ref().map(|endpoint| logging::OtlpConfig {
@@ -92,7 +95,7 @@ pub async fn boot(binary: &'static str, migrate_default: bool) -> anyhow::Result
         synchronous_commit = %session.synchronous_commit,
         "database session limits"
     );
-    let registry = Arc::new(load_registry(&settings, &pool)?);
+    let registry = Arc::new(load_registry(&settings, &pool, &vars)?);
     let hostname =
         std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "host".into());
     let instance_id = format!("{hostname}-{}-{}", std::process::id(), &uuid_suffix());
@@ -119,7 +122,7 @@ fn rand_u32() -> u32 {
     h.finish() as u32
 }
 
-fn load_registry(settings: &Settings, pool: &PgPool) -> anyhow::Result<Registry> {
+fn load_registry(settings: &Settings, pool: &PgPool, vars: &HashMap<String, String>) -> anyhow::Result<Registry> {
     let Some(path) = &settings.executor_registry else {
         tracing::warn!("MG_EXECUTOR_REGISTRY is not set: no executors are registered");
         return Ok(Registry::default());
@@ -127,8 +130,8 @@ fn load_registry(settings: &Settings, pool: &PgPool) -> anyhow::Result<Registry>
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read MG_EXECUTOR_REGISTRY {}", path.display()))?;
     let file = RegistryFile::parse(&text).with_context(|| format!("in {}", path.display()))?;
-    let registry =
-        Registry::build(&file, &qtg_sim::SimFactory { venue: pool.clone() }, &|var| std::env::var(var).ok())?;
+    let setting = |key: &str| vars.get(key).cloned();
+    let registry = lanes::build_registry(&file, &LaneContext { pool, setting: &setting })?;
     tracing::info!(
         executors = ?file.executors.keys().collect::<Vec<_>>(),
         signers = ?file.signers.keys().collect::<Vec<_>>(),
@@ -171,84 +174,62 @@ impl Process {
         }
     }
 
-    /// The loops of `kinds` (`MG_<WORKER>_CONCURRENCY` each), their heartbeats seeded, wired
-    /// to NOTIFY. Returns the tasks and the heartbeats (for readiness).
-    pub async fn worker_tasks(
-        &self,
-        kinds: &[WorkerKind],
-        hub: &mut WakeHub,
-    ) -> anyhow::Result<(Vec<(String, Task)>, Vec<Heartbeat>)> {
-        let mut tasks: Vec<(String, Task)> = Vec::new();
-        let mut beats = Vec::new();
-        for &kind in kinds {
-            let hb = Heartbeat::seed(&self.pool, kind.name(), &self.settings.network_class, &self.instance_id).await?;
-            beats.push(hb.clone());
-            let engine = Arc::new(self.engine(&format!("worker:{}", kind.binary())));
-            let channel = match kind {
-                WorkerKind::Dispatcher => Some(CHANNEL_DISPATCH),
-                WorkerKind::Observer => Some(CHANNEL_OBSERVE),
-                WorkerKind::Recovery => Some(CHANNEL_RECOVER),
-                WorkerKind::CallbackDispatcher => Some(CHANNEL_CALLBACK),
-                _ => None,
+    /// The loops of `workers` (each `concurrency` times), their heartbeats seeded, wired to
+    /// NOTIFY; a conditional worker whose flag is off is skipped. Returns the tasks by
+    /// supervision group and the heartbeats (for readiness).
+    pub async fn worker_tasks(&self, workers: &[&'static Worker], hub: &mut WakeHub) -> anyhow::Result<WorkerTasks> {
+        let mut out = WorkerTasks::default();
+        for &worker in workers {
+            let Some(ws) = self.settings.worker(worker.name).filter(|ws| ws.enabled) else {
+                let flag = worker.enabled_by.map(|f| f.key).unwrap_or_default();
+                tracing::info!(worker = worker.name, flag, "worker disabled by its flag");
+                continue;
             };
-            for i in 0..self.settings.concurrency(kind) {
+            let hb = Heartbeat::seed(&self.pool, worker.name, &self.settings.network_class, &self.instance_id).await?;
+            out.heartbeats.push(hb.clone());
+            let engine = Arc::new(self.engine(&format!("worker:{}", worker.binary)));
+            for i in 0..ws.concurrency {
                 // The first loop polls at the seed's interval; the others are woken (NOTIFY, or
                 // recruited by a loop that found work) and poll only as a long safety net.
                 let secondary = i > 0;
-                let interval = self.settings.interval(kind)
-                    * if secondary { qtg_runtime::run_loop::SECONDARY_INTERVAL_FACTOR } else { 1 };
+                let interval =
+                    ws.interval * if secondary { qtg_runtime::run_loop::SECONDARY_INTERVAL_FACTOR } else { 1 };
                 let spec = LoopSpec {
-                    name: kind.name().to_string(),
+                    name: worker.name.to_string(),
                     interval,
                     jitter: interval / 10,
-                    wake: channel.map(|c| hub.subscribe(c)),
+                    wake: worker.wake.map(|c| hub.subscribe(c)),
                     secondary,
                 };
                 let engine = engine.clone();
+                let tick = worker.tick;
                 let fut = run_loop(spec, self.shutdown.clone(), self.metrics.clone(), Some(hb.clone()), move || {
-                    let engine = engine.clone();
-                    async move {
-                        let processed = match kind {
-                            WorkerKind::Dispatcher => engine.dispatch_tick().await?,
-                            WorkerKind::Observer => engine.observe_tick().await?,
-                            WorkerKind::Recovery => engine.recover_tick().await?,
-                            WorkerKind::Expiration => engine.expire_movements_tick().await?,
-                            WorkerKind::TemplateProposalExpiration => engine.expire_template_proposals_tick().await?,
-                            WorkerKind::AuditPromoter => engine.promote_audit_tick().await?,
-                            WorkerKind::CallbackDispatcher => engine.deliver_callbacks_tick().await?,
-                            // Every executor each tick: report no work so the loop keeps its pace.
-                            WorkerKind::ExecutorHealth => {
-                                engine.refresh_health_tick().await?;
-                                0
-                            }
-                        };
-                        // Idle: wake when the next scheduled observation/recovery falls due.
-                        let due_in = match (processed, kind) {
-                            (0, WorkerKind::Observer) => engine.observe_due_in().await?,
-                            (0, WorkerKind::Recovery) => engine.recovery_due_in().await?,
-                            _ => None,
-                        };
-                        Ok(Tick { processed, due_in })
-                    }
+                    tick(engine.clone())
                 });
-                tasks.push((
-                    format!("{}#{i}", kind.name()),
-                    Box::pin(async move {
-                        fut.await;
-                        Ok(())
-                    }),
-                ));
+                let task: Task = Box::pin(async move {
+                    fut.await;
+                    Ok(())
+                });
+                let group = match worker.group {
+                    Group::Core => &mut out.core,
+                    Group::Sidecar => &mut out.sidecars,
+                };
+                group.push((format!("{}#{i}", worker.name), task));
             }
         }
-        Ok((tasks, beats))
+        Ok(out)
     }
 
     /// Starts the admin server.
     pub async fn serve_admin(&self, heartbeats: Vec<Heartbeat>) -> anyhow::Result<()> {
-        let stale_after =
-            self.settings.dispatch_interval.max(self.settings.observe_interval).max(self.settings.recovery_interval)
-                * 3
-                + std::time::Duration::from_secs(30);
+        // Three polls of the slowest core worker, and some.
+        let slowest_core = WORKERS
+            .iter()
+            .filter(|w| w.group == Group::Core)
+            .filter_map(|w| self.settings.worker(w.name).map(|ws| ws.interval))
+            .max()
+            .unwrap_or_default();
+        let stale_after = slowest_core * 3 + std::time::Duration::from_secs(30);
         qtg_runtime::admin::serve(
             self.settings.admin_addr,
             self.pool.clone(),
@@ -281,13 +262,39 @@ impl Process {
     }
 }
 
-/// `main` of a worker binary running `kinds`. A standalone worker fails fast (exits
-/// non-zero so its Deployment restarts it); sidecar isolation is the all-in-one `qtg`'s.
-pub async fn run_worker_binary(binary: &'static str, kinds: &[WorkerKind]) -> anyhow::Result<()> {
+/// A process' worker loops by supervision group, and their heartbeats.
+#[derive(Default)]
+pub struct WorkerTasks {
+    pub core: Vec<(String, Task)>,
+    pub sidecars: Vec<(String, Task)>,
+    pub heartbeats: Vec<Heartbeat>,
+}
+
+/// `main` of the worker binary `binary`: runs its workers of the table. A standalone worker
+/// fails fast whatever its group (exits non-zero so its Deployment restarts it); sidecar
+/// isolation is the all-in-one `qtg`'s.
+pub async fn run_worker_binary(binary: &'static str) -> anyhow::Result<()> {
+    let workers = workers::of_binary(binary);
+    anyhow::ensure!(!workers.is_empty(), "{binary} runs no worker of the table");
     let process = boot(binary, false).await?;
     let mut hub = WakeHub::default();
-    let (tasks, beats) = process.worker_tasks(kinds, &mut hub).await?;
-    process.serve_admin(beats).await?;
+    let tasks = process.worker_tasks(&workers, &mut hub).await?;
+    process.serve_admin(tasks.heartbeats).await?;
     hub.spawn(process.pool.clone(), process.shutdown.clone());
-    process.supervise(tasks, Vec::new()).await
+    let mut all = tasks.core;
+    all.extend(tasks.sidecars);
+    if all.is_empty() {
+        // Every worker of this binary is off by its flag: stay up (ready, no work) rather
+        // than exit into a restart loop.
+        tracing::warn!(binary, "every worker of this binary is disabled; idling until stopped");
+        let shutdown = process.shutdown.clone();
+        all.push((
+            "idle".into(),
+            Box::pin(async move {
+                shutdown.cancelled().await;
+                Ok(())
+            }),
+        ));
+    }
+    process.supervise(all, Vec::new()).await
 }

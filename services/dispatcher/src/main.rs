@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    qtg_service::run_worker_binary("qtg-dispatcher", &[qtg_service::WorkerKind::Dispatcher]).await
+    qtg_service::run_worker_binary("qtg-dispatcher").await
 }

@@ -1,10 +1,7 @@
 //! `qtg-expiry`: expires movements past their approval window and template proposals past
 //! their review window (seed: expiration_checker, template_proposal_expiration).
 
-use qtg_service::WorkerKind;
-
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    qtg_service::run_worker_binary("qtg-expiry", &[WorkerKind::Expiration, WorkerKind::TemplateProposalExpiration])
-        .await
+    qtg_service::run_worker_binary("qtg-expiry").await
 }

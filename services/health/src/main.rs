@@ -3,5 +3,5 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    qtg_service::run_worker_binary("qtg-health", &[qtg_service::WorkerKind::ExecutorHealth]).await
+    qtg_service::run_worker_binary("qtg-health").await
 }

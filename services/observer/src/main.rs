@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    qtg_service::run_worker_binary("qtg-observer", &[qtg_service::WorkerKind::Observer]).await
+    qtg_service::run_worker_binary("qtg-observer").await
 }

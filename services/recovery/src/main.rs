@@ -2,5 +2,5 @@
 
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
-    qtg_service::run_worker_binary("qtg-recovery", &[qtg_service::WorkerKind::Recovery]).await
+    qtg_service::run_worker_binary("qtg-recovery").await
 }

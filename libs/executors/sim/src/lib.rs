@@ -11,7 +11,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use qtg_core::hash::{canonical_json, sha256_hex};
 use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction, SignRequest, SignResult};
-use qtg_executor::{Executor, ExecutorError, LocalFactory, Prepared, SignError, Signer, Submission};
+use qtg_executor::{Executor, ExecutorError, LaneContext, LanePlugin, Prepared, SignError, Signer, Submission};
 use qtg_store::sim::SimSubmit;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -278,17 +278,39 @@ impl Signer for SimSigner {
     }
 }
 
-/// Builds `impl = "sim"` entries.
-pub struct SimFactory {
-    pub venue: PgPool,
+/// The sim lane (`impl = "sim"`): executors over the `sim_*` venue tables, a deterministic
+/// signer.
+pub struct SimLane {
+    venue: PgPool,
 }
 
-impl LocalFactory for SimFactory {
-    fn executor(&self, implementation: &str, key: &str) -> Option<Arc<dyn Executor>> {
-        (implementation == "sim").then(|| Arc::new(SimExecutor::new(key, self.venue.clone())) as Arc<dyn Executor>)
+/// The lane's factory (listed in `services/common/src/lanes.rs`).
+pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, String> {
+    Ok(Box::new(SimLane { venue: ctx.pool.clone() }))
+}
+
+impl LanePlugin for SimLane {
+    fn name(&self) -> &'static str {
+        "sim"
     }
 
-    fn signer(&self, implementation: &str, key: &str) -> Option<Arc<dyn Signer>> {
-        (implementation == "sim").then(|| Arc::new(SimSigner::new(key)) as Arc<dyn Signer>)
+    fn executor(&self, key: &str, config: Option<&toml::Table>) -> Result<Arc<dyn Executor>, String> {
+        no_config(config)?;
+        Ok(Arc::new(SimExecutor::new(key, self.venue.clone())))
+    }
+
+    fn signer(&self, key: &str, config: Option<&toml::Table>) -> Result<Arc<dyn Signer>, String> {
+        no_config(config)?;
+        Ok(Arc::new(SimSigner::new(key)))
+    }
+}
+
+/// The sim is scripted per node (`config.sim` in the plan), not per entry.
+fn no_config(config: Option<&toml::Table>) -> Result<(), String> {
+    match config {
+        Some(c) if !c.is_empty() => {
+            Err("the sim lane takes no entry `config` (script it in the plan's node config)".into())
+        }
+        _ => Ok(()),
     }
 }

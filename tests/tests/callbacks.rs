@@ -1,5 +1,5 @@
 //! Signed callbacks end to end, against a real HTTP receiver that checks every signature with
-//! its own HMAC (not libs/webhook's): retries keep their timestamp and nonce, the backoff
+//! its own HMAC (not libs/wire-auth's): retries keep their timestamp and nonce, the backoff
 //! schedule is 2, 4, 8, 16 s (read from `next_attempt_at`, with the test moving the clock of
 //! due rows), the fifth failure dead-letters the row, a replay delivers the same event once
 //! the receiver is back, and private destinations are refused unless allowed.

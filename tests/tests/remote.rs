@@ -214,12 +214,12 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
     Ok(())
 }
 
-fn target(addr: &str, transport: qtg_executor_sdk::conformance::Transport) -> qtg_executor_sdk::conformance::Target {
-    qtg_executor_sdk::conformance::Target {
+fn target(addr: &str, transport: qtg_conformance::Transport) -> qtg_conformance::Target {
+    qtg_conformance::Target {
         endpoint: format!("http://{addr}"),
         transport,
         executor_key: "exec.ex.conformance".into(),
-        auth: qtg_executor::remote::Auth::None,
+        auth: qtg_wire_auth::Credentials::None,
         timeout: Duration::from_secs(5),
         tls: None,
     }
@@ -227,7 +227,7 @@ fn target(addr: &str, transport: qtg_executor_sdk::conformance::Transport) -> qt
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_example_passes_conformance_on_both_transports_and_a_broken_one_fails() -> anyhow::Result<()> {
-    use qtg_executor_sdk::conformance::{run, Transport};
+    use qtg_conformance::{run, Transport};
     let keys = std::env::temp_dir().join(format!("qtg-conformance-keys-{}.jsonl", uuid::Uuid::new_v4()));
     let keys = keys.to_string_lossy().to_string();
     let env = [
@@ -274,7 +274,7 @@ async fn the_example_passes_conformance_on_both_transports_and_a_broken_one_fail
     let report = run(&t).await;
     assert!(!report.passed(), "no token must be refused:\n{}", report.table());
     assert!(report.table().contains("Unauthenticated"), "{}", report.table());
-    t.auth = qtg_executor::remote::Auth::Bearer("s3cret-token".into());
+    t.auth = qtg_wire_auth::Credentials::Bearer("s3cret-token".into());
     let report = run(&t).await;
     assert!(report.passed(), "{}", report.table());
     drop((good, broken, guarded));
@@ -283,7 +283,7 @@ async fn the_example_passes_conformance_on_both_transports_and_a_broken_one_fail
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn remote_calls_run_over_tls_verified_by_a_ca_file() -> anyhow::Result<()> {
-    use qtg_executor_sdk::conformance::{run, Transport};
+    use qtg_conformance::{run, Transport};
     let cert = rcgen::generate_simple_self_signed(vec!["localhost".to_string(), "127.0.0.1".to_string()])?;
     let dir = std::env::temp_dir().join(format!("qtg-tls-{}", uuid::Uuid::new_v4().simple()));
     std::fs::create_dir_all(&dir)?;

@@ -153,7 +153,6 @@ impl Engine {
         let (host, addr) = check_destination(&row.callback_url, s).await.map_err(fail)?;
         let body = serde_json::to_vec(&row.payload).map_err(|e| fail(e.to_string()))?;
         let ts = row.callback_timestamp.to_string();
-        let signature = qtg_webhook::sign(secret, &ts, &row.callback_nonce, &body);
         qtg_executor::remote::install_tls_provider();
         let client = reqwest::Client::builder()
             .redirect(reqwest::redirect::Policy::none())
@@ -166,17 +165,13 @@ impl Engine {
         if let Some(tp) = &row.traceparent {
             req = req.header("traceparent", tp);
         }
-        let resp = req
-            .header(qtg_webhook::HEADER_TIMESTAMP, &ts)
-            .header(qtg_webhook::HEADER_NONCE, &row.callback_nonce)
-            .header(qtg_webhook::HEADER_VERSION, qtg_webhook::VERSION)
-            .header(qtg_webhook::HEADER_SIGNATURE, signature)
-            .body(body)
-            .send()
-            .await
-            .map_err(|e| {
-                fail(if e.is_timeout() { format!("timed out after {:?}", s.timeout) } else { e.to_string() })
-            })?;
+        // The nonce and timestamp stay those of the event across retries (receivers dedupe).
+        for (name, value) in qtg_wire_auth::signature_headers(secret, &ts, &row.callback_nonce, &body) {
+            req = req.header(name, value);
+        }
+        let resp = req.body(body).send().await.map_err(|e| {
+            fail(if e.is_timeout() { format!("timed out after {:?}", s.timeout) } else { e.to_string() })
+        })?;
         let status = resp.status();
         if status.is_success() {
             return Ok(());

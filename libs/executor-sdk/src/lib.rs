@@ -1,18 +1,20 @@
 //! The SDK for remote-executor implementers: implement [`Handler`] once and [`serve`] it over
 //! gRPC (with `grpc.health.v1` and reflection) and HTTP JSON (same messages in proto3
-//! canonical JSON), with bearer or HMAC authentication, tracing and graceful shutdown. The
-//! [`conformance`] suite (also the `qtg-executor-conformance` binary) drives any remote
-//! executor through the contract and prints a pass/fail table.
+//! canonical JSON), with bearer or HMAC authentication ([`Verifier`], the scheme of
+//! `qtg-wire-auth`), tracing and graceful shutdown. It needs no database: it depends on
+//! `qtg-core`, `qtg-proto` and `qtg-wire-auth` only. The conformance suite (crate
+//! `qtg-conformance`, binary `qtg-executor-conformance`) drives any remote executor through
+//! the contract and prints a pass/fail table.
 
-pub mod conformance;
 pub mod fence;
 mod server;
 
 use async_trait::async_trait;
 pub use fence::{Admission, FileKeyStore, KeyState, KeyStore, KeyStoreError, MemoryKeyStore};
 pub use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction, SignRequest, SignResult};
+pub use qtg_wire_auth::Verifier;
 use serde_json::Value;
-pub use server::{serve, Auth, Running, ServeConfig, TlsServer};
+pub use server::{serve, Running, ServeConfig, TlsServer};
 
 /// What Submit carries besides the context.
 #[derive(Debug, Clone, Copy)]

@@ -2,7 +2,6 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use axum::body::Bytes;
 use axum::extract::State;
@@ -23,52 +22,7 @@ use qtg_proto::signer::v1::signer_service_server::{SignerService, SignerServiceS
 
 use crate::fence::{Fenced, KeyStore, MemoryKeyStore};
 use crate::{Handler, HandlerError, PrepareOutcome, SignerError, SignerHandler, SubmitCall};
-
-/// How callers must authenticate.
-#[derive(Clone, Default)]
-pub enum Auth {
-    #[default]
-    None,
-    Bearer(String),
-    /// v3 signature with the current secret and any previous ones (rotation).
-    Hmac(Vec<Vec<u8>>),
-}
-
-impl Auth {
-    /// Checks the `authorization` / `x-qtg-callback-*` values against `body`.
-    fn check(&self, get: impl Fn(&str) -> Option<String>, body: &[u8]) -> Result<(), String> {
-        match self {
-            Auth::None => Ok(()),
-            Auth::Bearer(token) => match get("authorization") {
-                Some(v) if constant_eq(v.as_bytes(), format!("Bearer {token}").as_bytes()) => Ok(()),
-                _ => Err("a valid bearer token is required".into()),
-            },
-            Auth::Hmac(secrets) => {
-                let (Some(version), Some(timestamp), Some(nonce), Some(signature)) = (
-                    get("x-qtg-callback-signature-version"),
-                    get("x-qtg-callback-timestamp"),
-                    get("x-qtg-callback-nonce"),
-                    get("x-qtg-callback-signature"),
-                ) else {
-                    return Err("signature headers are missing".into());
-                };
-                let now = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs() as i64).unwrap_or(0);
-                let secrets: Vec<&[u8]> = secrets.iter().map(Vec::as_slice).collect();
-                let signed = qtg_webhook::Signed {
-                    version: &version,
-                    timestamp: &timestamp,
-                    nonce: &nonce,
-                    signature: &signature,
-                };
-                qtg_webhook::verify(&signed, body, &secrets, now, 300).map_err(|e| e.to_string())
-            }
-        }
-    }
-}
-
-fn constant_eq(a: &[u8], b: &[u8]) -> bool {
-    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
-}
+use qtg_wire_auth::Verifier;
 
 #[derive(Clone, Default)]
 pub struct ServeConfig {
@@ -78,7 +32,7 @@ pub struct ServeConfig {
     pub grpc_addr: Option<SocketAddr>,
     /// HTTP JSON listen address; `None` = no HTTP.
     pub http_addr: Option<SocketAddr>,
-    pub auth: Auth,
+    pub auth: Verifier,
     /// Serve both transports over TLS with this certificate chain and key (PEM).
     pub tls: Option<TlsServer>,
     /// The fence's durable key record, shared by every replica ([`crate::FileKeyStore`] for
@@ -343,7 +297,7 @@ async fn do_health<H: Handler>(h: &H, key: &str) -> pb::HealthResponse {
 
 struct Grpc<H> {
     handler: Arc<H>,
-    auth: Auth,
+    auth: Verifier,
 }
 
 impl<H: Handler> Grpc<H> {
@@ -353,11 +307,8 @@ impl<H: Handler> Grpc<H> {
 }
 
 /// Checks a gRPC request's credentials (an HMAC covers the request's canonical JSON).
-fn authorize<T: Serialize>(auth: &Auth, req: &Request<T>) -> Result<(), Status> {
-    let body = match auth {
-        Auth::Hmac(_) => qtg_executor::remote::grpc_signed_bytes(req.get_ref()),
-        _ => Vec::new(),
-    };
+fn authorize<T: Serialize>(auth: &Verifier, req: &Request<T>) -> Result<(), Status> {
+    let body = if auth.signs_body() { qtg_wire_auth::grpc_signed_bytes(req.get_ref()) } else { Vec::new() };
     let md = req.metadata();
     auth.check(|k| md.get(k).and_then(|v| v.to_str().ok()).map(String::from), &body)
         .map_err(Status::unauthenticated)?;
@@ -411,7 +362,7 @@ impl<H: Handler> ExecutorService for Grpc<H> {
 
 struct HttpState<H> {
     handler: Arc<H>,
-    auth: Auth,
+    auth: Verifier,
 }
 
 impl<H> Clone for HttpState<H> {
@@ -451,7 +402,7 @@ impl IntoResponse for Rejected {
     }
 }
 
-fn http_input<T: DeserializeOwned>(s: &Auth, headers: &HeaderMap, body: &Bytes) -> Result<T, Rejected> {
+fn http_input<T: DeserializeOwned>(s: &Verifier, headers: &HeaderMap, body: &Bytes) -> Result<T, Rejected> {
     s.check(|k| headers.get(k).and_then(|v| v.to_str().ok()).map(String::from), body)
         .map_err(Rejected::Unauthorized)?;
     log_trace_context("http", headers.get("traceparent").and_then(|v| v.to_str().ok()));
@@ -534,7 +485,7 @@ async fn do_signer_health(signer: &dyn SignerHandler, key: &str) -> spb::HealthR
 
 struct GrpcSigner {
     signer: Arc<dyn SignerHandler>,
-    auth: Auth,
+    auth: Verifier,
 }
 
 #[tonic::async_trait]
@@ -557,7 +508,7 @@ impl SignerService for GrpcSigner {
 #[derive(Clone)]
 struct SignerState {
     signer: Arc<dyn SignerHandler>,
-    auth: Auth,
+    auth: Verifier,
 }
 
 async fn http_sign(State(s): State<SignerState>, headers: HeaderMap, body: Bytes) -> Response {

@@ -8,7 +8,9 @@ use std::sync::Arc;
 use qtg_core::Lane;
 use serde::Deserialize;
 
-use crate::remote::{Auth, Endpoint, RemoteExecutor, RemoteSigner, TlsClient};
+use qtg_wire_auth::Credentials;
+
+use crate::remote::{Endpoint, RemoteExecutor, RemoteSigner, TlsClient};
 use crate::{Executor, Signer};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -292,7 +294,7 @@ fn endpoint(key: &str, spec: &EntrySpec, secret: &dyn Fn(&str) -> Option<String>
         return Err(bad("timeout_ms must be > 0".into()));
     }
     let auth = match &spec.auth {
-        None => Auth::None,
+        None => Credentials::None,
         Some(toml::Value::Table(t)) => {
             let text = |field: &str| t.get(field).and_then(toml::Value::as_str);
             let from_env = |var: &str| {
@@ -306,10 +308,10 @@ fn endpoint(key: &str, spec: &EntrySpec, secret: &dyn Fn(&str) -> Option<String>
                     .map_err(|e| bad(format!("auth: cannot read {path}: {e}")))
             };
             match (text("bearer_env"), text("bearer_file"), text("hmac_env"), text("hmac_file")) {
-                (Some(v), None, None, None) => Auth::Bearer(from_env(v)?),
-                (None, Some(p), None, None) => Auth::Bearer(from_file(p)?),
-                (None, None, Some(v), None) => Auth::Hmac(from_env(v)?.into_bytes()),
-                (None, None, None, Some(p)) => Auth::Hmac(from_file(p)?.into_bytes()),
+                (Some(v), None, None, None) => Credentials::Bearer(from_env(v)?),
+                (None, Some(p), None, None) => Credentials::Bearer(from_file(p)?),
+                (None, None, Some(v), None) => Credentials::Hmac(from_env(v)?.into_bytes()),
+                (None, None, None, Some(p)) => Credentials::Hmac(from_file(p)?.into_bytes()),
                 _ => return Err(bad("auth takes exactly one of bearer_env, bearer_file, hmac_env, hmac_file".into())),
             }
         }

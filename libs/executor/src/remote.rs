@@ -6,7 +6,7 @@
 //! `Timeout`; anything that breaks the contract (bad status, undecodable or oversize body,
 //! missing fields) → `Protocol`.
 
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use async_trait::async_trait;
 use qtg_core::protocol::{Method, MAX_RESULT_BYTES};
@@ -16,6 +16,7 @@ use qtg_proto::executor::v1 as pb;
 use qtg_proto::executor::v1::executor_service_client::ExecutorServiceClient;
 use qtg_proto::signer::v1 as spb;
 use qtg_proto::signer::v1::signer_service_client::SignerServiceClient;
+use qtg_wire_auth::{grpc_signed_bytes, Credentials};
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -23,53 +24,12 @@ use tonic::transport::Channel;
 
 use crate::{Executor, ExecutorError, Prepared, SignError, Signer, Submission};
 
-/// How calls authenticate.
-#[derive(Clone)]
-pub enum Auth {
-    None,
-    /// `Authorization: Bearer <token>` (gRPC: `authorization` metadata).
-    Bearer(String),
-    /// v3 request signature over the body (gRPC: over the encoded request message).
-    Hmac(Vec<u8>),
-}
-
-impl std::fmt::Debug for Auth {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Auth::None => "none",
-            Auth::Bearer(_) => "bearer(***)",
-            Auth::Hmac(_) => "hmac(***)",
-        })
-    }
-}
-
-impl Auth {
-    /// The headers this auth adds to a request with `body`.
-    pub fn headers(&self, body: &[u8]) -> Vec<(&'static str, String)> {
-        match self {
-            Auth::None => Vec::new(),
-            Auth::Bearer(t) => vec![("authorization", format!("Bearer {t}"))],
-            Auth::Hmac(secret) => {
-                let ts = SystemTime::now().duration_since(UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0).to_string();
-                let nonce = uuid::Uuid::new_v4().to_string();
-                let sig = qtg_webhook::sign(secret, &ts, &nonce, body);
-                vec![
-                    ("x-qtg-callback-timestamp", ts),
-                    ("x-qtg-callback-nonce", nonce),
-                    ("x-qtg-callback-signature-version", qtg_webhook::VERSION.to_string()),
-                    ("x-qtg-callback-signature", sig),
-                ]
-            }
-        }
-    }
-}
-
 /// Where and how a remote entry is reached.
 #[derive(Debug, Clone)]
 pub struct Endpoint {
     pub url: String,
     pub timeout: Duration,
-    pub auth: Auth,
+    pub auth: Credentials,
     /// For `https://` endpoints: the CA certificate(s) (PEM) that sign the server's
     /// certificate, and optionally the name to verify instead of the URL's host.
     pub tls: Option<TlsClient>,
@@ -163,18 +123,8 @@ async fn grpc_call<T>(
     }
 }
 
-/// The bytes a gRPC call's HMAC covers: the canonical JSON (sorted keys) of the request
-/// message, which both ends can rebuild from the decoded message (protobuf encodings of maps
-/// need not be byte-identical).
-pub fn grpc_signed_bytes<T: Serialize>(msg: &T) -> Vec<u8> {
-    serde_json::to_value(msg).map(|v| qtg_core::hash::canonical_json(&v).into_bytes()).unwrap_or_default()
-}
-
 fn grpc_request<T: prost::Message + Serialize>(msg: T, endpoint: &Endpoint) -> tonic::Request<T> {
-    let body = match endpoint.auth {
-        Auth::Hmac(_) => grpc_signed_bytes(&msg),
-        _ => Vec::new(),
-    };
+    let body = if endpoint.auth.signs_body() { grpc_signed_bytes(&msg) } else { Vec::new() };
     let mut req = tonic::Request::new(msg);
     req.set_timeout(endpoint.timeout);
     for (k, v) in endpoint.auth.headers(&body) {

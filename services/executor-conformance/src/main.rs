@@ -4,15 +4,16 @@
 
 use std::time::Duration;
 
-use qtg_executor::remote::{Auth, TlsClient};
-use qtg_executor_sdk::conformance::{run, Target, Transport};
+use qtg_conformance::{run, Target, Transport};
+use qtg_executor::remote::TlsClient;
+use qtg_wire_auth::Credentials;
 
 const USAGE: &str = "usage: qtg-executor-conformance --endpoint URL --transport grpc|http [--executor-key KEY] [--bearer-env VAR] [--timeout-ms N] [--ca-file PEM [--tls-domain NAME]]";
 
 fn parse() -> Result<Target, String> {
     let mut args = std::env::args().skip(1);
     let (mut endpoint, mut transport, mut key, mut auth, mut timeout) =
-        (None, None, "exec.conformance".to_string(), Auth::None, 5000u64);
+        (None, None, "exec.conformance".to_string(), Credentials::None, 5000u64);
     let (mut ca_file, mut domain): (Option<String>, Option<String>) = (None, None);
     while let Some(a) = args.next() {
         let mut value = || args.next().ok_or_else(|| format!("{a} needs a value\n{USAGE}"));
@@ -28,7 +29,7 @@ fn parse() -> Result<Target, String> {
             "--executor-key" => key = value()?,
             "--bearer-env" => {
                 let var = value()?;
-                auth = Auth::Bearer(std::env::var(&var).map_err(|_| format!("{var} is not set"))?);
+                auth = Credentials::Bearer(std::env::var(&var).map_err(|_| format!("{var} is not set"))?);
             }
             "--timeout-ms" => {
                 timeout = value()?.parse().map_err(|_| format!("--timeout-ms takes milliseconds\n{USAGE}"))?

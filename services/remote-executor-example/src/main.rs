@@ -19,9 +19,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use qtg_core::hash::canonical_json;
 use qtg_executor_sdk::{
-    serve, Auth, CancellationToken, ExecutionContext, ExecutionResult, FileKeyStore, Handler, HandlerError, KeyStore,
+    serve, CancellationToken, ExecutionContext, ExecutionResult, FileKeyStore, Handler, HandlerError, KeyStore,
     NodeState, PrepareOutcome, PreparedAction, ServeConfig, SignRequest, SignResult, SignerError, SignerHandler,
-    SubmitCall, TlsServer,
+    SubmitCall, TlsServer, Verifier,
 };
 use serde_json::{json, Value};
 use tokio::sync::Mutex;
@@ -239,9 +239,9 @@ async fn main() -> anyhow::Result<()> {
     let grpc_addr = var("EXAMPLE_GRPC_ADDR").unwrap_or_else(|| "0.0.0.0:50051".into()).parse()?;
     let http_addr = var("EXAMPLE_HTTP_ADDR").unwrap_or_else(|| "0.0.0.0:8081".into()).parse()?;
     let auth = match (var("EXAMPLE_BEARER_TOKEN"), var("EXAMPLE_HMAC_SECRET")) {
-        (Some(token), None) => Auth::Bearer(token),
-        (None, Some(secret)) => Auth::Hmac(vec![secret.into_bytes()]),
-        (None, None) => Auth::None,
+        (Some(token), None) => Verifier::Bearer(token),
+        (None, Some(secret)) => Verifier::Hmac(vec![secret.into_bytes()]),
+        (None, None) => Verifier::None,
         (Some(_), Some(_)) => anyhow::bail!("set EXAMPLE_BEARER_TOKEN or EXAMPLE_HMAC_SECRET, not both"),
     };
     let double_submit = var("EXAMPLE_BROKEN").as_deref() == Some("double-submit");

@@ -23,8 +23,9 @@ use std::time::Duration;
 
 use qtg_core::protocol::{Method, PROTOCOL_VERSION};
 use qtg_core::{ExecutionContext, ExecutionResult, NodeState};
-use qtg_executor::remote::{Auth, Endpoint, RemoteExecutor, TlsClient};
+use qtg_executor::remote::{Endpoint, RemoteExecutor, TlsClient};
 use qtg_executor::{ExecutorError, Prepared};
+use qtg_wire_auth::Credentials;
 use serde_json::{json, Value};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +39,7 @@ pub struct Target {
     pub endpoint: String,
     pub transport: Transport,
     pub executor_key: String,
-    pub auth: Auth,
+    pub auth: Credentials,
     pub timeout: Duration,
     /// For https:// endpoints: the CA that signs the executor's certificate.
     pub tls: Option<TlsClient>,

@@ -72,6 +72,13 @@ pub fn check_url_syntax(
     allow_private: bool,
     allowed_hosts: &[String],
 ) -> std::result::Result<reqwest::Url, String> {
+    if url.len() > 2048 || url.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        return Err("callback_url must be at most 2048 characters, without spaces or control characters".into());
+    }
+    // The host must be written out (the URL parser would read `https:///x` as host `x`).
+    if url.split_once("://").is_none_or(|(_, rest)| rest.is_empty() || rest.starts_with(['/', '?', '#', ':'])) {
+        return Err(format!("callback_url {url:?} must be an http(s) URL with a host"));
+    }
     let parsed = reqwest::Url::parse(url).map_err(|e| format!("callback_url {url:?}: {e}"))?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(format!("callback_url scheme {:?} is not http or https", parsed.scheme()));
@@ -221,5 +228,10 @@ mod tests {
         assert!(check_url_syntax("http://127.0.0.1:8080/x", true, &[]).is_ok());
         assert!(check_url_syntax("http://10.0.0.5/x", false, &["10.0.0.5".into()]).is_ok());
         assert!(check_url_syntax("https://hooks.example.com/x", false, &[]).is_ok());
+        // What the API used to check on its own: a host, no spaces, a bounded length.
+        for bad in ["https://", "https:///x", "example.com", "https://a b", "https://h/a b", "http://h/\u{7f}"] {
+            assert!(check_url_syntax(bad, true, &[]).is_err(), "{bad}");
+        }
+        assert!(check_url_syntax(&format!("https://h/{}", "a".repeat(2048)), true, &[]).is_err());
     }
 }

@@ -2,6 +2,7 @@
 //! it processed), the advance/derive steps they share, execution-context building, and the
 //! movement and template operations the API performs.
 
+pub mod access;
 pub mod advance;
 pub mod callbacks;
 pub mod calls;

@@ -17,6 +17,33 @@ pub struct AuditRecord<'a> {
     pub data: Value,
 }
 
+impl<'a> AuditRecord<'a> {
+    /// A row about `entity_type` `entity_id`, with no movement and empty data.
+    pub fn new(actor: &'a str, action: &'a str, entity_type: &'a str, entity_id: impl ToString) -> Self {
+        AuditRecord {
+            actor,
+            action,
+            entity_type,
+            entity_id: entity_id.to_string(),
+            movement_id: None,
+            data: Value::Object(Default::default()),
+        }
+    }
+
+    pub fn movement(self, movement_id: Uuid) -> Self {
+        AuditRecord { movement_id: Some(movement_id), ..self }
+    }
+
+    pub fn data(self, data: Value) -> Self {
+        AuditRecord { data, ..self }
+    }
+
+    /// Writes the row in `conn`'s transaction (see [`record`]).
+    pub async fn record(&self, conn: &mut PgConnection) -> Result<()> {
+        record(conn, self).await
+    }
+}
+
 pub async fn record(conn: &mut PgConnection, rec: &AuditRecord<'_>) -> Result<()> {
     sqlx::query(
         "INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)

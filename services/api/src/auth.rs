@@ -3,7 +3,6 @@
 
 use axum::extract::FromRequestParts;
 use axum::http::request::Parts;
-use qtg_core::hash::sha256_hex;
 
 use crate::error::ApiError;
 use crate::AppState;
@@ -53,10 +52,6 @@ impl Principal {
     }
 }
 
-pub fn hash_key(secret: &str) -> String {
-    sha256_hex(secret.as_bytes())
-}
-
 impl FromRequestParts<AppState> for Principal {
     type Rejection = ApiError;
 
@@ -71,7 +66,7 @@ impl FromRequestParts<AppState> for Principal {
             .map(str::trim)
             .filter(|s| !s.is_empty() && s.len() <= 512)
             .ok_or_else(ApiError::unauthenticated)?;
-        let key = qtg_store::api_keys::find_by_hash(&state.pool, &hash_key(secret))
+        let key = qtg_store::api_keys::find_by_hash(&state.pool, &qtg_engine::access::key_hash(secret))
             .await?
             .ok_or_else(ApiError::unauthenticated)?;
         let highest = key.roles.iter().filter_map(|r| Role::parse(r)).max().ok_or_else(ApiError::unauthenticated)?;

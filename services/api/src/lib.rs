@@ -1,15 +1,19 @@
-//! `qtg-api`: the HTTP front door (`/v3/*`, DESIGN.md §7). Handlers authenticate, check the
-//! role, validate, and call one engine operation; every mutation writes its audit row in
-//! its own transaction.
+//! `qtg-api`: the HTTP front door (`/v3/*`; docs/architecture.md, "The API"). Handlers
+//! ([`routes`], one module per resource) take the caller's role, validate with the domain's
+//! parsers ([`extract`]), and call one engine operation for a change — which writes the
+//! change and its audit row in one transaction — or the store for a read.
 
 pub mod auth;
 pub mod error;
-mod handlers;
+pub mod extract;
 mod openapi;
+pub mod routes;
+mod schemas;
 
 use std::net::SocketAddr;
 
-use axum::extract::DefaultBodyLimit;
+use axum::extract::{DefaultBodyLimit, Request};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use axum::Router;
 use qtg_engine::Engine;
@@ -39,54 +43,51 @@ pub struct AppState {
 
 /// The API's routes and its OpenAPI document, built from the same handler annotations.
 pub fn routes() -> (Router<AppState>, utoipa::openapi::OpenApi) {
-    use handlers::*;
     use utoipa::OpenApi;
-    use utoipa_axum::routes;
-    utoipa_axum::router::OpenApiRouter::with_openapi(openapi::ApiDoc::openapi())
-        .routes(routes!(propose_template))
-        .routes(routes!(get_proposal))
-        .routes(routes!(approve_proposal))
-        .routes(routes!(reject_proposal))
-        .routes(routes!(list_templates))
-        .routes(routes!(get_template))
-        .routes(routes!(create_movement, list_movements))
-        .routes(routes!(get_movement))
-        .routes(routes!(approve_movement))
-        .routes(routes!(reject_movement))
-        .routes(routes!(cancel_movement))
-        .routes(routes!(resume_movement))
-        .routes(routes!(retry_node))
-        .routes(routes!(diagnose_node))
-        .routes(routes!(complete_manual))
-        .routes(routes!(list_audit_events))
-        .routes(routes!(list_executors))
-        .routes(routes!(list_signers))
-        .routes(routes!(set_expected_identity))
-        .routes(routes!(list_workers))
-        .routes(routes!(list_callbacks))
-        .routes(routes!(replay_callback))
-        .routes(routes!(list_controls))
-        .routes(routes!(pause_dispatch))
-        .routes(routes!(resume_dispatch))
-        .routes(routes!(create_api_key, list_api_keys))
-        .routes(routes!(revoke_api_key))
-        .split_for_parts()
+    utoipa_axum::router::OpenApiRouter::with_openapi(openapi::ApiDoc::openapi()).merge(routes::all()).split_for_parts()
 }
 
 /// The generated OpenAPI 3.1 document, as served.
 pub fn openapi_json() -> serde_json::Value {
-    serde_json::to_value(routes().1).unwrap_or_default()
+    openapi::served(&routes().1)
 }
 
 pub fn router(state: AppState) -> Router {
     let (api, doc) = routes();
-    let doc = std::sync::Arc::new(serde_json::to_value(doc).unwrap_or_default());
+    let doc = std::sync::Arc::new(openapi::served(&doc));
     api.route("/v3/openapi.json", get(move || async move { axum::Json(doc.as_ref().clone()) }))
-        .fallback(handlers::not_found)
-        .layer(axum::middleware::from_fn(handlers::refuse_nul))
-        .layer(axum::middleware::from_fn(handlers::trace_request))
+        .fallback(|| async { error::ApiError::not_found("route") })
+        .layer(axum::middleware::from_fn(refuse_nul))
+        .layer(axum::middleware::from_fn(trace_request))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))
         .with_state(state)
+}
+
+/// Refuses a request whose path or query carries an encoded NUL (`%00`) before any handler
+/// sees it: no database text can hold it.
+async fn refuse_nul(req: Request, next: axum::middleware::Next) -> Response {
+    if req.uri().to_string().to_ascii_lowercase().contains("%00") {
+        return error::ApiError::validation("the path and query must not contain %00").into_response();
+    }
+    next.run(req).await
+}
+
+/// Each request is its own trace (`api.request`): what an approval or an operator action
+/// changes — and the callbacks it enqueues — carries that trace.
+async fn trace_request(req: Request, next: axum::middleware::Next) -> Response {
+    use tracing::Instrument;
+    let span = tracing::info_span!(
+        parent: None,
+        "api.request",
+        otel.name = "api.request",
+        otel.kind = "server",
+        http.method = %req.method(),
+        http.target = %req.uri().path(),
+        http.status_code = tracing::field::Empty,
+    );
+    let response = next.run(req).instrument(span.clone()).await;
+    span.record("http.status_code", response.status().as_u16());
+    response
 }
 
 /// Registers the one-time bootstrap admin key (idempotent: stored by hash).
@@ -97,7 +98,7 @@ pub async fn bootstrap_admin(pool: &PgPool, secret: &str) -> anyhow::Result<()> 
         Uuid::new_v4(),
         "bootstrap-admin",
         &["admin".to_string()],
-        &auth::hash_key(secret),
+        &qtg_engine::access::key_hash(secret),
         None,
     )
     .await?;

@@ -14,13 +14,40 @@ use serde_json::Value;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
 
+pub use crate::schemas::*;
+
 #[derive(OpenApi)]
 #[openapi(
     info(title = "qtg", version = "3", description = "Fund-movement orchestrator: templates (DAGs of plan nodes), movements, approvals, operator actions, controls. Every call needs `Authorization: Bearer <key>`; roles viewer < requester < approver < operator < admin. Errors are `{\"error\": {\"code\", \"message\"}}`."),
     modifiers(&BearerAuth),
-    components(schemas(ErrorBody, ErrorDetail, Movement, ApiKeyCreated, PlanNodeDoc, PlanEdgeDoc, RiskControlsDoc, VelocityDoc, IntentDoc))
+    components(schemas(ErrorBody, ErrorDetail, Movement, ApiKeyCreated, PlanNodeDoc, PlanEdgeDoc, RiskControlsDoc, VelocityDoc, IntentDoc, MovementState, RunbookCase, RoleName, CallbackStatus, PauseScopeName, ProposalReview, Template, TemplateVersion, Diagnosis, DiagnosisEvidence))
 )]
 pub struct ApiDoc;
+
+/// The document as served: utoipa 5 writes a Link object's fields in snake case
+/// (`operation_id`, `request_body`); OpenAPI spells them `operationId` and `requestBody`.
+pub fn served(doc: &utoipa::openapi::OpenApi) -> Value {
+    let mut v = serde_json::to_value(doc).unwrap_or_default();
+    let links = v["paths"]
+        .as_object_mut()
+        .into_iter()
+        .flat_map(|paths| paths.values_mut())
+        .filter_map(Value::as_object_mut)
+        .flat_map(|item| item.values_mut())
+        .filter_map(|op| op.get_mut("responses").and_then(Value::as_object_mut))
+        .flat_map(|responses| responses.values_mut())
+        .filter_map(|r| r.get_mut("links").and_then(Value::as_object_mut))
+        .flat_map(|links| links.values_mut())
+        .filter_map(Value::as_object_mut);
+    for link in links {
+        for (from, to) in [("operation_id", "operationId"), ("request_body", "requestBody")] {
+            if let Some(x) = link.remove(from) {
+                link.insert(to.into(), x);
+            }
+        }
+    }
+    v
+}
 
 struct BearerAuth;
 
@@ -82,13 +109,6 @@ pub enum Errors {
     RiskLimit(ErrorBody),
 }
 
-/// Lists answer a page: follow `next_cursor` (pass it as `cursor`) until it is null.
-#[derive(ToSchema)]
-pub struct Page<T> {
-    items: Vec<T>,
-    next_cursor: Option<String>,
-}
-
 /// A movement as `GET /v3/movements/{id}` answers it.
 #[derive(ToSchema)]
 pub struct Movement {
@@ -96,9 +116,7 @@ pub struct Movement {
     template_key: String,
     template_version: i32,
     compiled_plan_hash: String,
-    /// PENDING_APPROVAL, APPROVED, EXECUTING, WAITING_MANUAL_ACTION, MANUAL_INTERVENTION,
-    /// COMPLETED, FAILED, EXPIRED, REJECTED, CANCELLED
-    request_state: String,
+    request_state: MovementState,
     /// pending, approved, rejected
     approval_status: String,
     approved_by: Option<String>,
@@ -127,9 +145,9 @@ pub struct Movement {
 
 #[derive(ToSchema)]
 pub struct ApiKeyCreated {
-    id: String,
+    id: uuid::Uuid,
     principal: String,
-    roles: Vec<String>,
+    roles: Vec<RoleName>,
     /// Shown once; only its hash is stored.
     secret: String,
 }
@@ -137,11 +155,10 @@ pub struct ApiKeyCreated {
 /// One plan node of a template proposal.
 #[derive(ToSchema)]
 pub struct PlanNodeDoc {
-    /// 1-64 of [A-Za-z0-9_-], unique in the plan
+    /// Unique in the plan
+    #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     node_key: String,
-    /// action (moves funds), observe (reads only), manual (done by a person; action_type
-    /// starts with manual_)
-    node_kind: String,
+    node_kind: NodeKindName,
     action_type: String,
     /// Must be in the executor registry
     executor_key: String,
@@ -155,6 +172,16 @@ pub struct PlanNodeDoc {
     timeout_policy: Option<Value>,
 }
 
+/// action (moves funds), observe (reads only), manual (done by a person; action_type starts
+/// with manual_)
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum NodeKindName {
+    Action,
+    Observe,
+    Manual,
+}
+
 #[derive(ToSchema)]
 pub struct PlanEdgeDoc {
     from: String,
@@ -166,13 +193,16 @@ pub struct PlanEdgeDoc {
 #[derive(ToSchema)]
 pub struct RiskControlsDoc {
     /// Decimal string: no single movement above it
+    #[schema(pattern = "^[0-9]+(\\.[0-9]+)?$")]
     hard_cap: Option<String>,
     velocity_limit: Option<VelocityDoc>,
     /// intent.destination (or its address) must be one of these
     destination_allowlist: Option<Vec<String>>,
-    /// Distinct approvers (1-10) at or above multi_approval_threshold
+    /// Distinct approvers at or above multi_approval_threshold
+    #[schema(minimum = 1, maximum = 10)]
     approvals_required: Option<u32>,
     /// Decimal string
+    #[schema(pattern = "^[0-9]+(\\.[0-9]+)?$")]
     multi_approval_threshold: Option<String>,
     #[schema(additional_properties)]
     #[serde(flatten)]
@@ -182,16 +212,19 @@ pub struct RiskControlsDoc {
 /// At most `amount` per `window_seconds`, per asset and source.
 #[derive(ToSchema)]
 pub struct VelocityDoc {
+    #[schema(pattern = "^[0-9]+(\\.[0-9]+)?$")]
     amount: String,
+    #[schema(minimum = 1)]
     window_seconds: i64,
 }
 
 /// What to move. Other keys are kept and passed to executors.
 #[derive(ToSchema)]
 pub struct IntentDoc {
-    /// 1-64 characters
+    #[schema(min_length = 1, max_length = 64)]
     asset: String,
     /// Decimal string greater than 0, e.g. "100.50"
+    #[schema(pattern = "^(?=[0-9.]*[1-9])[0-9]+(\\.[0-9]+)?$", max_length = 78)]
     amount: String,
     /// A string or an object
     source: Option<Value>,
@@ -236,6 +269,38 @@ mod tests {
             }
         }
         assert!(n >= 28, "{n} operations");
+    }
+
+    /// Every create links to the operations on what it created, by operation ids that exist.
+    #[test]
+    fn links_name_real_operations() {
+        let doc = crate::openapi_json();
+        let ids: Vec<String> = doc["paths"]
+            .as_object()
+            .unwrap()
+            .values()
+            .flat_map(|item| item.as_object().unwrap().values())
+            .filter_map(|op| op["operationId"].as_str().map(String::from))
+            .collect();
+        let mut links = 0;
+        for (path, item) in doc["paths"].as_object().unwrap() {
+            for (method, op) in item.as_object().unwrap() {
+                for (code, resp) in op["responses"].as_object().unwrap() {
+                    for (name, link) in resp["links"].as_object().into_iter().flatten() {
+                        links += 1;
+                        let target = link["operationId"].as_str().unwrap_or_default();
+                        assert!(ids.iter().any(|i| i == target), "{method} {path} {code} {name} → {target}");
+                        assert!(link.get("operation_id").is_none(), "{name}: spelled as OpenAPI does");
+                    }
+                }
+            }
+        }
+        assert!(links >= 10, "{links} links");
+        for create in ["/v3/movements", "/v3/template-proposals", "/v3/api-keys", "/v3/controls/pause"] {
+            let op = &doc["paths"][create]["post"];
+            let created = op["responses"]["201"]["links"].as_object().or(op["responses"]["200"]["links"].as_object());
+            assert!(created.is_some_and(|l| !l.is_empty()), "{create} links to what it creates");
+        }
     }
 
     #[test]

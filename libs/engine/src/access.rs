@@ -1,0 +1,105 @@
+//! Operations on who may call qtg and on what qtg trusts: API keys, a dead-lettered
+//! callback's replay, a signer's expected identity. Each runs in one transaction with its
+//! audit row.
+
+use qtg_core::hash::sha256_hex;
+use qtg_store::audit::AuditRecord;
+use qtg_store::callbacks::CallbackRow;
+use qtg_store::health::SignerHealth;
+use serde_json::json;
+use uuid::Uuid;
+
+use crate::movements::{finish, OpError};
+use crate::Engine;
+
+/// A key as stored: only the sha256 of its secret.
+pub fn key_hash(secret: &str) -> String {
+    sha256_hex(secret.as_bytes())
+}
+
+/// A created key; `secret` is shown once and never stored.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct CreatedKey {
+    pub id: Uuid,
+    pub principal: String,
+    pub roles: Vec<String>,
+    pub secret: String,
+}
+
+impl Engine {
+    /// Creates an API key for `principal` with `roles` (validated by the caller).
+    pub async fn create_api_key(&self, actor: &str, principal: &str, roles: &[String]) -> Result<CreatedKey, OpError> {
+        let secret = format!("qtg_{}", hex::encode(rand::random::<[u8; 24]>()));
+        let id = Uuid::new_v4();
+        let mut tx = self.pool.begin().await?;
+        let res = async {
+            qtg_store::api_keys::insert(&mut tx, id, principal, roles, &key_hash(&secret), Some(actor)).await?;
+            AuditRecord::new(actor, "api_key.create", "api_key", id)
+                .data(json!({"principal": principal, "roles": roles}))
+                .record(&mut tx)
+                .await?;
+            Ok(())
+        }
+        .await;
+        finish(tx, res).await?;
+        Ok(CreatedKey { id, principal: principal.to_string(), roles: roles.to_vec(), secret })
+    }
+
+    /// Revokes key `id`; `NotFound` when no live key has it.
+    pub async fn revoke_api_key(&self, actor: &str, id: Uuid) -> Result<(), OpError> {
+        let mut tx = self.pool.begin().await?;
+        let res = async {
+            if !qtg_store::api_keys::revoke(&mut tx, id).await? {
+                return Err(OpError::NotFound("api key"));
+            }
+            AuditRecord::new(actor, "api_key.revoke", "api_key", id).record(&mut tx).await?;
+            Ok(())
+        }
+        .await;
+        finish(tx, res).await
+    }
+
+    /// Replays dead letter `id`: a new outbox row with the same event, a fresh timestamp and
+    /// nonce. Only a `dlq` row can be replayed.
+    pub async fn replay_callback(&self, actor: &str, id: Uuid) -> Result<CallbackRow, OpError> {
+        let mut tx = self.pool.begin().await?;
+        let res = async {
+            let Some(row) = qtg_store::callbacks::replay(&mut tx, id).await? else {
+                return Err(if qtg_store::callbacks::exists(&mut tx, id).await? {
+                    OpError::InvalidState("only a dlq callback can be replayed".into())
+                } else {
+                    OpError::NotFound("callback")
+                });
+            };
+            AuditRecord::new(actor, "callback.replay", "movement", row.request_id)
+                .movement(row.request_id)
+                .data(json!({"replay_of": id, "new_callback_id": row.id, "event_id": row.event_id}))
+                .record(&mut tx)
+                .await?;
+            Ok(row)
+        }
+        .await;
+        finish(tx, res).await
+    }
+
+    /// Enrols `address` (any spelling `canonical_address` accepts) as signer `key`'s expected
+    /// identity; the only writer of it. `NotFound` until qtg-health has seen the signer.
+    pub async fn set_expected_identity(&self, actor: &str, key: &str, address: &str) -> Result<SignerHealth, OpError> {
+        let address = crate::health::canonical_address(address)
+            .ok_or_else(|| OpError::Validation("address must be 0x followed by 40 hex digits, not all zero".into()))?;
+        let mut tx = self.pool.begin().await?;
+        let res = async {
+            if !qtg_store::health::set_expected_identity(&mut tx, key, &address).await? {
+                return Err(OpError::NotFound("signer (not yet seen by qtg-health)"));
+            }
+            AuditRecord::new(actor, "signer.expected_identity", "signer", key)
+                .data(json!({"expected_signer_address": address}))
+                .record(&mut tx)
+                .await?;
+            let signers = qtg_store::health::list_signers(&mut tx).await?;
+            signers.into_iter().find(|r| r.signer_key == key).ok_or(OpError::NotFound("signer"))
+        }
+        .await;
+        finish(tx, res).await
+    }
+}

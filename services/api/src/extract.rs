@@ -1,0 +1,232 @@
+//! What every handler takes and gives besides its own types: the caller's role, JSON bodies
+//! and query strings that fail as 400 `VALIDATION_ERROR` naming the problem, resource ids,
+//! and the one [`Page`] every list answers (and the OpenAPI document describes).
+//!
+//! Extractors run in argument order, so a handler takes its role first: an unauthenticated
+//! or under-privileged caller gets 401/403 before its body or query is looked at.
+
+use axum::extract::rejection::JsonRejection;
+use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use axum::http::request::Parts;
+use axum::http::StatusCode;
+use axum::Json;
+use chrono::{DateTime, Utc};
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use uuid::Uuid;
+
+use crate::auth::{Principal, Role};
+use crate::error::ApiError;
+use crate::AppState;
+
+macro_rules! role_extractor {
+    ($($name:ident => $role:expr),* $(,)?) => {$(
+        #[doc = concat!("A caller holding at least the `", stringify!($name), "` role (else 401/403).")]
+        pub struct $name(pub Principal);
+
+        impl FromRequestParts<AppState> for $name {
+            type Rejection = ApiError;
+
+            async fn from_request_parts(parts: &mut Parts, state: &AppState) -> Result<Self, ApiError> {
+                let who = Principal::from_request_parts(parts, state).await?;
+                who.require($role)?;
+                Ok($name(who))
+            }
+        }
+    )*};
+}
+
+role_extractor!(
+    Viewer => Role::Viewer,
+    Requester => Role::Requester,
+    Approver => Role::Approver,
+    Operator => Role::Operator,
+    Admin => Role::Admin,
+);
+
+/// A JSON body whose every problem (content type, size, syntax, unknown field, wrong type,
+/// a NUL character) is a clear 4xx. Keeps the raw value for body hashing.
+pub struct Body<T> {
+    pub value: T,
+    pub raw: Value,
+}
+
+impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let Json(raw): Json<Value> = Json::from_request(req, state).await.map_err(|e: JsonRejection| match e {
+            JsonRejection::MissingJsonContentType(_) => ApiError::new(
+                StatusCode::UNSUPPORTED_MEDIA_TYPE,
+                "VALIDATION_ERROR",
+                "Content-Type must be application/json",
+            ),
+            JsonRejection::BytesRejection(_) => too_large(),
+            other => ApiError::validation(format!("invalid JSON body: {}", other.body_text())),
+        })?;
+        Ok(Body { value: typed(&raw)?, raw })
+    }
+}
+
+/// An optional JSON body: empty means `T::default()`.
+pub struct OptBody<T>(pub T);
+
+impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptBody<T> {
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, _state: &S) -> Result<Self, Self::Rejection> {
+        let bytes = axum::body::to_bytes(req.into_body(), crate::BODY_LIMIT).await.map_err(|_| too_large())?;
+        if bytes.iter().all(u8::is_ascii_whitespace) {
+            return Ok(OptBody(T::default()));
+        }
+        let raw: Value =
+            serde_json::from_slice(&bytes).map_err(|e| ApiError::validation(format!("invalid JSON body: {e}")))?;
+        Ok(OptBody(typed(&raw)?))
+    }
+}
+
+fn too_large() -> ApiError {
+    ApiError::new(
+        StatusCode::PAYLOAD_TOO_LARGE,
+        "VALIDATION_ERROR",
+        format!("body is larger than {} bytes", crate::BODY_LIMIT),
+    )
+}
+
+fn typed<T: DeserializeOwned>(raw: &Value) -> Result<T, ApiError> {
+    if has_nul(raw) {
+        // PostgreSQL text and jsonb cannot hold U+0000.
+        return Err(ApiError::validation("strings and keys must not contain the NUL character (\\u0000)"));
+    }
+    serde_json::from_value(raw.clone()).map_err(|e| ApiError::validation(format!("invalid body: {e}")))
+}
+
+fn has_nul(v: &Value) -> bool {
+    match v {
+        Value::String(s) => s.contains('\0'),
+        Value::Array(a) => a.iter().any(has_nul),
+        Value::Object(o) => o.iter().any(|(k, v)| k.contains('\0') || has_nul(v)),
+        _ => false,
+    }
+}
+
+/// A query string; unknown or malformed parameters are a 400 naming them.
+pub struct Params<T>(pub T);
+
+impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Params<T> {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        Query::<T>::from_request_parts(parts, state)
+            .await
+            .map(|Query(q)| Params(q))
+            .map_err(|e| ApiError::validation(format!("invalid query: {}", e.body_text())))
+    }
+}
+
+/// A resource id from the path: anything that is not a UUID names no resource (404).
+pub fn parse_id(raw: &str, what: &str) -> Result<Uuid, ApiError> {
+    raw.parse().map_err(|_| ApiError::not_found(what))
+}
+
+/// `limit` (1-200, default 50) and `cursor` (from the previous page's `next_cursor`).
+#[derive(Deserialize, Default, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct PageQuery {
+    /// 1-200 (default 50)
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 200)]
+    #[serde(default)]
+    pub limit: Option<String>,
+    /// `next_cursor` of the previous page
+    #[param(max_length = 200)]
+    #[serde(default)]
+    pub cursor: Option<String>,
+}
+
+/// Parses a `limit` parameter.
+pub fn limit(raw: Option<&str>) -> Result<i64, ApiError> {
+    match raw {
+        None => Ok(50),
+        Some(l) => match l.parse::<i64>() {
+            Ok(n) if (1..=200).contains(&n) => Ok(n),
+            _ => Err(ApiError::validation("limit must be an integer between 1 and 200")),
+        },
+    }
+}
+
+impl PageQuery {
+    pub fn limit(&self) -> Result<i64, ApiError> {
+        limit(self.limit.as_deref())
+    }
+}
+
+/// The cursor of a list ordered by creation time: `{created_at µs}_{id}`.
+pub fn time_cursor(created_at: DateTime<Utc>, id: Uuid) -> String {
+    format!("{}_{id}", created_at.timestamp_micros())
+}
+
+pub fn parse_time_cursor(c: &str) -> Result<(DateTime<Utc>, Uuid), ApiError> {
+    let bad = || ApiError::validation("cursor is not one this API returned");
+    let (ts, id) = c.split_once('_').ok_or_else(bad)?;
+    let micros: i64 = ts.parse().map_err(|_| bad())?;
+    Ok((DateTime::from_timestamp_micros(micros).ok_or_else(bad)?, id.parse().map_err(|_| bad())?))
+}
+
+/// One page of a list: follow `next_cursor` (pass it as `cursor`) until it is null.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Page<T> {
+    pub items: Vec<T>,
+    pub next_cursor: Option<String>,
+}
+
+impl<T: Serialize> Page<T> {
+    /// From up to `limit + 1` rows read after the cursor: the first `limit`, and the cursor of
+    /// the last of them when more follow.
+    pub fn from_rows(mut rows: Vec<T>, limit: i64, cursor: impl Fn(&T) -> String) -> Json<Page<T>> {
+        let limit = limit.max(1) as usize;
+        let next_cursor = (rows.len() > limit).then(|| cursor(&rows[limit - 1]));
+        rows.truncate(limit);
+        Json(Page { items: rows, next_cursor })
+    }
+
+    /// A small roster read whole: ordered by `key`, after the cursor (the last key of the
+    /// previous page).
+    pub fn of_roster(items: Vec<T>, key: impl Fn(&T) -> String, q: &PageQuery) -> Result<Json<Page<T>>, ApiError> {
+        let limit = q.limit()?;
+        let mut keyed: Vec<(String, T)> = items.into_iter().map(|i| (key(&i), i)).collect();
+        keyed.sort_by(|a, b| a.0.cmp(&b.0));
+        keyed.retain(|(k, _)| q.cursor.as_ref().is_none_or(|c| k > c));
+        let rows: Vec<(String, T)> = keyed;
+        let page = Page::from_rows(rows, limit, |(k, _)| k.clone()).0;
+        Ok(Json(Page { items: page.items.into_iter().map(|(_, i)| i).collect(), next_cursor: page.next_cursor }))
+    }
+}
+
+/// A reason, optional (approve / reject).
+#[derive(Deserialize, Default, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReasonBody {
+    #[schema(max_length = 2000)]
+    #[serde(default)]
+    pub reason: Option<String>,
+}
+
+impl ReasonBody {
+    pub fn reason(&self) -> Result<Option<&str>, ApiError> {
+        match self.reason.as_deref() {
+            Some(r) if r.len() > 2000 => Err(ApiError::validation("reason is at most 2000 characters")),
+            other => Ok(other),
+        }
+    }
+}
+
+/// A required reason (operator actions and controls): 1-2000 characters after trimming.
+pub fn required_reason(reason: &str) -> Result<&str, ApiError> {
+    let r = reason.trim();
+    if r.is_empty() || r.len() > 2000 {
+        return Err(ApiError::validation("reason must be 1-2000 characters"));
+    }
+    Ok(r)
+}

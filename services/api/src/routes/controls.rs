@@ -1,0 +1,111 @@
+//! The kill switch (admin): pause new submits globally, per lane or per executor key; the
+//! dispatcher leaves matching nodes READY. Viewers see the active pauses.
+
+use axum::extract::State;
+use axum::Json;
+use qtg_engine::controls::PauseScope;
+use qtg_store::controls::Pause;
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+use crate::extract::{required_reason, Admin, Body, Page, PageQuery, Params, Viewer};
+use crate::AppState;
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ControlBody {
+    #[schema(value_type = crate::openapi::PauseScopeName)]
+    scope: String,
+    /// A lane (ccip, stargate, cex, other) for scope lane; an executor key for scope
+    /// executor; absent for global
+    #[schema(max_length = 200)]
+    #[serde(default)]
+    target: Option<String>,
+    #[schema(min_length = 1, max_length = 2000, pattern = "\\S")]
+    reason: String,
+}
+
+impl ControlBody {
+    fn scope(&self, s: &AppState, resume: bool) -> Result<PauseScope, ApiError> {
+        Ok(PauseScope::parse(&s.engine, &self.scope, self.target.as_deref(), resume)?)
+    }
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/controls/pause",
+    tag = "qtg",
+    operation_id = "pause_dispatch",
+    summary = "Kill switch: pause new submits globally, per lane or per executor key (matching nodes stay READY)",
+    description = "Role: admin.",
+    request_body = ControlBody,
+    responses((status = 200, description = "the pause", body = Pause, links(
+        ("ResumeDispatch" = (operation_id = "resume_dispatch", request_body = "$request.body", description = "lift it (same scope and target, with a reason)")),
+        ("ListControls" = (operation_id = "list_controls", description = "the active pauses")),
+    )), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn pause_dispatch(
+    State(s): State<AppState>,
+    Admin(who): Admin,
+    body: Body<ControlBody>,
+) -> Result<Json<Pause>, ApiError> {
+    let b = body.value;
+    let scope = b.scope(&s, false)?;
+    Ok(Json(s.engine.pause_dispatch(&who.name, &scope, required_reason(&b.reason)?).await?))
+}
+
+/// The answer of a resume: the pause that was lifted.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Resumed {
+    resumed: Pause,
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/controls/resume",
+    tag = "qtg",
+    operation_id = "resume_dispatch",
+    summary = "Lift a pause (404 when that scope is not paused); dispatchers wake at once",
+    description = "Role: admin.",
+    request_body = ControlBody,
+    responses((status = 200, description = "the lifted pause", body = Resumed), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn resume_dispatch(
+    State(s): State<AppState>,
+    Admin(who): Admin,
+    body: Body<ControlBody>,
+) -> Result<Json<Resumed>, ApiError> {
+    let b = body.value;
+    let scope = b.scope(&s, true)?;
+    let resumed = s.engine.resume_dispatch(&who.name, &scope, required_reason(&b.reason)?).await?;
+    Ok(Json(Resumed { resumed }))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v3/controls",
+    tag = "qtg",
+    operation_id = "list_controls",
+    summary = "Active pauses",
+    description = "Role: viewer.",
+    params(PageQuery),
+    responses((status = 200, description = "pauses", body = Page<Pause>), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn list_controls(
+    State(s): State<AppState>,
+    _: Viewer,
+    Params(q): Params<PageQuery>,
+) -> Result<Json<Page<Pause>>, ApiError> {
+    let mut conn = s.pool.acquire().await?;
+    let items = qtg_store::controls::list(&mut conn).await?;
+    // Global first, then lanes, then executor keys.
+    let rank = |scope: &str| match scope {
+        "global" => 0,
+        "lane" => 1,
+        _ => 2,
+    };
+    Page::of_roster(items, |p| format!("{}/{}", rank(&p.scope), p.target), &q)
+}

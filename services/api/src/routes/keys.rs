@@ -1,0 +1,95 @@
+//! API keys (admin): created with their secret shown once, listed without it, revoked.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use qtg_engine::access::CreatedKey;
+use qtg_store::api_keys::ApiKeyInfo;
+use serde::Deserialize;
+
+use crate::auth::Role;
+use crate::error::ApiError;
+use crate::extract::{parse_id, parse_time_cursor, time_cursor, Admin, Body, Page, PageQuery, Params};
+use crate::AppState;
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateKeyBody {
+    /// Who acts with this key (audit rows name it)
+    #[schema(min_length = 1, max_length = 128, pattern = "\\S")]
+    principal: String,
+    #[schema(value_type = Vec<crate::openapi::RoleName>, min_items = 1)]
+    roles: Vec<String>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/api-keys",
+    tag = "qtg",
+    operation_id = "create_api_key",
+    summary = "Create an API key; the secret is shown once and stored only as a hash",
+    description = "Role: admin.",
+    request_body = CreateKeyBody,
+    responses((status = 201, description = "the key with its secret", body = crate::openapi::ApiKeyCreated, links(
+        ("RevokeApiKey" = (operation_id = "revoke_api_key", parameters(("id" = "$response.body#/id")), description = "revoke it")),
+    )), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn create_api_key(
+    State(s): State<AppState>,
+    Admin(who): Admin,
+    body: Body<CreateKeyBody>,
+) -> Result<(StatusCode, Json<CreatedKey>), ApiError> {
+    let b = body.value;
+    if b.principal.trim().is_empty() || b.principal.len() > 128 {
+        return Err(ApiError::validation("principal must be 1-128 characters"));
+    }
+    if b.roles.is_empty() || b.roles.iter().any(|r| Role::parse(r).is_none()) {
+        return Err(ApiError::validation("roles must be a non-empty list of viewer|requester|approver|operator|admin"));
+    }
+    let key = s.engine.create_api_key(&who.name, &b.principal, &b.roles).await?;
+    Ok((StatusCode::CREATED, Json(key)))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v3/api-keys",
+    tag = "qtg",
+    operation_id = "list_api_keys",
+    summary = "List API keys (never their secrets or hashes), newest first",
+    description = "Role: admin.",
+    params(PageQuery),
+    responses((status = 200, description = "a page of keys", body = Page<ApiKeyInfo>), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn list_api_keys(
+    State(s): State<AppState>,
+    _: Admin,
+    Params(q): Params<PageQuery>,
+) -> Result<Json<Page<ApiKeyInfo>>, ApiError> {
+    let limit = q.limit()?;
+    let after = q.cursor.as_deref().map(parse_time_cursor).transpose()?;
+    let mut conn = s.pool.acquire().await?;
+    let rows = qtg_store::api_keys::list(&mut conn, after, limit + 1).await?;
+    Ok(Page::from_rows(rows, limit, |k| time_cursor(k.created_at, k.id)))
+}
+
+#[utoipa::path(
+    delete,
+    path = "/v3/api-keys/{id}",
+    tag = "qtg",
+    operation_id = "revoke_api_key",
+    summary = "Revoke an API key",
+    description = "Role: admin.",
+    params(("id" = uuid::Uuid, Path, description = "the key id")),
+    responses((status = 204, description = "revoked"), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn revoke_api_key(
+    State(s): State<AppState>,
+    Admin(who): Admin,
+    Path(id): Path<String>,
+) -> Result<StatusCode, ApiError> {
+    s.engine.revoke_api_key(&who.name, parse_id(&id, "api key")?).await?;
+    Ok(StatusCode::NO_CONTENT)
+}

@@ -1,0 +1,50 @@
+//! The `/v3` operations, one module per resource. Each handler takes its role extractor
+//! first, then its path, query and body (see `crate::extract`), and calls one engine
+//! operation for a change or the store for a read.
+
+pub mod audit;
+pub mod callbacks;
+pub mod controls;
+pub mod keys;
+pub mod movements;
+pub mod operator;
+pub mod roster;
+pub mod templates;
+
+use utoipa_axum::router::OpenApiRouter;
+use utoipa_axum::routes;
+
+use crate::AppState;
+
+/// Every operation, served and documented from the same `routes!` calls.
+pub fn all() -> OpenApiRouter<AppState> {
+    use self::{audit::*, callbacks::*, controls::*, keys::*, movements::*, operator::*, roster::*, templates::*};
+    OpenApiRouter::new()
+        .routes(routes!(propose_template))
+        .routes(routes!(get_proposal))
+        .routes(routes!(approve_proposal))
+        .routes(routes!(reject_proposal))
+        .routes(routes!(list_templates))
+        .routes(routes!(get_template))
+        .routes(routes!(create_movement, list_movements))
+        .routes(routes!(get_movement))
+        .routes(routes!(approve_movement))
+        .routes(routes!(reject_movement))
+        .routes(routes!(cancel_movement))
+        .routes(routes!(resume_movement))
+        .routes(routes!(retry_node))
+        .routes(routes!(diagnose_node))
+        .routes(routes!(complete_manual))
+        .routes(routes!(list_audit_events))
+        .routes(routes!(list_executors))
+        .routes(routes!(list_signers))
+        .routes(routes!(set_expected_identity))
+        .routes(routes!(list_workers))
+        .routes(routes!(list_callbacks))
+        .routes(routes!(replay_callback))
+        .routes(routes!(list_controls))
+        .routes(routes!(pause_dispatch))
+        .routes(routes!(resume_dispatch))
+        .routes(routes!(create_api_key, list_api_keys))
+        .routes(routes!(revoke_api_key))
+}

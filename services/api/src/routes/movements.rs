@@ -1,0 +1,291 @@
+//! Movements: created by a requester (idempotent by `idempotency_key`), approved or rejected
+//! by approvers who did not create them, read by viewers.
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use qtg_core::hash::canonical_hash;
+use qtg_core::risk::Amount;
+use qtg_core::RequestState;
+use qtg_engine::movements::NewMovementInput;
+use qtg_store::{NodeRow, RequestRow};
+use serde::Deserialize;
+use serde_json::{json, Map, Value};
+use uuid::Uuid;
+
+use crate::error::ApiError;
+use crate::extract::{
+    parse_id, parse_time_cursor, time_cursor, Approver, Body, OptBody, Page, Params, ReasonBody, Requester, Viewer,
+};
+use crate::openapi::Movement;
+use crate::AppState;
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CreateMovementBody {
+    #[schema(min_length = 1, max_length = 128)]
+    template_key: String,
+    /// The latest version when absent
+    #[schema(minimum = 1)]
+    #[serde(default)]
+    template_version: Option<i32>,
+    #[schema(value_type = crate::openapi::IntentDoc)]
+    intent: Map<String, Value>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    input_params: Option<Map<String, Value>>,
+    /// http(s) URL with a host; private addresses only where the deployment allows them
+    #[schema(max_length = 2048, pattern = "^https?://[^/?#:\\s][^\\s]*$")]
+    #[serde(default)]
+    callback_url: Option<String>,
+    /// Signs this movement's callbacks instead of MG_CALLBACK_SECRET (never returned); needs
+    /// callback_url
+    #[schema(min_length = 16, max_length = 256)]
+    #[serde(default)]
+    callback_secret: Option<String>,
+    /// Retrying with the same key and body answers the same movement
+    #[schema(min_length = 1, max_length = 200, pattern = "\\S")]
+    idempotency_key: String,
+}
+
+impl CreateMovementBody {
+    /// Checks what the engine takes for granted; every problem is a 400 naming the field.
+    fn validate(&self, s: &AppState) -> Result<(), ApiError> {
+        if self.idempotency_key.trim().is_empty() || self.idempotency_key.len() > 200 {
+            return Err(ApiError::validation("idempotency_key must be 1-200 characters"));
+        }
+        match self.intent.get("asset") {
+            Some(Value::String(a)) if !a.is_empty() && a.len() <= 64 => {}
+            _ => return Err(ApiError::validation("intent.asset must be a non-empty string")),
+        }
+        match self.intent.get("amount").and_then(Value::as_str).and_then(Amount::parse) {
+            Some(a) if !a.is_zero() => {}
+            _ => {
+                return Err(ApiError::validation(
+                    "intent.amount must be a decimal string greater than 0, e.g. \"100.50\"",
+                ))
+            }
+        }
+        for key in ["source", "destination"] {
+            if self.intent.get(key).is_some_and(|v| !(v.is_string() || v.is_object() || v.is_null())) {
+                return Err(ApiError::validation(format!("intent.{key} must be a string or an object")));
+            }
+        }
+        if let Some(u) = &self.callback_url {
+            // The delivery guard's own check: a URL it would always refuse is refused now.
+            let st = &s.settings;
+            qtg_engine::callbacks::check_url_syntax(u, st.callback_allow_private, &st.callback_allowed_hosts)
+                .map_err(ApiError::validation)?;
+        }
+        if self.callback_secret.as_ref().is_some_and(|c| !(16..=256).contains(&c.len())) {
+            return Err(ApiError::validation("callback_secret must be 16-256 characters"));
+        }
+        if self.callback_secret.is_some() && self.callback_url.is_none() {
+            return Err(ApiError::validation("callback_secret needs a callback_url"));
+        }
+        if self.template_version.is_some_and(|v| v < 1) {
+            return Err(ApiError::validation("template_version must be >= 1"));
+        }
+        Ok(())
+    }
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/movements",
+    tag = "qtg",
+    operation_id = "create_movement",
+    summary = "Create a movement: PENDING_APPROVAL, nodes BLOCKED. Same idempotency_key + same body answers 200 with the same movement; another body 409 IDEMPOTENCY_CONFLICT. Risk limits answer 422 RISK_LIMIT_EXCEEDED naming the limit",
+    description = "Role: requester.",
+    request_body = CreateMovementBody,
+    responses(
+        (status = 201, description = "the new movement", body = Movement, links(
+            ("GetMovement" = (operation_id = "get_movement", parameters(("id" = "$response.body#/id")), description = "follow it")),
+            ("ApproveMovement" = (operation_id = "approve_movement", parameters(("id" = "$response.body#/id")), description = "another principal approves it")),
+            ("RejectMovement" = (operation_id = "reject_movement", parameters(("id" = "$response.body#/id")), description = "another principal rejects it")),
+            ("CancelMovement" = (operation_id = "cancel_movement", parameters(("id" = "$response.body#/id")), description = "an operator cancels it")),
+            ("MovementAudit" = (operation_id = "list_audit_events", parameters(("movement_id" = "$response.body#/id")), description = "its audit trail")),
+            ("MovementCallbacks" = (operation_id = "list_callbacks", parameters(("movement_id" = "$response.body#/id")), description = "its callbacks")),
+        )),
+        (status = 200, description = "the movement this idempotency_key already created", body = Movement),
+        crate::openapi::Errors
+    ),
+    security(("bearer" = []))
+)]
+pub async fn create_movement(
+    State(s): State<AppState>,
+    Requester(who): Requester,
+    body: Body<CreateMovementBody>,
+) -> Result<(StatusCode, Json<Value>), ApiError> {
+    body.value.validate(&s)?;
+    let b = body.value;
+    let input = NewMovementInput {
+        template_key: b.template_key,
+        template_version: b.template_version,
+        intent: Value::Object(b.intent),
+        input_params: Value::Object(b.input_params.unwrap_or_default()),
+        callback_url: b.callback_url.or_else(|| s.settings.callback_default_url.clone()),
+        callback_secret: b.callback_secret,
+        idempotency_key: b.idempotency_key,
+        body_hash: canonical_hash(&body.raw),
+    };
+    let (row, fresh) = s.engine.create_movement(&who.name, input, s.settings.approval_ttl_seconds).await?;
+    let (row, nodes) = s.engine.movement(row.id).await?;
+    let status = if fresh { StatusCode::CREATED } else { StatusCode::OK };
+    Ok((status, Json(movement_json(&row, Some(&nodes)))))
+}
+
+/// A movement with its nodes (each READY node held by a pause says so in `dispatch_hold`) and
+/// its approvals: what every movement operation answers.
+pub async fn full_movement(s: &AppState, id: Uuid) -> Result<Json<Value>, ApiError> {
+    let (row, nodes) = s.engine.movement(id).await?;
+    let mut conn = s.pool.acquire().await?;
+    let approvals = qtg_store::movements::approvals(&mut conn, id).await?;
+    let mut out = movement_json(&row, Some(&nodes));
+    out["approvals"] = json!(approvals);
+    Ok(Json(out))
+}
+
+/// A movement as the API shows it; lists leave the nodes out.
+pub fn movement_json(r: &RequestRow, nodes: Option<&[NodeRow]>) -> Value {
+    let mut v = json!({
+        "id": r.id,
+        "template_key": r.template_key,
+        "template_version": r.template_version,
+        "compiled_plan_hash": r.compiled_plan_hash,
+        "request_state": r.request_state,
+        "approval_status": r.approval_status,
+        "approved_by": r.approved_by,
+        "approved_at": r.approved_at,
+        "review_reason": r.review_reason,
+        "approvals_required": r.approvals_required,
+        "intent": r.intent,
+        "intent_hash": r.intent_hash,
+        "input_params": r.input_params,
+        "callback_url": r.callback_url,
+        "idempotency_key": r.idempotency_key,
+        "created_by": r.created_by,
+        "current_frontier": r.current_frontier,
+        "expires_at": r.expires_at,
+        "completed_at": r.completed_at,
+        "created_at": r.created_at,
+        "updated_at": r.updated_at,
+    });
+    if let Some(nodes) = nodes {
+        v["nodes"] = json!(nodes);
+    }
+    v
+}
+
+#[utoipa::path(
+    get,
+    path = "/v3/movements/{id}",
+    tag = "qtg",
+    operation_id = "get_movement",
+    summary = "A movement with its nodes (a READY node held by a pause carries dispatch_hold) and approvals",
+    description = "Role: viewer.",
+    params(("id" = uuid::Uuid, Path, description = "the movement id")),
+    responses((status = 200, description = "the movement", body = Movement), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn get_movement(
+    State(s): State<AppState>,
+    _: Viewer,
+    Path(id): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    full_movement(&s, parse_id(&id, "movement")?).await
+}
+
+/// `limit`, `cursor` and a `state` filter.
+#[derive(Deserialize, utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[serde(deny_unknown_fields)]
+pub struct MovementQuery {
+    /// 1-200 (default 50)
+    #[param(value_type = Option<u32>, minimum = 1, maximum = 200)]
+    #[serde(default)]
+    limit: Option<String>,
+    /// `next_cursor` of the previous page
+    #[param(max_length = 200)]
+    #[serde(default)]
+    cursor: Option<String>,
+    /// Only movements in this state
+    #[param(value_type = Option<crate::openapi::MovementState>)]
+    #[serde(default)]
+    state: Option<String>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v3/movements",
+    tag = "qtg",
+    operation_id = "list_movements",
+    summary = "List movements, newest first (state filter, cursor paging)",
+    description = "Role: viewer.",
+    params(MovementQuery),
+    responses((status = 200, description = "a page of movements (without nodes)", body = Page<Movement>), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn list_movements(
+    State(s): State<AppState>,
+    _: Viewer,
+    Params(q): Params<MovementQuery>,
+) -> Result<Json<Page<Value>>, ApiError> {
+    let limit = crate::extract::limit(q.limit.as_deref())?;
+    if let Some(st) = &q.state {
+        st.parse::<RequestState>()
+            .map_err(|_| ApiError::validation(format!("state {st:?} is not a movement state")))?;
+    }
+    let after = q.cursor.as_deref().map(parse_time_cursor).transpose()?;
+    let mut conn = s.pool.acquire().await?;
+    let rows = qtg_store::movements::list(&mut conn, q.state.as_deref(), after, limit + 1).await?;
+    let page = Page::from_rows(rows, limit, |r| time_cursor(r.created_at, r.id)).0;
+    let items = page.items.iter().map(|r| movement_json(r, None)).collect();
+    Ok(Json(Page { items, next_cursor: page.next_cursor }))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/movements/{id}/approve",
+    tag = "qtg",
+    operation_id = "approve_movement",
+    summary = "Approve (not your own; bound to the intent and plan hashes shown). Risk limits are checked again; above the template's threshold m distinct approvers are needed (the movement stays PENDING_APPROVAL until then). 409 EXECUTOR_DOWN when a bound executor or signer is down",
+    description = "Role: approver.",
+    request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
+    params(("id" = uuid::Uuid, Path, description = "the movement id")),
+    responses((status = 200, description = "the movement", body = Movement), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn approve_movement(
+    State(s): State<AppState>,
+    Approver(who): Approver,
+    Path(id): Path<String>,
+    OptBody(b): OptBody<ReasonBody>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id, "movement")?;
+    s.engine.approve_movement(&who.name, id, b.reason()?).await?;
+    full_movement(&s, id).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/movements/{id}/reject",
+    tag = "qtg",
+    operation_id = "reject_movement",
+    summary = "Reject a PENDING_APPROVAL movement",
+    description = "Role: approver.",
+    request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
+    params(("id" = uuid::Uuid, Path, description = "the movement id")),
+    responses((status = 200, description = "the movement", body = Movement), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn reject_movement(
+    State(s): State<AppState>,
+    Approver(who): Approver,
+    Path(id): Path<String>,
+    OptBody(b): OptBody<ReasonBody>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id, "movement")?;
+    s.engine.reject_movement(&who.name, id, b.reason()?).await?;
+    full_movement(&s, id).await
+}

@@ -1,0 +1,172 @@
+//! Operator actions on movements and nodes (cancel, resume, retry, complete-manual) and the
+//! runbook diagnosis of a stuck node. Each action needs a reason (or evidence) and answers
+//! the movement.
+
+use axum::extract::{Path, State};
+use axum::Json;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use super::movements::full_movement;
+use crate::error::ApiError;
+use crate::extract::{parse_id, required_reason, Body, Operator};
+use crate::openapi::Movement;
+use crate::AppState;
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct CancelBody {
+    #[schema(min_length = 1, max_length = 2000, pattern = "\\S")]
+    reason: String,
+    /// The runbook case that justifies cancelling a movement whose node may have a side
+    /// effect in flight (C6 needs evidence)
+    #[schema(value_type = Option<crate::openapi::RunbookCase>)]
+    #[serde(default)]
+    runbook_case: Option<String>,
+    #[serde(default)]
+    #[schema(value_type = Option<Object>)]
+    evidence: Option<Value>,
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ActionBody {
+    #[schema(min_length = 1, max_length = 2000, pattern = "\\S")]
+    reason: String,
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EvidenceBody {
+    /// What was done, by whom, references (not empty)
+    #[schema(value_type = Object)]
+    evidence: Value,
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/movements/{id}/actions/cancel",
+    tag = "qtg",
+    operation_id = "cancel_movement",
+    summary = "Cancel; refused (409) while a node may have a side effect in flight unless runbook_case C6 with evidence",
+    description = "Role: operator.",
+    request_body = CancelBody,
+    params(("id" = uuid::Uuid, Path, description = "the movement id")),
+    responses((status = 200, description = "the movement", body = Movement), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn cancel_movement(
+    State(s): State<AppState>,
+    Operator(who): Operator,
+    Path(id): Path<String>,
+    body: Body<CancelBody>,
+) -> Result<Json<Value>, ApiError> {
+    let b = body.value;
+    let id = parse_id(&id, "movement")?;
+    let reason = required_reason(&b.reason)?;
+    if let Some(c) = &b.runbook_case {
+        if !crate::openapi::RUNBOOK_CASES.contains(&c.as_str()) {
+            return Err(ApiError::validation("runbook_case must be one of C1, C2, C3a, C3b, C5, C6, C7"));
+        }
+    }
+    let input = qtg_engine::operator::CancelInput {
+        reason,
+        runbook_case: b.runbook_case.as_deref(),
+        evidence: b.evidence.as_ref(),
+    };
+    s.engine.cancel_movement(&who.name, id, input).await?;
+    full_movement(&s, id).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/movements/{id}/actions/resume",
+    tag = "qtg",
+    operation_id = "resume_movement",
+    summary = "Resume a MANUAL_INTERVENTION movement: clears the hand-off mark so recovery sweeps again",
+    description = "Role: operator.",
+    request_body = ActionBody,
+    params(("id" = uuid::Uuid, Path, description = "the movement id")),
+    responses((status = 200, description = "the movement", body = Movement), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn resume_movement(
+    State(s): State<AppState>,
+    Operator(who): Operator,
+    Path(id): Path<String>,
+    body: Body<ActionBody>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id, "movement")?;
+    s.engine.resume_movement(&who.name, id, required_reason(&body.value.reason)?).await?;
+    full_movement(&s, id).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/movements/{id}/nodes/{node_key}/actions/retry",
+    tag = "qtg",
+    operation_id = "retry_node",
+    summary = "Retry a FAILED node as a new attempt; 409 SUBMIT_ATTEMPT_PENDING on UNKNOWN/SUBMITTING with the pending marker",
+    description = "Role: operator.",
+    request_body = ActionBody,
+    params(("id" = uuid::Uuid, Path, description = "the movement id"), ("node_key" = String, Path, description = "the node's key in the plan")),
+    responses((status = 200, description = "the movement", body = Movement), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn retry_node(
+    State(s): State<AppState>,
+    Operator(who): Operator,
+    Path((id, node_key)): Path<(String, String)>,
+    body: Body<ActionBody>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id, "movement")?;
+    s.engine.retry_node(&who.name, id, &node_key, required_reason(&body.value.reason)?).await?;
+    full_movement(&s, id).await
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/movements/{id}/nodes/{node_key}/actions/complete-manual",
+    tag = "qtg",
+    operation_id = "complete_manual",
+    summary = "Complete a manual_* node waiting for a person, with evidence",
+    description = "Role: operator.",
+    request_body = EvidenceBody,
+    params(("id" = uuid::Uuid, Path, description = "the movement id"), ("node_key" = String, Path, description = "the node's key in the plan")),
+    responses((status = 200, description = "the movement", body = Movement), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn complete_manual(
+    State(s): State<AppState>,
+    Operator(who): Operator,
+    Path((id, node_key)): Path<(String, String)>,
+    body: Body<EvidenceBody>,
+) -> Result<Json<Value>, ApiError> {
+    let evidence = body.value.evidence;
+    let id = parse_id(&id, "movement")?;
+    if evidence.is_null() || evidence == json!({}) || evidence.as_str().is_some_and(|e| e.trim().is_empty()) {
+        return Err(ApiError::validation("evidence is required (what was done, by whom, references)"));
+    }
+    s.engine.complete_manual(&who.name, id, &node_key, &evidence).await?;
+    full_movement(&s, id).await
+}
+
+#[utoipa::path(
+    get,
+    path = "/v3/movements/{id}/nodes/{node_key}/diagnosis",
+    tag = "qtg",
+    operation_id = "diagnose_node",
+    summary = "Runbook case (C1, C2, C3a, C3b, C5, C6, C7) of a stuck node with its evidence and the required action; never resolves anything",
+    description = "Role: operator.",
+    params(("id" = uuid::Uuid, Path, description = "the movement id"), ("node_key" = String, Path, description = "the node's key in the plan")),
+    responses((status = 200, description = "the diagnosis", body = crate::openapi::Diagnosis), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn diagnose_node(
+    State(s): State<AppState>,
+    _: Operator,
+    Path((id, node_key)): Path<(String, String)>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id, "movement")?;
+    Ok(Json(s.engine.diagnose_node(id, &node_key).await?))
+}

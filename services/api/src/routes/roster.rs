@@ -1,0 +1,129 @@
+//! What qtg runs with: executors and signers with their health and identity posture (an
+//! admin enrols a signer's expected address), and the workers' heartbeats.
+
+use axum::extract::{Path, State};
+use axum::Json;
+use qtg_runtime::Group;
+use qtg_store::health::{ExecutorHealth, SignerHealth, WorkerBeat};
+use serde::{Deserialize, Serialize};
+
+use crate::error::ApiError;
+use crate::extract::{Admin, Body, Page, PageQuery, Params, Viewer};
+use crate::AppState;
+
+#[utoipa::path(
+    get,
+    path = "/v3/executors",
+    tag = "qtg",
+    operation_id = "list_executors",
+    summary = "Executor roster with health",
+    description = "Role: viewer.",
+    params(PageQuery),
+    responses((status = 200, description = "executors", body = Page<ExecutorHealth>), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn list_executors(
+    State(s): State<AppState>,
+    _: Viewer,
+    Params(q): Params<PageQuery>,
+) -> Result<Json<Page<ExecutorHealth>>, ApiError> {
+    let mut conn = s.pool.acquire().await?;
+    let items = qtg_store::health::list_executors(&mut conn).await?;
+    Page::of_roster(items, |e| e.executor_key.clone(), &q)
+}
+
+#[utoipa::path(
+    get,
+    path = "/v3/signers",
+    tag = "qtg",
+    operation_id = "list_signers",
+    summary = "Signer roster with health and identity posture",
+    description = "Role: viewer.",
+    params(PageQuery),
+    responses((status = 200, description = "signers", body = Page<SignerHealth>), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn list_signers(
+    State(s): State<AppState>,
+    _: Viewer,
+    Params(q): Params<PageQuery>,
+) -> Result<Json<Page<SignerHealth>>, ApiError> {
+    let mut conn = s.pool.acquire().await?;
+    let items = qtg_store::health::list_signers(&mut conn).await?;
+    Page::of_roster(items, |e| e.signer_key.clone(), &q)
+}
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ExpectedIdentityBody {
+    /// 0x followed by 40 hex digits, not all zero
+    #[schema(pattern = "^0[xX][0-9a-fA-F]{40}$")]
+    address: String,
+}
+
+#[utoipa::path(
+    put,
+    path = "/v3/signers/{key}/expected-identity",
+    tag = "qtg",
+    operation_id = "set_expected_identity",
+    summary = "Enrol a signer's expected address",
+    description = "Role: admin.",
+    request_body = ExpectedIdentityBody,
+    params(("key" = String, Path, description = "signer key")),
+    responses((status = 200, description = "the signer", body = SignerHealth), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn set_expected_identity(
+    State(s): State<AppState>,
+    Admin(who): Admin,
+    Path(key): Path<String>,
+    body: Body<ExpectedIdentityBody>,
+) -> Result<Json<SignerHealth>, ApiError> {
+    Ok(Json(s.engine.set_expected_identity(&who.name, &key, &body.value.address).await?))
+}
+
+/// A heartbeat row with what the worker table says of its worker.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct WorkerView {
+    #[serde(flatten)]
+    beat: WorkerBeat,
+    /// The binary that runs this worker alone (null for a worker this build does not know)
+    binary: Option<&'static str>,
+    /// core (fails fast with the others) or sidecar (isolated)
+    #[schema(value_type = Option<String>)]
+    group: Option<Group>,
+    summary: Option<&'static str>,
+}
+
+#[utoipa::path(
+    get,
+    path = "/v3/workers",
+    tag = "qtg",
+    operation_id = "list_workers",
+    summary = "Worker heartbeats with age and stale flag, and each worker's binary and supervision group",
+    description = "Role: viewer.",
+    params(PageQuery),
+    responses((status = 200, description = "workers", body = Page<WorkerView>), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn list_workers(
+    State(s): State<AppState>,
+    _: Viewer,
+    Params(q): Params<PageQuery>,
+) -> Result<Json<Page<WorkerView>>, ApiError> {
+    let mut conn = s.pool.acquire().await?;
+    let beats = qtg_store::health::list_workers(&mut conn, s.settings.worker_stale_seconds).await?;
+    let items = beats
+        .into_iter()
+        .map(|beat| {
+            let entry = qtg_service::workers::by_name(&beat.worker);
+            WorkerView {
+                binary: entry.map(|w| w.binary),
+                group: entry.map(|w| w.group),
+                summary: entry.map(|w| w.summary),
+                beat,
+            }
+        })
+        .collect();
+    Page::of_roster(items, |w| format!("{}/{}/{}", w.beat.worker, w.beat.network_class, w.beat.instance_id), &q)
+}

@@ -1,0 +1,192 @@
+//! Templates: proposals (operator) reviewed by an admin who is not the proposer; approved
+//! proposals become template versions (viewer reads).
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::Json;
+use qtg_core::{PlanDefinition, PlanEdge, PlanNode};
+use qtg_engine::templates::Proposal;
+use qtg_store::templates::{ProposalRow, TemplateSummary};
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+use crate::error::ApiError;
+use crate::extract::{parse_id, Admin, Body, Operator, OptBody, Page, PageQuery, Params, ReasonBody, Viewer};
+use crate::AppState;
+
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ProposeBody {
+    #[schema(min_length = 1, max_length = 128)]
+    template_key: String,
+    #[schema(max_length = 2000)]
+    #[serde(default)]
+    description: Option<String>,
+    #[schema(value_type = Vec<crate::openapi::PlanNodeDoc>, min_items = 1)]
+    nodes: Vec<PlanNode>,
+    #[serde(default)]
+    #[schema(value_type = Vec<crate::openapi::PlanEdgeDoc>)]
+    edges: Vec<PlanEdge>,
+    #[serde(default)]
+    #[schema(value_type = Option<crate::openapi::RiskControlsDoc>)]
+    risk_controls: Option<Value>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/template-proposals",
+    tag = "qtg",
+    operation_id = "propose_template",
+    summary = "Propose a template (a DAG of plan nodes); validated, pending admin approval",
+    description = "Role: operator.",
+    request_body = ProposeBody,
+    responses((status = 201, description = "the proposal", body = ProposalRow, links(
+        ("GetProposal" = (operation_id = "get_proposal", parameters(("id" = "$response.body#/id")), description = "read it")),
+        ("ApproveProposal" = (operation_id = "approve_proposal", parameters(("id" = "$response.body#/id")), description = "an admin approves it")),
+        ("RejectProposal" = (operation_id = "reject_proposal", parameters(("id" = "$response.body#/id")), description = "an admin rejects it")),
+    )), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn propose_template(
+    State(s): State<AppState>,
+    Operator(who): Operator,
+    body: Body<ProposeBody>,
+) -> Result<(StatusCode, Json<ProposalRow>), ApiError> {
+    let b = body.value;
+    if b.description.as_ref().is_some_and(|d| d.len() > 2000) {
+        return Err(ApiError::validation("description is at most 2000 characters"));
+    }
+    let plan =
+        PlanDefinition { nodes: b.nodes, edges: b.edges, risk_controls: b.risk_controls.unwrap_or_else(|| json!({})) };
+    let proposal = Proposal { template_key: b.template_key, description: b.description, plan };
+    let row = s.engine.propose_template(&who.name, proposal, s.settings.template_proposal_ttl_seconds).await?;
+    Ok((StatusCode::CREATED, Json(row)))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v3/template-proposals/{id}",
+    tag = "qtg",
+    operation_id = "get_proposal",
+    summary = "Read a template proposal",
+    description = "Role: viewer.",
+    params(("id" = uuid::Uuid, Path, description = "the proposal id")),
+    responses((status = 200, description = "the proposal", body = ProposalRow), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn get_proposal(
+    State(s): State<AppState>,
+    _: Viewer,
+    Path(id): Path<String>,
+) -> Result<Json<ProposalRow>, ApiError> {
+    let id = parse_id(&id, "template proposal")?;
+    let mut conn = s.pool.acquire().await?;
+    let row = qtg_store::templates::get_proposal(&mut conn, id, false).await?;
+    Ok(Json(row.ok_or_else(|| ApiError::not_found("template proposal"))?))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/template-proposals/{id}/approve",
+    tag = "qtg",
+    operation_id = "approve_proposal",
+    summary = "Approve a proposal (not your own): the template's next version with its compiled_plan_hash",
+    description = "Role: admin.",
+    request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
+    params(("id" = uuid::Uuid, Path, description = "the proposal id")),
+    responses((status = 200, description = "the new template version", body = crate::openapi::ProposalReview, links(
+        ("GetTemplate" = (operation_id = "get_template", parameters(("key" = "$response.body#/template_key")), description = "the template with its versions")),
+    )), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn approve_proposal(
+    State(s): State<AppState>,
+    Admin(who): Admin,
+    Path(id): Path<String>,
+    OptBody(b): OptBody<ReasonBody>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id, "template proposal")?;
+    Ok(Json(s.engine.review_template_proposal(&who.name, id, true, b.reason()?).await?))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/template-proposals/{id}/reject",
+    tag = "qtg",
+    operation_id = "reject_proposal",
+    summary = "Reject a proposal",
+    description = "Role: admin.",
+    request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
+    params(("id" = uuid::Uuid, Path, description = "the proposal id")),
+    responses((status = 200, description = "the rejected proposal", body = crate::openapi::ProposalReview), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn reject_proposal(
+    State(s): State<AppState>,
+    Admin(who): Admin,
+    Path(id): Path<String>,
+    OptBody(b): OptBody<ReasonBody>,
+) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(&id, "template proposal")?;
+    Ok(Json(s.engine.review_template_proposal(&who.name, id, false, b.reason()?).await?))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v3/templates",
+    tag = "qtg",
+    operation_id = "list_templates",
+    summary = "List templates (cursor paging)",
+    description = "Role: viewer.",
+    params(PageQuery),
+    responses((status = 200, description = "a page of templates", body = Page<TemplateSummary>), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn list_templates(
+    State(s): State<AppState>,
+    _: Viewer,
+    Params(q): Params<PageQuery>,
+) -> Result<Json<Page<TemplateSummary>>, ApiError> {
+    let limit = q.limit()?;
+    let mut conn = s.pool.acquire().await?;
+    let rows = qtg_store::templates::list_templates(&mut conn, q.cursor.as_deref(), limit + 1).await?;
+    Ok(Page::from_rows(rows, limit, |t| t.template_key.clone()))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v3/templates/{key}",
+    tag = "qtg",
+    operation_id = "get_template",
+    summary = "A template's versions, nodes, edges, risk_controls and hashes",
+    description = "Role: viewer.",
+    params(("key" = String, Path, description = "template key")),
+    responses((status = 200, description = "the template", body = crate::openapi::Template), crate::openapi::Errors),
+    security(("bearer" = []))
+)]
+pub async fn get_template(
+    State(s): State<AppState>,
+    _: Viewer,
+    Path(key): Path<String>,
+) -> Result<Json<Value>, ApiError> {
+    let mut conn = s.pool.acquire().await?;
+    let versions = qtg_store::templates::template_versions(&mut conn, &key).await?;
+    if versions.is_empty() {
+        return Err(ApiError::not_found("template"));
+    }
+    let mut out = Vec::new();
+    for v in versions {
+        if let Some(pv) = qtg_store::templates::plan_version(&mut conn, &key, Some(v)).await? {
+            out.push(json!({
+                "version": pv.version,
+                "compiled_plan_hash": pv.compiled_plan_hash,
+                "description": pv.description,
+                "created_at": pv.created_at,
+                "nodes": pv.plan.nodes,
+                "edges": pv.plan.edges,
+                "risk_controls": pv.plan.risk_controls,
+            }));
+        }
+    }
+    Ok(Json(json!({"template_key": key, "latest_version": out.first().map(|v| v["version"].clone()), "versions": out})))
+}

@@ -1,0 +1,127 @@
+//! Schemas of the answers and enumerations the handlers build as JSON (documentation types,
+//! read by utoipa's derive; `openapi.rs` collects them).
+
+#![allow(dead_code)] // documentation-only types: never constructed
+
+use serde_json::Value;
+use utoipa::ToSchema;
+
+use crate::openapi::{PlanEdgeDoc, PlanNodeDoc, RiskControlsDoc};
+
+/// A movement's state.
+#[derive(ToSchema)]
+#[schema(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum MovementState {
+    PendingApproval,
+    Approved,
+    Executing,
+    WaitingManualAction,
+    ManualIntervention,
+    Completed,
+    Failed,
+    Expired,
+    Rejected,
+    Cancelled,
+}
+
+/// The stuck-node runbook's cases (docs/runbook.md).
+#[derive(ToSchema)]
+pub enum RunbookCase {
+    C1,
+    C2,
+    C3a,
+    C3b,
+    C5,
+    C6,
+    C7,
+}
+
+pub const RUNBOOK_CASES: [&str; 7] = ["C1", "C2", "C3a", "C3b", "C5", "C6", "C7"];
+
+/// A role; each includes the ones before it.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum RoleName {
+    Viewer,
+    Requester,
+    Approver,
+    Operator,
+    Admin,
+}
+
+/// A callback outbox row's status.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum CallbackStatus {
+    Pending,
+    Sent,
+    Dlq,
+}
+
+/// What a pause applies to.
+#[derive(ToSchema)]
+#[schema(rename_all = "lowercase")]
+pub enum PauseScopeName {
+    Global,
+    Lane,
+    Executor,
+}
+
+/// A reviewed template proposal; an approval adds the template version it created.
+#[derive(ToSchema)]
+pub struct ProposalReview {
+    id: uuid::Uuid,
+    /// approved or rejected
+    status: String,
+    template_key: Option<String>,
+    version: Option<i32>,
+    compiled_plan_hash: Option<String>,
+}
+
+/// A template with its versions, newest first.
+#[derive(ToSchema)]
+pub struct Template {
+    template_key: String,
+    latest_version: i32,
+    versions: Vec<TemplateVersion>,
+}
+
+#[derive(ToSchema)]
+pub struct TemplateVersion {
+    version: i32,
+    compiled_plan_hash: String,
+    description: Option<String>,
+    created_at: String,
+    nodes: Vec<PlanNodeDoc>,
+    edges: Vec<PlanEdgeDoc>,
+    risk_controls: RiskControlsDoc,
+}
+
+/// The runbook's reading of a stuck node: never resolves anything itself.
+#[derive(ToSchema)]
+pub struct Diagnosis {
+    movement_id: uuid::Uuid,
+    node_key: String,
+    /// C1, C2, C3a, C3b, C5, C6, C7, or null when the node is not stuck
+    case: Option<String>,
+    title: String,
+    required_action: String,
+    also_consider: Vec<String>,
+    /// Always false: the operator acts
+    automatic_resolution: bool,
+    evidence: DiagnosisEvidence,
+}
+
+#[derive(ToSchema)]
+pub struct DiagnosisEvidence {
+    request_state: String,
+    node: qtg_store::NodeRow,
+    #[schema(value_type = Object)]
+    markers: Value,
+    seconds_since_started: Option<f64>,
+    lane: String,
+    grace_seconds: f64,
+    submit_transport_failures: i64,
+    #[schema(value_type = Vec<Object>)]
+    recent_events: Value,
+}

@@ -130,35 +130,69 @@ pub fn parse_id(raw: &str, what: &str) -> Result<Uuid, ApiError> {
     raw.parse().map_err(|_| ApiError::not_found(what))
 }
 
-/// `limit` (1-200, default 50) and `cursor` (from the previous page's `next_cursor`).
-#[derive(Deserialize, Default, utoipa::IntoParams)]
+/// The paging parameters every list takes, as the document shows them (each list's filters
+/// are listed with its operation).
+#[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
+#[allow(dead_code)] // documentation only: the query is read as a [`ListQuery`]
 pub struct PageQuery {
     /// 1-200 (default 50)
-    #[param(value_type = Option<u32>, minimum = 1, maximum = 200)]
-    #[serde(default)]
-    pub limit: Option<String>,
+    #[param(minimum = 1, maximum = 200)]
+    limit: Option<u32>,
     /// `next_cursor` of the previous page
     #[param(max_length = 200)]
-    #[serde(default)]
+    cursor: Option<String>,
+}
+
+/// A list's query string: paging and the filters some lists take. Each handler says which
+/// filters it takes ([`ListQuery::allow`]); any other parameter is a 400 naming it.
+#[derive(Deserialize, Default, Debug)]
+#[serde(deny_unknown_fields)]
+pub struct ListQuery {
+    pub limit: Option<String>,
     pub cursor: Option<String>,
+    pub state: Option<String>,
+    pub status: Option<String>,
+    pub movement_id: Option<String>,
+    pub actor: Option<String>,
+    pub action: Option<String>,
+    pub since: Option<String>,
+    pub until: Option<String>,
 }
 
-/// Parses a `limit` parameter.
-pub fn limit(raw: Option<&str>) -> Result<i64, ApiError> {
-    match raw {
-        None => Ok(50),
-        Some(l) => match l.parse::<i64>() {
-            Ok(n) if (1..=200).contains(&n) => Ok(n),
-            _ => Err(ApiError::validation("limit must be an integer between 1 and 200")),
-        },
+impl ListQuery {
+    /// Refuses a filter set on this query that is not one of `filters`.
+    pub fn allow(self, filters: &[&str]) -> Result<Self, ApiError> {
+        let set = [
+            ("state", &self.state),
+            ("status", &self.status),
+            ("movement_id", &self.movement_id),
+            ("actor", &self.actor),
+            ("action", &self.action),
+            ("since", &self.since),
+            ("until", &self.until),
+        ];
+        match set.iter().find(|(name, v)| v.is_some() && !filters.contains(name)) {
+            Some((name, _)) => Err(ApiError::validation(format!("unknown query parameter {name}"))),
+            None => Ok(self),
+        }
     }
-}
 
-impl PageQuery {
+    /// `limit`: 1-200, default 50.
     pub fn limit(&self) -> Result<i64, ApiError> {
-        limit(self.limit.as_deref())
+        match self.limit.as_deref() {
+            None => Ok(50),
+            Some(l) => match l.parse::<i64>() {
+                Ok(n) if (1..=200).contains(&n) => Ok(n),
+                _ => Err(ApiError::validation("limit must be an integer between 1 and 200")),
+            },
+        }
+    }
+
+    /// `movement_id` as a UUID.
+    pub fn movement_id(&self) -> Result<Option<Uuid>, ApiError> {
+        let parse = |m: &str| m.parse().map_err(|_| ApiError::validation("movement_id must be a UUID"));
+        self.movement_id.as_deref().map(parse).transpose()
     }
 }
 
@@ -193,7 +227,9 @@ impl<T: Serialize> Page<T> {
 
     /// A small roster read whole: ordered by `key`, after the cursor (the last key of the
     /// previous page).
-    pub fn of_roster(items: Vec<T>, key: impl Fn(&T) -> String, q: &PageQuery) -> Result<Json<Page<T>>, ApiError> {
+    /// A roster takes no filter.
+    pub fn of_roster(items: Vec<T>, key: impl Fn(&T) -> String, q: ListQuery) -> Result<Json<Page<T>>, ApiError> {
+        let q = q.allow(&[])?;
         let limit = q.limit()?;
         let mut keyed: Vec<(String, T)> = items.into_iter().map(|i| (key(&i), i)).collect();
         keyed.sort_by(|a, b| a.0.cmp(&b.0));

@@ -24,25 +24,37 @@ pub use crate::schemas::*;
 )]
 pub struct ApiDoc;
 
-/// The document as served: utoipa 5 writes a Link object's fields in snake case
-/// (`operation_id`, `request_body`); OpenAPI spells them `operationId` and `requestBody`.
+/// The document as served. What every operation shares is added here rather than repeated
+/// in each annotation: the `qtg` tag, bearer security and the error answers ([`Errors`]).
+/// And utoipa 5 writes a Link object's fields in snake case (`operation_id`,
+/// `request_body`); OpenAPI spells them `operationId` and `requestBody`.
 pub fn served(doc: &utoipa::openapi::OpenApi) -> Value {
     let mut v = serde_json::to_value(doc).unwrap_or_default();
-    let links = v["paths"]
+    let errors = serde_json::to_value(Errors::responses()).unwrap_or_default();
+    let operations = v["paths"]
         .as_object_mut()
         .into_iter()
         .flat_map(|paths| paths.values_mut())
         .filter_map(Value::as_object_mut)
         .flat_map(|item| item.values_mut())
-        .filter_map(|op| op.get_mut("responses").and_then(Value::as_object_mut))
-        .flat_map(|responses| responses.values_mut())
-        .filter_map(|r| r.get_mut("links").and_then(Value::as_object_mut))
-        .flat_map(|links| links.values_mut())
         .filter_map(Value::as_object_mut);
-    for link in links {
-        for (from, to) in [("operation_id", "operationId"), ("request_body", "requestBody")] {
-            if let Some(x) = link.remove(from) {
-                link.insert(to.into(), x);
+    for op in operations {
+        op.insert("tags".into(), serde_json::json!(["qtg"]));
+        op.insert("security".into(), serde_json::json!([{"bearer": []}]));
+        let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else { continue };
+        for (code, error) in errors.as_object().into_iter().flatten() {
+            responses.entry(code.clone()).or_insert_with(|| error.clone());
+        }
+        let links = responses
+            .values_mut()
+            .filter_map(|r| r.get_mut("links").and_then(Value::as_object_mut))
+            .flat_map(|links| links.values_mut())
+            .filter_map(Value::as_object_mut);
+        for link in links {
+            for (from, to) in [("operation_id", "operationId"), ("request_body", "requestBody")] {
+                if let Some(x) = link.remove(from) {
+                    link.insert(to.into(), x);
+                }
             }
         }
     }

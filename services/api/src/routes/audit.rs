@@ -4,43 +4,10 @@ use axum::extract::State;
 use axum::Json;
 use chrono::{DateTime, Utc};
 use qtg_store::audit::AuditEvent;
-use serde::Deserialize;
 
 use crate::error::ApiError;
-use crate::extract::{limit, Page, Params, Viewer};
+use crate::extract::{ListQuery, Page, PageQuery, Params, Viewer};
 use crate::AppState;
-
-#[derive(Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct AuditQuery {
-    /// Only events of this movement
-    #[param(value_type = Option<uuid::Uuid>)]
-    #[serde(default)]
-    movement_id: Option<String>,
-    /// Only events by this principal (or worker:<binary>)
-    #[serde(default)]
-    actor: Option<String>,
-    /// e.g. movement.approve, node.transition, api_key.create
-    #[serde(default)]
-    action: Option<String>,
-    /// RFC 3339, inclusive
-    #[param(value_type = Option<DateTime<Utc>>)]
-    #[serde(default)]
-    since: Option<String>,
-    /// RFC 3339, exclusive
-    #[param(value_type = Option<DateTime<Utc>>)]
-    #[serde(default)]
-    until: Option<String>,
-    /// 1-200 (default 50)
-    #[param(value_type = Option<u32>, minimum = 1, maximum = 200)]
-    #[serde(default)]
-    limit: Option<String>,
-    /// `next_cursor` of the previous page
-    #[param(max_length = 200)]
-    #[serde(default)]
-    cursor: Option<String>,
-}
 
 fn parse_time(v: &str, name: &str) -> Result<DateTime<Utc>, ApiError> {
     DateTime::parse_from_rfc3339(v)
@@ -51,26 +18,27 @@ fn parse_time(v: &str, name: &str) -> Result<DateTime<Utc>, ApiError> {
 #[utoipa::path(
     get,
     path = "/v3/audit-events",
-    tag = "qtg",
-    operation_id = "list_audit_events",
     summary = "Audit events (movement_id, actor, action, since, until; cursor paging)",
     description = "Role: viewer.",
-    params(AuditQuery),
-    responses((status = 200, description = "a page of audit events", body = Page<AuditEvent>), crate::openapi::Errors),
-    security(("bearer" = []))
+    params(
+        ("movement_id" = Option<uuid::Uuid>, Query, description = "only events of this movement"),
+        ("actor" = Option<String>, Query, description = "only events by this principal (or worker:<binary>)"),
+        ("action" = Option<String>, Query, description = "e.g. movement.approve, node.transition, api_key.create"),
+        ("since" = Option<DateTime<Utc>>, Query, description = "RFC 3339, inclusive"),
+        ("until" = Option<DateTime<Utc>>, Query, description = "RFC 3339, exclusive"),
+        PageQuery
+    ),
+    responses((status = 200, description = "a page of audit events", body = Page<AuditEvent>)),
 )]
 pub async fn list_audit_events(
     State(s): State<AppState>,
     _: Viewer,
-    Params(q): Params<AuditQuery>,
+    Params(q): Params<ListQuery>,
 ) -> Result<Json<Page<AuditEvent>>, ApiError> {
-    let limit = limit(q.limit.as_deref())?;
+    let q = q.allow(&["movement_id", "actor", "action", "since", "until"])?;
+    let limit = q.limit()?;
     let filter = qtg_store::audit::AuditFilter {
-        movement_id: q
-            .movement_id
-            .as_deref()
-            .map(|m| m.parse().map_err(|_| ApiError::validation("movement_id must be a UUID")))
-            .transpose()?,
+        movement_id: q.movement_id()?,
         actor: q.actor,
         action: q.action,
         since: q.since.as_deref().map(|t| parse_time(t, "since")).transpose()?,

@@ -8,7 +8,7 @@ use qtg_store::controls::Pause;
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
-use crate::extract::{required_reason, Admin, Body, Page, PageQuery, Params, Viewer};
+use crate::extract::{required_reason, Admin, Body, ListQuery, Page, PageQuery, Params, Viewer};
 use crate::AppState;
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -34,16 +34,13 @@ impl ControlBody {
 #[utoipa::path(
     post,
     path = "/v3/controls/pause",
-    tag = "qtg",
-    operation_id = "pause_dispatch",
     summary = "Kill switch: pause new submits globally, per lane or per executor key (matching nodes stay READY)",
     description = "Role: admin.",
     request_body = ControlBody,
     responses((status = 200, description = "the pause", body = Pause, links(
         ("ResumeDispatch" = (operation_id = "resume_dispatch", request_body = "$request.body", description = "lift it (same scope and target, with a reason)")),
         ("ListControls" = (operation_id = "list_controls", description = "the active pauses")),
-    )), crate::openapi::Errors),
-    security(("bearer" = []))
+    ))),
 )]
 pub async fn pause_dispatch(
     State(s): State<AppState>,
@@ -64,13 +61,10 @@ pub struct Resumed {
 #[utoipa::path(
     post,
     path = "/v3/controls/resume",
-    tag = "qtg",
-    operation_id = "resume_dispatch",
     summary = "Lift a pause (404 when that scope is not paused); dispatchers wake at once",
     description = "Role: admin.",
     request_body = ControlBody,
-    responses((status = 200, description = "the lifted pause", body = Resumed), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "the lifted pause", body = Resumed)),
 )]
 pub async fn resume_dispatch(
     State(s): State<AppState>,
@@ -86,18 +80,15 @@ pub async fn resume_dispatch(
 #[utoipa::path(
     get,
     path = "/v3/controls",
-    tag = "qtg",
-    operation_id = "list_controls",
     summary = "Active pauses",
     description = "Role: viewer.",
     params(PageQuery),
-    responses((status = 200, description = "pauses", body = Page<Pause>), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "pauses", body = Page<Pause>)),
 )]
 pub async fn list_controls(
     State(s): State<AppState>,
     _: Viewer,
-    Params(q): Params<PageQuery>,
+    Params(q): Params<ListQuery>,
 ) -> Result<Json<Page<Pause>>, ApiError> {
     let mut conn = s.pool.acquire().await?;
     let items = qtg_store::controls::list(&mut conn).await?;
@@ -107,5 +98,5 @@ pub async fn list_controls(
         "lane" => 1,
         _ => 2,
     };
-    Page::of_roster(items, |p| format!("{}/{}", rank(&p.scope), p.target), &q)
+    Page::of_roster(items, |p| format!("{}/{}", rank(&p.scope), p.target), q)
 }

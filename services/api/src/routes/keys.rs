@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use crate::auth::Role;
 use crate::error::ApiError;
-use crate::extract::{parse_id, parse_time_cursor, time_cursor, Admin, Body, Page, PageQuery, Params};
+use crate::extract::{parse_id, parse_time_cursor, time_cursor, Admin, Body, ListQuery, Page, PageQuery, Params};
 use crate::AppState;
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -25,15 +25,12 @@ pub struct CreateKeyBody {
 #[utoipa::path(
     post,
     path = "/v3/api-keys",
-    tag = "qtg",
-    operation_id = "create_api_key",
     summary = "Create an API key; the secret is shown once and stored only as a hash",
     description = "Role: admin.",
     request_body = CreateKeyBody,
     responses((status = 201, description = "the key with its secret", body = crate::openapi::ApiKeyCreated, links(
         ("RevokeApiKey" = (operation_id = "revoke_api_key", parameters(("id" = "$response.body#/id")), description = "revoke it")),
-    )), crate::openapi::Errors),
-    security(("bearer" = []))
+    ))),
 )]
 pub async fn create_api_key(
     State(s): State<AppState>,
@@ -54,19 +51,17 @@ pub async fn create_api_key(
 #[utoipa::path(
     get,
     path = "/v3/api-keys",
-    tag = "qtg",
-    operation_id = "list_api_keys",
     summary = "List API keys (never their secrets or hashes), newest first",
     description = "Role: admin.",
     params(PageQuery),
-    responses((status = 200, description = "a page of keys", body = Page<ApiKeyInfo>), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "a page of keys", body = Page<ApiKeyInfo>)),
 )]
 pub async fn list_api_keys(
     State(s): State<AppState>,
     _: Admin,
-    Params(q): Params<PageQuery>,
+    Params(q): Params<ListQuery>,
 ) -> Result<Json<Page<ApiKeyInfo>>, ApiError> {
+    let q = q.allow(&[])?;
     let limit = q.limit()?;
     let after = q.cursor.as_deref().map(parse_time_cursor).transpose()?;
     let mut conn = s.pool.acquire().await?;
@@ -77,13 +72,10 @@ pub async fn list_api_keys(
 #[utoipa::path(
     delete,
     path = "/v3/api-keys/{id}",
-    tag = "qtg",
-    operation_id = "revoke_api_key",
     summary = "Revoke an API key",
     description = "Role: admin.",
     params(("id" = uuid::Uuid, Path, description = "the key id")),
-    responses((status = 204, description = "revoked"), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 204, description = "revoked")),
 )]
 pub async fn revoke_api_key(
     State(s): State<AppState>,

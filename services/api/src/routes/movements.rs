@@ -15,7 +15,8 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::extract::{
-    parse_id, parse_time_cursor, time_cursor, Approver, Body, OptBody, Page, Params, ReasonBody, Requester, Viewer,
+    parse_id, parse_time_cursor, time_cursor, Approver, Body, ListQuery, OptBody, Page, PageQuery, Params, ReasonBody,
+    Requester, Viewer,
 };
 use crate::openapi::Movement;
 use crate::AppState;
@@ -93,8 +94,6 @@ impl CreateMovementBody {
 #[utoipa::path(
     post,
     path = "/v3/movements",
-    tag = "qtg",
-    operation_id = "create_movement",
     summary = "Create a movement: PENDING_APPROVAL, nodes BLOCKED. Same idempotency_key + same body answers 200 with the same movement; another body 409 IDEMPOTENCY_CONFLICT. Risk limits answer 422 RISK_LIMIT_EXCEEDED naming the limit",
     description = "Role: requester.",
     request_body = CreateMovementBody,
@@ -108,9 +107,7 @@ impl CreateMovementBody {
             ("MovementCallbacks" = (operation_id = "list_callbacks", parameters(("movement_id" = "$response.body#/id")), description = "its callbacks")),
         )),
         (status = 200, description = "the movement this idempotency_key already created", body = Movement),
-        crate::openapi::Errors
     ),
-    security(("bearer" = []))
 )]
 pub async fn create_movement(
     State(s): State<AppState>,
@@ -180,13 +177,10 @@ pub fn movement_json(r: &RequestRow, nodes: Option<&[NodeRow]>) -> Value {
 #[utoipa::path(
     get,
     path = "/v3/movements/{id}",
-    tag = "qtg",
-    operation_id = "get_movement",
     summary = "A movement with its nodes (a READY node held by a pause carries dispatch_hold) and approvals",
     description = "Role: viewer.",
     params(("id" = uuid::Uuid, Path, description = "the movement id")),
-    responses((status = 200, description = "the movement", body = Movement), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "the movement", body = Movement)),
 )]
 pub async fn get_movement(
     State(s): State<AppState>,
@@ -196,42 +190,21 @@ pub async fn get_movement(
     full_movement(&s, parse_id(&id, "movement")?).await
 }
 
-/// `limit`, `cursor` and a `state` filter.
-#[derive(Deserialize, utoipa::IntoParams)]
-#[into_params(parameter_in = Query)]
-#[serde(deny_unknown_fields)]
-pub struct MovementQuery {
-    /// 1-200 (default 50)
-    #[param(value_type = Option<u32>, minimum = 1, maximum = 200)]
-    #[serde(default)]
-    limit: Option<String>,
-    /// `next_cursor` of the previous page
-    #[param(max_length = 200)]
-    #[serde(default)]
-    cursor: Option<String>,
-    /// Only movements in this state
-    #[param(value_type = Option<crate::openapi::MovementState>)]
-    #[serde(default)]
-    state: Option<String>,
-}
-
 #[utoipa::path(
     get,
     path = "/v3/movements",
-    tag = "qtg",
-    operation_id = "list_movements",
     summary = "List movements, newest first (state filter, cursor paging)",
     description = "Role: viewer.",
-    params(MovementQuery),
-    responses((status = 200, description = "a page of movements (without nodes)", body = Page<Movement>), crate::openapi::Errors),
-    security(("bearer" = []))
+    params(("state" = Option<crate::openapi::MovementState>, Query, description = "only movements in this state"), PageQuery),
+    responses((status = 200, description = "a page of movements (without nodes)", body = Page<Movement>)),
 )]
 pub async fn list_movements(
     State(s): State<AppState>,
     _: Viewer,
-    Params(q): Params<MovementQuery>,
+    Params(q): Params<ListQuery>,
 ) -> Result<Json<Page<Value>>, ApiError> {
-    let limit = crate::extract::limit(q.limit.as_deref())?;
+    let q = q.allow(&["state"])?;
+    let limit = q.limit()?;
     if let Some(st) = &q.state {
         st.parse::<RequestState>()
             .map_err(|_| ApiError::validation(format!("state {st:?} is not a movement state")))?;
@@ -247,14 +220,11 @@ pub async fn list_movements(
 #[utoipa::path(
     post,
     path = "/v3/movements/{id}/approve",
-    tag = "qtg",
-    operation_id = "approve_movement",
     summary = "Approve (not your own; bound to the intent and plan hashes shown). Risk limits are checked again; above the template's threshold m distinct approvers are needed (the movement stays PENDING_APPROVAL until then). 409 EXECUTOR_DOWN when a bound executor or signer is down",
     description = "Role: approver.",
     request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
     params(("id" = uuid::Uuid, Path, description = "the movement id")),
-    responses((status = 200, description = "the movement", body = Movement), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "the movement", body = Movement)),
 )]
 pub async fn approve_movement(
     State(s): State<AppState>,
@@ -262,22 +232,17 @@ pub async fn approve_movement(
     Path(id): Path<String>,
     OptBody(b): OptBody<ReasonBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(&id, "movement")?;
-    s.engine.approve_movement(&who.name, id, b.reason()?).await?;
-    full_movement(&s, id).await
+    review(&s, &who.name, &id, &b, true).await
 }
 
 #[utoipa::path(
     post,
     path = "/v3/movements/{id}/reject",
-    tag = "qtg",
-    operation_id = "reject_movement",
     summary = "Reject a PENDING_APPROVAL movement",
     description = "Role: approver.",
     request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
     params(("id" = uuid::Uuid, Path, description = "the movement id")),
-    responses((status = 200, description = "the movement", body = Movement), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "the movement", body = Movement)),
 )]
 pub async fn reject_movement(
     State(s): State<AppState>,
@@ -285,7 +250,16 @@ pub async fn reject_movement(
     Path(id): Path<String>,
     OptBody(b): OptBody<ReasonBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(&id, "movement")?;
-    s.engine.reject_movement(&who.name, id, b.reason()?).await?;
-    full_movement(&s, id).await
+    review(&s, &who.name, &id, &b, false).await
+}
+
+/// An approver's decision on movement `id`; answers the movement.
+async fn review(s: &AppState, who: &str, id: &str, b: &ReasonBody, approve: bool) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(id, "movement")?;
+    if approve {
+        s.engine.approve_movement(who, id, b.reason()?).await?;
+    } else {
+        s.engine.reject_movement(who, id, b.reason()?).await?;
+    }
+    full_movement(s, id).await
 }

@@ -46,14 +46,11 @@ pub struct EvidenceBody {
 #[utoipa::path(
     post,
     path = "/v3/movements/{id}/actions/cancel",
-    tag = "qtg",
-    operation_id = "cancel_movement",
     summary = "Cancel; refused (409) while a node may have a side effect in flight unless runbook_case C6 with evidence",
     description = "Role: operator.",
     request_body = CancelBody,
     params(("id" = uuid::Uuid, Path, description = "the movement id")),
-    responses((status = 200, description = "the movement", body = Movement), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "the movement", body = Movement)),
 )]
 pub async fn cancel_movement(
     State(s): State<AppState>,
@@ -81,14 +78,11 @@ pub async fn cancel_movement(
 #[utoipa::path(
     post,
     path = "/v3/movements/{id}/actions/resume",
-    tag = "qtg",
-    operation_id = "resume_movement",
     summary = "Resume a MANUAL_INTERVENTION movement: clears the hand-off mark so recovery sweeps again",
     description = "Role: operator.",
     request_body = ActionBody,
     params(("id" = uuid::Uuid, Path, description = "the movement id")),
-    responses((status = 200, description = "the movement", body = Movement), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "the movement", body = Movement)),
 )]
 pub async fn resume_movement(
     State(s): State<AppState>,
@@ -104,14 +98,11 @@ pub async fn resume_movement(
 #[utoipa::path(
     post,
     path = "/v3/movements/{id}/nodes/{node_key}/actions/retry",
-    tag = "qtg",
-    operation_id = "retry_node",
     summary = "Retry a FAILED node as a new attempt; 409 SUBMIT_ATTEMPT_PENDING on UNKNOWN/SUBMITTING with the pending marker",
     description = "Role: operator.",
     request_body = ActionBody,
     params(("id" = uuid::Uuid, Path, description = "the movement id"), ("node_key" = String, Path, description = "the node's key in the plan")),
-    responses((status = 200, description = "the movement", body = Movement), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "the movement", body = Movement)),
 )]
 pub async fn retry_node(
     State(s): State<AppState>,
@@ -127,14 +118,11 @@ pub async fn retry_node(
 #[utoipa::path(
     post,
     path = "/v3/movements/{id}/nodes/{node_key}/actions/complete-manual",
-    tag = "qtg",
-    operation_id = "complete_manual",
     summary = "Complete a manual_* node waiting for a person, with evidence",
     description = "Role: operator.",
     request_body = EvidenceBody,
     params(("id" = uuid::Uuid, Path, description = "the movement id"), ("node_key" = String, Path, description = "the node's key in the plan")),
-    responses((status = 200, description = "the movement", body = Movement), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "the movement", body = Movement)),
 )]
 pub async fn complete_manual(
     State(s): State<AppState>,
@@ -154,13 +142,10 @@ pub async fn complete_manual(
 #[utoipa::path(
     get,
     path = "/v3/movements/{id}/nodes/{node_key}/diagnosis",
-    tag = "qtg",
-    operation_id = "diagnose_node",
     summary = "Runbook case (C1, C2, C3a, C3b, C5, C6, C7) of a stuck node with its evidence and the required action; never resolves anything",
     description = "Role: operator.",
     params(("id" = uuid::Uuid, Path, description = "the movement id"), ("node_key" = String, Path, description = "the node's key in the plan")),
-    responses((status = 200, description = "the diagnosis", body = crate::openapi::Diagnosis), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "the diagnosis", body = crate::openapi::Diagnosis)),
 )]
 pub async fn diagnose_node(
     State(s): State<AppState>,

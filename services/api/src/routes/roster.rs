@@ -8,49 +8,43 @@ use qtg_store::health::{ExecutorHealth, SignerHealth, WorkerBeat};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
-use crate::extract::{Admin, Body, Page, PageQuery, Params, Viewer};
+use crate::extract::{Admin, Body, ListQuery, Page, PageQuery, Params, Viewer};
 use crate::AppState;
 
 #[utoipa::path(
     get,
     path = "/v3/executors",
-    tag = "qtg",
-    operation_id = "list_executors",
     summary = "Executor roster with health",
     description = "Role: viewer.",
     params(PageQuery),
-    responses((status = 200, description = "executors", body = Page<ExecutorHealth>), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "executors", body = Page<ExecutorHealth>)),
 )]
 pub async fn list_executors(
     State(s): State<AppState>,
     _: Viewer,
-    Params(q): Params<PageQuery>,
+    Params(q): Params<ListQuery>,
 ) -> Result<Json<Page<ExecutorHealth>>, ApiError> {
     let mut conn = s.pool.acquire().await?;
     let items = qtg_store::health::list_executors(&mut conn).await?;
-    Page::of_roster(items, |e| e.executor_key.clone(), &q)
+    Page::of_roster(items, |e| e.executor_key.clone(), q)
 }
 
 #[utoipa::path(
     get,
     path = "/v3/signers",
-    tag = "qtg",
-    operation_id = "list_signers",
     summary = "Signer roster with health and identity posture",
     description = "Role: viewer.",
     params(PageQuery),
-    responses((status = 200, description = "signers", body = Page<SignerHealth>), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "signers", body = Page<SignerHealth>)),
 )]
 pub async fn list_signers(
     State(s): State<AppState>,
     _: Viewer,
-    Params(q): Params<PageQuery>,
+    Params(q): Params<ListQuery>,
 ) -> Result<Json<Page<SignerHealth>>, ApiError> {
     let mut conn = s.pool.acquire().await?;
     let items = qtg_store::health::list_signers(&mut conn).await?;
-    Page::of_roster(items, |e| e.signer_key.clone(), &q)
+    Page::of_roster(items, |e| e.signer_key.clone(), q)
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -64,14 +58,11 @@ pub struct ExpectedIdentityBody {
 #[utoipa::path(
     put,
     path = "/v3/signers/{key}/expected-identity",
-    tag = "qtg",
-    operation_id = "set_expected_identity",
     summary = "Enrol a signer's expected address",
     description = "Role: admin.",
     request_body = ExpectedIdentityBody,
     params(("key" = String, Path, description = "signer key")),
-    responses((status = 200, description = "the signer", body = SignerHealth), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "the signer", body = SignerHealth)),
 )]
 pub async fn set_expected_identity(
     State(s): State<AppState>,
@@ -98,18 +89,15 @@ pub struct WorkerView {
 #[utoipa::path(
     get,
     path = "/v3/workers",
-    tag = "qtg",
-    operation_id = "list_workers",
     summary = "Worker heartbeats with age and stale flag, and each worker's binary and supervision group",
     description = "Role: viewer.",
     params(PageQuery),
-    responses((status = 200, description = "workers", body = Page<WorkerView>), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "workers", body = Page<WorkerView>)),
 )]
 pub async fn list_workers(
     State(s): State<AppState>,
     _: Viewer,
-    Params(q): Params<PageQuery>,
+    Params(q): Params<ListQuery>,
 ) -> Result<Json<Page<WorkerView>>, ApiError> {
     let mut conn = s.pool.acquire().await?;
     let beats = qtg_store::health::list_workers(&mut conn, s.settings.worker_stale_seconds).await?;
@@ -125,5 +113,5 @@ pub async fn list_workers(
             }
         })
         .collect();
-    Page::of_roster(items, |w| format!("{}/{}/{}", w.beat.worker, w.beat.network_class, w.beat.instance_id), &q)
+    Page::of_roster(items, |w| format!("{}/{}/{}", w.beat.worker, w.beat.network_class, w.beat.instance_id), q)
 }

@@ -11,7 +11,9 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use crate::error::ApiError;
-use crate::extract::{parse_id, Admin, Body, Operator, OptBody, Page, PageQuery, Params, ReasonBody, Viewer};
+use crate::extract::{
+    parse_id, Admin, Body, ListQuery, Operator, OptBody, Page, PageQuery, Params, ReasonBody, Viewer,
+};
 use crate::AppState;
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -35,8 +37,6 @@ pub struct ProposeBody {
 #[utoipa::path(
     post,
     path = "/v3/template-proposals",
-    tag = "qtg",
-    operation_id = "propose_template",
     summary = "Propose a template (a DAG of plan nodes); validated, pending admin approval",
     description = "Role: operator.",
     request_body = ProposeBody,
@@ -44,8 +44,7 @@ pub struct ProposeBody {
         ("GetProposal" = (operation_id = "get_proposal", parameters(("id" = "$response.body#/id")), description = "read it")),
         ("ApproveProposal" = (operation_id = "approve_proposal", parameters(("id" = "$response.body#/id")), description = "an admin approves it")),
         ("RejectProposal" = (operation_id = "reject_proposal", parameters(("id" = "$response.body#/id")), description = "an admin rejects it")),
-    )), crate::openapi::Errors),
-    security(("bearer" = []))
+    ))),
 )]
 pub async fn propose_template(
     State(s): State<AppState>,
@@ -66,13 +65,10 @@ pub async fn propose_template(
 #[utoipa::path(
     get,
     path = "/v3/template-proposals/{id}",
-    tag = "qtg",
-    operation_id = "get_proposal",
     summary = "Read a template proposal",
     description = "Role: viewer.",
     params(("id" = uuid::Uuid, Path, description = "the proposal id")),
-    responses((status = 200, description = "the proposal", body = ProposalRow), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "the proposal", body = ProposalRow)),
 )]
 pub async fn get_proposal(
     State(s): State<AppState>,
@@ -88,16 +84,13 @@ pub async fn get_proposal(
 #[utoipa::path(
     post,
     path = "/v3/template-proposals/{id}/approve",
-    tag = "qtg",
-    operation_id = "approve_proposal",
     summary = "Approve a proposal (not your own): the template's next version with its compiled_plan_hash",
     description = "Role: admin.",
     request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
     params(("id" = uuid::Uuid, Path, description = "the proposal id")),
     responses((status = 200, description = "the new template version", body = crate::openapi::ProposalReview, links(
         ("GetTemplate" = (operation_id = "get_template", parameters(("key" = "$response.body#/template_key")), description = "the template with its versions")),
-    )), crate::openapi::Errors),
-    security(("bearer" = []))
+    ))),
 )]
 pub async fn approve_proposal(
     State(s): State<AppState>,
@@ -105,21 +98,17 @@ pub async fn approve_proposal(
     Path(id): Path<String>,
     OptBody(b): OptBody<ReasonBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(&id, "template proposal")?;
-    Ok(Json(s.engine.review_template_proposal(&who.name, id, true, b.reason()?).await?))
+    review(&s, &who.name, &id, &b, true).await
 }
 
 #[utoipa::path(
     post,
     path = "/v3/template-proposals/{id}/reject",
-    tag = "qtg",
-    operation_id = "reject_proposal",
     summary = "Reject a proposal",
     description = "Role: admin.",
     request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
     params(("id" = uuid::Uuid, Path, description = "the proposal id")),
-    responses((status = 200, description = "the rejected proposal", body = crate::openapi::ProposalReview), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "the rejected proposal", body = crate::openapi::ProposalReview)),
 )]
 pub async fn reject_proposal(
     State(s): State<AppState>,
@@ -127,26 +116,29 @@ pub async fn reject_proposal(
     Path(id): Path<String>,
     OptBody(b): OptBody<ReasonBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(&id, "template proposal")?;
-    Ok(Json(s.engine.review_template_proposal(&who.name, id, false, b.reason()?).await?))
+    review(&s, &who.name, &id, &b, false).await
+}
+
+/// An admin's decision on proposal `id`.
+async fn review(s: &AppState, who: &str, id: &str, b: &ReasonBody, approve: bool) -> Result<Json<Value>, ApiError> {
+    let id = parse_id(id, "template proposal")?;
+    Ok(Json(s.engine.review_template_proposal(who, id, approve, b.reason()?).await?))
 }
 
 #[utoipa::path(
     get,
     path = "/v3/templates",
-    tag = "qtg",
-    operation_id = "list_templates",
     summary = "List templates (cursor paging)",
     description = "Role: viewer.",
     params(PageQuery),
-    responses((status = 200, description = "a page of templates", body = Page<TemplateSummary>), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "a page of templates", body = Page<TemplateSummary>)),
 )]
 pub async fn list_templates(
     State(s): State<AppState>,
     _: Viewer,
-    Params(q): Params<PageQuery>,
+    Params(q): Params<ListQuery>,
 ) -> Result<Json<Page<TemplateSummary>>, ApiError> {
+    let q = q.allow(&[])?;
     let limit = q.limit()?;
     let mut conn = s.pool.acquire().await?;
     let rows = qtg_store::templates::list_templates(&mut conn, q.cursor.as_deref(), limit + 1).await?;
@@ -156,13 +148,10 @@ pub async fn list_templates(
 #[utoipa::path(
     get,
     path = "/v3/templates/{key}",
-    tag = "qtg",
-    operation_id = "get_template",
     summary = "A template's versions, nodes, edges, risk_controls and hashes",
     description = "Role: viewer.",
     params(("key" = String, Path, description = "template key")),
-    responses((status = 200, description = "the template", body = crate::openapi::Template), crate::openapi::Errors),
-    security(("bearer" = []))
+    responses((status = 200, description = "the template", body = crate::openapi::Template)),
 )]
 pub async fn get_template(
     State(s): State<AppState>,

@@ -30,11 +30,13 @@ fn with_db(url: &str, db: &str) -> String {
     format!("{base}/{db}{query}")
 }
 
-/// A fresh, migrated database, dropped by [`TestDb::drop_db`].
+/// A fresh, migrated database, dropped by [`TestDb::drop_db`] — or, when a test fails before
+/// it gets there (a panic, an early `?`), when the value is dropped.
 pub struct TestDb {
     pub name: String,
     pub url: String,
     pub pool: PgPool,
+    dropped: bool,
 }
 
 impl TestDb {
@@ -53,16 +55,40 @@ impl TestDb {
         admin_pool.close().await;
         let url = with_db(&admin, &name);
         let pool = qtg_store::connect(&url, 20).await?;
-        Ok(TestDb { name, url, pool })
+        Ok(TestDb { name, url, pool, dropped: false })
     }
 
-    pub async fn drop_db(self) {
+    pub async fn drop_db(mut self) {
         self.pool.close().await;
-        if let Ok(admin_pool) = qtg_store::connect(&admin_url(), 1).await {
-            let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {} WITH (FORCE)", self.name)))
-                .execute(&admin_pool)
-                .await;
+        drop_database(&self.name).await;
+        self.dropped = true;
+    }
+}
+
+async fn drop_database(name: &str) {
+    if let Ok(admin_pool) = qtg_store::connect(&admin_url(), 1).await {
+        // FORCE: a spawned binary still connected does not keep it alive.
+        let _ = sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {name} WITH (FORCE)")))
+            .execute(&admin_pool)
+            .await;
+        admin_pool.close().await;
+    }
+}
+
+impl Drop for TestDb {
+    /// The test ended without [`TestDb::drop_db`] (it failed): drop the database anyway, on a
+    /// thread of its own (a runtime cannot block inside the test's runtime).
+    fn drop(&mut self) {
+        if self.dropped || std::env::var_os("QTG_TEST_KEEP_DB").is_some() {
+            return;
         }
+        let name = self.name.clone();
+        let dropper = std::thread::spawn(move || {
+            if let Ok(rt) = tokio::runtime::Builder::new_current_thread().enable_all().build() {
+                rt.block_on(drop_database(&name));
+            }
+        });
+        let _ = dropper.join();
     }
 }
 
@@ -156,6 +182,24 @@ impl Proc {
 
     pub fn log(&self) -> String {
         self.lines.lock().expect("log lock").join("\n")
+    }
+
+    /// How many ticks worker `worker` of this process has finished (from its `/metrics`).
+    pub async fn ticks(&self, worker: &str) -> anyhow::Result<u64> {
+        let admin = self.wait_field("admin_addr", Duration::from_secs(30)).await?;
+        let text = http_client().get(format!("http://{admin}/metrics")).send().await?.text().await?;
+        let prefix = format!("qtg_worker_tick_duration_seconds_count{{worker=\"{worker}\"}} ");
+        Ok(text.lines().find_map(|l| l.strip_prefix(&prefix)).and_then(|v| v.trim().parse().ok()).unwrap_or(0))
+    }
+
+    /// Waits until worker `worker` of this process has run `n` more ticks: long enough for it
+    /// to have seen whatever was in the database when this was called.
+    pub async fn wait_ticks(&self, worker: &str, n: u64, timeout: Duration) -> anyhow::Result<()> {
+        let start = self.ticks(worker).await?;
+        wait_until(&format!("{n} ticks of {worker} in {}", self.name), timeout, || async {
+            Ok(self.ticks(worker).await? >= start + n)
+        })
+        .await
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -304,6 +348,38 @@ pub async fn start_movement(
     let id = m["id"].as_str().context("movement id")?.to_string();
     api.ok("POST", &format!("/v3/movements/{id}/approve"), &keys.approver, None, 200).await?;
     Ok(id)
+}
+
+/// Polls `check` until it answers true; fails naming `what` after `timeout`. Tests wait on a
+/// condition, never on a fixed sleep.
+pub async fn wait_until<F, Fut>(what: &str, timeout: Duration, mut check: F) -> anyhow::Result<()>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = anyhow::Result<bool>>,
+{
+    let deadline = Instant::now() + timeout;
+    while !check().await? {
+        if Instant::now() > deadline {
+            bail!("timed out after {timeout:?} waiting for {what}");
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    Ok(())
+}
+
+/// Waits until `condition` (a boolean SQL query with `$1` = `id`) is true: for tests about
+/// time windows, e.g. `SELECT now() > expires_at FROM movement_requests WHERE id = $1`, read by
+/// the database's clock as qtg reads it.
+pub async fn wait_db(pool: &PgPool, condition: &str, id: uuid::Uuid, timeout: Duration) -> anyhow::Result<()> {
+    wait_until(condition, timeout, || async {
+        Ok(sqlx::query_scalar::<_, Option<bool>>(sqlx::AssertSqlSafe(condition.to_string()))
+            .bind(id)
+            .fetch_optional(pool)
+            .await?
+            .flatten()
+            .unwrap_or(false))
+    })
+    .await
 }
 
 /// Polls the movement until its state is one of `states`.

@@ -99,7 +99,8 @@ async fn the_front_door_guards_every_mutation() -> anyhow::Result<()> {
     assert_eq!(s, 403);
 
     // The approval window: 409 after expires_at even before any expiry worker ran.
-    tokio::time::sleep(Duration::from_millis(2200)).await;
+    let expired = "SELECT now() > expires_at FROM movement_requests WHERE id = $1";
+    wait_db(&db.pool, expired, id.parse()?, Duration::from_secs(10)).await?;
     let (s, b) = api.call("POST", &format!("/v3/movements/{id}/approve"), &keys.approver, None).await?;
     assert_eq!((s, b["error"]["code"].as_str()), (409, Some("INVALID_STATE")), "{b}");
 

@@ -6,7 +6,7 @@
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
@@ -66,18 +66,6 @@ async fn receive(
     }
 }
 
-async fn wait_for<F: std::future::Future<Output = anyhow::Result<bool>>>(
-    what: &str,
-    mut f: impl FnMut() -> F,
-) -> anyhow::Result<()> {
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while !f().await? {
-        anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    Ok(())
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn callbacks_are_signed_retried_dead_lettered_and_replayed() -> anyhow::Result<()> {
     let receiver = Receiver::default();
@@ -116,7 +104,7 @@ async fn callbacks_are_signed_retried_dead_lettered_and_replayed() -> anyhow::Re
     // A worker that does not allow private destinations refuses before sending anything.
     let base = [("MG_CALLBACK_SECRET", SECRET), ("MG_CALLBACK_DISPATCH_INTERVAL_SECONDS", "0.2")];
     let mut guarded = Proc::spawn("qtg-callback", &db.url, &base).await?;
-    wait_for("a refused delivery", || async {
+    wait_until("a refused delivery", Duration::from_secs(30), || async {
         let e: Option<String> = sqlx::query_scalar("SELECT last_error FROM movement_callback_outbox WHERE id = $1")
             .bind(first)
             .fetch_one(&db.pool)
@@ -137,7 +125,7 @@ async fn callbacks_are_signed_retried_dead_lettered_and_replayed() -> anyhow::Re
     // clock forward instead of sleeping 30 s.
     let mut delays = Vec::new();
     for attempt in 1..=5 {
-        wait_for("an attempt", || async {
+        wait_until("an attempt", Duration::from_secs(30), || async {
             let a: i32 = sqlx::query_scalar("SELECT attempts FROM movement_callback_outbox WHERE id = $1")
                 .bind(first)
                 .fetch_one(&db.pool)
@@ -193,7 +181,7 @@ async fn callbacks_are_signed_retried_dead_lettered_and_replayed() -> anyhow::Re
     assert_eq!(replay["replay_of"], first.to_string());
     assert_eq!(replay["event_id"], event_id);
     let replay_id = replay["id"].as_str().unwrap().to_string();
-    wait_for("the replay delivered", || async {
+    wait_until("the replay delivered", Duration::from_secs(30), || async {
         let s: String = sqlx::query_scalar("SELECT status FROM movement_callback_outbox WHERE id = $1::uuid")
             .bind(&replay_id)
             .fetch_one(&db.pool)
@@ -222,7 +210,7 @@ async fn callbacks_are_signed_retried_dead_lettered_and_replayed() -> anyhow::Re
     assert!(own.get("callback_secret").is_none(), "the secret is never returned");
     let own_id = own["id"].as_str().unwrap().to_string();
     api.ok("POST", &format!("/v3/movements/{own_id}/approve"), &keys.approver, None, 200).await?;
-    wait_for("own-secret deliveries", || async {
+    wait_until("own-secret deliveries", Duration::from_secs(30), || async {
         let seen = receiver.seen.lock().unwrap();
         Ok(seen.iter().any(|d| d.body["movement_id"] == own_id.as_str()))
     })
@@ -234,7 +222,7 @@ async fn callbacks_are_signed_retried_dead_lettered_and_replayed() -> anyhow::Re
     }
 
     // The other events of the movement went through once the receiver was back.
-    wait_for("all sent", || async {
+    wait_until("all sent", Duration::from_secs(30), || async {
         let pending: i64 = sqlx::query_scalar(
             "SELECT count(*) FROM movement_callback_outbox WHERE request_id = $1::uuid AND status = 'pending'",
         )

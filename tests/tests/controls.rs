@@ -57,7 +57,8 @@ async fn the_kill_switch_holds_nodes_ready_until_resumed() -> anyhow::Result<()>
         api.ok("POST", "/v3/controls/pause", &api.admin_key, Some(pause("lane", Some("cex"))), 200).await?;
 
         let id = start_movement(&api, &keys, "t.ks", &format!("ks-{scope}"), None).await?;
-        tokio::time::sleep(Duration::from_millis(1500)).await;
+        // Two full dispatcher ticks after the node became READY: it saw the node and left it.
+        api.proc.wait_ticks("node_dispatcher", 2, Duration::from_secs(20)).await?;
         let m = api.ok("GET", &format!("/v3/movements/{id}"), &viewer, None, 200).await?;
         let a = node(&m, "a");
         assert_eq!(a["node_state"], "READY", "{scope}: a paused node is not dispatched: {m:#}");

@@ -43,7 +43,9 @@ async fn an_executor_hand_over_stops_recovery_and_calls_a_person() -> anyhow::Re
     engine.dispatch_tick().await?;
     // submit's own UNKNOWN already carries the marker: handed over at once.
     assert_eq!(request_state(&db.pool, id).await?, "MANUAL_INTERVENTION");
-    tokio::time::sleep(Duration::from_millis(20)).await;
+    // Past the (zero) grace: recovery would sweep the node if the movement were EXECUTING.
+    let past = "SELECT bool_and(now() > started_at) FROM movement_request_nodes WHERE request_id = $1";
+    wait_db(&db.pool, past, id, Duration::from_secs(10)).await?;
     assert_eq!(engine.recover_tick().await?, 0, "a movement outside EXECUTING is not swept");
     let (state, _, refs, _) = node_row(&db.pool, id, "n").await?;
     assert_eq!(state, "UNKNOWN");
@@ -61,7 +63,8 @@ async fn observation_timeout_is_enforced_only_when_enabled() -> anyhow::Result<(
     install_plan(&off, "t.slow", plan).await?;
     let id = create_approved(&off, "t.slow", "m1").await?;
     off.dispatch_tick().await?;
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    let past = "SELECT bool_and(now() > started_at + interval '0.05 seconds') FROM movement_request_nodes WHERE request_id = $1";
+    wait_db(&db.pool, past, id, Duration::from_secs(10)).await?;
     off.observe_tick().await?;
     assert_eq!(node_row(&db.pool, id, "n").await?.0, "OBSERVING");
 

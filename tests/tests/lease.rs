@@ -26,22 +26,9 @@ async fn node_id(pool: &PgPool, movement: &str, key: &str) -> anyhow::Result<uui
         .await?)
 }
 
-/// Waits until `sql` (one bound uuid, answering a bool) is true.
-async fn wait_until(pool: &PgPool, what: &str, sql: &str, id: uuid::Uuid, timeout: Duration) -> anyhow::Result<()> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        let done: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.to_string())).bind(id).fetch_one(pool).await?;
-        if done {
-            return Ok(());
-        }
-        anyhow::ensure!(Instant::now() < deadline, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
-}
-
 async fn wait_node_state(pool: &PgPool, node: uuid::Uuid, state: &str, timeout: Duration) -> anyhow::Result<()> {
     let sql = format!("SELECT node_state = '{state}' FROM movement_request_nodes WHERE id = $1");
-    wait_until(pool, &format!("node {state}"), &sql, node, timeout).await
+    wait_db(pool, &sql, node, timeout).await
 }
 
 /// `(attempt_no, outcome)` of every submit call the sim venue received for `node`.
@@ -104,7 +91,7 @@ async fn fan_out_branches_prepare_in_parallel_and_a_cancel_during_prepare_wins()
 
     let fan = start_movement(&api, &keys, "t.fan", "fan-1", None).await?;
     let sql = "SELECT count(*) = 4 FROM movement_request_nodes WHERE request_id = $1 AND started_at IS NOT NULL";
-    wait_until(&db.pool, "four armed branches", sql, fan.parse()?, Duration::from_secs(30)).await?;
+    wait_db(&db.pool, sql, fan.parse()?, Duration::from_secs(30)).await?;
     let (first_claim, last_arm): (f64, f64) = sqlx::query_as(
         "SELECT extract(epoch FROM min(created_at) FILTER (WHERE to_state = 'PREPARING'))::float8,
                 extract(epoch FROM max(created_at) FILTER (WHERE to_state = 'SUBMITTING'))::float8
@@ -134,9 +121,8 @@ async fn fan_out_branches_prepare_in_parallel_and_a_cancel_during_prepare_wins()
     assert_eq!(status, 200, "{body}");
     assert!(took < Duration::from_secs(2), "the cancel waited {took:?} on a call in flight");
     // The prepare finishes, the arm matches nothing, nothing is sent.
-    wait_until(
+    wait_db(
         &db.pool,
-        "the dispatcher's lost claim",
         "SELECT count(*) > 0 FROM node_events WHERE request_node_id = $1 AND outcome = 'claim_lost'",
         node,
         Duration::from_secs(15),
@@ -237,12 +223,12 @@ async fn a_dispatcher_frozen_after_the_arm_is_refused_by_the_fence() -> anyhow::
     )
     .await?;
     let sql = "SELECT count(*) > 0 FROM sim_submit_calls WHERE request_node_id = $1 AND attempt_no = 2";
-    wait_until(&db.pool, "attempt 2 at the venue", sql, node, Duration::from_secs(20)).await?;
+    wait_db(&db.pool, sql, node, Duration::from_secs(20)).await?;
 
     // Thawed, the first dispatcher's attempt 1 reaches the venue — and is refused.
     frozen.signal("CONT");
     let sql = "SELECT count(*) > 0 FROM sim_submit_calls WHERE request_node_id = $1 AND attempt_no = 1";
-    wait_until(&db.pool, "attempt 1 at the venue", sql, node, Duration::from_secs(20)).await?;
+    wait_db(&db.pool, sql, node, Duration::from_secs(20)).await?;
     let calls = submit_calls(&db.pool, node).await?;
     assert_eq!(
         calls,
@@ -251,9 +237,8 @@ async fn a_dispatcher_frozen_after_the_arm_is_refused_by_the_fence() -> anyhow::
     );
     assert_eq!(ledger_rows(&db.pool, node).await?, 1);
     // The frozen dispatcher's answer for attempt 1 is stale: it changes nothing.
-    wait_until(
+    wait_db(
         &db.pool,
-        "the stale answer",
         "SELECT count(*) > 0 FROM node_events WHERE request_node_id = $1 AND outcome = 'stale'",
         node,
         Duration::from_secs(20),
@@ -286,9 +271,8 @@ async fn a_dispatcher_frozen_while_preparing_past_its_lease_arms_nothing() -> an
     let other = Proc::spawn("qtg-dispatcher", &db.url, &SHORT).await?;
     wait_node_state(&db.pool, node, "SUBMITTED", Duration::from_secs(30)).await?;
     frozen.signal("CONT");
-    wait_until(
+    wait_db(
         &db.pool,
-        "the frozen dispatcher's lost claim",
         "SELECT count(*) > 0 FROM node_events WHERE request_node_id = $1 AND outcome = 'claim_lost'",
         node,
         Duration::from_secs(20),
@@ -356,14 +340,8 @@ async fn an_effect_reported_after_the_node_failed_calls_a_person() -> anyhow::Re
             .await?;
     let id = start_movement(&api, &keys, "t.late", "late-1", None).await?;
     let node = node_id(&db.pool, &id, "n").await?;
-    wait_until(
-        &db.pool,
-        "the venue's order",
-        "SELECT count(*) > 0 FROM sim_ledger WHERE request_node_id = $1",
-        node,
-        Duration::from_secs(20),
-    )
-    .await?;
+    wait_db(&db.pool, "SELECT count(*) > 0 FROM sim_ledger WHERE request_node_id = $1", node, Duration::from_secs(20))
+        .await?;
     dispatcher.signal("STOP");
     let m = wait_state(&api, &keys.requester, &id, &["FAILED", "MANUAL_INTERVENTION"], Duration::from_secs(30)).await?;
     assert_eq!(m["request_state"], "FAILED", "{m:#}\n{}", recovery.log());

@@ -74,7 +74,9 @@ async fn cancel_needs_c6_evidence_while_a_side_effect_may_exist() -> anyhow::Res
         other => panic!("a C6 cancel before the fence must wait: {other:?}"),
     }
     assert_eq!(request_state(&db.pool, id).await?, "EXECUTING", "a refused cancel changes nothing");
-    tokio::time::sleep(std::time::Duration::from_millis(900)).await;
+    let fenced =
+        "SELECT bool_and(now() > submit_by + interval '0.1 seconds') FROM movement_request_nodes WHERE request_id = $1";
+    wait_db(&db.pool, fenced, id, std::time::Duration::from_secs(10)).await?;
     engine.cancel_movement("ops", id, c6()).await?;
     assert_eq!(request_state(&db.pool, id).await?, "CANCELLED");
     assert_eq!(node_row(&db.pool, id, "n").await?.0, "CANCELLED");

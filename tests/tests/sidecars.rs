@@ -33,7 +33,18 @@ async fn expiry_and_audit_promotion_are_exactly_once_under_replicas() -> anyhow:
         let m = api.ok("POST", "/v3/movements", &keys.requester, Some(body), 201).await?;
         ids.push(m["id"].as_str().unwrap().to_string());
     }
-    tokio::time::sleep(Duration::from_millis(1200)).await;
+    // Every movement and the proposal past its window, by the database's clock.
+    let last: uuid::Uuid = ids.last().unwrap().parse()?;
+    wait_db(&db.pool, "SELECT now() > expires_at FROM movement_requests WHERE id = $1", last, Duration::from_secs(10))
+        .await?;
+    let proposal: uuid::Uuid = stale["id"].as_str().unwrap().parse()?;
+    wait_db(
+        &db.pool,
+        "SELECT now() > expires_at FROM template_proposals WHERE id = $1",
+        proposal,
+        Duration::from_secs(10),
+    )
+    .await?;
 
     let fast = [
         ("MG_EXPIRATION_CHECK_INTERVAL_SECONDS", "0.2"),

@@ -136,9 +136,21 @@ def test_one_deployment_per_enabled_worker(render: Render):
         assert c["command"] == [f"/usr/local/bin/{binary}"], f"{render.name}/{comp}: {c['command']}"
 
 
-def test_default_workers_are_the_eight_binaries(default: Render):
-    assert enabled_workers(default.values) == {"api", "dispatcher", "observer", "recovery", "callback",
-                                               "expiry", "audit", "health"}
+def worker_binaries() -> set[str]:
+    """The binaries of the worker table: each `services/<name>/src/main.rs` that runs
+    `qtg_service::run_worker_binary("qtg-<name>")` (services/common/src/workers.rs; a Rust
+    test checks the table against this chart)."""
+    found = set()
+    for main in (d.ROOT / "services").glob("*/src/main.rs"):
+        m = re.search(r'run_worker_binary\("qtg-([a-z-]+)"\)', main.read_text())
+        if m:
+            found.add(m.group(1))
+    return found
+
+
+def test_default_workers_are_the_api_and_the_worker_table(default: Render):
+    assert len(worker_binaries()) >= 7
+    assert enabled_workers(default.values) == {"api"} | worker_binaries()
 
 
 def test_worker_binaries_exist_in_the_workspace(default: Render):
@@ -570,8 +582,8 @@ def test_all_in_one_excludes_split_workers():
     v = d.values_file("default-values.yaml")
     v["workers"] = {"all-in-one": {"enabled": True}}
     assert "disable the others" in refused(v)
-    only = {n: {"enabled": n == "all-in-one"} for n in
-            ("api", "dispatcher", "observer", "recovery", "callback", "expiry", "audit", "health", "all-in-one")}
+    chart_workers = yaml.safe_load((d.CHART / "values.yaml").read_text())["workers"]
+    only = {n: {"enabled": n == "all-in-one"} for n in chart_workers}
     v["workers"] = only
     docs = d.manifests(d.render_chart(v))
     deps = [o["metadata"]["name"] for o in docs if o["kind"] == "Deployment"]

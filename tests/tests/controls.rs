@@ -39,7 +39,6 @@ async fn the_kill_switch_holds_nodes_ready_until_resumed() -> anyhow::Result<()>
     for bad in [
         pause("planet", None),
         pause("lane", Some("moon")),
-        pause("executor", Some("exec.nope")),
         pause("lane", None),
         pause("global", Some("x")),
         json!({"scope": "global", "reason": ""}),
@@ -47,6 +46,9 @@ async fn the_kill_switch_holds_nodes_ready_until_resumed() -> anyhow::Result<()>
         let (s, body) = api.call("POST", "/v3/controls/pause", &api.admin_key, Some(bad.clone())).await?;
         assert_eq!(s, 400, "{bad}: {body}");
     }
+    let (s, body) =
+        api.call("POST", "/v3/controls/pause", &api.admin_key, Some(pause("executor", Some("exec.nope")))).await?;
+    assert_eq!((s, body["error"]["code"].as_str()), (404, Some("NOT_FOUND")), "an unknown executor key: {body}");
     assert_eq!(api.ok("GET", "/v3/controls", &viewer, None, 200).await?["items"], json!([]));
 
     for (scope, target) in [("global", None), ("lane", Some("other")), ("executor", Some("exec.sim.transfer"))] {

@@ -1,4 +1,4 @@
-//! The crate graph keeps the promises of docs/architecture.md: the executor SDK and the
+//! The crate graph keeps the promises of docs/architecture.md §1.2: the executor SDK and the
 //! conformance suite a third party builds with need no database driver, and `qtg-core`
 //! does no IO. Read from Cargo.lock (the resolved graph, transitive dependencies included).
 

@@ -1,4 +1,4 @@
-//! Leased dispatch (docs/architecture.md, "The lease and the fence"), against the real
+//! Leased dispatch (docs/architecture.md §6, "The lease and the fence"), against the real
 //! binaries: no lock is held across a call, so fan-out branches prepare in parallel and an
 //! operator's cancel wins during a slow prepare; a dispatcher killed or frozen while preparing
 //! loses its lease to another one; a dispatcher frozen right after the arm is refused by the

@@ -1,4 +1,4 @@
-//! Request-state derivation (DESIGN.md §10.3, "no stranded money"): the request's state as a
+//! Request-state derivation (docs/architecture.md §7.3, "no stranded money"): the request's state as a
 //! function of its nodes. Approve, advance, recovery, cancel and complete-manual all re-derive.
 
 use crate::codes::OBSERVATION_TIMEOUT;

@@ -1,4 +1,4 @@
-//! Stuck-node diagnosis (runbook `004_*`): classifies a node into the runbook's cases from
+//! Stuck-node diagnosis (docs/architecture.md §13): classifies a node into the runbook's cases from
 //! its state, markers, timing and observe history, and names the required action. It never
 //! resolves anything.
 

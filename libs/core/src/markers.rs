@@ -1,4 +1,4 @@
-//! `provider_refs` marker names (stuck-node runbook §2). Only qtg writes `__submit_*`;
+//! `provider_refs` marker names (docs/architecture.md §7.5). Only qtg writes `__submit_*`;
 //! executors may set the review and gating markers. `__*` keys never reach
 //! `provider_context` or `$ref`.
 

@@ -1,4 +1,4 @@
-//! The executor protocol's value types (seed `002_*`, DESIGN.md §4): what a worker hands an
+//! The executor protocol's value types (docs/architecture.md §8.1, docs/executors.md): what a worker hands an
 //! executor and what it accepts back, with the checks that make an answer well-formed.
 
 use serde::{Deserialize, Serialize};

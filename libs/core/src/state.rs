@@ -1,4 +1,4 @@
-//! Node and request states (DESIGN.md §10.1) and the one transition table every state change
+//! Node and request states (docs/architecture.md §7.1) and the one transition table every state change
 //! is checked against.
 
 use std::fmt;
@@ -100,7 +100,7 @@ impl NodeState {
         )
     }
 
-    /// States an executor may answer with, per method (DESIGN.md §10.7).
+    /// States an executor may answer with, per method (docs/architecture.md §7.6).
     pub fn allowed_from_submit_or_recover(self) -> bool {
         matches!(
             self,

@@ -30,7 +30,8 @@ impl PauseScope {
                 .map(PauseScope::Lane)
                 .ok_or_else(|| OpError::Validation(format!("lane {t:?} is not one of ccip, stargate, cex, other"))),
             ("executor", Some(t)) if engine.registry.executor(t).is_some() => Ok(PauseScope::Executor(t.into())),
-            ("executor", Some(t)) => Err(OpError::Validation(format!("executor key {t:?} is not in the registry"))),
+            // A well-formed key that names nothing: 404, as any unknown resource.
+            ("executor", Some(_)) => Err(OpError::NotFound("executor key (in this deployment's registry)")),
             ("lane" | "executor", None) => Err(OpError::Validation(format!("a {scope} pause needs a target"))),
             _ => Err(OpError::Validation("scope must be global, lane or executor".into())),
         }

@@ -1,5 +1,5 @@
 //! node_dispatcher: READY → PREPARING → (AWAITING_SIGNATURE) → SUBMITTING → submit → result,
-//! leased (docs/architecture.md, "The lease and the fence"). No transaction, row lock or
+//! leased (docs/architecture.md §6, "The lease and the fence"). No transaction, row lock or
 //! pooled connection is held while an executor or signer call is in flight:
 //!
 //! 1. *Claim* (short transaction): READY — or PREPARING / AWAITING_SIGNATURE whose lease

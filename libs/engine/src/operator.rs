@@ -1,4 +1,4 @@
-//! Operator actions (DESIGN.md §2.3, §10; runbook `004_*`): cancel, resume, node retry and
+//! Operator actions (docs/architecture.md §4.4, §6.5, §7.3, §13): cancel, resume, node retry and
 //! complete-manual. Each takes the movement's row lock without waiting and its nodes' locks
 //! with NOWAIT (a busy worker means 409, never a half-applied change), re-checks state, and
 //! writes through the one door with the operator's reason in the audit trail.

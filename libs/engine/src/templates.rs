@@ -50,7 +50,7 @@ impl Engine {
         p.plan.validate().map_err(|e| OpError::Validation(e.to_string()))?;
         check_bindings(&p.plan, &self.registry)?;
         let hash = p.plan.plan_hash();
-        // Health is not a filter at compile time (seed §Health State): warn only.
+        // Health is not a filter at compile time (docs/architecture.md §8.4): warn only.
         {
             let mut conn = self.pool.acquire().await?;
             let execs: Vec<String> = p.plan.nodes.iter().map(|n| n.executor_key.clone()).collect();

@@ -1,4 +1,4 @@
-//! The executor contract (seed `002_*`): the six-method [`Executor`] trait, the [`Signer`]
+//! The executor contract (docs/architecture.md §8): the six-method [`Executor`] trait, the [`Signer`]
 //! trait and the [`Registry`] that maps exact keys to implementations, built from the
 //! registry file (`MG_EXECUTOR_REGISTRY`).
 
@@ -16,7 +16,7 @@ pub use registry::{
 };
 
 /// Why a call produced no answer qtg can use. The engine maps each to the method's failure
-/// semantics (DESIGN.md §2.3, §10.7): nothing sent on preflight/prepare → FAILED; on submit →
+/// semantics (docs/architecture.md §4.4, §7.6): nothing sent on preflight/prepare → FAILED; on submit →
 /// UNKNOWN; on observe/recover → no state change.
 #[derive(Debug, Clone, PartialEq, thiserror::Error)]
 pub enum ExecutorError {
@@ -44,7 +44,7 @@ pub enum Prepared {
     Empty,
 }
 
-/// What Submit carries besides the context (DESIGN.md §2.2): the prepared action, the
+/// What Submit carries besides the context (docs/architecture.md §6.1): the prepared action, the
 /// signature, the attempt's idempotency key and its absolute `submit_by`.
 #[derive(Debug, Clone, Copy)]
 pub struct Submission<'a> {
@@ -58,7 +58,7 @@ pub struct Submission<'a> {
 }
 
 /// One lane's actor. No worker transaction, row lock or pooled connection is held while any
-/// of these runs (DESIGN.md §2.2): an executor that keeps state of its own (a key store, a
+/// of these runs (docs/architecture.md §4.3): an executor that keeps state of its own (a key store, a
 /// nonce reservation) uses its own pool and short transactions.
 #[async_trait]
 pub trait Executor: Send + Sync {

@@ -1,5 +1,5 @@
 //! The registry: exact executor/signer key → implementation, from the TOML registry file
-//! (DESIGN.md §8). Local entries name a compiled-in implementation (`impl`); whether a key is
+//! (docs/architecture.md §8.3). Local entries name a compiled-in implementation (`impl`); whether a key is
 //! local or remote is decided here, never by the key's spelling.
 
 use std::collections::{BTreeMap, HashMap};
@@ -43,7 +43,7 @@ pub struct EntrySpec {
     pub lane: Option<Lane>,
     pub auth: Option<toml::Value>,
     pub tls: Option<toml::Value>,
-    /// How the venue fences a stale attempt (docs/architecture.md, "The fence"); executors
+    /// How the venue fences a stale attempt (docs/architecture.md §6.3); executors
     /// only.
     pub fence: Option<Fence>,
     /// A local entry's own settings, read by its lane (e.g. which venue account it acts for).

@@ -336,7 +336,7 @@ impl Settings {
         self.workers.get(name)
     }
 
-    /// The lease, the submit window and the skew margin, which must nest (DESIGN.md §2.2):
+    /// The lease, the submit window and the skew margin, which must nest (docs/architecture.md §6.4):
     /// every grace > submit window + skew; submit window > the largest submit deadline
     /// (`MG_EXECUTOR_TIMEOUT_MS`, which also caps every remote entry's `timeout_ms`) + skew;
     /// lease > preflight + prepare + sign deadlines + skew; idle-in-transaction timeout <

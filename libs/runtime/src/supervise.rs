@@ -1,4 +1,4 @@
-//! Supervision groups (seed §Supervision semantics): a core worker that exits abnormally
+//! Supervision groups (docs/architecture.md §3.3): a core worker that exits abnormally
 //! fails the whole core group fast (the process exits non-zero); a sidecar that crashes is
 //! logged and the rest continue.
 

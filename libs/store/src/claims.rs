@@ -1,4 +1,4 @@
-//! Worker claims (DESIGN.md §2.5): candidate ids are listed without locks, then each one is
+//! Worker claims (docs/architecture.md §4.6): candidate ids are listed without locks, then each one is
 //! claimed alone with `FOR UPDATE OF n, r SKIP LOCKED` inside a savepoint that is rolled back
 //! on a miss, so a skipped request never keeps a stray node lock.
 

@@ -33,7 +33,7 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 
 pub static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("../../migrations");
 
-/// Bounds on what a frozen process can hold (DESIGN.md §2.2 *Database*).
+/// Bounds on what a frozen process can hold (docs/architecture.md §6.6).
 #[derive(Debug, Clone, Copy)]
 pub struct SessionLimits {
     /// `lock_timeout`: no statement waits longer for a row lock.

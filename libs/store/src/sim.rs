@@ -1,4 +1,4 @@
-//! The sim lane's venue (DESIGN.md §9): a ledger of orders, the fence's key store and a count
+//! The sim lane's venue (docs/architecture.md §9.3): a ledger of orders, the fence's key store and a count
 //! of every submit call, each written in one statement on the venue's own connection as an
 //! external venue would (`sim_submit` / `sim_recover` in the schema).
 

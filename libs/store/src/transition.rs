@@ -1,4 +1,4 @@
-//! The one door for state (DESIGN.md §2.1): every node or request state change checks the
+//! The one door for state (docs/architecture.md §4.2): every node or request state change checks the
 //! transition table in `qtg_core`, writes the row with `updated_at`, appends `audit_outbox`,
 //! records a `node_events` row (nodes), enqueues the callback (when the movement has a
 //! callback URL) and notifies the workers that now have work — in one statement, inside the
@@ -71,7 +71,7 @@ pub struct NewArtifact {
     pub payload_hash: Option<String>,
 }
 
-/// A claim's token and how long it holds (DESIGN.md §2.2). `seconds: None` writes the token
+/// A claim's token and how long it holds (docs/architecture.md §6.1, §6.2). `seconds: None` writes the token
 /// only (observe and recover lease through `next_observe_at`).
 #[derive(Debug, Clone, Copy)]
 pub struct Lease {

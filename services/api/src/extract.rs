@@ -69,7 +69,7 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
     }
 }
 
-/// An optional JSON body: empty means `T::default()`.
+/// An optional JSON body: empty (or `null`) means `T::default()`.
 pub struct OptBody<T>(pub T);
 
 impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptBody<T> {
@@ -82,6 +82,9 @@ impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptBody<T
         }
         let raw: Value =
             serde_json::from_slice(&bytes).map_err(|e| ApiError::validation(format!("invalid JSON body: {e}")))?;
+        if raw.is_null() {
+            return Ok(OptBody(T::default()));
+        }
         Ok(OptBody(typed(&raw)?))
     }
 }
@@ -130,17 +133,44 @@ pub fn parse_id(raw: &str, what: &str) -> Result<Uuid, ApiError> {
     raw.parse().map_err(|_| ApiError::not_found(what))
 }
 
-/// The paging parameters every list takes, as the document shows them (each list's filters
-/// are listed with its operation).
+/// The paging parameters of a list ordered by a key (rosters, templates), as the document
+/// shows them; each list's filters are listed with its operation. Documentation only: the
+/// query is read as a [`ListQuery`].
 #[derive(utoipa::IntoParams)]
 #[into_params(parameter_in = Query)]
-#[allow(dead_code)] // documentation only: the query is read as a [`ListQuery`]
+#[allow(dead_code)]
 pub struct PageQuery {
     /// 1-200 (default 50)
     #[param(minimum = 1, maximum = 200)]
     limit: Option<u32>,
     /// `next_cursor` of the previous page
-    #[param(max_length = 200)]
+    #[param(max_length = 200, pattern = "^[^\\u0000]*$")]
+    cursor: Option<String>,
+}
+
+/// Paging of a list ordered by creation time (movements, API keys, callbacks).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct TimePageQuery {
+    /// 1-200 (default 50)
+    #[param(minimum = 1, maximum = 200)]
+    limit: Option<u32>,
+    /// `next_cursor` of the previous page
+    #[param(pattern = "^([0-9]{1,16}_[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12})?$")]
+    cursor: Option<String>,
+}
+
+/// Paging of the audit trail (ordered by event sequence).
+#[derive(utoipa::IntoParams)]
+#[into_params(parameter_in = Query)]
+#[allow(dead_code)]
+pub struct SeqPageQuery {
+    /// 1-200 (default 50)
+    #[param(minimum = 1, maximum = 200)]
+    limit: Option<u32>,
+    /// `next_cursor` of the previous page
+    #[param(pattern = "^([0-9]{1,18})?$")]
     cursor: Option<String>,
 }
 
@@ -161,8 +191,17 @@ pub struct ListQuery {
 }
 
 impl ListQuery {
-    /// Refuses a filter set on this query that is not one of `filters`.
-    pub fn allow(self, filters: &[&str]) -> Result<Self, ApiError> {
+    /// Refuses a filter set on this query that is not one of `filters`. `limit` or `cursor`
+    /// given empty (`?limit=`) counts as absent.
+    pub fn allow(mut self, filters: &[&str]) -> Result<Self, ApiError> {
+        for v in [&mut self.limit, &mut self.cursor] {
+            if v.as_deref().is_some_and(str::is_empty) {
+                *v = None;
+            }
+        }
+        if self.cursor.as_ref().is_some_and(|c| c.len() > 200) {
+            return Err(ApiError::validation("cursor is not one this API returned"));
+        }
         let set = [
             ("state", &self.state),
             ("status", &self.status),

@@ -18,9 +18,9 @@ pub use crate::schemas::*;
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "qtg", version = "3", description = "Fund-movement orchestrator: templates (DAGs of plan nodes), movements, approvals, operator actions, controls. Every call needs `Authorization: Bearer <key>`; roles viewer < requester < approver < operator < admin. Errors are `{\"error\": {\"code\", \"message\"}}`."),
+    info(title = "qtg", version = "3", description = "Fund-movement orchestrator: templates (DAGs of plan nodes), movements, approvals, operator actions, controls. Every call needs `Authorization: Bearer <key>`; roles viewer < requester < approver < operator < admin. Errors are `{\"error\": {\"code\", \"message\"}}`. Beyond what the schemas say, a request is refused (400) when a string or key holds the NUL character (U+0000, which the database cannot store), when a template names an executor or signer key the deployment's registry lacks, or when a callback URL points to a private, loopback or link-local address the deployment does not allow."),
     modifiers(&BearerAuth),
-    components(schemas(ErrorBody, ErrorDetail, Movement, ApiKeyCreated, PlanNodeDoc, PlanEdgeDoc, RiskControlsDoc, VelocityDoc, IntentDoc, MovementState, RunbookCase, RoleName, CallbackStatus, PauseScopeName, ProposalReview, Template, TemplateVersion, Diagnosis, DiagnosisEvidence))
+    components(schemas(ErrorBody, ErrorDetail, Movement, ApiKeyCreated, PlanNodeDoc, PlanEdgeDoc, RiskControlsDoc, VelocityDoc, IntentDoc, MovementState, RunbookCase, RoleName, CallbackStatus, PauseRequest, LaneName, ProposalReview, Template, TemplateVersion, Diagnosis, DiagnosisEvidence))
 )]
 pub struct ApiDoc;
 
@@ -39,6 +39,16 @@ pub fn served(doc: &utoipa::openapi::OpenApi) -> Value {
         .flat_map(|item| item.values_mut())
         .filter_map(Value::as_object_mut);
     for op in operations {
+        // `?limit=` and `?cursor=` (empty) read as absent.
+        let paging = op
+            .get_mut("parameters")
+            .and_then(Value::as_array_mut)
+            .into_iter()
+            .flatten()
+            .filter(|p| p["in"] == "query" && matches!(p["name"].as_str(), Some("limit" | "cursor")));
+        for p in paging {
+            p["allowEmptyValue"] = Value::Bool(true);
+        }
         op.insert("tags".into(), serde_json::json!(["qtg"]));
         op.insert("security".into(), serde_json::json!([{"bearer": []}]));
         let Some(responses) = op.get_mut("responses").and_then(Value::as_object_mut) else { continue };
@@ -58,7 +68,20 @@ pub fn served(doc: &utoipa::openapi::OpenApi) -> Value {
             }
         }
     }
+    // Each form of a pause request takes no other field.
+    for form in v["components"]["schemas"]["PauseRequest"]["oneOf"].as_array_mut().into_iter().flatten() {
+        form["additionalProperties"] = Value::Bool(false);
+    }
     v
+}
+
+/// Evidence: an object with at least one entry.
+pub fn evidence_schema() -> utoipa::openapi::Object {
+    utoipa::openapi::ObjectBuilder::new()
+        .schema_type(utoipa::openapi::Type::Object)
+        .min_properties(Some(1))
+        .description(Some("what was done, by whom, references"))
+        .build()
 }
 
 struct BearerAuth;
@@ -171,9 +194,12 @@ pub struct PlanNodeDoc {
     #[schema(pattern = "^[A-Za-z0-9_-]{1,64}$")]
     node_key: String,
     node_kind: NodeKindName,
+    #[schema(min_length = 1, max_length = 128)]
     action_type: String,
     /// Must be in the executor registry
+    #[schema(min_length = 1, max_length = 128)]
     executor_key: String,
+    #[schema(min_length = 1)]
     signer_key: Option<String>,
     signing_required: Option<bool>,
     /// Executor configuration; `"$ref:<node_key>.<field>"` values resolve from a node that

@@ -58,13 +58,36 @@ pub enum CallbackStatus {
     Dlq,
 }
 
-/// What a pause applies to.
+/// What a pause applies to, with its target: every submit, one recovery lane, or one
+/// executor key of the registry (an unknown key is a 404).
+#[derive(ToSchema)]
+#[serde(tag = "scope", rename_all = "lowercase", deny_unknown_fields)]
+pub enum PauseRequest {
+    Global {
+        #[schema(min_length = 1, max_length = 2000, pattern = "^[^\\u0000]*[^\\s\\u0085\\u0000][^\\u0000]*$")]
+        reason: String,
+    },
+    Lane {
+        target: LaneName,
+        #[schema(min_length = 1, max_length = 2000, pattern = "^[^\\u0000]*[^\\s\\u0085\\u0000][^\\u0000]*$")]
+        reason: String,
+    },
+    Executor {
+        #[schema(min_length = 1, max_length = 128)]
+        target: String,
+        #[schema(min_length = 1, max_length = 2000, pattern = "^[^\\u0000]*[^\\s\\u0085\\u0000][^\\u0000]*$")]
+        reason: String,
+    },
+}
+
+/// A recovery lane.
 #[derive(ToSchema)]
 #[schema(rename_all = "lowercase")]
-pub enum PauseScopeName {
-    Global,
-    Lane,
-    Executor,
+pub enum LaneName {
+    Ccip,
+    Stargate,
+    Cex,
+    Other,
 }
 
 /// A reviewed template proposal; an approval adds the template version it created.
@@ -115,7 +138,9 @@ pub struct Diagnosis {
 #[derive(ToSchema)]
 pub struct DiagnosisEvidence {
     request_state: String,
-    node: qtg_store::NodeRow,
+    /// The node row as JSON (state, attempt, refs, error, timestamps)
+    #[schema(value_type = Object)]
+    node: Value,
     #[schema(value_type = Object)]
     markers: Value,
     seconds_since_started: Option<f64>,

@@ -1,4 +1,4 @@
-//! The sim lane (DESIGN.md §9): in-process executors and a signer for demos, tests and
+//! The sim lane (docs/architecture.md §9.3): in-process executors and a signer for demos, tests and
 //! benchmarks, scripted through the node's `config.sim`, keeping a venue-side `sim_ledger`,
 //! the fence's key store (`sim_keys`) and a count of every submit call (`sim_submit_calls`),
 //! written on the venue's own connection. It follows the fence of a venue with a deadline:

@@ -6,7 +6,7 @@ use chrono::{DateTime, Utc};
 use qtg_store::audit::AuditEvent;
 
 use crate::error::ApiError;
-use crate::extract::{ListQuery, Page, PageQuery, Params, Viewer};
+use crate::extract::{ListQuery, Page, Params, SeqPageQuery, Viewer};
 use crate::AppState;
 
 fn parse_time(v: &str, name: &str) -> Result<DateTime<Utc>, ApiError> {
@@ -26,7 +26,7 @@ fn parse_time(v: &str, name: &str) -> Result<DateTime<Utc>, ApiError> {
         ("action" = Option<String>, Query, description = "e.g. movement.approve, node.transition, api_key.create"),
         ("since" = Option<DateTime<Utc>>, Query, description = "RFC 3339, inclusive"),
         ("until" = Option<DateTime<Utc>>, Query, description = "RFC 3339, exclusive"),
-        PageQuery
+        SeqPageQuery
     ),
     responses((status = 200, description = "a page of audit events", body = Page<AuditEvent>)),
 )]

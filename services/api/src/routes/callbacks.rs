@@ -6,7 +6,7 @@ use axum::Json;
 use qtg_store::callbacks::CallbackRow;
 
 use crate::error::ApiError;
-use crate::extract::{parse_id, parse_time_cursor, time_cursor, ListQuery, Operator, Page, PageQuery, Params};
+use crate::extract::{parse_id, parse_time_cursor, time_cursor, ListQuery, Operator, Page, Params, TimePageQuery};
 use crate::AppState;
 
 #[utoipa::path(
@@ -17,9 +17,11 @@ use crate::AppState;
     params(
         ("status" = Option<crate::openapi::CallbackStatus>, Query, description = "only callbacks in this status"),
         ("movement_id" = Option<uuid::Uuid>, Query, description = "only callbacks of this movement"),
-        PageQuery
+        TimePageQuery
     ),
-    responses((status = 200, description = "a page of callbacks", body = Page<CallbackRow>)),
+    responses((status = 200, description = "a page of callbacks", body = Page<CallbackRow>, links(
+        ("ReplayCallback" = (operation_id = "replay_callback", parameters(("id" = "$response.body#/items/0/id")), description = "replay a dead letter of the page")),
+    ))),
 )]
 pub async fn list_callbacks(
     State(s): State<AppState>,

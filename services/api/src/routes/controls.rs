@@ -11,17 +11,13 @@ use crate::error::ApiError;
 use crate::extract::{required_reason, Admin, Body, ListQuery, Page, PageQuery, Params, Viewer};
 use crate::AppState;
 
-#[derive(Deserialize, utoipa::ToSchema)]
+/// A pause or resume request (documented as [`crate::openapi::PauseRequest`]).
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ControlBody {
-    #[schema(value_type = crate::openapi::PauseScopeName)]
     scope: String,
-    /// A lane (ccip, stargate, cex, other) for scope lane; an executor key for scope
-    /// executor; absent for global
-    #[schema(max_length = 200)]
     #[serde(default)]
     target: Option<String>,
-    #[schema(min_length = 1, max_length = 2000, pattern = "\\S")]
     reason: String,
 }
 
@@ -36,7 +32,7 @@ impl ControlBody {
     path = "/v3/controls/pause",
     summary = "Kill switch: pause new submits globally, per lane or per executor key (matching nodes stay READY)",
     description = "Role: admin.",
-    request_body = ControlBody,
+    request_body = crate::openapi::PauseRequest,
     responses((status = 200, description = "the pause", body = Pause, links(
         ("ResumeDispatch" = (operation_id = "resume_dispatch", request_body = "$request.body", description = "lift it (same scope and target, with a reason)")),
         ("ListControls" = (operation_id = "list_controls", description = "the active pauses")),
@@ -63,7 +59,7 @@ pub struct Resumed {
     path = "/v3/controls/resume",
     summary = "Lift a pause (404 when that scope is not paused); dispatchers wake at once",
     description = "Role: admin.",
-    request_body = ControlBody,
+    request_body = crate::openapi::PauseRequest,
     responses((status = 200, description = "the lifted pause", body = Resumed)),
 )]
 pub async fn resume_dispatch(

@@ -9,14 +9,14 @@ use serde::Deserialize;
 
 use crate::auth::Role;
 use crate::error::ApiError;
-use crate::extract::{parse_id, parse_time_cursor, time_cursor, Admin, Body, ListQuery, Page, PageQuery, Params};
+use crate::extract::{parse_id, parse_time_cursor, time_cursor, Admin, Body, ListQuery, Page, Params, TimePageQuery};
 use crate::AppState;
 
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateKeyBody {
     /// Who acts with this key (audit rows name it)
-    #[schema(min_length = 1, max_length = 128, pattern = "\\S")]
+    #[schema(min_length = 1, max_length = 128, pattern = "^[^\\u0000]*[^\\s\\u0085\\u0000][^\\u0000]*$")]
     principal: String,
     #[schema(value_type = Vec<crate::openapi::RoleName>, min_items = 1)]
     roles: Vec<String>,
@@ -53,7 +53,7 @@ pub async fn create_api_key(
     path = "/v3/api-keys",
     summary = "List API keys (never their secrets or hashes), newest first",
     description = "Role: admin.",
-    params(PageQuery),
+    params(TimePageQuery),
     responses((status = 200, description = "a page of keys", body = Page<ApiKeyInfo>)),
 )]
 pub async fn list_api_keys(

@@ -15,8 +15,8 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::extract::{
-    parse_id, parse_time_cursor, time_cursor, Approver, Body, ListQuery, OptBody, Page, PageQuery, Params, ReasonBody,
-    Requester, Viewer,
+    parse_id, parse_time_cursor, time_cursor, Approver, Body, ListQuery, OptBody, Page, Params, ReasonBody, Requester,
+    TimePageQuery, Viewer,
 };
 use crate::openapi::Movement;
 use crate::AppState;
@@ -45,7 +45,7 @@ pub struct CreateMovementBody {
     #[serde(default)]
     callback_secret: Option<String>,
     /// Retrying with the same key and body answers the same movement
-    #[schema(min_length = 1, max_length = 200, pattern = "\\S")]
+    #[schema(min_length = 1, max_length = 200, pattern = "^[^\\u0000]*[^\\s\\u0085\\u0000][^\\u0000]*$")]
     idempotency_key: String,
 }
 
@@ -103,6 +103,10 @@ impl CreateMovementBody {
             ("ApproveMovement" = (operation_id = "approve_movement", parameters(("id" = "$response.body#/id")), description = "another principal approves it")),
             ("RejectMovement" = (operation_id = "reject_movement", parameters(("id" = "$response.body#/id")), description = "another principal rejects it")),
             ("CancelMovement" = (operation_id = "cancel_movement", parameters(("id" = "$response.body#/id")), description = "an operator cancels it")),
+            ("ResumeMovement" = (operation_id = "resume_movement", parameters(("id" = "$response.body#/id")), description = "an operator resumes it from MANUAL_INTERVENTION")),
+            ("DiagnoseNode" = (operation_id = "diagnose_node", parameters(("id" = "$response.body#/id"), ("node_key" = "$response.body#/nodes/0/node_key")), description = "the runbook diagnosis of a node")),
+            ("RetryNode" = (operation_id = "retry_node", parameters(("id" = "$response.body#/id"), ("node_key" = "$response.body#/nodes/0/node_key")), description = "retry a FAILED node")),
+            ("CompleteManual" = (operation_id = "complete_manual", parameters(("id" = "$response.body#/id"), ("node_key" = "$response.body#/nodes/0/node_key")), description = "complete a manual node")),
             ("MovementAudit" = (operation_id = "list_audit_events", parameters(("movement_id" = "$response.body#/id")), description = "its audit trail")),
             ("MovementCallbacks" = (operation_id = "list_callbacks", parameters(("movement_id" = "$response.body#/id")), description = "its callbacks")),
         )),
@@ -195,7 +199,7 @@ pub async fn get_movement(
     path = "/v3/movements",
     summary = "List movements, newest first (state filter, cursor paging)",
     description = "Role: viewer.",
-    params(("state" = Option<crate::openapi::MovementState>, Query, description = "only movements in this state"), PageQuery),
+    params(("state" = Option<crate::openapi::MovementState>, Query, description = "only movements in this state"), TimePageQuery),
     responses((status = 200, description = "a page of movements (without nodes)", body = Page<Movement>)),
 )]
 pub async fn list_movements(

@@ -16,7 +16,7 @@ use crate::AppState;
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CancelBody {
-    #[schema(min_length = 1, max_length = 2000, pattern = "\\S")]
+    #[schema(min_length = 1, max_length = 2000, pattern = "^[^\\u0000]*[^\\s\\u0085\\u0000][^\\u0000]*$")]
     reason: String,
     /// The runbook case that justifies cancelling a movement whose node may have a side
     /// effect in flight (C6 needs evidence)
@@ -31,7 +31,7 @@ pub struct CancelBody {
 #[derive(Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ActionBody {
-    #[schema(min_length = 1, max_length = 2000, pattern = "\\S")]
+    #[schema(min_length = 1, max_length = 2000, pattern = "^[^\\u0000]*[^\\s\\u0085\\u0000][^\\u0000]*$")]
     reason: String,
 }
 
@@ -39,7 +39,7 @@ pub struct ActionBody {
 #[serde(deny_unknown_fields)]
 pub struct EvidenceBody {
     /// What was done, by whom, references (not empty)
-    #[schema(value_type = Object)]
+    #[schema(schema_with = crate::openapi::evidence_schema)]
     evidence: Value,
 }
 

@@ -51,7 +51,7 @@ pub async fn list_signers(
 #[serde(deny_unknown_fields)]
 pub struct ExpectedIdentityBody {
     /// 0x followed by 40 hex digits, not all zero
-    #[schema(pattern = "^0[xX][0-9a-fA-F]{40}$")]
+    #[schema(pattern = "^0[xX](?!0{40}$)[0-9a-fA-F]{40}$")]
     address: String,
 }
 

@@ -90,3 +90,47 @@ async fn migrate_only_applies_the_schema_and_exits() -> anyhow::Result<()> {
     db.drop_db().await;
     Ok(())
 }
+
+/// `--print-config` prints every effective setting of the binary — its workers' included — as
+/// `KEY=value`, secrets masked, and exits without touching the database.
+#[test]
+fn print_config_shows_every_setting_and_no_secret() -> anyhow::Result<()> {
+    let run = |binary: &str| {
+        std::process::Command::new(bin_dir().join(binary))
+            .arg("--print-config")
+            .env_clear()
+            .env("MG_DATABASE_URL", "postgres://qtg:pa55-w0rd@db.invalid:5432/qtg")
+            .env("MG_CALLBACK_SECRET", "whsec-do-not-print")
+            .env("MG_API_BOOTSTRAP_ADMIN_KEY", "bootstrap-key-do-not-print")
+            .env("MG_NODE_DISPATCH_INTERVAL_SECONDS", "0.5")
+            .output()
+    };
+    let out = run("qtg-dispatcher")?;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout)?;
+    for line in [
+        "MG_DATABASE_URL=postgres://qtg:***@db.invalid:5432/qtg",
+        "MG_CALLBACK_SECRET=***",
+        "MG_API_BOOTSTRAP_ADMIN_KEY=***",
+        "MG_NODE_DISPATCH_INTERVAL_SECONDS=0.5",
+        "MG_DISPATCHER_CONCURRENCY=1",
+        "MG_EXPIRATION_CHECK_INTERVAL_SECONDS=30",
+        "MG_SUBMIT_WINDOW_SECONDS=40",
+        "MG_DISPATCH_LEASE_SECONDS=100",
+        "MG_EXECUTOR_REGISTRY=(unset)",
+    ] {
+        assert!(text.lines().any(|l| l == line), "{line} missing from:\n{text}");
+    }
+    assert!(!text.contains("pa55-w0rd") && !text.contains("do-not-print"), "{text}");
+    assert!(text.lines().all(|l| l.starts_with("MG_") || l.starts_with("OTEL_")), "{text}");
+    // A bad value is refused by name, before anything starts.
+    let bad = std::process::Command::new(bin_dir().join("qtg"))
+        .arg("--print-config")
+        .env_clear()
+        .env("MG_DATABASE_URL", "postgres://h/db")
+        .env("MG_OBSERVER_CONCURRENCY", "0")
+        .output()?;
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("MG_OBSERVER_CONCURRENCY"));
+    Ok(())
+}

@@ -1,4 +1,4 @@
-//! `qtg-api`: the HTTP front door (`/v3/*`; docs/architecture.md, "The API"). Handlers
+//! `qtg-api`: the HTTP front door (`/v3/*`; docs/architecture.md §11). Handlers
 //! ([`routes`], one module per resource) take the caller's role, validate with the domain's
 //! parsers ([`extract`]), and call one engine operation for a change — which writes the
 //! change and its audit row in one transaction — or the store for a read.

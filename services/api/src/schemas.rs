@@ -24,7 +24,7 @@ pub enum MovementState {
     Cancelled,
 }
 
-/// The stuck-node runbook's cases (docs/runbook.md).
+/// The stuck-node runbook's cases (docs/architecture.md §13).
 #[derive(ToSchema)]
 pub enum RunbookCase {
     C1,

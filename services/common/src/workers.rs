@@ -125,7 +125,7 @@ pub static WORKERS: &[Worker] = &[
     Worker {
         name: "audit_outbox_promoter",
         binary: "qtg-audit",
-        summary: "promotes audit_outbox rows into the hash-chained audit_events",
+        summary: "promotes audit_outbox rows into audit_events, in order and exactly once",
         interval_key: "MG_AUDIT_PROMOTE_INTERVAL_SECONDS",
         default_interval_seconds: 1.0,
         concurrency_key: None,

@@ -6,7 +6,9 @@
 //! or under-privileged caller gets 401/403 before its body or query is looked at.
 
 use axum::extract::rejection::JsonRejection;
-use axum::extract::{FromRequest, FromRequestParts, Query, Request};
+use std::collections::HashMap;
+
+use axum::extract::{FromRequest, FromRequestParts, Path, Query, Request};
 use axum::http::request::Parts;
 use axum::http::StatusCode;
 use axum::Json;
@@ -129,8 +131,53 @@ impl<T: DeserializeOwned + Send, S: Send + Sync> FromRequestParts<S> for Params<
 }
 
 /// A resource id from the path: anything that is not a UUID names no resource (404).
-pub fn parse_id(raw: &str, what: &str) -> Result<Uuid, ApiError> {
+fn parse_id(raw: &str, what: &str) -> Result<Uuid, ApiError> {
     raw.parse().map_err(|_| ApiError::not_found(what))
+}
+
+/// The path's parameters by name.
+async fn path_params<S: Send + Sync>(parts: &mut Parts, state: &S) -> HashMap<String, String> {
+    Path::<HashMap<String, String>>::from_request_parts(parts, state).await.map(|Path(p)| p).unwrap_or_default()
+}
+
+macro_rules! path_id {
+    ($($name:ident => $what:literal),* $(,)?) => {$(
+        #[doc = concat!("The `{id}` of a ", $what, " in the path (404 unless a UUID).")]
+        pub struct $name(pub Uuid);
+
+        impl<S: Send + Sync> FromRequestParts<S> for $name {
+            type Rejection = ApiError;
+
+            async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+                let params = path_params(parts, state).await;
+                parse_id(params.get("id").map(String::as_str).unwrap_or_default(), $what).map($name)
+            }
+        }
+    )*};
+}
+
+path_id!(
+    MovementId => "movement",
+    ProposalId => "template proposal",
+    CallbackId => "callback",
+    KeyId => "api key",
+);
+
+/// A movement's node in the path: `{id}` and `{node_key}`.
+pub struct NodeRef {
+    pub movement: Uuid,
+    pub node_key: String,
+}
+
+impl<S: Send + Sync> FromRequestParts<S> for NodeRef {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let mut params = path_params(parts, state).await;
+        let movement = parse_id(params.get("id").map(String::as_str).unwrap_or_default(), "movement")?;
+        let node_key = params.remove("node_key").ok_or_else(|| ApiError::not_found("node"))?;
+        Ok(NodeRef { movement, node_key })
+    }
 }
 
 /// The paging parameters of a list ordered by a key (rosters, templates), as the document
@@ -279,7 +326,7 @@ impl<T: Serialize> Page<T> {
     }
 }
 
-/// A reason, optional (approve / reject).
+/// An optional reason (approve / reject); the body itself is optional: empty or `null` is `{}`.
 #[derive(Deserialize, Default, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReasonBody {

@@ -1,12 +1,12 @@
 //! The callback outbox (operator): rows by status, and the replay of a dead letter.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use qtg_store::callbacks::CallbackRow;
 
 use crate::error::ApiError;
-use crate::extract::{parse_id, parse_time_cursor, time_cursor, ListQuery, Operator, Page, Params, TimePageQuery};
+use crate::extract::{parse_time_cursor, time_cursor, CallbackId, ListQuery, Operator, Page, Params, TimePageQuery};
 use crate::AppState;
 
 #[utoipa::path(
@@ -51,8 +51,8 @@ pub async fn list_callbacks(
 pub async fn replay_callback(
     State(s): State<AppState>,
     Operator(who): Operator,
-    Path(id): Path<String>,
+    CallbackId(id): CallbackId,
 ) -> Result<(StatusCode, Json<CallbackRow>), ApiError> {
-    let row = s.engine.replay_callback(&who.name, parse_id(&id, "callback")?).await?;
+    let row = s.engine.replay_callback(&who.name, id).await?;
     Ok((StatusCode::CREATED, Json(row)))
 }

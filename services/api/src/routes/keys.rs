@@ -1,6 +1,6 @@
 //! API keys (admin): created with their secret shown once, listed without it, revoked.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use qtg_engine::access::CreatedKey;
@@ -9,7 +9,7 @@ use serde::Deserialize;
 
 use crate::auth::Role;
 use crate::error::ApiError;
-use crate::extract::{parse_id, parse_time_cursor, time_cursor, Admin, Body, ListQuery, Page, Params, TimePageQuery};
+use crate::extract::{parse_time_cursor, time_cursor, Admin, Body, KeyId, ListQuery, Page, Params, TimePageQuery};
 use crate::AppState;
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -80,8 +80,8 @@ pub async fn list_api_keys(
 pub async fn revoke_api_key(
     State(s): State<AppState>,
     Admin(who): Admin,
-    Path(id): Path<String>,
+    KeyId(id): KeyId,
 ) -> Result<StatusCode, ApiError> {
-    s.engine.revoke_api_key(&who.name, parse_id(&id, "api key")?).await?;
+    s.engine.revoke_api_key(&who.name, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }

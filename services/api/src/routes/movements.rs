@@ -1,7 +1,7 @@
 //! Movements: created by a requester (idempotent by `idempotency_key`), approved or rejected
 //! by approvers who did not create them, read by viewers.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use qtg_core::hash::canonical_hash;
@@ -15,8 +15,8 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::extract::{
-    parse_id, parse_time_cursor, time_cursor, Approver, Body, ListQuery, OptBody, Page, Params, ReasonBody, Requester,
-    TimePageQuery, Viewer,
+    parse_time_cursor, time_cursor, Approver, Body, ListQuery, MovementId, OptBody, Page, Params, ReasonBody,
+    Requester, TimePageQuery, Viewer,
 };
 use crate::openapi::Movement;
 use crate::AppState;
@@ -189,9 +189,9 @@ pub fn movement_json(r: &RequestRow, nodes: Option<&[NodeRow]>) -> Value {
 pub async fn get_movement(
     State(s): State<AppState>,
     _: Viewer,
-    Path(id): Path<String>,
+    MovementId(id): MovementId,
 ) -> Result<Json<Value>, ApiError> {
-    full_movement(&s, parse_id(&id, "movement")?).await
+    full_movement(&s, id).await
 }
 
 #[utoipa::path(
@@ -226,17 +226,17 @@ pub async fn list_movements(
     path = "/v3/movements/{id}/approve",
     summary = "Approve (not your own; bound to the intent and plan hashes shown). Risk limits are checked again; above the template's threshold m distinct approvers are needed (the movement stays PENDING_APPROVAL until then). 409 EXECUTOR_DOWN when a bound executor or signer is down",
     description = "Role: approver.",
-    request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
+    request_body = Option<ReasonBody>,
     params(("id" = uuid::Uuid, Path, description = "the movement id")),
     responses((status = 200, description = "the movement", body = Movement)),
 )]
 pub async fn approve_movement(
     State(s): State<AppState>,
     Approver(who): Approver,
-    Path(id): Path<String>,
+    MovementId(id): MovementId,
     OptBody(b): OptBody<ReasonBody>,
 ) -> Result<Json<Value>, ApiError> {
-    review(&s, &who.name, &id, &b, true).await
+    review(&s, &who.name, id, &b, true).await
 }
 
 #[utoipa::path(
@@ -244,22 +244,21 @@ pub async fn approve_movement(
     path = "/v3/movements/{id}/reject",
     summary = "Reject a PENDING_APPROVAL movement",
     description = "Role: approver.",
-    request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
+    request_body = Option<ReasonBody>,
     params(("id" = uuid::Uuid, Path, description = "the movement id")),
     responses((status = 200, description = "the movement", body = Movement)),
 )]
 pub async fn reject_movement(
     State(s): State<AppState>,
     Approver(who): Approver,
-    Path(id): Path<String>,
+    MovementId(id): MovementId,
     OptBody(b): OptBody<ReasonBody>,
 ) -> Result<Json<Value>, ApiError> {
-    review(&s, &who.name, &id, &b, false).await
+    review(&s, &who.name, id, &b, false).await
 }
 
 /// An approver's decision on movement `id`; answers the movement.
-async fn review(s: &AppState, who: &str, id: &str, b: &ReasonBody, approve: bool) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(id, "movement")?;
+async fn review(s: &AppState, who: &str, id: Uuid, b: &ReasonBody, approve: bool) -> Result<Json<Value>, ApiError> {
     if approve {
         s.engine.approve_movement(who, id, b.reason()?).await?;
     } else {

@@ -2,14 +2,14 @@
 //! runbook diagnosis of a stuck node. Each action needs a reason (or evidence) and answers
 //! the movement.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::movements::full_movement;
 use crate::error::ApiError;
-use crate::extract::{parse_id, required_reason, Body, Operator};
+use crate::extract::{required_reason, Body, MovementId, NodeRef, Operator};
 use crate::openapi::Movement;
 use crate::AppState;
 
@@ -55,11 +55,10 @@ pub struct EvidenceBody {
 pub async fn cancel_movement(
     State(s): State<AppState>,
     Operator(who): Operator,
-    Path(id): Path<String>,
+    MovementId(id): MovementId,
     body: Body<CancelBody>,
 ) -> Result<Json<Value>, ApiError> {
     let b = body.value;
-    let id = parse_id(&id, "movement")?;
     let reason = required_reason(&b.reason)?;
     if let Some(c) = &b.runbook_case {
         if !crate::openapi::RUNBOOK_CASES.contains(&c.as_str()) {
@@ -87,10 +86,9 @@ pub async fn cancel_movement(
 pub async fn resume_movement(
     State(s): State<AppState>,
     Operator(who): Operator,
-    Path(id): Path<String>,
+    MovementId(id): MovementId,
     body: Body<ActionBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(&id, "movement")?;
     s.engine.resume_movement(&who.name, id, required_reason(&body.value.reason)?).await?;
     full_movement(&s, id).await
 }
@@ -107,12 +105,11 @@ pub async fn resume_movement(
 pub async fn retry_node(
     State(s): State<AppState>,
     Operator(who): Operator,
-    Path((id, node_key)): Path<(String, String)>,
+    NodeRef { movement, node_key }: NodeRef,
     body: Body<ActionBody>,
 ) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(&id, "movement")?;
-    s.engine.retry_node(&who.name, id, &node_key, required_reason(&body.value.reason)?).await?;
-    full_movement(&s, id).await
+    s.engine.retry_node(&who.name, movement, &node_key, required_reason(&body.value.reason)?).await?;
+    full_movement(&s, movement).await
 }
 
 #[utoipa::path(
@@ -127,16 +124,15 @@ pub async fn retry_node(
 pub async fn complete_manual(
     State(s): State<AppState>,
     Operator(who): Operator,
-    Path((id, node_key)): Path<(String, String)>,
+    NodeRef { movement, node_key }: NodeRef,
     body: Body<EvidenceBody>,
 ) -> Result<Json<Value>, ApiError> {
     let evidence = body.value.evidence;
-    let id = parse_id(&id, "movement")?;
     if evidence.is_null() || evidence == json!({}) || evidence.as_str().is_some_and(|e| e.trim().is_empty()) {
         return Err(ApiError::validation("evidence is required (what was done, by whom, references)"));
     }
-    s.engine.complete_manual(&who.name, id, &node_key, &evidence).await?;
-    full_movement(&s, id).await
+    s.engine.complete_manual(&who.name, movement, &node_key, &evidence).await?;
+    full_movement(&s, movement).await
 }
 
 #[utoipa::path(
@@ -150,8 +146,7 @@ pub async fn complete_manual(
 pub async fn diagnose_node(
     State(s): State<AppState>,
     _: Operator,
-    Path((id, node_key)): Path<(String, String)>,
+    NodeRef { movement, node_key }: NodeRef,
 ) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(&id, "movement")?;
-    Ok(Json(s.engine.diagnose_node(id, &node_key).await?))
+    Ok(Json(s.engine.diagnose_node(movement, &node_key).await?))
 }

@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::extract::{
-    parse_id, Admin, Body, ListQuery, Operator, OptBody, Page, PageQuery, Params, ReasonBody, Viewer,
+    Admin, Body, ListQuery, Operator, OptBody, Page, PageQuery, Params, ProposalId, ReasonBody, Viewer,
 };
 use crate::AppState;
 
@@ -73,9 +73,8 @@ pub async fn propose_template(
 pub async fn get_proposal(
     State(s): State<AppState>,
     _: Viewer,
-    Path(id): Path<String>,
+    ProposalId(id): ProposalId,
 ) -> Result<Json<ProposalRow>, ApiError> {
-    let id = parse_id(&id, "template proposal")?;
     let mut conn = s.pool.acquire().await?;
     let row = qtg_store::templates::get_proposal(&mut conn, id, false).await?;
     Ok(Json(row.ok_or_else(|| ApiError::not_found("template proposal"))?))
@@ -86,7 +85,7 @@ pub async fn get_proposal(
     path = "/v3/template-proposals/{id}/approve",
     summary = "Approve a proposal (not your own): the template's next version with its compiled_plan_hash",
     description = "Role: admin.",
-    request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
+    request_body = Option<ReasonBody>,
     params(("id" = uuid::Uuid, Path, description = "the proposal id")),
     responses((status = 200, description = "the new template version", body = crate::openapi::ProposalReview, links(
         ("GetTemplate" = (operation_id = "get_template", parameters(("key" = "$response.body#/template_key")), description = "the template with its versions")),
@@ -95,10 +94,10 @@ pub async fn get_proposal(
 pub async fn approve_proposal(
     State(s): State<AppState>,
     Admin(who): Admin,
-    Path(id): Path<String>,
+    ProposalId(id): ProposalId,
     OptBody(b): OptBody<ReasonBody>,
 ) -> Result<Json<Value>, ApiError> {
-    review(&s, &who.name, &id, &b, true).await
+    review(&s, &who.name, id, &b, true).await
 }
 
 #[utoipa::path(
@@ -106,22 +105,27 @@ pub async fn approve_proposal(
     path = "/v3/template-proposals/{id}/reject",
     summary = "Reject a proposal",
     description = "Role: admin.",
-    request_body(content = Option<ReasonBody>, description = "optional; an empty body is {}", content_type = "application/json"),
+    request_body = Option<ReasonBody>,
     params(("id" = uuid::Uuid, Path, description = "the proposal id")),
     responses((status = 200, description = "the rejected proposal", body = crate::openapi::ProposalReview)),
 )]
 pub async fn reject_proposal(
     State(s): State<AppState>,
     Admin(who): Admin,
-    Path(id): Path<String>,
+    ProposalId(id): ProposalId,
     OptBody(b): OptBody<ReasonBody>,
 ) -> Result<Json<Value>, ApiError> {
-    review(&s, &who.name, &id, &b, false).await
+    review(&s, &who.name, id, &b, false).await
 }
 
 /// An admin's decision on proposal `id`.
-async fn review(s: &AppState, who: &str, id: &str, b: &ReasonBody, approve: bool) -> Result<Json<Value>, ApiError> {
-    let id = parse_id(id, "template proposal")?;
+async fn review(
+    s: &AppState,
+    who: &str,
+    id: uuid::Uuid,
+    b: &ReasonBody,
+    approve: bool,
+) -> Result<Json<Value>, ApiError> {
     Ok(Json(s.engine.review_template_proposal(who, id, approve, b.reason()?).await?))
 }
 

@@ -17,3 +17,9 @@ pub const DISPATCH_PAUSED: &str = "DISPATCH_PAUSED";
 /// The movement left EXECUTING between the claim and the arm: nothing was sent.
 pub const DISPATCH_ABORTED: &str = "DISPATCH_ABORTED";
 pub const OBSERVATION_TIMEOUT: &str = "OBSERVATION_TIMEOUT";
+/// qtg could not handle a node (claiming it, recording an answer): held back and retried.
+pub const ENGINE_ERROR: &str = "ENGINE_ERROR";
+/// The prepared action's `expires_at` passed before the submit: nothing was sent.
+pub const PREPARED_ACTION_EXPIRED: &str = "PREPARED_ACTION_EXPIRED";
+/// A signer's answer that breaks the contract (empty or unstorable signature).
+pub const SIGNER_PROTOCOL_ERROR: &str = "SIGNER_PROTOCOL_ERROR";

@@ -79,8 +79,10 @@ impl PreparedAction {
         sha256_hex(self.payload.as_bytes())
     }
 
-    /// Fills a missing hash; refuses one that does not match the payload.
+    /// Fills a missing hash; refuses one that does not match the payload, and an action qtg
+    /// could not store.
     pub fn seal(&mut self) -> Result<(), ProtocolViolation> {
+        check_storable("the prepared action", &serde_json::to_value(&*self).unwrap_or(Value::Null))?;
         let computed = self.computed_hash();
         if self.payload_hash.is_empty() || self.payload_hash.eq_ignore_ascii_case(&computed) {
             self.payload_hash = computed;
@@ -156,6 +158,16 @@ pub struct SignResult {
     pub signed_tx_hash: Option<String>,
 }
 
+impl SignResult {
+    /// A signer's answer qtg can store.
+    pub fn validate(&self) -> Result<(), ProtocolViolation> {
+        if self.signature.is_empty() {
+            return Err(ProtocolViolation("the signature is empty".into()));
+        }
+        check_storable("the signature", &serde_json::to_value(self).unwrap_or(Value::Null))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ExecutionResult {
     pub next_state: NodeState,
@@ -223,7 +235,7 @@ impl ExecutionResult {
         if size > MAX_RESULT_BYTES {
             return Err(ProtocolViolation(format!("result is {size} bytes, over {MAX_RESULT_BYTES}")));
         }
-        Ok(())
+        check_storable("the result", &serde_json::to_value(self).unwrap_or(Value::Null))
     }
 }
 
@@ -237,6 +249,33 @@ pub enum Method {
     Submit,
     Observe,
     Recover,
+}
+
+/// Deepest nesting of JSON qtg stores from an executor.
+pub const MAX_JSON_DEPTH: usize = 32;
+
+/// Whether qtg can store `v` as it is: no NUL (U+0000) in any string or object key
+/// (PostgreSQL text and jsonb cannot hold it) and nested at most [`MAX_JSON_DEPTH`] deep.
+/// What an executor sends that fails this is a protocol violation, not a database error.
+pub fn check_storable(what: &str, v: &Value) -> Result<(), ProtocolViolation> {
+    fn walk(v: &Value, depth: usize) -> Result<(), &'static str> {
+        if depth > MAX_JSON_DEPTH {
+            return Err("is nested too deep");
+        }
+        match v {
+            Value::String(s) if s.contains('\0') => Err("holds a NUL character (U+0000)"),
+            Value::Array(a) => a.iter().try_for_each(|x| walk(x, depth + 1)),
+            Value::Object(o) => o.iter().try_for_each(|(k, x)| {
+                if k.contains('\0') {
+                    Err("holds a NUL character (U+0000) in a key")
+                } else {
+                    walk(x, depth + 1)
+                }
+            }),
+            _ => Ok(()),
+        }
+    }
+    walk(v, 0).map_err(|why| ProtocolViolation(format!("{what} {why}, which qtg cannot store")))
 }
 
 impl Method {
@@ -258,6 +297,30 @@ pub struct ProtocolViolation(pub String);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn what_cannot_be_stored_is_a_protocol_violation() {
+        let mut r = ExecutionResult::new(NodeState::Failed);
+        r.error_detail = Some("bad\0detail".into());
+        assert!(r.validate(Method::Preflight).unwrap_err().0.contains("NUL"));
+        let mut r = ExecutionResult::new(NodeState::Submitted);
+        r.provider_refs.insert("k\0".into(), Value::from(1));
+        assert!(r.validate(Method::Submit).unwrap_err().0.contains("key"));
+        let mut deep = Value::from(1);
+        for _ in 0..40 {
+            deep = Value::Array(vec![deep]);
+        }
+        let mut r = ExecutionResult::new(NodeState::Submitted);
+        r.provider_refs.insert("deep".into(), deep);
+        assert!(r.validate(Method::Submit).unwrap_err().0.contains("deep"));
+        let mut p = PreparedAction::new("t", "json", "{\"a\":\"\0\"}".into(), false);
+        p.payload = "x\0".into();
+        p.payload_hash = String::new();
+        assert!(p.seal().is_err());
+        let s =
+            SignResult { signature: "0x\0".into(), signed_payload: None, signer_address: None, signed_tx_hash: None };
+        assert!(s.validate().is_err());
+    }
 
     #[test]
     fn results_are_checked_per_method() {

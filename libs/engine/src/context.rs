@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use qtg_core::markers::is_marker;
+use qtg_core::markers::{is_marker, QTG_ONLY};
 use qtg_core::plan::predecessors;
 use qtg_core::protocol::PROTOCOL_VERSION;
 use qtg_core::refs::{resolve_config, RefError};
@@ -87,10 +87,24 @@ pub async fn build_execution_context(
         node_config,
         provider_context: Value::Object(provider_context),
         timeout_policy: item.timeout_policy.clone(),
-        provider_refs: item.provider_refs.clone(),
-        provider_ref_id: item.provider_ref_id.clone(),
+        // A new attempt (dispatch) starts clean: nothing of attempt N reaches attempt N + 1's
+        // calls (its history stays in node_events and artifacts). Observe and recover see what
+        // their attempt recorded, less qtg's own markers.
+        provider_refs: if attempt_no > item.attempt_no { json!({}) } else { executor_refs(&item.provider_refs) },
+        provider_ref_id: if attempt_no > item.attempt_no { None } else { item.provider_ref_id.clone() },
         executor_key: item.executor_key.clone(),
     })
+}
+
+/// A node's `provider_refs` as its executor may see them: without qtg's own markers
+/// (`__submit_*`, `__late_effect`), which an executor may not set either.
+fn executor_refs(refs: &Value) -> Value {
+    match refs.as_object() {
+        Some(m) => Value::Object(
+            m.iter().filter(|(k, _)| !QTG_ONLY.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect(),
+        ),
+        None => json!({}),
+    }
 }
 
 fn public_refs(refs: &Value) -> Map<String, Value> {

@@ -20,6 +20,7 @@
 //! A crash before the arm leaves the node PREPARING until its lease expires; after it,
 //! recovery finds the marker once `submit_by` plus the skew margin has passed.
 
+use chrono::{DateTime, Utc};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -67,7 +68,10 @@ impl Engine {
             Claim::Nothing => Ok(0),
             Claim::Ended => Ok(1),
             Claim::Held(c, span) => {
-                self.run_claimed(*c).instrument(span).await?;
+                let node_id = c.item.node_id;
+                if let Err(e) = self.run_claimed(*c).instrument(span).await {
+                    self.contain(node_id, "claim", e).await?;
+                }
                 Ok(1)
             }
         }
@@ -95,7 +99,12 @@ impl Engine {
                     Some(item) => {
                         // One trace per node step: claim, calls, arm, submit and record.
                         let span = crate::step_span("dispatch", &item, item.attempt_no + 1);
-                        return self.claimed(tx, item, span.clone()).instrument(span).await;
+                        let node_id = item.node_id;
+                        return match self.claimed(tx, item, span.clone()).instrument(span).await {
+                            Ok(claim) => Ok(claim),
+                            // Rolled back; the node is held back, not claimed again at once.
+                            Err(e) => self.contain(node_id, "claim", e).await.map(|()| Claim::Ended),
+                        };
                     }
                     None => {
                         tx.rollback().await?;
@@ -236,8 +245,13 @@ impl Engine {
         let mut prepared = match res {
             Ok(Prepared::Action(p)) => p,
             Ok(Prepared::Refused(result)) => {
-                let code = result.error_code.clone().unwrap_or_else(|| "PREPARE_FAILED".into());
-                let detail = result.error_detail.clone().unwrap_or_default();
+                let (code, detail) = match result.validate(Method::Prepare) {
+                    Ok(()) => (
+                        result.error_code.clone().unwrap_or_else(|| "PREPARE_FAILED".into()),
+                        result.error_detail.clone().unwrap_or_default(),
+                    ),
+                    Err(v) => (codes::EXECUTOR_PROTOCOL_ERROR.to_string(), v.to_string()),
+                };
                 calls.push(Call::failed("prepare", "refused", &code, &detail, ms));
                 return self.fail_claimed(&c, NodeState::Preparing, calls, &code, &detail).await;
             }
@@ -248,7 +262,7 @@ impl Engine {
             }
             Err(e) => return self.call_failed(&c, NodeState::Preparing, calls, "prepare", &e, ms).await,
         };
-        if let Err(v) = prepared.seal() {
+        if let Err(v) = prepared.seal().and_then(|()| expiry(&prepared).map(|_| ())) {
             let detail = v.to_string();
             calls.push(Call::failed("prepare", "protocol_error", codes::EXECUTOR_PROTOCOL_ERROR, &detail, ms));
             return self.fail_claimed(&c, NodeState::Preparing, calls, codes::EXECUTOR_PROTOCOL_ERROR, &detail).await;
@@ -288,6 +302,11 @@ impl Engine {
             };
             let ms = calls::call_ended(&span, "sign", outcome, started);
             match res {
+                Ok(result) if result.validate().is_err() => {
+                    let detail = result.validate().err().map(|v| v.to_string()).unwrap_or_default();
+                    calls.push(Call::failed("sign", "protocol_error", codes::SIGNER_PROTOCOL_ERROR, &detail, ms));
+                    return self.fail_claimed(&c, state, calls, codes::SIGNER_PROTOCOL_ERROR, &detail).await;
+                }
                 Ok(result) => {
                     calls.push(Call::ok("sign", "ok", ms));
                     signed = Some(result);
@@ -304,6 +323,16 @@ impl Engine {
             }
         }
 
+        // An action that expired while it was prepared or signed is not sent.
+        if expiry(&prepared).ok().flatten().is_some_and(|at| at <= Utc::now()) {
+            let detail = format!(
+                "the prepared action expired at {}; nothing was sent",
+                prepared.expires_at.as_deref().unwrap_or("")
+            );
+            calls.push(Call::failed("submit", "not_sent", codes::PREPARED_ACTION_EXPIRED, &detail, 0));
+            return self.fail_claimed(&c, state, calls, codes::PREPARED_ACTION_EXPIRED, &detail).await;
+        }
+
         // Arm: intent before effect. The clock of the submit window starts before the
         // statement is sent.
         let armed_at = Instant::now();
@@ -315,7 +344,8 @@ impl Engine {
         let window =
             Duration::from_secs_f64((self.settings.submit_window_seconds - self.settings.clock_skew_seconds).max(0.0));
         let key = idempotency_key(&c.ctx.request_node_id, c.attempt_no);
-        if armed_at.elapsed() >= window || prepared.computed_hash() != prepared.payload_hash {
+        let expired = expiry(&prepared).ok().flatten().is_some_and(|at| at <= Utc::now());
+        if armed_at.elapsed() >= window || expired || prepared.computed_hash() != prepared.payload_hash {
             tracing::warn!(node_id = %c.item.node_id, attempt_no = c.attempt_no, elapsed_ms = armed_at.elapsed().as_millis() as u64,
                 "submit not sent: the submit window closed before it could start; recovery decides the attempt");
             let mut conn = self.pool.acquire().await?;
@@ -600,4 +630,19 @@ pub(crate) fn is_stale<T>(res: &Result<T>) -> bool {
 enum SignFailure {
     Refused(String),
     Call(ExecutorError),
+}
+
+/// The prepared action's `expires_at` (RFC 3339), if it has one; a malformed one is the
+/// executor's protocol violation.
+fn expiry(prepared: &PreparedAction) -> Result<Option<DateTime<Utc>>, qtg_core::protocol::ProtocolViolation> {
+    prepared
+        .expires_at
+        .as_deref()
+        .filter(|s| !s.is_empty())
+        .map(|s| {
+            DateTime::parse_from_rfc3339(s)
+                .map(|t| t.with_timezone(&Utc))
+                .map_err(|_| qtg_core::protocol::ProtocolViolation(format!("expires_at {s:?} is not an RFC 3339 time")))
+        })
+        .transpose()
 }

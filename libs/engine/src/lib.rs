@@ -151,4 +151,26 @@ impl Engine {
     pub fn served_keys(&self) -> Vec<String> {
         self.registry.executors().map(|e| e.key.clone()).collect()
     }
+
+    /// An error while handling node `node_id` in step `method` (claiming it, recording its
+    /// answer) that is not its executor's: the node gets an event and is held back for the
+    /// call-failure backoff, and the worker goes on with its next item. Only when even that
+    /// cannot be written is the error the worker's (the database is likely gone).
+    pub(crate) async fn contain(&self, node_id: uuid::Uuid, method: &'static str, error: EngineError) -> Result<()> {
+        tracing::error!(%node_id, step = method, error = %error, "could not handle this node; held back, going on");
+        let detail = format!("qtg could not handle this node's {method} step: {error}");
+        let event = qtg_store::events::Call::failed(method, "engine_error", qtg_core::codes::ENGINE_ERROR, &detail, 0);
+        let backoff = self.settings.call_failure_backoff_seconds;
+        let held = match self.pool.acquire().await {
+            Ok(mut conn) => qtg_store::claims::hold_back(&mut conn, node_id, backoff, &event, &self.actor).await,
+            Err(e) => Err(e.into()),
+        };
+        match held {
+            Ok(_) => Ok(()),
+            Err(e) => {
+                tracing::error!(%node_id, error = %e, "could not hold the node back either");
+                Err(error)
+            }
+        }
+    }
 }

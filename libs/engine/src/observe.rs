@@ -28,8 +28,13 @@ impl Engine {
         };
         let mut processed = 0;
         for id in ids {
-            if self.step_leased(Pickup::Observe, &served, id).await? {
-                processed += 1;
+            match self.step_leased(Pickup::Observe, &served, id).await {
+                Ok(true) => processed += 1,
+                Ok(false) => {}
+                Err(e) => {
+                    self.contain(id, "observe", e).await?;
+                    processed += 1;
+                }
             }
         }
         Ok(processed)

@@ -24,8 +24,13 @@ impl Engine {
                 claims::candidates(&mut conn, pickup, &served, &[], per_arm).await?
             };
             for id in ids {
-                if self.step_leased(pickup, &served, id).await? {
-                    processed += 1;
+                match self.step_leased(pickup, &served, id).await {
+                    Ok(true) => processed += 1,
+                    Ok(false) => {}
+                    Err(e) => {
+                        self.contain(id, "recover", e).await?;
+                        processed += 1;
+                    }
                 }
             }
         }

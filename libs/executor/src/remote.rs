@@ -118,7 +118,11 @@ async fn grpc_call<T>(
 ) -> Result<T, ExecutorError> {
     match tokio::time::timeout(endpoint.timeout, fut).await {
         Ok(Ok(r)) => Ok(r.into_inner()),
-        Ok(Err(s)) => Err(status_error(&s)),
+        // A deadline the server or the channel reports is this call's deadline.
+        Ok(Err(s)) => Err(match status_error(&s) {
+            ExecutorError::Timeout(_) => ExecutorError::Timeout(endpoint.timeout.as_millis() as u64),
+            other => other,
+        }),
         Err(_) => Err(ExecutorError::Timeout(endpoint.timeout.as_millis() as u64)),
     }
 }
@@ -179,18 +183,27 @@ async fn http_call<Req: Serialize, Resp: DeserializeOwned>(
     if !status.is_success() {
         return Err(ExecutorError::Protocol(format!("{url}: HTTP {status}")));
     }
+    let too_large = || ExecutorError::Protocol(format!("{url}: body over {MAX_RESULT_BYTES} bytes"));
     if resp.content_length().is_some_and(|l| l as usize > MAX_RESULT_BYTES) {
-        return Err(ExecutorError::Protocol(format!("{url}: body over {MAX_RESULT_BYTES} bytes")));
+        return Err(too_large());
     }
-    let body = resp.bytes().await.map_err(|e| {
-        if e.is_timeout() {
-            ExecutorError::Timeout(endpoint.timeout.as_millis() as u64)
-        } else {
-            ExecutorError::Unavailable(format!("{url}: {e}"))
+    // Read with a hard limit while streaming (a chunked or dripped body has no length to
+    // check first); the request's timeout bounds the whole read.
+    let mut body = Vec::new();
+    let mut resp = resp;
+    loop {
+        let chunk = resp.chunk().await.map_err(|e| {
+            if e.is_timeout() {
+                ExecutorError::Timeout(endpoint.timeout.as_millis() as u64)
+            } else {
+                ExecutorError::Unavailable(format!("{url}: {e}"))
+            }
+        })?;
+        let Some(chunk) = chunk else { break };
+        if body.len() + chunk.len() > MAX_RESULT_BYTES {
+            return Err(too_large());
         }
-    })?;
-    if body.len() > MAX_RESULT_BYTES {
-        return Err(ExecutorError::Protocol(format!("{url}: body over {MAX_RESULT_BYTES} bytes")));
+        body.extend_from_slice(&chunk);
     }
     serde_json::from_slice(&body).map(Some).map_err(|e| ExecutorError::Protocol(format!("{url}: {e}")))
 }

@@ -68,6 +68,9 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// `MG_WORKERS_ENABLED` (the all-in-one `qtg`): run the workers, not only the API.
     pub workers_enabled: bool,
+    /// `MG_STRICT_SETTINGS` (false): an `MG_*` variable no part of the process reads is fatal
+    /// at start instead of a warning.
+    pub strict_settings: bool,
     /// Global risk limits (`MG_RISK_*`), combined with each template's, the stricter winning.
     pub risk: qtg_core::risk::RiskLimits,
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`: export traces over OTLP/gRPC when set.
@@ -311,6 +314,7 @@ impl Settings {
             bootstrap_admin_key: s.secret("MG_API_BOOTSTRAP_ADMIN_KEY"),
             shutdown_grace: s.interval("MG_SHUTDOWN_GRACE_SECONDS", 30.0)?,
             workers_enabled: s.flag("MG_WORKERS_ENABLED", true)?,
+            strict_settings: s.flag("MG_STRICT_SETTINGS", false)?,
             risk: risk_limits(&s)?,
             otlp_endpoint: s.text("OTEL_EXPORTER_OTLP_ENDPOINT"),
             otel_service_name: s.text("OTEL_SERVICE_NAME"),
@@ -329,6 +333,19 @@ impl Settings {
     /// `--print-config`: every effective setting as `KEY=value`, one per line, sorted.
     pub fn print_config(&self) -> String {
         self.effective.iter().map(|(k, v)| format!("{k}={v}\n")).collect()
+    }
+
+    /// The `MG_*` variables of `vars` that neither these settings nor `read_elsewhere` (what
+    /// the lanes and the registry read) use: most likely misspelt, so they do nothing.
+    pub fn unknown_keys<'a>(&self, vars: &'a HashMap<String, String>, read_elsewhere: &[String]) -> Vec<&'a str> {
+        let mut unknown: Vec<&str> = vars
+            .keys()
+            .map(String::as_str)
+            .filter(|k| k.starts_with("MG_"))
+            .filter(|k| !self.effective.contains_key(*k) && !read_elsewhere.iter().any(|r| r == k))
+            .collect();
+        unknown.sort_unstable();
+        unknown
     }
 
     /// The settings of worker `name` (one of the table given to [`Settings::from_vars`]).
@@ -488,6 +505,20 @@ mod tests {
             assert!(config.lines().any(|l| l == line), "{line} missing from\n{config}");
         }
         assert!(!config.contains("pa55-w0rd") && !config.contains("whsec-do-not-print"), "{config}");
+    }
+
+    #[test]
+    fn unknown_variables_are_named() {
+        let v = vars(&[
+            ("MG_DATABASE_URL", "postgres://h/db"),
+            ("MG_NODE_DISPATCH_INTERVAL_SECOND", "1"),
+            ("MG_CEX_SECRET", "s"),
+            ("PATH", "/bin"),
+        ]);
+        let s = Settings::from_vars(&v, false, WORKERS).unwrap();
+        assert!(!s.strict_settings);
+        assert_eq!(s.unknown_keys(&v, &[]), vec!["MG_CEX_SECRET", "MG_NODE_DISPATCH_INTERVAL_SECOND"]);
+        assert_eq!(s.unknown_keys(&v, &["MG_CEX_SECRET".into()]), vec!["MG_NODE_DISPATCH_INTERVAL_SECOND"]);
     }
 
     #[test]

@@ -36,7 +36,7 @@ impl Pickup {
         match self {
             Pickup::Dispatch => format!(
                 "{served} AND n.node_kind <> 'manual'
-                AND (n.node_state = 'READY'
+                AND ((n.node_state = 'READY' AND (n.lease_expires_at IS NULL OR n.lease_expires_at < now()))
                      OR (n.node_state IN ('PREPARING', 'AWAITING_SIGNATURE') AND n.lease_expires_at < now()))
                 AND r.request_state IN ('APPROVED', 'EXECUTING') AND NOT {PAUSED}",
                 PAUSED = crate::controls::PAUSED
@@ -309,4 +309,43 @@ pub async fn past_submit_by(conn: &mut PgConnection, node_id: Uuid, skew_seconds
     .fetch_one(&mut *conn)
     .await?;
     Ok((row.try_get("executor_key")?, row.try_get("past")?))
+}
+
+/// Holds node `node_id` back for `seconds` after a failure that was not its executor's (an
+/// error while claiming it or recording its answer), with an event saying so: a READY or
+/// leased node is not claimed again before then (`lease_expires_at` as "not before"), an
+/// observed or recovered one is not due (`next_observe_at`). The worker goes on with the
+/// next item. The event is written in the same statement.
+pub async fn hold_back(
+    conn: &mut PgConnection,
+    node_id: Uuid,
+    seconds: f64,
+    event: &crate::events::Call,
+    actor: &str,
+) -> Result<bool> {
+    let row = sqlx::query(
+        "WITH held AS (
+             UPDATE movement_request_nodes
+             SET lease_expires_at = GREATEST(COALESCE(lease_expires_at, now()), now() + make_interval(secs => $2)),
+                 next_observe_at = CASE WHEN node_state IN ('SUBMITTED', 'OBSERVING', 'SUBMITTING', 'UNKNOWN')
+                     THEN GREATEST(COALESCE(next_observe_at, now()), now() + make_interval(secs => $2))
+                     ELSE next_observe_at END
+             WHERE id = $1
+             RETURNING id, request_id, attempt_no)
+         INSERT INTO node_events (request_id, request_node_id, attempt_no, kind, method, outcome,
+             error_code, error_detail, duration_ms, actor)
+         SELECT request_id, id, attempt_no, 'call', $3, $4, $5, left($6, 2000), $7, $8 FROM held
+         RETURNING request_node_id",
+    )
+    .bind(node_id)
+    .bind(seconds)
+    .bind(event.method)
+    .bind(&event.outcome)
+    .bind(event.error_code.as_deref())
+    .bind(event.error_detail.as_deref())
+    .bind(event.duration_ms)
+    .bind(actor)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(row.is_some())
 }

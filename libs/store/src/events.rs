@@ -82,18 +82,24 @@ pub struct Call {
 
 impl Call {
     pub fn ok(method: &'static str, outcome: &str, duration_ms: i32) -> Call {
-        Call { method, outcome: outcome.into(), error_code: None, error_detail: None, duration_ms }
+        Call { method, outcome: storable_text(outcome), error_code: None, error_detail: None, duration_ms }
     }
 
+    /// Texts from outside (an executor's code, a transport's message) are made storable.
     pub fn failed(method: &'static str, outcome: &str, code: &str, detail: &str, duration_ms: i32) -> Call {
         Call {
             method,
-            outcome: outcome.into(),
-            error_code: Some(code.into()),
-            error_detail: Some(detail.into()),
+            outcome: storable_text(outcome),
+            error_code: Some(storable_text(code)),
+            error_detail: Some(storable_text(detail)),
             duration_ms,
         }
     }
+}
+
+/// `text` as PostgreSQL can hold it: a NUL (U+0000) becomes U+FFFD.
+pub fn storable_text(text: &str) -> String {
+    text.replace('\0', "\u{fffd}")
 }
 
 /// Records the calls of one attempt (in call order) in one statement; nothing when empty.

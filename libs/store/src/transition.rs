@@ -94,8 +94,10 @@ pub struct Guard {
 }
 
 impl NodePatch {
+    /// The node's error; texts from outside are made storable.
     pub fn error(code: &str, detail: impl Into<String>) -> Self {
-        NodePatch { error: Some((Some(code.to_string()), Some(detail.into()))), ..Default::default() }
+        let detail = crate::events::storable_text(&detail.into());
+        NodePatch { error: Some((Some(crate::events::storable_text(code)), Some(detail))), ..Default::default() }
     }
 }
 

@@ -163,6 +163,17 @@ path_id!(
     KeyId => "api key",
 );
 
+/// The `{key}` of a template or signer in the path (404 when the path cannot be read).
+pub struct KeyParam(pub String);
+
+impl<S: Send + Sync> FromRequestParts<S> for KeyParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        path_params(parts, state).await.remove("key").map(KeyParam).ok_or_else(|| ApiError::not_found("key"))
+    }
+}
+
 /// A movement's node in the path: `{id}` and `{node_key}`.
 pub struct NodeRef {
     pub movement: Uuid,
@@ -338,7 +349,7 @@ pub struct ReasonBody {
 impl ReasonBody {
     pub fn reason(&self) -> Result<Option<&str>, ApiError> {
         match self.reason.as_deref() {
-            Some(r) if r.len() > 2000 => Err(ApiError::validation("reason is at most 2000 characters")),
+            Some(r) if r.chars().count() > 2000 => Err(ApiError::validation("reason is at most 2000 characters")),
             other => Ok(other),
         }
     }
@@ -347,7 +358,7 @@ impl ReasonBody {
 /// A required reason (operator actions and controls): 1-2000 characters after trimming.
 pub fn required_reason(reason: &str) -> Result<&str, ApiError> {
     let r = reason.trim();
-    if r.is_empty() || r.len() > 2000 {
+    if r.is_empty() || r.chars().count() > 2000 {
         return Err(ApiError::validation("reason must be 1-2000 characters"));
     }
     Ok(r)

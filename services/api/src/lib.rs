@@ -57,6 +57,13 @@ pub fn router(state: AppState) -> Router {
     let doc = std::sync::Arc::new(openapi::served(&doc));
     api.route("/v3/openapi.json", get(move || async move { axum::Json(doc.as_ref().clone()) }))
         .fallback(|| async { error::ApiError::not_found("route") })
+        .method_not_allowed_fallback(|| async {
+            error::ApiError::new(
+                axum::http::StatusCode::METHOD_NOT_ALLOWED,
+                "METHOD_NOT_ALLOWED",
+                "this path does not take this method",
+            )
+        })
         .layer(axum::middleware::from_fn(refuse_nul))
         .layer(axum::middleware::from_fn(trace_request))
         .layer(DefaultBodyLimit::max(BODY_LIMIT))

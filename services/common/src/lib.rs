@@ -95,7 +95,16 @@ pub async fn boot(binary: &'static str, migrate_default: bool) -> anyhow::Result
         synchronous_commit = %session.synchronous_commit,
         "database session limits"
     );
-    let registry = Arc::new(load_registry(&settings, &pool, &vars)?);
+    let (registry, read_by_lanes) = load_registry(&settings, &pool, &vars)?;
+    let registry = Arc::new(registry);
+    // A misspelt setting must not silently do nothing.
+    let unknown = settings.unknown_keys(&vars, &read_by_lanes);
+    if !unknown.is_empty() {
+        if settings.strict_settings {
+            anyhow::bail!("unknown settings (MG_STRICT_SETTINGS=true): {}", unknown.join(", "));
+        }
+        tracing::warn!(unknown = ?unknown, "MG_* variables no part of this process reads (misspelt?); they do nothing");
+    }
     let hostname =
         std::fs::read_to_string("/etc/hostname").map(|h| h.trim().to_string()).unwrap_or_else(|_| "host".into());
     let instance_id = format!("{hostname}-{}-{}", std::process::id(), &uuid_suffix());
@@ -122,22 +131,32 @@ fn rand_u32() -> u32 {
     h.finish() as u32
 }
 
-fn load_registry(settings: &Settings, pool: &PgPool, vars: &HashMap<String, String>) -> anyhow::Result<Registry> {
+/// The registry over the compiled-in lanes, and the variables the lanes and the registry's
+/// entries read.
+fn load_registry(
+    settings: &Settings,
+    pool: &PgPool,
+    vars: &HashMap<String, String>,
+) -> anyhow::Result<(Registry, Vec<String>)> {
     let Some(path) = &settings.executor_registry else {
         tracing::warn!("MG_EXECUTOR_REGISTRY is not set: no executors are registered");
-        return Ok(Registry::default());
+        return Ok((Registry::default(), Vec::new()));
     };
     let text = std::fs::read_to_string(path)
         .with_context(|| format!("cannot read MG_EXECUTOR_REGISTRY {}", path.display()))?;
     let file = RegistryFile::parse(&text).with_context(|| format!("in {}", path.display()))?;
-    let setting = |key: &str| vars.get(key).cloned();
+    let read = std::sync::Mutex::new(Vec::new());
+    let setting = |key: &str| {
+        read.lock().expect("settings read").push(key.to_string());
+        vars.get(key).cloned()
+    };
     let registry = lanes::build_registry(&file, &LaneContext { pool, setting: &setting })?;
     tracing::info!(
         executors = ?file.executors.keys().collect::<Vec<_>>(),
         signers = ?file.signers.keys().collect::<Vec<_>>(),
         "executor registry loaded"
     );
-    Ok(registry)
+    Ok((registry, read.into_inner().expect("settings read")))
 }
 
 impl Process {

@@ -38,7 +38,7 @@ pub async fn create_api_key(
     body: Body<CreateKeyBody>,
 ) -> Result<(StatusCode, Json<CreatedKey>), ApiError> {
     let b = body.value;
-    if b.principal.trim().is_empty() || b.principal.len() > 128 {
+    if b.principal.trim().is_empty() || b.principal.chars().count() > 128 {
         return Err(ApiError::validation("principal must be 1-128 characters"));
     }
     if b.roles.is_empty() || b.roles.iter().any(|r| Role::parse(r).is_none()) {

@@ -52,11 +52,11 @@ pub struct CreateMovementBody {
 impl CreateMovementBody {
     /// Checks what the engine takes for granted; every problem is a 400 naming the field.
     fn validate(&self, s: &AppState) -> Result<(), ApiError> {
-        if self.idempotency_key.trim().is_empty() || self.idempotency_key.len() > 200 {
+        if self.idempotency_key.trim().is_empty() || self.idempotency_key.chars().count() > 200 {
             return Err(ApiError::validation("idempotency_key must be 1-200 characters"));
         }
         match self.intent.get("asset") {
-            Some(Value::String(a)) if !a.is_empty() && a.len() <= 64 => {}
+            Some(Value::String(a)) if !a.is_empty() && a.chars().count() <= 64 => {}
             _ => return Err(ApiError::validation("intent.asset must be a non-empty string")),
         }
         match self.intent.get("amount").and_then(Value::as_str).and_then(Amount::parse) {
@@ -78,7 +78,7 @@ impl CreateMovementBody {
             qtg_engine::callbacks::check_url_syntax(u, st.callback_allow_private, &st.callback_allowed_hosts)
                 .map_err(ApiError::validation)?;
         }
-        if self.callback_secret.as_ref().is_some_and(|c| !(16..=256).contains(&c.len())) {
+        if self.callback_secret.as_ref().is_some_and(|c| !(16..=256).contains(&c.chars().count())) {
             return Err(ApiError::validation("callback_secret must be 16-256 characters"));
         }
         if self.callback_secret.is_some() && self.callback_url.is_none() {

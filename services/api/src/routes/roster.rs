@@ -1,14 +1,14 @@
 //! What qtg runs with: executors and signers with their health and identity posture (an
 //! admin enrols a signer's expected address), and the workers' heartbeats.
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::Json;
 use qtg_runtime::Group;
 use qtg_store::health::{ExecutorHealth, SignerHealth, WorkerBeat};
 use serde::{Deserialize, Serialize};
 
 use crate::error::ApiError;
-use crate::extract::{Admin, Body, ListQuery, Page, PageQuery, Params, Viewer};
+use crate::extract::{Admin, Body, KeyParam, ListQuery, Page, PageQuery, Params, Viewer};
 use crate::AppState;
 
 #[utoipa::path(
@@ -67,7 +67,7 @@ pub struct ExpectedIdentityBody {
 pub async fn set_expected_identity(
     State(s): State<AppState>,
     Admin(who): Admin,
-    Path(key): Path<String>,
+    KeyParam(key): KeyParam,
     body: Body<ExpectedIdentityBody>,
 ) -> Result<Json<SignerHealth>, ApiError> {
     Ok(Json(s.engine.set_expected_identity(&who.name, &key, &body.value.address).await?))

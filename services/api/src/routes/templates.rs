@@ -1,7 +1,7 @@
 //! Templates: proposals (operator) reviewed by an admin who is not the proposer; approved
 //! proposals become template versions (viewer reads).
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
 use qtg_core::{PlanDefinition, PlanEdge, PlanNode};
@@ -12,7 +12,7 @@ use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::extract::{
-    Admin, Body, ListQuery, Operator, OptBody, Page, PageQuery, Params, ProposalId, ReasonBody, Viewer,
+    Admin, Body, KeyParam, ListQuery, Operator, OptBody, Page, PageQuery, Params, ProposalId, ReasonBody, Viewer,
 };
 use crate::AppState;
 
@@ -52,7 +52,7 @@ pub async fn propose_template(
     body: Body<ProposeBody>,
 ) -> Result<(StatusCode, Json<ProposalRow>), ApiError> {
     let b = body.value;
-    if b.description.as_ref().is_some_and(|d| d.len() > 2000) {
+    if b.description.as_ref().is_some_and(|d| d.chars().count() > 2000) {
         return Err(ApiError::validation("description is at most 2000 characters"));
     }
     let plan =
@@ -160,7 +160,7 @@ pub async fn list_templates(
 pub async fn get_template(
     State(s): State<AppState>,
     _: Viewer,
-    Path(key): Path<String>,
+    KeyParam(key): KeyParam,
 ) -> Result<Json<Value>, ApiError> {
     let mut conn = s.pool.acquire().await?;
     let versions = qtg_store::templates::template_versions(&mut conn, &key).await?;

@@ -23,3 +23,6 @@ pub const ENGINE_ERROR: &str = "ENGINE_ERROR";
 pub const PREPARED_ACTION_EXPIRED: &str = "PREPARED_ACTION_EXPIRED";
 /// A signer's answer that breaks the contract (empty or unstorable signature).
 pub const SIGNER_PROTOCOL_ERROR: &str = "SIGNER_PROTOCOL_ERROR";
+/// qtg could not encode a request for its executor (e.g. an integer beyond ±2^53 that the
+/// wire's doubles cannot carry): nothing was sent; the executor is not to blame.
+pub const REQUEST_NOT_ENCODABLE: &str = "REQUEST_NOT_ENCODABLE";

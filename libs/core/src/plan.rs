@@ -154,6 +154,9 @@ impl PlanDefinition {
         if !self.risk_controls.is_object() {
             return Err(PlanError::BadNode { node: "-".into(), reason: "risk_controls must be an object".into() });
         }
+        if let Some(path) = crate::protocol::inexact_integer(&self.risk_controls) {
+            return Err(PlanError::BadNode { node: "-".into(), reason: inexact(&format!("risk_controls{path}")) });
+        }
         crate::risk::RiskLimits::from_plan(&self.risk_controls)
             .map_err(|reason| PlanError::BadNode { node: "-".into(), reason })?;
         Ok(())
@@ -243,6 +246,14 @@ impl PlanDefinition {
     }
 }
 
+/// Why an integer beyond ±2^53 is refused.
+pub fn inexact(path: &str) -> String {
+    format!(
+        "{path} is an integer beyond ±2^53, which executors cannot receive exactly (the wire carries doubles); \
+         write it as a decimal string"
+    )
+}
+
 impl PlanNode {
     fn validate(&self) -> Result<(), PlanError> {
         let bad = |reason: &str| PlanError::BadNode { node: self.node_key.clone(), reason: reason.into() };
@@ -266,6 +277,11 @@ impl PlanNode {
         }
         if !self.timeout_policy.is_object() {
             return Err(bad("timeout_policy must be an object"));
+        }
+        for (field, v) in [("config", &self.config), ("timeout_policy", &self.timeout_policy)] {
+            if let Some(path) = crate::protocol::inexact_integer(v) {
+                return Err(bad(&inexact(&format!("{field}{path}"))));
+            }
         }
         if let Some(v) = self.timeout_policy.get("observe_seconds") {
             if !v.as_f64().is_some_and(|s| (0.0..=MAX_OBSERVE_SECONDS).contains(&s)) {

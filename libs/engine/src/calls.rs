@@ -61,6 +61,7 @@ pub fn error_code(e: &ExecutorError) -> &'static str {
         ExecutorError::Unavailable(_) | ExecutorError::NotImplemented => codes::EXECUTOR_UNAVAILABLE,
         ExecutorError::Timeout(_) => codes::EXECUTOR_TIMEOUT,
         ExecutorError::Protocol(_) => codes::EXECUTOR_PROTOCOL_ERROR,
+        ExecutorError::Request(_) => codes::REQUEST_NOT_ENCODABLE,
     }
 }
 
@@ -69,6 +70,7 @@ pub fn outcome(e: &ExecutorError) -> &'static str {
         ExecutorError::Unavailable(_) | ExecutorError::NotImplemented => "transport_error",
         ExecutorError::Timeout(_) => "timeout",
         ExecutorError::Protocol(_) => "protocol_error",
+        ExecutorError::Request(_) => "not_sent",
     }
 }
 

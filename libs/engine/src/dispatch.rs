@@ -606,7 +606,7 @@ impl Engine {
     ) -> Result<()> {
         // Before submit nothing left qtg: unreachable, slow or garbled all mean FAILED.
         let code = match e {
-            ExecutorError::Protocol(_) => codes::EXECUTOR_PROTOCOL_ERROR,
+            ExecutorError::Protocol(_) | ExecutorError::Request(_) => calls::error_code(e),
             _ => codes::EXECUTOR_UNAVAILABLE,
         };
         let detail = e.to_string();

@@ -32,6 +32,10 @@ pub enum ExecutorError {
     /// The executor does not implement this method (health only).
     #[error("not implemented")]
     NotImplemented,
+    /// qtg could not build or encode the request: nothing was sent, and the executor is not
+    /// to blame.
+    #[error("qtg could not encode the request (nothing was sent): {0}")]
+    Request(String),
 }
 
 /// What `prepare` answers.

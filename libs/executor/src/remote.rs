@@ -153,7 +153,7 @@ async fn http_call<Req: Serialize, Resp: DeserializeOwned>(
 ) -> Result<Option<Resp>, ExecutorError> {
     let url = format!("{}/{}", base.trim_end_matches('/'), path);
     let bytes = match body {
-        Some(b) => serde_json::to_vec(b).map_err(|e| ExecutorError::Protocol(e.to_string()))?,
+        Some(b) => serde_json::to_vec(b).map_err(|e| ExecutorError::Request(e.to_string()))?,
         None => Vec::new(),
     };
     let mut req = if body.is_some() { client.post(&url) } else { client.get(&url) }.timeout(endpoint.timeout);
@@ -233,7 +233,7 @@ impl RemoteExecutor {
     }
 
     fn ctx(&self, ctx: &ExecutionContext) -> Result<Option<pb::ExecutionContext>, ExecutorError> {
-        wire(convert::context_to_wire(ctx)).map(Some)
+        convert::context_to_wire(ctx).map(Some).map_err(|e| ExecutorError::Request(e.to_string()))
     }
 
     /// One result-returning call over either transport.
@@ -409,7 +409,7 @@ impl RemoteSigner {
 impl Signer for RemoteSigner {
     async fn sign(&self, req: &SignRequest) -> Result<SignResult, SignError> {
         let wire_req =
-            convert::sign_request_to_wire(req).map_err(|e| SignError::Call(ExecutorError::Protocol(e.to_string())))?;
+            convert::sign_request_to_wire(req).map_err(|e| SignError::Call(ExecutorError::Request(e.to_string())))?;
         let resp = match &self.conn {
             Conn::Grpc(client) => {
                 let mut client = client.clone();

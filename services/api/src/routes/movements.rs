@@ -67,6 +67,11 @@ impl CreateMovementBody {
                 ))
             }
         }
+        for (field, v) in [("intent", Some(&self.intent)), ("input_params", self.input_params.as_ref())] {
+            if let Some(path) = v.and_then(|m| qtg_core::protocol::inexact_integer(&Value::Object(m.clone()))) {
+                return Err(ApiError::validation(qtg_core::plan::inexact(&format!("{field}{path}"))));
+            }
+        }
         for key in ["source", "destination"] {
             if self.intent.get(key).is_some_and(|v| !(v.is_string() || v.is_object() || v.is_null())) {
                 return Err(ApiError::validation(format!("intent.{key} must be a string or an object")));

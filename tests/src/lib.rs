@@ -137,6 +137,9 @@ impl Proc {
             .env("MG_EXECUTOR_REGISTRY", registry_file())
             // A small clock-skew margin lets tests nest short graces (grace > window + skew).
             .env("MG_CLOCK_SKEW_MARGIN_SECONDS", "0.2")
+            // Tests approve right after start, before a health worker may have run; the strict
+            // gate (the default) has its own test (health.rs).
+            .env("MG_APPROVAL_HEALTH_GATE", "down-only")
             .env("RUST_LOG", "info");
         for (k, v) in extra {
             cmd.env(k, v);

@@ -153,3 +153,50 @@ async fn health_drives_the_roster_and_the_approval_gate() -> anyhow::Result<()> 
     db.drop_db().await;
     Ok(())
 }
+
+/// The strict gate (every process's default) fails closed: an approval needs each bound
+/// executor up and checked within three health intervals — never checked or stale refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approval_gate_fails_closed_on_unknown_and_stale_health() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let strict = [("MG_APPROVAL_HEALTH_GATE", "strict"), ("MG_EXECUTOR_HEALTH_INTERVAL_SECONDS", "1")];
+    let api = Api::start(&db.url, &strict).await?;
+    let keys = Keys::create(&api).await?;
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "t.gate", "nodes": [
+        {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"}]}),
+    )
+    .await?;
+    let create = |idem: &str| json!({"template_key": "t.gate", "intent": {"asset": "USDC", "amount": "1"}, "idempotency_key": idem});
+    let m = api.ok("POST", "/v3/movements", &keys.requester, Some(create("g-1")), 201).await?;
+    let id = m["id"].as_str().unwrap().to_string();
+    let approve = format!("/v3/movements/{id}/approve");
+
+    // No health worker has run: nothing vouches for the executor.
+    let (s, b) = api.call("POST", &approve, &keys.approver, None).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (409, Some("EXECUTOR_HEALTH_UNKNOWN")), "{b}");
+    assert!(b["error"]["message"].as_str().unwrap_or("").contains("exec.sim.transfer"), "{b}");
+    assert_eq!(request_state(&db.pool, id.parse()?).await?, "PENDING_APPROVAL", "a refused approval changes nothing");
+
+    // Once qtg-health has checked it, the approval goes through.
+    let mut health = Proc::spawn("qtg-health", &db.url, &strict).await?;
+    let fresh = "SELECT bool_and(health_state = 'up' AND last_health_checked_at > now() - interval '2 seconds')
+                 FROM executors WHERE executor_key = 'exec.sim.transfer' AND $1 IS NOT NULL";
+    wait_db(&db.pool, fresh, id.parse()?, Duration::from_secs(20)).await?;
+    api.ok("POST", &approve, &keys.approver, None, 200).await?;
+
+    // The health worker stops: after three intervals its last check no longer vouches.
+    health.signal("KILL");
+    health.wait_exit(Duration::from_secs(10)).await?;
+    let m = api.ok("POST", "/v3/movements", &keys.requester, Some(create("g-2")), 201).await?;
+    let id2 = m["id"].as_str().unwrap().to_string();
+    let stale = "SELECT bool_and(last_health_checked_at < now() - interval '3.2 seconds')
+                 FROM executors WHERE executor_key = 'exec.sim.transfer' AND $1 IS NOT NULL";
+    wait_db(&db.pool, stale, id2.parse()?, Duration::from_secs(20)).await?;
+    let (s, b) = api.call("POST", &format!("/v3/movements/{id2}/approve"), &keys.approver, None).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (409, Some("EXECUTOR_HEALTH_STALE")), "{b}");
+    db.drop_db().await;
+    Ok(())
+}

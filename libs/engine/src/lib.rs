@@ -90,6 +90,20 @@ pub struct EngineSettings {
     /// only within `submit_window` minus it; recovery takes a SUBMITTING node only after
     /// `submit_by` plus it.
     pub clock_skew_seconds: f64,
+    /// What an approval needs of the movement's executors and signers
+    /// (`MG_APPROVAL_HEALTH_GATE`).
+    pub approval_health_gate: HealthGate,
+    /// A health check older than this does not vouch for an approval (three health intervals).
+    pub health_stale_seconds: f64,
+}
+
+/// The approval gate on bound executors' and signers' health.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum HealthGate {
+    /// Fails closed: each must be `up`, checked within `health_stale_seconds`.
+    Strict,
+    /// Refuses only what is known to be `down`.
+    DownOnly,
 }
 
 impl EngineSettings {
@@ -117,6 +131,9 @@ impl Default for EngineSettings {
             lease_seconds: 120.0,
             submit_window_seconds: 40.0,
             clock_skew_seconds: 5.0,
+            // In-process engines (tests, tools) run no health worker; processes take strict.
+            approval_health_gate: HealthGate::DownOnly,
+            health_stale_seconds: 180.0,
         }
     }
 }

@@ -29,6 +29,12 @@ pub enum OpError {
     IdempotencyConflict,
     #[error("bound executors or signers are down: {0:?}")]
     ExecutorDown(Vec<String>),
+    /// Strict gate: a bound executor or signer whose health is unknown or never checked.
+    #[error("bound executors or signers have no known health: {0:?}")]
+    ExecutorHealthUnknown(Vec<String>),
+    /// Strict gate: a bound executor or signer last checked too long ago.
+    #[error("the health of bound executors or signers is stale: {0:?}")]
+    ExecutorHealthStale(Vec<String>),
     #[error("{0}")]
     Conflict(String),
     /// A submit attempt may have reached the venue; only recovery decides it.
@@ -178,6 +184,38 @@ impl Engine {
     /// Every limit against this movement `id` (hard cap, destination, each velocity window).
     /// Velocity checks of one bucket are serialised by a transaction-scoped lock. A refusal is
     /// logged with who tried what (the refused request itself leaves nothing behind).
+    /// The approval gate: bound executors and signers known to be down always refuse; under
+    /// the strict gate (the default of every process) so do unknown, never-seen and stale
+    /// ones — an approval fails closed.
+    async fn health_gate(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        executor_keys: &[String],
+        signer_keys: &[String],
+    ) -> Result<(), OpError> {
+        let stale = self.settings.health_stale_seconds;
+        let unhealthy = mq::unhealthy_bindings(conn, executor_keys, signer_keys, stale).await?;
+        let of = |why: &[&str]| -> Vec<String> {
+            unhealthy.iter().filter(|(_, w)| why.contains(&w.as_str())).map(|(k, w)| format!("{k} ({w})")).collect()
+        };
+        let down = of(&["down"]);
+        if !down.is_empty() {
+            return Err(OpError::ExecutorDown(down));
+        }
+        if self.settings.approval_health_gate == crate::HealthGate::DownOnly {
+            return Ok(());
+        }
+        let unknown = of(&["unknown", "missing"]);
+        if !unknown.is_empty() {
+            return Err(OpError::ExecutorHealthUnknown(unknown));
+        }
+        let stale = of(&["stale"]);
+        if !stale.is_empty() {
+            return Err(OpError::ExecutorHealthStale(stale));
+        }
+        Ok(())
+    }
+
     async fn check_risk(
         &self,
         tx: &mut sqlx::PgConnection,
@@ -236,10 +274,7 @@ impl Engine {
                 .ok_or(OpError::NotFound("template version"))?;
             let executor_keys: Vec<String> = pv.plan.nodes.iter().map(|n| n.executor_key.clone()).collect();
             let signer_keys: Vec<String> = pv.plan.nodes.iter().filter_map(|n| n.signer_key.clone()).collect();
-            let down = mq::down_bindings(&mut tx, &executor_keys, &signer_keys).await?;
-            if !down.is_empty() {
-                return Err(OpError::ExecutorDown(down));
-            }
+            self.health_gate(&mut tx, &executor_keys, &signer_keys).await?;
             let (limits, amount) = self.risk_limits(&pv.plan.risk_controls, &row.intent)?;
             self.check_risk(&mut tx, &limits, &amount, &row.intent, id).await?;
             let needed = row.approvals_required.max(limits.approvals_needed(&amount) as i32);

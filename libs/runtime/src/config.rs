@@ -68,6 +68,10 @@ pub struct Settings {
     pub shutdown_grace: Duration,
     /// `MG_WORKERS_ENABLED` (the all-in-one `qtg`): run the workers, not only the API.
     pub workers_enabled: bool,
+    /// `MG_APPROVAL_HEALTH_GATE` (`strict`): `strict` refuses an approval unless every bound
+    /// executor and signer is up and checked within three health intervals; `down-only`
+    /// refuses only those known to be down.
+    pub approval_health_gate_strict: bool,
     /// `MG_STRICT_SETTINGS` (false): an `MG_*` variable no part of the process reads is fatal
     /// at start instead of a warning.
     pub strict_settings: bool,
@@ -315,11 +319,19 @@ impl Settings {
             shutdown_grace: s.interval("MG_SHUTDOWN_GRACE_SECONDS", 30.0)?,
             workers_enabled: s.flag("MG_WORKERS_ENABLED", true)?,
             strict_settings: s.flag("MG_STRICT_SETTINGS", false)?,
+            approval_health_gate_strict: match s.text("MG_APPROVAL_HEALTH_GATE").as_deref() {
+                None | Some("strict") => true,
+                Some("down-only") => false,
+                Some(other) => {
+                    return Err(Source::err("MG_APPROVAL_HEALTH_GATE", format!("{other:?} is not strict|down-only")))
+                }
+            },
             risk: risk_limits(&s)?,
             otlp_endpoint: s.text("OTEL_EXPORTER_OTLP_ENDPOINT"),
             otel_service_name: s.text("OTEL_SERVICE_NAME"),
             effective: BTreeMap::new(),
         };
+        s.note("MG_APPROVAL_HEALTH_GATE", if settings.approval_health_gate_strict { "strict" } else { "down-only" });
         settings.fence_times(&s)?;
         if let Some(k) = &settings.bootstrap_admin_key {
             if k.len() < 16 {

@@ -156,21 +156,37 @@ pub async fn list(
 }
 
 /// Executor and signer keys among `keys` whose recorded health is `down`.
-pub async fn down_bindings(
+/// The executors and signers among `executor_keys` / `signer_keys` whose health does not
+/// vouch for them, each with why: `down`, `unknown` (never checked, or not up), `missing`
+/// (qtg-health has not seen it) or `stale` (last checked more than `stale_after_seconds` ago).
+pub async fn unhealthy_bindings(
     conn: &mut PgConnection,
     executor_keys: &[String],
     signer_keys: &[String],
-) -> Result<Vec<String>> {
-    Ok(sqlx::query_scalar(
-        "SELECT executor_key FROM executors WHERE executor_key = ANY($1) AND health_state = 'down'
-         UNION ALL
-         SELECT signer_key FROM signers WHERE signer_key = ANY($2) AND health_state = 'down'
-         ORDER BY 1",
+    stale_after_seconds: f64,
+) -> Result<Vec<(String, String)>> {
+    let rows = sqlx::query(
+        "WITH bound AS (
+             SELECT k, e.health_state AS state, e.last_health_checked_at AS checked, e.executor_key IS NOT NULL AS seen
+             FROM unnest($1::text[]) AS k LEFT JOIN executors e ON e.executor_key = k
+             UNION
+             SELECT k, s.health_state, s.last_health_checked_at, s.signer_key IS NOT NULL
+             FROM unnest($2::text[]) AS k LEFT JOIN signers s ON s.signer_key = k)
+         SELECT k, CASE WHEN NOT seen THEN 'missing'
+                        WHEN state = 'down' THEN 'down'
+                        WHEN state <> 'up' OR checked IS NULL THEN 'unknown'
+                        WHEN checked < now() - make_interval(secs => $3) THEN 'stale'
+                   END AS why
+         FROM bound
+         WHERE NOT seen OR state <> 'up' OR checked IS NULL OR checked < now() - make_interval(secs => $3)
+         ORDER BY k",
     )
     .bind(executor_keys)
     .bind(signer_keys)
+    .bind(stale_after_seconds)
     .fetch_all(&mut *conn)
-    .await?)
+    .await?;
+    rows.iter().map(|r| Ok((r.try_get("k")?, r.try_get("why")?))).collect()
 }
 
 /// The bucket a velocity limit counts in, from an intent's asset and source (SQL over a jsonb

@@ -70,6 +70,19 @@ impl From<OpError> for ApiError {
                 "EXECUTOR_DOWN",
                 format!("bound executor/signer is down: {}", keys.join(", ")),
             ),
+            OpError::ExecutorHealthUnknown(keys) => ApiError::new(
+                StatusCode::CONFLICT,
+                "EXECUTOR_HEALTH_UNKNOWN",
+                format!(
+                    "no known health for bound executor/signer (qtg-health has not vouched for it): {}",
+                    keys.join(", ")
+                ),
+            ),
+            OpError::ExecutorHealthStale(keys) => ApiError::new(
+                StatusCode::CONFLICT,
+                "EXECUTOR_HEALTH_STALE",
+                format!("the last health check of bound executor/signer is too old: {}", keys.join(", ")),
+            ),
             OpError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "CONFLICT", m),
             OpError::SubmitAttemptPending(m) => ApiError::new(StatusCode::CONFLICT, "SUBMIT_ATTEMPT_PENDING", m),
             OpError::Risk(v) => ApiError {

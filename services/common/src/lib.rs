@@ -186,6 +186,14 @@ impl Process {
                 },
                 risk: s.risk.clone(),
                 lease_seconds: s.lease_seconds,
+                approval_health_gate: if s.approval_health_gate_strict {
+                    qtg_engine::HealthGate::Strict
+                } else {
+                    qtg_engine::HealthGate::DownOnly
+                },
+                // Three health intervals.
+                health_stale_seconds: 3.0
+                    * s.worker("executor_health").map(|w| w.interval.as_secs_f64()).unwrap_or(60.0),
                 submit_window_seconds: s.submit_window_seconds,
                 clock_skew_seconds: s.clock_skew_seconds,
             },

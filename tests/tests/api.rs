@@ -197,3 +197,85 @@ async fn concurrent_identical_creates_make_one_movement() -> anyhow::Result<()> 
     db.drop_db().await;
     Ok(())
 }
+
+/// Side doors of the API: callback URLs that tunnel to private or metadata addresses, an
+/// integer an executor cannot receive exactly, a secret counted in characters, and router
+/// errors as JSON bodies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn side_doors_are_refused_with_json_errors() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    // Private addresses allowed: metadata services stay refused unless named.
+    let api = Api::start(&db.url, &[("MG_CALLBACK_ALLOW_PRIVATE", "true")]).await?;
+    let keys = Keys::create(&api).await?;
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "t.doors", "nodes": [
+        {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"}]}),
+    )
+    .await?;
+    let body = |idem: &str, extra: serde_json::Value| {
+        let mut b =
+            json!({"template_key": "t.doors", "idempotency_key": idem, "intent": {"asset": "USDC", "amount": "1"}});
+        b.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+        b
+    };
+    for (i, url) in [
+        "http://169.254.169.254/latest/meta-data",
+        "http://[fd00:ec2::254]/latest",
+        "http://[::ffff:169.254.169.254]/",
+        "http://[64:ff9b::a9fe:a9fe]/",
+        "http://[2002:a9fe:a9fe::1]/",
+        "http://100.100.100.200/",
+    ]
+    .iter()
+    .enumerate()
+    {
+        let (s, b) = api
+            .call("POST", "/v3/movements", &keys.requester, Some(body(&format!("m-{i}"), json!({"callback_url": url}))))
+            .await?;
+        assert_eq!((s, b["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{url}: {b}");
+        assert!(b["error"]["message"].as_str().unwrap_or("").contains("metadata"), "{url}: {b}");
+    }
+    // A NAT64 form of a private address is private: allowed here, as MG_CALLBACK_ALLOW_PRIVATE says.
+    api.ok(
+        "POST",
+        "/v3/movements",
+        &keys.requester,
+        Some(body("m-nat64", json!({"callback_url": "http://[64:ff9b::a00:1]/cb"}))),
+        201,
+    )
+    .await?;
+    // 8 characters of 2 bytes each are 8 characters, not 16.
+    let (s, b) = api
+        .call(
+            "POST",
+            "/v3/movements",
+            &keys.requester,
+            Some(body("m-secret", json!({"callback_url": "https://h.example/cb", "callback_secret": "éééééééé"}))),
+        )
+        .await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{b}");
+    // An amount in wei as a number cannot reach an executor exactly.
+    let (s, b) = api
+        .call(
+            "POST",
+            "/v3/movements",
+            &keys.requester,
+            Some(body("m-wei", json!({"input_params": {"value_wei": 9007199254740993_u64}}))),
+        )
+        .await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{b}");
+    assert!(b["error"]["message"].as_str().unwrap_or("").contains("input_params.value_wei"), "{b}");
+    let count: i64 = sqlx::query_scalar("SELECT count(*) FROM movement_requests").fetch_one(&db.pool).await?;
+    assert_eq!(count, 1, "refusals changed nothing");
+    // Router refusals are JSON error bodies too.
+    let (s, b) = api.call("DELETE", "/v3/movements", &keys.requester, None).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (405, Some("METHOD_NOT_ALLOWED")), "{b}");
+    let (s, b) = api.call("GET", "/v3/nowhere", &keys.requester, None).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (404, Some("NOT_FOUND")), "{b}");
+    let (s, b) = api.call("GET", "/v3/movements/not-a-uuid", &keys.requester, None).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (404, Some("NOT_FOUND")), "{b}");
+    db.drop_db().await;
+    Ok(())
+}

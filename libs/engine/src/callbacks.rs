@@ -38,31 +38,86 @@ impl std::fmt::Debug for CallbackSettings {
     }
 }
 
-/// Addresses a callback may never reach unless explicitly allowed.
-pub fn forbidden_ip(ip: IpAddr) -> bool {
+/// Why an address may not be called back.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Forbidden {
+    /// Private, loopback, link-local, multicast, or a form that tunnels to such an address:
+    /// allowed with `MG_CALLBACK_ALLOW_PRIVATE` or a host named in `MG_CALLBACK_ALLOWED_HOSTS`.
+    Private,
+    /// A cloud metadata service: allowed only for a host named in `MG_CALLBACK_ALLOWED_HOSTS`,
+    /// never by `MG_CALLBACK_ALLOW_PRIVATE` alone.
+    Metadata,
+}
+
+/// What forbids calling `ip`, if anything. IPv6 forms that carry an IPv4 address (mapped,
+/// compatible, SIIT, NAT64, 6to4) are judged by that address, and the tunnelling prefixes
+/// themselves (NAT64, 6to4, Teredo) and site-local are private.
+pub fn forbidden(ip: IpAddr) -> Option<Forbidden> {
     match ip {
         IpAddr::V4(v4) => {
             let o = v4.octets();
-            v4.is_loopback()
+            if v4.is_link_local() || v4.octets() == [100, 100, 100, 200] {
+                // 169.254.169.254 (AWS, GCP, Azure), 169.254.170.2 (ECS), 100.100.100.200 (Alibaba)
+                return Some(Forbidden::Metadata);
+            }
+            let private = v4.is_loopback()
                 || v4.is_private()
-                || v4.is_link_local() // includes 169.254.169.254, the cloud metadata service
                 || v4.is_unspecified()
                 || v4.is_broadcast()
                 || v4.is_multicast()
                 || (o[0] == 100 && (o[1] & 0xc0) == 64) // 100.64.0.0/10, carrier-grade NAT
+                || (o[0] == 192 && o[1] == 0 && o[2] == 0) // 192.0.0.0/24, IETF protocol assignments
+                || (o[0] == 198 && (o[1] & 0xfe) == 18) // 198.18.0.0/15, benchmarking
                 || o[0] == 0
+                || o[0] >= 240; // reserved
+            private.then_some(Forbidden::Private)
         }
         IpAddr::V6(v6) => {
-            if let Some(v4) = v6.to_ipv4_mapped() {
-                return forbidden_ip(IpAddr::V4(v4));
-            }
             let s = v6.segments();
-            v6.is_loopback()
+            let v4 = |hi: u16, lo: u16| IpAddr::V4(std::net::Ipv4Addr::from(((hi as u32) << 16) | lo as u32));
+            // ::ffff:a.b.c.d (mapped), ::ffff:0:a.b.c.d (SIIT), ::a.b.c.d (IPv4-compatible).
+            let mapped = s[..5] == [0; 5] && s[5] == 0xffff;
+            let siit = s[..4] == [0; 4] && s[4] == 0xffff && s[5] == 0;
+            let compatible = s[..6] == [0; 6] && !(s[6] == 0 && s[7] <= 1);
+            let embedded = (mapped || siit || compatible).then(|| v4(s[6], s[7]));
+            if let Some(inner) = embedded {
+                return forbidden(inner);
+            }
+            if s[..3] == [0xfd00, 0x0ec2, 0] {
+                return Some(Forbidden::Metadata); // fd00:ec2::254 (AWS IPv6 metadata)
+            }
+            let nat64 = (s[0] == 0x64 && s[1] == 0xff9b && (s[2..6] == [0; 4] || s[2] == 1)).then(|| v4(s[6], s[7]));
+            let six_to_four = (s[0] == 0x2002).then(|| v4(s[1], s[2]));
+            if let Some(inner) = nat64.or(six_to_four) {
+                return Some(forbidden(inner).unwrap_or(Forbidden::Private).max_with(Forbidden::Private));
+            }
+            let private = v6.is_loopback()
                 || v6.is_unspecified()
                 || v6.is_multicast()
                 || (s[0] & 0xfe00) == 0xfc00 // unique local
                 || (s[0] & 0xffc0) == 0xfe80 // link local
+                || (s[0] & 0xffc0) == 0xfec0 // site local (deprecated)
+                || (s[0] == 0x2001 && s[1] == 0) // Teredo
+                || (s[0] == 0x2001 && s[1] == 0x0db8); // documentation
+            private.then_some(Forbidden::Private)
         }
+    }
+}
+
+impl Forbidden {
+    /// The stricter of the two.
+    fn max_with(self, other: Forbidden) -> Forbidden {
+        if self == Forbidden::Metadata || other == Forbidden::Metadata {
+            Forbidden::Metadata
+        } else {
+            Forbidden::Private
+        }
+    }
+
+    /// Whether this deployment's settings allow calling `host` despite it.
+    fn allowed(self, host: &str, allow_private: bool, allowed_hosts: &[String]) -> bool {
+        let named = allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(host.trim_matches(['[', ']'])));
+        named || (self == Forbidden::Private && allow_private)
     }
 }
 
@@ -84,13 +139,21 @@ pub fn check_url_syntax(
         return Err(format!("callback_url scheme {:?} is not http or https", parsed.scheme()));
     }
     let host = parsed.host_str().ok_or_else(|| "callback_url has no host".to_string())?;
-    let allowed = allow_private || allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(host));
     if let Ok(ip) = host.trim_matches(['[', ']']).parse::<IpAddr>() {
-        if forbidden_ip(ip) && !allowed {
-            return Err(format!("refused: callback_url host {host} is a private, loopback or link-local address"));
+        if let Some(why) = forbidden(ip).filter(|f| !f.allowed(host, allow_private, allowed_hosts)) {
+            return Err(refusal(host, ip, why));
         }
     }
     Ok(parsed)
+}
+
+fn refusal(host: &str, ip: IpAddr, why: Forbidden) -> String {
+    match why {
+        Forbidden::Private => {
+            format!("refused: callback_url host {host} is {ip}, a private, loopback or link-local address")
+        }
+        Forbidden::Metadata => format!("refused: callback_url host {host} is {ip}, a cloud metadata service"),
+    }
 }
 
 /// The SSRF guard: resolves the host and refuses if any address is forbidden (unless the
@@ -100,19 +163,15 @@ pub async fn check_destination(url: &str, s: &CallbackSettings) -> std::result::
     let parsed = check_url_syntax(url, s.allow_private, &s.allowed_hosts)?;
     let host = parsed.host_str().unwrap_or_default().to_string();
     let port = parsed.port_or_known_default().unwrap_or(80);
-    let allowed = s.allow_private || s.allowed_hosts.iter().any(|h| h.eq_ignore_ascii_case(&host));
     let lookup = host.trim_matches(['[', ']']).to_string();
     let addrs: Vec<SocketAddr> = tokio::net::lookup_host((lookup.as_str(), port))
         .await
         .map_err(|e| format!("cannot resolve {host}: {e}"))?
         .collect();
     let first = *addrs.first().ok_or_else(|| format!("{host} resolves to no address"))?;
-    if !allowed {
-        if let Some(bad) = addrs.iter().find(|a| forbidden_ip(a.ip())) {
-            return Err(format!(
-                "refused: {host} resolves to {} (private, loopback, link-local or metadata)",
-                bad.ip()
-            ));
+    for a in &addrs {
+        if let Some(why) = forbidden(a.ip()).filter(|f| !f.allowed(&host, s.allow_private, &s.allowed_hosts)) {
+            return Err(refusal(&host, a.ip(), why));
         }
     }
     Ok((host, first))
@@ -161,7 +220,9 @@ impl Engine {
         let body = serde_json::to_vec(&row.payload).map_err(|e| fail(e.to_string()))?;
         let ts = row.callback_timestamp.to_string();
         qtg_executor::remote::install_tls_provider();
+        // No proxy: a proxy would resolve the host itself and undo the pinned address.
         let client = reqwest::Client::builder()
+            .no_proxy()
             .redirect(reqwest::redirect::Policy::none())
             .timeout(s.timeout)
             .resolve(&host, addr)
@@ -211,12 +272,46 @@ mod tests {
             "fd00::1",
             "fe80::1",
             "::ffff:127.0.0.1",
+            // Forms that carry or tunnel to an IPv4 address, and site-local.
+            "::ffff:0:10.0.0.1",   // SIIT
+            "::10.0.0.1",          // IPv4-compatible
+            "64:ff9b::a00:1",      // NAT64 of 10.0.0.1
+            "64:ff9b::808:808",    // NAT64 prefix itself, whatever it embeds
+            "64:ff9b:1::1",        // local-use NAT64
+            "2002:a00:1::1",       // 6to4 of 10.0.0.1
+            "2002:808:808::1",     // 6to4 prefix itself
+            "fec0::1",             // site-local
+            "2001:0:4136:e378::1", // Teredo
+            "198.18.0.1",
+            "240.0.0.1",
         ] {
-            assert!(forbidden_ip(bad.parse().unwrap()), "{bad}");
+            assert!(forbidden(bad.parse().unwrap()).is_some(), "{bad}");
         }
-        for ok in ["8.8.8.8", "1.1.1.1", "2606:4700::1111"] {
-            assert!(!forbidden_ip(ok.parse().unwrap()), "{ok}");
+        for metadata in [
+            "169.254.169.254",
+            "169.254.170.2",
+            "100.100.100.200",
+            "fd00:ec2::254",
+            "::ffff:169.254.169.254",
+            "64:ff9b::a9fe:a9fe",
+            "2002:a9fe:a9fe::1",
+        ] {
+            assert_eq!(forbidden(metadata.parse().unwrap()), Some(Forbidden::Metadata), "{metadata}");
         }
+        for ok in ["8.8.8.8", "1.1.1.1", "2606:4700::1111", "::ffff:8.8.8.8"] {
+            assert_eq!(forbidden(ok.parse().unwrap()), None, "{ok}");
+        }
+    }
+
+    #[test]
+    fn metadata_needs_the_host_named_even_when_private_is_allowed() {
+        assert!(check_url_syntax("http://169.254.169.254/latest", true, &[]).is_err());
+        assert!(check_url_syntax("http://[fd00:ec2::254]/latest", true, &[]).is_err());
+        assert!(check_url_syntax("http://[64:ff9b::a9fe:a9fe]/", true, &[]).is_err());
+        assert!(check_url_syntax("http://169.254.169.254/latest", false, &["169.254.169.254".into()]).is_ok());
+        assert!(check_url_syntax("http://[64:ff9b::a00:1]/x", false, &[]).is_err());
+        assert!(check_url_syntax("http://[64:ff9b::a00:1]/x", true, &[]).is_ok());
+        assert!(check_url_syntax("http://[fec0::1]/x", false, &[]).is_err());
     }
 
     #[test]

@@ -73,7 +73,8 @@ pub fn install_tls_provider() {
 
 fn http_client(tls: Option<&TlsClient>) -> Result<reqwest::Client, String> {
     install_tls_provider();
-    let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none());
+    // Executors are called directly: an HTTP(S)_PROXY in the environment is not used.
+    let builder = reqwest::Client::builder().redirect(reqwest::redirect::Policy::none()).no_proxy();
     let builder = match tls {
         Some(t) => builder.tls_backend_preconfigured(t.rustls_config()?),
         None => builder,

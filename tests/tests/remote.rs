@@ -434,3 +434,40 @@ async fn each_remote_failure_has_its_protocol_semantics() -> anyhow::Result<()> 
     db.drop_db().await;
     Ok(())
 }
+
+/// A signed executor request cannot be replayed nor re-targeted to another operation: the
+/// v4 signature covers the operation and the SDK refuses a nonce it has seen.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn signed_requests_cannot_be_replayed_or_retargeted() -> anyhow::Result<()> {
+    use qtg_wire_auth::{target, Credentials, EXECUTOR_SERVICE};
+    let db = TestDb::new().await?;
+    let remote = start_example(&db, 2000, &[]).await?;
+    let http = remote.proc.wait_field("http_addr", Duration::from_secs(20)).await?;
+    let client = http_client();
+    let body = br#"{"executorKey":"exec.ex.http"}"#.to_vec();
+    let send = |op: &'static str, headers: Vec<(&'static str, String)>| {
+        let mut req = client.post(format!("http://{http}/{op}")).header("content-type", "application/json");
+        for (k, v) in headers {
+            req = req.header(k, v);
+        }
+        req.body(body.clone()).send()
+    };
+    let creds = Credentials::Hmac(EXAMPLE_HMAC_SECRET.as_bytes().to_vec());
+    let signed = creds.headers(&target(EXECUTOR_SERVICE, "preflight"), &body);
+    // Authenticated (the body itself is then refused as incomplete, not as unauthorized).
+    let first = send("preflight", signed.clone()).await?;
+    assert_ne!(first.status().as_u16(), 401, "{:?}", first.text().await?);
+    // The same request again: a replay.
+    let again = send("preflight", signed).await?;
+    assert_eq!(again.status().as_u16(), 401);
+    assert!(again.text().await?.contains("replayed"));
+    // Signed for preflight, sent to submit: refused.
+    let retargeted = send("submit", creds.headers(&target(EXECUTOR_SERVICE, "preflight"), &body)).await?;
+    assert_eq!(retargeted.status().as_u16(), 401);
+    // An old v3 signature (no operation in it) is refused too.
+    let ts = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_secs().to_string();
+    let v3 = qtg_wire_auth::signature_headers(EXAMPLE_HMAC_SECRET.as_bytes(), &ts, "v3-nonce", &body);
+    assert_eq!(send("preflight", v3).await?.status().as_u16(), 401);
+    db.drop_db().await;
+    Ok(())
+}

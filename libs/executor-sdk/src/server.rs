@@ -22,7 +22,7 @@ use qtg_proto::signer::v1::signer_service_server::{SignerService, SignerServiceS
 
 use crate::fence::{Fenced, KeyStore, MemoryKeyStore};
 use crate::{Handler, HandlerError, PrepareOutcome, SignerError, SignerHandler, SubmitCall};
-use qtg_wire_auth::Verifier;
+use qtg_wire_auth::{NonceCache, Verifier, EXECUTOR_SERVICE, SIGNER_SERVICE};
 
 #[derive(Clone, Default)]
 pub struct ServeConfig {
@@ -120,6 +120,7 @@ pub async fn serve<H: Handler>(
     shutdown: CancellationToken,
 ) -> anyhow::Result<Running> {
     let durable = config.key_store.is_some();
+    let guard = Guard { verifier: config.auth.clone(), nonces: Arc::new(NonceCache::default()) };
     let keys: Arc<dyn KeyStore> = match config.key_store.clone() {
         Some(k) => k,
         None => {
@@ -141,11 +142,9 @@ pub async fn serve<H: Handler>(
         let reflection = tonic_reflection::server::Builder::configure()
             .register_encoded_file_descriptor_set(qtg_proto::FILE_DESCRIPTOR_SET)
             .build_v1()?;
-        let service = ExecutorServiceServer::new(Grpc { handler: handler.clone(), auth: config.auth.clone() });
-        let signer = config
-            .signer
-            .clone()
-            .map(|s| SignerServiceServer::new(GrpcSigner { signer: s, auth: config.auth.clone() }));
+        let service = ExecutorServiceServer::new(Grpc { handler: handler.clone(), auth: guard.clone() });
+        let signer =
+            config.signer.clone().map(|s| SignerServiceServer::new(GrpcSigner { signer: s, auth: guard.clone() }));
         let token = shutdown.clone();
         let mut builder = tonic::transport::Server::builder();
         if let Some(tls) = &config.tls {
@@ -171,7 +170,7 @@ pub async fn serve<H: Handler>(
     if let Some(addr) = config.http_addr {
         let listener = tokio::net::TcpListener::bind(addr).await?;
         let bound = listener.local_addr()?;
-        let state = HttpState { handler, auth: config.auth.clone() };
+        let state = HttpState { handler, auth: guard.clone() };
         let app = Router::new()
             .route("/preflight", post(http_preflight::<Fenced<H>>))
             .route("/prepare", post(http_prepare::<Fenced<H>>))
@@ -186,7 +185,7 @@ pub async fn serve<H: Handler>(
                 Router::new()
                     .route("/sign", post(http_sign))
                     .route("/health", get(http_signer_health))
-                    .with_state(SignerState { signer, auth: config.auth.clone() }),
+                    .with_state(SignerState { signer, auth: guard.clone() }),
             ),
             None => app,
         };
@@ -295,22 +294,36 @@ async fn do_health<H: Handler>(h: &H, key: &str) -> pb::HealthResponse {
     }
 }
 
+/// How requests are checked: the configured credentials, and the nonces a v4 signature has
+/// used within its window (one cache for both transports).
+#[derive(Clone)]
+struct Guard {
+    verifier: Verifier,
+    nonces: Arc<NonceCache>,
+}
+
+impl Guard {
+    fn check(&self, get: impl Fn(&str) -> Option<String>, service: &str, op: &str, body: &[u8]) -> Result<(), String> {
+        self.verifier.check(get, &qtg_wire_auth::target(service, op), body, &self.nonces)
+    }
+}
+
 struct Grpc<H> {
     handler: Arc<H>,
-    auth: Verifier,
+    auth: Guard,
 }
 
 impl<H: Handler> Grpc<H> {
-    fn authorize<T: Serialize>(&self, req: &Request<T>) -> Result<(), Status> {
-        authorize(&self.auth, req)
+    fn authorize<T: Serialize>(&self, req: &Request<T>, op: &str) -> Result<(), Status> {
+        authorize(&self.auth, req, EXECUTOR_SERVICE, op)
     }
 }
 
 /// Checks a gRPC request's credentials (an HMAC covers the request's canonical JSON).
-fn authorize<T: Serialize>(auth: &Verifier, req: &Request<T>) -> Result<(), Status> {
-    let body = if auth.signs_body() { qtg_wire_auth::grpc_signed_bytes(req.get_ref()) } else { Vec::new() };
+fn authorize<T: Serialize>(auth: &Guard, req: &Request<T>, service: &str, op: &str) -> Result<(), Status> {
+    let body = if auth.verifier.signs_body() { qtg_wire_auth::grpc_signed_bytes(req.get_ref()) } else { Vec::new() };
     let md = req.metadata();
-    auth.check(|k| md.get(k).and_then(|v| v.to_str().ok()).map(String::from), &body)
+    auth.check(|k| md.get(k).and_then(|v| v.to_str().ok()).map(String::from), service, op, &body)
         .map_err(Status::unauthenticated)?;
     log_trace_context("grpc", md.get("traceparent").and_then(|v| v.to_str().ok()));
     Ok(())
@@ -329,40 +342,40 @@ impl<H: Handler> ExecutorService for Grpc<H> {
         &self,
         req: Request<pb::PreflightRequest>,
     ) -> Result<tonic::Response<pb::ExecutionResult>, Status> {
-        self.authorize(&req)?;
+        self.authorize(&req, "preflight")?;
         let r = do_preflight(&*self.handler, req.into_inner()).await.map_err(handler_status)?;
         Ok(tonic::Response::new(r.unwrap_or_default()))
     }
 
     async fn prepare(&self, req: Request<pb::PrepareRequest>) -> Result<tonic::Response<pb::PrepareResponse>, Status> {
-        self.authorize(&req)?;
+        self.authorize(&req, "prepare")?;
         Ok(tonic::Response::new(do_prepare(&*self.handler, req.into_inner()).await.map_err(handler_status)?))
     }
 
     async fn submit(&self, req: Request<pb::SubmitRequest>) -> Result<tonic::Response<pb::ExecutionResult>, Status> {
-        self.authorize(&req)?;
+        self.authorize(&req, "submit")?;
         Ok(tonic::Response::new(do_submit(&*self.handler, req.into_inner()).await.map_err(handler_status)?))
     }
 
     async fn observe(&self, req: Request<pb::ObserveRequest>) -> Result<tonic::Response<pb::ExecutionResult>, Status> {
-        self.authorize(&req)?;
+        self.authorize(&req, "observe")?;
         Ok(tonic::Response::new(do_observe(&*self.handler, req.into_inner()).await.map_err(handler_status)?))
     }
 
     async fn recover(&self, req: Request<pb::RecoverRequest>) -> Result<tonic::Response<pb::ExecutionResult>, Status> {
-        self.authorize(&req)?;
+        self.authorize(&req, "recover")?;
         Ok(tonic::Response::new(do_recover(&*self.handler, req.into_inner()).await.map_err(handler_status)?))
     }
 
     async fn health(&self, req: Request<pb::HealthRequest>) -> Result<tonic::Response<pb::HealthResponse>, Status> {
-        self.authorize(&req)?;
+        self.authorize(&req, "health")?;
         Ok(tonic::Response::new(do_health(&*self.handler, &req.get_ref().executor_key).await))
     }
 }
 
 struct HttpState<H> {
     handler: Arc<H>,
-    auth: Verifier,
+    auth: Guard,
 }
 
 impl<H> Clone for HttpState<H> {
@@ -402,15 +415,21 @@ impl IntoResponse for Rejected {
     }
 }
 
-fn http_input<T: DeserializeOwned>(s: &Verifier, headers: &HeaderMap, body: &Bytes) -> Result<T, Rejected> {
-    s.check(|k| headers.get(k).and_then(|v| v.to_str().ok()).map(String::from), body)
+fn http_input<T: DeserializeOwned>(
+    s: &Guard,
+    headers: &HeaderMap,
+    body: &Bytes,
+    service: &str,
+    op: &str,
+) -> Result<T, Rejected> {
+    s.check(|k| headers.get(k).and_then(|v| v.to_str().ok()).map(String::from), service, op, body)
         .map_err(Rejected::Unauthorized)?;
     log_trace_context("http", headers.get("traceparent").and_then(|v| v.to_str().ok()));
     serde_json::from_slice(body).map_err(|e| Rejected::Invalid(e.to_string()))
 }
 
 async fn http_preflight<H: Handler>(State(s): State<HttpState<H>>, headers: HeaderMap, body: Bytes) -> Response {
-    let req = match http_input(&s.auth, &headers, &body) {
+    let req = match http_input(&s.auth, &headers, &body, EXECUTOR_SERVICE, "preflight") {
         Ok(r) => r,
         Err(rejected) => return rejected.into_response(),
     };
@@ -422,9 +441,9 @@ async fn http_preflight<H: Handler>(State(s): State<HttpState<H>>, headers: Head
 }
 
 macro_rules! http_op {
-    ($name:ident, $op:ident) => {
+    ($name:ident, $op:ident, $operation:literal) => {
         async fn $name<H: Handler>(State(s): State<HttpState<H>>, headers: HeaderMap, body: Bytes) -> Response {
-            let req = match http_input(&s.auth, &headers, &body) {
+            let req = match http_input(&s.auth, &headers, &body, EXECUTOR_SERVICE, $operation) {
                 Ok(r) => r,
                 Err(rejected) => return rejected.into_response(),
             };
@@ -436,13 +455,14 @@ macro_rules! http_op {
     };
 }
 
-http_op!(http_prepare, do_prepare);
-http_op!(http_submit, do_submit);
-http_op!(http_observe, do_observe);
-http_op!(http_recover, do_recover);
+http_op!(http_prepare, do_prepare, "prepare");
+http_op!(http_submit, do_submit, "submit");
+http_op!(http_observe, do_observe, "observe");
+http_op!(http_recover, do_recover, "recover");
 
 async fn http_health<H: Handler>(State(s): State<HttpState<H>>, headers: HeaderMap) -> Response {
-    if let Err(m) = s.auth.check(|k| headers.get(k).and_then(|v| v.to_str().ok()).map(String::from), b"") {
+    let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).map(String::from);
+    if let Err(m) = s.auth.check(get, EXECUTOR_SERVICE, "health", b"") {
         return (StatusCode::UNAUTHORIZED, m).into_response();
     }
     let key = String::new();
@@ -485,13 +505,13 @@ async fn do_signer_health(signer: &dyn SignerHandler, key: &str) -> spb::HealthR
 
 struct GrpcSigner {
     signer: Arc<dyn SignerHandler>,
-    auth: Verifier,
+    auth: Guard,
 }
 
 #[tonic::async_trait]
 impl SignerService for GrpcSigner {
     async fn sign(&self, req: Request<spb::SignRequest>) -> Result<tonic::Response<spb::SignResponse>, Status> {
-        authorize(&self.auth, &req)?;
+        authorize(&self.auth, &req, SIGNER_SERVICE, "sign")?;
         match do_sign(&*self.signer, req.get_ref()).await {
             Ok(r) => Ok(tonic::Response::new(r)),
             Err(SignerError::Refused(m)) => Err(Status::failed_precondition(m)),
@@ -500,7 +520,7 @@ impl SignerService for GrpcSigner {
     }
 
     async fn health(&self, req: Request<spb::HealthRequest>) -> Result<tonic::Response<spb::HealthResponse>, Status> {
-        authorize(&self.auth, &req)?;
+        authorize(&self.auth, &req, SIGNER_SERVICE, "health")?;
         Ok(tonic::Response::new(do_signer_health(&*self.signer, &req.get_ref().signer_key).await))
     }
 }
@@ -508,11 +528,11 @@ impl SignerService for GrpcSigner {
 #[derive(Clone)]
 struct SignerState {
     signer: Arc<dyn SignerHandler>,
-    auth: Verifier,
+    auth: Guard,
 }
 
 async fn http_sign(State(s): State<SignerState>, headers: HeaderMap, body: Bytes) -> Response {
-    let req: spb::SignRequest = match http_input(&s.auth, &headers, &body) {
+    let req: spb::SignRequest = match http_input(&s.auth, &headers, &body, SIGNER_SERVICE, "sign") {
         Ok(r) => r,
         Err(rejected) => return rejected.into_response(),
     };
@@ -528,7 +548,8 @@ async fn http_sign(State(s): State<SignerState>, headers: HeaderMap, body: Bytes
 }
 
 async fn http_signer_health(State(s): State<SignerState>, headers: HeaderMap) -> Response {
-    if let Err(m) = s.auth.check(|k| headers.get(k).and_then(|v| v.to_str().ok()).map(String::from), b"") {
+    let get = |k: &str| headers.get(k).and_then(|v| v.to_str().ok()).map(String::from);
+    if let Err(m) = s.auth.check(get, SIGNER_SERVICE, "health", b"") {
         return (StatusCode::UNAUTHORIZED, m).into_response();
     }
     let r = do_signer_health(&*s.signer, "").await;

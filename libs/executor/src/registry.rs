@@ -48,6 +48,9 @@ pub struct EntrySpec {
     pub fence: Option<Fence>,
     /// A local entry's own settings, read by its lane (e.g. which venue account it acts for).
     pub config: Option<toml::Table>,
+    /// `true` lets credentials travel over plain `http://` to a host that is not loopback
+    /// (refused otherwise: a bearer token or a signed request in clear text can be copied).
+    pub insecure: Option<bool>,
 }
 
 /// What stops an armed attempt from executing late, so that absence at the venue can become
@@ -317,6 +320,21 @@ fn endpoint(key: &str, spec: &EntrySpec, secret: &dyn Fn(&str) -> Option<String>
         }
         Some(_) => return Err(bad("auth must be a table, e.g. { bearer_env = \"TOKEN\" }".into())),
     };
+    if !matches!(auth, Credentials::None) && url.starts_with("http://") && spec.insecure != Some(true) {
+        let host = url["http://".len()..].split(['/', '?', '#']).next().unwrap_or("");
+        let host = host
+            .rsplit_once(':')
+            .filter(|(h, p)| !h.is_empty() && p.chars().all(|c| c.is_ascii_digit()))
+            .map(|(h, _)| h)
+            .unwrap_or(host);
+        let loopback = host.eq_ignore_ascii_case("localhost")
+            || host.trim_matches(['[', ']']).parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        if !loopback {
+            return Err(bad(format!(
+                "credentials over plain http:// to {host}: use https:// with tls, or set insecure = true"
+            )));
+        }
+    }
     Ok(Endpoint { url, timeout: std::time::Duration::from_millis(timeout_ms), auth, tls })
 }
 
@@ -392,6 +410,7 @@ endpoint = "http://127.0.0.1:1"
             ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://h\"\nauth = { bearer_env = \"MISSING\" }", "MISSING is not set"),
             ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://h\"\nauth = { bearer_env = \"SOL_TOKEN\", hmac_env = \"SOL_TOKEN\" }", "exactly one"),
             ("[executors.x]\ntransport = \"local\"", "needs `impl`"),
+            ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://venue.example:80/x\"\nauth = { bearer_env = \"SOL_TOKEN\" }", "plain http://"),
             ("[executors.x]\ntransport = \"local\"\nimpl = \"cex\"", "no compiled-in lane \"cex\""),
             ("[executors.x]\ntransport = \"grpc\"\nendpoint = \"https://h\"", "needs tls"),
             ("[executors.x]\ntransport = \"grpc\"\nendpoint = \"http://h\"\ntls = { ca_file = \"/x\" }", "needs an https"),

@@ -16,7 +16,12 @@ use qtg_proto::executor::v1 as pb;
 use qtg_proto::executor::v1::executor_service_client::ExecutorServiceClient;
 use qtg_proto::signer::v1 as spb;
 use qtg_proto::signer::v1::signer_service_client::SignerServiceClient;
-use qtg_wire_auth::{grpc_signed_bytes, Credentials};
+use qtg_wire_auth::{grpc_signed_bytes, target, Credentials, EXECUTOR_SERVICE, SIGNER_SERVICE};
+
+/// The operation an executor call's signature covers.
+fn exec_target(operation: &str) -> String {
+    target(EXECUTOR_SERVICE, operation)
+}
 use serde::de::DeserializeOwned;
 use serde::Serialize;
 use serde_json::Value;
@@ -128,11 +133,11 @@ async fn grpc_call<T>(
     }
 }
 
-fn grpc_request<T: prost::Message + Serialize>(msg: T, endpoint: &Endpoint) -> tonic::Request<T> {
+fn grpc_request<T: prost::Message + Serialize>(msg: T, endpoint: &Endpoint, target: &str) -> tonic::Request<T> {
     let body = if endpoint.auth.signs_body() { grpc_signed_bytes(&msg) } else { Vec::new() };
     let mut req = tonic::Request::new(msg);
     req.set_timeout(endpoint.timeout);
-    for (k, v) in endpoint.auth.headers(&body) {
+    for (k, v) in endpoint.auth.headers(target, &body) {
         if let Ok(v) = v.parse() {
             req.metadata_mut().insert(k, v);
         }
@@ -151,6 +156,7 @@ async fn http_call<Req: Serialize, Resp: DeserializeOwned>(
     path: &str,
     body: Option<&Req>,
     endpoint: &Endpoint,
+    service: &str,
 ) -> Result<Option<Resp>, ExecutorError> {
     let url = format!("{}/{}", base.trim_end_matches('/'), path);
     let bytes = match body {
@@ -161,7 +167,7 @@ async fn http_call<Req: Serialize, Resp: DeserializeOwned>(
     if body.is_some() {
         req = req.header("content-type", "application/json");
     }
-    for (k, v) in endpoint.auth.headers(&bytes) {
+    for (k, v) in endpoint.auth.headers(&qtg_wire_auth::target(service, path), &bytes) {
         req = req.header(k, v);
     }
     if let Some(tp) = qtg_telemetry::traceparent() {
@@ -251,11 +257,23 @@ impl RemoteExecutor {
         Req: prost::Message + Serialize,
     {
         let answer = match &self.conn {
-            Conn::Grpc(client) => {
-                Some(grpc_call(&self.endpoint, grpc(client.clone(), grpc_request(req, &self.endpoint))).await?)
-            }
+            Conn::Grpc(client) => Some(
+                grpc_call(
+                    &self.endpoint,
+                    grpc(client.clone(), grpc_request(req, &self.endpoint, &exec_target(method.as_str()))),
+                )
+                .await?,
+            ),
             Conn::Http { client, base } => {
-                http_call::<Req, pb::ExecutionResult>(client, base, method.as_str(), Some(&req), &self.endpoint).await?
+                http_call::<Req, pb::ExecutionResult>(
+                    client,
+                    base,
+                    method.as_str(),
+                    Some(&req),
+                    &self.endpoint,
+                    EXECUTOR_SERVICE,
+                )
+                .await?
             }
         };
         match answer {
@@ -282,13 +300,22 @@ impl RemoteExecutor {
         let req = pb::PrepareRequest { executor_key: self.key.clone(), context: self.ctx(ctx)? };
         let resp = match &self.conn {
             Conn::Grpc(client) => {
-                grpc_call(&self.endpoint, client.clone().prepare(grpc_request(req, &self.endpoint))).await?
+                grpc_call(
+                    &self.endpoint,
+                    client.clone().prepare(grpc_request(req, &self.endpoint, &exec_target("prepare"))),
+                )
+                .await?
             }
-            Conn::Http { client, base } => {
-                http_call::<_, pb::PrepareResponse>(client, base, "prepare", Some(&req), &self.endpoint)
-                    .await?
-                    .ok_or_else(|| ExecutorError::Protocol("prepare answered 204".into()))?
-            }
+            Conn::Http { client, base } => http_call::<_, pb::PrepareResponse>(
+                client,
+                base,
+                "prepare",
+                Some(&req),
+                &self.endpoint,
+                EXECUTOR_SERVICE,
+            )
+            .await?
+            .ok_or_else(|| ExecutorError::Protocol("prepare answered 204".into()))?,
         };
         use pb::prepare_response::Outcome;
         match resp.outcome {
@@ -341,13 +368,22 @@ impl RemoteExecutor {
         let req = pb::HealthRequest { executor_key: self.key.clone() };
         let resp = match &self.conn {
             Conn::Grpc(client) => {
-                grpc_call(&self.endpoint, client.clone().health(grpc_request(req, &self.endpoint))).await?
+                grpc_call(
+                    &self.endpoint,
+                    client.clone().health(grpc_request(req, &self.endpoint, &exec_target("health"))),
+                )
+                .await?
             }
-            Conn::Http { client, base } => {
-                http_call::<pb::HealthRequest, pb::HealthResponse>(client, base, "health", None, &self.endpoint)
-                    .await?
-                    .unwrap_or(pb::HealthResponse { ok: true, details: None })
-            }
+            Conn::Http { client, base } => http_call::<pb::HealthRequest, pb::HealthResponse>(
+                client,
+                base,
+                "health",
+                None,
+                &self.endpoint,
+                EXECUTOR_SERVICE,
+            )
+            .await?
+            .unwrap_or(pb::HealthResponse { ok: true, details: None }),
         };
         if !resp.ok {
             return Err(ExecutorError::Unavailable("executor reports not ok".into()));
@@ -414,7 +450,7 @@ impl Signer for RemoteSigner {
         let resp = match &self.conn {
             Conn::Grpc(client) => {
                 let mut client = client.clone();
-                let call = client.sign(grpc_request(wire_req, &self.endpoint));
+                let call = client.sign(grpc_request(wire_req, &self.endpoint, &target(SIGNER_SERVICE, "sign")));
                 match tokio::time::timeout(self.endpoint.timeout, call).await {
                     Ok(Ok(r)) => r.into_inner(),
                     Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => {
@@ -427,7 +463,16 @@ impl Signer for RemoteSigner {
                 }
             }
             Conn::Http { client, base } => {
-                match http_call::<_, spb::SignResponse>(client, base, "sign", Some(&wire_req), &self.endpoint).await {
+                match http_call::<_, spb::SignResponse>(
+                    client,
+                    base,
+                    "sign",
+                    Some(&wire_req),
+                    &self.endpoint,
+                    SIGNER_SERVICE,
+                )
+                .await
+                {
                     Ok(Some(r)) => r,
                     Ok(None) => return Err(SignError::Call(ExecutorError::Protocol("sign answered 204".into()))),
                     Err(ExecutorError::Protocol(m)) if m.contains("422") => return Err(SignError::Refused(m)),
@@ -450,13 +495,22 @@ impl Signer for RemoteSigner {
         let req = spb::HealthRequest { signer_key: String::new() };
         let resp = match &self.conn {
             Conn::Grpc(client) => {
-                grpc_call(&self.endpoint, client.clone().health(grpc_request(req, &self.endpoint))).await?
+                grpc_call(
+                    &self.endpoint,
+                    client.clone().health(grpc_request(req, &self.endpoint, &target(SIGNER_SERVICE, "health"))),
+                )
+                .await?
             }
-            Conn::Http { client, base } => {
-                http_call::<spb::HealthRequest, spb::HealthResponse>(client, base, "health", None, &self.endpoint)
-                    .await?
-                    .unwrap_or_default()
-            }
+            Conn::Http { client, base } => http_call::<spb::HealthRequest, spb::HealthResponse>(
+                client,
+                base,
+                "health",
+                None,
+                &self.endpoint,
+                SIGNER_SERVICE,
+            )
+            .await?
+            .unwrap_or_default(),
         };
         if !resp.ok {
             return Err(ExecutorError::Unavailable("signer reports not ok".into()));

@@ -1,8 +1,14 @@
 //! How qtg's wire calls authenticate, defined once for every end: the executor/signer client
 //! (`qtg-executor`), the SDK's server (`qtg-executor-sdk`) and the callbacks qtg sends.
 //!
-//! Two schemes:
+//! Three schemes:
 //! - **bearer**: `authorization: Bearer <token>`;
+//! - **v4 signature** (calls to executors and signers): hex HMAC-SHA256(secret,
+//!   `{timestamp}\n{nonce}\n{target}\n{hex sha256(body)}`) where `target` is the operation,
+//!   `qtg.executor.v1.ExecutorService/Submit` (the gRPC method, also for the HTTP transport),
+//!   sent with `x-qtg-callback-signature-version: v4`: a signed request cannot be re-targeted
+//!   to another operation, and a receiver refuses a nonce it has seen within the window
+//!   ([`NonceCache`]);
 //! - **v3 signature**: hex HMAC-SHA256(secret, `{timestamp}\n{nonce}\n{hex sha256(body)}`),
 //!   sent as `x-qtg-callback-timestamp` (unix seconds), `x-qtg-callback-nonce`,
 //!   `x-qtg-callback-signature-version: v3` and `x-qtg-callback-signature`. The body is the
@@ -25,6 +31,18 @@ pub const HEADER_NONCE: &str = "x-qtg-callback-nonce";
 pub const HEADER_VERSION: &str = "x-qtg-callback-signature-version";
 pub const HEADER_SIGNATURE: &str = "x-qtg-callback-signature";
 pub const VERSION: &str = "v3";
+/// The signature version of calls to executors and signers (covers the operation).
+pub const EXECUTOR_VERSION: &str = "v4";
+pub const EXECUTOR_SERVICE: &str = "qtg.executor.v1.ExecutorService";
+pub const SIGNER_SERVICE: &str = "qtg.signer.v1.SignerService";
+
+/// The operation a v4 signature covers: `{service}/{Operation}`, e.g.
+/// `qtg.executor.v1.ExecutorService/Submit` for `("…ExecutorService", "submit")`.
+pub fn target(service: &str, operation: &str) -> String {
+    let mut chars = operation.chars();
+    let op: String = chars.next().map(|c| c.to_ascii_uppercase().to_string() + chars.as_str()).unwrap_or_default();
+    format!("{service}/{op}")
+}
 /// How far a signed request's timestamp may be from the receiver's clock.
 pub const TOLERANCE_SECONDS: i64 = 300;
 
@@ -59,14 +77,20 @@ impl Credentials {
         matches!(self, Credentials::Hmac(_))
     }
 
-    /// The headers these credentials add to a request carrying `body`, signed now with a
-    /// fresh nonce.
-    pub fn headers(&self, body: &[u8]) -> Vec<(&'static str, String)> {
+    /// The headers these credentials add to a call of operation `target` (see [`target`])
+    /// carrying `body`, signed (v4) now with a fresh nonce.
+    pub fn headers(&self, target: &str, body: &[u8]) -> Vec<(&'static str, String)> {
         match self {
             Credentials::None => Vec::new(),
             Credentials::Bearer(t) => vec![(HEADER_AUTHORIZATION, format!("Bearer {t}"))],
             Credentials::Hmac(secret) => {
-                signature_headers(secret, &unix_now().to_string(), &uuid::Uuid::new_v4().to_string(), body)
+                let (timestamp, nonce) = (unix_now().to_string(), uuid::Uuid::new_v4().to_string());
+                vec![
+                    (HEADER_TIMESTAMP, timestamp.clone()),
+                    (HEADER_NONCE, nonce.clone()),
+                    (HEADER_VERSION, EXECUTOR_VERSION.to_string()),
+                    (HEADER_SIGNATURE, sign_v4(secret, &timestamp, &nonce, target, body)),
+                ]
             }
         }
     }
@@ -108,8 +132,15 @@ impl Verifier {
         matches!(self, Verifier::Hmac(_))
     }
 
-    /// Checks a request's headers (`get` looks one up by its lower-case name) against `body`.
-    pub fn check(&self, get: impl Fn(&str) -> Option<String>, body: &[u8]) -> Result<(), String> {
+    /// Checks a call of operation `target` (see [`target`]): its headers (`get` looks one up
+    /// by its lower-case name) against `body`, a v4 signature's nonce against `nonces`.
+    pub fn check(
+        &self,
+        get: impl Fn(&str) -> Option<String>,
+        target: &str,
+        body: &[u8],
+        nonces: &NonceCache,
+    ) -> Result<(), String> {
         match self {
             Verifier::None => Ok(()),
             Verifier::Bearer(token) => match get(HEADER_AUTHORIZATION) {
@@ -122,9 +153,20 @@ impl Verifier {
                 else {
                     return Err("signature headers are missing".into());
                 };
+                if version != EXECUTOR_VERSION {
+                    return Err(format!("signature version {version:?} is not {EXECUTOR_VERSION}"));
+                }
                 let secrets: Vec<&[u8]> = secrets.iter().map(Vec::as_slice).collect();
-                let signed = Signed { version: &version, timestamp: &timestamp, nonce: &nonce, signature: &signature };
-                verify(&signed, body, &secrets, unix_now(), TOLERANCE_SECONDS).map_err(|e| e.to_string())
+                let now = unix_now();
+                let ts: i64 = timestamp.parse().map_err(|_| VerifyError::BadTimestamp.to_string())?;
+                if (now - ts).abs() > TOLERANCE_SECONDS {
+                    return Err(VerifyError::Stale(now - ts).to_string());
+                }
+                let msg = message_v4(&timestamp, &nonce, target, body);
+                if !matches_any(&msg, &signature, &secrets) {
+                    return Err(VerifyError::Mismatch.to_string());
+                }
+                nonces.admit(&nonce, ts, now)
             }
         }
     }
@@ -134,14 +176,70 @@ fn constant_eq(a: &[u8], b: &[u8]) -> bool {
     a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
 }
 
-/// The bytes a gRPC call's signature covers: the canonical JSON (sorted keys) of the request
-/// message, which both ends rebuild from the decoded message (protobuf encodings of maps need
-/// not be byte-identical).
+/// The bytes a gRPC call's signature covers: the RFC 8785 canonical JSON of the request
+/// message's proto3 JSON form, which both ends rebuild from the decoded message (protobuf
+/// encodings of maps need not be byte-identical). The `submitBy` timestamp is written as the
+/// proto3 JSON mapping says (`Z`, not `+00:00`), as every language's protobuf library does.
 pub fn grpc_signed_bytes<T: serde::Serialize>(msg: &T) -> Vec<u8> {
-    serde_json::to_value(msg).map(|v| qtg_core::hash::canonical_json(&v).into_bytes()).unwrap_or_default()
+    let Ok(mut v) = serde_json::to_value(msg) else { return Vec::new() };
+    if let Some(serde_json::Value::String(ts)) = v.get_mut("submitBy") {
+        if let Some(utc) = ts.strip_suffix("+00:00") {
+            *ts = format!("{utc}Z");
+        }
+    }
+    qtg_core::hash::canonical_json(&v).into_bytes()
 }
 
 type HmacSha256 = Hmac<Sha256>;
+
+/// The v4 signed message: `{timestamp}\n{nonce}\n{target}\n{hex sha256(body)}`.
+pub fn message_v4(timestamp: &str, nonce: &str, target: &str, body: &[u8]) -> String {
+    format!("{timestamp}\n{nonce}\n{target}\n{}", hex::encode(Sha256::digest(body)))
+}
+
+/// hex HMAC-SHA256 of the v4 message under `secret`.
+pub fn sign_v4(secret: &[u8], timestamp: &str, nonce: &str, target: &str, body: &[u8]) -> String {
+    let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC takes keys of any length");
+    mac.update(message_v4(timestamp, nonce, target, body).as_bytes());
+    hex::encode(mac.finalize().into_bytes())
+}
+
+/// Whether hex `signature` is the HMAC of `msg` under one of `secrets` (constant time).
+fn matches_any(msg: &str, signature: &str, secrets: &[&[u8]]) -> bool {
+    let Ok(given) = hex::decode(signature) else { return false };
+    secrets.iter().any(|secret| {
+        let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC takes keys of any length");
+        mac.update(msg.as_bytes());
+        mac.verify_slice(&given).is_ok()
+    })
+}
+
+/// The nonces a receiver has accepted within the timestamp window: a repeated one is a
+/// replay. Bounded: past [`NonceCache::MAX`] live entries new ones are refused (fail closed).
+#[derive(Default)]
+pub struct NonceCache {
+    seen: std::sync::Mutex<std::collections::HashMap<String, i64>>,
+}
+
+impl NonceCache {
+    pub const MAX: usize = 100_000;
+
+    /// Admits `nonce` (of a request stamped `ts`) once.
+    pub fn admit(&self, nonce: &str, ts: i64, now: i64) -> Result<(), String> {
+        let mut seen = self.seen.lock().map_err(|_| "nonce cache poisoned".to_string())?;
+        if seen.len() >= Self::MAX {
+            seen.retain(|_, t| (now - *t).abs() <= TOLERANCE_SECONDS);
+        }
+        if seen.contains_key(nonce) {
+            return Err("this nonce was already used: a replayed request".into());
+        }
+        if seen.len() >= Self::MAX {
+            return Err("too many requests in the signature window".into());
+        }
+        seen.insert(nonce.to_string(), ts);
+        Ok(())
+    }
+}
 
 /// The signed message: `{timestamp}\n{nonce}\n{hex sha256(body)}`.
 pub fn message(timestamp: &str, nonce: &str, body: &[u8]) -> String {
@@ -209,20 +307,45 @@ pub fn verify(
 mod tests {
     use super::*;
 
+    /// v4 vectors computed outside the project (Python's hmac and hashlib).
+    #[test]
+    fn matches_the_v4_vectors() {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/executor_v4.json")).unwrap();
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        for case in v["cases"].as_array().unwrap() {
+            let s = |k: &str| case[k].as_str().unwrap();
+            let body = s("body_utf8").as_bytes();
+            assert_eq!(message_v4(s("timestamp"), s("nonce"), s("target"), body), s("signed_message_utf8"));
+            assert_eq!(
+                sign_v4(s("secret_utf8").as_bytes(), s("timestamp"), s("nonce"), s("target"), body),
+                s("signature_hex")
+            );
+        }
+    }
+
     #[test]
     fn credentials_pass_their_verifier_and_nothing_else() {
         let body = br#"{"a":1}"#;
         let map =
             |h: Vec<(&'static str, String)>| move |k: &str| h.iter().find(|(n, _)| *n == k).map(|(_, v)| v.clone());
-        let signed = Credentials::Hmac(b"s3cret".to_vec()).headers(body);
-        Verifier::Hmac(vec![b"old".to_vec(), b"s3cret".to_vec()]).check(map(signed.clone()), body).unwrap();
-        assert!(Verifier::Hmac(vec![b"other".to_vec()]).check(map(signed.clone()), body).is_err());
-        assert!(Verifier::Hmac(vec![b"s3cret".to_vec()]).check(map(signed), b"tampered").is_err());
-        let bearer = Credentials::Bearer("t0k".into()).headers(body);
-        Verifier::Bearer("t0k".into()).check(map(bearer.clone()), body).unwrap();
-        assert!(Verifier::Bearer("t0k3n".into()).check(map(bearer), body).is_err());
-        assert!(Verifier::Hmac(vec![b"s".to_vec()]).check(map(Vec::new()), body).is_err());
-        Verifier::None.check(map(Vec::new()), body).unwrap();
+        let submit = target(EXECUTOR_SERVICE, "submit");
+        assert_eq!(submit, "qtg.executor.v1.ExecutorService/Submit");
+        let n = || NonceCache::default();
+        let signed = Credentials::Hmac(b"s3cret".to_vec()).headers(&submit, body);
+        let both = Verifier::Hmac(vec![b"old".to_vec(), b"s3cret".to_vec()]);
+        let cache = n();
+        both.check(map(signed.clone()), &submit, body, &cache).unwrap();
+        // The same request again is a replay; re-targeted to another operation it fails.
+        assert!(both.check(map(signed.clone()), &submit, body, &cache).unwrap_err().contains("replayed"));
+        let recover = target(EXECUTOR_SERVICE, "recover");
+        assert!(both.check(map(signed.clone()), &recover, body, &n()).is_err());
+        assert!(Verifier::Hmac(vec![b"other".to_vec()]).check(map(signed.clone()), &submit, body, &n()).is_err());
+        assert!(Verifier::Hmac(vec![b"s3cret".to_vec()]).check(map(signed), &submit, b"tampered", &n()).is_err());
+        let bearer = Credentials::Bearer("t0k".into()).headers(&submit, body);
+        Verifier::Bearer("t0k".into()).check(map(bearer.clone()), &submit, body, &n()).unwrap();
+        assert!(Verifier::Bearer("t0k3n".into()).check(map(bearer), &submit, body, &n()).is_err());
+        assert!(Verifier::Hmac(vec![b"s".to_vec()]).check(map(Vec::new()), &submit, body, &n()).is_err());
+        Verifier::None.check(map(Vec::new()), &submit, body, &n()).unwrap();
         assert_eq!(format!("{:?}", Credentials::Bearer("t0k".into())), "bearer(***)");
     }
 

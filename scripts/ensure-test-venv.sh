@@ -25,6 +25,10 @@ REQUIREMENTS=(
   "referencing==0.37.0"
   "rpds-py==2026.9.1"
   "attrs==26.1.0"
+  # The executor in another language of tests/tests/polyglot.rs: stubs generated at test
+  # time, RFC 8785 for the signed bytes.
+  "grpcio-tools==1.85.1"
+  "rfc8785==0.1.4"
   # The schema-driven fuzzer of tests/tests/fuzz.rs, with its dependencies.
   "schemathesis==4.32.5"
   "anyio==4.16.0"

@@ -301,3 +301,58 @@ async fn a_pause_that_commits_after_the_claim_still_stops_the_submit() -> anyhow
     db.drop_db().await;
     Ok(())
 }
+
+/// Risk limits without side doors: what is still in flight counts in the velocity window
+/// however long ago it was created; the bucket is the source as the executor will debit it
+/// (trimmed, case-folded); limits are per asset and the asset must be one the template
+/// moves; a template's required intent fields cannot be left out or invented.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn risk_limits_have_no_side_doors() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[]).await?;
+    let keys = Keys::create(&api).await?;
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "t.doors", "nodes": [
+        {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"}],
+        "risk_controls": {"per_asset": {
+            "USDC": {"hard_cap": "1000", "velocity_limit": {"amount": "1500", "window_seconds": 2}},
+            "ETH": {"hard_cap": "2"}},
+            "intent_fields": {"source": "text"}}}),
+    )
+    .await?;
+    let refused = |body: Value, limit: &'static str| {
+        let (api, keys) = (&api, &keys);
+        async move {
+            let (s, b) = api.call("POST", "/v3/movements", &keys.requester, Some(body)).await?;
+            anyhow::ensure!(s == 422 && b["error"]["limit"] == limit, "expected 422 {limit}, got {s}: {b}");
+            anyhow::Ok(())
+        }
+    };
+    let m = |idem: &str, asset: &str, amount: &str, source: Value| {
+        json!({"template_key": "t.doors", "idempotency_key": idem,
+               "intent": {"asset": asset, "amount": amount, "source": source, "destination": "0xd"}})
+    };
+    // The asset must be one the template moves; each asset has its own cap.
+    refused(m("a1", "DOGE", "1", json!("treasury-1")), "allowed_assets").await?;
+    refused(m("a2", "ETH", "3", json!("treasury-1")), "hard_cap").await?;
+    create(&api, &keys, m("a3", "eth", "1.5", json!("treasury-1"))).await?;
+    // A required field cannot be left out (nor is a fresh bucket invented without a source).
+    let mut no_source = m("a4", "USDC", "1", json!("x"));
+    no_source["intent"].as_object_mut().unwrap().remove("source");
+    refused(no_source, "intent_fields").await?;
+
+    // 800 in flight, created before the 2 s window started, still counts.
+    let first = create(&api, &keys, m("v1", "USDC", "800", json!("treasury-1"))).await?;
+    let old = "SELECT now() > created_at + interval '2.5 seconds' FROM movement_requests WHERE id = $1";
+    wait_db(&db.pool, old, first.parse()?, Duration::from_secs(10)).await?;
+    refused(m("v2", "USDC", "800", json!("treasury-1")), "velocity_limit").await?;
+    // The same account spelled with spaces and capitals is the same budget.
+    refused(m("v3", "usdc", "800", json!("  TREASURY-1 ")), "velocity_limit").await?;
+    refused(m("v4", "USDC", "800", json!({"address": " Treasury-1"})), "velocity_limit").await?;
+    // Another account has its own budget.
+    create(&api, &keys, m("v5", "USDC", "800", json!("treasury-2"))).await?;
+    db.drop_db().await;
+    Ok(())
+}

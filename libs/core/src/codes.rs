@@ -26,3 +26,4 @@ pub const SIGNER_PROTOCOL_ERROR: &str = "SIGNER_PROTOCOL_ERROR";
 /// qtg could not encode a request for its executor (e.g. an integer beyond ±2^53 that the
 /// wire's doubles cannot carry): nothing was sent; the executor is not to blame.
 pub const REQUEST_NOT_ENCODABLE: &str = "REQUEST_NOT_ENCODABLE";
+pub const RISK_LIMIT_EXCEEDED: &str = "RISK_LIMIT_EXCEEDED";

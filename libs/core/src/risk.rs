@@ -132,6 +132,45 @@ pub struct RiskLimits {
     pub destination_allowlist: Option<Vec<String>>,
     /// The movement needs the most approvers any rule asks for (1 without rules).
     pub approval_rules: Vec<ApprovalRule>,
+    /// When set, `intent.asset` must be one of these (case-insensitive): `per_asset`'s keys
+    /// or `allowed_assets`.
+    pub allowed_assets: Option<Vec<String>>,
+    /// Intent fields the template requires, each with its format (`intent_fields`), so a
+    /// requester cannot leave out or invent the values a limit is keyed on.
+    pub intent_fields: Vec<(String, FieldFormat)>,
+}
+
+/// The format of a required intent field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FieldFormat {
+    /// Any string that is not blank (a limit keyed on it trims and case-folds it).
+    Text,
+    /// `0x` and 40 hex digits.
+    EvmAddress,
+    /// A decimal string (digits, at most one point).
+    Decimal,
+}
+
+impl FieldFormat {
+    fn parse(s: &str) -> Option<FieldFormat> {
+        match s {
+            "text" => Some(FieldFormat::Text),
+            "evm_address" => Some(FieldFormat::EvmAddress),
+            "decimal" => Some(FieldFormat::Decimal),
+            _ => None,
+        }
+    }
+
+    fn accepts(self, v: &Value) -> bool {
+        let Some(s) = v.as_str().or_else(|| v.get("address").and_then(Value::as_str)) else { return false };
+        match self {
+            FieldFormat::Text => !s.trim().is_empty(),
+            FieldFormat::EvmAddress => {
+                s.len() == 42 && s.starts_with("0x") && s[2..].bytes().all(|b| b.is_ascii_hexdigit())
+            }
+            FieldFormat::Decimal => Amount::parse(s).is_some(),
+        }
+    }
 }
 
 /// The most approvers a template may demand.
@@ -140,6 +179,18 @@ pub const MAX_APPROVALS: u32 = 10;
 pub const MAX_WINDOW_SECONDS: i64 = 31 * 86_400;
 
 impl RiskLimits {
+    /// The limits of a movement of `asset` under a plan's `risk_controls`: the top-level ones
+    /// and, with `per_asset`, that asset's own (both apply, the stricter winning).
+    pub fn for_asset(controls: &Value, asset: &str) -> Result<RiskLimits, String> {
+        let limits = Self::from_plan(controls)?;
+        let per_asset = controls.get("per_asset").and_then(Value::as_object);
+        let own = per_asset.and_then(|m| m.iter().find(|(k, _)| k.eq_ignore_ascii_case(asset.trim())).map(|(_, v)| v));
+        match own {
+            Some(v) => Ok(limits.stricter(&Self::from_plan(v)?)),
+            None => Ok(limits),
+        }
+    }
+
     /// Reads the known keys of a plan's `risk_controls`, refusing a known key with a bad value.
     pub fn from_plan(controls: &Value) -> Result<RiskLimits, String> {
         let empty = serde_json::Map::new();
@@ -199,6 +250,44 @@ impl RiskLimits {
             }
             (None, None) => {}
         }
+        if let Some(v) = obj.get("per_asset") {
+            let bad = || "risk_controls.per_asset must be {\"<ASSET>\": {hard_cap, velocity_limit, …}, …}".to_string();
+            let m = v.as_object().filter(|m| !m.is_empty() && m.len() <= 100).ok_or_else(bad)?;
+            for (asset, limits) in m {
+                if asset.trim().is_empty() || asset.trim() != asset || !limits.is_object() {
+                    return Err(bad());
+                }
+                if limits.get("per_asset").is_some() || limits.get("allowed_assets").is_some() {
+                    return Err("risk_controls.per_asset entries take limits, not assets".into());
+                }
+                Self::from_plan(limits)
+                    .map_err(|e| e.replace("risk_controls.", &format!("risk_controls.per_asset.{asset}.")))?;
+            }
+            out.allowed_assets = Some(m.keys().cloned().collect());
+        }
+        if let Some(v) = obj.get("allowed_assets") {
+            let bad = || "risk_controls.allowed_assets must be a list of 1-100 asset names".to_string();
+            let list = v.as_array().filter(|l| !l.is_empty() && l.len() <= 100).ok_or_else(bad)?;
+            let list: Vec<String> = list
+                .iter()
+                .map(|a| a.as_str().filter(|s| !s.trim().is_empty() && s.trim() == *s).map(String::from))
+                .collect::<Option<_>>()
+                .ok_or_else(bad)?;
+            out.allowed_assets = Some(match out.allowed_assets.take() {
+                Some(keys) => keys.into_iter().filter(|k| list.iter().any(|a| a.eq_ignore_ascii_case(k))).collect(),
+                None => list,
+            });
+        }
+        if let Some(v) = obj.get("intent_fields") {
+            let bad = || {
+                "risk_controls.intent_fields must be {\"<field>\": \"text\"|\"evm_address\"|\"decimal\", …}".to_string()
+            };
+            let m = v.as_object().filter(|m| m.len() <= 20).ok_or_else(bad)?;
+            for (field, format) in m {
+                let format = format.as_str().and_then(FieldFormat::parse).ok_or_else(bad)?;
+                out.intent_fields.push((field.clone(), format));
+            }
+        }
         Ok(out)
     }
 
@@ -217,7 +306,13 @@ impl RiskLimits {
         velocity.extend(other.velocity.iter().cloned());
         let mut approval_rules = self.approval_rules;
         approval_rules.extend(other.approval_rules.iter().cloned());
-        RiskLimits { hard_cap, velocity, destination_allowlist, approval_rules }
+        let allowed_assets = match (self.allowed_assets, &other.allowed_assets) {
+            (Some(a), Some(b)) => Some(a.into_iter().filter(|x| b.iter().any(|y| y.eq_ignore_ascii_case(x))).collect()),
+            (a, b) => a.or_else(|| b.clone()),
+        };
+        let mut intent_fields = self.intent_fields;
+        intent_fields.extend(other.intent_fields.iter().cloned());
+        RiskLimits { hard_cap, velocity, destination_allowlist, approval_rules, allowed_assets, intent_fields }
     }
 
     /// Distinct approvers this amount needs: the most any rule asks for, at least 1.
@@ -231,8 +326,27 @@ impl RiskLimits {
             .max(1)
     }
 
-    /// Checks the limits that need no history: hard cap and destination.
-    pub fn check_static(&self, amount: &Amount, destination: Option<&Value>) -> Result<(), RiskViolation> {
+    /// Checks the limits that need no history: the asset, the required intent fields, the hard
+    /// cap and the destination.
+    pub fn check_static(&self, amount: &Amount, intent: &Value) -> Result<(), RiskViolation> {
+        let asset = intent.get("asset").and_then(Value::as_str).unwrap_or("");
+        if let Some(list) = &self.allowed_assets {
+            if !list.iter().any(|a| a.eq_ignore_ascii_case(asset.trim())) {
+                return Err(RiskViolation {
+                    limit: "allowed_assets",
+                    message: format!("asset {asset:?} is not one this template moves ({})", list.join(", ")),
+                });
+            }
+        }
+        for (field, format) in &self.intent_fields {
+            if !intent.get(field).is_some_and(|v| format.accepts(v)) {
+                return Err(RiskViolation {
+                    limit: "intent_fields",
+                    message: format!("intent.{field} is required as {format:?} by this template"),
+                });
+            }
+        }
+        let destination = intent.get("destination");
         if let Some(cap) = &self.hard_cap {
             if amount > cap {
                 return Err(RiskViolation {
@@ -302,6 +416,51 @@ pub struct RiskViolation {
 }
 
 #[cfg(test)]
+mod asset_tests {
+    use super::*;
+    use serde_json::json;
+
+    fn a(s: &str) -> Amount {
+        Amount::parse(s).unwrap()
+    }
+
+    #[test]
+    fn limits_are_per_asset_and_the_asset_must_be_allowed() {
+        let controls = json!({"hard_cap": "1000000", "per_asset": {
+            "USDC": {"hard_cap": "1000", "velocity_limit": {"amount": "5000", "window_seconds": 3600}},
+            "ETH": {"hard_cap": "2"}}});
+        RiskLimits::from_plan(&controls).unwrap();
+        let usdc = RiskLimits::for_asset(&controls, "usdc").unwrap();
+        assert_eq!(usdc.hard_cap.as_ref().map(|c| c.to_string()).as_deref(), Some("1000"));
+        assert_eq!(usdc.velocity.len(), 1);
+        let eth = RiskLimits::for_asset(&controls, "ETH").unwrap();
+        assert_eq!(eth.check_static(&a("3"), &json!({"asset": "ETH"})).unwrap_err().limit, "hard_cap");
+        assert!(eth.check_static(&a("1.5"), &json!({"asset": "ETH"})).is_ok());
+        let other = RiskLimits::for_asset(&controls, "DOGE").unwrap();
+        assert_eq!(other.check_static(&a("1"), &json!({"asset": "DOGE"})).unwrap_err().limit, "allowed_assets");
+        assert!(RiskLimits::from_plan(&json!({"per_asset": {"USDC": {"hard_cap": "-1"}}}))
+            .unwrap_err()
+            .contains("per_asset.USDC"));
+        assert!(RiskLimits::from_plan(&json!({"allowed_assets": []})).is_err());
+    }
+
+    #[test]
+    fn required_intent_fields_have_their_format() {
+        let l = RiskLimits::from_plan(&json!({"intent_fields": {"source": "evm_address", "memo": "text"}})).unwrap();
+        let ok = json!({"asset": "USDC", "source": "0x00000000000000000000000000000000000000aa", "memo": "payroll"});
+        assert!(l.check_static(&a("1"), &ok).is_ok());
+        for bad in [
+            json!({"asset": "USDC", "memo": "payroll"}),
+            json!({"asset": "USDC", "source": "0xAA", "memo": "payroll"}),
+            json!({"asset": "USDC", "source": "0x00000000000000000000000000000000000000aa", "memo": "   "}),
+        ] {
+            assert_eq!(l.check_static(&a("1"), &bad).unwrap_err().limit, "intent_fields", "{bad}");
+        }
+        assert!(RiskLimits::from_plan(&json!({"intent_fields": {"source": "regex"}})).is_err());
+    }
+}
+
+#[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
@@ -357,15 +516,18 @@ mod tests {
         assert_eq!(l.hard_cap, Some(a("1000")));
         assert_eq!(l.approvals_needed(&a("499.99")), 1);
         assert_eq!(l.approvals_needed(&a("500")), 2);
-        assert_eq!(l.check_static(&a("1000.01"), Some(&json!("acct-1"))).unwrap_err().limit, "hard_cap");
-        assert!(l.check_static(&a("10"), Some(&json!({"address": "0xabc"}))).is_ok());
-        assert_eq!(l.check_static(&a("10"), Some(&json!("acct-9"))).unwrap_err().limit, "destination_allowlist");
-        assert_eq!(l.check_static(&a("10"), None).unwrap_err().limit, "destination_allowlist");
+        assert_eq!(l.check_static(&a("1000.01"), &json!({"destination": "acct-1"})).unwrap_err().limit, "hard_cap");
+        assert!(l.check_static(&a("10"), &json!({"destination": {"address": "0xabc"}})).is_ok());
+        assert_eq!(
+            l.check_static(&a("10"), &json!({"destination": "acct-9"})).unwrap_err().limit,
+            "destination_allowlist"
+        );
+        assert_eq!(l.check_static(&a("10"), &json!({})).unwrap_err().limit, "destination_allowlist");
         let v = &l.velocity[0];
         assert!(RiskLimits::check_velocity(v, &a("500"), &a("1000")).is_ok());
         assert_eq!(RiskLimits::check_velocity(v, &a("500.01"), &a("1000")).unwrap_err().limit, "velocity_limit");
         assert_eq!(
-            l.check_static(&a("10"), Some(&json!({"address": "0xabc", "memo": "x"}))).unwrap_err().limit,
+            l.check_static(&a("10"), &json!({"destination": {"address": "0xabc", "memo": "x"}})).unwrap_err().limit,
             "destination_allowlist",
             "an allowed address with a memo is not the allowed destination"
         );

@@ -167,8 +167,27 @@ impl Engine {
             )
             .await?;
         }
+        // The movement's first claim: its risk limits again, against what is in flight now
+        // (a lowered limit or what was approved meanwhile); nothing is sent if they refuse.
+        let risk = if item.request_state == RequestState::Approved {
+            match self.risk_limits(&item.risk_controls, &item.intent) {
+                Ok((limits, amount)) => {
+                    match self.check_risk(&mut tx, &limits, &amount, &item.intent, item.request_id).await {
+                        Err(crate::movements::OpError::Risk(v)) => Some(v.message),
+                        Err(crate::movements::OpError::Store(e)) => return Err(e.into()),
+                        Err(other) => Some(other.to_string()),
+                        Ok(()) => None,
+                    }
+                }
+                Err(e) => Some(e.to_string()),
+            }
+        } else {
+            None
+        };
         // Refusals that need no call end here, under the claim's locks.
-        let refusal = if item.compiled_plan_hash != item.current_plan_hash
+        let refusal = if let Some(why) = risk {
+            Some((codes::RISK_LIMIT_EXCEEDED, format!("risk limits checked again before the first submit: {why}")))
+        } else if item.compiled_plan_hash != item.current_plan_hash
             || item.approved_plan_hash.as_deref().is_some_and(|h| h != item.compiled_plan_hash)
         {
             Some((codes::PLAN_HASH_DRIFT, "the plan changed since the movement was compiled or approved".to_string()))

@@ -169,8 +169,9 @@ impl Engine {
 
     /// The limits that apply to a movement of `intent` under a plan's `risk_controls` (the
     /// stricter of the template's and the global ones), and its amount.
-    fn risk_limits(&self, controls: &Value, intent: &Value) -> Result<(RiskLimits, Amount), OpError> {
-        let limits = RiskLimits::from_plan(controls)
+    pub(crate) fn risk_limits(&self, controls: &Value, intent: &Value) -> Result<(RiskLimits, Amount), OpError> {
+        let asset = intent.get("asset").and_then(Value::as_str).unwrap_or("");
+        let limits = RiskLimits::for_asset(controls, asset)
             .map_err(|e| OpError::Validation(format!("template risk_controls: {e}")))?
             .stricter(&self.settings.risk);
         let amount = intent
@@ -181,9 +182,6 @@ impl Engine {
         Ok((limits, amount))
     }
 
-    /// Every limit against this movement `id` (hard cap, destination, each velocity window).
-    /// Velocity checks of one bucket are serialised by a transaction-scoped lock. A refusal is
-    /// logged with who tried what (the refused request itself leaves nothing behind).
     /// The approval gate: bound executors and signers known to be down always refuse; under
     /// the strict gate (the default of every process) so do unknown, never-seen and stale
     /// ones — an approval fails closed.
@@ -216,7 +214,10 @@ impl Engine {
         Ok(())
     }
 
-    async fn check_risk(
+    /// Every limit against this movement `id` (hard cap, destination, each velocity window).
+    /// Velocity checks of one bucket are serialised by a transaction-scoped lock. A refusal is
+    /// logged with who tried what (the refused request itself leaves nothing behind).
+    pub(crate) async fn check_risk(
         &self,
         tx: &mut sqlx::PgConnection,
         limits: &RiskLimits,
@@ -228,7 +229,7 @@ impl Engine {
             tracing::warn!(movement_id = %id, limit = v.limit, reason = %v.message, "risk limit refused the movement");
             OpError::Risk(v)
         };
-        limits.check_static(amount, intent.get("destination")).map_err(refuse)?;
+        limits.check_static(amount, intent).map_err(refuse)?;
         if limits.velocity.is_empty() {
             return Ok(());
         }

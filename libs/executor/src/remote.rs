@@ -1,5 +1,5 @@
 //! Remote executors and signers: the same contract over gRPC (tonic) or HTTP JSON (reqwest,
-//! proto3 canonical JSON), with a per-call deadline and bearer or HMAC (v3) authentication.
+//! proto3 canonical JSON), with a per-call deadline and bearer or HMAC (v4, libs/wire-auth) authentication.
 //!
 //! Failure mapping (the engine applies each method's semantics on top): unreachable, 5xx,
 //! 401/403/429 or gRPC UNAVAILABLE/INTERNAL/… → `Unavailable`; a missed deadline →

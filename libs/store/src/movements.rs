@@ -190,14 +190,15 @@ pub async fn unhealthy_bindings(
 }
 
 /// The bucket a velocity limit counts in, from an intent's asset and source (SQL over a jsonb
-/// `{intent}` expression): the asset case-folded, and the source case-folded whether it is a
-/// string or an object's `address` (any other object: its canonical text; none: empty). So
-/// `"0xAbC"`, `"0xabc"` and `{"address": "0xabc"}` share one budget.
+/// `{intent}` expression): the asset trimmed and case-folded, and the source trimmed and
+/// case-folded whether it is a string or an object's `address` (any other object: its jsonb
+/// text, which has one canonical form; none: empty). So `"0xAbC"`, `" 0xabc "` and
+/// `{"address": "0xabc"}` share one budget, as the executor will debit one account.
 fn velocity_bucket(intent: &str) -> String {
     format!(
-        "lower({intent} ->> 'asset') || '|' || CASE jsonb_typeof({intent} -> 'source')
-             WHEN 'string' THEN lower({intent} ->> 'source')
-             WHEN 'object' THEN COALESCE(lower({intent} -> 'source' ->> 'address'), ({intent} -> 'source')::text)
+        "lower(btrim({intent} ->> 'asset')) || '|' || CASE jsonb_typeof({intent} -> 'source')
+             WHEN 'string' THEN lower(btrim({intent} ->> 'source'))
+             WHEN 'object' THEN COALESCE(lower(btrim({intent} -> 'source' ->> 'address')), ({intent} -> 'source')::text)
              ELSE '' END"
     )
 }
@@ -213,9 +214,11 @@ pub async fn lock_velocity(conn: &mut PgConnection, intent: &Value) -> Result<()
     Ok(())
 }
 
-/// Sum of the amounts of the other live movements in `intent`'s velocity bucket created in
-/// the last `window_seconds`, as a decimal string. Live = anything but rejected or expired,
-/// and cancelled only if it was never approved.
+/// Sum of the amounts of the other movements in `intent`'s velocity bucket that count in the
+/// last `window_seconds`, as a decimal string: every one still in flight (awaiting approval,
+/// approved, executing, waiting for a person) whenever it was created, and every one created
+/// or approved in the window that did not end unapproved (rejected, expired, cancelled before
+/// approval).
 pub async fn velocity_used(
     conn: &mut PgConnection,
     intent: &Value,
@@ -225,10 +228,13 @@ pub async fn velocity_used(
     static SQL: LazyLock<String> = LazyLock::new(|| {
         format!(
             "SELECT COALESCE(sum((intent ->> 'amount')::numeric), 0)::text FROM movement_requests
-             WHERE lower(intent ->> 'asset') = lower($1::jsonb ->> 'asset') AND {} = {}
-               AND created_at > now() - make_interval(secs => $2::float8) AND id <> $3
+             WHERE {} = {} AND id <> $3
                AND request_state NOT IN ('REJECTED', 'EXPIRED')
-               AND NOT (request_state = 'CANCELLED' AND approved_at IS NULL)",
+               AND NOT (request_state = 'CANCELLED' AND approved_at IS NULL)
+               AND (request_state IN ('PENDING_APPROVAL', 'APPROVED', 'EXECUTING', 'WAITING_MANUAL_ACTION',
+                                      'MANUAL_INTERVENTION')
+                    OR created_at > now() - make_interval(secs => $2::float8)
+                    OR approved_at > now() - make_interval(secs => $2::float8))",
             velocity_bucket("intent"),
             velocity_bucket("$1::jsonb")
         )

@@ -468,6 +468,8 @@ EVENT_ALERTS = {
     "QtgExecutorSubmitSlow": ("executorSubmitLatency", "qtg_executor_call_duration_seconds_bucket", 'method="submit"'),
     "QtgCallbacksDeadLettering": ("callbackDeadLettering", "qtg_callback_deliveries_total", 'outcome="dlq"'),
     "QtgNodesGoingUnknown": ("unknownTransitions", "qtg_node_transitions_total", 'to="UNKNOWN"'),
+    "QtgReadyNodeNotDispatched": ("readyNodeWaiting", "qtg_oldest_ready_node_age_seconds", "by (executor_key)"),
+    "QtgObservingNodeStuck": ("observingNode", "qtg_oldest_observing_node_age_seconds", "max("),
 }
 
 

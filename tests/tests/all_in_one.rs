@@ -45,6 +45,7 @@ async fn the_all_in_one_binary_runs_a_movement_and_serves_admin() -> anyhow::Res
         "qtg_oldest_unknown_node_age_seconds 0",
         "qtg_oldest_stale_submitting_node_age_seconds 0",
         "qtg_oldest_manual_intervention_age_seconds 0",
+        "qtg_oldest_observing_node_age_seconds 0",
         "qtg_callback_dlq_size 0",
         "qtg_outbox_backlog{outbox=\"callback\"} 0",
         "qtg_worker_heartbeat_age_seconds{worker=\"node_dispatcher\"}",

@@ -279,3 +279,33 @@ async fn side_doors_are_refused_with_json_errors() -> anyhow::Result<()> {
     db.drop_db().await;
     Ok(())
 }
+
+/// Four-eyes that one person cannot satisfy alone by minting a second spelling of themselves,
+/// and a bootstrap key that says what it is and can expire.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn principals_have_one_spelling_and_the_bootstrap_key_expires() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[("MG_API_BOOTSTRAP_ADMIN_KEY_TTL_SECONDS", "3")]).await?;
+    let admin = api.admin_key.clone();
+    api.key("treasury-bot", "requester").await?;
+    for (principal, code, status) in [
+        ("Treasury-Bot", "CONFLICT", 409),
+        ("treasury-bot ", "VALIDATION_ERROR", 400),
+        (" treasury-bot", "VALIDATION_ERROR", 400),
+        ("treasury\u{7}bot", "VALIDATION_ERROR", 400),
+    ] {
+        let body = json!({"principal": principal, "roles": ["approver"]});
+        let (s, b) = api.call("POST", "/v3/api-keys", &admin, Some(body)).await?;
+        assert_eq!((s, b["error"]["code"].as_str()), (status, Some(code)), "{principal:?}: {b}");
+    }
+    let keys = api.ok("GET", "/v3/api-keys", &admin, None, 200).await?;
+    let boot = keys["items"].as_array().unwrap().iter().find(|k| k["principal"] == "bootstrap-admin").cloned().unwrap();
+    assert_eq!(boot["bootstrap"], true, "{boot}");
+    assert!(boot["expires_at"].is_string(), "{boot}");
+    let past = "SELECT bool_and(expires_at < now()) FROM api_keys WHERE bootstrap AND $1 IS NOT NULL";
+    wait_db(&db.pool, past, uuid::Uuid::new_v4(), Duration::from_secs(10)).await?;
+    let (s, b) = api.call("GET", "/v3/api-keys", &admin, None).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (401, Some("UNAUTHENTICATED")), "an expired bootstrap key: {b}");
+    db.drop_db().await;
+    Ok(())
+}

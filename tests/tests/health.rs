@@ -186,6 +186,11 @@ async fn the_approval_gate_fails_closed_on_unknown_and_stale_health() -> anyhow:
                  FROM executors WHERE executor_key = 'exec.sim.transfer' AND $1 IS NOT NULL";
     wait_db(&db.pool, fresh, id.parse()?, Duration::from_secs(20)).await?;
     api.ok("POST", &approve, &keys.approver, None, 200).await?;
+    // No dispatcher runs: the approved node waits READY, and /metrics says for how long.
+    let admin = api.proc.wait_field("admin_addr", Duration::from_secs(10)).await?;
+    let waiting = "qtg_oldest_ready_node_age_seconds{executor_key=\"exec.sim.transfer\"}";
+    let metrics = http_client().get(format!("http://{admin}/metrics")).send().await?.text().await?;
+    assert!(metrics.contains(waiting), "{metrics}");
 
     // The health worker stops: after three intervals its last check no longer vouches.
     health.signal("KILL");

@@ -32,6 +32,10 @@ pub struct Diagnosis {
     pub also_consider: Vec<&'static str>,
 }
 
+/// Past the grace plus this (recovery's poll, backoff and venue lookback), a C1 node that
+/// recovery has not decided is overdue: recovery is not doing its job for it.
+pub const RECOVERY_OVERDUE_AFTER_GRACE_SECONDS: f64 = 300.0;
+
 /// Observations after which an OBSERVING node counts as perpetual (C5).
 pub const PERPETUAL_OBSERVE_COUNT: i32 = 50;
 /// Seconds of observing after which a node counts as perpetual (C5).
@@ -100,6 +104,14 @@ pub fn diagnose(f: &NodeFacts) -> Diagnosis {
     if f.submit_transport_failures > 0 && out.case == "C2" {
         out.also_consider.push("C6: the submit call itself failed in transport; the venue may never have received it");
     }
+    // C1 "imminent" only while recovery could still be on its way.
+    let overdue = f.seconds_since_started.is_some_and(|s| s > f.grace_seconds + RECOVERY_OVERDUE_AFTER_GRACE_SECONDS);
+    if out.case == "C1" && overdue {
+        out.title = "Recovery overdue";
+        out.required_action = "Recovery should have decided this attempt by now: check that qtg-recovery is \
+            running, healthy and serving this executor key (its registry), and read its logs. Do not act on the \
+            venue until it has decided or the node is escalated.";
+    }
     out
 }
 
@@ -125,6 +137,13 @@ mod tests {
     fn the_runbook_cases() {
         let pending = json!({"__submit_attempt_pending": true, "__submit_attempt_started_at": "t"});
         assert_eq!(diagnose(&facts(NodeState::Submitting, pending.clone())).case, "C1");
+        assert_eq!(diagnose(&facts(NodeState::Submitting, pending.clone())).title, "Recovery imminent");
+        // Past the grace and recovery's margin, a SUBMITTING node recovery never decided is overdue.
+        let mut overdue = facts(NodeState::Submitting, pending.clone());
+        overdue.seconds_since_started = Some(90.0 + RECOVERY_OVERDUE_AFTER_GRACE_SECONDS + 1.0);
+        let d = diagnose(&overdue);
+        assert_eq!((d.case, d.title), ("C1", "Recovery overdue"));
+        assert!(d.required_action.contains("qtg-recovery"));
         assert_eq!(diagnose(&facts(NodeState::Unknown, pending.clone())).case, "C1");
         let mut late = facts(NodeState::Unknown, pending.clone());
         late.seconds_since_started = Some(1000.0);

@@ -27,13 +27,35 @@ pub struct CreatedKey {
 }
 
 impl Engine {
-    /// Creates an API key for `principal` with `roles` (validated by the caller).
+    /// Creates an API key for `principal` with `roles` (validated by the caller). A principal
+    /// is one spelling: no surrounding spaces, no control characters, and not an existing
+    /// principal in other case (`Alice` beside `alice` would be a second identity to the
+    /// four-eyes rules).
     pub async fn create_api_key(&self, actor: &str, principal: &str, roles: &[String]) -> Result<CreatedKey, OpError> {
+        if principal.trim() != principal || principal.is_empty() || principal.chars().any(char::is_control) {
+            return Err(OpError::Validation(
+                "principal must not be blank, start or end with spaces, or hold control characters".into(),
+            ));
+        }
         let secret = format!("qtg_{}", hex::encode(rand::random::<[u8; 24]>()));
         let id = Uuid::new_v4();
         let mut tx = self.pool.begin().await?;
         let res = async {
-            qtg_store::api_keys::insert(&mut tx, id, principal, roles, &key_hash(&secret), Some(actor)).await?;
+            if let Some(existing) = qtg_store::api_keys::principal_spelled_otherwise(&mut tx, principal).await? {
+                return Err(OpError::Conflict(format!(
+                    "principal {principal:?} differs only in case from the existing {existing:?}: use that spelling"
+                )));
+            }
+            let key = qtg_store::api_keys::NewKey {
+                id,
+                principal,
+                roles,
+                key_hash: &key_hash(&secret),
+                created_by: Some(actor),
+                ttl_seconds: None,
+                bootstrap: false,
+            };
+            qtg_store::api_keys::insert(&mut tx, &key).await?;
             AuditRecord::new(actor, "api_key.create", "api_key", id)
                 .data(json!({"principal": principal, "roles": roles}))
                 .record(&mut tx)

@@ -267,7 +267,8 @@ impl Engine {
             if row.expired {
                 return Err(OpError::InvalidState("movement approval window has expired".into()));
             }
-            if row.created_by == actor {
+            // One identity whatever the case it is written in.
+            if row.created_by.to_lowercase() == actor.to_lowercase() {
                 return Err(OpError::SelfApproval("nobody approves a movement they created".into()));
             }
             let pv = tq::plan_version(&mut tx, &row.template_key, Some(row.template_version))

@@ -104,7 +104,7 @@ impl Engine {
         if p.expired {
             return Err(OpError::InvalidState("template proposal has expired".into()));
         }
-        if p.proposed_by == actor {
+        if p.proposed_by.to_lowercase() == actor.to_lowercase() {
             return Err(OpError::SelfApproval("nobody reviews a template proposal they proposed".into()));
         }
         let mut out = json!({"id": id, "status": if approve { "approved" } else { "rejected" }});

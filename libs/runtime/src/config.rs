@@ -65,6 +65,9 @@ pub struct Settings {
     pub callback_default_url: Option<String>,
     /// Secret: never printed.
     pub bootstrap_admin_key: Option<String>,
+    /// `MG_API_BOOTSTRAP_ADMIN_KEY_TTL_SECONDS`: the bootstrap key stops working this long after
+    /// it was first registered (unset: it works until revoked).
+    pub bootstrap_admin_key_ttl_seconds: Option<f64>,
     pub shutdown_grace: Duration,
     /// `MG_WORKERS_ENABLED` (the all-in-one `qtg`): run the workers, not only the API.
     pub workers_enabled: bool,
@@ -316,6 +319,7 @@ impl Settings {
             template_proposal_ttl_seconds: s.seconds("MG_TEMPLATE_PROPOSAL_TTL_SECONDS", 7.0 * 86400.0)?,
             callback_default_url: s.text("MG_CALLBACK_DEFAULT_URL"),
             bootstrap_admin_key: s.secret("MG_API_BOOTSTRAP_ADMIN_KEY"),
+            bootstrap_admin_key_ttl_seconds: s.opt_seconds("MG_API_BOOTSTRAP_ADMIN_KEY_TTL_SECONDS")?,
             shutdown_grace: s.interval("MG_SHUTDOWN_GRACE_SECONDS", 30.0)?,
             workers_enabled: s.flag("MG_WORKERS_ENABLED", true)?,
             strict_settings: s.flag("MG_STRICT_SETTINGS", false)?,

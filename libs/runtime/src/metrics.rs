@@ -42,6 +42,11 @@ pub struct OutcomeLabel {
     pub outcome: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ExecutorLabel {
+    pub executor_key: String,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     inner: Arc<Inner>,
@@ -55,6 +60,8 @@ struct Inner {
     dlq_size: Gauge,
     outbox_backlog: Family<OutboxLabel, Gauge>,
     heartbeat_age: Family<WorkerLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    ready_age: Family<ExecutorLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
+    observing_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     processed: Family<WorkerLabel, Counter>,
     tick_errors: Family<WorkerLabel, Counter>,
     consecutive_errors: Family<WorkerLabel, Gauge>,
@@ -112,6 +119,18 @@ impl Metrics {
             "Seconds since a worker's newest heartbeat",
             heartbeat_age.clone(),
         );
+        let ready_age = Family::<ExecutorLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
+        let observing_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
+        registry.register(
+            "oldest_ready_node_age_seconds",
+            "Per executor key, how long the oldest READY node that may run has waited for a dispatcher",
+            ready_age.clone(),
+        );
+        registry.register(
+            "oldest_observing_node_age_seconds",
+            "Age of the oldest OBSERVING node (since its submit)",
+            observing_age.clone(),
+        );
         let transitions = Family::<TransitionLabel, Counter>::default();
         let executor_calls = Family::<CallLabel, Histogram>::new_with_constructor(|| {
             Histogram::new([0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0])
@@ -162,6 +181,8 @@ impl Metrics {
                 dlq_size,
                 outbox_backlog,
                 heartbeat_age,
+                ready_age,
+                observing_age,
             }),
         }
     }
@@ -198,6 +219,12 @@ impl Metrics {
         for (worker, age) in &s.heartbeat_age_seconds {
             i.heartbeat_age.get_or_create(&Self::label(worker)).set(*age);
         }
+        // A key whose READY nodes were all taken reads 0, not its last age.
+        i.ready_age.clear();
+        for (key, age) in &s.ready_age_by_executor {
+            i.ready_age.get_or_create(&ExecutorLabel { executor_key: key.clone() }).set(*age);
+        }
+        i.observing_age.set(s.oldest_observing_node_age_seconds);
     }
 
     /// The text exposition format.

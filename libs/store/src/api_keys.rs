@@ -12,37 +12,59 @@ pub struct ApiKey {
     pub roles: Vec<String>,
 }
 
-/// The live (not revoked) key with this hash.
+/// The live (not revoked, not expired) key with this hash.
 pub async fn find_by_hash(pool: &PgPool, key_hash: &str) -> Result<Option<ApiKey>> {
-    let row = sqlx::query("SELECT id, principal, roles FROM api_keys WHERE key_hash = $1 AND revoked_at IS NULL")
-        .bind(key_hash)
-        .fetch_optional(pool)
-        .await?;
+    let row = sqlx::query(
+        "SELECT id, principal, roles FROM api_keys
+         WHERE key_hash = $1 AND revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())",
+    )
+    .bind(key_hash)
+    .fetch_optional(pool)
+    .await?;
     row.map(|r| Ok(ApiKey { id: r.try_get("id")?, principal: r.try_get("principal")?, roles: r.try_get("roles")? }))
         .transpose()
 }
 
+/// A key to insert.
+#[derive(Debug, Clone)]
+pub struct NewKey<'a> {
+    pub id: Uuid,
+    pub principal: &'a str,
+    pub roles: &'a [String],
+    pub key_hash: &'a str,
+    pub created_by: Option<&'a str>,
+    /// Seconds from now until the key stops working; `None` = no expiry.
+    pub ttl_seconds: Option<f64>,
+    pub bootstrap: bool,
+}
+
 /// Inserts a key; `false` if a key with this hash already exists.
-pub async fn insert(
-    conn: &mut PgConnection,
-    id: Uuid,
-    principal: &str,
-    roles: &[String],
-    key_hash: &str,
-    created_by: Option<&str>,
-) -> Result<bool> {
+pub async fn insert(conn: &mut PgConnection, key: &NewKey<'_>) -> Result<bool> {
     let res = sqlx::query(
-        "INSERT INTO api_keys (id, principal, roles, key_hash, created_by) VALUES ($1, $2, $3, $4, $5)
+        "INSERT INTO api_keys (id, principal, roles, key_hash, created_by, expires_at, bootstrap)
+         VALUES ($1, $2, $3, $4, $5, now() + make_interval(secs => $6), $7)
          ON CONFLICT (key_hash) DO NOTHING",
     )
-    .bind(id)
-    .bind(principal)
-    .bind(roles)
-    .bind(key_hash)
-    .bind(created_by)
+    .bind(key.id)
+    .bind(key.principal)
+    .bind(key.roles)
+    .bind(key.key_hash)
+    .bind(key.created_by)
+    .bind(key.ttl_seconds)
+    .bind(key.bootstrap)
     .execute(&mut *conn)
     .await?;
     Ok(res.rows_affected() == 1)
+}
+
+/// An existing principal spelled like `principal` but for case (`Alice` for `alice`).
+pub async fn principal_spelled_otherwise(conn: &mut PgConnection, principal: &str) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar(
+        "SELECT principal FROM api_keys WHERE lower(principal) = lower($1) AND principal <> $1 LIMIT 1",
+    )
+    .bind(principal)
+    .fetch_optional(&mut *conn)
+    .await?)
 }
 
 /// Revokes a key; `false` if there is no live key with this id.
@@ -64,6 +86,10 @@ pub struct ApiKeyInfo {
     pub created_by: Option<String>,
     pub created_at: chrono::DateTime<chrono::Utc>,
     pub revoked_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// When it stops working, if it expires.
+    pub expires_at: Option<chrono::DateTime<chrono::Utc>>,
+    /// The one-time bootstrap admin key of `MG_API_BOOTSTRAP_ADMIN_KEY`.
+    pub bootstrap: bool,
 }
 
 /// Keys newest first after the `(created_at, id)` cursor.
@@ -74,7 +100,7 @@ pub async fn list(
 ) -> Result<Vec<ApiKeyInfo>> {
     let (at, id) = after.map_or((None, None), |(a, i)| (Some(a), Some(i)));
     let rows = sqlx::query(
-        "SELECT id, principal, roles, created_by, created_at, revoked_at FROM api_keys
+        "SELECT id, principal, roles, created_by, created_at, revoked_at, expires_at, bootstrap FROM api_keys
          WHERE ($1::timestamptz IS NULL OR (created_at, id) < ($1, $2))
          ORDER BY created_at DESC, id DESC LIMIT $3",
     )
@@ -92,6 +118,8 @@ pub async fn list(
                 created_by: r.try_get("created_by")?,
                 created_at: r.try_get("created_at")?,
                 revoked_at: r.try_get("revoked_at")?,
+                expires_at: r.try_get("expires_at")?,
+                bootstrap: r.try_get("bootstrap")?,
             })
         })
         .collect()

@@ -15,6 +15,12 @@ pub struct Signals {
     pub audit_backlog: i64,
     /// Per worker: seconds since its newest heartbeat (any replica).
     pub heartbeat_age_seconds: Vec<(String, f64)>,
+    /// Per executor key: seconds the oldest READY node of a movement that may run (approved or
+    /// executing, no pause holding it) has waited for a dispatcher — a live dispatcher serving
+    /// the key takes one within seconds.
+    pub ready_age_by_executor: Vec<(String, f64)>,
+    /// Seconds the oldest OBSERVING node has been observing (since its submit).
+    pub oldest_observing_node_age_seconds: f64,
 }
 
 /// `stale_after_seconds`: a SUBMITTING node older than this (the recovery grace) is stale.
@@ -34,6 +40,24 @@ pub async fn read(pool: &PgPool, stale_after_seconds: f64) -> Result<Signals> {
     .bind(stale_after_seconds)
     .fetch_one(pool)
     .await?;
+    let ready = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT p.executor_key, extract(epoch FROM now() - min(n.updated_at))::float8
+         FROM movement_request_nodes n
+         JOIN movement_requests r ON r.id = n.request_id
+         JOIN plan_nodes p ON p.id = n.plan_node_id
+         WHERE n.node_state = 'READY' AND n.node_kind <> 'manual'
+           AND r.request_state IN ('APPROVED', 'EXECUTING') AND NOT {}
+         GROUP BY p.executor_key ORDER BY p.executor_key",
+        crate::controls::PAUSED
+    )))
+    .fetch_all(pool)
+    .await?;
+    let observing: f64 = sqlx::query_scalar(
+        "SELECT COALESCE(extract(epoch FROM now() - min(started_at))::float8, 0) FROM movement_request_nodes
+         WHERE node_state = 'OBSERVING'",
+    )
+    .fetch_one(pool)
+    .await?;
     let beats = sqlx::query(
         "SELECT worker, extract(epoch FROM now() - max(last_beat_at))::float8 FROM worker_heartbeats GROUP BY worker ORDER BY worker",
     )
@@ -47,5 +71,7 @@ pub async fn read(pool: &PgPool, stale_after_seconds: f64) -> Result<Signals> {
         callback_backlog: r.try_get("callback_backlog")?,
         audit_backlog: r.try_get("audit_backlog")?,
         heartbeat_age_seconds: beats.iter().map(|b| Ok((b.try_get(0)?, b.try_get(1)?))).collect::<Result<_>>()?,
+        ready_age_by_executor: ready.iter().map(|b| Ok((b.try_get(0)?, b.try_get(1)?))).collect::<Result<_>>()?,
+        oldest_observing_node_age_seconds: observing,
     })
 }

@@ -98,19 +98,20 @@ async fn trace_request(req: Request, next: axum::middleware::Next) -> Response {
 }
 
 /// Registers the one-time bootstrap admin key (idempotent: stored by hash).
-pub async fn bootstrap_admin(pool: &PgPool, secret: &str) -> anyhow::Result<()> {
+/// With `ttl_seconds` the key stops working that long after it was first registered.
+pub async fn bootstrap_admin(pool: &PgPool, secret: &str, ttl_seconds: Option<f64>) -> anyhow::Result<()> {
     let mut conn = pool.acquire().await?;
-    let created = qtg_store::api_keys::insert(
-        &mut conn,
-        Uuid::new_v4(),
-        "bootstrap-admin",
-        &["admin".to_string()],
-        &qtg_engine::access::key_hash(secret),
-        None,
-    )
-    .await?;
-    if created {
-        tracing::info!("bootstrap admin key registered (principal bootstrap-admin)");
+    let key = qtg_store::api_keys::NewKey {
+        id: Uuid::new_v4(),
+        principal: "bootstrap-admin",
+        roles: &["admin".to_string()],
+        key_hash: &qtg_engine::access::key_hash(secret),
+        created_by: None,
+        ttl_seconds,
+        bootstrap: true,
+    };
+    if qtg_store::api_keys::insert(&mut conn, &key).await? {
+        tracing::info!(expires_in_s = ?ttl_seconds, "bootstrap admin key registered (principal bootstrap-admin)");
     }
     Ok(())
 }

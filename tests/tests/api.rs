@@ -309,3 +309,40 @@ async fn principals_have_one_spelling_and_the_bootstrap_key_expires() -> anyhow:
     db.drop_db().await;
     Ok(())
 }
+
+/// With MG_API_KEY_CREATION_APPROVALS=2 one admin cannot mint a key alone: a create is a
+/// request, its requester cannot approve it, a second admin can, and the audit shows each step.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_key_needs_a_second_admin_when_configured() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[]).await?;
+    let bob = api.key("bob", "admin").await?;
+    drop(api);
+    let api = Api::start(&db.url, &[("MG_API_KEY_CREATION_APPROVALS", "2")]).await?;
+    let admin = api.admin_key.clone();
+    let body = json!({"principal": "mallory-2", "roles": ["approver"]});
+    let (s, request) = api.call("POST", "/v3/api-keys", &admin, Some(body)).await?;
+    assert_eq!(s, 202, "{request}");
+    assert_eq!(request["status"], "pending");
+    assert!(request.get("secret").is_none(), "{request}");
+    let id = request["id"].as_str().unwrap().to_string();
+    let keys: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM api_keys WHERE principal = 'mallory-2'").fetch_one(&db.pool).await?;
+    assert_eq!(keys, 0, "no key before a second admin approves");
+    let (s, b) = api.call("POST", &format!("/v3/api-key-requests/{id}/approve"), &admin, None).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (403, Some("SELF_APPROVAL")), "{b}");
+    let decided = api.ok("POST", &format!("/v3/api-key-requests/{id}/approve"), &bob, None, 201).await?;
+    assert_eq!(decided["request"]["status"], "approved");
+    let secret = decided["key"]["secret"].as_str().unwrap().to_string();
+    // The new key works, and the request cannot be decided twice.
+    api.ok("GET", "/v3/movements", &secret, None, 200).await?;
+    let (s, _) = api.call("POST", &format!("/v3/api-key-requests/{id}/reject"), &bob, None).await?;
+    assert_eq!(s, 409);
+    let audit: Vec<String> =
+        sqlx::query_scalar("SELECT action FROM audit_outbox WHERE action LIKE 'api_key.%' ORDER BY created_at, id")
+            .fetch_all(&db.pool)
+            .await?;
+    assert!(audit.ends_with(&["api_key.request".to_string(), "api_key.approve".to_string()]), "{audit:?}");
+    db.drop_db().await;
+    Ok(())
+}

@@ -52,6 +52,8 @@ fn endpoints() -> Vec<Cell> {
         ("POST", "/v3/api-keys".into(), Some("admin"), Some(json!({})), 400),
         ("GET", "/v3/api-keys".into(), Some("admin"), None, 200),
         ("DELETE", format!("/v3/api-keys/{id}"), Some("admin"), None, 404),
+        ("POST", format!("/v3/api-key-requests/{id}/approve"), Some("admin"), None, 404),
+        ("POST", format!("/v3/api-key-requests/{id}/reject"), Some("admin"), None, 404),
     ]
 }
 

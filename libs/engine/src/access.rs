@@ -17,6 +17,42 @@ pub fn key_hash(secret: &str) -> String {
     sha256_hex(secret.as_bytes())
 }
 
+/// What a create asked for became.
+#[derive(Debug, Clone)]
+pub enum KeyCreation {
+    Created(CreatedKey),
+    /// Waiting for a second admin.
+    Requested(qtg_store::api_keys::KeyRequest),
+}
+
+/// A decided key request, and the key an approval created.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct KeyDecision {
+    pub request: qtg_store::api_keys::KeyRequest,
+    pub key: Option<CreatedKey>,
+}
+
+async fn insert_key(
+    conn: &mut sqlx::PgConnection,
+    principal: &str,
+    roles: &[String],
+    created_by: &str,
+) -> Result<CreatedKey, OpError> {
+    let secret = format!("qtg_{}", hex::encode(rand::random::<[u8; 24]>()));
+    let id = Uuid::new_v4();
+    let key = qtg_store::api_keys::NewKey {
+        id,
+        principal,
+        roles,
+        key_hash: &key_hash(&secret),
+        created_by: Some(created_by),
+        ttl_seconds: None,
+        bootstrap: false,
+    };
+    qtg_store::api_keys::insert(conn, &key).await?;
+    Ok(CreatedKey { id, principal: principal.to_string(), roles: roles.to_vec(), secret })
+}
+
 /// A created key; `secret` is shown once and never stored.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CreatedKey {
@@ -27,18 +63,17 @@ pub struct CreatedKey {
 }
 
 impl Engine {
-    /// Creates an API key for `principal` with `roles` (validated by the caller). A principal
-    /// is one spelling: no surrounding spaces, no control characters, and not an existing
-    /// principal in other case (`Alice` beside `alice` would be a second identity to the
-    /// four-eyes rules).
-    pub async fn create_api_key(&self, actor: &str, principal: &str, roles: &[String]) -> Result<CreatedKey, OpError> {
+    /// Creates an API key for `principal` with `roles` (validated by the caller) — or, when
+    /// key creation needs two admins (`MG_API_KEY_CREATION_APPROVALS=2`), records a request a
+    /// second admin approves. A principal is one spelling: no surrounding spaces, no control
+    /// characters, and not an existing principal in other case (`Alice` beside `alice` would
+    /// be a second identity to the four-eyes rules).
+    pub async fn create_api_key(&self, actor: &str, principal: &str, roles: &[String]) -> Result<KeyCreation, OpError> {
         if principal.trim() != principal || principal.is_empty() || principal.chars().any(char::is_control) {
             return Err(OpError::Validation(
                 "principal must not be blank, start or end with spaces, or hold control characters".into(),
             ));
         }
-        let secret = format!("qtg_{}", hex::encode(rand::random::<[u8; 24]>()));
-        let id = Uuid::new_v4();
         let mut tx = self.pool.begin().await?;
         let res = async {
             if let Some(existing) = qtg_store::api_keys::principal_spelled_otherwise(&mut tx, principal).await? {
@@ -46,25 +81,58 @@ impl Engine {
                     "principal {principal:?} differs only in case from the existing {existing:?}: use that spelling"
                 )));
             }
-            let key = qtg_store::api_keys::NewKey {
-                id,
-                principal,
-                roles,
-                key_hash: &key_hash(&secret),
-                created_by: Some(actor),
-                ttl_seconds: None,
-                bootstrap: false,
-            };
-            qtg_store::api_keys::insert(&mut tx, &key).await?;
-            AuditRecord::new(actor, "api_key.create", "api_key", id)
-                .data(json!({"principal": principal, "roles": roles}))
+            if self.settings.key_creation_approvals >= 2 {
+                let request =
+                    qtg_store::api_keys::insert_request(&mut tx, Uuid::new_v4(), principal, roles, actor).await?;
+                AuditRecord::new(actor, "api_key.request", "api_key", request.id)
+                    .data(json!({"principal": principal, "roles": roles}))
+                    .record(&mut tx)
+                    .await?;
+                return Ok(KeyCreation::Requested(request));
+            }
+            let key = insert_key(&mut tx, principal, roles, actor).await?;
+            AuditRecord::new(actor, "api_key.create", "api_key", key.id)
+                .data(json!({"principal": principal, "roles": roles, "approvals": 1}))
                 .record(&mut tx)
                 .await?;
-            Ok(())
+            Ok(KeyCreation::Created(key))
         }
         .await;
-        finish(tx, res).await?;
-        Ok(CreatedKey { id, principal: principal.to_string(), roles: roles.to_vec(), secret })
+        finish(tx, res).await
+    }
+
+    /// A second admin decides a key request: approving creates the key (its secret goes to
+    /// the approver, once); nobody decides their own request.
+    pub async fn decide_key_request(&self, actor: &str, id: Uuid, approve: bool) -> Result<KeyDecision, OpError> {
+        let mut tx = self.pool.begin().await?;
+        let res = async {
+            let request = qtg_store::api_keys::request_for_update(&mut tx, id)
+                .await?
+                .ok_or(OpError::NotFound("api key request"))?;
+            if request.status != "pending" {
+                return Err(OpError::InvalidState(format!("the key request is {}", request.status)));
+            }
+            if request.requested_by.to_lowercase() == actor.to_lowercase() {
+                return Err(OpError::SelfApproval("a second admin decides a key request, not its requester".into()));
+            }
+            let key = if approve {
+                Some(insert_key(&mut tx, &request.principal, &request.roles, &request.requested_by).await?)
+            } else {
+                None
+            };
+            let status = if approve { "approved" } else { "rejected" };
+            let request =
+                qtg_store::api_keys::decide_request(&mut tx, id, status, actor, key.as_ref().map(|k| k.id)).await?;
+            let action = if approve { "api_key.approve" } else { "api_key.reject" };
+            AuditRecord::new(actor, action, "api_key", id)
+                .data(json!({"principal": request.principal, "roles": request.roles,
+                             "requested_by": request.requested_by, "key_id": request.key_id}))
+                .record(&mut tx)
+                .await?;
+            Ok(KeyDecision { request, key })
+        }
+        .await;
+        finish(tx, res).await
     }
 
     /// Revokes key `id`; `NotFound` when no live key has it.

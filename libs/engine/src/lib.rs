@@ -95,6 +95,8 @@ pub struct EngineSettings {
     pub approval_health_gate: HealthGate,
     /// A health check older than this does not vouch for an approval (three health intervals).
     pub health_stale_seconds: f64,
+    /// Admins a new API key needs (`MG_API_KEY_CREATION_APPROVALS`, 1 or 2).
+    pub key_creation_approvals: u32,
 }
 
 /// The approval gate on bound executors' and signers' health.
@@ -134,6 +136,7 @@ impl Default for EngineSettings {
             // In-process engines (tests, tools) run no health worker; processes take strict.
             approval_health_gate: HealthGate::DownOnly,
             health_stale_seconds: 180.0,
+            key_creation_approvals: 1,
         }
     }
 }

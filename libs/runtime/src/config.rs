@@ -75,6 +75,9 @@ pub struct Settings {
     /// executor and signer is up and checked within three health intervals; `down-only`
     /// refuses only those known to be down.
     pub approval_health_gate_strict: bool,
+    /// `MG_API_KEY_CREATION_APPROVALS` (1): 2 makes a new API key a request a second admin
+    /// approves.
+    pub key_creation_approvals: u32,
     /// `MG_STRICT_SETTINGS` (false): an `MG_*` variable no part of the process reads is fatal
     /// at start instead of a warning.
     pub strict_settings: bool,
@@ -323,6 +326,7 @@ impl Settings {
             shutdown_grace: s.interval("MG_SHUTDOWN_GRACE_SECONDS", 30.0)?,
             workers_enabled: s.flag("MG_WORKERS_ENABLED", true)?,
             strict_settings: s.flag("MG_STRICT_SETTINGS", false)?,
+            key_creation_approvals: s.count("MG_API_KEY_CREATION_APPROVALS", 1, 2)? as u32,
             approval_health_gate_strict: match s.text("MG_APPROVAL_HEALTH_GATE").as_deref() {
                 None | Some("strict") => true,
                 Some("down-only") => false,

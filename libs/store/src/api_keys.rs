@@ -124,3 +124,85 @@ pub async fn list(
         })
         .collect()
 }
+
+/// A request for a key awaiting a second admin (`MG_API_KEY_CREATION_APPROVALS=2`).
+#[derive(Debug, Clone, serde::Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct KeyRequest {
+    pub id: Uuid,
+    pub principal: String,
+    pub roles: Vec<String>,
+    pub requested_by: String,
+    /// pending, approved, rejected
+    pub status: String,
+    pub decided_by: Option<String>,
+    pub key_id: Option<Uuid>,
+    pub created_at: chrono::DateTime<chrono::Utc>,
+}
+
+fn key_request(r: &sqlx::postgres::PgRow) -> Result<KeyRequest> {
+    Ok(KeyRequest {
+        id: r.try_get("id")?,
+        principal: r.try_get("principal")?,
+        roles: r.try_get("roles")?,
+        requested_by: r.try_get("requested_by")?,
+        status: r.try_get("status")?,
+        decided_by: r.try_get("decided_by")?,
+        key_id: r.try_get("key_id")?,
+        created_at: r.try_get("created_at")?,
+    })
+}
+
+const KEY_REQUEST_COLUMNS: &str = "id, principal, roles, requested_by, status, decided_by, key_id, created_at";
+
+pub async fn insert_request(
+    conn: &mut PgConnection,
+    id: Uuid,
+    principal: &str,
+    roles: &[String],
+    requested_by: &str,
+) -> Result<KeyRequest> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "INSERT INTO api_key_requests (id, principal, roles, requested_by) VALUES ($1, $2, $3, $4)
+         RETURNING {KEY_REQUEST_COLUMNS}"
+    )))
+    .bind(id)
+    .bind(principal)
+    .bind(roles)
+    .bind(requested_by)
+    .fetch_one(&mut *conn)
+    .await?;
+    key_request(&row)
+}
+
+/// The request `id`, locked for its decision.
+pub async fn request_for_update(conn: &mut PgConnection, id: Uuid) -> Result<Option<KeyRequest>> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {KEY_REQUEST_COLUMNS} FROM api_key_requests WHERE id = $1 FOR UPDATE"
+    )))
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.as_ref().map(key_request).transpose()
+}
+
+/// Records the decision on a pending request.
+pub async fn decide_request(
+    conn: &mut PgConnection,
+    id: Uuid,
+    status: &str,
+    decided_by: &str,
+    key_id: Option<Uuid>,
+) -> Result<KeyRequest> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE api_key_requests SET status = $2, decided_by = $3, key_id = $4, decided_at = now()
+         WHERE id = $1 AND status = 'pending' RETURNING {KEY_REQUEST_COLUMNS}"
+    )))
+    .bind(id)
+    .bind(status)
+    .bind(decided_by)
+    .bind(key_id)
+    .fetch_one(&mut *conn)
+    .await?;
+    key_request(&row)
+}

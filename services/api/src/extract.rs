@@ -161,6 +161,7 @@ path_id!(
     ProposalId => "template proposal",
     CallbackId => "callback",
     KeyId => "api key",
+    KeyRequestId => "api key request",
 );
 
 /// The `{key}` of a template or signer in the path (404 when the path cannot be read).

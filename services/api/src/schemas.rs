@@ -150,3 +150,10 @@ pub struct DiagnosisEvidence {
     #[schema(value_type = Vec<Object>)]
     recent_events: Value,
 }
+
+/// A decided key request, with the key an approval created (its secret shown once).
+#[derive(ToSchema)]
+pub struct KeyDecisionDoc {
+    request: qtg_store::api_keys::KeyRequest,
+    key: Option<crate::openapi::ApiKeyCreated>,
+}

@@ -191,6 +191,7 @@ impl Process {
                 } else {
                     qtg_engine::HealthGate::DownOnly
                 },
+                key_creation_approvals: s.key_creation_approvals,
                 // Three health intervals.
                 health_stale_seconds: 3.0
                     * s.worker("executor_health").map(|w| w.interval.as_secs_f64()).unwrap_or(60.0),

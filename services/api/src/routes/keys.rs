@@ -3,13 +3,15 @@
 use axum::extract::State;
 use axum::http::StatusCode;
 use axum::Json;
-use qtg_engine::access::CreatedKey;
-use qtg_store::api_keys::ApiKeyInfo;
+use qtg_engine::access::{KeyCreation, KeyDecision};
+use qtg_store::api_keys::{ApiKeyInfo, KeyRequest};
 use serde::Deserialize;
 
 use crate::auth::Role;
 use crate::error::ApiError;
-use crate::extract::{parse_time_cursor, time_cursor, Admin, Body, KeyId, ListQuery, Page, Params, TimePageQuery};
+use crate::extract::{
+    parse_time_cursor, time_cursor, Admin, Body, KeyId, KeyRequestId, ListQuery, Page, Params, TimePageQuery,
+};
 use crate::AppState;
 
 #[derive(Deserialize, utoipa::ToSchema)]
@@ -25,18 +27,24 @@ pub struct CreateKeyBody {
 #[utoipa::path(
     post,
     path = "/v3/api-keys",
-    summary = "Create an API key; the secret is shown once and stored only as a hash",
+    summary = "Create an API key; the secret is shown once and stored only as a hash. With MG_API_KEY_CREATION_APPROVALS=2, 202 and a request a second admin approves",
     description = "Role: admin.",
     request_body = CreateKeyBody,
-    responses((status = 201, description = "the key with its secret", body = crate::openapi::ApiKeyCreated, links(
-        ("RevokeApiKey" = (operation_id = "revoke_api_key", parameters(("id" = "$response.body#/id")), description = "revoke it")),
-    ))),
+    responses(
+        (status = 201, description = "the key with its secret", body = crate::openapi::ApiKeyCreated, links(
+            ("RevokeApiKey" = (operation_id = "revoke_api_key", parameters(("id" = "$response.body#/id")), description = "revoke it")),
+        )),
+        (status = 202, description = "with MG_API_KEY_CREATION_APPROVALS=2: a request a second admin approves", body = KeyRequest, links(
+            ("ApproveKeyRequest" = (operation_id = "approve_key_request", parameters(("id" = "$response.body#/id")), description = "a second admin approves it")),
+            ("RejectKeyRequest" = (operation_id = "reject_key_request", parameters(("id" = "$response.body#/id")), description = "a second admin rejects it")),
+        )),
+    ),
 )]
 pub async fn create_api_key(
     State(s): State<AppState>,
     Admin(who): Admin,
     body: Body<CreateKeyBody>,
-) -> Result<(StatusCode, Json<CreatedKey>), ApiError> {
+) -> Result<(StatusCode, Json<serde_json::Value>), ApiError> {
     let b = body.value;
     if b.principal.trim().is_empty() || b.principal.chars().count() > 128 {
         return Err(ApiError::validation("principal must be 1-128 characters"));
@@ -44,8 +52,42 @@ pub async fn create_api_key(
     if b.roles.is_empty() || b.roles.iter().any(|r| Role::parse(r).is_none()) {
         return Err(ApiError::validation("roles must be a non-empty list of viewer|requester|approver|operator|admin"));
     }
-    let key = s.engine.create_api_key(&who.name, &b.principal, &b.roles).await?;
-    Ok((StatusCode::CREATED, Json(key)))
+    Ok(match s.engine.create_api_key(&who.name, &b.principal, &b.roles).await? {
+        KeyCreation::Created(key) => (StatusCode::CREATED, Json(serde_json::json!(key))),
+        KeyCreation::Requested(request) => (StatusCode::ACCEPTED, Json(serde_json::json!(request))),
+    })
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/api-key-requests/{id}/approve",
+    summary = "A second admin (not the requester) approves a key request: the key is created and its secret shown once, to this admin",
+    description = "Role: admin.",
+    params(("id" = uuid::Uuid, Path, description = "the key request id")),
+    responses((status = 201, description = "the decided request and the new key with its secret", body = crate::openapi::KeyDecisionDoc)),
+)]
+pub async fn approve_key_request(
+    State(s): State<AppState>,
+    Admin(who): Admin,
+    KeyRequestId(id): KeyRequestId,
+) -> Result<(StatusCode, Json<KeyDecision>), ApiError> {
+    Ok((StatusCode::CREATED, Json(s.engine.decide_key_request(&who.name, id, true).await?)))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/api-key-requests/{id}/reject",
+    summary = "A second admin rejects a key request",
+    description = "Role: admin.",
+    params(("id" = uuid::Uuid, Path, description = "the key request id")),
+    responses((status = 200, description = "the decided request", body = crate::openapi::KeyDecisionDoc)),
+)]
+pub async fn reject_key_request(
+    State(s): State<AppState>,
+    Admin(who): Admin,
+    KeyRequestId(id): KeyRequestId,
+) -> Result<Json<KeyDecision>, ApiError> {
+    Ok(Json(s.engine.decide_key_request(&who.name, id, false).await?))
 }
 
 #[utoipa::path(

@@ -47,4 +47,6 @@ pub fn all() -> OpenApiRouter<AppState> {
         .routes(routes!(resume_dispatch))
         .routes(routes!(create_api_key, list_api_keys))
         .routes(routes!(revoke_api_key))
+        .routes(routes!(approve_key_request))
+        .routes(routes!(reject_key_request))
 }

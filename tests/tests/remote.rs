@@ -277,7 +277,33 @@ async fn the_example_passes_conformance_on_both_transports_and_a_broken_one_fail
     t.auth = qtg_wire_auth::Credentials::Bearer("s3cret-token".into());
     let report = run(&t).await;
     assert!(report.passed(), "{}", report.table());
-    drop((good, broken, guarded));
+    assert!(report.checks.iter().any(|c| c.name == "auth: unsigned refused" && c.passed), "{}", report.table());
+
+    // HMAC-protected: the suite also checks that a replayed and a re-targeted request are
+    // refused, on both transports, and the binary takes --hmac-env.
+    let hmac_keys = format!("{keys}.hmac");
+    let hmac_env =
+        [env[0], env[1], ("EXAMPLE_HMAC_SECRET", EXAMPLE_HMAC_SECRET), ("EXAMPLE_KEY_STORE", hmac_keys.as_str())];
+    let signed = Proc::spawn("qtg-remote-executor-example", "unused", &hmac_env).await?;
+    let grpc = signed.wait_field("grpc_addr", Duration::from_secs(20)).await?;
+    let http = signed.wait_field("http_addr", Duration::from_secs(20)).await?;
+    for (addr, transport) in [(&grpc, Transport::Grpc), (&http, Transport::Http)] {
+        let mut t = target(addr, transport);
+        t.auth = qtg_wire_auth::Credentials::Hmac(EXAMPLE_HMAC_SECRET.as_bytes().to_vec());
+        let report = run(&t).await;
+        assert!(report.passed(), "{transport:?}:\n{}", report.table());
+        for check in ["auth: unsigned refused", "auth: replay refused", "auth: re-target refused"] {
+            assert!(report.checks.iter().any(|c| c.name == check && c.passed), "{check}:\n{}", report.table());
+        }
+    }
+    let out = std::process::Command::new(bin_dir().join("qtg-executor-conformance"))
+        .args(["--endpoint", &format!("http://{http}"), "--transport", "http", "--hmac-env", "CONFORMANCE_HMAC"])
+        .env("CONFORMANCE_HMAC", EXAMPLE_HMAC_SECRET)
+        .output()?;
+    let table = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{table}");
+    assert!(table.contains("15 of 15 checks passed"), "{table}");
+    drop((good, broken, guarded, signed));
     Ok(())
 }
 

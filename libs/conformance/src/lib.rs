@@ -284,7 +284,102 @@ pub async fn run(target: &Target) -> Report {
         },
     );
     fence_checks(&exec, key, &prepared, &mut report).await;
+    auth_checks(target, &mut report).await;
     report
+}
+
+/// The executor's duties of authentication (docs/executors.md §5), on the Health operation
+/// with hand-made requests: a call without credentials is refused; with a v4 signature, the
+/// same request sent twice (a replay) and a request signed for another operation are refused.
+/// Skipped without credentials, and over TLS (the hand-made client trusts no private CA).
+async fn auth_checks(target: &Target, report: &mut Report) {
+    if matches!(target.auth, Credentials::None) || target.tls.is_some() {
+        return;
+    }
+    let health = qtg_wire_auth::target(qtg_wire_auth::EXECUTOR_SERVICE, "health");
+    let submit = qtg_wire_auth::target(qtg_wire_auth::EXECUTOR_SERVICE, "submit");
+    let signed = target.auth.headers(&health, &health_body(target));
+    report.record(
+        "auth: unsigned refused",
+        match raw_health(target, Vec::new()).await {
+            Ok(false) => Ok("refused".into()),
+            Ok(true) => Err("a call without credentials was answered".into()),
+            Err(e) => Err(e),
+        },
+    );
+    if !matches!(target.auth, Credentials::Hmac(_)) {
+        return;
+    }
+    report.record(
+        "auth: replay refused",
+        match raw_health(target, signed.clone()).await {
+            Ok(true) => match raw_health(target, signed).await {
+                Ok(false) => Ok("the same signed request twice: refused the second".into()),
+                Ok(true) => Err("the same signed request was answered twice (a replay)".into()),
+                Err(e) => Err(e),
+            },
+            Ok(false) => Err("a correctly signed health call was refused; cannot check".into()),
+            Err(e) => Err(e),
+        },
+    );
+    report.record(
+        "auth: re-target refused",
+        match raw_health(target, target.auth.headers(&submit, &health_body(target))).await {
+            Ok(false) => Ok("a request signed for Submit, sent to Health: refused".into()),
+            Ok(true) => Err("a request signed for another operation was answered".into()),
+            Err(e) => Err(e),
+        },
+    );
+}
+
+/// The bytes a health call's signature covers: none over HTTP (a GET), the request's
+/// canonical JSON over gRPC.
+fn health_body(target: &Target) -> Vec<u8> {
+    match target.transport {
+        Transport::Http => Vec::new(),
+        Transport::Grpc => qtg_wire_auth::grpc_signed_bytes(&health_request(target)),
+    }
+}
+
+fn health_request(target: &Target) -> qtg_proto::executor::v1::HealthRequest {
+    qtg_proto::executor::v1::HealthRequest { executor_key: target.executor_key.clone() }
+}
+
+/// One Health call with exactly `headers`: `Ok(true)` answered, `Ok(false)` refused as
+/// unauthenticated.
+async fn raw_health(target: &Target, headers: Vec<(&'static str, String)>) -> Result<bool, String> {
+    match target.transport {
+        Transport::Http => {
+            qtg_executor::remote::install_tls_provider();
+            let client =
+                reqwest::Client::builder().no_proxy().timeout(target.timeout).build().map_err(|e| e.to_string())?;
+            let mut req = client.get(format!("{}/health", target.endpoint.trim_end_matches('/')));
+            for (k, v) in headers {
+                req = req.header(k, v);
+            }
+            let status = req.send().await.map_err(|e| format!("health: {e}"))?.status();
+            Ok(status.as_u16() != 401 && status.as_u16() != 403)
+        }
+        Transport::Grpc => {
+            use qtg_proto::executor::v1::executor_service_client::ExecutorServiceClient;
+            let channel = tonic::transport::Channel::from_shared(target.endpoint.clone())
+                .map_err(|e| e.to_string())?
+                .connect()
+                .await
+                .map_err(|e| format!("connect: {e}"))?;
+            let mut req = tonic::Request::new(health_request(target));
+            for (k, v) in headers {
+                if let Ok(v) = v.parse() {
+                    req.metadata_mut().insert(k, v);
+                }
+            }
+            match ExecutorServiceClient::new(channel).health(req).await {
+                Ok(_) => Ok(true),
+                Err(s) if s.code() == tonic::Code::Unauthenticated => Ok(false),
+                Err(s) => Err(format!("health: {s}")),
+            }
+        }
+    }
 }
 
 /// The executor's duties of the fence, each on a node of its own.

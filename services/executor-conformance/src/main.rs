@@ -1,5 +1,5 @@
 //! `qtg-executor-conformance --endpoint URL --transport grpc|http [--executor-key KEY]
-//! [--bearer-env VAR] [--timeout-ms N]`: checks a remote executor against the protocol and
+//! [--bearer-env VAR | --hmac-env VAR] [--timeout-ms N]`: checks a remote executor against the protocol and
 //! prints a pass/fail table; exits 0 only if every check passed.
 
 use std::time::Duration;
@@ -8,7 +8,7 @@ use qtg_conformance::{run, Target, Transport};
 use qtg_executor::remote::TlsClient;
 use qtg_wire_auth::Credentials;
 
-const USAGE: &str = "usage: qtg-executor-conformance --endpoint URL --transport grpc|http [--executor-key KEY] [--bearer-env VAR] [--timeout-ms N] [--ca-file PEM [--tls-domain NAME]]";
+const USAGE: &str = "usage: qtg-executor-conformance --endpoint URL --transport grpc|http [--executor-key KEY] [--bearer-env VAR | --hmac-env VAR] [--timeout-ms N] [--ca-file PEM [--tls-domain NAME]]";
 
 fn parse() -> Result<Target, String> {
     let mut args = std::env::args().skip(1);
@@ -30,6 +30,10 @@ fn parse() -> Result<Target, String> {
             "--bearer-env" => {
                 let var = value()?;
                 auth = Credentials::Bearer(std::env::var(&var).map_err(|_| format!("{var} is not set"))?);
+            }
+            "--hmac-env" => {
+                let var = value()?;
+                auth = Credentials::Hmac(std::env::var(&var).map_err(|_| format!("{var} is not set"))?.into_bytes());
             }
             "--timeout-ms" => {
                 timeout = value()?.parse().map_err(|_| format!("--timeout-ms takes milliseconds\n{USAGE}"))?

@@ -194,3 +194,127 @@ async fn a_worker_only_takes_nodes_whose_executor_it_has() -> anyhow::Result<()>
     db.drop_db().await;
     Ok(())
 }
+
+/// What each call of a node saw: (method, attempt, provider_refs, provider_ref_id).
+type Seen = std::sync::Arc<std::sync::Mutex<Vec<(&'static str, i32, serde_json::Value, Option<String>)>>>;
+
+/// The sim executor, recording the context of every call.
+struct Recording {
+    inner: qtg_sim::SimExecutor,
+    seen: Seen,
+}
+
+impl Recording {
+    fn saw(&self, method: &'static str, ctx: &qtg_core::ExecutionContext) {
+        self.seen.lock().expect("seen").push((
+            method,
+            ctx.attempt_no,
+            ctx.provider_refs.clone(),
+            ctx.provider_ref_id.clone(),
+        ));
+    }
+}
+
+#[async_trait::async_trait]
+impl qtg_executor::Executor for Recording {
+    async fn preflight(
+        &self,
+        ctx: &qtg_core::ExecutionContext,
+    ) -> Result<Option<qtg_core::ExecutionResult>, qtg_executor::ExecutorError> {
+        self.saw("preflight", ctx);
+        self.inner.preflight(ctx).await
+    }
+
+    async fn prepare(
+        &self,
+        ctx: &qtg_core::ExecutionContext,
+    ) -> Result<qtg_executor::Prepared, qtg_executor::ExecutorError> {
+        self.saw("prepare", ctx);
+        self.inner.prepare(ctx).await
+    }
+
+    async fn submit(
+        &self,
+        ctx: &qtg_core::ExecutionContext,
+        submission: &qtg_executor::Submission<'_>,
+    ) -> Result<qtg_core::ExecutionResult, qtg_executor::ExecutorError> {
+        self.saw("submit", ctx);
+        self.inner.submit(ctx, submission).await
+    }
+
+    async fn observe(
+        &self,
+        ctx: &qtg_core::ExecutionContext,
+    ) -> Result<qtg_core::ExecutionResult, qtg_executor::ExecutorError> {
+        self.saw("observe", ctx);
+        self.inner.observe(ctx).await
+    }
+
+    async fn recover(
+        &self,
+        ctx: &qtg_core::ExecutionContext,
+        key: &str,
+    ) -> Result<qtg_core::ExecutionResult, qtg_executor::ExecutorError> {
+        self.saw("recover", ctx);
+        self.inner.recover(ctx, key).await
+    }
+}
+
+/// Attempt 2 of a node starts clean: its preflight, prepare and submit see nothing of
+/// attempt 1 (no refs, no ref id, no qtg marker), and its observe sees only its own.
+#[tokio::test]
+async fn a_new_attempt_sees_nothing_of_the_previous_one() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let seen: Seen = Default::default();
+    let mut registry = qtg_executor::Registry::default();
+    registry.insert_executor(
+        "exec.sim.transfer",
+        qtg_core::Lane::Other,
+        std::sync::Arc::new(Recording {
+            inner: qtg_sim::SimExecutor::new("exec.sim.transfer", db.pool.clone()),
+            seen: seen.clone(),
+        }),
+    );
+    let engine = qtg_engine::Engine {
+        pool: db.pool.clone(),
+        registry: std::sync::Arc::new(registry),
+        settings: EngineSettings::default(),
+        actor: "test".into(),
+    };
+    install_plan(&engine, "t.clean", one("n", json!({"observe": "fail", "provider_refs": {"venue_order": "o-1"}})))
+        .await?;
+    let id = create_approved(&engine, "t.clean", "c-1").await?;
+    engine.dispatch_tick().await?;
+    engine.observe_tick().await?;
+    let (state, _, refs, _) = node_row(&db.pool, id, "n").await?;
+    assert_eq!(state, "FAILED");
+    assert_eq!(refs["venue_order"], "o-1", "attempt 1 left its refs on the node");
+    engine.retry_node("ops", id, "n", "try again").await?;
+    engine.dispatch_tick().await?;
+    engine.observe_tick().await?;
+    let seen = seen.lock().expect("seen").clone();
+    let attempt2: Vec<_> = seen.iter().filter(|(_, attempt, _, _)| *attempt == 2).collect();
+    assert!(attempt2.iter().any(|(m, ..)| *m == "submit"), "{seen:?}");
+    for (method, _, refs, ref_id) in &attempt2 {
+        assert!(!refs.as_object().is_some_and(|r| r.keys().any(|k| k.starts_with("__submit"))), "{method}: {refs}");
+        if matches!(*method, "preflight" | "prepare" | "submit") {
+            assert_eq!((refs, ref_id), (&json!({}), &None), "{method} of attempt 2 saw attempt 1");
+        }
+    }
+    let observe2 = attempt2.iter().find(|(m, ..)| *m == "observe").expect("attempt 2 observed");
+    let node = node_row_id(&db.pool, id).await?;
+    assert_eq!(
+        observe2.2["sim_order_id"],
+        json!(format!("{node}:2")),
+        "observe sees its own attempt's order: {observe2:?}"
+    );
+    db.drop_db().await;
+    Ok(())
+}
+
+async fn node_row_id(pool: &sqlx::PgPool, request: uuid::Uuid) -> anyhow::Result<uuid::Uuid> {
+    Ok(sqlx::query_scalar("SELECT id FROM movement_request_nodes WHERE request_id = $1")
+        .bind(request)
+        .fetch_one(pool)
+        .await?)
+}

@@ -456,7 +456,14 @@ impl Signer for RemoteSigner {
                     Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => {
                         return Err(SignError::Refused(s.message().to_string()))
                     }
-                    Ok(Err(s)) => return Err(SignError::Call(status_error(&s))),
+                    Ok(Err(s)) => {
+                        return Err(SignError::Call(match status_error(&s) {
+                            ExecutorError::Timeout(_) => {
+                                ExecutorError::Timeout(self.endpoint.timeout.as_millis() as u64)
+                            }
+                            other => other,
+                        }))
+                    }
                     Err(_) => {
                         return Err(SignError::Call(ExecutorError::Timeout(self.endpoint.timeout.as_millis() as u64)))
                     }

@@ -318,3 +318,30 @@ async fn node_row_id(pool: &sqlx::PgPool, request: uuid::Uuid) -> anyhow::Result
         .fetch_one(pool)
         .await?)
 }
+
+/// Limits are checked once more at a movement's first claim: a cap lowered since the approval
+/// fails the node before anything reaches the venue.
+#[tokio::test]
+async fn risk_limits_are_checked_again_before_the_first_submit() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let lax = sim_engine(&db, EngineSettings::default())?;
+    install_plan(&lax, "t.cap", one("n", json!({}))).await?;
+    let id = create_approved(&lax, "t.cap", "cap-1").await?;
+    let amount: String = sqlx::query_scalar("SELECT intent ->> 'amount' FROM movement_requests WHERE id = $1")
+        .bind(id)
+        .fetch_one(&db.pool)
+        .await?;
+    let below = qtg_core::risk::Amount::parse(&amount).expect("amount");
+    let strict_limits =
+        qtg_core::risk::RiskLimits::from_plan(&json!({"hard_cap": "0.000001"})).map_err(anyhow::Error::msg)?;
+    assert!(strict_limits.hard_cap.as_ref().is_some_and(|c| &below > c));
+    let strict = sim_engine(&db, EngineSettings { risk: strict_limits, ..EngineSettings::default() })?;
+    strict.dispatch_tick().await?;
+    let (state, code, _, _) = node_row(&db.pool, id, "n").await?;
+    assert_eq!((state.as_str(), code.as_deref()), ("FAILED", Some("RISK_LIMIT_EXCEEDED")));
+    let sent: i64 = sqlx::query_scalar("SELECT count(*) FROM sim_submit_calls").fetch_one(&db.pool).await?;
+    assert_eq!(sent, 0, "nothing reached the venue");
+    assert_eq!(request_state(&db.pool, id).await?, "FAILED");
+    db.drop_db().await;
+    Ok(())
+}

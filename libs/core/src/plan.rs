@@ -249,7 +249,7 @@ impl PlanDefinition {
 /// Why an integer beyond ±2^53 is refused.
 pub fn inexact(path: &str) -> String {
     format!(
-        "{path} is an integer beyond ±2^53, which executors cannot receive exactly (the wire carries doubles); \
+        "{path} is an integer outside ±(2^53 - 1), which executors cannot receive exactly (the wire carries doubles); \
          write it as a decimal string"
     )
 }

@@ -255,15 +255,16 @@ pub enum Method {
 /// most languages' JSON numbers are IEEE-754 doubles).
 pub const MAX_EXACT_INTEGER: f64 = 9_007_199_254_740_992.0;
 
-/// The path (`.a.b[2]`) of the first integer in `v` beyond ±2^53: it cannot reach an executor
-/// exactly, so qtg refuses it where it enters (amounts in wei travel as decimal strings).
+/// The path (`.a.b[2]`) of the first integer in `v` outside ±(2^53 − 1), the integers every
+/// double (and the wire's encoder) carries exactly: qtg refuses it where it enters (amounts in
+/// wei travel as decimal strings).
 pub fn inexact_integer(v: &Value) -> Option<String> {
     match v {
         Value::Number(n) if !n.is_f64() => {
             let beyond = n
                 .as_u64()
-                .map(|u| u > MAX_EXACT_INTEGER as u64)
-                .or(n.as_i64().map(|i| i.unsigned_abs() > MAX_EXACT_INTEGER as u64));
+                .map(|u| u >= MAX_EXACT_INTEGER as u64)
+                .or(n.as_i64().map(|i| i.unsigned_abs() >= MAX_EXACT_INTEGER as u64));
             beyond.unwrap_or(true).then(String::new)
         }
         Value::Array(a) => a.iter().enumerate().find_map(|(i, x)| inexact_integer(x).map(|p| format!("[{i}]{p}"))),
@@ -322,12 +323,13 @@ mod tests {
     #[test]
     fn integers_beyond_two_to_the_53_are_found() {
         let v: Value =
-            serde_json::from_str(r#"{"ok": 9007199254740992, "fee": 1e21, "a": [1, {"wei": 9007199254740993}]}"#)
+            serde_json::from_str(r#"{"ok": 9007199254740991, "fee": 1e21, "a": [1, {"wei": 9007199254740992}]}"#)
                 .unwrap();
         assert_eq!(inexact_integer(&v).as_deref(), Some(".a[1].wei"));
         let v: Value =
-            serde_json::from_str(r#"{"n": -9007199254740992, "f": 0.00001, "s": "1000000000000000000000"}"#).unwrap();
+            serde_json::from_str(r#"{"n": -9007199254740991, "f": 0.00001, "s": "1000000000000000000000"}"#).unwrap();
         assert_eq!(inexact_integer(&v), None);
+        assert!(inexact_integer(&serde_json::from_str(r#"[-9007199254740992]"#).unwrap()).is_some());
     }
 
     #[test]

@@ -482,7 +482,9 @@ impl Signer for RemoteSigner {
                 {
                     Ok(Some(r)) => r,
                     Ok(None) => return Err(SignError::Call(ExecutorError::Protocol("sign answered 204".into()))),
-                    Err(ExecutorError::Protocol(m)) if m.contains("422") => return Err(SignError::Refused(m)),
+                    Err(ExecutorError::Protocol(m)) if m.ends_with(": HTTP 422 Unprocessable Entity") => {
+                        return Err(SignError::Refused(m))
+                    }
                     Err(e) => return Err(SignError::Call(e)),
                 }
             }

@@ -99,16 +99,16 @@ pub async fn build_execution_context(
 /// A node's `provider_refs` as its executor may see them: without qtg's own markers
 /// (`__submit_*`, `__late_effect`), which an executor may not set either.
 fn executor_refs(refs: &Value) -> Value {
-    match refs.as_object() {
-        Some(m) => Value::Object(
-            m.iter().filter(|(k, _)| !QTG_ONLY.contains(&k.as_str())).map(|(k, v)| (k.clone(), v.clone())).collect(),
-        ),
-        None => json!({}),
-    }
+    Value::Object(refs_without(refs, |k| QTG_ONLY.contains(&k)))
 }
 
+/// What successors see of a node's refs: no marker at all.
 fn public_refs(refs: &Value) -> Map<String, Value> {
+    refs_without(refs, is_marker)
+}
+
+fn refs_without(refs: &Value, dropped: impl Fn(&str) -> bool) -> Map<String, Value> {
     refs.as_object()
-        .map(|m| m.iter().filter(|(k, _)| !is_marker(k)).map(|(k, v)| (k.clone(), v.clone())).collect())
+        .map(|m| m.iter().filter(|(k, _)| !dropped(k)).map(|(k, v)| (k.clone(), v.clone())).collect())
         .unwrap_or_default()
 }

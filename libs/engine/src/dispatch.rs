@@ -169,21 +169,8 @@ impl Engine {
         }
         // The movement's first claim: its risk limits again, against what is in flight now
         // (a lowered limit or what was approved meanwhile); nothing is sent if they refuse.
-        let risk = if item.request_state == RequestState::Approved {
-            match self.risk_limits(&item.risk_controls, &item.intent) {
-                Ok((limits, amount)) => {
-                    match self.check_risk(&mut tx, &limits, &amount, &item.intent, item.request_id).await {
-                        Err(crate::movements::OpError::Risk(v)) => Some(v.message),
-                        Err(crate::movements::OpError::Store(e)) => return Err(e.into()),
-                        Err(other) => Some(other.to_string()),
-                        Ok(()) => None,
-                    }
-                }
-                Err(e) => Some(e.to_string()),
-            }
-        } else {
-            None
-        };
+        let risk =
+            if item.request_state == RequestState::Approved { self.risk_refusal(&mut tx, &item).await? } else { None };
         // Refusals that need no call end here, under the claim's locks.
         let refusal = if let Some(why) = risk {
             Some((codes::RISK_LIMIT_EXCEEDED, format!("risk limits checked again before the first submit: {why}")))
@@ -236,6 +223,20 @@ impl Engine {
         }
     }
 
+    /// Why the movement's risk limits refuse it now, if they do.
+    async fn risk_refusal(&self, conn: &mut PgConnection, item: &WorkItem) -> Result<Option<String>> {
+        let checked = match self.risk_limits(&item.risk_controls, &item.intent) {
+            Ok((limits, amount)) => self.check_risk(conn, &limits, &amount, &item.intent, item.request_id).await,
+            Err(e) => Err(e),
+        };
+        match checked {
+            Ok(()) => Ok(None),
+            Err(crate::movements::OpError::Risk(v)) => Ok(Some(v.message)),
+            Err(crate::movements::OpError::Store(e)) => Err(e.into()),
+            Err(other) => Ok(Some(other.to_string())),
+        }
+    }
+
     /// Calls, arm, submit, record — the claim's lease held by `c.token`.
     async fn run_claimed(&self, c: Claimed) -> Result<()> {
         let deadline = self.settings.executor_timeout;
@@ -281,11 +282,17 @@ impl Engine {
             }
             Err(e) => return self.call_failed(&c, NodeState::Preparing, calls, "prepare", &e, ms).await,
         };
-        if let Err(v) = prepared.seal().and_then(|()| expiry(&prepared).map(|_| ())) {
-            let detail = v.to_string();
-            calls.push(Call::failed("prepare", "protocol_error", codes::EXECUTOR_PROTOCOL_ERROR, &detail, ms));
-            return self.fail_claimed(&c, NodeState::Preparing, calls, codes::EXECUTOR_PROTOCOL_ERROR, &detail).await;
-        }
+        let expires_at = match prepared.seal().and_then(|()| expiry(&prepared)) {
+            Ok(at) => at,
+            Err(v) => {
+                let detail = v.to_string();
+                calls.push(Call::failed("prepare", "protocol_error", codes::EXECUTOR_PROTOCOL_ERROR, &detail, ms));
+                return self
+                    .fail_claimed(&c, NodeState::Preparing, calls, codes::EXECUTOR_PROTOCOL_ERROR, &detail)
+                    .await;
+            }
+        };
+        let expired = || expires_at.is_some_and(|at| at <= Utc::now());
         calls.push(Call::ok("prepare", "ok", ms));
 
         // Sign, when the plan or the prepared action asks for it.
@@ -321,8 +328,8 @@ impl Engine {
             };
             let ms = calls::call_ended(&span, "sign", outcome, started);
             match res {
-                Ok(result) if result.validate().is_err() => {
-                    let detail = result.validate().err().map(|v| v.to_string()).unwrap_or_default();
+                Ok(result) if let Err(v) = result.validate() => {
+                    let detail = v.to_string();
                     calls.push(Call::failed("sign", "protocol_error", codes::SIGNER_PROTOCOL_ERROR, &detail, ms));
                     return self.fail_claimed(&c, state, calls, codes::SIGNER_PROTOCOL_ERROR, &detail).await;
                 }
@@ -343,7 +350,7 @@ impl Engine {
         }
 
         // An action that expired while it was prepared or signed is not sent.
-        if expiry(&prepared).ok().flatten().is_some_and(|at| at <= Utc::now()) {
+        if expired() {
             let detail = format!(
                 "the prepared action expired at {}; nothing was sent",
                 prepared.expires_at.as_deref().unwrap_or("")
@@ -363,8 +370,7 @@ impl Engine {
         let window =
             Duration::from_secs_f64((self.settings.submit_window_seconds - self.settings.clock_skew_seconds).max(0.0));
         let key = idempotency_key(&c.ctx.request_node_id, c.attempt_no);
-        let expired = expiry(&prepared).ok().flatten().is_some_and(|at| at <= Utc::now());
-        if armed_at.elapsed() >= window || expired || prepared.computed_hash() != prepared.payload_hash {
+        if armed_at.elapsed() >= window || expired() || prepared.computed_hash() != prepared.payload_hash {
             tracing::warn!(node_id = %c.item.node_id, attempt_no = c.attempt_no, elapsed_ms = armed_at.elapsed().as_millis() as u64,
                 "submit not sent: the submit window closed before it could start; recovery decides the attempt");
             let mut conn = self.pool.acquire().await?;

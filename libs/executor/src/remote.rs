@@ -103,13 +103,16 @@ fn channel(endpoint: &Endpoint) -> Result<Channel, String> {
     Ok(ch.connect_lazy())
 }
 
-fn status_error(s: &tonic::Status) -> ExecutorError {
+/// A gRPC failure as the call's outcome; a deadline the server or the channel reports is the
+/// call's own `deadline`.
+fn status_error(s: &tonic::Status, deadline: Duration) -> ExecutorError {
     use tonic::Code::*;
     let detail = format!("gRPC {:?}: {}", s.code(), s.message());
+    let timeout = ExecutorError::Timeout(deadline.as_millis() as u64);
     match s.code() {
-        DeadlineExceeded => ExecutorError::Timeout(0),
+        DeadlineExceeded => timeout,
         // tonic's server answers a passed `grpc-timeout` with CANCELLED "Timeout expired".
-        Cancelled if s.message().to_ascii_lowercase().contains("timeout") => ExecutorError::Timeout(0),
+        Cancelled if s.message().to_ascii_lowercase().contains("timeout") => timeout,
         Unavailable | Internal | Unknown | ResourceExhausted | Aborted | Cancelled | Unauthenticated
         | PermissionDenied => ExecutorError::Unavailable(detail),
         _ => ExecutorError::Protocol(detail),
@@ -124,11 +127,7 @@ async fn grpc_call<T>(
 ) -> Result<T, ExecutorError> {
     match tokio::time::timeout(endpoint.timeout, fut).await {
         Ok(Ok(r)) => Ok(r.into_inner()),
-        // A deadline the server or the channel reports is this call's deadline.
-        Ok(Err(s)) => Err(match status_error(&s) {
-            ExecutorError::Timeout(_) => ExecutorError::Timeout(endpoint.timeout.as_millis() as u64),
-            other => other,
-        }),
+        Ok(Err(s)) => Err(status_error(&s, endpoint.timeout)),
         Err(_) => Err(ExecutorError::Timeout(endpoint.timeout.as_millis() as u64)),
     }
 }
@@ -456,14 +455,7 @@ impl Signer for RemoteSigner {
                     Ok(Err(s)) if s.code() == tonic::Code::FailedPrecondition => {
                         return Err(SignError::Refused(s.message().to_string()))
                     }
-                    Ok(Err(s)) => {
-                        return Err(SignError::Call(match status_error(&s) {
-                            ExecutorError::Timeout(_) => {
-                                ExecutorError::Timeout(self.endpoint.timeout.as_millis() as u64)
-                            }
-                            other => other,
-                        }))
-                    }
+                    Ok(Err(s)) => return Err(SignError::Call(status_error(&s, self.endpoint.timeout))),
                     Err(_) => {
                         return Err(SignError::Call(ExecutorError::Timeout(self.endpoint.timeout.as_millis() as u64)))
                     }

@@ -85,12 +85,8 @@ impl Credentials {
             Credentials::Bearer(t) => vec![(HEADER_AUTHORIZATION, format!("Bearer {t}"))],
             Credentials::Hmac(secret) => {
                 let (timestamp, nonce) = (unix_now().to_string(), uuid::Uuid::new_v4().to_string());
-                vec![
-                    (HEADER_TIMESTAMP, timestamp.clone()),
-                    (HEADER_NONCE, nonce.clone()),
-                    (HEADER_VERSION, EXECUTOR_VERSION.to_string()),
-                    (HEADER_SIGNATURE, sign_v4(secret, &timestamp, &nonce, target, body)),
-                ]
+                let signature = sign_v4(secret, &timestamp, &nonce, target, body);
+                headers(timestamp, nonce, EXECUTOR_VERSION, signature)
             }
         }
     }
@@ -99,11 +95,16 @@ impl Credentials {
 /// The four v3 headers for `body` at `timestamp` with `nonce` (callbacks keep their nonce
 /// across retries).
 pub fn signature_headers(secret: &[u8], timestamp: &str, nonce: &str, body: &[u8]) -> Vec<(&'static str, String)> {
+    headers(timestamp.to_string(), nonce.to_string(), VERSION, sign(secret, timestamp, nonce, body))
+}
+
+/// The four signature headers.
+fn headers(timestamp: String, nonce: String, version: &str, signature: String) -> Vec<(&'static str, String)> {
     vec![
-        (HEADER_TIMESTAMP, timestamp.to_string()),
-        (HEADER_NONCE, nonce.to_string()),
-        (HEADER_VERSION, VERSION.to_string()),
-        (HEADER_SIGNATURE, sign(secret, timestamp, nonce, body)),
+        (HEADER_TIMESTAMP, timestamp),
+        (HEADER_NONCE, nonce),
+        (HEADER_VERSION, version.to_string()),
+        (HEADER_SIGNATURE, signature),
     ]
 }
 
@@ -290,17 +291,11 @@ pub fn verify(
     if (now - ts).abs() > tolerance_seconds {
         return Err(VerifyError::Stale(now - ts));
     }
-    let Ok(given) = hex::decode(signed.signature) else { return Err(VerifyError::Mismatch) };
-    let msg = message(signed.timestamp, signed.nonce, body);
-    for secret in secrets {
-        let mut mac = HmacSha256::new_from_slice(secret).expect("HMAC takes keys of any length");
-        mac.update(msg.as_bytes());
-        // Constant-time comparison.
-        if mac.verify_slice(&given).is_ok() {
-            return Ok(());
-        }
+    if matches_any(&message(signed.timestamp, signed.nonce, body), signed.signature, secrets) {
+        Ok(())
+    } else {
+        Err(VerifyError::Mismatch)
     }
-    Err(VerifyError::Mismatch)
 }
 
 #[cfg(test)]

@@ -332,8 +332,7 @@ impl<T: Serialize> Page<T> {
         let mut keyed: Vec<(String, T)> = items.into_iter().map(|i| (key(&i), i)).collect();
         keyed.sort_by(|a, b| a.0.cmp(&b.0));
         keyed.retain(|(k, _)| q.cursor.as_ref().is_none_or(|c| k > c));
-        let rows: Vec<(String, T)> = keyed;
-        let page = Page::from_rows(rows, limit, |(k, _)| k.clone()).0;
+        let page = Page::from_rows(keyed, limit, |(k, _)| k.clone()).0;
         Ok(Json(Page { items: page.items.into_iter().map(|(_, i)| i).collect(), next_cursor: page.next_cursor }))
     }
 }

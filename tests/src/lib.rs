@@ -526,3 +526,102 @@ pub async fn start_example(db: &TestDb, timeout_ms: u64, extra: &[(&str, &str)])
     )?;
     Ok(Remote { proc, registry })
 }
+
+/// A running `qtg-venue-sim` (accounts of `deploy/venue-sim.toml`, ledger in a temp file).
+pub struct VenueSim {
+    pub proc: Proc,
+    pub base: String,
+    pub state: PathBuf,
+}
+
+/// The venue sim's credentials for the qtg processes (`MG_SIM_A_…`, `MG_SIM_B_…`).
+pub const VENUE_SIM_CREDENTIALS: [(&str, &str); 4] = [
+    ("MG_SIM_A_ACCESS_KEY", "sim-a-api-key-0001"),
+    ("MG_SIM_A_SECRET", "sim-a-secret-0001"),
+    ("MG_SIM_B_ACCESS_KEY", "sim-b-api-key-0001"),
+    ("MG_SIM_B_SECRET", "sim-b-secret-0001"),
+];
+
+/// A destination address whitelisted at sim_a that is sim_b's USDT deposit address.
+pub const SIM_B_DEPOSIT: &str = "0xb0b0000000000000000000000000000000000b0b";
+
+impl VenueSim {
+    pub async fn start(tag: &str) -> anyhow::Result<VenueSim> {
+        let accounts = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/venue-sim.toml");
+        let state = std::env::temp_dir().join(format!("{tag}-venue-{}.json", uuid::Uuid::new_v4().simple()));
+        let (a, s) = (accounts.to_string_lossy().to_string(), state.to_string_lossy().to_string());
+        let proc =
+            Proc::spawn_args("qtg-venue-sim", &["--addr", "127.0.0.1:0", "--accounts", &a, "--state", &s], "", &[])
+                .await?;
+        let addr = proc.wait_field("venue_addr", Duration::from_secs(20)).await?;
+        Ok(VenueSim { proc, base: format!("http://{addr}"), state })
+    }
+
+    /// A registry of the sim lanes plus the CEX entries of `deploy/registry.cex.toml`, pointed
+    /// at this venue; `extra` is appended to each CEX entry's config (e.g. `lookback_seconds = 5`).
+    pub fn registry(&self, tag: &str, extra: &str) -> anyhow::Result<PathBuf> {
+        let sim = std::fs::read_to_string(registry_file())?;
+        let cex =
+            std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/registry.cex.toml"))?;
+        let extra = if extra.is_empty() { String::new() } else { format!(", {extra}") };
+        let cex = cex.replace("http://127.0.0.1:9400\"", &format!("{}\"{extra}", self.base));
+        let path = std::env::temp_dir().join(format!("{tag}-registry-cex.toml"));
+        std::fs::write(&path, format!("{sim}\n{cex}"))?;
+        Ok(path)
+    }
+
+    pub async fn admin(&self, method: &str, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+        let url = format!("{}{path}", self.base);
+        let http = http_client();
+        let req = match method {
+            "POST" => http.post(&url).json(&body.unwrap_or(Value::Null)),
+            "DELETE" => http.delete(&url),
+            _ => http.get(&url),
+        };
+        let resp = req.send().await?;
+        let status = resp.status();
+        let v: Value = resp.json().await?;
+        if !status.is_success() {
+            bail!("venue sim {method} {path}: {status}: {v}");
+        }
+        Ok(v)
+    }
+
+    pub async fn fault(&self, fault: Value) -> anyhow::Result<()> {
+        self.admin("POST", "/admin/faults", Some(fault)).await.map(|_| ())
+    }
+
+    /// Every withdraw request the venue received, in order.
+    pub async fn requests(&self) -> anyhow::Result<Vec<Value>> {
+        Ok(self.admin("GET", "/admin/requests", None).await?["requests"].as_array().cloned().unwrap_or_default())
+    }
+
+    /// Withdraw requests carrying client id `client_id`.
+    pub async fn requests_for(&self, prefix: &str) -> anyhow::Result<Vec<Value>> {
+        Ok(self
+            .requests()
+            .await?
+            .into_iter()
+            .filter(|r| r["client_id"].as_str().is_some_and(|c| c.starts_with(prefix)))
+            .collect())
+    }
+
+    /// Withdrawals the venue booked (paid) from requests whose client id starts with `prefix`.
+    pub async fn paid(&self, prefix: &str) -> anyhow::Result<Vec<Value>> {
+        let ledger = self.admin("GET", "/admin/ledger", None).await?;
+        Ok(ledger["withdrawals"]
+            .as_array()
+            .cloned()
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|w| w["origin"] == "request")
+            .filter(|w| w["requested_client_id"].as_str().is_some_and(|c| c.starts_with(prefix)))
+            .collect())
+    }
+}
+
+impl Drop for VenueSim {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.state);
+    }
+}

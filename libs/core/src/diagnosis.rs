@@ -5,7 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
-use crate::markers::{LEGACY_RECONCILIATION_GATED, MANUAL_REVIEW_REQUIRED, SUBMIT_ATTEMPT_PENDING};
+use crate::markers::{LEGACY_RECONCILIATION_GATED, MANUAL_REVIEW_REQUIRED, STATUS_UNMAPPED, SUBMIT_ATTEMPT_PENDING};
 use crate::state::{NodeState, RequestState};
 
 /// What diagnosis looks at (timing by the database's clock).
@@ -74,13 +74,16 @@ pub fn diagnose(f: &NodeFacts) -> Diagnosis {
             "Lookback or matcher issue",
             "Escalate: check the venue by client order id / amount / address; there is no automatic resolution.",
         ),
-        NodeState::Unknown if gated && review.is_none() => d(
+        // Gated without the auth case: markers missing (an executor may hand it over with a
+        // review marker of its own, e.g. `reconciliation_markers_missing`).
+        NodeState::Unknown if gated => d(
             "C3a",
             "Legacy entry",
             "Escalate and preserve an incident artifact (markers, logs, venue console).",
         ),
         NodeState::Observing
-            if f.observe_count >= PERPETUAL_OBSERVE_COUNT
+            if flag(refs, STATUS_UNMAPPED)
+                || f.observe_count >= PERPETUAL_OBSERVE_COUNT
                 || f.seconds_since_started.is_some_and(|s| s >= PERPETUAL_OBSERVE_SECONDS) =>
         {
             d("C5", "Perpetual observing", "File a bug with a fixture of the venue's status, then escalate the node.")
@@ -151,9 +154,14 @@ mod tests {
         let auth = json!({"__legacy_reconciliation_gated": true, "__manual_review_required": "reconciliation_auth_failed", "__submit_attempt_pending": true});
         assert_eq!(diagnose(&facts(NodeState::Unknown, auth)).case, "C3b");
         assert_eq!(diagnose(&facts(NodeState::Unknown, json!({"__legacy_reconciliation_gated": true}))).case, "C3a");
+        let handed = json!({"__legacy_reconciliation_gated": true, "__manual_review_required": "reconciliation_markers_missing"});
+        assert_eq!(diagnose(&facts(NodeState::Unknown, handed)).case, "C3a");
         let mut perpetual = facts(NodeState::Observing, json!({}));
         perpetual.observe_count = 60;
         assert_eq!(diagnose(&perpetual).case, "C5");
+        let unmapped = json!({"__status_unmapped": {"kind": "withdrawal", "code": 99}});
+        assert_eq!(diagnose(&facts(NodeState::Observing, unmapped)).case, "C5");
+        assert_eq!(diagnose(&facts(NodeState::Observing, json!({"__status_unmapped": null}))).case, "C7");
         let mut lost = facts(NodeState::Unknown, json!({}));
         lost.provider_ref_id = None;
         assert_eq!(diagnose(&lost).case, "C6");

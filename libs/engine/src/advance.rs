@@ -60,6 +60,11 @@ pub async fn apply_result(
         if matches!(to, NodeState::Submitted | NodeState::Observing | NodeState::Completed | NodeState::Unknown) {
             patch.submit_accepted = Some(true);
         }
+        // A Recover FAILED is the contract's proof of absence (the key is void): the attempt
+        // that was UNKNOWN had no effect, so the node fails like one that sent nothing.
+        if method == Method::Recover && to == NodeState::Failed {
+            patch.submit_accepted = Some(false);
+        }
     }
     patch.next_observe_in = match to {
         NodeState::Submitted | NodeState::Observing => {

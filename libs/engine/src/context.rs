@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 
-use qtg_core::markers::{is_marker, QTG_ONLY};
+use qtg_core::markers::{is_marker, QTG_ONLY, SUBMIT_ATTEMPT_PENDING, SUBMIT_ATTEMPT_STARTED_AT};
 use qtg_core::plan::predecessors;
 use qtg_core::protocol::PROTOCOL_VERSION;
 use qtg_core::refs::{resolve_config, RefError};
@@ -89,17 +89,26 @@ pub async fn build_execution_context(
         timeout_policy: item.timeout_policy.clone(),
         // A new attempt (dispatch) starts clean: nothing of attempt N reaches attempt N + 1's
         // calls (its history stays in node_events and artifacts). Observe and recover see what
-        // their attempt recorded, less qtg's own markers.
-        provider_refs: if attempt_no > item.attempt_no { json!({}) } else { executor_refs(&item.provider_refs) },
+        // their attempt recorded, less qtg's own markers — except that recover sees the
+        // submit markers of the attempt it decides (the runbook's matcher enters only when
+        // both are there).
+        provider_refs: if attempt_no > item.attempt_no {
+            json!({})
+        } else {
+            executor_refs(&item.provider_refs, matches!(item.node_state, NodeState::Submitting | NodeState::Unknown))
+        },
         provider_ref_id: if attempt_no > item.attempt_no { None } else { item.provider_ref_id.clone() },
         executor_key: item.executor_key.clone(),
     })
 }
 
 /// A node's `provider_refs` as its executor may see them: without qtg's own markers
-/// (`__submit_*`, `__late_effect`), which an executor may not set either.
-fn executor_refs(refs: &Value) -> Value {
-    Value::Object(refs_without(refs, |k| QTG_ONLY.contains(&k)))
+/// (`__submit_*`, `__late_effect`), which an executor may not set either — but with the
+/// `__submit_attempt_*` pair when `recovering` (read-only: a result that echoes them is a
+/// protocol violation).
+fn executor_refs(refs: &Value, recovering: bool) -> Value {
+    let submit = [SUBMIT_ATTEMPT_PENDING, SUBMIT_ATTEMPT_STARTED_AT];
+    Value::Object(refs_without(refs, |k| QTG_ONLY.contains(&k) && !(recovering && submit.contains(&k))))
 }
 
 /// What successors see of a node's refs: no marker at all.

@@ -12,7 +12,7 @@ use serde_json::Value;
 
 pub use registry::{
     EntrySpec, ExecutorEntry, Fence, LaneContext, LaneFactory, LanePlugin, Registry, RegistryError, RegistryFile,
-    SignerEntry, Transport,
+    Setting, SignerEntry, Transport,
 };
 
 /// Why a call produced no answer qtg can use. The engine maps each to the method's failure

@@ -105,6 +105,9 @@ pub struct LaneContext<'a> {
     pub setting: &'a dyn Fn(&str) -> Option<String>,
 }
 
+/// The process' key → value source of settings (only `services/` reads the environment).
+pub type Setting<'a> = &'a dyn Fn(&str) -> Option<String>;
+
 /// Each lane crate's entry point: `pub fn lane(ctx: &LaneContext) -> Result<Box<dyn
 /// LanePlugin>, String>` (an error = a setting the lane cannot run with).
 pub type LaneFactory = fn(&LaneContext<'_>) -> Result<Box<dyn LanePlugin>, String>;
@@ -116,12 +119,18 @@ pub type LaneFactory = fn(&LaneContext<'_>) -> Result<Box<dyn LanePlugin>, Strin
 pub trait LanePlugin: Send + Sync {
     /// The `impl` name entries use.
     fn name(&self) -> &'static str;
-    /// The executor of entry `key` (`config` = the entry's `config` table). An error is the
-    /// entry's: the registry refuses to load.
-    fn executor(&self, key: &str, config: Option<&toml::Table>) -> Result<Arc<dyn Executor>, String>;
+    /// The executor of entry `key` (`config` = the entry's `config` table; `setting` = the
+    /// process' key → value source, for what an entry names by variable, e.g. a venue's
+    /// credentials). An error is the entry's: the registry refuses to load.
+    fn executor(
+        &self,
+        key: &str,
+        config: Option<&toml::Table>,
+        setting: Setting<'_>,
+    ) -> Result<Arc<dyn Executor>, String>;
     /// The signer of entry `key`; a lane without signers refuses.
-    fn signer(&self, key: &str, config: Option<&toml::Table>) -> Result<Arc<dyn Signer>, String> {
-        let _ = config;
+    fn signer(&self, key: &str, config: Option<&toml::Table>, setting: Setting<'_>) -> Result<Arc<dyn Signer>, String> {
+        let _ = (config, setting);
         Err(format!("lane {:?} has no signer (entry {key:?})", self.name()))
     }
 }
@@ -175,7 +184,7 @@ impl Registry {
             };
             let executor: Arc<dyn Executor> = match spec.transport {
                 Transport::Local => lane_of(key, spec, lanes)?
-                    .executor(key, spec.config.as_ref())
+                    .executor(key, spec.config.as_ref(), secret)
                     .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
                 Transport::Grpc => Arc::new(
                     RemoteExecutor::grpc(key, endpoint(key, spec, secret)?)
@@ -197,7 +206,7 @@ impl Registry {
             }
             let signer: Arc<dyn Signer> = match spec.transport {
                 Transport::Local => lane_of(key, spec, lanes)?
-                    .signer(key, spec.config.as_ref())
+                    .signer(key, spec.config.as_ref(), secret)
                     .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
                 Transport::Grpc => Arc::new(
                     RemoteSigner::grpc(endpoint(key, spec, secret)?)

@@ -47,6 +47,13 @@ pub struct ExecutorLabel {
     pub executor_key: String,
 }
 
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct VenueStatusLabel {
+    pub venue: String,
+    pub kind: String,
+    pub code: String,
+}
+
 #[derive(Clone)]
 pub struct Metrics {
     inner: Arc<Inner>,
@@ -70,6 +77,7 @@ struct Inner {
     executor_calls: Family<CallLabel, Histogram>,
     claim_misses: Family<PickupLabel, Counter>,
     callback_deliveries: Family<OutcomeLabel, Counter>,
+    venue_unknown_status: Family<VenueStatusLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -164,9 +172,16 @@ impl Metrics {
             "Callback delivery attempts by outcome (delivered, retry, dlq)",
             callback_deliveries.clone(),
         );
+        let venue_unknown_status = Family::<VenueStatusLabel, Counter>::default();
+        registry.register(
+            "venue_unknown_status",
+            "Venue status codes a lane's mapping does not know (runbook C5), by venue, kind and code",
+            venue_unknown_status.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
                 registry,
+                venue_unknown_status,
                 transitions,
                 executor_calls,
                 claim_misses,
@@ -254,5 +269,10 @@ impl qtg_telemetry::Sink for Metrics {
 
     fn callback_delivery(&self, outcome: &str) {
         self.inner.callback_deliveries.get_or_create(&OutcomeLabel { outcome: outcome.into() }).inc();
+    }
+
+    fn venue_unknown_status(&self, venue: &str, kind: &str, code: i64) {
+        let label = VenueStatusLabel { venue: venue.into(), kind: kind.into(), code: code.to_string() };
+        self.inner.venue_unknown_status.get_or_create(&label).inc();
     }
 }

@@ -5,6 +5,7 @@ pub mod api_keys;
 pub mod artifacts;
 pub mod audit;
 pub mod callbacks;
+pub mod cex;
 pub mod claims;
 pub mod context;
 pub mod controls;

@@ -11,7 +11,9 @@ use std::time::Duration;
 use async_trait::async_trait;
 use qtg_core::hash::{canonical_json, sha256_hex};
 use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction, SignRequest, SignResult};
-use qtg_executor::{Executor, ExecutorError, LaneContext, LanePlugin, Prepared, SignError, Signer, Submission};
+use qtg_executor::{
+    Executor, ExecutorError, LaneContext, LanePlugin, Prepared, Setting, SignError, Signer, Submission,
+};
 use qtg_store::sim::SimSubmit;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -294,12 +296,12 @@ impl LanePlugin for SimLane {
         "sim"
     }
 
-    fn executor(&self, key: &str, config: Option<&toml::Table>) -> Result<Arc<dyn Executor>, String> {
+    fn executor(&self, key: &str, config: Option<&toml::Table>, _: Setting<'_>) -> Result<Arc<dyn Executor>, String> {
         no_config(config)?;
         Ok(Arc::new(SimExecutor::new(key, self.venue.clone())))
     }
 
-    fn signer(&self, key: &str, config: Option<&toml::Table>) -> Result<Arc<dyn Signer>, String> {
+    fn signer(&self, key: &str, config: Option<&toml::Table>, _: Setting<'_>) -> Result<Arc<dyn Signer>, String> {
         no_config(config)?;
         Ok(Arc::new(SimSigner::new(key)))
     }

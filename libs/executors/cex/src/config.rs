@@ -1,0 +1,207 @@
+//! A registry entry of the CEX lane: which venue account it acts for, where that venue's API
+//! is, its credentials (named by variable, never written in the registry) and the lane's
+//! reconciliation margins.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use qtg_executor::Setting;
+use serde::Deserialize;
+
+use crate::binance::{BinanceVenue, Credentials};
+use crate::venue::Venue;
+
+/// The entry's `config` table.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EntryConfig {
+    /// The venue account's name: `MG_<VENUE>_ACCESS_KEY` / `MG_<VENUE>_SECRET` (or their
+    /// `_FILE` forms) hold its credentials.
+    pub venue: String,
+    /// The venue's API base, e.g. `https://api.binance.com` or `qtg-venue-sim`'s address.
+    pub base_url: String,
+    /// `withdrawal_action`, `withdrawal_observe` or `deposit_observe`; defaults from the key
+    /// (`exec.cex.<role>[.<suffix>]`).
+    pub role: Option<String>,
+    /// The network a withdrawal uses when neither the node's config nor the intent names one.
+    pub network: Option<String>,
+    /// Deadline of one venue call (default 5000 ms; keep it under half of
+    /// `MG_EXECUTOR_TIMEOUT_MS`: a submit makes two).
+    pub timeout_ms: Option<u64>,
+    /// How long after a submit attempt started its withdrawal is looked for by amount and
+    /// address (default 900 s).
+    pub lookback_seconds: Option<f64>,
+    /// How long the venue's history may lag behind a withdrawal it booked (default 10 s).
+    pub history_lag_seconds: Option<f64>,
+    /// Upper bound of a withdraw request's `recvWindow` (default and venue maximum 60000 ms).
+    pub max_recv_window_ms: Option<u32>,
+    /// How far back deposit_observe looks for the deposit (default 86400 s).
+    pub deposit_lookback_seconds: Option<f64>,
+    /// `true` lets credentials travel over plain `http://` to a host that is not loopback.
+    pub insecure: Option<bool>,
+}
+
+/// The three executors of the lane.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    WithdrawalAction,
+    WithdrawalObserve,
+    DepositObserve,
+}
+
+impl Role {
+    fn parse(s: &str) -> Option<Role> {
+        match s {
+            "withdrawal_action" => Some(Role::WithdrawalAction),
+            "withdrawal_observe" => Some(Role::WithdrawalObserve),
+            "deposit_observe" => Some(Role::DepositObserve),
+            _ => None,
+        }
+    }
+}
+
+impl EntryConfig {
+    pub fn parse(key: &str, table: Option<&toml::Table>) -> Result<EntryConfig, String> {
+        let table =
+            table.ok_or_else(|| format!("the cex lane needs a `config` table (venue, base_url) for entry {key:?}"))?;
+        let config: EntryConfig = toml::Value::Table(table.clone()).try_into().map_err(|e| format!("config: {e}"))?;
+        if config.venue.is_empty() || !config.venue.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+            return Err(format!("config.venue {:?}: letters, digits, '_' and '-' only", config.venue));
+        }
+        let plain = config.base_url.starts_with("http://");
+        if !plain && !config.base_url.starts_with("https://") {
+            return Err(format!("config.base_url {:?} is not an http(s) URL", config.base_url));
+        }
+        if plain && !loopback(&config.base_url) && config.insecure != Some(true) {
+            return Err(format!(
+                "config.base_url {:?}: signed requests and the API key would travel in clear text; use https \
+                 (or insecure = true for a test venue)",
+                config.base_url
+            ));
+        }
+        for (name, v) in [
+            ("lookback_seconds", config.lookback_seconds),
+            ("history_lag_seconds", config.history_lag_seconds),
+            ("deposit_lookback_seconds", config.deposit_lookback_seconds),
+        ] {
+            if v.is_some_and(|s| !s.is_finite() || s < 0.0) {
+                return Err(format!("config.{name} must be a number >= 0"));
+            }
+        }
+        if config.max_recv_window_ms.is_some_and(|w| !(1000..=60_000).contains(&w)) {
+            return Err("config.max_recv_window_ms must be between 1000 and 60000".into());
+        }
+        Ok(config)
+    }
+
+    pub fn role(&self, key: &str) -> Result<Role, String> {
+        let named = self.role.clone().or_else(|| key.split('.').nth(2).map(str::to_string)).unwrap_or_default();
+        Role::parse(&named).ok_or_else(|| {
+            format!(
+                "entry {key:?}: role {named:?} is not one of withdrawal_action, withdrawal_observe, deposit_observe \
+                 (name it in the key, exec.cex.<role>[.<suffix>], or as config.role)"
+            )
+        })
+    }
+
+    pub fn timeout(&self) -> Duration {
+        Duration::from_millis(self.timeout_ms.unwrap_or(5000))
+    }
+
+    pub fn lookback(&self) -> chrono::Duration {
+        secs(self.lookback_seconds.unwrap_or(900.0))
+    }
+
+    pub fn history_lag(&self) -> chrono::Duration {
+        secs(self.history_lag_seconds.unwrap_or(10.0))
+    }
+
+    pub fn deposit_lookback(&self) -> chrono::Duration {
+        secs(self.deposit_lookback_seconds.unwrap_or(86_400.0))
+    }
+
+    pub fn max_recv_window_ms(&self) -> u32 {
+        self.max_recv_window_ms.unwrap_or(60_000)
+    }
+
+    /// The variable prefix of this venue's credentials: `MG_<VENUE>_`.
+    pub fn env_prefix(&self) -> String {
+        format!("MG_{}_", self.venue.to_ascii_uppercase().replace('-', "_"))
+    }
+
+    /// The venue client, with credentials from `MG_<VENUE>_ACCESS_KEY` / `MG_<VENUE>_SECRET`
+    /// (or `…_FILE`, a file holding the value).
+    pub fn venue(&self, setting: Setting<'_>) -> Result<Arc<dyn Venue>, String> {
+        let p = self.env_prefix();
+        let credentials = Credentials {
+            api_key: credential(setting, &format!("{p}ACCESS_KEY"))?,
+            secret: credential(setting, &format!("{p}SECRET"))?,
+        };
+        Ok(Arc::new(BinanceVenue::new(&self.venue, &self.base_url, credentials, self.timeout())?))
+    }
+}
+
+pub(crate) fn secs(s: f64) -> chrono::Duration {
+    chrono::Duration::milliseconds((s * 1000.0) as i64)
+}
+
+fn loopback(url: &str) -> bool {
+    let host = url.trim_start_matches("http://").split(['/', ':']).next().unwrap_or("");
+    matches!(host, "127.0.0.1" | "localhost" | "[") || host.starts_with("127.") || url.starts_with("http://[::1]")
+}
+
+/// `name`, or the contents of the file `name_FILE` names. The value is never in an error.
+fn credential(setting: Setting<'_>, name: &str) -> Result<String, String> {
+    if let Some(v) = setting(name).filter(|v| !v.is_empty()) {
+        return Ok(v);
+    }
+    let file = format!("{name}_FILE");
+    match setting(&file).filter(|v| !v.is_empty()) {
+        Some(path) => std::fs::read_to_string(&path)
+            .map(|s| s.trim().to_string())
+            .map_err(|e| format!("{file} = {path:?}: {e}"))
+            .and_then(|s| if s.is_empty() { Err(format!("{file} = {path:?} is empty")) } else { Ok(s) }),
+        None => Err(format!("the venue's credentials are not set: {name} (or {file})")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn table(s: &str) -> toml::Table {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn entries_are_checked() {
+        let ok = table("venue = \"sim_a\"\nbase_url = \"http://127.0.0.1:9400\"");
+        let c = EntryConfig::parse("exec.cex.withdrawal_action.sim_a", Some(&ok)).unwrap();
+        assert_eq!(c.role("exec.cex.withdrawal_action.sim_a").unwrap(), Role::WithdrawalAction);
+        assert!(c.role("exec.cex.other").is_err());
+        assert_eq!(c.env_prefix(), "MG_SIM_A_");
+        let far = table("venue = \"a\"\nbase_url = \"http://venue.example:80\"");
+        assert!(EntryConfig::parse("k", Some(&far)).unwrap_err().contains("clear text"));
+        let typo = table("venue = \"a\"\nbase_url = \"https://x\"\nlookback = 3");
+        assert!(EntryConfig::parse("k", Some(&typo)).is_err());
+        assert!(EntryConfig::parse("k", None).is_err());
+    }
+
+    #[test]
+    fn credentials_come_from_variables_and_never_show() {
+        let c = EntryConfig::parse(
+            "exec.cex.deposit_observe",
+            Some(&table("venue = \"b\"\nbase_url = \"http://127.0.0.1:1\"")),
+        )
+        .unwrap();
+        let none = |_: &str| None;
+        let e = c.venue(&none).err().unwrap();
+        assert!(e.contains("MG_B_ACCESS_KEY"), "{e}");
+        let set = |k: &str| match k {
+            "MG_B_ACCESS_KEY" => Some("ak".to_string()),
+            "MG_B_SECRET" => Some("very-secret".to_string()),
+            _ => None,
+        };
+        assert!(c.venue(&set).is_ok());
+    }
+}

@@ -1,0 +1,872 @@
+//! The lane's three executors, the seed's relay: `withdrawal_action` sends the withdrawal
+//! and answers the venue's withdrawal id; `withdrawal_observe` follows it to completion and
+//! answers the `txid`; `deposit_observe` finds the deposit on the destination account by
+//! txid, amount and address.
+
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use qtg_core::hash::canonical_json;
+use qtg_core::markers::{
+    LEGACY_RECONCILIATION_GATED, MANUAL_REVIEW_REQUIRED, STATUS_UNMAPPED, SUBMIT_ATTEMPT_PENDING,
+    SUBMIT_ATTEMPT_STARTED_AT,
+};
+use qtg_core::risk::Amount;
+use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction};
+use qtg_executor::{Executor, ExecutorError, Prepared, Submission};
+use qtg_store::cex::{self as keys, Recorded};
+use serde::{Deserialize, Serialize};
+use serde_json::{json, Map, Value};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::config::{EntryConfig, Role};
+use crate::reconcile::{candidates, Candidate, Target};
+use crate::venue::{
+    deposit_phase, withdrawal_phase, DepositPhase, Venue, VenueError, WithdrawRequest, WithdrawalPhase,
+};
+
+/// The runbook's evidence key in `provider_refs` (a `__` key: successors never see it).
+pub const RECONCILIATION: &str = "__reconciliation";
+
+/// Seconds between polls of a withdrawal and of a deposit (the seed's `cex_withdrawal_status`
+/// and `cex_deposit_status` intervals).
+const WITHDRAWAL_POLL_SECONDS: f64 = 5.0;
+const DEPOSIT_POLL_SECONDS: f64 = 10.0;
+
+/// One executor of the lane: its role, its venue account, the key store.
+pub struct CexExecutor {
+    key: String,
+    role: Role,
+    config: EntryConfig,
+    venue: Arc<dyn Venue>,
+    pool: PgPool,
+    /// `MG_CLOCK_SKEW_MARGIN_SECONDS`.
+    skew: chrono::Duration,
+}
+
+impl CexExecutor {
+    pub fn new(
+        key: &str,
+        role: Role,
+        config: EntryConfig,
+        venue: Arc<dyn Venue>,
+        pool: PgPool,
+        skew: chrono::Duration,
+    ) -> Self {
+        CexExecutor { key: key.to_string(), role, config, venue, pool, skew }
+    }
+
+    fn result(&self, state: NodeState) -> ExecutionResult {
+        let mut r = ExecutionResult::new(state);
+        r.provider_refs.insert("venue".into(), json!(self.config.venue));
+        r
+    }
+
+    fn failed(&self, code: &str, detail: impl Into<String>) -> ExecutionResult {
+        ExecutionResult {
+            error_code: Some(code.into()),
+            error_detail: Some(detail.into()),
+            ..self.result(NodeState::Failed)
+        }
+    }
+
+    fn unknown_status(&self, kind: &'static str, code: i64, id: &str) -> ExecutionResult {
+        // Runbook C5: never guess a status; a person adds it to the mapping.
+        tracing::warn!(venue = %self.config.venue, executor_key = %self.key, kind, code, id, "unknown_code: the venue reported a status the mapping does not know; still observing");
+        qtg_telemetry::sink().venue_unknown_status(&self.config.venue, kind, code);
+        let mut r = self.result(NodeState::Observing);
+        r.provider_refs.insert(STATUS_UNMAPPED.into(), json!({"kind": kind, "code": code}));
+        r.provider_state = Some(format!("unmapped_status_{code}"));
+        r.retry_after_seconds = Some(WITHDRAWAL_POLL_SECONDS * 6.0);
+        r.error_code = Some("CEX_STATUS_UNMAPPED".into());
+        r.error_detail = Some(format!("the venue reports {kind} status {code}, which qtg does not map (runbook C5)"));
+        r
+    }
+
+    /// A venue failure on a read: auth → the node's FAILED before anything left (preflight);
+    /// anything else → no answer (nothing changes; the engine backs off).
+    fn unavailable(&self, e: VenueError) -> ExecutorError {
+        ExecutorError::Unavailable(format!("venue {}: {e}", self.config.venue))
+    }
+
+    fn store(e: qtg_store::StoreError) -> ExecutorError {
+        ExecutorError::Unavailable(format!("the cex key store: {e}"))
+    }
+}
+
+/// What a withdrawal node moves, read from its intent and config the same way at prepare and
+/// at recover.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WithdrawPayload {
+    pub venue: String,
+    pub coin: String,
+    pub network: Option<String>,
+    pub address: String,
+    pub address_tag: Option<String>,
+    pub amount: String,
+}
+
+impl WithdrawPayload {
+    fn of(ctx: &ExecutionContext, config: &EntryConfig) -> Result<WithdrawPayload, String> {
+        let field = |name: &str| -> Option<String> {
+            ctx.node_config
+                .get(name)
+                .or_else(|| ctx.intent.get(name))
+                .and_then(Value::as_str)
+                .map(str::trim)
+                .filter(|s| !s.is_empty())
+                .map(str::to_string)
+        };
+        let coin = field("asset").ok_or("the intent has no asset")?;
+        let amount = field("amount").ok_or("the intent has no amount")?;
+        if Amount::parse(&amount).is_none_or(|a| a.is_zero()) {
+            return Err(format!("amount {amount:?} is not a positive decimal"));
+        }
+        let address =
+            field("address").or_else(|| field("destination")).ok_or("the intent has no destination address")?;
+        Ok(WithdrawPayload {
+            venue: config.venue.clone(),
+            coin,
+            network: field("network").or_else(|| config.network.clone()),
+            address,
+            address_tag: field("address_tag").or_else(|| field("memo")),
+            amount,
+        })
+    }
+
+    fn request(&self, client_id: &str) -> WithdrawRequest {
+        WithdrawRequest {
+            coin: self.coin.clone(),
+            network: self.network.clone(),
+            address: self.address.clone(),
+            address_tag: self.address_tag.clone(),
+            amount: self.amount.clone(),
+            client_id: client_id.to_string(),
+        }
+    }
+
+    fn target<'a>(&'a self, client_id: &'a str) -> Target<'a> {
+        Target {
+            coin: &self.coin,
+            address: &self.address,
+            address_tag: self.address_tag.as_deref(),
+            amount: &self.amount,
+            client_id,
+        }
+    }
+}
+
+fn node_id(ctx: &ExecutionContext) -> Result<Uuid, ExecutorError> {
+    ctx.request_node_id.parse().map_err(|_| ExecutorError::Protocol("request_node_id is not a uuid".into()))
+}
+
+/// A value the node's config or its predecessors' refs carry.
+fn carried(ctx: &ExecutionContext, config_key: &str, context_key: &str) -> Option<String> {
+    let text = |v: &Value| match v {
+        Value::String(s) if !s.is_empty() => Some(s.clone()),
+        Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    };
+    ctx.node_config.get(config_key).and_then(text).or_else(|| ctx.provider_context.get(context_key).and_then(text))
+}
+
+/// The venue's withdrawal id this node recorded.
+fn recorded_withdrawal_id(ctx: &ExecutionContext) -> Option<String> {
+    ctx.provider_ref_id
+        .clone()
+        .filter(|s| !s.is_empty())
+        .or_else(|| ctx.provider_refs.get("exchange_withdrawal_id").and_then(Value::as_str).map(str::to_string))
+}
+
+/// What one withdraw request on the wire came to.
+enum Sent {
+    Booked {
+        id: String,
+        signed_at: DateTime<Utc>,
+        recv_window_ms: u32,
+    },
+    /// The venue's time was too close to `submit_by`: nothing sent, the key is void.
+    TooLate {
+        venue_time: DateTime<Utc>,
+    },
+    /// The key was voided (by recovery) before the request left: nothing sent.
+    Voided,
+    /// The venue's time could not be read: nothing sent, the key is void.
+    NoTime(VenueError),
+    /// The venue stated it did not act: the key is void.
+    Refused(VenueError),
+    /// The request may have reached the venue and no answer says what it did.
+    Unknown(VenueError),
+}
+
+impl CexExecutor {
+    /// The withdraw request on the wire: the key marked sent, the venue's time T, the fence's
+    /// last check (`T + 1 s ≤ submit_by`), `recvWindow = submit_by − T` (capped), the signed
+    /// request. Runs to its end as its own task even if the caller gives up; the venue refuses
+    /// it once its clock is past T + `recvWindow` — however long this process was frozen.
+    async fn send(
+        venue: Arc<dyn Venue>,
+        pool: PgPool,
+        req: WithdrawRequest,
+        submit_by: DateTime<Utc>,
+        max_window_ms: u32,
+        (node, attempt): (Uuid, i32),
+    ) -> Result<Sent, qtg_store::StoreError> {
+        let key = req.client_id.clone();
+        let name = venue.name().to_string();
+        if !keys::mark_sent(&pool, &key).await? {
+            return Ok(Sent::Voided);
+        }
+        // Nothing left yet: a key this call voids is its own.
+        let t = match venue.server_time().await {
+            Ok(t) => t,
+            Err(e) => {
+                keys::void(&pool, &key, &name, node, attempt, "the venue's time could not be read; nothing was sent")
+                    .await?;
+                return Ok(Sent::NoTime(e));
+            }
+        };
+        let left = (submit_by - t).num_milliseconds();
+        if left < 1000 {
+            keys::void(
+                &pool,
+                &key,
+                &name,
+                node,
+                attempt,
+                "the venue's time was within 1 s of submit_by; nothing was sent",
+            )
+            .await?;
+            return Ok(Sent::TooLate { venue_time: t });
+        }
+        let window = u32::try_from(left).unwrap_or(u32::MAX).min(max_window_ms);
+        keys::note_signature(&pool, &key, t, window as i32).await?;
+        tracing::info!(venue = %name, idempotency_key = %key, venue_time = %t, recv_window_ms = window, "sending withdraw request");
+        match venue.submit_withdrawal(&req, t, window).await {
+            Ok(id) => Ok(Sent::Booked { id, signed_at: t, recv_window_ms: window }),
+            Err(e) if e.not_executed() => {
+                keys::void(&pool, &key, &name, node, attempt, &format!("the venue refused the request: {e}")).await?;
+                Ok(Sent::Refused(e))
+            }
+            Err(e) => Ok(Sent::Unknown(e)),
+        }
+    }
+
+    fn booked(&self, id: &str, key: &str) -> ExecutionResult {
+        let mut r = self.result(NodeState::Submitted);
+        r.provider_ref_id = Some(id.to_string());
+        r.provider_state = Some("accepted".into());
+        r.provider_refs.insert("exchange_withdrawal_id".into(), json!(id));
+        r.provider_refs.insert("withdraw_order_id".into(), json!(key));
+        r.retry_after_seconds = Some(1.0);
+        r
+    }
+
+    async fn submit_withdrawal(
+        &self,
+        ctx: &ExecutionContext,
+        s: &Submission<'_>,
+    ) -> Result<ExecutionResult, ExecutorError> {
+        // What was prepared is what is sent.
+        let payload: WithdrawPayload = serde_json::from_str(&s.prepared.payload)
+            .map_err(|e| ExecutorError::Protocol(format!("the prepared withdrawal does not parse: {e}")))?;
+        if payload.venue != self.config.venue {
+            return Ok(self.failed(
+                "CEX_VENUE_MISMATCH",
+                format!("prepared for venue {:?}, this entry is {:?}", payload.venue, self.config.venue),
+            ));
+        }
+        let key = s.idempotency_key;
+        let node = node_id(ctx)?;
+        match keys::record(&self.pool, key, &self.config.venue, node, ctx.attempt_no, s.submit_by)
+            .await
+            .map_err(Self::store)?
+        {
+            Recorded::Fresh => {}
+            Recorded::Void(reason) => {
+                return Ok(self.failed(
+                    "CEX_KEY_VOID",
+                    format!("the idempotency key is void ({}); nothing was sent", reason.unwrap_or_default()),
+                ))
+            }
+            Recorded::Superseded { newest } => {
+                return Ok(self.failed(
+                    "CEX_KEY_SUPERSEDED",
+                    format!("attempt {newest} of this node was already seen; nothing was sent"),
+                ))
+            }
+            Recorded::Late => {
+                return Ok(
+                    self.failed("CEX_SUBMIT_LATE", "received after submit_by; the key is void and nothing was sent")
+                )
+            }
+            Recorded::AlreadySent(_) => {
+                // Never sent twice: what the venue has under this key is the answer.
+                let found =
+                    self.venue.withdrawals_by_client_id(&payload.coin, key).await.map_err(|e| self.unavailable(e))?;
+                return Ok(match found.as_slice() {
+                    [w] => self.booked(&w.id, key),
+                    _ => ExecutionResult {
+                        error_code: Some("CEX_KEY_ALREADY_SENT".into()),
+                        error_detail: Some(
+                            "this key was sent before and the venue does not show it (yet); recovery decides".into(),
+                        ),
+                        ..self.result(NodeState::Unknown)
+                    },
+                });
+            }
+        }
+        let call = tokio::spawn(Self::send(
+            self.venue.clone(),
+            self.pool.clone(),
+            payload.request(key),
+            s.submit_by,
+            self.config.max_recv_window_ms(),
+            (node, ctx.attempt_no),
+        ));
+        let sent = call
+            .await
+            .map_err(|e| ExecutorError::Unavailable(format!("the withdraw task: {e}")))?
+            .map_err(Self::store)?;
+        Ok(match sent {
+            Sent::Booked { id, signed_at, recv_window_ms } => {
+                let mut r = self.booked(&id, key);
+                r.provider_refs.insert("venue_signed_at".into(), json!(signed_at.to_rfc3339()));
+                r.provider_refs.insert("recv_window_ms".into(), json!(recv_window_ms));
+                r
+            }
+            Sent::TooLate { venue_time } => self.failed(
+                "CEX_SUBMIT_LATE",
+                format!(
+                    "the venue's time {venue_time} is within 1 s of submit_by {}; nothing was sent, the key is void",
+                    s.submit_by
+                ),
+            ),
+            Sent::Voided => self.failed("CEX_KEY_VOID", "the key was voided before the request left; nothing was sent"),
+            Sent::NoTime(e) => {
+                self.failed("CEX_VENUE_TIME_UNAVAILABLE", format!("{e}; nothing was sent, the key is void"))
+            }
+            Sent::Refused(e) => {
+                let code = match e {
+                    VenueError::Auth { .. } => "CEX_AUTH_FAILED",
+                    VenueError::RateLimited { .. } => "CEX_RATE_LIMITED",
+                    VenueError::Unreachable(_) => "CEX_VENUE_UNREACHABLE",
+                    _ => "CEX_WITHDRAWAL_REFUSED",
+                };
+                self.failed(code, e.to_string())
+            }
+            Sent::Unknown(e) => {
+                tracing::warn!(venue = %self.config.venue, idempotency_key = %key, error = %e, "withdraw request without an answer; recovery reconciles it");
+                ExecutionResult {
+                    error_code: Some(match e {
+                        VenueError::Server { .. } => "CEX_VENUE_ERROR".into(),
+                        _ => "CEX_NO_ANSWER".into(),
+                    }),
+                    error_detail: Some(e.to_string()),
+                    ..self.result(NodeState::Unknown)
+                }
+            }
+        })
+    }
+
+    /// Preflight of a withdrawal: whitelisted address, asset and network open for
+    /// withdrawals, amount within the venue's limits, balance for amount and fee.
+    async fn preflight_withdrawal(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
+        let p = match WithdrawPayload::of(ctx, &self.config) {
+            Ok(p) => p,
+            Err(why) => return Ok(Some(self.failed("CEX_INTENT_INVALID", why))),
+        };
+        let checked = self.check_withdrawal(&p).await;
+        match checked {
+            Ok(None) => Ok(None),
+            Ok(Some((code, detail))) => Ok(Some(self.failed(code, detail))),
+            Err(e @ VenueError::Auth { .. }) => Ok(Some(self.failed("CEX_AUTH_FAILED", e.to_string()))),
+            Err(e) => Err(self.unavailable(e)),
+        }
+    }
+
+    async fn check_withdrawal(&self, p: &WithdrawPayload) -> Result<Option<(&'static str, String)>, VenueError> {
+        let whitelist = self.venue.whitelist().await?;
+        let listed = whitelist.iter().any(|w| {
+            w.address.eq_ignore_ascii_case(&p.address)
+                && w.address_tag.as_deref().filter(|t| !t.is_empty()) == p.address_tag.as_deref()
+                && w.coin.as_deref().is_none_or(|c| c.is_empty() || c.eq_ignore_ascii_case(&p.coin))
+                && w.network.as_deref().is_none_or(|n| n.is_empty() || p.network.as_deref().is_none_or(|m| m == n))
+        });
+        if !listed {
+            return Ok(Some((
+                "CEX_ADDRESS_NOT_WHITELISTED",
+                format!("{} is not on the withdrawal whitelist of {}", p.address, p.venue),
+            )));
+        }
+        let networks = self.venue.networks(&p.coin).await?;
+        if networks.is_empty() {
+            return Ok(Some(("CEX_ASSET_UNAVAILABLE", format!("{} does not list asset {}", p.venue, p.coin))));
+        }
+        let net = match &p.network {
+            Some(n) => networks.iter().find(|x| &x.network == n),
+            None if networks.len() == 1 => networks.first(),
+            None => {
+                let names: Vec<_> = networks.iter().map(|n| n.network.as_str()).collect();
+                return Ok(Some(("CEX_NETWORK_REQUIRED", format!("{} moves on {names:?}: name the network", p.coin))));
+            }
+        };
+        let Some(net) = net.filter(|n| n.withdraw_enable) else {
+            return Ok(Some((
+                "CEX_NETWORK_UNAVAILABLE",
+                format!(
+                    "{} on {} is not open for withdrawals at {}",
+                    p.coin,
+                    p.network.as_deref().unwrap_or("?"),
+                    p.venue
+                ),
+            )));
+        };
+        let amount = Amount::parse_any(&p.amount).unwrap_or(Amount::ZERO);
+        let bound = |v: &Option<String>| v.as_deref().and_then(Amount::parse_any).filter(|a| !a.is_zero());
+        if bound(&net.withdraw_min).is_some_and(|min| amount < min)
+            || bound(&net.withdraw_max).is_some_and(|max| amount > max)
+        {
+            return Ok(Some((
+                "CEX_AMOUNT_OUT_OF_RANGE",
+                format!(
+                    "{} {} is outside the venue's limits [{}, {}]",
+                    p.amount,
+                    p.coin,
+                    net.withdraw_min.as_deref().unwrap_or("-"),
+                    net.withdraw_max.as_deref().unwrap_or("-")
+                ),
+            )));
+        }
+        let fee = net.withdraw_fee.as_deref().and_then(Amount::parse_any).unwrap_or(Amount::ZERO);
+        let needed = amount.add(&fee);
+        let balances = self.venue.balances().await?;
+        let free = balances
+            .iter()
+            .find(|b| b.asset.eq_ignore_ascii_case(&p.coin))
+            .and_then(|b| Amount::parse_any(&b.free))
+            .unwrap_or(Amount::ZERO);
+        if free < needed {
+            return Ok(Some((
+                "CEX_INSUFFICIENT_BALANCE",
+                format!("{} has {free} {} free; the withdrawal needs {needed} (amount + fee)", p.venue, p.coin),
+            )));
+        }
+        Ok(None)
+    }
+
+    /// A withdrawal by the venue's id, as observe answers it. `action`: the action node only
+    /// waits for the venue to hold it; the observe node waits for it to be sent on chain.
+    async fn follow(&self, id: &str, action: bool) -> Result<ExecutionResult, ExecutorError> {
+        let Some(w) = self.venue.withdrawal_by_id(id).await.map_err(|e| self.unavailable(e))? else {
+            // The venue gave this id; its history may lag.
+            let mut r = self.result(NodeState::Observing);
+            r.provider_state = Some("not_in_history_yet".into());
+            r.retry_after_seconds = Some(WITHDRAWAL_POLL_SECONDS);
+            return Ok(r);
+        };
+        let phase = withdrawal_phase(w.status);
+        let mut r = match phase {
+            WithdrawalPhase::Unmapped => return Ok(self.unknown_status("withdrawal", w.status, id)),
+            WithdrawalPhase::Ended(code) => self.failed(
+                code,
+                format!(
+                    "the venue ended withdrawal {id} with status {}{}",
+                    w.status,
+                    w.info.as_deref().map(|i| format!(": {i}")).unwrap_or_default()
+                ),
+            ),
+            WithdrawalPhase::Pending if !action => {
+                let mut r = self.result(NodeState::Observing);
+                r.retry_after_seconds = Some(WITHDRAWAL_POLL_SECONDS);
+                r
+            }
+            WithdrawalPhase::Completed if !action && w.tx_id.as_deref().is_none_or(str::is_empty) => {
+                let mut r = self.result(NodeState::Observing);
+                r.provider_state = Some("completed_without_txid".into());
+                r.retry_after_seconds = Some(WITHDRAWAL_POLL_SECONDS);
+                r
+            }
+            _ => {
+                let mut r = self.result(NodeState::Completed);
+                if let Some(tx) = w.tx_id.clone().filter(|t| !t.is_empty()) {
+                    r.provider_refs.insert("txid".into(), json!(tx));
+                }
+                r.generated_artifacts
+                    .push(json!({"kind": "cex_withdrawal", "venue": self.config.venue, "withdrawal": w}));
+                r
+            }
+        };
+        r.provider_state.get_or_insert_with(|| format!("status_{}", w.status));
+        r.provider_refs.insert("exchange_withdrawal_id".into(), json!(id));
+        r.provider_refs.insert("withdrawal_status".into(), json!(w.status));
+        if !action {
+            r.provider_ref_id = Some(id.to_string());
+        }
+        Ok(r)
+    }
+
+    /// Recovery of a withdrawal attempt (runbook C1/C2/C3): by the venue's id if one was
+    /// recorded; otherwise only with both submit markers, by client id, then by amount,
+    /// address and memo inside the lookback window; absence is conclusive only once the key
+    /// can no longer reach the venue.
+    async fn recover_withdrawal(&self, ctx: &ExecutionContext, key: &str) -> Result<ExecutionResult, ExecutorError> {
+        if let Some(id) = recorded_withdrawal_id(ctx) {
+            return self.follow(&id, true).await;
+        }
+        let refs = &ctx.provider_refs;
+        let pending = refs.get(SUBMIT_ATTEMPT_PENDING).is_some_and(|v| v == &Value::Bool(true));
+        let started = refs
+            .get(SUBMIT_ATTEMPT_STARTED_AT)
+            .and_then(Value::as_str)
+            .and_then(|s| DateTime::parse_from_rfc3339(s).ok())
+            .map(|t| t.with_timezone(&Utc));
+        let (true, Some(started_at)) = (pending, started) else {
+            // C3a: without both markers the matcher is never entered.
+            tracing::warn!(node_id = %ctx.request_node_id, idempotency_key = key, "legacy UNKNOWN gate: submit markers missing; the matcher is not entered");
+            let mut r = self.result(NodeState::Unknown);
+            r.provider_refs.insert(LEGACY_RECONCILIATION_GATED.into(), json!(true));
+            r.provider_refs.insert(MANUAL_REVIEW_REQUIRED.into(), json!("reconciliation_markers_missing"));
+            r.error_code = Some("RECONCILIATION_GATED".into());
+            r.error_detail = Some(
+                "the submit markers are missing: recovery cannot tell what was sent; a person decides (runbook C3a)"
+                    .into(),
+            );
+            return Ok(r);
+        };
+        let payload = WithdrawPayload::of(ctx, &self.config)
+            .map_err(|e| ExecutorError::Protocol(format!("the node's intent: {e}")))?;
+        match self.reconcile(ctx, key, &payload, started_at).await {
+            Err(e @ VenueError::Auth { .. }) => {
+                // C3b: stuck on purpose; the key stays as it is (never voided on an auth failure).
+                tracing::error!(node_id = %ctx.request_node_id, idempotency_key = key, error = %e, "RECONCILIATION_AUTH_FAILED");
+                let mut r = self.result(NodeState::Unknown);
+                r.provider_refs.insert(LEGACY_RECONCILIATION_GATED.into(), json!(true));
+                r.provider_refs.insert(MANUAL_REVIEW_REQUIRED.into(), json!("reconciliation_auth_failed"));
+                r.error_code = Some("RECONCILIATION_AUTH_FAILED".into());
+                r.error_detail = Some(format!(
+                    "{e}; fix the credentials (qtgctl venues drill), then a person decides (runbook C3b)"
+                ));
+                Ok(r)
+            }
+            Err(e) => Err(self.unavailable(e)),
+            Ok(r) => Ok(r),
+        }
+    }
+
+    async fn reconcile(
+        &self,
+        ctx: &ExecutionContext,
+        key: &str,
+        p: &WithdrawPayload,
+        started_at: DateTime<Utc>,
+    ) -> Result<ExecutionResult, VenueError> {
+        let by_id = self.venue.withdrawals_by_client_id(&p.coin, key).await?;
+        if let [w] = by_id.as_slice() {
+            tracing::info!(idempotency_key = key, withdrawal_id = %w.id, "reconciled by client id");
+            let mut r = self.booked(&w.id, key);
+            r.provider_refs
+                .insert(RECONCILIATION.into(), json!({"outcome": "matched", "by": "client_id", "withdrawal_id": w.id}));
+            return Ok(r);
+        }
+        let now = self.venue.server_time().await?;
+        let from = started_at - chrono::Duration::seconds(60);
+        let until = started_at + self.config.lookback();
+        let history = if by_id.is_empty() {
+            self.venue.withdrawals(&p.coin, from, now.min(until).max(from)).await?
+        } else {
+            by_id
+        };
+        let found: Vec<Candidate> = candidates(&history, &p.target(key)).into_iter().map(Candidate::from).collect();
+        let mut evidence = json!({
+            "window_from": from.to_rfc3339(), "window_to": until.to_rfc3339(), "venue_time": now.to_rfc3339(),
+            "client_id": key, "amount": p.amount, "address": p.address, "address_tag": p.address_tag,
+            "history_rows": history.len(), "candidates": found,
+        });
+        let lookback_closed = now > until;
+        let set = |evidence: &mut Value, k: &str, v: Value| {
+            if let Some(o) = evidence.as_object_mut() {
+                o.insert(k.into(), v);
+            }
+        };
+        match found.as_slice() {
+            [one] => {
+                tracing::info!(idempotency_key = key, withdrawal_id = %one.id, "reconciled by amount/address/memo inside the lookback window");
+                set(&mut evidence, "outcome", json!("matched"));
+                set(&mut evidence, "by", json!("amount_address"));
+                let mut r = self.booked(&one.id, key);
+                r.provider_refs.insert(RECONCILIATION.into(), evidence);
+                Ok(r)
+            }
+            [] => self.no_match(ctx, key, evidence, now, lookback_closed).await,
+            many => {
+                tracing::warn!(
+                    idempotency_key = key,
+                    candidates = many.len(),
+                    lookback_closed,
+                    "RECONCILIATION_AMBIGUOUS"
+                );
+                set(&mut evidence, "outcome", json!("ambiguous"));
+                let mut r = self.result(NodeState::Unknown);
+                r.error_code = Some("RECONCILIATION_AMBIGUOUS".into());
+                r.error_detail = Some(format!(
+                    "{} withdrawals match amount {} to {} inside the lookback window; none carries client id {key}{}",
+                    many.len(),
+                    p.amount,
+                    p.address,
+                    if lookback_closed { "; the window is closed: a person decides (runbook C2)" } else { "" }
+                ));
+                if lookback_closed {
+                    r.provider_refs.insert(MANUAL_REVIEW_REQUIRED.into(), json!("reconciliation_ambiguous"));
+                } else {
+                    r.retry_after_seconds = Some(((until - now).num_seconds() as f64).clamp(1.0, 60.0));
+                }
+                r.provider_refs.insert(RECONCILIATION.into(), evidence);
+                Ok(r)
+            }
+        }
+    }
+
+    /// No withdrawal matches. Conclusive (FAILED, key voided) when the key never left, or
+    /// once the venue's time is past its `submit_by` + skew + the history lag; until then —
+    /// and past the lookback window without that proof — the runbook's C2 path.
+    async fn no_match(
+        &self,
+        ctx: &ExecutionContext,
+        key: &str,
+        mut evidence: Value,
+        now: DateTime<Utc>,
+        lookback_closed: bool,
+    ) -> Result<ExecutionResult, VenueError> {
+        let store = |e: qtg_store::StoreError| VenueError::NoAnswer(format!("the cex key store: {e}"));
+        let node = ctx.request_node_id.parse::<Uuid>().map_err(|_| VenueError::Protocol("request_node_id".into()))?;
+        let reason = "recovery: no withdrawal at the venue and the key was never sent";
+        let sent = keys::void_unsent(&self.pool, key, &self.config.venue, node, ctx.attempt_no, reason)
+            .await
+            .map_err(store)?;
+        let put = |evidence: &mut Value, k: &str, v: Value| {
+            if let Some(o) = evidence.as_object_mut() {
+                o.insert(k.into(), v);
+            }
+        };
+        let Some(sent) = sent else {
+            tracing::info!(idempotency_key = key, "no withdrawal and the key never left: voided, FAILED");
+            put(&mut evidence, "outcome", json!("absent_never_sent"));
+            let mut r = self.failed(
+                "CEX_WITHDRAWAL_NOT_SENT",
+                "the venue has no such withdrawal and this key was never sent; the key is void",
+            );
+            r.provider_refs.insert(RECONCILIATION.into(), evidence);
+            return Ok(r);
+        };
+        let fence_at = sent.submit_by.map(|by| by + self.skew + self.config.history_lag());
+        put(&mut evidence, "fence_at", json!(fence_at.map(|t| t.to_rfc3339())));
+        if fence_at.is_some_and(|at| now > at)
+            && keys::void_sent(&self.pool, key, "recovery: absent at the venue after its deadline")
+                .await
+                .map_err(store)?
+        {
+            tracing::info!(idempotency_key = key, venue_time = %now, "no withdrawal and the key's deadline has passed at the venue: voided, FAILED");
+            put(&mut evidence, "outcome", json!("absent_fenced"));
+            let mut r = self.failed(
+                    "CEX_WITHDRAWAL_NOT_FOUND",
+                    format!("the venue has no withdrawal for {key} and its time {now} is past the request's deadline; the key is void"),
+                );
+            r.provider_refs.insert(RECONCILIATION.into(), evidence);
+            return Ok(r);
+        }
+        put(&mut evidence, "outcome", json!("no_match"));
+        let mut r = self.result(NodeState::Unknown);
+        r.error_code = Some("RECONCILIATION_NO_MATCH".into());
+        if lookback_closed {
+            r.provider_refs.insert(MANUAL_REVIEW_REQUIRED.into(), json!("reconciliation_no_match"));
+            r.error_detail =
+                Some("no withdrawal matches and the lookback window is closed; a person decides (runbook C2)".into());
+        } else {
+            let wait = fence_at.map(|at| (at - now).num_milliseconds() as f64 / 1000.0).unwrap_or(30.0);
+            r.retry_after_seconds = Some(wait.clamp(1.0, 60.0));
+            r.error_detail =
+                Some("0 matches: the request may still reach the venue until its deadline; recovery asks again".into());
+        }
+        r.provider_refs.insert(RECONCILIATION.into(), evidence);
+        Ok(r)
+    }
+
+    /// The deposit on this (destination) account that the withdrawal's txid, amount and
+    /// address name.
+    async fn find_deposit(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
+        let Some(txid) = carried(ctx, "txid", "txid") else {
+            return Ok(self.failed("CEX_TXID_MISSING", "no txid in the node's config or its predecessors' refs"));
+        };
+        let coin = match carried(ctx, "asset", "asset")
+            .or_else(|| ctx.intent.get("asset").and_then(Value::as_str).map(str::to_string))
+        {
+            Some(c) => c,
+            None => return Ok(self.failed("CEX_INTENT_INVALID", "the intent has no asset")),
+        };
+        let amount = carried(ctx, "amount", "amount")
+            .or_else(|| ctx.intent.get("amount").and_then(Value::as_str).map(str::to_string));
+        let address = carried(ctx, "address", "address")
+            .or_else(|| ctx.intent.get("destination").and_then(Value::as_str).map(str::to_string));
+        let now = self.venue.server_time().await.map_err(|e| self.unavailable(e))?;
+        let deposits = self
+            .venue
+            .deposits(&coin, now - self.config.deposit_lookback(), now)
+            .await
+            .map_err(|e| self.unavailable(e))?;
+        let Some(d) = deposits.iter().find(|d| d.tx_id.as_deref().is_some_and(|t| t.eq_ignore_ascii_case(&txid)))
+        else {
+            let mut r = self.result(NodeState::Observing);
+            r.provider_state = Some("not_arrived".into());
+            r.retry_after_seconds = Some(DEPOSIT_POLL_SECONDS);
+            return Ok(r);
+        };
+        let mismatch = match (&amount, &address) {
+            (Some(a), _) if Amount::parse_any(a) != Amount::parse_any(&d.amount) => {
+                Some(format!("amount {} ≠ expected {a}", d.amount))
+            }
+            (_, Some(addr)) if !addr.eq_ignore_ascii_case(&d.address) => {
+                Some(format!("address {} ≠ expected {addr}", d.address))
+            }
+            _ => None,
+        };
+        if let Some(why) = mismatch {
+            return Ok(self.failed("CEX_DEPOSIT_MISMATCH", format!("deposit {} with txid {txid}: {why}", d.id)));
+        }
+        let mut r = match deposit_phase(d.status) {
+            DepositPhase::Unmapped => return Ok(self.unknown_status("deposit", d.status, &d.id)),
+            DepositPhase::Ended(code) => {
+                self.failed(code, format!("the venue reports deposit {} with status {}", d.id, d.status))
+            }
+            DepositPhase::Pending => {
+                let mut r = self.result(NodeState::Observing);
+                r.retry_after_seconds = Some(DEPOSIT_POLL_SECONDS);
+                r
+            }
+            DepositPhase::Credited => {
+                let mut r = self.result(NodeState::Completed);
+                r.generated_artifacts.push(json!({"kind": "cex_deposit", "venue": self.config.venue, "deposit": d}));
+                r
+            }
+        };
+        r.provider_ref_id = Some(d.id.clone());
+        r.provider_state = Some(format!("status_{}", d.status));
+        r.provider_refs.insert("deposit_id".into(), json!(d.id));
+        r.provider_refs.insert("deposit_status".into(), json!(d.status));
+        Ok(r)
+    }
+
+    /// What an observe node follows, named in the prepared payload.
+    fn observe_payload(&self, ctx: &ExecutionContext) -> Result<Map<String, Value>, String> {
+        let mut p = Map::new();
+        p.insert("venue".into(), json!(self.config.venue));
+        match self.role {
+            Role::WithdrawalObserve => {
+                let id = carried(ctx, "withdrawal_id", "exchange_withdrawal_id")
+                    .ok_or("no withdrawal id: give config.withdrawal_id or follow a withdrawal_action node")?;
+                p.insert("withdrawal_id".into(), json!(id));
+            }
+            _ => {
+                let txid = carried(ctx, "txid", "txid")
+                    .ok_or("no txid: give config.txid or follow a withdrawal_observe node")?;
+                p.insert("txid".into(), json!(txid));
+            }
+        }
+        Ok(p)
+    }
+}
+
+#[async_trait]
+impl Executor for CexExecutor {
+    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
+        match self.role {
+            Role::WithdrawalAction => self.preflight_withdrawal(ctx).await,
+            _ => Ok(self.observe_payload(ctx).err().map(|why| self.failed("CEX_REFERENCE_MISSING", why))),
+        }
+    }
+
+    async fn prepare(&self, ctx: &ExecutionContext) -> Result<Prepared, ExecutorError> {
+        let payload = match self.role {
+            Role::WithdrawalAction => match WithdrawPayload::of(ctx, &self.config) {
+                Ok(p) => serde_json::to_value(p).unwrap_or(Value::Null),
+                Err(why) => return Ok(Prepared::Refused(self.failed("CEX_INTENT_INVALID", why))),
+            },
+            _ => match self.observe_payload(ctx) {
+                Ok(p) => Value::Object(p),
+                Err(why) => return Ok(Prepared::Refused(self.failed("CEX_REFERENCE_MISSING", why))),
+            },
+        };
+        Ok(Prepared::Action(PreparedAction::new(&ctx.action_type, "json", canonical_json(&payload), false)))
+    }
+
+    async fn submit(&self, ctx: &ExecutionContext, s: &Submission<'_>) -> Result<ExecutionResult, ExecutorError> {
+        match self.role {
+            Role::WithdrawalAction => self.submit_withdrawal(ctx, s).await,
+            // An observe node moves nothing: its submit starts the watch.
+            _ => {
+                let p: Map<String, Value> = serde_json::from_str(&s.prepared.payload)
+                    .map_err(|e| ExecutorError::Protocol(format!("the prepared payload does not parse: {e}")))?;
+                let mut r = self.result(NodeState::Submitted);
+                r.retry_after_seconds = Some(1.0);
+                if let Some(id) = p.get("withdrawal_id").and_then(Value::as_str) {
+                    r.provider_ref_id = Some(id.to_string());
+                    r.provider_refs.insert("exchange_withdrawal_id".into(), json!(id));
+                }
+                Ok(r)
+            }
+        }
+    }
+
+    async fn observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
+        let mut r = self.observe_once(ctx).await?;
+        // A status that maps again clears the C5 mark.
+        if !r.provider_refs.contains_key(STATUS_UNMAPPED)
+            && ctx.provider_refs.get(STATUS_UNMAPPED).is_some_and(|v| !v.is_null())
+        {
+            r.provider_refs.insert(STATUS_UNMAPPED.into(), Value::Null);
+        }
+        Ok(r)
+    }
+
+    async fn recover(&self, ctx: &ExecutionContext, idempotency_key: &str) -> Result<ExecutionResult, ExecutorError> {
+        match self.role {
+            Role::WithdrawalAction => self.recover_withdrawal(ctx, idempotency_key).await,
+            // Observing moves nothing: recovering is looking again.
+            _ => self.observe(ctx).await,
+        }
+    }
+
+    async fn health(&self) -> Result<Option<Value>, ExecutorError> {
+        let t = self.venue.server_time().await.map_err(|e| self.unavailable(e))?;
+        let skew_ms = (t - Utc::now()).num_milliseconds();
+        Ok(Some(
+            json!({"status": "ok", "venue": self.config.venue, "venue_time": t.to_rfc3339(), "clock_offset_ms": skew_ms}),
+        ))
+    }
+}
+
+impl CexExecutor {
+    async fn observe_once(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
+        match self.role {
+            Role::WithdrawalAction | Role::WithdrawalObserve => {
+                let action = self.role == Role::WithdrawalAction;
+                let id = if action {
+                    recorded_withdrawal_id(ctx)
+                } else {
+                    recorded_withdrawal_id(ctx).or_else(|| carried(ctx, "withdrawal_id", "exchange_withdrawal_id"))
+                };
+                match id {
+                    Some(id) => self.follow(&id, action).await,
+                    None => Ok(ExecutionResult {
+                        error_code: Some("CEX_WITHDRAWAL_ID_MISSING".into()),
+                        error_detail: Some("the node recorded no venue withdrawal id".into()),
+                        ..self.result(NodeState::Unknown)
+                    }),
+                }
+            }
+            Role::DepositObserve => self.find_deposit(ctx).await,
+        }
+    }
+}

@@ -1,0 +1,68 @@
+//! The CEX lane (docs/architecture.md §9.4): withdrawals and deposits through an exchange
+//! account's API. `impl = "cex"` in the registry, one entry per venue account and role:
+//!
+//! ```toml
+//! [executors."exec.cex.withdrawal_action.main"]
+//! transport = "local"
+//! impl = "cex"
+//! config = { venue = "binance_main", base_url = "https://api.binance.com", network = "ETH" }
+//! ```
+//!
+//! Credentials come from `MG_<VENUE>_ACCESS_KEY` / `MG_<VENUE>_SECRET` (or `…_FILE`). The
+//! lane's fence is the venue's deadline: every withdraw request is signed with the venue's
+//! own time T and `recvWindow ≤ submit_by − T`, after its key was recorded in the shared key
+//! store (`cex_submit_keys`).
+
+mod binance;
+mod config;
+mod drill;
+mod executors;
+mod reconcile;
+pub mod venue;
+
+use std::sync::Arc;
+
+use qtg_executor::{Executor, LaneContext, LanePlugin, Setting};
+
+pub use binance::{BinanceVenue, Credentials};
+pub use config::{EntryConfig, Role};
+pub use drill::{drill, Check};
+pub use executors::{CexExecutor, WithdrawPayload, RECONCILIATION};
+
+/// The lane (`impl = "cex"`).
+pub struct CexLane {
+    pool: sqlx::PgPool,
+    skew: chrono::Duration,
+}
+
+/// The lane's factory (listed in `services/common/src/lanes.rs`).
+pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, String> {
+    let skew = match (ctx.setting)("MG_CLOCK_SKEW_MARGIN_SECONDS") {
+        Some(v) => v
+            .trim()
+            .parse::<f64>()
+            .ok()
+            .filter(|s| s.is_finite() && *s >= 0.0)
+            .ok_or_else(|| format!("MG_CLOCK_SKEW_MARGIN_SECONDS={v:?} is not a number of seconds"))?,
+        None => 5.0,
+    };
+    Ok(Box::new(CexLane { pool: ctx.pool.clone(), skew: config::secs(skew) }))
+}
+
+impl LanePlugin for CexLane {
+    fn name(&self) -> &'static str {
+        "cex"
+    }
+
+    fn executor(
+        &self,
+        key: &str,
+        config: Option<&toml::Table>,
+        setting: Setting<'_>,
+    ) -> Result<Arc<dyn Executor>, String> {
+        let config = EntryConfig::parse(key, config)?;
+        let role = config.role(key)?;
+        let venue = config.venue(setting)?;
+        Ok(Arc::new(CexExecutor::new(key, role, config, venue, self.pool.clone(), self.skew)))
+    }
+}

@@ -1,0 +1,222 @@
+//! What qtg needs from an exchange account, whatever its API: the [`Venue`] trait, the
+//! records it answers with, and the venue's status codes mapped explicitly.
+
+use async_trait::async_trait;
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+
+/// A withdrawal to send.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WithdrawRequest {
+    pub coin: String,
+    pub network: Option<String>,
+    pub address: String,
+    pub address_tag: Option<String>,
+    /// Decimal string, as the venue takes it.
+    pub amount: String,
+    /// qtg's idempotency key, the venue's client id (`withdrawOrderId`).
+    pub client_id: String,
+}
+
+/// A withdrawal as the venue's history shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Withdrawal {
+    pub id: String,
+    pub client_id: Option<String>,
+    pub coin: String,
+    pub network: Option<String>,
+    pub address: String,
+    pub address_tag: Option<String>,
+    pub amount: String,
+    pub fee: Option<String>,
+    /// The venue's own status code ([`withdrawal_phase`] maps it).
+    pub status: i64,
+    pub tx_id: Option<String>,
+    pub apply_time: Option<DateTime<Utc>>,
+    pub info: Option<String>,
+}
+
+/// A deposit as the venue's history shows it.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Deposit {
+    pub id: String,
+    pub coin: String,
+    pub network: Option<String>,
+    pub address: String,
+    pub address_tag: Option<String>,
+    pub amount: String,
+    pub status: i64,
+    pub tx_id: Option<String>,
+    pub insert_time: Option<DateTime<Utc>>,
+}
+
+/// One network a coin can be withdrawn on, with its limits.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct NetworkInfo {
+    pub coin: String,
+    pub network: String,
+    pub withdraw_enable: bool,
+    pub deposit_enable: bool,
+    pub withdraw_min: Option<String>,
+    pub withdraw_max: Option<String>,
+    pub withdraw_fee: Option<String>,
+}
+
+/// A whitelisted withdrawal address.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct WhitelistEntry {
+    pub coin: Option<String>,
+    pub network: Option<String>,
+    pub address: String,
+    pub address_tag: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Balance {
+    pub asset: String,
+    pub free: String,
+    pub locked: String,
+}
+
+/// Why a venue call gave no usable answer. What each means for a withdrawal that may have
+/// been sent is decided by the executor: only a refusal the venue states (4xx) proves that
+/// nothing was booked.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum VenueError {
+    /// The venue refused the credentials (HTTP 401/403, or its own auth codes).
+    #[error("authentication refused by the venue (HTTP {status}, code {code}): {msg}")]
+    Auth { status: u16, code: i64, msg: String },
+    /// The venue refused the request as malformed or not allowed (HTTP 4xx): nothing was done.
+    #[error("refused by the venue (HTTP {status}, code {code}): {msg}")]
+    Rejected { status: u16, code: i64, msg: String },
+    /// Rate-limited (HTTP 429/418): the request was not processed.
+    #[error("rate-limited by the venue (HTTP {status}){}", retry_after.map(|s| format!(", retry after {s} s")).unwrap_or_default())]
+    RateLimited { status: u16, retry_after: Option<u64> },
+    /// HTTP 5xx: the venue's side failed; whether it acted is unknown.
+    #[error("venue error (HTTP {status}): {body}")]
+    Server { status: u16, body: String },
+    /// No connection could be made: the request never left.
+    #[error("venue unreachable: {0}")]
+    Unreachable(String),
+    /// The connection failed or timed out after the request may have left.
+    #[error("no answer from the venue: {0}")]
+    NoAnswer(String),
+    /// An answer that is not what the API documents.
+    #[error("unexpected answer from the venue: {0}")]
+    Protocol(String),
+}
+
+impl VenueError {
+    /// True when the venue certainly did not act on the request.
+    pub fn not_executed(&self) -> bool {
+        matches!(
+            self,
+            VenueError::Auth { .. }
+                | VenueError::Rejected { .. }
+                | VenueError::RateLimited { .. }
+                | VenueError::Unreachable(_)
+        )
+    }
+}
+
+/// The exchange account qtg acts for. Implementations sign every private call and never log
+/// credentials.
+#[async_trait]
+pub trait Venue: Send + Sync {
+    /// The venue account's name (the registry entry's `venue`).
+    fn name(&self) -> &str;
+    /// The venue's clock.
+    async fn server_time(&self) -> Result<DateTime<Utc>, VenueError>;
+    /// Sends one withdrawal, signed with the venue's time `signed_at` and valid for
+    /// `recv_window_ms` after it; answers the venue's withdrawal id.
+    async fn submit_withdrawal(
+        &self,
+        req: &WithdrawRequest,
+        signed_at: DateTime<Utc>,
+        recv_window_ms: u32,
+    ) -> Result<String, VenueError>;
+    /// Withdrawals carrying client id `client_id` (normally zero or one).
+    async fn withdrawals_by_client_id(&self, coin: &str, client_id: &str) -> Result<Vec<Withdrawal>, VenueError>;
+    /// The withdrawal with the venue's id `id`.
+    async fn withdrawal_by_id(&self, id: &str) -> Result<Option<Withdrawal>, VenueError>;
+    /// Withdrawals of `coin` applied between `from` and `to`.
+    async fn withdrawals(
+        &self,
+        coin: &str,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<Withdrawal>, VenueError>;
+    /// Deposits of `coin` credited between `from` and `to`.
+    async fn deposits(&self, coin: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Deposit>, VenueError>;
+    /// The networks `coin` can move on, with their limits.
+    async fn networks(&self, coin: &str) -> Result<Vec<NetworkInfo>, VenueError>;
+    /// The account's withdrawal address whitelist.
+    async fn whitelist(&self) -> Result<Vec<WhitelistEntry>, VenueError>;
+    async fn balances(&self) -> Result<Vec<Balance>, VenueError>;
+}
+
+/// Where a withdrawal is, by the venue's status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WithdrawalPhase {
+    /// Booked, not yet on chain (email sent, awaiting approval, processing).
+    Pending,
+    /// Sent on chain (`txId` known).
+    Completed,
+    /// Ended without moving funds: cancelled, rejected, failed.
+    Ended(&'static str),
+    /// A code the mapping does not know (runbook C5): never guessed.
+    Unmapped,
+}
+
+/// The Binance-compatible withdrawal status codes: 0 email sent, 1 cancelled, 2 awaiting
+/// approval, 3 rejected, 4 processing, 5 failure, 6 completed.
+pub fn withdrawal_phase(status: i64) -> WithdrawalPhase {
+    match status {
+        0 | 2 | 4 => WithdrawalPhase::Pending,
+        6 => WithdrawalPhase::Completed,
+        1 => WithdrawalPhase::Ended("CEX_WITHDRAWAL_CANCELLED"),
+        3 => WithdrawalPhase::Ended("CEX_WITHDRAWAL_REJECTED"),
+        5 => WithdrawalPhase::Ended("CEX_WITHDRAWAL_FAILED"),
+        _ => WithdrawalPhase::Unmapped,
+    }
+}
+
+/// Where a deposit is, by the venue's status code.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DepositPhase {
+    Pending,
+    /// Credited to the account.
+    Credited,
+    Ended(&'static str),
+    Unmapped,
+}
+
+/// The Binance-compatible deposit status codes: 0 pending, 8 waiting for the user's
+/// confirmation, 6 credited but not yet withdrawable, 1 success, 7 wrong deposit, 2 rejected.
+pub fn deposit_phase(status: i64) -> DepositPhase {
+    match status {
+        0 | 8 => DepositPhase::Pending,
+        1 | 6 => DepositPhase::Credited,
+        7 => DepositPhase::Ended("CEX_DEPOSIT_WRONG"),
+        2 => DepositPhase::Ended("CEX_DEPOSIT_REJECTED"),
+        _ => DepositPhase::Unmapped,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_documented_code_is_mapped_and_no_other() {
+        let w: Vec<_> = (0..=7).map(withdrawal_phase).collect();
+        assert_eq!(w[0], WithdrawalPhase::Pending);
+        assert_eq!(w[1], WithdrawalPhase::Ended("CEX_WITHDRAWAL_CANCELLED"));
+        assert_eq!(w[6], WithdrawalPhase::Completed);
+        assert_eq!(w[7], WithdrawalPhase::Unmapped);
+        assert_eq!(withdrawal_phase(-1), WithdrawalPhase::Unmapped);
+        assert_eq!(deposit_phase(1), DepositPhase::Credited);
+        assert_eq!(deposit_phase(8), DepositPhase::Pending);
+        assert_eq!(deposit_phase(3), DepositPhase::Unmapped);
+    }
+}

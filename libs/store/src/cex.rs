@@ -1,0 +1,255 @@
+//! The CEX lane's key store (docs/architecture.md §9.4): the fence of a venue with a deadline.
+//! Every withdrawal key is recorded here (insert-if-absent, in the database every replica of
+//! the lane shares) before the lane's first venue call for it; a key that is void, older
+//! than an attempt already seen for its node, or late is refused without a venue call; a
+//! key is `sent` only once the request was signed, and recovery voids a key it finds absent
+//! — atomically against a submit that is about to send it.
+
+use chrono::{DateTime, Utc};
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+use crate::Result;
+
+/// One key as the store holds it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SubmitKey {
+    pub idempotency_key: String,
+    pub venue: String,
+    pub request_node_id: Uuid,
+    pub attempt_no: i32,
+    pub submit_by: Option<DateTime<Utc>>,
+    pub status: KeyStatus,
+    /// The venue's time the withdraw request was signed with.
+    pub venue_time: Option<DateTime<Utc>>,
+    pub recv_window_ms: Option<i32>,
+    pub void_reason: Option<String>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum KeyStatus {
+    Recorded,
+    Sent,
+    Void,
+}
+
+impl KeyStatus {
+    fn parse(s: &str) -> Result<KeyStatus> {
+        match s {
+            "recorded" => Ok(KeyStatus::Recorded),
+            "sent" => Ok(KeyStatus::Sent),
+            "void" => Ok(KeyStatus::Void),
+            other => Err(crate::StoreError::corrupt(format!("cex_submit_keys.status {other:?}"))),
+        }
+    }
+}
+
+/// What recording a key before the first venue call decided.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Recorded {
+    /// New, or recorded before and never sent: the lane may read the venue's time and send.
+    Fresh,
+    /// This key was sent before (a repeated submit): the lane looks it up, it never re-sends.
+    AlreadySent(SubmitKey),
+    /// Refused without a venue call: the key is void.
+    Void(Option<String>),
+    /// Refused without a venue call: a newer attempt of this node was already seen.
+    Superseded { newest: i32 },
+    /// Refused without a venue call: the database's clock is past `submit_by`; the key is
+    /// now void.
+    Late,
+}
+
+const COLUMNS: &str = "idempotency_key, venue, request_node_id, attempt_no, submit_by, status, venue_time, \
+                       recv_window_ms, void_reason";
+
+fn key_of(row: &sqlx::postgres::PgRow) -> Result<SubmitKey> {
+    Ok(SubmitKey {
+        idempotency_key: row.try_get("idempotency_key")?,
+        venue: row.try_get("venue")?,
+        request_node_id: row.try_get("request_node_id")?,
+        attempt_no: row.try_get("attempt_no")?,
+        submit_by: row.try_get("submit_by")?,
+        status: KeyStatus::parse(row.try_get::<&str, _>("status")?)?,
+        venue_time: row.try_get("venue_time")?,
+        recv_window_ms: row.try_get("recv_window_ms")?,
+        void_reason: row.try_get("void_reason")?,
+    })
+}
+
+/// Serialises the key store's decisions for one node (its attempts share one lock).
+async fn lock_node(tx: &mut sqlx::PgConnection, node: Uuid) -> Result<()> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 13))").bind(node).execute(&mut *tx).await?;
+    Ok(())
+}
+
+/// The fence's checks and the key recorded, in one short transaction, before any venue call.
+pub async fn record(
+    pool: &PgPool,
+    idempotency_key: &str,
+    venue: &str,
+    node: Uuid,
+    attempt_no: i32,
+    submit_by: DateTime<Utc>,
+) -> Result<Recorded> {
+    let mut tx = pool.begin().await?;
+    lock_node(&mut tx, node).await?;
+    let existing =
+        sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM cex_submit_keys WHERE idempotency_key = $1")))
+            .bind(idempotency_key)
+            .fetch_optional(&mut *tx)
+            .await?
+            .map(|r| key_of(&r))
+            .transpose()?;
+    let newest: Option<i32> =
+        sqlx::query_scalar("SELECT max(attempt_no) FROM cex_submit_keys WHERE request_node_id = $1")
+            .bind(node)
+            .fetch_one(&mut *tx)
+            .await?;
+    let late: bool = sqlx::query_scalar("SELECT clock_timestamp() > $1").bind(submit_by).fetch_one(&mut *tx).await?;
+    let outcome = match existing {
+        Some(k) if k.status == KeyStatus::Void => Recorded::Void(k.void_reason),
+        Some(k) if k.status == KeyStatus::Sent => Recorded::AlreadySent(k),
+        _ if newest.is_some_and(|n| n > attempt_no) => Recorded::Superseded { newest: newest.unwrap_or(attempt_no) },
+        _ if late => {
+            upsert_void(&mut tx, idempotency_key, venue, node, attempt_no, "received after submit_by").await?;
+            Recorded::Late
+        }
+        Some(_) => Recorded::Fresh,
+        None => {
+            sqlx::query(
+                "INSERT INTO cex_submit_keys (idempotency_key, venue, request_node_id, attempt_no, submit_by, status)
+                 VALUES ($1, $2, $3, $4, $5, 'recorded')",
+            )
+            .bind(idempotency_key)
+            .bind(venue)
+            .bind(node)
+            .bind(attempt_no)
+            .bind(submit_by)
+            .execute(&mut *tx)
+            .await?;
+            Recorded::Fresh
+        }
+    };
+    tx.commit().await?;
+    Ok(outcome)
+}
+
+async fn upsert_void(
+    conn: &mut sqlx::PgConnection,
+    idempotency_key: &str,
+    venue: &str,
+    node: Uuid,
+    attempt_no: i32,
+    reason: &str,
+) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO cex_submit_keys (idempotency_key, venue, request_node_id, attempt_no, status, void_reason)
+         VALUES ($1, $2, $3, $4, 'void', $5)
+         ON CONFLICT (idempotency_key) DO UPDATE SET status = 'void', void_reason = $5, updated_at = now()",
+    )
+    .bind(idempotency_key)
+    .bind(venue)
+    .bind(node)
+    .bind(attempt_no)
+    .bind(reason)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// `recorded` → `sent`, before the venue's time is read for the request: from here on a
+/// request with this key may reach the venue (until its `recvWindow`, at most `submit_by`).
+/// `false`: the key was voided meanwhile (recovery concluded it absent): nothing may be sent.
+pub async fn mark_sent(pool: &PgPool, idempotency_key: &str) -> Result<bool> {
+    let moved = sqlx::query(
+        "UPDATE cex_submit_keys SET status = 'sent', updated_at = now() WHERE idempotency_key = $1 AND status = 'recorded'",
+    )
+    .bind(idempotency_key)
+    .execute(pool)
+    .await?;
+    Ok(moved.rows_affected() == 1)
+}
+
+/// Notes the venue's time T and the `recvWindow` the request is signed with (evidence).
+pub async fn note_signature(
+    pool: &PgPool,
+    idempotency_key: &str,
+    venue_time: DateTime<Utc>,
+    recv_window_ms: i32,
+) -> Result<()> {
+    sqlx::query("UPDATE cex_submit_keys SET venue_time = $2, recv_window_ms = $3, updated_at = now() WHERE idempotency_key = $1")
+        .bind(idempotency_key)
+        .bind(venue_time)
+        .bind(recv_window_ms)
+        .execute(pool)
+        .await?;
+    Ok(())
+}
+
+/// Voids a key that can no longer reach the venue (the venue refused it, or the venue's time
+/// was too close to `submit_by` to send it).
+pub async fn void(
+    pool: &PgPool,
+    idempotency_key: &str,
+    venue: &str,
+    node: Uuid,
+    attempt_no: i32,
+    reason: &str,
+) -> Result<()> {
+    let mut conn = pool.acquire().await?;
+    upsert_void(&mut conn, idempotency_key, venue, node, attempt_no, reason).await
+}
+
+/// Recovery found the key absent at the venue. A key never sent (absent or `recorded`) is
+/// voided at once — a submit about to send it then finds it void — and `None` is answered;
+/// a key already `sent` is left alone and returned: its absence is conclusive only once the
+/// venue's time is past its `submit_by` (and margins), which the lane decides.
+pub async fn void_unsent(
+    pool: &PgPool,
+    idempotency_key: &str,
+    venue: &str,
+    node: Uuid,
+    attempt_no: i32,
+    reason: &str,
+) -> Result<Option<SubmitKey>> {
+    let mut tx = pool.begin().await?;
+    lock_node(&mut tx, node).await?;
+    let sent = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM cex_submit_keys WHERE idempotency_key = $1 AND status = 'sent'"
+    )))
+    .bind(idempotency_key)
+    .fetch_optional(&mut *tx)
+    .await?
+    .map(|r| key_of(&r))
+    .transpose()?;
+    if sent.is_none() {
+        upsert_void(&mut tx, idempotency_key, venue, node, attempt_no, reason).await?;
+    }
+    tx.commit().await?;
+    Ok(sent)
+}
+
+/// `sent` → `void`: the venue's time is past the key's deadline and its history has no such
+/// withdrawal. `false` if the key was not `sent`.
+pub async fn void_sent(pool: &PgPool, idempotency_key: &str, reason: &str) -> Result<bool> {
+    let moved = sqlx::query(
+        "UPDATE cex_submit_keys SET status = 'void', void_reason = $2, updated_at = now()
+          WHERE idempotency_key = $1 AND status = 'sent'",
+    )
+    .bind(idempotency_key)
+    .bind(reason)
+    .execute(pool)
+    .await?;
+    Ok(moved.rows_affected() == 1)
+}
+
+/// The key, if the store has it.
+pub async fn get(pool: &PgPool, idempotency_key: &str) -> Result<Option<SubmitKey>> {
+    sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM cex_submit_keys WHERE idempotency_key = $1")))
+        .bind(idempotency_key)
+        .fetch_optional(pool)
+        .await?
+        .map(|r| key_of(&r))
+        .transpose()
+}

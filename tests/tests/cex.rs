@@ -1,0 +1,428 @@
+//! The CEX lane against `qtg-venue-sim`, through separately started workers: CEX→CEX
+//! movements (withdrawal_action → withdrawal_observe → deposit_observe) and, for each fault
+//! the venue can inject, the runbook case that results, the markers, and what the venue's own
+//! logs show — every withdraw *request* it received (not only what it booked) and what it
+//! paid, at most once per movement.
+
+use std::time::Duration;
+
+use qtg_tests::*;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+
+/// Call deadline 3 s (submit window 3.4 s), grace 5 s, fast loops; the venue answers within
+/// 1 s or counts as silent; its history lags 1 s at most.
+const ENV: [(&str, &str); 5] = [
+    ("MG_EXECUTOR_TIMEOUT_MS", "3000"),
+    ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "5"),
+    ("MG_NODE_DISPATCH_INTERVAL_SECONDS", "0.2"),
+    ("MG_NODE_OBSERVE_INTERVAL_SECONDS", "0.2"),
+    ("MG_NODE_RECOVERY_INTERVAL_SECONDS", "0.3"),
+];
+
+const ENTRY: &str = "timeout_ms = 1000, history_lag_seconds = 1";
+
+struct Cex {
+    db: TestDb,
+    venue: VenueSim,
+    api: Api,
+    keys: Keys,
+    env: Vec<(String, String)>,
+}
+
+impl Cex {
+    async fn start(entry: &str) -> anyhow::Result<Cex> {
+        let db = TestDb::new().await?;
+        let venue = VenueSim::start(&db.name).await?;
+        let registry = venue.registry(&db.name, entry)?;
+        let mut env: Vec<(String, String)> = ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        env.extend(VENUE_SIM_CREDENTIALS.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+        env.push(("MG_EXECUTOR_REGISTRY".into(), registry.to_string_lossy().to_string()));
+        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let api = Api::start(&db.url, &pairs).await?;
+        let keys = Keys::create(&api).await?;
+        let template: Value = serde_json::from_str(&std::fs::read_to_string(
+            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/cex-demo-template.json"),
+        )?)?;
+        install_template(&api, &keys, template).await?;
+        Ok(Cex { db, venue, api, keys, env })
+    }
+
+    async fn worker(&self, binary: &str) -> anyhow::Result<Proc> {
+        let pairs: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        Proc::spawn(binary, &self.db.url, &pairs).await
+    }
+
+    /// Creates and approves a CEX→CEX movement of `amount` USDT from sim_a to sim_b.
+    async fn movement(&self, idem: &str, amount: &str) -> anyhow::Result<String> {
+        let body = json!({
+            "template_key": "demo.cex.a_to_b",
+            "intent": {"asset": "USDT", "amount": amount, "source": "sim_a", "destination": SIM_B_DEPOSIT},
+            "idempotency_key": idem,
+        });
+        let m = self.api.ok("POST", "/v3/movements", &self.keys.requester, Some(body), 201).await?;
+        let id = m["id"].as_str().unwrap_or_default().to_string();
+        self.api.ok("POST", &format!("/v3/movements/{id}/approve"), &self.keys.approver, None, 200).await?;
+        Ok(id)
+    }
+
+    async fn node(&self, movement: &str, key: &str) -> anyhow::Result<uuid::Uuid> {
+        Ok(sqlx::query_scalar("SELECT id FROM movement_request_nodes WHERE request_id = $1::uuid AND node_key = $2")
+            .bind(movement)
+            .bind(key)
+            .fetch_one(&self.db.pool)
+            .await?)
+    }
+
+    async fn diagnosis(&self, movement: &str, node: &str) -> anyhow::Result<Value> {
+        self.api
+            .ok("GET", &format!("/v3/movements/{movement}/nodes/{node}/diagnosis"), &self.keys.operator, None, 200)
+            .await
+    }
+
+    async fn wait(&self, id: &str, states: &[&str], secs: u64) -> anyhow::Result<Value> {
+        wait_state(&self.api, &self.keys.requester, id, states, Duration::from_secs(secs)).await
+    }
+}
+
+async fn refs(pool: &PgPool, node: uuid::Uuid) -> anyhow::Result<(String, Value, Option<String>)> {
+    Ok(sqlx::query_as("SELECT node_state, provider_refs, error_code FROM movement_request_nodes WHERE id = $1")
+        .bind(node)
+        .fetch_one(pool)
+        .await?)
+}
+
+async fn wait_node(pool: &PgPool, node: uuid::Uuid, condition: &str, secs: u64) -> anyhow::Result<()> {
+    let sql = format!("SELECT {condition} FROM movement_request_nodes WHERE id = $1");
+    wait_db(pool, &sql, node, Duration::from_secs(secs)).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_cex_to_cex_movement_completes_through_separate_workers() -> anyhow::Result<()> {
+    let cex = Cex::start(ENTRY).await?;
+    let dispatcher = cex.worker("qtg-dispatcher").await?;
+    let observer = cex.worker("qtg-observer").await?;
+    let id = cex.movement("cex-happy-1", "100").await?;
+    let m = cex.wait(&id, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], 60).await;
+    let m = m.map_err(|e| anyhow::anyhow!("{e}\n{}\n{}", dispatcher.log(), observer.log()))?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+    let withdraw = cex.node(&id, "withdraw").await?;
+    let (_, wrefs, _) = refs(&cex.db.pool, withdraw).await?;
+    let exchange_id = wrefs["exchange_withdrawal_id"].as_str().expect("the venue's withdrawal id").to_string();
+    assert_eq!(wrefs["withdraw_order_id"], format!("{withdraw}:1"), "the client id is qtg's idempotency key");
+    let (_, orefs, _) = refs(&cex.db.pool, cex.node(&id, "withdrawal").await?).await?;
+    assert!(orefs["txid"].as_str().is_some_and(|t| t.starts_with("0x")), "{orefs}");
+    let (_, drefs, _) = refs(&cex.db.pool, cex.node(&id, "deposit").await?).await?;
+    assert_eq!(drefs["deposit_status"], 1, "{drefs}");
+    // The venue: one request, one withdrawal, paid once; sim_b credited.
+    let requests = cex.venue.requests_for(&withdraw.to_string()).await?;
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0]["outcome"], "booked");
+    let paid = cex.venue.paid(&withdraw.to_string()).await?;
+    assert_eq!(paid.len(), 1);
+    assert_eq!(paid[0]["id"], exchange_id.as_str());
+    let ledger = cex.venue.admin("GET", "/admin/ledger", None).await?;
+    assert_eq!(ledger["balances"]["sim_a"]["USDT"], "999899.00000000", "amount + fee left sim_a");
+    assert_eq!(ledger["balances"]["sim_b"]["USDT"], "500100.00000000");
+    // The key store: sent, signed with the venue's time inside submit_by.
+    let (status, window): (String, Option<i32>) =
+        sqlx::query_as("SELECT status, recv_window_ms FROM cex_submit_keys WHERE request_node_id = $1")
+            .bind(withdraw)
+            .fetch_one(&cex.db.pool)
+            .await?;
+    assert_eq!(status, "sent");
+    assert!(window.is_some_and(|w| (1000..=3400).contains(&w)), "recvWindow ≤ submit_by − T: {window:?}");
+    drop((dispatcher, observer));
+    cex.db.drop_db().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn preflight_refuses_before_anything_leaves() -> anyhow::Result<()> {
+    let cex = Cex::start(ENTRY).await?;
+    let dispatcher = cex.worker("qtg-dispatcher").await?;
+    // Below the venue's minimum; then more than sim_a holds is above its maximum too; then a
+    // destination that is not whitelisted.
+    let low = cex.movement("cex-pre-low", "5").await?;
+    let m = cex.wait(&low, &["FAILED"], 30).await?;
+    assert_eq!(node(&m, "withdraw")["error_code"], "CEX_AMOUNT_OUT_OF_RANGE", "{m:#}");
+    let body = json!({"template_key": "demo.cex.a_to_b", "idempotency_key": "cex-pre-wl",
+        "intent": {"asset": "USDT", "amount": "100", "source": "sim_a", "destination": "0x000000000000000000000000000000000000dead"}});
+    let m = cex.api.ok("POST", "/v3/movements", &cex.keys.requester, Some(body), 201).await?;
+    let wl = m["id"].as_str().unwrap_or_default().to_string();
+    cex.api.ok("POST", &format!("/v3/movements/{wl}/approve"), &cex.keys.approver, None, 200).await?;
+    let m = cex.wait(&wl, &["FAILED"], 30).await?;
+    assert_eq!(node(&m, "withdraw")["error_code"], "CEX_ADDRESS_NOT_WHITELISTED", "{m:#}");
+    assert!(cex.venue.requests().await?.is_empty(), "no withdraw request reached the venue");
+    drop(dispatcher);
+    cex.db.drop_db().await;
+    Ok(())
+}
+
+/// The venue booked the withdrawal and its answer never came back (qtg saw a timeout):
+/// UNKNOWN, then recovery finds it by client id. One request, paid once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_response_dropped_after_commit_is_found_by_client_id() -> anyhow::Result<()> {
+    let cex = Cex::start(ENTRY).await?;
+    cex.venue.fault(json!({"kind": "drop_after_commit", "ms": 20000})).await?;
+    let workers = (cex.worker("qtg-dispatcher").await?, cex.worker("qtg-observer").await?);
+    let id = cex.movement("cex-drop-1", "100").await?;
+    let withdraw = cex.node(&id, "withdraw").await?;
+    wait_node(&cex.db.pool, withdraw, "node_state = 'UNKNOWN'", 30).await?;
+    let (_, r, code) = refs(&cex.db.pool, withdraw).await?;
+    assert_eq!(code.as_deref(), Some("CEX_NO_ANSWER"));
+    assert_eq!(r["__submit_attempt_pending"], true, "{r}");
+    assert_eq!(cex.diagnosis(&id, "withdraw").await?["case"], "C1", "recovery imminent");
+    let recovery = cex.worker("qtg-recovery").await?;
+    let m = cex.wait(&id, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], 60).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}\n{}", recovery.log());
+    let (_, r, _) = refs(&cex.db.pool, withdraw).await?;
+    assert_eq!(r["__reconciliation"]["by"], "client_id", "{r}");
+    assert!(r.get("__submit_attempt_pending").is_none(), "recovery's evidence cleared the marker: {r}");
+    let requests = cex.venue.requests_for(&withdraw.to_string()).await?;
+    assert_eq!(requests.len(), 1, "no second withdraw request: {requests:?}");
+    assert_eq!(requests[0]["outcome"], "drop_after_commit");
+    assert_eq!(cex.venue.paid(&withdraw.to_string()).await?.len(), 1);
+    drop((workers, recovery));
+    cex.db.drop_db().await;
+    Ok(())
+}
+
+/// A 5xx before the venue committed: UNKNOWN; recovery finds nothing, and once the venue's
+/// clock is past the request's deadline the key is void and the node FAILED; the operator's
+/// retry (attempt 2) is paid once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_5xx_before_commit_is_fenced_then_retried_once() -> anyhow::Result<()> {
+    let cex = Cex::start(ENTRY).await?;
+    cex.venue.fault(json!({"kind": "error_before_commit", "status": 503})).await?;
+    let workers =
+        (cex.worker("qtg-dispatcher").await?, cex.worker("qtg-observer").await?, cex.worker("qtg-recovery").await?);
+    let id = cex.movement("cex-5xx-1", "100").await?;
+    let withdraw = cex.node(&id, "withdraw").await?;
+    let m = cex.wait(&id, &["FAILED", "COMPLETED", "MANUAL_INTERVENTION"], 60).await?;
+    assert_eq!(m["request_state"], "FAILED", "{m:#}");
+    let (_, r, code) = refs(&cex.db.pool, withdraw).await?;
+    assert_eq!(code.as_deref(), Some("CEX_WITHDRAWAL_NOT_FOUND"), "{r}");
+    assert_eq!(r["__reconciliation"]["outcome"], "absent_fenced");
+    let key: String = sqlx::query_scalar("SELECT status FROM cex_submit_keys WHERE idempotency_key = $1")
+        .bind(format!("{withdraw}:1"))
+        .fetch_one(&cex.db.pool)
+        .await?;
+    assert_eq!(key, "void");
+    cex.api
+        .ok(
+            "POST",
+            &format!("/v3/movements/{id}/nodes/withdraw/actions/retry"),
+            &cex.keys.operator,
+            Some(json!({"reason": "venue 503, fenced by recovery"})),
+            200,
+        )
+        .await?;
+    let m = cex.wait(&id, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], 60).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+    let requests = cex.venue.requests_for(&withdraw.to_string()).await?;
+    let outcomes: Vec<_> = requests.iter().map(|r| (r["client_id"].clone(), r["outcome"].clone())).collect();
+    assert_eq!(
+        outcomes,
+        [
+            (json!(format!("{withdraw}:1")), json!("error_before_commit")),
+            (json!(format!("{withdraw}:2")), json!("booked"))
+        ]
+    );
+    assert_eq!(cex.venue.paid(&withdraw.to_string()).await?.len(), 1);
+    drop(workers);
+    cex.db.drop_db().await;
+    Ok(())
+}
+
+/// 401 on the withdraw request: the venue did nothing, FAILED at once. 401 while recovery
+/// reconciles (C3b): the node is handed to a person with the gate and review markers and its
+/// key kept; once the credentials work again, resume lets recovery find it by client id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn auth_failures_fail_a_submit_and_gate_a_reconciliation() -> anyhow::Result<()> {
+    let cex = Cex::start(ENTRY).await?;
+    let workers =
+        (cex.worker("qtg-dispatcher").await?, cex.worker("qtg-observer").await?, cex.worker("qtg-recovery").await?);
+    cex.venue.fault(json!({"kind": "unauthorized"})).await?;
+    let refused = cex.movement("cex-401-submit", "100").await?;
+    let m = cex.wait(&refused, &["FAILED"], 30).await?;
+    assert_eq!(node(&m, "withdraw")["error_code"], "CEX_AUTH_FAILED", "{m:#}");
+    let first = cex.node(&refused, "withdraw").await?;
+    assert!(cex.venue.paid(&first.to_string()).await?.is_empty());
+    // C3b: committed, answer lost, and the history refuses our key meanwhile.
+    cex.venue.fault(json!({"kind": "drop_after_commit", "ms": 20000})).await?;
+    cex.venue.fault(json!({"kind": "unauthorized", "endpoint": "history", "count": 0})).await?;
+    let id = cex.movement("cex-401-recover", "100").await?;
+    let m = cex.wait(&id, &["MANUAL_INTERVENTION"], 60).await?;
+    let withdraw = cex.node(&id, "withdraw").await?;
+    let (state, r, code) = refs(&cex.db.pool, withdraw).await?;
+    assert_eq!((state.as_str(), code.as_deref()), ("UNKNOWN", Some("RECONCILIATION_AUTH_FAILED")), "{m:#}");
+    assert_eq!(r["__legacy_reconciliation_gated"], true);
+    assert_eq!(r["__manual_review_required"], "reconciliation_auth_failed");
+    assert_eq!(r["__submit_attempt_pending"], true, "the reservation is kept: {r}");
+    assert_eq!(cex.diagnosis(&id, "withdraw").await?["case"], "C3b");
+    let key: String = sqlx::query_scalar("SELECT status FROM cex_submit_keys WHERE idempotency_key = $1")
+        .bind(format!("{withdraw}:1"))
+        .fetch_one(&cex.db.pool)
+        .await?;
+    assert_eq!(key, "sent", "never voided on an auth failure");
+    // Credentials fixed; the operator resumes; recovery reconciles by client id.
+    cex.venue.admin("DELETE", "/admin/faults", None).await?;
+    cex.api
+        .ok(
+            "POST",
+            &format!("/v3/movements/{id}/actions/resume"),
+            &cex.keys.operator,
+            Some(json!({"reason": "key rotated"})),
+            200,
+        )
+        .await?;
+    let m = cex.wait(&id, &["COMPLETED", "FAILED"], 60).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+    assert_eq!(cex.venue.requests_for(&withdraw.to_string()).await?.len(), 1);
+    assert_eq!(cex.venue.paid(&withdraw.to_string()).await?.len(), 1);
+    drop(workers);
+    cex.db.drop_db().await;
+    Ok(())
+}
+
+/// The venue's history shows two identical withdrawals and neither carries the client id:
+/// RECONCILIATION_AMBIGUOUS while the lookback window is open, then a person (C2), with the
+/// candidates as evidence. The movement paid once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_ambiguous_match_waits_out_the_lookback_then_calls_a_person() -> anyhow::Result<()> {
+    let cex = Cex::start(&format!("{ENTRY}, lookback_seconds = 8")).await?;
+    cex.venue.fault(json!({"kind": "ambiguous", "ms": 20000})).await?;
+    let workers =
+        (cex.worker("qtg-dispatcher").await?, cex.worker("qtg-observer").await?, cex.worker("qtg-recovery").await?);
+    let id = cex.movement("cex-ambiguous-1", "100").await?;
+    let withdraw = cex.node(&id, "withdraw").await?;
+    wait_node(&cex.db.pool, withdraw, "error_code = 'RECONCILIATION_AMBIGUOUS'", 30).await?;
+    let (state, r, _) = refs(&cex.db.pool, withdraw).await?;
+    assert_eq!(state, "UNKNOWN");
+    assert!(r.get("__manual_review_required").is_none(), "the window is still open: {r}");
+    assert_eq!(request_state(&cex.db.pool, id.parse()?).await?, "EXECUTING");
+    let m = cex.wait(&id, &["MANUAL_INTERVENTION"], 30).await?;
+    let (_, r, _) = refs(&cex.db.pool, withdraw).await?;
+    assert_eq!(r["__manual_review_required"], "reconciliation_ambiguous", "{m:#}");
+    let d = cex.diagnosis(&id, "withdraw").await?;
+    assert_eq!(d["case"], "C2", "{d:#}");
+    let evidence = &d["evidence"]["node"]["provider_refs"]["__reconciliation"];
+    assert_eq!(evidence["outcome"], "ambiguous", "{d:#}");
+    assert_eq!(evidence["candidates"].as_array().map(Vec::len), Some(2), "{evidence}");
+    assert_eq!(cex.venue.requests_for(&withdraw.to_string()).await?.len(), 1);
+    assert_eq!(cex.venue.paid(&withdraw.to_string()).await?.len(), 1, "one of the two is the other desk's");
+    drop(workers);
+    cex.db.drop_db().await;
+    Ok(())
+}
+
+/// A status code the mapping does not know: a warning and a counter, the node stays
+/// OBSERVING (C5), nothing is guessed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_unknown_status_code_keeps_the_node_observing() -> anyhow::Result<()> {
+    let cex = Cex::start(ENTRY).await?;
+    cex.venue.fault(json!({"kind": "unknown_status", "code": 99})).await?;
+    let dispatcher = cex.worker("qtg-dispatcher").await?;
+    let observer = cex.worker("qtg-observer").await?;
+    let id = cex.movement("cex-unmapped-1", "100").await?;
+    let withdraw = cex.node(&id, "withdraw").await?;
+    wait_node(&cex.db.pool, withdraw, "provider_state = 'unmapped_status_99'", 30).await?;
+    let (state, r, code) = refs(&cex.db.pool, withdraw).await?;
+    assert_eq!((state.as_str(), code.as_deref()), ("OBSERVING", Some("CEX_STATUS_UNMAPPED")));
+    assert_eq!(r["__status_unmapped"]["code"], 99);
+    assert_eq!(cex.diagnosis(&id, "withdraw").await?["case"], "C5");
+    assert!(observer.log().contains("unknown_code"), "{}", observer.log());
+    let admin = observer.wait_field("admin_addr", Duration::from_secs(5)).await?;
+    let metrics = http_client().get(format!("http://{admin}/metrics")).send().await?.text().await?;
+    assert!(
+        metrics.lines().any(|l| l.starts_with("qtg_venue_unknown_status_total{") && l.contains("code=\"99\"")),
+        "{metrics}"
+    );
+    assert_eq!(request_state(&cex.db.pool, id.parse()?).await?, "EXECUTING");
+    assert_eq!(cex.venue.paid(&withdraw.to_string()).await?.len(), 1);
+    drop((dispatcher, observer));
+    cex.db.drop_db().await;
+    Ok(())
+}
+
+/// A dispatcher frozen after the arm, before its withdraw request left: recovery concludes
+/// the attempt absent once the venue's clock is past its deadline, the operator retries, and
+/// when the frozen process wakes and sends, the venue refuses the request (its timestamp is
+/// outside recvWindow). Paid once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dispatcher_frozen_before_its_withdraw_request_is_refused_by_the_venue() -> anyhow::Result<()> {
+    // The venue's clock answers slowly once: the dispatcher is frozen while it waits, and the
+    // venue call's own deadline (30 s) outlasts the freeze, so the woken process goes on.
+    let cex = Cex::start("timeout_ms = 30000, history_lag_seconds = 1").await?;
+    cex.venue.fault(json!({"kind": "latency", "endpoint": "time", "ms": 1500})).await?;
+    let frozen = cex.worker("qtg-dispatcher").await?;
+    let workers = (cex.worker("qtg-observer").await?, cex.worker("qtg-recovery").await?);
+    let id = cex.movement("cex-frozen-1", "100").await?;
+    let withdraw = cex.node(&id, "withdraw").await?;
+    // Frozen once its key is marked sent, while it waits for the venue's time.
+    let sent = "SELECT EXISTS (SELECT 1 FROM cex_submit_keys WHERE request_node_id = $1 AND status = 'sent')";
+    wait_db(&cex.db.pool, sent, withdraw, Duration::from_secs(30)).await?;
+    frozen.signal("STOP");
+    let m = cex.wait(&id, &["FAILED"], 60).await?;
+    assert_eq!(node(&m, "withdraw")["error_code"], "CEX_WITHDRAWAL_NOT_FOUND", "{m:#}");
+    assert!(cex.venue.requests().await?.is_empty(), "nothing reached the venue yet");
+    cex.api
+        .ok(
+            "POST",
+            &format!("/v3/movements/{id}/nodes/withdraw/actions/retry"),
+            &cex.keys.operator,
+            Some(json!({"reason": "attempt 1 fenced"})),
+            200,
+        )
+        .await?;
+    let second = cex.worker("qtg-dispatcher").await?;
+    let m = cex.wait(&id, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], 60).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+    frozen.signal("CONT");
+    wait_until("the late request reaches the venue", Duration::from_secs(20), || async {
+        Ok(cex.venue.requests_for(&withdraw.to_string()).await?.len() >= 2)
+    })
+    .await?;
+    let requests = cex.venue.requests_for(&withdraw.to_string()).await?;
+    let late = requests.iter().find(|r| r["client_id"] == format!("{withdraw}:1")).expect("attempt 1's request");
+    assert_eq!(late["outcome"], "refused:-1021", "timestamp outside recvWindow: {late}");
+    let on_time = requests.iter().find(|r| r["client_id"] == format!("{withdraw}:2")).expect("attempt 2's request");
+    assert_eq!(on_time["outcome"], "booked");
+    assert_eq!(cex.venue.paid(&withdraw.to_string()).await?.len(), 1);
+    assert_eq!(request_state(&cex.db.pool, id.parse()?).await?, "COMPLETED", "the late answer changed nothing");
+    drop((frozen, second, workers));
+    cex.db.drop_db().await;
+    Ok(())
+}
+
+/// A dispatcher killed between the venue's commit and qtg's: recovery finds the withdrawal by
+/// client id, with no second withdraw request at the venue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dispatcher_killed_after_the_venue_committed_is_reconciled_by_client_id() -> anyhow::Result<()> {
+    // The venue call may take 2.5 s (the kill lands well inside it).
+    let cex = Cex::start("timeout_ms = 2500, history_lag_seconds = 1").await?;
+    cex.venue.fault(json!({"kind": "drop_after_commit", "ms": 20000})).await?;
+    let mut killed = cex.worker("qtg-dispatcher").await?;
+    let workers = (cex.worker("qtg-observer").await?, cex.worker("qtg-recovery").await?);
+    let id = cex.movement("cex-killed-1", "100").await?;
+    let withdraw = cex.node(&id, "withdraw").await?;
+    wait_until("the venue commits", Duration::from_secs(30), || async {
+        Ok(cex.venue.requests_for(&withdraw.to_string()).await?.iter().any(|r| r["outcome"] == "drop_after_commit"))
+    })
+    .await?;
+    killed.signal("KILL");
+    killed.wait_exit(Duration::from_secs(10)).await?;
+    let (state, r, _) = refs(&cex.db.pool, withdraw).await?;
+    assert_eq!(state, "SUBMITTING", "qtg never recorded the answer: {r}");
+    let second = cex.worker("qtg-dispatcher").await?;
+    let m = cex.wait(&id, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], 60).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+    let (_, r, _) = refs(&cex.db.pool, withdraw).await?;
+    assert_eq!(r["__reconciliation"]["by"], "client_id", "{r}");
+    assert_eq!(cex.venue.requests_for(&withdraw.to_string()).await?.len(), 1, "no second withdraw request");
+    assert_eq!(cex.venue.paid(&withdraw.to_string()).await?.len(), 1);
+    drop((second, workers));
+    cex.db.drop_db().await;
+    Ok(())
+}

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# `make run`: Postgres → database `qtg` → `qtg` (API + workers, sim registry) → demo template
-# and API keys → prints how to create and approve a movement with curl. Ctrl-C stops it.
+# `make run`: Postgres → database `qtg` → `qtg-venue-sim` (a simulated exchange, two accounts)
+# → `qtg` (API + workers; sim and CEX lanes) → demo templates and API keys → prints how to
+# create and approve a movement with curl. Ctrl-C stops it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -11,7 +12,22 @@ psql "$admin_url" -tAc "SELECT 1 FROM pg_database WHERE datname = 'qtg'" | grep 
   || psql "$admin_url" -qc "CREATE DATABASE qtg"
 
 export MG_DATABASE_URL="$base/qtg"
-export MG_EXECUTOR_REGISTRY="$here/deploy/registry.sim.toml"
+# The simulated exchange of the CEX→CEX demo (its ledger survives restarts in .qtg/).
+venue_addr="${QTG_VENUE_SIM_ADDR:-127.0.0.1:9400}"
+./target/debug/qtg-venue-sim --addr "$venue_addr" --accounts deploy/venue-sim.toml --state .qtg/venue-sim.json \
+  2> .qtg/venue-sim.log &
+venue_pid=$!
+for _ in $(seq 1 50); do
+  curl -fsS "http://$venue_addr/api/v3/time" >/dev/null 2>&1 && break
+  kill -0 $venue_pid 2>/dev/null || { echo "qtg-venue-sim exited; see .qtg/venue-sim.log" >&2; exit 1; }
+  sleep 0.1
+done
+# The sim lanes plus the CEX lane's entries, pointed at that venue; its accounts' credentials
+# (the simulator's own, from deploy/venue-sim.toml) as a real deployment passes them: by env.
+sed "s|http://127.0.0.1:9400|http://$venue_addr|" deploy/registry.cex.toml | cat deploy/registry.sim.toml - > .qtg/registry.toml
+export MG_EXECUTOR_REGISTRY="$here/.qtg/registry.toml"
+export MG_SIM_A_ACCESS_KEY=sim-a-api-key-0001 MG_SIM_A_SECRET=sim-a-secret-0001
+export MG_SIM_B_ACCESS_KEY=sim-b-api-key-0001 MG_SIM_B_SECRET=sim-b-secret-0001
 export MG_API_ADDR="${MG_API_ADDR:-127.0.0.1:8080}"
 export MG_ADMIN_ADDR="${MG_ADMIN_ADDR:-127.0.0.1:9090}"
 export MG_LOG_FORMAT="${MG_LOG_FORMAT:-pretty}"
@@ -23,7 +39,7 @@ api="http://$MG_API_ADDR"
 
 ./target/debug/qtg 2> >(tee .qtg/qtg.log >&2) &
 pid=$!
-trap 'kill -TERM $pid 2>/dev/null; wait $pid' INT TERM EXIT
+trap 'kill -TERM $pid $venue_pid 2>/dev/null; wait $pid' INT TERM EXIT
 for _ in $(seq 1 100); do
   curl -fsS "http://$MG_ADMIN_ADDR/readyz" >/dev/null 2>&1 && break
   kill -0 $pid 2>/dev/null || { echo "qtg exited; see .qtg/qtg.log" >&2; exit 1; }
@@ -46,15 +62,21 @@ OPERATOR=$(key_for demo-operator operator)
 REQUESTER=$(key_for demo-requester requester)
 APPROVER=$(key_for demo-approver approver)
 
-if ! call GET /v3/templates/demo.sim.transfer "$OPERATOR" >/dev/null 2>&1; then
-  pid_=$(call POST /v3/template-proposals "$OPERATOR" "$(cat deploy/demo-template.json)" | json "['id']")
-  call POST "/v3/template-proposals/$pid_/approve" "$MG_API_BOOTSTRAP_ADMIN_KEY" '{"reason":"demo"}' >/dev/null
-fi
+install_template() { # key file
+  if ! call GET "/v3/templates/$1" "$OPERATOR" >/dev/null 2>&1; then
+    local p
+    p=$(call POST /v3/template-proposals "$OPERATOR" "$(cat "$2")" | json "['id']")
+    call POST "/v3/template-proposals/$p/approve" "$MG_API_BOOTSTRAP_ADMIN_KEY" '{"reason":"demo"}' >/dev/null
+  fi
+}
+install_template demo.sim.transfer deploy/demo-template.json
+install_template demo.cex.a_to_b deploy/cex-demo-template.json
 
 cat <<MSG
 
 qtg is running: API $api, admin http://$MG_ADMIN_ADDR (/healthz /readyz /metrics), log .qtg/qtg.log
-Template demo.sim.transfer is installed. Keys are in .qtg/keys/ (the bootstrap admin key in .qtg/bootstrap.key).
+qtg-venue-sim (a simulated exchange, accounts sim_a and sim_b) at http://$venue_addr, log .qtg/venue-sim.log
+Templates demo.sim.transfer (sim lane) and demo.cex.a_to_b (CEX→CEX through qtg-venue-sim) are installed. Keys are in .qtg/keys/ (the bootstrap admin key in .qtg/bootstrap.key).
 
   REQUESTER=\$(cat .qtg/keys/demo-requester) APPROVER=\$(cat .qtg/keys/demo-approver)
 
@@ -72,6 +94,13 @@ Template demo.sim.transfer is installed. Keys are in .qtg/keys/ (the bootstrap a
     --asset USDC --amount 100.00 --source venue-a --destination 0xabc --idempotency-key demo-2
   QTG_API_KEY=\$APPROVER ./target/debug/qtgctl movements approve <id>
   QTG_API_KEY=\$REQUESTER ./target/debug/qtgctl movements watch <id>
+
+  # CEX→CEX: withdraw 100 USDT from sim_a to sim_b's deposit address, follow it, see it credited
+  curl -s -X POST $api/v3/movements -H "Authorization: Bearer \$REQUESTER" -H 'Content-Type: application/json' \\
+    -d '{"template_key":"demo.cex.a_to_b","intent":{"asset":"USDT","amount":"100","source":"sim_a","destination":"0xb0b0000000000000000000000000000000000b0b"},"idempotency_key":"cex-1"}'
+  curl -s http://$venue_addr/admin/ledger        # the venue's books; /admin/requests: every withdraw request
+  MG_EXECUTOR_REGISTRY=.qtg/registry.toml MG_SIM_A_ACCESS_KEY=sim-a-api-key-0001 MG_SIM_A_SECRET=sim-a-secret-0001 \\
+    ./target/debug/qtgctl venues drill --venue sim_a --asset USDT
 
 Ctrl-C stops qtg.
 MSG

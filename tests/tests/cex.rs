@@ -307,7 +307,7 @@ async fn an_ambiguous_match_waits_out_the_lookback_then_calls_a_person() -> anyh
     assert_eq!(r["__manual_review_required"], "reconciliation_ambiguous", "{m:#}");
     let d = cex.diagnosis(&id, "withdraw").await?;
     assert_eq!(d["case"], "C2", "{d:#}");
-    let evidence = &d["evidence"]["node"]["provider_refs"]["__reconciliation"];
+    let evidence = &d["evidence"]["reconciliation"];
     assert_eq!(evidence["outcome"], "ambiguous", "{d:#}");
     assert_eq!(evidence["candidates"].as_array().map(Vec::len), Some(2), "{evidence}");
     assert_eq!(cex.venue.requests_for(&withdraw.to_string()).await?.len(), 1);
@@ -424,5 +424,38 @@ async fn a_dispatcher_killed_after_the_venue_committed_is_reconciled_by_client_i
     assert_eq!(cex.venue.paid(&withdraw.to_string()).await?.len(), 1);
     drop((second, workers));
     cex.db.drop_db().await;
+    Ok(())
+}
+
+/// `qtgctl venues drill`: the runbook's submit-safety drill against the venue, reading only.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_submit_safety_drill_checks_a_venue_without_moving_funds() -> anyhow::Result<()> {
+    let venue = VenueSim::start("drill").await?;
+    let registry = venue.registry(&format!("drill-{}", uuid::Uuid::new_v4().simple()), ENTRY)?;
+    let drill = |asset: &str, secret: &str| {
+        std::process::Command::new(bin_dir().join("qtgctl"))
+            .args(["venues", "drill", "--venue", "sim_a", "--asset", asset])
+            .env_clear()
+            .env("MG_EXECUTOR_REGISTRY", &registry)
+            .env("MG_SIM_A_ACCESS_KEY", "sim-a-api-key-0001")
+            .env("MG_SIM_A_SECRET", secret)
+            .output()
+    };
+    let ok = drill("USDT", "sim-a-secret-0001")?;
+    let text = String::from_utf8_lossy(&ok.stdout);
+    assert_eq!(ok.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(text.contains("drill passed") && text.contains("withdraw_history"), "{text}");
+    assert!(!text.contains("sim-a-secret-0001"), "the secret is never printed");
+    // A wrong secret: the venue refuses the signature; USDT stays checkable, BTC is closed.
+    let bad = drill("USDT", "not-the-secret")?;
+    let text = String::from_utf8_lossy(&bad.stdout);
+    assert_eq!(bad.status.code(), Some(4), "{text}");
+    assert!(text.contains("FAIL credentials"), "{text}");
+    assert!(!text.contains("not-the-secret"), "{text}");
+    let closed = drill("BTC", "sim-a-secret-0001")?;
+    let text = String::from_utf8_lossy(&closed.stdout);
+    assert_eq!(closed.status.code(), Some(4), "{text}");
+    assert!(text.contains("FAIL asset_network"), "{text}");
+    assert!(venue.requests().await?.is_empty(), "the drill sent no withdrawal");
     Ok(())
 }

@@ -6,6 +6,9 @@ pub const SUBMIT_ATTEMPT_PENDING: &str = "__submit_attempt_pending";
 pub const SUBMIT_ATTEMPT_STARTED_AT: &str = "__submit_attempt_started_at";
 pub const LEGACY_RECONCILIATION_GATED: &str = "__legacy_reconciliation_gated";
 pub const MANUAL_REVIEW_REQUIRED: &str = "__manual_review_required";
+/// The reconciliation matcher's evidence (window, candidates, outcome) an executor's recover
+/// leaves for the diagnosis. Executors may set it.
+pub const RECONCILIATION: &str = "__reconciliation";
 /// An executor could not map the venue's status code (runbook C5): `{kind, code}`; set back
 /// to `null` once a status maps again. Executors may set it.
 pub const STATUS_UNMAPPED: &str = "__status_unmapped";

@@ -394,6 +394,7 @@ impl Engine {
             "evidence": {
                 "request_state": ev.request_state,
                 "node": ev.node,
+                "reconciliation": ev.provider_refs.get(qtg_core::markers::RECONCILIATION).cloned().unwrap_or(Value::Null),
                 "markers": markers,
                 "seconds_since_started": ev.seconds_since_started,
                 "lane": ev.lane,

@@ -143,6 +143,11 @@ pub struct DiagnosisEvidence {
     node: Value,
     #[schema(value_type = Object)]
     markers: Value,
+    /// The reconciliation matcher's evidence an executor's recover left (`__reconciliation`):
+    /// window, client id, candidates considered, outcome (matched, ambiguous, no_match,
+    /// absent_fenced, absent_never_sent); null if it left none
+    #[schema(value_type = Option<Object>)]
+    reconciliation: Value,
     seconds_since_started: Option<f64>,
     lane: String,
     grace_seconds: f64,

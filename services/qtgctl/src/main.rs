@@ -1,7 +1,8 @@
 //! `qtgctl`: the operator CLI over qtg's `/v3` HTTP API. Reads `QTG_API_URL` and
 //! `QTG_API_KEY` (or `--api-url` / `--api-key`); prints human tables by default and the API's
 //! JSON with `--json`. Exit codes: 0 success, 1 the API refused or failed (its error code and
-//! message on stderr), 2 usage, 3 `movements watch` ended in a state other than COMPLETED.
+//! message on stderr), 2 usage, 3 `movements watch` ended in a state other than COMPLETED, 4 a
+//! check of `venues drill` failed.
 
 mod render;
 
@@ -49,6 +50,10 @@ enum Command {
     /// Kill switch: pause / resume new submits (admin)
     #[command(subcommand)]
     Controls(Controls),
+    /// Exchange accounts of the CEX lane, checked directly (no API key: it reads the registry
+    /// and the venue's MG_<VENUE>_* credentials like a worker — run it where the workers run)
+    #[command(subcommand)]
+    Venues(Venues),
     /// Approve a movement (same as `movements approve`)
     Approve {
         id: String,
@@ -210,6 +215,26 @@ enum Keys {
     List(Paging),
     /// Revoke a key
     Revoke { id: String },
+}
+
+#[derive(Subcommand)]
+enum Venues {
+    /// The runbook's submit-safety drill: the venue's clock, credentials, withdrawal history
+    /// readable across the lookback window, whitelist, asset and network open — reading only,
+    /// nothing moves. Exit 0 when every check passes, 4 otherwise.
+    Drill {
+        /// The venue account (an entry's `config.venue`)
+        #[arg(long)]
+        venue: String,
+        #[arg(long)]
+        asset: String,
+        /// The network (default: the entry's)
+        #[arg(long)]
+        network: Option<String>,
+        /// The executor registry the workers use
+        #[arg(long, env = "MG_EXECUTOR_REGISTRY")]
+        registry: PathBuf,
+    },
 }
 
 #[derive(Subcommand)]
@@ -377,7 +402,8 @@ async fn run(cli: &Cli) -> anyhow::Result<i32> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let http = reqwest::Client::builder().timeout(Duration::from_secs(30)).build()?;
     let c = Client { base: cli.api_url.clone(), key: cli.api_key.clone(), http };
-    if c.key.is_none() {
+    // `venues` talks to the venue, not to the API.
+    if c.key.is_none() && !matches!(cli.command, Command::Venues(_)) {
         bail!("no API key: set QTG_API_KEY or pass --api-key");
     }
     let out = |v: &Value, human: &dyn Fn(&Value) -> String| {
@@ -388,6 +414,9 @@ async fn run(cli: &Cli) -> anyhow::Result<i32> {
         }
     };
     match &cli.command {
+        Command::Venues(Venues::Drill { venue, asset, network, registry }) => {
+            return drill(cli.json, venue, asset, network.as_deref(), registry).await;
+        }
         Command::Templates(t) => match t {
             Templates::Propose { file } => {
                 let v = c.post("/v3/template-proposals", read_json(file)?).await?;
@@ -588,4 +617,60 @@ async fn watch(cli: &Cli, c: &Client, id: &str, interval: f64, timeout: f64) -> 
             }
         };
     }
+}
+
+/// `venues drill`: the venue client of the registry's CEX entry for `venue`, with the same
+/// credentials variables the workers read, and the lane's read-only checks.
+async fn drill(
+    json: bool,
+    venue: &str,
+    asset: &str,
+    network: Option<&str>,
+    registry: &std::path::Path,
+) -> anyhow::Result<i32> {
+    let text = std::fs::read_to_string(registry).with_context(|| format!("cannot read {}", registry.display()))?;
+    let file = qtg_executor::RegistryFile::parse(&text)?;
+    let mut entries = Vec::new();
+    for (key, spec) in file.executors.iter().filter(|(_, s)| s.implementation.as_deref() == Some("cex")) {
+        let config =
+            qtg_cex::EntryConfig::parse(key, spec.config.as_ref()).map_err(|e| anyhow::anyhow!("{key}: {e}"))?;
+        entries.push((key.clone(), config));
+    }
+    let venues: Vec<_> = entries.iter().map(|(_, c)| c.venue.clone()).collect();
+    // The withdrawal entry's settings (its lookback) when there is one.
+    entries.sort_by_key(|(k, c)| (c.role(k).ok() != Some(qtg_cex::Role::WithdrawalAction), k.clone()));
+    let Some((key, config)) = entries.into_iter().find(|(_, c)| c.venue == venue) else {
+        bail!("no cex entry for venue {venue:?} in {} (venues: {venues:?})", registry.display());
+    };
+    let setting = |k: &str| std::env::var(k).ok();
+    let client = config.venue(&setting).map_err(anyhow::Error::msg)?;
+    let skew = std::env::var("MG_CLOCK_SKEW_MARGIN_SECONDS").ok().and_then(|v| v.parse::<f64>().ok()).unwrap_or(5.0);
+    let network = network.map(str::to_string).or_else(|| config.network.clone());
+    let checks = qtg_cex::drill(
+        client.as_ref(),
+        asset,
+        network.as_deref(),
+        config.lookback(),
+        chrono::Duration::milliseconds((skew * 1000.0) as i64),
+    )
+    .await;
+    let ok = checks.iter().all(|c| c.ok);
+    if json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(
+                &json!({"venue": venue, "entry": key, "asset": asset, "ok": ok, "checks": checks})
+            )?
+        );
+    } else {
+        println!(
+            "venue {venue} (entry {key}), asset {asset}{}",
+            network.map(|n| format!(" on {n}")).unwrap_or_default()
+        );
+        for c in &checks {
+            println!("  {} {:<17} {}", if c.ok { "ok  " } else { "FAIL" }, c.name, c.detail);
+        }
+        println!("{}", if ok { "drill passed: recovery can reconcile this venue" } else { "drill FAILED" });
+    }
+    Ok(if ok { 0 } else { 4 })
 }

@@ -9,7 +9,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use qtg_core::hash::canonical_json;
 use qtg_core::markers::{
-    LEGACY_RECONCILIATION_GATED, MANUAL_REVIEW_REQUIRED, STATUS_UNMAPPED, SUBMIT_ATTEMPT_PENDING,
+    LEGACY_RECONCILIATION_GATED, MANUAL_REVIEW_REQUIRED, RECONCILIATION, STATUS_UNMAPPED, SUBMIT_ATTEMPT_PENDING,
     SUBMIT_ATTEMPT_STARTED_AT,
 };
 use qtg_core::risk::Amount;
@@ -26,9 +26,6 @@ use crate::reconcile::{candidates, Candidate, Target};
 use crate::venue::{
     deposit_phase, withdrawal_phase, DepositPhase, Venue, VenueError, WithdrawRequest, WithdrawalPhase,
 };
-
-/// The runbook's evidence key in `provider_refs` (a `__` key: successors never see it).
-pub const RECONCILIATION: &str = "__reconciliation";
 
 /// Seconds between polls of a withdrawal and of a deposit (the seed's `cex_withdrawal_status`
 /// and `cex_deposit_status` intervals).

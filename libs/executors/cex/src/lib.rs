@@ -27,7 +27,7 @@ use qtg_executor::{Executor, LaneContext, LanePlugin, Setting};
 pub use binance::{BinanceVenue, Credentials};
 pub use config::{EntryConfig, Role};
 pub use drill::{drill, Check};
-pub use executors::{CexExecutor, WithdrawPayload, RECONCILIATION};
+pub use executors::{CexExecutor, WithdrawPayload};
 
 /// The lane (`impl = "cex"`).
 pub struct CexLane {

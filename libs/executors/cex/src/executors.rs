@@ -867,3 +867,235 @@ impl CexExecutor {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Mutex;
+
+    use super::*;
+    use crate::venue::{Balance, Deposit, NetworkInfo, WhitelistEntry, Withdrawal};
+
+    /// A venue answering from memory; `auth_down` refuses every history read.
+    #[derive(Default)]
+    struct Fake {
+        now: Option<DateTime<Utc>>,
+        withdrawals: Mutex<Vec<Withdrawal>>,
+        auth_down: bool,
+        free: String,
+    }
+
+    fn denied() -> VenueError {
+        VenueError::Auth { status: 401, code: -2015, msg: "Invalid API-key".into() }
+    }
+
+    #[async_trait]
+    impl Venue for Fake {
+        fn name(&self) -> &str {
+            "fake"
+        }
+        async fn server_time(&self) -> Result<DateTime<Utc>, VenueError> {
+            Ok(self.now.unwrap_or_else(Utc::now))
+        }
+        async fn submit_withdrawal(&self, _: &WithdrawRequest, _: DateTime<Utc>, _: u32) -> Result<String, VenueError> {
+            Err(VenueError::Protocol("the tests never send".into()))
+        }
+        async fn withdrawals_by_client_id(&self, _: &str, client_id: &str) -> Result<Vec<Withdrawal>, VenueError> {
+            if self.auth_down {
+                return Err(denied());
+            }
+            let all = self.withdrawals.lock().unwrap();
+            Ok(all.iter().filter(|w| w.client_id.as_deref() == Some(client_id)).cloned().collect())
+        }
+        async fn withdrawal_by_id(&self, id: &str) -> Result<Option<Withdrawal>, VenueError> {
+            Ok(self.withdrawals.lock().unwrap().iter().find(|w| w.id == id).cloned())
+        }
+        async fn withdrawals(
+            &self,
+            _: &str,
+            _: DateTime<Utc>,
+            _: DateTime<Utc>,
+        ) -> Result<Vec<Withdrawal>, VenueError> {
+            Ok(self.withdrawals.lock().unwrap().clone())
+        }
+        async fn deposits(&self, _: &str, _: DateTime<Utc>, _: DateTime<Utc>) -> Result<Vec<Deposit>, VenueError> {
+            Ok(Vec::new())
+        }
+        async fn networks(&self, coin: &str) -> Result<Vec<NetworkInfo>, VenueError> {
+            Ok(vec![NetworkInfo {
+                coin: coin.into(),
+                network: "ETH".into(),
+                withdraw_enable: true,
+                deposit_enable: true,
+                withdraw_min: Some("10".into()),
+                withdraw_max: Some("1000".into()),
+                withdraw_fee: Some("1".into()),
+            }])
+        }
+        async fn whitelist(&self) -> Result<Vec<WhitelistEntry>, VenueError> {
+            Ok(vec![WhitelistEntry {
+                coin: Some("USDT".into()),
+                network: Some("ETH".into()),
+                address: "0xabc".into(),
+                address_tag: None,
+            }])
+        }
+        async fn balances(&self) -> Result<Vec<Balance>, VenueError> {
+            Ok(vec![Balance { asset: "USDT".into(), free: self.free.clone(), locked: "0".into() }])
+        }
+    }
+
+    fn row(id: &str, client: Option<&str>, status: i64) -> Withdrawal {
+        Withdrawal {
+            id: id.into(),
+            client_id: client.map(str::to_string),
+            coin: "USDT".into(),
+            network: Some("ETH".into()),
+            address: "0xABC".into(),
+            address_tag: None,
+            amount: "100.00000000".into(),
+            fee: Some("1".into()),
+            status,
+            tx_id: None,
+            apply_time: None,
+            info: None,
+        }
+    }
+
+    fn executor(venue: Fake, lookback: &str) -> CexExecutor {
+        let table: toml::Table =
+            format!("venue = \"fake\"\nbase_url = \"http://127.0.0.1:1\"\nnetwork = \"ETH\"\n{lookback}")
+                .parse()
+                .unwrap();
+        let config = EntryConfig::parse("exec.cex.withdrawal_action.fake", Some(&table)).unwrap();
+        // Never connected: these paths decide without the key store.
+        let pool = sqlx::postgres::PgPoolOptions::new().connect_lazy("postgres://127.0.0.1:1/none").unwrap();
+        CexExecutor::new(
+            "exec.cex.withdrawal_action.fake",
+            Role::WithdrawalAction,
+            config,
+            Arc::new(venue),
+            pool,
+            chrono::Duration::seconds(5),
+        )
+    }
+
+    fn ctx(refs: Value) -> ExecutionContext {
+        ExecutionContext {
+            protocol_version: "1.0".into(),
+            request_id: Uuid::new_v4().to_string(),
+            request_node_id: Uuid::new_v4().to_string(),
+            compiled_plan_hash: String::new(),
+            template_key: "t".into(),
+            template_version: 1,
+            node_key: "withdraw".into(),
+            node_kind: "action".into(),
+            action_type: "cex_withdrawal".into(),
+            attempt_no: 1,
+            intent: json!({"asset": "USDT", "amount": "100", "destination": "0xabc"}),
+            input_params: json!({}),
+            resolved_bindings: json!({}),
+            risk_controls: json!({}),
+            prior_artifacts: Vec::new(),
+            node_config: json!({}),
+            provider_context: json!({}),
+            timeout_policy: json!({}),
+            provider_refs: refs,
+            provider_ref_id: None,
+            executor_key: "exec.cex.withdrawal_action.fake".into(),
+        }
+    }
+
+    fn markers(started: DateTime<Utc>) -> Value {
+        json!({SUBMIT_ATTEMPT_PENDING: true, SUBMIT_ATTEMPT_STARTED_AT: started.to_rfc3339()})
+    }
+
+    #[tokio::test]
+    async fn without_both_markers_the_matcher_is_never_entered() {
+        let venue = Fake::default();
+        venue.withdrawals.lock().unwrap().push(row("w1", None, 4));
+        let e = executor(venue, "");
+        let r = e.recover(&ctx(json!({SUBMIT_ATTEMPT_PENDING: true})), "n:1").await.unwrap();
+        assert_eq!(r.next_state, NodeState::Unknown);
+        assert_eq!(r.provider_refs[LEGACY_RECONCILIATION_GATED], true);
+        assert_eq!(r.provider_refs[MANUAL_REVIEW_REQUIRED], "reconciliation_markers_missing");
+        assert_eq!(r.error_code.as_deref(), Some("RECONCILIATION_GATED"));
+    }
+
+    #[tokio::test]
+    async fn the_client_id_decides_first_and_an_auth_failure_gates() {
+        let venue = Fake::default();
+        venue.withdrawals.lock().unwrap().extend([row("w1", None, 4), row("w2", Some("n:1"), 4)]);
+        let e = executor(venue, "");
+        let r = e.recover(&ctx(markers(Utc::now())), "n:1").await.unwrap();
+        assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (NodeState::Submitted, Some("w2")));
+        let e = executor(Fake { auth_down: true, ..Fake::default() }, "");
+        let r = e.recover(&ctx(markers(Utc::now())), "n:1").await.unwrap();
+        assert_eq!(r.next_state, NodeState::Unknown);
+        assert_eq!(r.provider_refs[MANUAL_REVIEW_REQUIRED], "reconciliation_auth_failed");
+        assert_eq!(r.provider_refs[LEGACY_RECONCILIATION_GATED], true);
+    }
+
+    #[tokio::test]
+    async fn two_candidates_wait_while_the_lookback_is_open_then_call_a_person() {
+        let started = Utc::now() - chrono::Duration::seconds(30);
+        let two = || {
+            let venue = Fake::default();
+            venue.withdrawals.lock().unwrap().extend([
+                row("w1", None, 4),
+                row("w2", None, 4),
+                row("w3", Some("other:1"), 4),
+            ]);
+            venue
+        };
+        let open = executor(two(), "lookback_seconds = 600");
+        let r = open.recover(&ctx(markers(started)), "n:1").await.unwrap();
+        assert_eq!((r.next_state, r.error_code.as_deref()), (NodeState::Unknown, Some("RECONCILIATION_AMBIGUOUS")));
+        assert!(r.provider_refs.get(MANUAL_REVIEW_REQUIRED).is_none());
+        assert_eq!(
+            r.provider_refs[RECONCILIATION]["candidates"].as_array().map(Vec::len),
+            Some(2),
+            "w3 is another client's"
+        );
+        let closed = executor(two(), "lookback_seconds = 10");
+        let r = closed.recover(&ctx(markers(started)), "n:1").await.unwrap();
+        assert_eq!(r.provider_refs[MANUAL_REVIEW_REQUIRED], "reconciliation_ambiguous");
+        // One candidate: matched by amount, address and memo.
+        let one = Fake::default();
+        one.withdrawals.lock().unwrap().push(row("w9", None, 6));
+        let r = executor(one, "").recover(&ctx(markers(started)), "n:1").await.unwrap();
+        assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (NodeState::Submitted, Some("w9")));
+        assert_eq!(r.provider_refs[RECONCILIATION]["by"], "amount_address");
+    }
+
+    #[tokio::test]
+    async fn an_unmapped_status_is_observed_and_cleared_once_it_maps() {
+        let venue = Fake::default();
+        venue.withdrawals.lock().unwrap().push(row("w1", None, 42));
+        let e = executor(venue, "");
+        let mut c = ctx(json!({}));
+        c.provider_ref_id = Some("w1".into());
+        let r = e.observe(&c).await.unwrap();
+        assert_eq!(r.next_state, NodeState::Observing);
+        assert_eq!(r.provider_refs[STATUS_UNMAPPED]["code"], 42);
+        c.provider_refs = json!({STATUS_UNMAPPED: {"kind": "withdrawal", "code": 42}});
+        let mapped = Fake::default();
+        mapped.withdrawals.lock().unwrap().push(row("w1", None, 4));
+        let e = executor(mapped, "");
+        let r = e.observe(&c).await.unwrap();
+        assert_eq!(r.next_state, NodeState::Completed, "the action node completes once the venue holds it");
+        assert_eq!(r.provider_refs[STATUS_UNMAPPED], Value::Null);
+    }
+
+    #[tokio::test]
+    async fn preflight_counts_the_fee_against_the_balance() {
+        let short = executor(Fake { free: "100.5".into(), ..Fake::default() }, "");
+        let r = short.preflight(&ctx(json!({}))).await.unwrap().expect("refused");
+        assert_eq!(r.error_code.as_deref(), Some("CEX_INSUFFICIENT_BALANCE"), "{r:?}");
+        let enough = executor(Fake { free: "101".into(), ..Fake::default() }, "");
+        assert!(enough.preflight(&ctx(json!({}))).await.unwrap().is_none());
+        let mut far = ctx(json!({}));
+        far.intent["destination"] = json!("0xdef");
+        let r = enough.preflight(&far).await.unwrap().expect("refused");
+        assert_eq!(r.error_code.as_deref(), Some("CEX_ADDRESS_NOT_WHITELISTED"));
+    }
+}

@@ -835,12 +835,16 @@ impl Executor for CexExecutor {
         }
     }
 
+    /// The venue's clock and a signed read: broken credentials show as DOWN (and the approval
+    /// gate refuses new approvals) before a withdrawal needs them.
     async fn health(&self) -> Result<Option<Value>, ExecutorError> {
         let t = self.venue.server_time().await.map_err(|e| self.unavailable(e))?;
-        let skew_ms = (t - Utc::now()).num_milliseconds();
-        Ok(Some(
-            json!({"status": "ok", "venue": self.config.venue, "venue_time": t.to_rfc3339(), "clock_offset_ms": skew_ms}),
-        ))
+        let offset_ms = (t - Utc::now()).num_milliseconds();
+        self.venue.balances().await.map_err(|e| self.unavailable(e))?;
+        Ok(Some(json!({
+            "status": "ok", "venue": self.config.venue, "venue_time": t.to_rfc3339(), "clock_offset_ms": offset_ms,
+            "credentials": "accepted",
+        })))
     }
 }
 

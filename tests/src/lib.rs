@@ -625,3 +625,129 @@ impl Drop for VenueSim {
         let _ = std::fs::remove_file(&self.state);
     }
 }
+
+/// The anvil binary: `QTG_ANVIL` (make test sets it), else what `scripts/ensure-evm-tools.sh`
+/// installed under `.qtg/evm`.
+pub fn anvil_bin() -> anyhow::Result<PathBuf> {
+    if let Ok(p) = std::env::var("QTG_ANVIL") {
+        return Ok(PathBuf::from(p));
+    }
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let modules = root.join(".qtg/evm/node_modules/@foundry-rs");
+    let found = std::fs::read_dir(&modules)
+        .ok()
+        .and_then(|d| d.filter_map(Result::ok).map(|e| e.path().join("bin/anvil")).find(|p| p.exists()));
+    found.with_context(|| {
+        format!("anvil is not installed under {}: run scripts/ensure-evm-tools.sh (make test does)", modules.display())
+    })
+}
+
+/// anvil's first default account (its key is public: anvil's documented test mnemonic).
+pub const ANVIL_KEY_0: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+pub const ANVIL_ADDR_0: &str = "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266";
+/// anvil's third default account: the tests' recipient.
+pub const ANVIL_ADDR_2: &str = "0x3c44cdddb6a900fa2b585dd299e03d12fa4293bc";
+
+/// A local Ethereum node (chain 31337, instant mining) for one test.
+pub struct Anvil {
+    child: Child,
+    pub url: String,
+    http: reqwest::Client,
+}
+
+impl Anvil {
+    pub async fn start() -> anyhow::Result<Anvil> {
+        let mut child = Command::new(anvil_bin()?)
+            .args(["--port", "0", "--host", "127.0.0.1"])
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("spawn anvil")?;
+        let stdout = child.stdout.take().context("anvil stdout")?;
+        let mut lines = BufReader::new(stdout).lines();
+        let url = tokio::time::timeout(Duration::from_secs(30), async {
+            while let Ok(Some(line)) = lines.next_line().await {
+                if let Some(addr) = line.strip_prefix("Listening on ") {
+                    return Some(format!("http://{}", addr.trim()));
+                }
+            }
+            None
+        })
+        .await
+        .ok()
+        .flatten();
+        let url = match url {
+            Some(u) => u,
+            None => bail!("anvil did not say where it listens"),
+        };
+        tokio::spawn(async move { while let Ok(Some(_)) = lines.next_line().await {} });
+        Ok(Anvil { child, url, http: http_client() })
+    }
+
+    pub async fn rpc(&self, method: &str, params: Value) -> anyhow::Result<Value> {
+        let v: Value = self
+            .http
+            .post(&self.url)
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if let Some(e) = v.get("error") {
+            bail!("{method}: {e}");
+        }
+        Ok(v["result"].clone())
+    }
+
+    pub async fn quantity(&self, method: &str, params: Value) -> anyhow::Result<u128> {
+        let v = self.rpc(method, params).await?;
+        let s = v.as_str().context("quantity")?.trim_start_matches("0x");
+        Ok(u128::from_str_radix(if s.is_empty() { "0" } else { s }, 16)?)
+    }
+
+    /// Deploys `contracts/QtgTestToken` from anvil's first account with `supply` base units;
+    /// returns its address.
+    pub async fn deploy_token(&self, supply: u128) -> anyhow::Result<String> {
+        let code =
+            std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../contracts/QtgTestToken.bin"))?;
+        let data = format!("0x{}{supply:064x}", code.trim());
+        let hash =
+            self.rpc("eth_sendTransaction", json!([{"from": ANVIL_ADDR_0, "data": data, "gas": "0x200000"}])).await?;
+        let receipt = self.rpc("eth_getTransactionReceipt", json!([hash])).await?;
+        Ok(receipt["contractAddress"].as_str().context("contract address")?.to_string())
+    }
+
+    pub async fn token_balance(&self, token: &str, owner: &str) -> anyhow::Result<u128> {
+        let data = format!("0x70a08231{:0>64}", owner.trim_start_matches("0x"));
+        let v = self.rpc("eth_call", json!([{"to": token, "data": data}, "latest"])).await?;
+        let s = v.as_str().context("balanceOf")?.trim_start_matches("0x").trim_start_matches('0');
+        Ok(if s.is_empty() { 0 } else { u128::from_str_radix(s, 16)? })
+    }
+
+    /// `MG_EVM_CHAINS` for this node.
+    pub fn chains(&self) -> String {
+        json!([{"chain_id": 31337, "rpc_urls": [self.url], "confirmations": 1,
+                "max_fee_per_gas_wei": "100000000000", "max_priority_fee_per_gas_wei": "2000000000"}])
+        .to_string()
+    }
+
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+}
+
+/// A registry of the sim lanes plus `exec.evm.transfer` (from anvil's first account) and
+/// `signer.evm.local` (its key from `MG_ANVIL0_PRIVATE_KEY`).
+pub fn evm_registry(tag: &str) -> anyhow::Result<PathBuf> {
+    let sim = std::fs::read_to_string(registry_file())?;
+    let path = std::env::temp_dir().join(format!("{tag}-registry-evm.toml"));
+    std::fs::write(
+        &path,
+        format!(
+            "{sim}\n[executors.\"exec.evm.transfer\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ from = \"{ANVIL_ADDR_0}\" }}\n\n\
+             [signers.\"signer.evm.local\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ account = \"anvil0\" }}\n"
+        ),
+    )?;
+    Ok(path)
+}

@@ -10,6 +10,8 @@ pub const EXECUTOR_NOT_REGISTERED: &str = "EXECUTOR_NOT_REGISTERED";
 pub const SIGNER_BINDING_MISSING: &str = "SIGNER_BINDING_MISSING";
 pub const SIGNER_UNAVAILABLE: &str = "SIGNER_UNAVAILABLE";
 pub const SIGNER_REFUSED: &str = "SIGNER_REFUSED";
+/// The address that signed is not the signer's enrolled identity (`expected_signer_address`).
+pub const SIGNER_IDENTITY_MISMATCH: &str = "SIGNER_IDENTITY_MISMATCH";
 pub const PREPARE_EMPTY: &str = "PREPARE_EMPTY";
 pub const PAYLOAD_HASH_MISMATCH: &str = "PAYLOAD_HASH_MISMATCH";
 /// A pause (kill switch) took effect after the node was claimed, before its submit was sent.

@@ -102,6 +102,17 @@ pub struct SigningIntent {
     pub max_fee_usd: Option<String>,
     pub chain_family: String,
     pub allowed_payload_hash: String,
+    /// The approved plan's chain (node `config.chain_id`), for a signer that checks what it
+    /// signs against it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chain_id: Option<u64>,
+    /// The approved token contract (node `config.token_contract`); absent for a chain's
+    /// native coin.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub token_contract: Option<String>,
+    /// Decimals of `amount` in base units (node `config.decimals`; 18 when absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub decimals: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -138,6 +149,9 @@ impl SignRequest {
                 max_fee_usd: None,
                 chain_family: ctx.input_params.get("chain_family").and_then(Value::as_str).unwrap_or("evm").to_string(),
                 allowed_payload_hash: prepared.payload_hash.clone(),
+                chain_id: ctx.node_config.get("chain_id").and_then(Value::as_u64),
+                token_contract: ctx.node_config.get("token_contract").and_then(Value::as_str).map(str::to_string),
+                decimals: ctx.node_config.get("decimals").and_then(Value::as_u64).and_then(|d| u32::try_from(d).ok()),
             },
             payload_format: prepared.payload_format.clone(),
             payload: prepared.payload.clone(),

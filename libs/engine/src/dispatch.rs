@@ -335,6 +335,10 @@ impl Engine {
                 }
                 Ok(result) => {
                     calls.push(Call::ok("sign", "ok", ms));
+                    // The address that signed must be the signer's enrolled identity.
+                    if let Some(why) = self.identity_mismatch(&signer_key, &result).await? {
+                        return self.fail_claimed(&c, state, calls, codes::SIGNER_IDENTITY_MISMATCH, &why).await;
+                    }
                     signed = Some(result);
                 }
                 Err(SignFailure::Refused(why)) => {
@@ -383,6 +387,24 @@ impl Engine {
         let (res, ms) = with_deadline("submit", deadline, c.executor.submit(&c.ctx, &submission)).await;
         let res = res.and_then(|r| r.validate(Method::Submit).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0)));
         self.record_submit(&c, res, ms).await
+    }
+
+    /// Why a signature may not be used: the signer reported an address other than the one an
+    /// admin enrolled for it (`expected_signer_address`), or none while one is enrolled.
+    async fn identity_mismatch(&self, signer_key: &str, signed: &qtg_core::SignResult) -> Result<Option<String>> {
+        let expected = {
+            let mut conn = self.pool.acquire().await?;
+            qtg_store::health::expected_identity(&mut conn, signer_key).await?
+        };
+        Ok(expected.and_then(|want| match signed.signer_address.as_deref() {
+            Some(got) if got.eq_ignore_ascii_case(&want) => None,
+            Some(got) => {
+                Some(format!("signed by {got}, but signer {signer_key:?} is enrolled as {want}; nothing was sent"))
+            }
+            None => {
+                Some(format!("signer {signer_key:?} reported no address, and {want} is enrolled; nothing was sent"))
+            }
+        }))
     }
 
     /// PREPARING → AWAITING_SIGNATURE by compare-and-set, with the prepared action and the

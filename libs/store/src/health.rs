@@ -90,6 +90,16 @@ pub async fn set_expected_identity(conn: &mut PgConnection, key: &str, address: 
     Ok(res.rows_affected() == 1)
 }
 
+/// The address an admin enrolled as `key`'s identity, if any.
+pub async fn expected_identity(conn: &mut PgConnection, key: &str) -> Result<Option<String>> {
+    let v: Option<Option<String>> =
+        sqlx::query_scalar("SELECT expected_signer_address FROM signers WHERE signer_key = $1")
+            .bind(key)
+            .fetch_optional(&mut *conn)
+            .await?;
+    Ok(v.flatten().filter(|a| !a.is_empty()))
+}
+
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ExecutorHealth {

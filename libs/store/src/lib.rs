@@ -12,6 +12,7 @@ pub mod controls;
 pub mod diagnosis;
 pub mod error;
 pub mod events;
+pub mod evm;
 pub mod expiry;
 pub mod health;
 pub mod heartbeats;

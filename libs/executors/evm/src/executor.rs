@@ -1,0 +1,502 @@
+//! `exec.evm.transfer`: native coin and ERC-20 transfers. Prepare reserves the node's nonce
+//! (its own short transaction) and builds an EIP-1559 transaction within the chain's fee caps;
+//! the signer signs it; submit records the hash with the reservation and broadcasts; observe
+//! follows every hash the node broadcast to its confirmations; recover looks them all up and
+//! the account's nonce before deciding.
+
+use std::sync::Arc;
+
+use alloy::consensus::transaction::SignerRecoverable;
+use alloy::consensus::{SignableTransaction, TxEip1559, TxEnvelope};
+use alloy::eips::eip2718::Decodable2718;
+use alloy::primitives::{Address, Bytes, TxKind, U256};
+use async_trait::async_trait;
+use qtg_core::hash::canonical_json;
+use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction};
+use qtg_executor::{Executor, ExecutorError, Prepared, Submission};
+use qtg_store::evm as nonces;
+use serde_json::{json, Value};
+use sqlx::PgPool;
+use uuid::Uuid;
+
+use crate::chains::{Chain, Chains};
+use crate::rpc::{parse_quantity, quantity, RpcError};
+use crate::tx::{balance_of_calldata, base_units, decimals_calldata, transfer_calldata, TxPayload, PAYLOAD_FORMAT};
+
+/// Gas of a plain native transfer.
+const NATIVE_GAS: u64 = 21_000;
+/// Seconds between polls of a pending transaction.
+const POLL_SECONDS: f64 = 2.0;
+
+pub struct TransferExecutor {
+    key: String,
+    from: Address,
+    chains: Arc<Chains>,
+    pool: PgPool,
+}
+
+/// What the node moves, from its approved intent and config.
+struct Transfer {
+    chain: Arc<Chain>,
+    token: Option<Address>,
+    decimals: u32,
+    recipient: Address,
+    amount: U256,
+}
+
+/// Where the node's transactions are on chain.
+enum Onchain {
+    /// Mined with `confirmations`; `ok` = status 1.
+    Mined { hash: String, block: u128, confirmations: u64, ok: bool },
+    /// Known to the node, not mined.
+    Pending { hash: String },
+    /// A transaction that is not the node's consumed its nonce, final.
+    ConsumedByOther,
+    /// Nothing of the node's is known to the chain and its nonce is free.
+    Absent,
+}
+
+fn rpc_down(e: RpcError) -> ExecutorError {
+    ExecutorError::Unavailable(e.to_string())
+}
+
+fn failed(code: &str, detail: impl Into<String>) -> ExecutionResult {
+    ExecutionResult::failed(code, detail)
+}
+
+impl TransferExecutor {
+    pub fn new(key: &str, from: Address, chains: Arc<Chains>, pool: PgPool) -> Self {
+        TransferExecutor { key: key.to_string(), from, chains, pool }
+    }
+
+    fn transfer(&self, ctx: &ExecutionContext) -> Result<Transfer, (String, String)> {
+        let bad = |code: &str, why: String| (code.to_string(), why);
+        let cfg = &ctx.node_config;
+        let chain_id = cfg
+            .get("chain_id")
+            .and_then(Value::as_u64)
+            .ok_or_else(|| bad("EVM_CHAIN_MISSING", "the node's config names no chain_id".into()))?;
+        let chain = self
+            .chains
+            .get(&chain_id)
+            .cloned()
+            .ok_or_else(|| bad("EVM_CHAIN_NOT_CONFIGURED", format!("chain {chain_id} is not in MG_EVM_CHAINS")))?;
+        let token = match cfg.get("token_contract").and_then(Value::as_str) {
+            Some(t) => {
+                Some(t.parse::<Address>().map_err(|_| bad("EVM_CONFIG_INVALID", format!("token_contract {t:?}")))?)
+            }
+            None => None,
+        };
+        let decimals = cfg.get("decimals").and_then(Value::as_u64).map(|d| d as u32).unwrap_or(18);
+        let text = |k: &str| ctx.intent.get(k).and_then(Value::as_str).map(str::trim).unwrap_or("").to_string();
+        let recipient: Address = text("destination").parse().map_err(|_| {
+            bad("EVM_INTENT_INVALID", format!("destination {:?} is not an address", text("destination")))
+        })?;
+        let amount = base_units(&text("amount"), decimals).filter(|a| !a.is_zero()).ok_or_else(|| {
+            bad(
+                "EVM_INTENT_INVALID",
+                format!("amount {:?} is not a positive amount with {decimals} decimals", text("amount")),
+            )
+        })?;
+        Ok(Transfer { chain, token, decimals, recipient, amount })
+    }
+
+    fn address(a: Address) -> String {
+        format!("{a:#x}")
+    }
+
+    async fn erc20_balance(&self, chain: &Chain, token: Address, owner: Address) -> Result<U256, RpcError> {
+        let v = chain
+            .rpc
+            .call("eth_call", json!([{"to": Self::address(token), "data": balance_of_calldata(owner)}, "latest"]))
+            .await?;
+        let hex = v.as_str().unwrap_or("0x");
+        Ok(U256::from_str_radix(hex.trim_start_matches("0x"), 16).unwrap_or(U256::ZERO))
+    }
+
+    /// Preflight: the chain is the configured one, the destination is allowed by the plan's
+    /// risk controls, the token's decimals are the plan's, and the balance covers the amount.
+    async fn check(&self, ctx: &ExecutionContext, t: &Transfer) -> Result<Option<(String, String)>, RpcError> {
+        let id = t.chain.rpc.quantity("eth_chainId", json!([])).await?;
+        if id != u128::from(t.chain.spec.chain_id) {
+            return Ok(Some((
+                "EVM_CHAIN_MISMATCH".into(),
+                format!("the RPC serves chain {id}, the plan names {}", t.chain.spec.chain_id),
+            )));
+        }
+        if let Some(allowed) = ctx.risk_controls.get("allowed_destinations").and_then(Value::as_array) {
+            let ok = allowed.iter().filter_map(Value::as_str).any(|a| a.parse::<Address>().ok() == Some(t.recipient));
+            if !ok {
+                return Ok(Some((
+                    "EVM_DESTINATION_NOT_ALLOWED".into(),
+                    format!("{} is not in risk_controls.allowed_destinations", t.recipient),
+                )));
+            }
+        }
+        let balance = match t.token {
+            None => {
+                U256::from(t.chain.rpc.quantity("eth_getBalance", json!([Self::address(self.from), "latest"])).await?)
+            }
+            Some(token) => {
+                let v = t
+                    .chain
+                    .rpc
+                    .call("eth_call", json!([{"to": Self::address(token), "data": decimals_calldata()}, "latest"]))
+                    .await?;
+                let on_chain = v.as_str().and_then(|h| u64::from_str_radix(h.trim_start_matches("0x"), 16).ok());
+                if on_chain != Some(u64::from(t.decimals)) {
+                    return Ok(Some((
+                        "EVM_TOKEN_DECIMALS_MISMATCH".into(),
+                        format!("token {token} reports decimals {on_chain:?}, the plan says {}", t.decimals),
+                    )));
+                }
+                self.erc20_balance(&t.chain, token, self.from).await?
+            }
+        };
+        if balance < t.amount {
+            return Ok(Some((
+                "EVM_INSUFFICIENT_BALANCE".into(),
+                format!("{} holds {balance}, the transfer needs {}", self.from, t.amount),
+            )));
+        }
+        Ok(None)
+    }
+
+    async fn build(
+        &self,
+        ctx: &ExecutionContext,
+        t: &Transfer,
+    ) -> Result<Result<TxPayload, (String, String)>, ExecutorError> {
+        let node: Uuid = ctx.request_node_id.parse().map_err(|_| ExecutorError::Protocol("request_node_id".into()))?;
+        let rpc = &t.chain.rpc;
+        let from = Self::address(self.from);
+        let pending = rpc.quantity("eth_getTransactionCount", json!([from, "pending"])).await.map_err(rpc_down)?;
+        let chain_id = t.chain.spec.chain_id as i64;
+        let r = nonces::reserve(&self.pool, chain_id, &from, node, pending as i64)
+            .await
+            .map_err(|e| ExecutorError::Unavailable(format!("nonce reservation: {e}")))?;
+        let (to, value, input) = match t.token {
+            None => (t.recipient, t.amount, Bytes::new()),
+            Some(token) => (token, U256::ZERO, transfer_calldata(t.recipient, t.amount)),
+        };
+        let gas_limit = match t.token {
+            None => NATIVE_GAS,
+            Some(_) => {
+                let est = rpc
+                    .quantity(
+                        "eth_estimateGas",
+                        json!([{"from": from, "to": Self::address(to), "data": input, "value": "0x0"}]),
+                    )
+                    .await;
+                match est {
+                    Ok(g) => (g as u64).saturating_mul(12) / 10,
+                    Err(RpcError::Node { message, .. }) => {
+                        return Ok(Err(("EVM_ESTIMATE_FAILED".into(), format!("the transfer would fail: {message}"))))
+                    }
+                    Err(e) => return Err(rpc_down(e)),
+                }
+            }
+        };
+        let block = rpc.call("eth_getBlockByNumber", json!(["latest", false])).await.map_err(rpc_down)?;
+        let base = block.get("baseFeePerGas").and_then(parse_quantity).unwrap_or(0);
+        let tip = rpc
+            .quantity("eth_maxPriorityFeePerGas", json!([]))
+            .await
+            .unwrap_or(1_000_000_000)
+            .min(t.chain.max_priority_fee);
+        let max_fee = (base.saturating_mul(2).saturating_add(tip)).min(t.chain.max_fee);
+        if max_fee < base {
+            return Ok(Err((
+                "EVM_FEE_CAP".into(),
+                format!("the base fee {base} wei is above the chain's cap {} wei", t.chain.max_fee),
+            )));
+        }
+        if let Some(cap) =
+            ctx.risk_controls.get("max_fee_wei").and_then(Value::as_str).and_then(|s| s.parse::<u128>().ok())
+        {
+            let worst = u128::from(gas_limit).saturating_mul(max_fee);
+            if worst > cap {
+                return Ok(Err((
+                    "EVM_FEE_CAP".into(),
+                    format!("the fee could reach {worst} wei, above risk_controls.max_fee_wei {cap}"),
+                )));
+            }
+        }
+        let tx = TxEip1559 {
+            chain_id: t.chain.spec.chain_id,
+            nonce: r.nonce as u64,
+            gas_limit,
+            max_fee_per_gas: max_fee,
+            max_priority_fee_per_gas: tip.min(max_fee),
+            to: TxKind::Call(to),
+            value,
+            access_list: Default::default(),
+            input,
+        };
+        Ok(Ok(TxPayload::of(&tx, self.from, r.id, t.token, t.recipient, t.amount)))
+    }
+
+    /// Every hash the node broadcast on `chain`, newest reservation first.
+    async fn hashes(&self, node: Uuid, chain: &Chain) -> Result<Vec<(i64, u64, Vec<String>)>, ExecutorError> {
+        let rs = nonces::of_node(&self.pool, node, chain.spec.chain_id as i64)
+            .await
+            .map_err(|e| ExecutorError::Unavailable(format!("nonce reservations: {e}")))?;
+        Ok(rs.into_iter().filter(|r| r.status != "released").map(|r| (r.id, r.nonce as u64, r.tx_hashes)).collect())
+    }
+
+    /// Where the node's transactions are: any of its hashes mined or pending, else whether a
+    /// final transaction that is not the node's consumed its nonce.
+    async fn locate(&self, node: Uuid, chain: &Chain) -> Result<(Onchain, Option<i64>), ExecutorError> {
+        let rpc = &chain.rpc;
+        let mut pending = None;
+        let mut reservation = None;
+        for (id, nonce, hashes) in self.hashes(node, chain).await? {
+            reservation.get_or_insert(id);
+            for h in &hashes {
+                let receipt = rpc.call("eth_getTransactionReceipt", json!([h])).await.map_err(rpc_down)?;
+                if let Some(block) = receipt.get("blockNumber").and_then(parse_quantity) {
+                    let head = rpc.quantity("eth_blockNumber", json!([])).await.map_err(rpc_down)?;
+                    let ok = receipt.get("status").and_then(parse_quantity) == Some(1);
+                    let confirmations = head.saturating_sub(block).saturating_add(1) as u64;
+                    return Ok((Onchain::Mined { hash: h.clone(), block, confirmations, ok }, Some(id)));
+                }
+                if pending.is_none() {
+                    let tx = rpc.call("eth_getTransactionByHash", json!([h])).await.map_err(rpc_down)?;
+                    if !tx.is_null() {
+                        pending = Some(h.clone());
+                    }
+                }
+            }
+            if let Some(hash) = pending.take() {
+                return Ok((Onchain::Pending { hash }, Some(id)));
+            }
+            // None of its hashes is known: has a final transaction consumed the nonce?
+            let head = rpc.quantity("eth_blockNumber", json!([])).await.map_err(rpc_down)?;
+            let final_block = head.saturating_sub(u128::from(chain.spec.confirmations.saturating_sub(1)));
+            let count = rpc
+                .quantity("eth_getTransactionCount", json!([Self::address(self.from), quantity(final_block)]))
+                .await
+                .map_err(rpc_down)?;
+            if count > u128::from(nonce) {
+                return Ok((Onchain::ConsumedByOther, Some(id)));
+            }
+        }
+        Ok((Onchain::Absent, reservation))
+    }
+
+    /// What observe and recover answer for the node's transactions.
+    async fn follow(
+        &self,
+        ctx: &ExecutionContext,
+        t: &Transfer,
+        recovering: bool,
+    ) -> Result<ExecutionResult, ExecutorError> {
+        let node: Uuid = ctx.request_node_id.parse().map_err(|_| ExecutorError::Protocol("request_node_id".into()))?;
+        let chain = &t.chain;
+        let (where_, reservation) = self.locate(node, chain).await?;
+        let consumed = |by: &str| {
+            let (pool, by) = (self.pool.clone(), by.to_string());
+            async move {
+                if let Some(id) = reservation {
+                    nonces::mark_consumed(&pool, id, &by)
+                        .await
+                        .map_err(|e| ExecutorError::Unavailable(e.to_string()))?;
+                }
+                Ok::<_, ExecutorError>(())
+            }
+        };
+        let mut r = match where_ {
+            Onchain::Mined { hash, block, confirmations, ok } => {
+                let final_ = confirmations >= chain.spec.confirmations;
+                let mut r = if !final_ {
+                    let mut r =
+                        ExecutionResult::new(if recovering { NodeState::Submitted } else { NodeState::Observing });
+                    r.retry_after_seconds = Some(POLL_SECONDS);
+                    r
+                } else if ok {
+                    consumed(&hash).await?;
+                    let mut r = ExecutionResult::new(NodeState::Completed);
+                    r.generated_artifacts
+                        .push(json!({"kind": "evm_receipt", "tx_hash": hash, "block_number": block.to_string()}));
+                    r
+                } else {
+                    consumed(&hash).await?;
+                    failed("EVM_REVERTED", format!("transaction {hash} reverted in block {block}"))
+                };
+                r.provider_ref_id = Some(hash.clone());
+                r.provider_state = Some(if ok { "mined".into() } else { "reverted".into() });
+                r.provider_refs.insert("tx_hash".into(), json!(hash));
+                r.provider_refs.insert("block_number".into(), json!(block.to_string()));
+                r.provider_refs.insert("confirmations".into(), json!(confirmations));
+                r
+            }
+            Onchain::Pending { hash } => {
+                let mut r = ExecutionResult::new(if recovering { NodeState::Submitted } else { NodeState::Observing });
+                r.provider_ref_id = Some(hash.clone());
+                r.provider_state = Some("pending".into());
+                r.provider_refs.insert("tx_hash".into(), json!(hash));
+                r.retry_after_seconds = Some(POLL_SECONDS);
+                r
+            }
+            Onchain::ConsumedByOther => {
+                consumed("other").await?;
+                failed("EVM_NONCE_CONSUMED", "a final transaction that is not this node's consumed its nonce; none of its transactions can be mined")
+            }
+            Onchain::Absent => {
+                let had_block = ctx.provider_refs.get("block_number").is_some_and(|b| !b.is_null());
+                let mut r = ExecutionResult::new(if recovering { NodeState::Unknown } else { NodeState::Observing });
+                r.provider_state = Some(if had_block { "reorged".into() } else { "not_found".into() });
+                if had_block {
+                    // Its block is gone (a reorg): observing again until it is mined anew.
+                    r.provider_refs.insert("block_number".into(), Value::Null);
+                    r.provider_refs.insert("confirmations".into(), Value::Null);
+                }
+                if recovering {
+                    r.error_code = Some("EVM_NOT_FOUND".into());
+                    r.error_detail = Some(
+                        "no transaction of this node is known to the chain and its nonce is not consumed; recovery asks again"
+                            .into(),
+                    );
+                }
+                r.retry_after_seconds = Some(POLL_SECONDS * 5.0);
+                r
+            }
+        };
+        r.provider_refs.insert("chain_id".into(), json!(chain.spec.chain_id));
+        Ok(r)
+    }
+}
+
+#[async_trait]
+impl Executor for TransferExecutor {
+    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
+        let t = match self.transfer(ctx) {
+            Ok(t) => t,
+            Err((code, why)) => return Ok(Some(failed(&code, why))),
+        };
+        Ok(self.check(ctx, &t).await.map_err(rpc_down)?.map(|(code, why)| failed(&code, why)))
+    }
+
+    async fn prepare(&self, ctx: &ExecutionContext) -> Result<Prepared, ExecutorError> {
+        let t = match self.transfer(ctx) {
+            Ok(t) => t,
+            Err((code, why)) => return Ok(Prepared::Refused(failed(&code, why))),
+        };
+        match self.build(ctx, &t).await? {
+            Ok(payload) => {
+                let text = canonical_json(&serde_json::to_value(&payload).unwrap_or(Value::Null));
+                Ok(Prepared::Action(PreparedAction::new(&ctx.action_type, PAYLOAD_FORMAT, text, true)))
+            }
+            Err((code, why)) => Ok(Prepared::Refused(failed(&code, why))),
+        }
+    }
+
+    async fn submit(&self, ctx: &ExecutionContext, s: &Submission<'_>) -> Result<ExecutionResult, ExecutorError> {
+        let node: Uuid = ctx.request_node_id.parse().map_err(|_| ExecutorError::Protocol("request_node_id".into()))?;
+        let payload: TxPayload = serde_json::from_str(&s.prepared.payload)
+            .map_err(|e| ExecutorError::Protocol(format!("the prepared transaction does not parse: {e}")))?;
+        let chain = self
+            .chains
+            .get(&payload.chain_id)
+            .cloned()
+            .ok_or_else(|| ExecutorError::Protocol(format!("chain {} is not configured", payload.chain_id)))?;
+        let Some(raw) = s.signed.and_then(|r| r.signed_payload.clone()) else {
+            return Ok(failed("EVM_NOT_SIGNED", "the signer returned no signed transaction; nothing was sent"));
+        };
+        // What is broadcast is what was prepared, signed by the from-address.
+        let bytes = alloy::primitives::hex::decode(raw.trim_start_matches("0x"))
+            .map_err(|_| ExecutorError::Protocol("the signed transaction is not hex".into()))?;
+        let envelope = TxEnvelope::decode_2718(&mut bytes.as_slice())
+            .map_err(|e| ExecutorError::Protocol(format!("the signed transaction does not decode: {e}")))?;
+        let Some(signed) = envelope.as_eip1559() else {
+            return Ok(failed("EVM_SIGNED_MISMATCH", "the signed transaction is not EIP-1559; nothing was sent"));
+        };
+        if signed.tx().encoded_for_signing() != payload.unsigned_tx.as_ref() {
+            return Ok(failed(
+                "EVM_SIGNED_MISMATCH",
+                "the signed transaction is not the prepared one; nothing was sent",
+            ));
+        }
+        match envelope.recover_signer() {
+            Ok(a) if a == payload.from => {}
+            Ok(a) => {
+                return Ok(failed(
+                    "EVM_SIGNED_MISMATCH",
+                    format!("signed by {a}, not {}; nothing was sent", payload.from),
+                ))
+            }
+            Err(e) => return Err(ExecutorError::Protocol(format!("the signature does not recover: {e}"))),
+        }
+        let hash = envelope.tx_hash().to_string();
+        // Intent before effect: the hash is the node's before it can reach the chain.
+        let owned = nonces::mark_broadcast(&self.pool, payload.reservation_id, node, &hash)
+            .await
+            .map_err(|e| ExecutorError::Unavailable(format!("nonce reservation: {e}")))?;
+        if !owned {
+            return Ok(failed(
+                "EVM_NONCE_NOT_OWNED",
+                format!("nonce {} is no longer this node's reservation; nothing was sent", payload.nonce),
+            ));
+        }
+        let earlier =
+            self.hashes(node, &chain).await?.into_iter().flat_map(|(_, _, h)| h).filter(|h| *h != hash).count();
+        let mut r = ExecutionResult::new(NodeState::Submitted);
+        r.provider_refs.insert("tx_hash".into(), json!(hash));
+        r.provider_refs.insert("nonce".into(), json!(payload.nonce));
+        r.provider_refs.insert("from".into(), json!(Self::address(payload.from)));
+        r.provider_refs.insert("chain_id".into(), json!(payload.chain_id));
+        r.provider_ref_id = Some(hash.clone());
+        r.retry_after_seconds = Some(1.0);
+        tracing::info!(executor_key = %self.key, chain_id = payload.chain_id, nonce = payload.nonce, tx_hash = %hash, "broadcasting");
+        match chain.rpc.call("eth_sendRawTransaction", json!([raw])).await {
+            Ok(_) => Ok(r),
+            Err(RpcError::Node { message, .. }) if message.to_ascii_lowercase().contains("already known") => Ok(r),
+            Err(RpcError::Node { message, .. }) if message.to_ascii_lowercase().contains("nonce too low") => {
+                // Its nonce is used: by one of this node's transactions, or by another one.
+                r.next_state = NodeState::Unknown;
+                r.error_code = Some("EVM_NONCE_TOO_LOW".into());
+                r.error_detail = Some(format!(
+                    "the chain says nonce {} is used; recovery looks up the node's transactions",
+                    payload.nonce
+                ));
+                Ok(r)
+            }
+            Err(RpcError::Node { message, code, .. }) if earlier == 0 => Ok(failed(
+                "EVM_BROADCAST_REJECTED",
+                format!("the node refused the transaction: {message} (code {code})"),
+            )),
+            Err(RpcError::Node { message, .. }) => {
+                // An earlier transaction of this node with the same nonce may still be mined.
+                r.next_state = NodeState::Unknown;
+                r.error_code = Some("EVM_BROADCAST_REJECTED".into());
+                r.error_detail = Some(format!("the node refused the replacement ({message}); an earlier transaction of this node may still be mined"));
+                Ok(r)
+            }
+            Err(e) => {
+                r.next_state = NodeState::Unknown;
+                r.error_code = Some("EVM_BROADCAST_NO_ANSWER".into());
+                r.error_detail = Some(e.to_string());
+                Ok(r)
+            }
+        }
+    }
+
+    async fn observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
+        let t = self.transfer(ctx).map_err(|(_, why)| ExecutorError::Protocol(why))?;
+        self.follow(ctx, &t, false).await
+    }
+
+    async fn recover(&self, ctx: &ExecutionContext, _idempotency_key: &str) -> Result<ExecutionResult, ExecutorError> {
+        let t = self.transfer(ctx).map_err(|(_, why)| ExecutorError::Protocol(why))?;
+        self.follow(ctx, &t, true).await
+    }
+
+    async fn health(&self) -> Result<Option<Value>, ExecutorError> {
+        let mut chains = serde_json::Map::new();
+        for (id, c) in self.chains.iter() {
+            let head = c.rpc.quantity("eth_blockNumber", json!([])).await.map_err(rpc_down)?;
+            chains.insert(id.to_string(), json!({"head": head.to_string()}));
+        }
+        Ok(Some(json!({"status": "ok", "from": Self::address(self.from), "chains": chains})))
+    }
+}

@@ -1,0 +1,100 @@
+//! The EVM lane (docs/architecture.md §9.5): native and ERC-20 transfers on the chains of
+//! `MG_EVM_CHAINS`, signed only by a signer, with nonces reserved per (chain, address) and
+//! owned by the node (`evm_nonce_reservation`), the lane's fence (`fence = sequence`).
+//!
+//! ```toml
+//! [executors."exec.evm.transfer"]
+//! transport = "local"
+//! impl = "evm"
+//! config = { from = "0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266" }
+//!
+//! [signers."signer.evm.local"]
+//! transport = "local"
+//! impl = "evm"
+//! config = { account = "treasury" }   # key from MG_TREASURY_PRIVATE_KEY (or …_FILE)
+//! ```
+
+mod chains;
+mod executor;
+mod rpc;
+mod signer;
+pub mod tx;
+
+use std::sync::Arc;
+
+use alloy::primitives::Address;
+use qtg_executor::{Executor, LaneContext, LanePlugin, Setting, Signer};
+use serde::Deserialize;
+
+pub use chains::{parse as parse_chains, Chain, ChainSpec, Chains};
+pub use executor::TransferExecutor;
+pub use rpc::{Rpc, RpcError};
+pub use signer::LocalSigner;
+
+pub struct EvmLane {
+    pool: sqlx::PgPool,
+    chains: Arc<Chains>,
+}
+
+/// The lane's factory (listed in `services/common/src/lanes.rs`): reads `MG_EVM_CHAINS`.
+pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, String> {
+    let chains = match (ctx.setting)("MG_EVM_CHAINS").filter(|v| !v.trim().is_empty()) {
+        Some(text) => chains::parse(&text)?,
+        None => Chains::new(),
+    };
+    Ok(Box::new(EvmLane { pool: ctx.pool.clone(), chains: Arc::new(chains) }))
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct ExecutorConfig {
+    /// The address the node's signer signs with (nonces are reserved for it).
+    from: String,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SignerConfig {
+    /// `MG_<ACCOUNT>_PRIVATE_KEY` (or `…_FILE`) holds the key.
+    account: String,
+}
+
+fn config<T: for<'de> Deserialize<'de>>(key: &str, table: Option<&toml::Table>) -> Result<T, String> {
+    let table = table.ok_or_else(|| format!("the evm lane needs a `config` table for entry {key:?}"))?;
+    toml::Value::Table(table.clone()).try_into().map_err(|e| format!("config: {e}"))
+}
+
+impl LanePlugin for EvmLane {
+    fn name(&self) -> &'static str {
+        "evm"
+    }
+
+    fn executor(&self, key: &str, table: Option<&toml::Table>, _: Setting<'_>) -> Result<Arc<dyn Executor>, String> {
+        let c: ExecutorConfig = config(key, table)?;
+        let from: Address = c.from.parse().map_err(|_| format!("config.from {:?} is not an address", c.from))?;
+        if self.chains.is_empty() {
+            return Err("MG_EVM_CHAINS names no chain: an evm executor has nowhere to send".into());
+        }
+        if key.split('.').nth(2) != Some("transfer") {
+            return Err(format!("entry {key:?}: the evm lane serves exec.evm.transfer[.<suffix>]"));
+        }
+        Ok(Arc::new(TransferExecutor::new(key, from, self.chains.clone(), self.pool.clone())))
+    }
+
+    fn signer(&self, key: &str, table: Option<&toml::Table>, setting: Setting<'_>) -> Result<Arc<dyn Signer>, String> {
+        let c: SignerConfig = config(key, table)?;
+        if c.account.is_empty() || !c.account.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_') {
+            return Err(format!("config.account {:?}: letters, digits and '_' only", c.account));
+        }
+        let var = format!("MG_{}_PRIVATE_KEY", c.account.to_ascii_uppercase());
+        let file = format!("{var}_FILE");
+        let secret = match setting(&var).filter(|v| !v.is_empty()) {
+            Some(v) => v,
+            None => match setting(&file).filter(|v| !v.is_empty()) {
+                Some(path) => std::fs::read_to_string(&path).map_err(|e| format!("{file} = {path:?}: {e}"))?,
+                None => return Err(format!("the signer's key is not set: {var} (or {file})")),
+            },
+        };
+        Ok(Arc::new(LocalSigner::new(key, &secret)?))
+    }
+}

@@ -1,0 +1,236 @@
+//! `signer.evm.local`: signs EVM transfers with a key held in this process (from a variable
+//! or a file, never logged). It signs only the payload whose hash the request allows, and
+//! only a transaction that does what was approved: it decodes the transaction and compares
+//! its chain id, recipient, value — or the ERC-20 `transfer` recipient and amount — with the
+//! approved intent the sign request carries (`signing_intent`).
+
+use alloy::consensus::{SignableTransaction, TxEnvelope};
+use alloy::eips::eip2718::Encodable2718;
+use alloy::primitives::{Address, U256};
+use alloy::signers::local::PrivateKeySigner;
+use alloy::signers::SignerSync;
+use async_trait::async_trait;
+use qtg_core::hash::sha256_hex;
+use qtg_core::{SignRequest, SignResult};
+use qtg_executor::{ExecutorError, SignError, Signer};
+use serde_json::{json, Value};
+
+use crate::tx::{base_units, decode_transfer, TxPayload, PAYLOAD_FORMAT};
+
+pub struct LocalSigner {
+    key: String,
+    wallet: PrivateKeySigner,
+}
+
+impl std::fmt::Debug for LocalSigner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("LocalSigner").field("key", &self.key).field("address", &self.wallet.address()).finish()
+    }
+}
+
+impl LocalSigner {
+    /// From a hex private key (`0x…`); the key never appears in an error.
+    pub fn new(key: &str, private_key: &str) -> Result<LocalSigner, String> {
+        let wallet: PrivateKeySigner = private_key
+            .trim()
+            .parse()
+            .map_err(|_| format!("signer {key:?}: the private key is not a 32-byte hex secp256k1 key"))?;
+        Ok(LocalSigner { key: key.to_string(), wallet })
+    }
+
+    pub fn address(&self) -> Address {
+        self.wallet.address()
+    }
+
+    /// Why the transaction must not be signed, if it must not.
+    fn policy(&self, req: &SignRequest, p: &TxPayload) -> Result<(), String> {
+        let intent = &req.signing_intent;
+        if p.from != self.address() {
+            return Err(format!("the transaction is from {}, this signer is {}", p.from, self.address()));
+        }
+        let chain = intent.chain_id.ok_or("the approved intent names no chain id")?;
+        if p.chain_id != chain {
+            return Err(format!("chain id {} is not the approved {chain}", p.chain_id));
+        }
+        let destination: Address = intent
+            .destination
+            .parse()
+            .map_err(|_| format!("the approved destination {:?} is not an address", intent.destination))?;
+        let decimals = intent.decimals.unwrap_or(18);
+        let amount = base_units(&intent.amount, decimals)
+            .ok_or_else(|| format!("the approved amount {:?} does not fit {decimals} decimals", intent.amount))?;
+        let tx = p.check_consistent()?;
+        match intent.token_contract.as_deref().filter(|t| !t.is_empty()) {
+            None => {
+                if p.to != destination || tx.value != amount || !tx.input.is_empty() {
+                    return Err(format!(
+                        "a native transfer of {} wei to {} with {} bytes of data is not the approved {amount} wei to {destination}",
+                        tx.value,
+                        p.to,
+                        tx.input.len()
+                    ));
+                }
+            }
+            Some(token) => {
+                let token: Address =
+                    token.parse().map_err(|_| format!("the approved token {token:?} is not an address"))?;
+                let (to, sent) =
+                    decode_transfer(&tx.input).ok_or("the call is not an ERC-20 transfer(address,uint256)")?;
+                if p.to != token || tx.value != U256::ZERO || to != destination || sent != amount {
+                    return Err(format!(
+                        "transfer({to}, {sent}) on {} with value {} is not the approved {amount} to {destination} on {token}",
+                        p.to, tx.value
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+#[async_trait]
+impl Signer for LocalSigner {
+    async fn sign(&self, req: &SignRequest) -> Result<SignResult, SignError> {
+        let actual = sha256_hex(req.payload.as_bytes());
+        if actual != req.payload_hash || actual != req.signing_intent.allowed_payload_hash {
+            return Err(SignError::Refused(format!(
+                "payload hash {actual} is not the allowed_payload_hash {}",
+                req.signing_intent.allowed_payload_hash
+            )));
+        }
+        if req.payload_format != PAYLOAD_FORMAT {
+            return Err(SignError::Refused(format!("payload format {:?} is not {PAYLOAD_FORMAT}", req.payload_format)));
+        }
+        let payload: TxPayload = serde_json::from_str(&req.payload)
+            .map_err(|e| SignError::Refused(format!("the payload is not an EVM transfer: {e}")))?;
+        self.policy(req, &payload).map_err(|why| {
+            tracing::warn!(signer_key = %self.key, request_node_id = %req.request_node_id, %why, "refused to sign");
+            SignError::Refused(why)
+        })?;
+        let tx = payload.transaction().map_err(SignError::Refused)?;
+        let signature = self
+            .wallet
+            .sign_hash_sync(&tx.signature_hash())
+            .map_err(|e| SignError::Call(ExecutorError::Unavailable(format!("signing failed: {e}"))))?;
+        let envelope = TxEnvelope::from(tx.into_signed(signature));
+        Ok(SignResult {
+            signature: format!("0x{}", alloy::primitives::hex::encode(signature.as_bytes())),
+            signed_payload: Some(format!("0x{}", alloy::primitives::hex::encode(envelope.encoded_2718()))),
+            signer_address: Some(self.address().to_checksum(None)),
+            signed_tx_hash: Some(envelope.tx_hash().to_string()),
+        })
+    }
+
+    async fn health(&self) -> Result<Option<Value>, ExecutorError> {
+        Ok(Some(json!({"status": "ok", "signer_address": self.address().to_checksum(None)})))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use alloy::consensus::TxEip1559;
+    use alloy::primitives::{Bytes, TxKind};
+    use qtg_core::SigningIntent;
+
+    use super::*;
+    use crate::tx::transfer_calldata;
+
+    const KEY: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
+
+    fn request(payload: &TxPayload, destination: Address, amount: &str, token: Option<Address>) -> SignRequest {
+        let text = serde_json::to_string(payload).unwrap();
+        let hash = sha256_hex(text.as_bytes());
+        SignRequest {
+            protocol_version: "1.0".into(),
+            request_id: "r".into(),
+            request_node_id: "n".into(),
+            signer_key: "signer.evm.local".into(),
+            signing_intent: SigningIntent {
+                action: "evm_transfer".into(),
+                asset: "ETH".into(),
+                amount: amount.into(),
+                destination: destination.to_string(),
+                max_fee_usd: None,
+                chain_family: "evm".into(),
+                allowed_payload_hash: hash.clone(),
+                chain_id: Some(31337),
+                token_contract: token.map(|t| t.to_string()),
+                decimals: Some(18),
+            },
+            payload_format: PAYLOAD_FORMAT.into(),
+            payload: text,
+            payload_hash: hash,
+            metadata: json!({}),
+        }
+    }
+
+    fn native(signer: &LocalSigner, to: Address, wei: u128, chain_id: u64) -> TxPayload {
+        let tx = TxEip1559 {
+            chain_id,
+            nonce: 3,
+            gas_limit: 21_000,
+            max_fee_per_gas: 10,
+            max_priority_fee_per_gas: 1,
+            to: TxKind::Call(to),
+            value: U256::from(wei),
+            access_list: Default::default(),
+            input: Bytes::new(),
+        };
+        TxPayload::of(&tx, signer.address(), 1, None, to, U256::from(wei))
+    }
+
+    #[tokio::test]
+    async fn signs_what_was_approved_and_refuses_anything_else() {
+        let s = LocalSigner::new("signer.evm.local", KEY).unwrap();
+        let dest = Address::repeat_byte(0x22);
+        let ok =
+            s.sign(&request(&native(&s, dest, 1_500_000_000_000_000_000, 31337), dest, "1.5", None)).await.unwrap();
+        assert_eq!(
+            ok.signer_address.as_deref().map(str::to_ascii_lowercase).as_deref(),
+            Some("0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266")
+        );
+        assert!(ok.signed_payload.unwrap().starts_with("0x02"));
+        let refused = |r: Result<SignResult, SignError>| match r {
+            Err(SignError::Refused(why)) => why,
+            other => panic!("signed: {other:?}"),
+        };
+        // Another recipient, another amount, another chain than approved.
+        let other = Address::repeat_byte(0x33);
+        assert!(refused(
+            s.sign(&request(&native(&s, other, 1_500_000_000_000_000_000, 31337), dest, "1.5", None)).await
+        )
+        .contains("not the approved"));
+        assert!(refused(
+            s.sign(&request(&native(&s, dest, 2_000_000_000_000_000_000, 31337), dest, "1.5", None)).await
+        )
+        .contains("not the approved"));
+        assert!(refused(s.sign(&request(&native(&s, dest, 1_500_000_000_000_000_000, 1), dest, "1.5", None)).await)
+            .contains("chain id"));
+        // A tampered payload: the fields changed after the hash of the encoding was taken.
+        let mut tampered = native(&s, dest, 1_500_000_000_000_000_000, 31337);
+        tampered.to = other;
+        tampered.recipient = other;
+        assert!(refused(s.sign(&request(&tampered, other, "1.5", None)).await).contains("unsigned_tx"));
+        // A payload whose hash is not the allowed one.
+        let mut r = request(&native(&s, dest, 1_500_000_000_000_000_000, 31337), dest, "1.5", None);
+        r.signing_intent.allowed_payload_hash = "00".repeat(32);
+        assert!(refused(s.sign(&r).await).contains("allowed_payload_hash"));
+        // An ERC-20 transfer must call the approved token with the approved recipient and amount.
+        let token = Address::repeat_byte(0x44);
+        let call = TxEip1559 {
+            chain_id: 31337,
+            nonce: 4,
+            gas_limit: 60_000,
+            max_fee_per_gas: 10,
+            max_priority_fee_per_gas: 1,
+            to: TxKind::Call(token),
+            value: U256::ZERO,
+            access_list: Default::default(),
+            input: transfer_calldata(other, U256::from(250u64) * U256::from(10u64).pow(U256::from(18u64))),
+        };
+        let p = TxPayload::of(&call, s.address(), 2, Some(token), other, U256::ZERO);
+        assert!(refused(s.sign(&request(&p, dest, "250", Some(token))).await).contains("not the approved"));
+        assert!(s.sign(&request(&p, other, "250", Some(token))).await.is_ok());
+        assert!(!format!("{s:?}").contains("ac0974"), "the key never reaches Debug");
+    }
+}

@@ -1,0 +1,147 @@
+//! The EVM lane's nonce reservations (docs/architecture.md §9.5): the lane's fence. A nonce is
+//! reserved per (chain, address) in one short transaction, owned by the node until a
+//! transaction with it is final; every hash broadcast with it is recorded before the send.
+
+use sqlx::{PgPool, Row};
+use uuid::Uuid;
+
+use crate::Result;
+
+/// A node's reservation.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reservation {
+    pub id: i64,
+    pub chain_id: i64,
+    pub address: String,
+    pub nonce: i64,
+    pub request_node_id: Option<Uuid>,
+    pub status: String,
+    pub tx_hashes: Vec<String>,
+}
+
+const COLUMNS: &str = "id, chain_id, address, nonce, request_node_id, status, tx_hashes";
+
+fn reservation(row: &sqlx::postgres::PgRow) -> Result<Reservation> {
+    let hashes: serde_json::Value = row.try_get("tx_hashes")?;
+    Ok(Reservation {
+        id: row.try_get("id")?,
+        chain_id: row.try_get("chain_id")?,
+        address: row.try_get("address")?,
+        nonce: row.try_get("nonce")?,
+        request_node_id: row.try_get("request_node_id")?,
+        status: row.try_get("status")?,
+        tx_hashes: hashes
+            .as_array()
+            .map(|a| a.iter().filter_map(|h| h.as_str().map(str::to_string)).collect())
+            .unwrap_or_default(),
+    })
+}
+
+/// The node's live reservation on `chain_id`, or a new one: the lowest released nonce at or
+/// above `chain_next` (a gap to fill), else one above every nonce this address has used and
+/// at least `chain_next` (the chain's pending count). One transaction, serialised per
+/// (chain, address).
+pub async fn reserve(pool: &PgPool, chain_id: i64, address: &str, node: Uuid, chain_next: i64) -> Result<Reservation> {
+    let address = address.to_ascii_lowercase();
+    let mut tx = pool.begin().await?;
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text || ':' || $2, 17))")
+        .bind(chain_id)
+        .bind(&address)
+        .execute(&mut *tx)
+        .await?;
+    let live = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM evm_nonce_reservation
+          WHERE request_node_id = $1 AND chain_id = $2 AND status IN ('reserved', 'broadcast')"
+    )))
+    .bind(node)
+    .bind(chain_id)
+    .fetch_optional(&mut *tx)
+    .await?;
+    if let Some(row) = live {
+        let r = reservation(&row)?;
+        tx.commit().await?;
+        return Ok(r);
+    }
+    let gap = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE evm_nonce_reservation SET status = 'reserved', request_node_id = $3, tx_hashes = '[]'::jsonb,
+                updated_at = now()
+          WHERE id = (SELECT r.id FROM evm_nonce_reservation r
+                       WHERE r.chain_id = $1 AND r.address = $2 AND r.status = 'released' AND r.nonce >= $4
+                         AND NOT EXISTS (SELECT 1 FROM evm_nonce_reservation l
+                                          WHERE l.chain_id = r.chain_id AND l.address = r.address
+                                            AND l.nonce = r.nonce AND l.status <> 'released')
+                       ORDER BY r.nonce LIMIT 1)
+          RETURNING {COLUMNS}"
+    )))
+    .bind(chain_id)
+    .bind(&address)
+    .bind(node)
+    .bind(chain_next)
+    .fetch_optional(&mut *tx)
+    .await?;
+    let row = match gap {
+        Some(row) => row,
+        None => {
+            sqlx::query(sqlx::AssertSqlSafe(format!(
+                "INSERT INTO evm_nonce_reservation (chain_id, address, nonce, request_node_id, status)
+                 SELECT $1, $2, GREATEST($4, COALESCE(max(nonce) + 1, 0)), $3, 'reserved'
+                   FROM evm_nonce_reservation WHERE chain_id = $1 AND address = $2 AND status <> 'released'
+                 RETURNING {COLUMNS}"
+            )))
+            .bind(chain_id)
+            .bind(&address)
+            .bind(node)
+            .bind(chain_next)
+            .fetch_one(&mut *tx)
+            .await?
+        }
+    };
+    let r = reservation(&row)?;
+    tx.commit().await?;
+    Ok(r)
+}
+
+/// Records `hash` as broadcast with the reservation, before the send. `false`: the
+/// reservation is no longer the node's live one (consumed or released): nothing may be sent.
+pub async fn mark_broadcast(pool: &PgPool, id: i64, node: Uuid, hash: &str) -> Result<bool> {
+    let moved = sqlx::query(
+        "UPDATE evm_nonce_reservation
+            SET status = 'broadcast', updated_at = now(),
+                tx_hashes = CASE WHEN tx_hashes ? $3 THEN tx_hashes ELSE tx_hashes || to_jsonb($3::text) END
+          WHERE id = $1 AND request_node_id = $2 AND status IN ('reserved', 'broadcast')",
+    )
+    .bind(id)
+    .bind(node)
+    .bind(hash.to_ascii_lowercase())
+    .execute(pool)
+    .await?;
+    Ok(moved.rows_affected() == 1)
+}
+
+/// The nonce is final on chain (`by` = the transaction hash that consumed it, the node's or
+/// another's).
+pub async fn mark_consumed(pool: &PgPool, id: i64, by: &str) -> Result<()> {
+    sqlx::query(
+        "UPDATE evm_nonce_reservation SET status = 'consumed', consumed_by = $2, updated_at = now()
+          WHERE id = $1 AND status IN ('reserved', 'broadcast')",
+    )
+    .bind(id)
+    .bind(by.to_ascii_lowercase())
+    .execute(pool)
+    .await?;
+    Ok(())
+}
+
+/// Every reservation the node ever held on `chain_id` (hashes included), newest first.
+pub async fn of_node(pool: &PgPool, node: Uuid, chain_id: i64) -> Result<Vec<Reservation>> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM evm_nonce_reservation WHERE request_node_id = $1 AND chain_id = $2 ORDER BY id DESC"
+    )))
+    .bind(node)
+    .bind(chain_id)
+    .fetch_all(pool)
+    .await?
+    .iter()
+    .map(reservation)
+    .collect()
+}

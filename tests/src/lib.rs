@@ -645,6 +645,8 @@ pub fn anvil_bin() -> anyhow::Result<PathBuf> {
 /// anvil's first default account (its key is public: anvil's documented test mnemonic).
 pub const ANVIL_KEY_0: &str = "0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80";
 pub const ANVIL_ADDR_0: &str = "0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266";
+/// anvil's second default account's key.
+pub const ANVIL_KEY_1: &str = "0x59c6995e998f97a5a0044966f0945389dc9e86dae88c7a8412f4603b6b78690d";
 /// anvil's third default account: the tests' recipient.
 pub const ANVIL_ADDR_2: &str = "0x3c44cdddb6a900fa2b585dd299e03d12fa4293bc";
 
@@ -714,8 +716,17 @@ impl Anvil {
         let data = format!("0x{}{supply:064x}", code.trim());
         let hash =
             self.rpc("eth_sendTransaction", json!([{"from": ANVIL_ADDR_0, "data": data, "gas": "0x200000"}])).await?;
-        let receipt = self.rpc("eth_getTransactionReceipt", json!([hash])).await?;
-        Ok(receipt["contractAddress"].as_str().context("contract address")?.to_string())
+        let deadline = Instant::now() + Duration::from_secs(20);
+        loop {
+            let receipt = self.rpc("eth_getTransactionReceipt", json!([hash])).await?;
+            if let Some(address) = receipt["contractAddress"].as_str() {
+                return Ok(address.to_string());
+            }
+            if Instant::now() > deadline {
+                bail!("the token's deployment {hash} was not mined: {receipt}");
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
     }
 
     pub async fn token_balance(&self, token: &str, owner: &str) -> anyhow::Result<u128> {
@@ -737,8 +748,9 @@ impl Anvil {
     }
 }
 
-/// A registry of the sim lanes plus `exec.evm.transfer` (from anvil's first account) and
-/// `signer.evm.local` (its key from `MG_ANVIL0_PRIVATE_KEY`).
+/// A registry of the sim lanes plus `exec.evm.transfer` (from anvil's first account),
+/// `signer.evm.local` (its key from `MG_ANVIL0_PRIVATE_KEY`) and `signer.evm.other` (anvil's
+/// second account, `MG_ANVIL1_PRIVATE_KEY`: a signer that is not the from-address).
 pub fn evm_registry(tag: &str) -> anyhow::Result<PathBuf> {
     let sim = std::fs::read_to_string(registry_file())?;
     let path = std::env::temp_dir().join(format!("{tag}-registry-evm.toml"));
@@ -746,7 +758,8 @@ pub fn evm_registry(tag: &str) -> anyhow::Result<PathBuf> {
         &path,
         format!(
             "{sim}\n[executors.\"exec.evm.transfer\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ from = \"{ANVIL_ADDR_0}\" }}\n\n\
-             [signers.\"signer.evm.local\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ account = \"anvil0\" }}\n"
+             [signers.\"signer.evm.local\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ account = \"anvil0\" }}\n\n\
+             [signers.\"signer.evm.other\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ account = \"anvil1\" }}\n"
         ),
     )?;
     Ok(path)

@@ -26,6 +26,7 @@ impl Evm {
             ("MG_EXECUTOR_REGISTRY", registry.to_string_lossy().to_string()),
             ("MG_EVM_CHAINS", anvil.chains()),
             ("MG_ANVIL0_PRIVATE_KEY", ANVIL_KEY_0.to_string()),
+            ("MG_ANVIL1_PRIVATE_KEY", ANVIL_KEY_1.to_string()),
             ("MG_EXECUTOR_TIMEOUT_MS", "5000".to_string()),
             ("MG_NODE_DISPATCH_INTERVAL_SECONDS", "0.2".to_string()),
             ("MG_NODE_OBSERVE_INTERVAL_SECONDS", "0.2".to_string()),
@@ -45,11 +46,38 @@ impl Evm {
     }
 
     async fn template(&self, key: &str, config: Value) -> anyhow::Result<()> {
+        self.template_signed_by(key, "signer.evm.local", config).await
+    }
+
+    async fn template_signed_by(&self, key: &str, signer: &str, config: Value) -> anyhow::Result<()> {
         let t = json!({"template_key": key, "nodes": [{
             "node_key": "send", "node_kind": "action", "action_type": "evm_transfer",
-            "executor_key": "exec.evm.transfer", "signer_key": "signer.evm.local", "signing_required": true,
+            "executor_key": "exec.evm.transfer", "signer_key": signer, "signing_required": true,
             "config": config}]});
         install_template(&self.api, &self.keys, t).await
+    }
+
+    async fn done(&self, id: &str, state: &str) -> anyhow::Result<Value> {
+        let m = wait_state(
+            &self.api,
+            &self.keys.requester,
+            id,
+            &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"],
+            Duration::from_secs(60),
+        )
+        .await?;
+        anyhow::ensure!(m["request_state"] == state, "expected {state}: {m:#}");
+        Ok(m)
+    }
+
+    async fn reservation(&self, movement: &str) -> anyhow::Result<(i64, String)> {
+        Ok(sqlx::query_as(
+            "SELECT r.nonce, r.status FROM evm_nonce_reservation r JOIN movement_request_nodes n ON n.id = r.request_node_id
+              WHERE n.request_id = $1::uuid ORDER BY r.id DESC LIMIT 1",
+        )
+        .bind(movement)
+        .fetch_one(&self.db.pool)
+        .await?)
     }
 
     async fn movement(&self, template: &str, asset: &str, amount: &str, idem: &str) -> anyhow::Result<String> {
@@ -165,5 +193,52 @@ fn the_test_token_bytecode_is_its_source_compiled() -> anyhow::Result<()> {
         committed.trim(),
         "contracts/QtgTestToken.bin is stale: recompile it (see the source's header)"
     );
+    Ok(())
+}
+
+/// A signer that is not the from-address refuses; its node's nonce stays reserved, unsigned and
+/// unsent, until the reaper gives it back (with an audit row); a nonce that was used is left
+/// alone, and the next transfer fills the gap.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_reaper_reclaims_an_abandoned_nonce_and_leaves_a_used_one_alone() -> anyhow::Result<()> {
+    let evm = Evm::start().await?;
+    evm.template("evm.eth", json!({"chain_id": 31337})).await?;
+    evm.template_signed_by("evm.wrong", "signer.evm.other", json!({"chain_id": 31337})).await?;
+    let dispatcher = evm.worker("qtg-dispatcher").await?;
+    let observer = evm.worker("qtg-observer").await?;
+    let used = evm.movement("evm.eth", "ETH", "0.1", "reap-used").await?;
+    evm.done(&used, "COMPLETED").await?;
+    let abandoned = evm.movement("evm.wrong", "ETH", "0.1", "reap-abandoned").await?;
+    let m = evm.done(&abandoned, "FAILED").await?;
+    assert_eq!(node(&m, "send")["error_code"], "SIGNER_REFUSED", "{m:#}");
+    let (used_nonce, status) = evm.reservation(&used).await?;
+    assert_eq!(status, "consumed");
+    let (gap, status) = evm.reservation(&abandoned).await?;
+    assert_eq!((gap, status.as_str()), (used_nonce + 1, "reserved"), "prepare reserved it; nothing signed it");
+    let mut env = evm.env.clone();
+    env.push(("MG_EVM_NONCE_REAPER_AGE_SECONDS".into(), "1".into()));
+    env.push(("MG_EVM_NONCE_REAPER_INTERVAL_SECONDS".into(), "0.3".into()));
+    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let reaper = Proc::spawn("qtg-reaper", &evm.db.url, &pairs).await?;
+    wait_until("the reaper reclaims the abandoned nonce", Duration::from_secs(20), || async {
+        Ok(evm.reservation(&abandoned).await?.1 == "released")
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", reaper.log()))?;
+    assert_eq!(evm.reservation(&used).await?.1, "consumed", "a used nonce is never reclaimed");
+    let audits: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_outbox WHERE action = 'evm.nonce.reclaim' AND movement_id = $1::uuid AND (data->>'nonce')::bigint = $2",
+    )
+    .bind(&abandoned)
+    .bind(gap)
+    .fetch_one(&evm.db.pool)
+    .await?;
+    assert_eq!(audits, 1);
+    // The next transfer takes the freed nonce: no gap strands the address.
+    let next = evm.movement("evm.eth", "ETH", "0.1", "reap-next").await?;
+    evm.done(&next, "COMPLETED").await?;
+    assert_eq!(evm.reservation(&next).await?, (gap, "consumed".to_string()));
+    drop((dispatcher, observer, reaper));
+    evm.db.drop_db().await;
     Ok(())
 }

@@ -15,6 +15,7 @@ pub mod movements;
 pub mod observe;
 pub mod operator;
 pub mod plans;
+pub mod reaper;
 pub mod recover;
 pub mod sidecars;
 pub mod templates;
@@ -97,6 +98,8 @@ pub struct EngineSettings {
     pub health_stale_seconds: f64,
     /// Admins a new API key needs (`MG_API_KEY_CREATION_APPROVALS`, 1 or 2).
     pub key_creation_approvals: u32,
+    /// How old an untouched EVM nonce reservation must be before the reaper reclaims it.
+    pub evm_nonce_reaper_age_seconds: f64,
 }
 
 /// The approval gate on bound executors' and signers' health.
@@ -137,6 +140,7 @@ impl Default for EngineSettings {
             approval_health_gate: HealthGate::DownOnly,
             health_stale_seconds: 180.0,
             key_creation_approvals: 1,
+            evm_nonce_reaper_age_seconds: 600.0,
         }
     }
 }

@@ -78,6 +78,9 @@ pub struct Settings {
     /// `MG_API_KEY_CREATION_APPROVALS` (1): 2 makes a new API key a request a second admin
     /// approves.
     pub key_creation_approvals: u32,
+    /// `MG_EVM_NONCE_REAPER_AGE_SECONDS` (600): how old an untouched EVM nonce reservation
+    /// must be before the reaper may reclaim it.
+    pub evm_nonce_reaper_age_seconds: f64,
     /// `MG_STRICT_SETTINGS` (false): an `MG_*` variable no part of the process reads is fatal
     /// at start instead of a warning.
     pub strict_settings: bool,
@@ -211,6 +214,8 @@ impl Source<'_> {
                 Some(flag) => self.flag(flag.key, flag.default)?,
                 None => true,
             },
+            // Recorded as set or not: it may hold RPC URLs with credentials.
+            missing: w.requires.filter(|key| self.secret(key).is_none_or(|v| v.trim().is_empty())),
         })
     }
 }
@@ -327,6 +332,7 @@ impl Settings {
             workers_enabled: s.flag("MG_WORKERS_ENABLED", true)?,
             strict_settings: s.flag("MG_STRICT_SETTINGS", false)?,
             key_creation_approvals: s.count("MG_API_KEY_CREATION_APPROVALS", 1, 2)? as u32,
+            evm_nonce_reaper_age_seconds: s.seconds("MG_EVM_NONCE_REAPER_AGE_SECONDS", 600.0)?,
             approval_health_gate_strict: match s.text("MG_APPROVAL_HEALTH_GATE").as_deref() {
                 None | Some("strict") => true,
                 Some("down-only") => false,
@@ -471,6 +477,7 @@ mod tests {
             wake: None,
             group: Group::Core,
             enabled_by: None,
+            requires: None,
             tick: (),
         },
         Worker {
@@ -483,6 +490,7 @@ mod tests {
             wake: None,
             group: Group::Core,
             enabled_by: Some(Flag { key: "MG_EVM_NONCE_REAPER_ENABLED", default: true }),
+            requires: Some("MG_EVM_CHAINS"),
             tick: (),
         },
     ];

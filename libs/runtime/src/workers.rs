@@ -42,6 +42,9 @@ pub struct Worker<T> {
     pub group: Group,
     /// `None` = always on (whenever workers run).
     pub enabled_by: Option<Flag>,
+    /// A setting without which the worker has nothing to do: unset, it is skipped with a
+    /// warning (the seed's "registered only when … available").
+    pub requires: Option<&'static str>,
     pub tick: T,
 }
 
@@ -55,4 +58,6 @@ pub struct WorkerSettings {
     pub interval: Duration,
     pub concurrency: usize,
     pub enabled: bool,
+    /// The `requires` setting, when it is unset (the worker is then skipped).
+    pub missing: Option<&'static str>,
 }

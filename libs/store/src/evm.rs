@@ -145,3 +145,76 @@ pub async fn of_node(pool: &PgPool, node: Uuid, chain_id: i64) -> Result<Vec<Res
     .map(reservation)
     .collect()
 }
+
+/// What the reaper gave back.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Reclaimed {
+    pub id: i64,
+    pub chain_id: i64,
+    pub address: String,
+    pub nonce: i64,
+    pub request_node_id: Option<Uuid>,
+    pub request_id: Option<Uuid>,
+}
+
+/// The reaper: releases reservations older than `age_seconds` that nothing was ever broadcast
+/// with and that no attempt ever signed with (no `sign_result` artifact of the node since the
+/// reservation was made), held by a node that is not in flight — never the nonce of an armed
+/// attempt. One audit row per reclaim, in the same transaction. At most `limit` a call.
+pub async fn reclaim(
+    conn: &mut sqlx::PgConnection,
+    age_seconds: f64,
+    actor: &str,
+    limit: i64,
+) -> Result<Vec<Reclaimed>> {
+    let rows = sqlx::query(
+        "WITH stale AS (
+             SELECT r.id FROM evm_nonce_reservation r
+               JOIN movement_request_nodes n ON n.id = r.request_node_id
+              WHERE r.status = 'reserved' AND r.tx_hashes = '[]'::jsonb
+                AND r.updated_at < now() - make_interval(secs => $1)
+                AND n.node_state NOT IN ('PREPARING', 'AWAITING_SIGNATURE', 'SUBMITTING', 'SUBMITTED', 'OBSERVING', 'UNKNOWN')
+                AND NOT EXISTS (SELECT 1 FROM artifacts a
+                                 WHERE a.request_node_id = n.id AND a.kind = 'sign_result' AND a.created_at >= r.created_at)
+              ORDER BY r.id
+              LIMIT $2
+              FOR UPDATE OF r, n SKIP LOCKED)
+         UPDATE evm_nonce_reservation r SET status = 'released', updated_at = now()
+           FROM stale, movement_request_nodes n
+          WHERE r.id = stale.id AND n.id = r.request_node_id
+         RETURNING r.id, r.chain_id, r.address, r.nonce, r.request_node_id, n.request_id",
+    )
+    .bind(age_seconds)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let r = Reclaimed {
+            id: row.try_get("id")?,
+            chain_id: row.try_get("chain_id")?,
+            address: row.try_get("address")?,
+            nonce: row.try_get("nonce")?,
+            request_node_id: row.try_get("request_node_id")?,
+            request_id: row.try_get("request_id")?,
+        };
+        crate::audit::record(
+            conn,
+            &crate::audit::AuditRecord {
+                actor,
+                action: "evm.nonce.reclaim",
+                // The node that held it (the reservation is in `data`).
+                entity_type: "node",
+                entity_id: r.request_node_id.map(|n| n.to_string()).unwrap_or_default(),
+                movement_id: r.request_id,
+                data: serde_json::json!({
+                    "reservation_id": r.id, "chain_id": r.chain_id, "address": r.address, "nonce": r.nonce,
+                    "age_seconds": age_seconds,
+                }),
+            },
+        )
+        .await?;
+        out.push(r);
+    }
+    Ok(out)
+}

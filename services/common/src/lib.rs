@@ -192,6 +192,7 @@ impl Process {
                     qtg_engine::HealthGate::DownOnly
                 },
                 key_creation_approvals: s.key_creation_approvals,
+                evm_nonce_reaper_age_seconds: s.evm_nonce_reaper_age_seconds,
                 // Three health intervals.
                 health_stale_seconds: 3.0
                     * s.worker("executor_health").map(|w| w.interval.as_secs_f64()).unwrap_or(60.0),
@@ -213,6 +214,14 @@ impl Process {
                 tracing::info!(worker = worker.name, flag, "worker disabled by its flag");
                 continue;
             };
+            if let Some(missing) = ws.missing {
+                tracing::warn!(
+                    worker = worker.name,
+                    setting = missing,
+                    "worker skipped: {missing} is not set, so it has nothing to do"
+                );
+                continue;
+            }
             let hb = Heartbeat::seed(&self.pool, worker.name, &self.settings.network_class, &self.instance_id).await?;
             out.heartbeats.push(hb.clone());
             let engine = Arc::new(self.engine(&format!("worker:{}", worker.binary)));

@@ -9,7 +9,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 
 use qtg_engine::Engine;
-use qtg_runtime::{Group, Tick};
+use qtg_runtime::{Flag, Group, Tick};
 use qtg_store::transition::{CHANNEL_CALLBACK, CHANNEL_DISPATCH, CHANNEL_OBSERVE, CHANNEL_RECOVER};
 
 /// One tick of a worker: items processed and, when idle, how soon known work falls due.
@@ -29,6 +29,7 @@ pub static WORKERS: &[Worker] = &[
         wake: Some(CHANNEL_DISPATCH),
         group: Group::Core,
         enabled_by: None,
+        requires: None,
         tick: |e| Box::pin(async move { Ok(e.dispatch_tick().await?.into()) }),
     },
     Worker {
@@ -41,6 +42,7 @@ pub static WORKERS: &[Worker] = &[
         wake: Some(CHANNEL_OBSERVE),
         group: Group::Core,
         enabled_by: None,
+        requires: None,
         tick: |e| {
             Box::pin(async move {
                 let processed = e.observe_tick().await?;
@@ -60,6 +62,7 @@ pub static WORKERS: &[Worker] = &[
         wake: Some(CHANNEL_RECOVER),
         group: Group::Core,
         enabled_by: None,
+        requires: None,
         tick: |e| {
             Box::pin(async move {
                 let processed = e.recover_tick().await?;
@@ -67,6 +70,20 @@ pub static WORKERS: &[Worker] = &[
                 Ok(Tick { processed, due_in })
             })
         },
+    },
+    Worker {
+        name: "evm_nonce_reaper",
+        binary: "qtg-reaper",
+        summary: "reclaims EVM nonce reservations no attempt ever signed or broadcast with, once they are old",
+        interval_key: "MG_EVM_NONCE_REAPER_INTERVAL_SECONDS",
+        default_interval_seconds: 60.0,
+        concurrency_key: None,
+        wake: None,
+        // The seed: when enabled it joins the core fail-fast group.
+        group: Group::Core,
+        enabled_by: Some(Flag { key: "MG_EVM_NONCE_REAPER_ENABLED", default: true }),
+        requires: Some("MG_EVM_CHAINS"),
+        tick: |e| Box::pin(async move { Ok(e.reap_nonces_tick().await?.into()) }),
     },
     Worker {
         name: "callback_dispatcher",
@@ -78,6 +95,7 @@ pub static WORKERS: &[Worker] = &[
         wake: Some(CHANNEL_CALLBACK),
         group: Group::Sidecar,
         enabled_by: None,
+        requires: None,
         tick: |e| Box::pin(async move { Ok(e.deliver_callbacks_tick().await?.into()) }),
     },
     Worker {
@@ -90,6 +108,7 @@ pub static WORKERS: &[Worker] = &[
         wake: None,
         group: Group::Sidecar,
         enabled_by: None,
+        requires: None,
         tick: |e| Box::pin(async move { Ok(e.expire_movements_tick().await?.into()) }),
     },
     Worker {
@@ -102,6 +121,7 @@ pub static WORKERS: &[Worker] = &[
         wake: None,
         group: Group::Sidecar,
         enabled_by: None,
+        requires: None,
         tick: |e| Box::pin(async move { Ok(e.expire_template_proposals_tick().await?.into()) }),
     },
     Worker {
@@ -114,6 +134,7 @@ pub static WORKERS: &[Worker] = &[
         wake: None,
         group: Group::Sidecar,
         enabled_by: None,
+        requires: None,
         // Every entry each tick: report no work so the loop keeps its pace.
         tick: |e| {
             Box::pin(async move {
@@ -132,6 +153,7 @@ pub static WORKERS: &[Worker] = &[
         wake: None,
         group: Group::Sidecar,
         enabled_by: None,
+        requires: None,
         tick: |e| Box::pin(async move { Ok(e.promote_audit_tick().await?.into()) }),
     },
 ];

@@ -14,6 +14,8 @@ CREATE TABLE IF NOT EXISTS evm_nonce_reservation (
     request_node_id uuid,
     status          text NOT NULL CHECK (status IN ('reserved', 'broadcast', 'consumed', 'released')),
     tx_hashes       jsonb NOT NULL DEFAULT '[]'::jsonb,
+    -- Zero-value self-sends recovery broadcast to force the nonce (never the node's transfer).
+    cancel_hashes   jsonb NOT NULL DEFAULT '[]'::jsonb,
     consumed_by     text,
     created_at      timestamptz NOT NULL DEFAULT now(),
     updated_at      timestamptz NOT NULL DEFAULT now()

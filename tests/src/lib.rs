@@ -738,9 +738,7 @@ impl Anvil {
 
     /// `MG_EVM_CHAINS` for this node.
     pub fn chains(&self) -> String {
-        json!([{"chain_id": 31337, "rpc_urls": [self.url], "confirmations": 1,
-                "max_fee_per_gas_wei": "100000000000", "max_priority_fee_per_gas_wei": "2000000000"}])
-        .to_string()
+        evm_chains(&self.url, 1, 120.0)
     }
 
     pub fn pid(&self) -> Option<u32> {
@@ -763,4 +761,121 @@ pub fn evm_registry(tag: &str) -> anyhow::Result<PathBuf> {
         ),
     )?;
     Ok(path)
+}
+
+/// A recording JSON-RPC proxy in front of a node: counts every method called through it (the
+/// boundary: `eth_sendRawTransaction` calls that reached the chain), and can hold the next
+/// broadcasts before forwarding them (until [`RpcProxy::release`]) or hold their answers
+/// after forwarding them (the chain has the transaction; the caller hears nothing for 30 s).
+pub struct RpcProxy {
+    pub url: String,
+    inner: Arc<ProxyInner>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+struct ProxyInner {
+    upstream: String,
+    http: reqwest::Client,
+    counts: Mutex<HashMap<String, u64>>,
+    forwarded: Mutex<HashMap<String, u64>>,
+    hold_before: std::sync::atomic::AtomicUsize,
+    hold_after: std::sync::atomic::AtomicUsize,
+    released: tokio::sync::watch::Sender<bool>,
+}
+
+fn take_one(n: &std::sync::atomic::AtomicUsize) -> bool {
+    use std::sync::atomic::Ordering::SeqCst;
+    n.fetch_update(SeqCst, SeqCst, |v| v.checked_sub(1)).is_ok()
+}
+
+async fn proxy_call(
+    axum::extract::State(p): axum::extract::State<Arc<ProxyInner>>,
+    body: axum::body::Bytes,
+) -> axum::response::Response {
+    use axum::response::IntoResponse;
+    let method = serde_json::from_slice::<Value>(&body)
+        .ok()
+        .and_then(|v| v.get("method").and_then(Value::as_str).map(str::to_string))
+        .unwrap_or_default();
+    *p.counts.lock().expect("counts").entry(method.clone()).or_insert(0) += 1;
+    // Like a request on the wire: it reaches the node even if its caller gave up meanwhile.
+    let forward = {
+        let p = p.clone();
+        tokio::spawn(async move {
+            let broadcast = method == "eth_sendRawTransaction";
+            if broadcast && take_one(&p.hold_before) {
+                let mut rx = p.released.subscribe();
+                let _ = rx.wait_for(|r| *r).await;
+            }
+            let answer = p.http.post(&p.upstream).header("content-type", "application/json").body(body).send().await;
+            let answer = match answer {
+                Ok(r) => r.bytes().await.ok(),
+                Err(_) => None,
+            };
+            *p.forwarded.lock().expect("forwarded").entry(method.clone()).or_insert(0) += 1;
+            if broadcast && take_one(&p.hold_after) {
+                tokio::time::sleep(Duration::from_secs(30)).await;
+            }
+            answer
+        })
+    };
+    match forward.await.ok().flatten() {
+        Some(answer) => ([(axum::http::header::CONTENT_TYPE, "application/json")], answer).into_response(),
+        None => axum::http::StatusCode::BAD_GATEWAY.into_response(),
+    }
+}
+
+impl RpcProxy {
+    pub async fn start(upstream: &str) -> anyhow::Result<RpcProxy> {
+        let (released, _) = tokio::sync::watch::channel(false);
+        let inner = Arc::new(ProxyInner {
+            upstream: upstream.to_string(),
+            http: http_client(),
+            counts: Mutex::new(HashMap::new()),
+            forwarded: Mutex::new(HashMap::new()),
+            hold_before: Default::default(),
+            hold_after: Default::default(),
+            released,
+        });
+        let app = axum::Router::new().route("/", axum::routing::post(proxy_call)).with_state(inner.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("http://{}", listener.local_addr()?);
+        let task = tokio::spawn(async move {
+            let _ = axum::serve(listener, app).await;
+        });
+        Ok(RpcProxy { url, inner, _task: task })
+    }
+
+    /// Calls of `method` that reached the proxy.
+    pub fn count(&self, method: &str) -> u64 {
+        self.inner.counts.lock().expect("counts").get(method).copied().unwrap_or(0)
+    }
+
+    /// Calls of `method` the proxy forwarded to the node (and heard back from).
+    pub fn forwarded(&self, method: &str) -> u64 {
+        self.inner.forwarded.lock().expect("forwarded").get(method).copied().unwrap_or(0)
+    }
+
+    /// Holds the next `n` broadcasts before forwarding them, until [`RpcProxy::release`].
+    pub fn hold_broadcasts(&self, n: usize) {
+        self.inner.hold_before.store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// Forwards the next `n` broadcasts, then holds their answers for 30 s.
+    pub fn swallow_answers(&self, n: usize) {
+        self.inner.hold_after.store(n, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    pub fn release(&self) {
+        let _ = self.inner.released.send(true);
+    }
+}
+
+/// `MG_EVM_CHAINS` for one chain 31337 at `url`, with `confirmations` and
+/// `replace_after_seconds`.
+pub fn evm_chains(url: &str, confirmations: u64, replace_after_seconds: f64) -> String {
+    json!([{"chain_id": 31337, "rpc_urls": [url], "confirmations": confirmations,
+            "replace_after_seconds": replace_after_seconds,
+            "max_fee_per_gas_wei": "100000000000", "max_priority_fee_per_gas_wei": "2000000000"}])
+    .to_string()
 }

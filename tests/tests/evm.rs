@@ -12,19 +12,37 @@ const WEI: u128 = 1_000_000_000_000_000_000;
 struct Evm {
     db: TestDb,
     anvil: Anvil,
+    /// The recording proxy every qtg process reaches the chain through, when asked for.
+    proxy: Option<RpcProxy>,
     api: Api,
     keys: Keys,
     env: Vec<(String, String)>,
 }
 
+/// How a test's chain is reached and configured.
+struct ChainSetup {
+    proxied: bool,
+    confirmations: u64,
+    replace_after_seconds: f64,
+}
+
+const PLAIN: ChainSetup = ChainSetup { proxied: false, confirmations: 1, replace_after_seconds: 120.0 };
+
 impl Evm {
     async fn start() -> anyhow::Result<Evm> {
+        Self::start_with(PLAIN, &[]).await
+    }
+
+    /// With the chain set up as `chain` and more settings.
+    async fn start_with(chain: ChainSetup, extra: &[(&str, &str)]) -> anyhow::Result<Evm> {
         let db = TestDb::new().await?;
         let anvil = Anvil::start().await?;
+        let proxy = if chain.proxied { Some(RpcProxy::start(&anvil.url).await?) } else { None };
+        let url = proxy.as_ref().map(|p| p.url.clone()).unwrap_or_else(|| anvil.url.clone());
         let registry = evm_registry(&db.name)?;
-        let env: Vec<(String, String)> = [
+        let mut env: Vec<(String, String)> = [
             ("MG_EXECUTOR_REGISTRY", registry.to_string_lossy().to_string()),
-            ("MG_EVM_CHAINS", anvil.chains()),
+            ("MG_EVM_CHAINS", evm_chains(&url, chain.confirmations, chain.replace_after_seconds)),
             ("MG_ANVIL0_PRIVATE_KEY", ANVIL_KEY_0.to_string()),
             ("MG_ANVIL1_PRIVATE_KEY", ANVIL_KEY_1.to_string()),
             ("MG_EXECUTOR_TIMEOUT_MS", "5000".to_string()),
@@ -34,10 +52,14 @@ impl Evm {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
+        for (k, v) in extra {
+            env.retain(|(key, _)| key != k);
+            env.push((k.to_string(), v.to_string()));
+        }
         let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         let api = Api::start(&db.url, &pairs).await?;
         let keys = Keys::create(&api).await?;
-        Ok(Evm { db, anvil, api, keys, env })
+        Ok(Evm { db, anvil, proxy, api, keys, env })
     }
 
     async fn worker(&self, binary: &str) -> anyhow::Result<Proc> {
@@ -68,6 +90,24 @@ impl Evm {
         .await?;
         anyhow::ensure!(m["request_state"] == state, "expected {state}: {m:#}");
         Ok(m)
+    }
+
+    async fn send_node(&self, movement: &str) -> anyhow::Result<uuid::Uuid> {
+        Ok(sqlx::query_scalar("SELECT id FROM movement_request_nodes WHERE request_id = $1::uuid")
+            .bind(movement)
+            .fetch_one(&self.db.pool)
+            .await?)
+    }
+
+    async fn refs(&self, node: uuid::Uuid) -> anyhow::Result<Value> {
+        Ok(sqlx::query_scalar("SELECT provider_refs FROM movement_request_nodes WHERE id = $1")
+            .bind(node)
+            .fetch_one(&self.db.pool)
+            .await?)
+    }
+
+    async fn eth(&self, who: &str) -> anyhow::Result<u128> {
+        self.anvil.quantity("eth_getBalance", json!([who, "latest"])).await
     }
 
     async fn reservation(&self, movement: &str) -> anyhow::Result<(i64, String)> {
@@ -239,6 +279,206 @@ async fn the_reaper_reclaims_an_abandoned_nonce_and_leaves_a_used_one_alone() ->
     evm.done(&next, "COMPLETED").await?;
     assert_eq!(evm.reservation(&next).await?, (gap, "consumed".to_string()));
     drop((dispatcher, observer, reaper));
+    evm.db.drop_db().await;
+    Ok(())
+}
+
+/// Call deadline 3 s (submit window 3.4 s with the harness' 0.2 s skew), grace 5 s, recovery
+/// every 0.3 s.
+const FAST_RECOVERY: [(&str, &str); 3] = [
+    ("MG_EXECUTOR_TIMEOUT_MS", "3000"),
+    ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "5"),
+    ("MG_NODE_RECOVERY_INTERVAL_SECONDS", "0.3"),
+];
+
+/// The dispatcher is killed after its transaction reached the chain and before it heard the
+/// answer: recovery finds the transaction by the hash recorded before the broadcast, and the
+/// chain saw one `eth_sendRawTransaction`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dispatcher_killed_after_broadcast_is_reconciled_by_hash() -> anyhow::Result<()> {
+    let evm = Evm::start_with(ChainSetup { proxied: true, ..PLAIN }, &FAST_RECOVERY).await?;
+    let rpc = evm.proxy.as_ref().expect("proxied");
+    evm.template("evm.eth", json!({"chain_id": 31337})).await?;
+    rpc.swallow_answers(1);
+    let mut killed = evm.worker("qtg-dispatcher").await?;
+    let observer = evm.worker("qtg-observer").await?;
+    let recovery = evm.worker("qtg-recovery").await?;
+    let before = evm.eth(ANVIL_ADDR_2).await?;
+    let start = evm.anvil.quantity("eth_getTransactionCount", json!([ANVIL_ADDR_0, "latest"])).await?;
+    let id = evm.movement("evm.eth", "ETH", "0.5", "evm-killed").await?;
+    wait_until("the transfer reaches the chain", Duration::from_secs(30), || async {
+        Ok(evm.anvil.quantity("eth_getTransactionCount", json!([ANVIL_ADDR_0, "latest"])).await? > start)
+    })
+    .await?;
+    killed.signal("KILL");
+    killed.wait_exit(Duration::from_secs(10)).await?;
+    let node = evm.send_node(&id).await?;
+    let state: String = sqlx::query_scalar("SELECT node_state FROM movement_request_nodes WHERE id = $1")
+        .bind(node)
+        .fetch_one(&evm.db.pool)
+        .await?;
+    assert_eq!(state, "SUBMITTING", "qtg never heard the answer");
+    let m = evm.done(&id, "COMPLETED").await.map_err(|e| anyhow::anyhow!("{e}\n{}", recovery.log()))?;
+    assert_eq!(node_key_refs(&m)["tx_hash"], evm.refs(node).await?["tx_hash"]);
+    assert_eq!(rpc.count("eth_sendRawTransaction"), 1, "one broadcast, never a second");
+    assert_eq!(evm.eth(ANVIL_ADDR_2).await? - before, WEI / 2);
+    drop((observer, recovery));
+    evm.db.drop_db().await;
+    Ok(())
+}
+
+fn node_key_refs(m: &Value) -> &Value {
+    &node(m, "send")["provider_refs"]
+}
+
+/// A dispatcher frozen after the arm, its broadcast not yet on the chain: recovery forces the
+/// nonce with a zero-value send and fails the attempt once that is final; the operator's
+/// retry moves the money with a new nonce; the thawed dispatcher's transaction is rejected by
+/// the chain (nonce consumed). One transfer on chain.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dispatcher_frozen_before_its_broadcast_loses_its_nonce_to_recovery() -> anyhow::Result<()> {
+    let evm = Evm::start_with(ChainSetup { proxied: true, ..PLAIN }, &FAST_RECOVERY).await?;
+    let rpc = evm.proxy.as_ref().expect("proxied");
+    evm.template("evm.eth", json!({"chain_id": 31337})).await?;
+    rpc.hold_broadcasts(1);
+    let frozen = evm.worker("qtg-dispatcher").await?;
+    let observer = evm.worker("qtg-observer").await?;
+    let recovery = evm.worker("qtg-recovery").await?;
+    let before = evm.eth(ANVIL_ADDR_2).await?;
+    let start = evm.anvil.quantity("eth_getTransactionCount", json!([ANVIL_ADDR_0, "latest"])).await?;
+    let id = evm.movement("evm.eth", "ETH", "0.5", "evm-frozen").await?;
+    wait_until("the broadcast reaches the proxy", Duration::from_secs(30), || async {
+        Ok(rpc.count("eth_sendRawTransaction") >= 1)
+    })
+    .await?;
+    frozen.signal("STOP");
+    let node = evm.send_node(&id).await?;
+    let first = evm.refs(node).await?;
+    let m = evm.done(&id, "FAILED").await.map_err(|e| anyhow::anyhow!("{e}\n{}", recovery.log()))?;
+    assert_eq!(qtg_tests::node(&m, "send")["error_code"], "EVM_NONCE_CONSUMED", "{m:#}");
+    let forced: (i64, Value) = sqlx::query_as(
+        "SELECT nonce, cancel_hashes FROM evm_nonce_reservation WHERE request_node_id = $1 AND status = 'consumed'",
+    )
+    .bind(node)
+    .fetch_one(&evm.db.pool)
+    .await?;
+    assert_eq!(forced.0 as u128, start, "the node's nonce was forced");
+    assert_eq!(forced.1.as_array().map(Vec::len), Some(1), "{forced:?}");
+    evm.api
+        .ok(
+            "POST",
+            &format!("/v3/movements/{id}/nodes/send/actions/retry"),
+            &evm.keys.operator,
+            Some(json!({"reason": "nonce forced by recovery"})),
+            200,
+        )
+        .await?;
+    let second = evm.worker("qtg-dispatcher").await?;
+    evm.done(&id, "COMPLETED").await?;
+    // The frozen process wakes; its held transaction reaches the chain and is refused.
+    frozen.signal("CONT");
+    rpc.release();
+    assert!(first["tx_hash"].is_null(), "the frozen attempt recorded no answer: {first}");
+    wait_until("the late broadcast reaches the chain", Duration::from_secs(20), || async {
+        Ok(rpc.forwarded("eth_sendRawTransaction") >= 3)
+    })
+    .await?;
+    let held: Vec<String> = serde_json::from_value(
+        sqlx::query_scalar::<_, Value>(
+            "SELECT tx_hashes FROM evm_nonce_reservation WHERE request_node_id = $1 AND status = 'consumed'",
+        )
+        .bind(node)
+        .fetch_one(&evm.db.pool)
+        .await?,
+    )?;
+    assert_eq!(held.len(), 1, "attempt 1's transfer, recorded before its broadcast");
+    assert!(evm.anvil.rpc("eth_getTransactionReceipt", json!([held[0]])).await?.is_null(), "refused: nonce consumed");
+    assert_eq!(evm.eth(ANVIL_ADDR_2).await? - before, WEI / 2, "one transfer on chain");
+    let end = evm.anvil.quantity("eth_getTransactionCount", json!([ANVIL_ADDR_0, "latest"])).await?;
+    assert_eq!(end - start, 2, "the forcing send and the retry's transfer, nothing else");
+    assert_eq!(request_state(&evm.db.pool, id.parse()?).await?, "COMPLETED", "the late answer changed nothing");
+    drop((frozen, second, observer, recovery));
+    evm.db.drop_db().await;
+    Ok(())
+}
+
+/// A transaction dropped from the pool is replaced after the chain's replace_after_seconds
+/// with the same nonce and a fee at least 10 % higher; every hash stays in provider_refs and
+/// one transfer lands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dropped_transaction_is_replaced_with_a_bumped_fee() -> anyhow::Result<()> {
+    let evm = Evm::start_with(ChainSetup { replace_after_seconds: 1.0, ..PLAIN }, &[]).await?;
+    evm.template("evm.eth", json!({"chain_id": 31337})).await?;
+    let dispatcher = evm.worker("qtg-dispatcher").await?;
+    let observer = evm.worker("qtg-observer").await?;
+    let before = evm.eth(ANVIL_ADDR_2).await?;
+    evm.anvil.rpc("evm_setAutomine", json!([false])).await?;
+    let id = evm.movement("evm.eth", "ETH", "0.25", "evm-dropped").await?;
+    let node = evm.send_node(&id).await?;
+    wait_until("the first broadcast", Duration::from_secs(30), || async {
+        Ok(evm.refs(node).await?["tx_hash"].is_string())
+    })
+    .await?;
+    let first = evm.refs(node).await?["tx_hash"].clone();
+    let first_fee = evm.refs(node).await?["max_fee_per_gas"].as_str().unwrap_or("0").parse::<u128>()?;
+    evm.anvil.rpc("anvil_dropTransaction", json!([first])).await?;
+    wait_until("a replacement", Duration::from_secs(30), || async {
+        Ok(evm.refs(node).await?["tx_hashes"].as_array().is_some_and(|h| h.len() == 2))
+    })
+    .await?;
+    evm.anvil.rpc("evm_mine", json!([])).await?;
+    evm.done(&id, "COMPLETED").await?;
+    let refs = evm.refs(node).await?;
+    let hashes = refs["tx_hashes"].as_array().cloned().unwrap_or_default();
+    assert_eq!(hashes[0], first, "{refs}");
+    assert_eq!(refs["tx_hash"], hashes[1], "the replacement is what was mined");
+    let mined = evm.anvil.rpc("eth_getTransactionByHash", json!([hashes[1]])).await?;
+    let fee = u128::from_str_radix(mined["maxFeePerGas"].as_str().unwrap_or("0x0").trim_start_matches("0x"), 16)?;
+    assert!(fee * 10 >= first_fee * 11, "bumped by at least 10 %: {first_fee} -> {fee}");
+    assert_eq!(evm.eth(ANVIL_ADDR_2).await? - before, WEI / 4, "one transfer");
+    drop((dispatcher, observer));
+    evm.db.drop_db().await;
+    Ok(())
+}
+
+/// A reorg takes the transfer's block away before it is final: the node goes back to
+/// observing (its block forgotten), the transfer lands again, and completes once final.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_reorg_returns_the_node_to_observing() -> anyhow::Result<()> {
+    let evm = Evm::start_with(ChainSetup { confirmations: 3, replace_after_seconds: 1.0, ..PLAIN }, &[]).await?;
+    evm.template("evm.eth", json!({"chain_id": 31337})).await?;
+    let dispatcher = evm.worker("qtg-dispatcher").await?;
+    let observer = evm.worker("qtg-observer").await?;
+    let before = evm.eth(ANVIL_ADDR_2).await?;
+    let snapshot = evm.anvil.rpc("evm_snapshot", json!([])).await?;
+    let id = evm.movement("evm.eth", "ETH", "0.3", "evm-reorg").await?;
+    let node = evm.send_node(&id).await?;
+    wait_until("the transfer is mined (not final)", Duration::from_secs(30), || async {
+        Ok(evm.refs(node).await?["block_number"].is_string())
+    })
+    .await?;
+    evm.anvil.rpc("evm_revert", json!([snapshot])).await?;
+    wait_until("the node forgets the block", Duration::from_secs(30), || async {
+        Ok(evm.refs(node).await?["block_number"].is_null())
+    })
+    .await?;
+    let state: String = sqlx::query_scalar("SELECT node_state FROM movement_request_nodes WHERE id = $1")
+        .bind(node)
+        .fetch_one(&evm.db.pool)
+        .await?;
+    assert_eq!(state, "OBSERVING");
+    // Blocks keep coming until it is final.
+    let m = loop {
+        evm.anvil.rpc("evm_mine", json!([])).await?;
+        let m = evm.api.ok("GET", &format!("/v3/movements/{id}"), &evm.keys.requester, None, 200).await?;
+        if m["request_state"] != "EXECUTING" {
+            break m;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    };
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+    assert_eq!(evm.eth(ANVIL_ADDR_2).await? - before, WEI * 3 / 10, "one transfer after the reorg");
+    drop((dispatcher, observer));
     evm.db.drop_db().await;
     Ok(())
 }

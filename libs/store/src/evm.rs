@@ -17,12 +17,17 @@ pub struct Reservation {
     pub request_node_id: Option<Uuid>,
     pub status: String,
     pub tx_hashes: Vec<String>,
+    /// Zero-value self-sends broadcast by recovery to force the nonce.
+    pub cancel_hashes: Vec<String>,
 }
 
-const COLUMNS: &str = "id, chain_id, address, nonce, request_node_id, status, tx_hashes";
+const COLUMNS: &str = "id, chain_id, address, nonce, request_node_id, status, tx_hashes, cancel_hashes";
+
+fn hashes(v: &serde_json::Value) -> Vec<String> {
+    v.as_array().map(|a| a.iter().filter_map(|h| h.as_str().map(str::to_string)).collect()).unwrap_or_default()
+}
 
 fn reservation(row: &sqlx::postgres::PgRow) -> Result<Reservation> {
-    let hashes: serde_json::Value = row.try_get("tx_hashes")?;
     Ok(Reservation {
         id: row.try_get("id")?,
         chain_id: row.try_get("chain_id")?,
@@ -30,10 +35,8 @@ fn reservation(row: &sqlx::postgres::PgRow) -> Result<Reservation> {
         nonce: row.try_get("nonce")?,
         request_node_id: row.try_get("request_node_id")?,
         status: row.try_get("status")?,
-        tx_hashes: hashes
-            .as_array()
-            .map(|a| a.iter().filter_map(|h| h.as_str().map(str::to_string)).collect())
-            .unwrap_or_default(),
+        tx_hashes: hashes(&row.try_get("tx_hashes")?),
+        cancel_hashes: hashes(&row.try_get("cancel_hashes")?),
     })
 }
 
@@ -118,6 +121,23 @@ pub async fn mark_broadcast(pool: &PgPool, id: i64, node: Uuid, hash: &str) -> R
     Ok(moved.rows_affected() == 1)
 }
 
+/// Records a zero-value self-send `hash` that recovery broadcasts to force the nonce, before
+/// the send. `false`: the reservation is no longer the node's live one.
+pub async fn mark_cancel(pool: &PgPool, id: i64, node: Uuid, hash: &str) -> Result<bool> {
+    let moved = sqlx::query(
+        "UPDATE evm_nonce_reservation
+            SET updated_at = now(),
+                cancel_hashes = CASE WHEN cancel_hashes ? $3 THEN cancel_hashes ELSE cancel_hashes || to_jsonb($3::text) END
+          WHERE id = $1 AND request_node_id = $2 AND status IN ('reserved', 'broadcast')",
+    )
+    .bind(id)
+    .bind(node)
+    .bind(hash.to_ascii_lowercase())
+    .execute(pool)
+    .await?;
+    Ok(moved.rows_affected() == 1)
+}
+
 /// The nonce is final on chain (`by` = the transaction hash that consumed it, the node's or
 /// another's).
 pub async fn mark_consumed(pool: &PgPool, id: i64, by: &str) -> Result<()> {
@@ -171,7 +191,7 @@ pub async fn reclaim(
         "WITH stale AS (
              SELECT r.id FROM evm_nonce_reservation r
                JOIN movement_request_nodes n ON n.id = r.request_node_id
-              WHERE r.status = 'reserved' AND r.tx_hashes = '[]'::jsonb
+              WHERE r.status = 'reserved' AND r.tx_hashes = '[]'::jsonb AND r.cancel_hashes = '[]'::jsonb
                 AND r.updated_at < now() - make_interval(secs => $1)
                 AND n.node_state NOT IN ('PREPARING', 'AWAITING_SIGNATURE', 'SUBMITTING', 'SUBMITTED', 'OBSERVING', 'UNKNOWN')
                 AND NOT EXISTS (SELECT 1 FROM artifacts a

@@ -31,6 +31,11 @@ pub struct ChainSpec {
     /// Deadline of one RPC call (default 5000 ms).
     #[serde(default)]
     pub timeout_ms: Option<u64>,
+    /// A broadcast transaction still unmined (dropped, or stuck below the market) after this
+    /// long is replaced with the same nonce and fees raised by at least 12.5 %, within the
+    /// caps (default 120 s).
+    #[serde(default)]
+    pub replace_after_seconds: Option<f64>,
 }
 
 fn one() -> u64 {

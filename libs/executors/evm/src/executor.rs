@@ -33,6 +33,7 @@ pub struct TransferExecutor {
     from: Address,
     chains: Arc<Chains>,
     pool: PgPool,
+    signers: crate::LocalSigners,
 }
 
 /// What the node moves, from its approved intent and config.
@@ -65,8 +66,14 @@ fn failed(code: &str, detail: impl Into<String>) -> ExecutionResult {
 }
 
 impl TransferExecutor {
-    pub fn new(key: &str, from: Address, chains: Arc<Chains>, pool: PgPool) -> Self {
-        TransferExecutor { key: key.to_string(), from, chains, pool }
+    pub fn new(key: &str, from: Address, chains: Arc<Chains>, pool: PgPool, signers: crate::LocalSigners) -> Self {
+        TransferExecutor { key: key.to_string(), from, chains, pool, signers }
+    }
+
+    /// The node's signer, when it is a local signer of this lane.
+    fn local_signer(&self, ctx: &ExecutionContext) -> Option<Arc<crate::LocalSigner>> {
+        let key = ctx.resolved_bindings.get("signer_key").and_then(Value::as_str)?;
+        self.signers.read().ok()?.get(key).cloned()
     }
 
     fn transfer(&self, ctx: &ExecutionContext) -> Result<Transfer, (String, String)> {
@@ -244,44 +251,207 @@ impl TransferExecutor {
         Ok(rs.into_iter().filter(|r| r.status != "released").map(|r| (r.id, r.nonce as u64, r.tx_hashes)).collect())
     }
 
+    async fn all_hashes(&self, node: Uuid, chain: &Chain) -> Result<Vec<String>, ExecutorError> {
+        // Reservations newest first; hashes in broadcast order within each: oldest first overall.
+        Ok(self.hashes(node, chain).await?.into_iter().rev().flat_map(|(_, _, h)| h).collect())
+    }
+
+    /// The node's live reservation on `chain`: `(id, nonce)`.
+    async fn live_reservation(&self, node: Uuid, chain: &Chain) -> Result<Option<(i64, u64)>, ExecutorError> {
+        let rs = nonces::of_node(&self.pool, node, chain.spec.chain_id as i64)
+            .await
+            .map_err(|e| ExecutorError::Unavailable(format!("nonce reservations: {e}")))?;
+        Ok(rs.into_iter().find(|r| r.status == "reserved" || r.status == "broadcast").map(|r| (r.id, r.nonce as u64)))
+    }
+
+    /// Fees for a replacement: at least 12.5 % over `(max_fee, tip)` (what the node last
+    /// broadcast) and at least the market's, within the chain's caps. `None` when the caps
+    /// leave no room for a 10 % raise.
+    async fn bumped_fees(&self, chain: &Chain, last: (u128, u128)) -> Result<Option<(u128, u128)>, ExecutorError> {
+        let block = chain.rpc.call("eth_getBlockByNumber", json!(["latest", false])).await.map_err(rpc_down)?;
+        let base = block.get("baseFeePerGas").and_then(parse_quantity).unwrap_or(0);
+        let market_tip = chain.rpc.quantity("eth_maxPriorityFeePerGas", json!([])).await.unwrap_or(1_000_000_000);
+        let bump = |v: u128| v.saturating_mul(9).div_ceil(8);
+        let tip = bump(last.1).max(market_tip).min(chain.max_priority_fee);
+        let max_fee = bump(last.0).max(base.saturating_mul(2).saturating_add(tip)).min(chain.max_fee);
+        let raised = |new: u128, old: u128| new.saturating_mul(10) >= old.saturating_mul(11);
+        if !raised(max_fee, last.0) || !raised(tip, last.1) {
+            return Ok(None);
+        }
+        Ok(Some((max_fee, tip.min(max_fee))))
+    }
+
+    /// Replaces the node's unmined transaction: the same nonce, recipient and amount, fees
+    /// raised, signed by the node's own signer under the same policy (the approved intent),
+    /// its hash recorded before the broadcast. `None` when it cannot (no local signer, caps).
+    async fn replace(
+        &self,
+        ctx: &ExecutionContext,
+        t: &Transfer,
+        node: Uuid,
+    ) -> Result<Option<ExecutionResult>, ExecutorError> {
+        let chain = &t.chain;
+        let Some(signer) = self.local_signer(ctx) else { return Ok(None) };
+        let Some((reservation, nonce)) = self.live_reservation(node, chain).await? else { return Ok(None) };
+        let num = |k: &str| ctx.provider_refs.get(k).and_then(Value::as_str).and_then(|v| v.parse::<u128>().ok());
+        let (Some(last_fee), Some(last_tip)) = (num("max_fee_per_gas"), num("max_priority_fee_per_gas")) else {
+            return Ok(None);
+        };
+        let Some((max_fee, tip)) = self.bumped_fees(chain, (last_fee, last_tip)).await? else {
+            tracing::warn!(executor_key = %self.key, nonce, "the transaction is unmined and the fee caps leave no room to replace it");
+            return Ok(None);
+        };
+        let gas_limit = ctx.provider_refs.get("gas_limit").and_then(Value::as_u64).unwrap_or(NATIVE_GAS);
+        if let Some(cap) =
+            ctx.risk_controls.get("max_fee_wei").and_then(Value::as_str).and_then(|s| s.parse::<u128>().ok())
+        {
+            if u128::from(gas_limit).saturating_mul(max_fee) > cap {
+                return Ok(None);
+            }
+        }
+        let (to, value, input) = match t.token {
+            None => (t.recipient, t.amount, Bytes::new()),
+            Some(token) => (token, U256::ZERO, transfer_calldata(t.recipient, t.amount)),
+        };
+        let tx = TxEip1559 {
+            chain_id: chain.spec.chain_id,
+            nonce,
+            gas_limit,
+            max_fee_per_gas: max_fee,
+            max_priority_fee_per_gas: tip,
+            to: TxKind::Call(to),
+            value,
+            access_list: Default::default(),
+            input,
+        };
+        let payload = TxPayload::of(&tx, self.from, reservation, t.token, t.recipient, t.amount);
+        let text = canonical_json(&serde_json::to_value(&payload).unwrap_or(Value::Null));
+        let prepared = PreparedAction::new(&ctx.action_type, PAYLOAD_FORMAT, text, true);
+        let key = ctx.resolved_bindings.get("signer_key").and_then(Value::as_str).unwrap_or_default();
+        let request = qtg_core::SignRequest::build(ctx, key, &prepared);
+        let signed = match qtg_executor::Signer::sign(signer.as_ref(), &request).await {
+            Ok(s) => s,
+            Err(e) => {
+                tracing::warn!(executor_key = %self.key, nonce, error = %e, "the signer refused the replacement");
+                return Ok(None);
+            }
+        };
+        let (Some(raw), Some(hash)) = (signed.signed_payload, signed.signed_tx_hash) else { return Ok(None) };
+        if !nonces::mark_broadcast(&self.pool, reservation, node, &hash)
+            .await
+            .map_err(|e| ExecutorError::Unavailable(e.to_string()))?
+        {
+            return Ok(None);
+        }
+        tracing::info!(executor_key = %self.key, nonce, tx_hash = %hash, max_fee_per_gas = max_fee, "replacing an unmined transaction with raised fees");
+        if let Err(e) = chain.rpc.call("eth_sendRawTransaction", json!([raw])).await {
+            tracing::warn!(executor_key = %self.key, tx_hash = %hash, error = %e, "the replacement was not accepted");
+        }
+        let mut r = ExecutionResult::new(NodeState::Observing);
+        r.provider_ref_id = Some(hash.clone());
+        r.provider_state = Some("replaced".into());
+        r.provider_refs.insert("tx_hash".into(), json!(hash));
+        r.provider_refs.insert("max_fee_per_gas".into(), json!(max_fee.to_string()));
+        r.provider_refs.insert("max_priority_fee_per_gas".into(), json!(tip.to_string()));
+        r.provider_refs.insert("broadcast_at".into(), json!(chrono::Utc::now().to_rfc3339()));
+        r.provider_refs.insert("tx_hashes".into(), json!(self.all_hashes(node, chain).await?));
+        r.retry_after_seconds = Some(POLL_SECONDS);
+        Ok(Some(r))
+    }
+
+    /// Recovery's last resort for an attempt nothing of which is known to the chain: a
+    /// zero-value send to the from-address with the node's nonce, by the node's own local
+    /// signer, recorded before the broadcast. Once final, no transaction of the node can be
+    /// mined and recovery answers FAILED; until then, UNKNOWN.
+    async fn force_nonce(
+        &self,
+        ctx: &ExecutionContext,
+        chain: &Chain,
+        node: Uuid,
+    ) -> Result<Option<ExecutionResult>, ExecutorError> {
+        let Some(signer) = self.local_signer(ctx) else { return Ok(None) };
+        let Some((reservation, nonce)) = self.live_reservation(node, chain).await? else { return Ok(None) };
+        let num = |k: &str| ctx.provider_refs.get(k).and_then(Value::as_str).and_then(|v| v.parse::<u128>().ok());
+        let last = (num("max_fee_per_gas").unwrap_or(0), num("max_priority_fee_per_gas").unwrap_or(0));
+        let fees = match self.bumped_fees(chain, last).await? {
+            Some(f) => f,
+            None => (chain.max_fee, chain.max_priority_fee),
+        };
+        let (raw, hash) =
+            signer.sign_cancel(chain.spec.chain_id, nonce, fees.0, fees.1).map_err(ExecutorError::Unavailable)?;
+        if !nonces::mark_cancel(&self.pool, reservation, node, &hash)
+            .await
+            .map_err(|e| ExecutorError::Unavailable(e.to_string()))?
+        {
+            return Ok(None);
+        }
+        tracing::warn!(executor_key = %self.key, nonce, tx_hash = %hash, "forcing the nonce with a zero-value send: nothing of this attempt is known to the chain");
+        if let Err(e) = chain.rpc.call("eth_sendRawTransaction", json!([raw])).await {
+            tracing::warn!(executor_key = %self.key, tx_hash = %hash, error = %e, "the nonce-forcing send was not accepted");
+        }
+        let mut r = ExecutionResult::new(NodeState::Unknown);
+        r.provider_state = Some("forcing_nonce".into());
+        r.provider_refs.insert("cancel_tx_hash".into(), json!(hash));
+        r.error_code = Some("EVM_FORCING_NONCE".into());
+        r.error_detail = Some(format!(
+            "nothing of this attempt is known to the chain: nonce {nonce} is being consumed by a zero-value send ({hash}); \
+             once it is final the attempt is FAILED and a retry uses a new nonce"
+        ));
+        r.retry_after_seconds = Some(POLL_SECONDS);
+        Ok(Some(r))
+    }
+
     /// Where the node's transactions are: any of its hashes mined or pending, else whether a
     /// final transaction that is not the node's consumed its nonce.
     async fn locate(&self, node: Uuid, chain: &Chain) -> Result<(Onchain, Option<i64>), ExecutorError> {
         let rpc = &chain.rpc;
+        let reservations = self.hashes(node, chain).await?;
+        // Any transaction the node ever broadcast, under any of its reservations: mined first.
         let mut pending = None;
-        let mut reservation = None;
-        for (id, nonce, hashes) in self.hashes(node, chain).await? {
-            reservation.get_or_insert(id);
-            for h in &hashes {
+        for (id, _, hashes) in &reservations {
+            for h in hashes {
                 let receipt = rpc.call("eth_getTransactionReceipt", json!([h])).await.map_err(rpc_down)?;
                 if let Some(block) = receipt.get("blockNumber").and_then(parse_quantity) {
                     let head = rpc.quantity("eth_blockNumber", json!([])).await.map_err(rpc_down)?;
                     let ok = receipt.get("status").and_then(parse_quantity) == Some(1);
                     let confirmations = head.saturating_sub(block).saturating_add(1) as u64;
-                    return Ok((Onchain::Mined { hash: h.clone(), block, confirmations, ok }, Some(id)));
+                    return Ok((Onchain::Mined { hash: h.clone(), block, confirmations, ok }, Some(*id)));
                 }
                 if pending.is_none() {
                     let tx = rpc.call("eth_getTransactionByHash", json!([h])).await.map_err(rpc_down)?;
                     if !tx.is_null() {
-                        pending = Some(h.clone());
+                        pending = Some((h.clone(), *id));
                     }
                 }
             }
-            if let Some(hash) = pending.take() {
-                return Ok((Onchain::Pending { hash }, Some(id)));
-            }
-            // None of its hashes is known: has a final transaction consumed the nonce?
-            let head = rpc.quantity("eth_blockNumber", json!([])).await.map_err(rpc_down)?;
-            let final_block = head.saturating_sub(u128::from(chain.spec.confirmations.saturating_sub(1)));
-            let count = rpc
-                .quantity("eth_getTransactionCount", json!([Self::address(self.from), quantity(final_block)]))
-                .await
-                .map_err(rpc_down)?;
-            if count > u128::from(nonce) {
-                return Ok((Onchain::ConsumedByOther, Some(id)));
-            }
         }
-        Ok((Onchain::Absent, reservation))
+        if let Some((hash, id)) = pending {
+            return Ok((Onchain::Pending { hash }, Some(id)));
+        }
+        // Nothing of the node's is known: has a final transaction consumed its live nonce?
+        let Some((id, nonce, _)) = reservations.into_iter().next() else { return Ok((Onchain::Absent, None)) };
+        let head = rpc.quantity("eth_blockNumber", json!([])).await.map_err(rpc_down)?;
+        let final_block = head.saturating_sub(u128::from(chain.spec.confirmations.saturating_sub(1)));
+        let count = rpc
+            .quantity("eth_getTransactionCount", json!([Self::address(self.from), quantity(final_block)]))
+            .await
+            .map_err(rpc_down)?;
+        if count > u128::from(nonce) {
+            return Ok((Onchain::ConsumedByOther, Some(id)));
+        }
+        Ok((Onchain::Absent, Some(id)))
+    }
+
+    /// Whether the node's last broadcast is older than the chain's `replace_after_seconds`.
+    fn stale(&self, ctx: &ExecutionContext, chain: &Chain) -> bool {
+        let after = chain.spec.replace_after_seconds.unwrap_or(120.0);
+        ctx.provider_refs
+            .get("broadcast_at")
+            .and_then(Value::as_str)
+            .and_then(|t| chrono::DateTime::parse_from_rfc3339(t).ok())
+            .is_some_and(|t| {
+                (chrono::Utc::now() - t.with_timezone(&chrono::Utc)).num_milliseconds() as f64 / 1000.0 >= after
+            })
     }
 
     /// What observe and recover answer for the node's transactions.
@@ -305,6 +475,15 @@ impl TransferExecutor {
                 Ok::<_, ExecutorError>(())
             }
         };
+        // Dropped (or gone with a reorg) for a while: the same transfer again, fees raised.
+        if matches!(where_, Onchain::Absent) && !recovering && self.stale(ctx, chain) {
+            if let Some(mut r) = self.replace(ctx, t, node).await? {
+                r.provider_refs.insert("block_number".into(), Value::Null);
+                r.provider_refs.insert("confirmations".into(), Value::Null);
+                r.provider_refs.insert("chain_id".into(), json!(chain.spec.chain_id));
+                return Ok(r);
+            }
+        }
         let mut r = match where_ {
             Onchain::Mined { hash, block, confirmations, ok } => {
                 let final_ = confirmations >= chain.spec.confirmations;
@@ -330,6 +509,18 @@ impl TransferExecutor {
                 r.provider_refs.insert("confirmations".into(), json!(confirmations));
                 r
             }
+            Onchain::Pending { hash } if !recovering && self.stale(ctx, chain) => {
+                match self.replace(ctx, t, node).await? {
+                    Some(r) => r,
+                    None => {
+                        let mut r = ExecutionResult::new(NodeState::Observing);
+                        r.provider_ref_id = Some(hash.clone());
+                        r.provider_state = Some("pending_unreplaceable".into());
+                        r.retry_after_seconds = Some(POLL_SECONDS * 5.0);
+                        r
+                    }
+                }
+            }
             Onchain::Pending { hash } => {
                 let mut r = ExecutionResult::new(if recovering { NodeState::Submitted } else { NodeState::Observing });
                 r.provider_ref_id = Some(hash.clone());
@@ -342,23 +533,30 @@ impl TransferExecutor {
                 consumed("other").await?;
                 failed("EVM_NONCE_CONSUMED", "a final transaction that is not this node's consumed its nonce; none of its transactions can be mined")
             }
-            Onchain::Absent => {
-                let had_block = ctx.provider_refs.get("block_number").is_some_and(|b| !b.is_null());
-                let mut r = ExecutionResult::new(if recovering { NodeState::Unknown } else { NodeState::Observing });
-                r.provider_state = Some(if had_block { "reorged".into() } else { "not_found".into() });
-                if had_block {
-                    // Its block is gone (a reorg): observing again until it is mined anew.
-                    r.provider_refs.insert("block_number".into(), Value::Null);
-                    r.provider_refs.insert("confirmations".into(), Value::Null);
-                }
-                if recovering {
+            Onchain::Absent if recovering => match self.force_nonce(ctx, chain, node).await? {
+                Some(r) => r,
+                None => {
+                    let mut r = ExecutionResult::new(NodeState::Unknown);
                     r.error_code = Some("EVM_NOT_FOUND".into());
                     r.error_detail = Some(
                         "no transaction of this node is known to the chain and its nonce is not consumed; recovery asks again"
                             .into(),
                     );
+                    r.retry_after_seconds = Some(POLL_SECONDS * 5.0);
+                    r
                 }
-                r.retry_after_seconds = Some(POLL_SECONDS * 5.0);
+            },
+            Onchain::Absent => {
+                let had_block = ctx.provider_refs.get("block_number").is_some_and(|b| !b.is_null());
+                let mut r = ExecutionResult::new(NodeState::Observing);
+                r.provider_state = Some(if had_block { "reorged".into() } else { "not_found".into() });
+                if had_block {
+                    // Its block is gone (a reorg): observing again until it is mined anew.
+                    tracing::warn!(executor_key = %self.key, "the transaction's block is gone (reorg); observing again");
+                    r.provider_refs.insert("block_number".into(), Value::Null);
+                    r.provider_refs.insert("confirmations".into(), Value::Null);
+                }
+                r.retry_after_seconds = Some(POLL_SECONDS);
                 r
             }
         };
@@ -445,6 +643,11 @@ impl Executor for TransferExecutor {
         r.provider_refs.insert("nonce".into(), json!(payload.nonce));
         r.provider_refs.insert("from".into(), json!(Self::address(payload.from)));
         r.provider_refs.insert("chain_id".into(), json!(payload.chain_id));
+        r.provider_refs.insert("gas_limit".into(), json!(payload.gas_limit));
+        r.provider_refs.insert("max_fee_per_gas".into(), json!(payload.max_fee_per_gas));
+        r.provider_refs.insert("max_priority_fee_per_gas".into(), json!(payload.max_priority_fee_per_gas));
+        r.provider_refs.insert("broadcast_at".into(), json!(chrono::Utc::now().to_rfc3339()));
+        r.provider_refs.insert("tx_hashes".into(), json!(self.all_hashes(node, &chain).await?));
         r.provider_ref_id = Some(hash.clone());
         r.retry_after_seconds = Some(1.0);
         tracing::info!(executor_key = %self.key, chain_id = payload.chain_id, nonce = payload.nonce, tx_hash = %hash, "broadcasting");

@@ -31,9 +31,15 @@ pub use executor::TransferExecutor;
 pub use rpc::{Rpc, RpcError};
 pub use signer::LocalSigner;
 
+/// The local signers this lane built, by registry key: a transfer executor asks the node's
+/// own signer (when it is one of these) for a fee-bumped replacement — under the same policy —
+/// and, in recovery, for a zero-value send that forces the nonce.
+pub type LocalSigners = Arc<std::sync::RwLock<std::collections::HashMap<String, Arc<LocalSigner>>>>;
+
 pub struct EvmLane {
     pool: sqlx::PgPool,
     chains: Arc<Chains>,
+    signers: LocalSigners,
 }
 
 /// The lane's factory (listed in `services/common/src/lanes.rs`): reads `MG_EVM_CHAINS`.
@@ -42,7 +48,7 @@ pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, String> {
         Some(text) => chains::parse(&text)?,
         None => Chains::new(),
     };
-    Ok(Box::new(EvmLane { pool: ctx.pool.clone(), chains: Arc::new(chains) }))
+    Ok(Box::new(EvmLane { pool: ctx.pool.clone(), chains: Arc::new(chains), signers: LocalSigners::default() }))
 }
 
 #[derive(Deserialize)]
@@ -78,7 +84,7 @@ impl LanePlugin for EvmLane {
         if key.split('.').nth(2) != Some("transfer") {
             return Err(format!("entry {key:?}: the evm lane serves exec.evm.transfer[.<suffix>]"));
         }
-        Ok(Arc::new(TransferExecutor::new(key, from, self.chains.clone(), self.pool.clone())))
+        Ok(Arc::new(TransferExecutor::new(key, from, self.chains.clone(), self.pool.clone(), self.signers.clone())))
     }
 
     fn signer(&self, key: &str, table: Option<&toml::Table>, setting: Setting<'_>) -> Result<Arc<dyn Signer>, String> {
@@ -95,6 +101,11 @@ impl LanePlugin for EvmLane {
                 None => return Err(format!("the signer's key is not set: {var} (or {file})")),
             },
         };
-        Ok(Arc::new(LocalSigner::new(key, &secret)?))
+        let signer = Arc::new(LocalSigner::new(key, &secret)?);
+        self.signers
+            .write()
+            .map_err(|_| "the lane's signer map is poisoned".to_string())?
+            .insert(key.to_string(), signer.clone());
+        Ok(signer)
     }
 }

@@ -42,6 +42,27 @@ impl LocalSigner {
         self.wallet.address()
     }
 
+    /// Recovery's zero-value send to itself with `nonce`: it moves nothing but gas, so it needs
+    /// no approved intent; once final it consumes the nonce, and no other transaction with
+    /// that nonce can be mined. Answers the raw transaction and its hash.
+    pub fn sign_cancel(&self, chain_id: u64, nonce: u64, max_fee: u128, tip: u128) -> Result<(String, String), String> {
+        let tx = alloy::consensus::TxEip1559 {
+            chain_id,
+            nonce,
+            gas_limit: 21_000,
+            max_fee_per_gas: max_fee,
+            max_priority_fee_per_gas: tip.min(max_fee),
+            to: alloy::primitives::TxKind::Call(self.address()),
+            value: U256::ZERO,
+            access_list: Default::default(),
+            input: Default::default(),
+        };
+        let signature = self.wallet.sign_hash_sync(&tx.signature_hash()).map_err(|e| format!("signing failed: {e}"))?;
+        let envelope = TxEnvelope::from(tx.into_signed(signature));
+        tracing::info!(signer_key = %self.key, chain_id, nonce, tx_hash = %envelope.tx_hash(), "signed a zero-value send to force the nonce");
+        Ok((format!("0x{}", alloy::primitives::hex::encode(envelope.encoded_2718())), envelope.tx_hash().to_string()))
+    }
+
     /// Why the transaction must not be signed, if it must not.
     fn policy(&self, req: &SignRequest, p: &TxPayload) -> Result<(), String> {
         let intent = &req.signing_intent;

@@ -482,3 +482,39 @@ async fn a_reorg_returns_the_node_to_observing() -> anyhow::Result<()> {
     evm.db.drop_db().await;
     Ok(())
 }
+
+/// The address that signed must be the signer's enrolled identity: a signature by any other
+/// address fails the node before anything is broadcast.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_signature_by_another_address_than_the_enrolled_one_is_not_sent() -> anyhow::Result<()> {
+    let evm = Evm::start_with(PLAIN, &[("MG_EXECUTOR_HEALTH_INTERVAL_SECONDS", "0.5")]).await?;
+    evm.template("evm.eth", json!({"chain_id": 31337})).await?;
+    // The health worker lists the signer (with its observed address); an admin enrols another.
+    let health = evm.worker("qtg-health").await?;
+    wait_until("the signer is on the roster", Duration::from_secs(20), || async {
+        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM signers WHERE signer_key = 'signer.evm.local'")
+            .fetch_one(&evm.db.pool)
+            .await?;
+        Ok(n == 1)
+    })
+    .await?;
+    evm.api
+        .ok(
+            "PUT",
+            "/v3/signers/signer.evm.local/expected-identity",
+            &evm.api.admin_key,
+            Some(json!({"address": ANVIL_ADDR_2})),
+            200,
+        )
+        .await?;
+    let dispatcher = evm.worker("qtg-dispatcher").await?;
+    let start = evm.anvil.quantity("eth_getTransactionCount", json!([ANVIL_ADDR_0, "latest"])).await?;
+    let id = evm.movement("evm.eth", "ETH", "0.1", "evm-identity").await?;
+    let m = evm.done(&id, "FAILED").await?;
+    assert_eq!(node(&m, "send")["error_code"], "SIGNER_IDENTITY_MISMATCH", "{m:#}");
+    let end = evm.anvil.quantity("eth_getTransactionCount", json!([ANVIL_ADDR_0, "latest"])).await?;
+    assert_eq!(end, start, "nothing was broadcast");
+    drop((health, dispatcher));
+    evm.db.drop_db().await;
+    Ok(())
+}

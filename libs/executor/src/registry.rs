@@ -128,6 +128,10 @@ pub trait LanePlugin: Send + Sync {
         config: Option<&toml::Table>,
         setting: Setting<'_>,
     ) -> Result<Arc<dyn Executor>, String>;
+    /// How this lane's venue fences a stale attempt, for entries that declare no `fence`.
+    fn fence(&self) -> Fence {
+        Fence::VenueDeadline
+    }
     /// The signer of entry `key`; a lane without signers refuses.
     fn signer(&self, key: &str, config: Option<&toml::Table>, setting: Setting<'_>) -> Result<Arc<dyn Signer>, String> {
         let _ = (config, setting);
@@ -174,10 +178,11 @@ impl Registry {
         let mut registry = Registry::default();
         for (key, spec) in &file.executors {
             let lane = spec.lane.unwrap_or_else(|| Lane::from_executor_key(key));
-            let fence = spec.fence.unwrap_or(match spec.transport {
-                Transport::Local => Fence::VenueDeadline,
-                Transport::Grpc | Transport::Http => Fence::None,
-            });
+            let fence = match (spec.fence, spec.transport) {
+                (Some(f), _) => f,
+                (None, Transport::Local) => lane_of(key, spec, lanes)?.fence(),
+                (None, Transport::Grpc | Transport::Http) => Fence::None,
+            };
             let timeout = match spec.transport {
                 Transport::Local => None,
                 _ => Some(std::time::Duration::from_millis(spec.timeout_ms.unwrap_or(DEFAULT_REMOTE_TIMEOUT_MS))),

@@ -213,21 +213,27 @@ pub async fn void_unsent(
     attempt_no: i32,
     reason: &str,
 ) -> Result<Option<SubmitKey>> {
-    let mut tx = pool.begin().await?;
-    lock_node(&mut tx, node).await?;
-    let sent = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM cex_submit_keys WHERE idempotency_key = $1 AND status = 'sent'"
-    )))
+    // One statement: a key a submit marks sent meanwhile is never voided here (the conflict
+    // update re-checks the row's current status).
+    let voided = sqlx::query(
+        "INSERT INTO cex_submit_keys (idempotency_key, venue, request_node_id, attempt_no, status, void_reason)
+         VALUES ($1, $2, $3, $4, 'void', $5)
+         ON CONFLICT (idempotency_key) DO UPDATE SET status = 'void', void_reason = $5, updated_at = now()
+          WHERE cex_submit_keys.status <> 'sent'
+         RETURNING status",
+    )
     .bind(idempotency_key)
-    .fetch_optional(&mut *tx)
-    .await?
-    .map(|r| key_of(&r))
-    .transpose()?;
-    if sent.is_none() {
-        upsert_void(&mut tx, idempotency_key, venue, node, attempt_no, reason).await?;
+    .bind(venue)
+    .bind(node)
+    .bind(attempt_no)
+    .bind(reason)
+    .fetch_optional(pool)
+    .await?;
+    if voided.is_some() {
+        return Ok(None);
     }
-    tx.commit().await?;
-    Ok(sent)
+    let sent = get(pool, idempotency_key).await?;
+    Ok(sent.filter(|k| k.status == KeyStatus::Sent))
 }
 
 /// `sent` → `void`: the venue's time is past the key's deadline and its history has no such

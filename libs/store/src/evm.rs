@@ -178,8 +178,9 @@ pub struct Reclaimed {
 }
 
 /// The reaper: releases reservations older than `age_seconds` that nothing was ever broadcast
-/// with and that no attempt ever signed with (no `sign_result` artifact of the node since the
-/// reservation was made), held by a node that is not in flight — never the nonce of an armed
+/// with and that no signer can hold a signature for (no `sign_result` artifact of the node
+/// since the reservation was made, and no prepared action handed to a signer unless the
+/// signer refused it), held by a node that is not in flight — never the nonce of an armed
 /// attempt. One audit row per reclaim, in the same transaction. At most `limit` a call.
 pub async fn reclaim(
     conn: &mut sqlx::PgConnection,
@@ -194,8 +195,12 @@ pub async fn reclaim(
               WHERE r.status = 'reserved' AND r.tx_hashes = '[]'::jsonb AND r.cancel_hashes = '[]'::jsonb
                 AND r.updated_at < now() - make_interval(secs => $1)
                 AND n.node_state NOT IN ('PREPARING', 'AWAITING_SIGNATURE', 'SUBMITTING', 'SUBMITTED', 'OBSERVING', 'UNKNOWN')
+                -- Never after a signer may have signed: a signature stored at the arm, or a prepared
+                -- action handed to a signer that did not answer (a refusal proves none exists).
                 AND NOT EXISTS (SELECT 1 FROM artifacts a
-                                 WHERE a.request_node_id = n.id AND a.kind = 'sign_result' AND a.created_at >= r.created_at)
+                                 WHERE a.request_node_id = n.id AND a.created_at >= r.created_at
+                                   AND (a.kind = 'sign_result'
+                                        OR (a.kind = 'prepared_action' AND n.error_code IS DISTINCT FROM 'SIGNER_REFUSED')))
               ORDER BY r.id
               LIMIT $2
               FOR UPDATE OF r, n SKIP LOCKED)

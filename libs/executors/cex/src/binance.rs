@@ -116,7 +116,9 @@ impl BinanceVenue {
             // Invalid API key, signature or permissions, whatever the HTTP status.
             _ if matches!(code, -2014 | -2015 | -1022 | -1002) => VenueError::Auth { status, code, msg },
             418 | 429 => VenueError::RateLimited { status, retry_after },
-            400..=499 => VenueError::Rejected { status, code, msg },
+            // Only a refusal the venue documents as "not processed" proves nothing was done;
+            // any other 4xx (a backend timeout, an unknown code) leaves the outcome unknown.
+            400..=499 if refused_before_processing(code) => VenueError::Rejected { status, code, msg },
             _ => VenueError::Server { status, body: clip(&text) },
         })
     }
@@ -138,6 +140,14 @@ impl BinanceVenue {
         let v = self.read("/sapi/v1/capital/withdraw/history", params).await?;
         array(&v, "withdraw/history")?.iter().map(withdrawal).collect()
     }
+}
+
+/// The venue's error codes that mean the request was refused before it was processed: the
+/// timestamp, signature and parameter checks (-1021, -1022, -11xx) and the withdrawal's own
+/// validations (-4xxx). -1000 (unknown), -1006 / -1007 (execution status unknown) and
+/// anything else are not proof.
+fn refused_before_processing(code: i64) -> bool {
+    matches!(code, -1021 | -1022 | -1199..=-1100 | -4999..=-4000)
 }
 
 /// `params`, `timestamp` and `recvWindow`, url-encoded in that order: what is signed.
@@ -403,5 +413,11 @@ mod tests {
         assert_eq!(w.apply_time.unwrap().to_rfc3339(), "2019-10-12T11:12:02+00:00");
         assert_eq!(w.status, 6);
         assert!(withdrawal(&serde_json::json!({"id": "x"})).is_err());
+        assert!(
+            refused_before_processing(-1021) && refused_before_processing(-1102) && refused_before_processing(-4026)
+        );
+        assert!(
+            !refused_before_processing(-1007) && !refused_before_processing(-1000) && !refused_before_processing(0)
+        );
     }
 }

@@ -79,13 +79,13 @@ impl EntryConfig {
                 config.base_url
             ));
         }
-        for (name, v) in [
-            ("lookback_seconds", config.lookback_seconds),
-            ("history_lag_seconds", config.history_lag_seconds),
-            ("deposit_lookback_seconds", config.deposit_lookback_seconds),
+        for (name, v, max) in [
+            ("lookback_seconds", config.lookback_seconds, 7.0 * 86_400.0),
+            ("history_lag_seconds", config.history_lag_seconds, 3_600.0),
+            ("deposit_lookback_seconds", config.deposit_lookback_seconds, 90.0 * 86_400.0),
         ] {
-            if v.is_some_and(|s| !s.is_finite() || s < 0.0) {
-                return Err(format!("config.{name} must be a number >= 0"));
+            if v.is_some_and(|s| !s.is_finite() || !(0.0..=max).contains(&s)) {
+                return Err(format!("config.{name} must be a number of seconds from 0 to {max}"));
             }
         }
         if config.max_recv_window_ms.is_some_and(|w| !(1000..=60_000).contains(&w)) {

@@ -214,7 +214,14 @@ impl CexExecutor {
         let key = req.client_id.clone();
         let name = venue.name().to_string();
         if !keys::mark_sent(&pool, &key).await? {
-            return Ok(Sent::Voided);
+            // Voided by recovery — or marked sent by a concurrent submit of the same key,
+            // whose request may be on its way: then this call knows nothing for sure.
+            return Ok(match keys::get(&pool, &key).await?.map(|k| k.status) {
+                Some(keys::KeyStatus::Sent) => {
+                    Sent::Unknown(VenueError::NoAnswer("another call is sending this key".into()))
+                }
+                _ => Sent::Voided,
+            });
         }
         // Nothing left yet: a key this call voids is its own.
         let t = match venue.server_time().await {
@@ -560,6 +567,8 @@ impl CexExecutor {
         p: &WithdrawPayload,
         started_at: DateTime<Utc>,
     ) -> Result<ExecutionResult, VenueError> {
+        // The venue's time before its history: absence is judged by a history read after it.
+        let now = self.venue.server_time().await?;
         let by_id = self.venue.withdrawals_by_client_id(&p.coin, key).await?;
         if let [w] = by_id.as_slice() {
             tracing::info!(idempotency_key = key, withdrawal_id = %w.id, "reconciled by client id");
@@ -568,7 +577,6 @@ impl CexExecutor {
                 .insert(RECONCILIATION.into(), json!({"outcome": "matched", "by": "client_id", "withdrawal_id": w.id}));
             return Ok(r);
         }
-        let now = self.venue.server_time().await?;
         let from = started_at - chrono::Duration::seconds(60);
         let until = started_at + self.config.lookback();
         let history = if by_id.is_empty() {

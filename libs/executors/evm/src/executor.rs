@@ -12,6 +12,7 @@ use alloy::eips::eip2718::Decodable2718;
 use alloy::primitives::{Address, Bytes, TxKind, U256};
 use async_trait::async_trait;
 use qtg_core::hash::canonical_json;
+use qtg_core::markers::MANUAL_REVIEW_REQUIRED;
 use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction};
 use qtg_executor::{Executor, ExecutorError, Prepared, Submission};
 use qtg_store::evm as nonces;
@@ -61,6 +62,44 @@ fn rpc_down(e: RpcError) -> ExecutorError {
     ExecutorError::Unavailable(e.to_string())
 }
 
+/// `risk_controls.max_fee_wei`: a decimal string or an integer; anything else is refused.
+fn fee_cap(risk: &Value) -> Result<Option<u128>, String> {
+    match risk.get("max_fee_wei") {
+        None | Some(Value::Null) => Ok(None),
+        Some(Value::String(s)) => {
+            s.parse::<u128>().map(Some).map_err(|_| format!("max_fee_wei {s:?} is not a number of wei"))
+        }
+        Some(Value::Number(n)) => {
+            n.as_u64().map(|n| Some(u128::from(n))).ok_or_else(|| format!("max_fee_wei {n} is not a number of wei"))
+        }
+        Some(other) => Err(format!("max_fee_wei {other} is not a number of wei")),
+    }
+}
+
+/// A node's answer that the transaction is already in its pool (clients spell it differently).
+fn already_known(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    ["already known", "known transaction", "alreadyknown", "already imported"].iter().any(|k| m.contains(k))
+}
+
+/// A node's refusal that proves the transaction did not enter its pool.
+fn certainly_refused(message: &str) -> bool {
+    let m = message.to_ascii_lowercase();
+    [
+        "insufficient funds",
+        "intrinsic gas too low",
+        "exceeds block gas limit",
+        "invalid sender",
+        "less than block base fee",
+        "transaction underpriced",
+        "higher than max fee",
+        "invalid chain id",
+        "nonce too high",
+    ]
+    .iter()
+    .any(|k| m.contains(k))
+}
+
 fn failed(code: &str, detail: impl Into<String>) -> ExecutionResult {
     ExecutionResult::failed(code, detail)
 }
@@ -94,7 +133,14 @@ impl TransferExecutor {
             }
             None => None,
         };
-        let decimals = cfg.get("decimals").and_then(Value::as_u64).map(|d| d as u32).unwrap_or(18);
+        let decimals = match cfg.get("decimals") {
+            None => 18,
+            Some(d) => d
+                .as_u64()
+                .filter(|d| *d <= 77)
+                .map(|d| d as u32)
+                .ok_or_else(|| bad("EVM_CONFIG_INVALID", format!("decimals {d} is not an integer from 0 to 77")))?,
+        };
         let text = |k: &str| ctx.intent.get(k).and_then(Value::as_str).map(str::trim).unwrap_or("").to_string();
         let recipient: Address = text("destination").parse().map_err(|_| {
             bad("EVM_INTENT_INVALID", format!("destination {:?} is not an address", text("destination")))
@@ -182,6 +228,14 @@ impl TransferExecutor {
         let r = nonces::reserve(&self.pool, chain_id, &from, node, pending as i64)
             .await
             .map_err(|e| ExecutorError::Unavailable(format!("nonce reservation: {e}")))?;
+        if r.address != from {
+            // An earlier attempt holds a nonce of another address: its transaction could still
+            // be mined, so this one must not go out from a new address.
+            return Ok(Err((
+                "EVM_FROM_CHANGED".into(),
+                format!("the node holds nonce {} of {}, not of {from}; a person decides", r.nonce, r.address),
+            )));
+        }
         let (to, value, input) = match t.token {
             None => (t.recipient, t.amount, Bytes::new()),
             Some(token) => (token, U256::ZERO, transfer_calldata(t.recipient, t.amount)),
@@ -196,7 +250,7 @@ impl TransferExecutor {
                     )
                     .await;
                 match est {
-                    Ok(g) => (g as u64).saturating_mul(12) / 10,
+                    Ok(g) => u64::try_from(g).unwrap_or(u64::MAX).saturating_mul(12) / 10,
                     Err(RpcError::Node { message, .. }) => {
                         return Ok(Err(("EVM_ESTIMATE_FAILED".into(), format!("the transfer would fail: {message}"))))
                     }
@@ -218,9 +272,11 @@ impl TransferExecutor {
                 format!("the base fee {base} wei is above the chain's cap {} wei", t.chain.max_fee),
             )));
         }
-        if let Some(cap) =
-            ctx.risk_controls.get("max_fee_wei").and_then(Value::as_str).and_then(|s| s.parse::<u128>().ok())
-        {
+        let cap = match fee_cap(&ctx.risk_controls) {
+            Ok(c) => c,
+            Err(why) => return Ok(Err(("EVM_CONFIG_INVALID".into(), format!("risk_controls.{why}")))),
+        };
+        if let Some(cap) = cap {
             let worst = u128::from(gas_limit).saturating_mul(max_fee);
             if worst > cap {
                 return Ok(Err((
@@ -291,7 +347,7 @@ impl TransferExecutor {
         node: Uuid,
     ) -> Result<Option<ExecutionResult>, ExecutorError> {
         let chain = &t.chain;
-        let Some(signer) = self.local_signer(ctx) else { return Ok(None) };
+        let Some(signer) = self.local_signer(ctx).filter(|s| s.address() == self.from) else { return Ok(None) };
         let Some((reservation, nonce)) = self.live_reservation(node, chain).await? else { return Ok(None) };
         let num = |k: &str| ctx.provider_refs.get(k).and_then(Value::as_str).and_then(|v| v.parse::<u128>().ok());
         let (Some(last_fee), Some(last_tip)) = (num("max_fee_per_gas"), num("max_priority_fee_per_gas")) else {
@@ -302,9 +358,7 @@ impl TransferExecutor {
             return Ok(None);
         };
         let gas_limit = ctx.provider_refs.get("gas_limit").and_then(Value::as_u64).unwrap_or(NATIVE_GAS);
-        if let Some(cap) =
-            ctx.risk_controls.get("max_fee_wei").and_then(Value::as_str).and_then(|s| s.parse::<u128>().ok())
-        {
+        if let Some(cap) = fee_cap(&ctx.risk_controls).ok().flatten() {
             if u128::from(gas_limit).saturating_mul(max_fee) > cap {
                 return Ok(None);
             }
@@ -369,7 +423,7 @@ impl TransferExecutor {
         chain: &Chain,
         node: Uuid,
     ) -> Result<Option<ExecutionResult>, ExecutorError> {
-        let Some(signer) = self.local_signer(ctx) else { return Ok(None) };
+        let Some(signer) = self.local_signer(ctx).filter(|s| s.address() == self.from) else { return Ok(None) };
         let Some((reservation, nonce)) = self.live_reservation(node, chain).await? else { return Ok(None) };
         let num = |k: &str| ctx.provider_refs.get(k).and_then(Value::as_str).and_then(|v| v.parse::<u128>().ok());
         let last = (num("max_fee_per_gas").unwrap_or(0), num("max_priority_fee_per_gas").unwrap_or(0));
@@ -406,40 +460,94 @@ impl TransferExecutor {
     async fn locate(&self, node: Uuid, chain: &Chain) -> Result<(Onchain, Option<i64>), ExecutorError> {
         let rpc = &chain.rpc;
         let reservations = self.hashes(node, chain).await?;
-        // Any transaction the node ever broadcast, under any of its reservations: mined first.
-        let mut pending = None;
-        for (id, _, hashes) in &reservations {
-            for h in hashes {
-                let receipt = rpc.call("eth_getTransactionReceipt", json!([h])).await.map_err(rpc_down)?;
-                if let Some(block) = receipt.get("blockNumber").and_then(parse_quantity) {
-                    let head = rpc.quantity("eth_blockNumber", json!([])).await.map_err(rpc_down)?;
-                    let ok = receipt.get("status").and_then(parse_quantity) == Some(1);
-                    let confirmations = head.saturating_sub(block).saturating_add(1) as u64;
-                    return Ok((Onchain::Mined { hash: h.clone(), block, confirmations, ok }, Some(*id)));
-                }
-                if pending.is_none() {
-                    let tx = rpc.call("eth_getTransactionByHash", json!([h])).await.map_err(rpc_down)?;
-                    if !tx.is_null() {
-                        pending = Some((h.clone(), *id));
-                    }
-                }
-            }
-        }
-        if let Some((hash, id)) = pending {
-            return Ok((Onchain::Pending { hash }, Some(id)));
-        }
-        // Nothing of the node's is known: has a final transaction consumed its live nonce?
-        let Some((id, nonce, _)) = reservations.into_iter().next() else { return Ok((Onchain::Absent, None)) };
+        let Some((live_id, nonce, live_hashes)) = reservations.first().cloned() else {
+            return Ok((Onchain::Absent, None));
+        };
+        // The count first: whatever is mined by then shows in the receipts read after it.
         let head = rpc.quantity("eth_blockNumber", json!([])).await.map_err(rpc_down)?;
         let final_block = head.saturating_sub(u128::from(chain.spec.confirmations.saturating_sub(1)));
         let count = rpc
             .quantity("eth_getTransactionCount", json!([Self::address(self.from), quantity(final_block)]))
             .await
             .map_err(rpc_down)?;
-        if count > u128::from(nonce) {
-            return Ok((Onchain::ConsumedByOther, Some(id)));
+        // The newest reservation decides; an older one counts only if a transfer of it
+        // succeeded (money moved; a reverted one is history).
+        let mut pending = None;
+        for (i, (id, _, hashes)) in reservations.iter().enumerate() {
+            for h in hashes {
+                if let Some(mined) = self.receipt(chain, h).await? {
+                    if i == 0 || matches!(mined, Onchain::Mined { ok: true, .. }) {
+                        return Ok((mined, Some(*id)));
+                    }
+                    continue;
+                }
+                if i == 0 && pending.is_none() {
+                    let tx = rpc.call("eth_getTransactionByHash", json!([h])).await.map_err(rpc_down)?;
+                    if !tx.is_null() {
+                        pending = Some(h.clone());
+                    }
+                }
+            }
         }
-        Ok((Onchain::Absent, Some(id)))
+        if let Some(hash) = pending {
+            return Ok((Onchain::Pending { hash }, Some(live_id)));
+        }
+        if count <= u128::from(nonce) {
+            return Ok((Onchain::Absent, Some(live_id)));
+        }
+        // The nonce is consumed in a final block: by which transaction? Find it on chain
+        // rather than conclude from not finding the node's own.
+        match self.consumer(chain, nonce, final_block).await? {
+            Some(hash) if live_hashes.iter().any(|h| h.eq_ignore_ascii_case(&hash)) => {
+                match self.receipt(chain, &hash).await? {
+                    Some(mined) => Ok((mined, Some(live_id))),
+                    // Its own transaction, but the receipt is not served (yet): decide later.
+                    None => Ok((Onchain::Pending { hash }, Some(live_id))),
+                }
+            }
+            Some(_) => Ok((Onchain::ConsumedByOther, Some(live_id))),
+            // The block with it does not show it: no conclusion now.
+            None => Err(ExecutorError::Unavailable(format!(
+                "nonce {nonce} is consumed, but the transaction that consumed it could not be found; asking again later"
+            ))),
+        }
+    }
+
+    /// The node's transaction `hash` as mined, if it is.
+    async fn receipt(&self, chain: &Chain, hash: &str) -> Result<Option<Onchain>, ExecutorError> {
+        let rpc = &chain.rpc;
+        let receipt = rpc.call("eth_getTransactionReceipt", json!([hash])).await.map_err(rpc_down)?;
+        let Some(block) = receipt.get("blockNumber").and_then(parse_quantity) else { return Ok(None) };
+        let head = rpc.quantity("eth_blockNumber", json!([])).await.map_err(rpc_down)?;
+        let ok = receipt.get("status").and_then(parse_quantity) == Some(1);
+        let confirmations = head.saturating_sub(block).saturating_add(1) as u64;
+        Ok(Some(Onchain::Mined { hash: hash.to_string(), block, confirmations, ok }))
+    }
+
+    /// The hash of the transaction from the from-address with `nonce`, mined at or before
+    /// `upto`: the first block where the address' count passes `nonce`, then its transactions.
+    async fn consumer(&self, chain: &Chain, nonce: u64, upto: u128) -> Result<Option<String>, ExecutorError> {
+        let rpc = &chain.rpc;
+        let from = Self::address(self.from);
+        let (mut lo, mut hi) = (0u128, upto);
+        while lo < hi {
+            let mid = lo + (hi - lo) / 2;
+            let count =
+                rpc.quantity("eth_getTransactionCount", json!([from, quantity(mid)])).await.map_err(rpc_down)?;
+            if count > u128::from(nonce) {
+                hi = mid;
+            } else {
+                lo = mid + 1;
+            }
+        }
+        let block = rpc.call("eth_getBlockByNumber", json!([quantity(lo), true])).await.map_err(rpc_down)?;
+        let found = block.get("transactions").and_then(Value::as_array).and_then(|txs| {
+            txs.iter().find(|t| {
+                t.get("from").and_then(Value::as_str).is_some_and(|f| f.eq_ignore_ascii_case(&from))
+                    && t.get("nonce").and_then(parse_quantity) == Some(u128::from(nonce))
+            })
+        });
+        Ok(found.and_then(|t| t.get("hash").and_then(Value::as_str)).map(|h| h.to_ascii_lowercase()))
     }
 
     /// Whether the node's last broadcast is older than the chain's `replace_after_seconds`.
@@ -536,13 +644,16 @@ impl TransferExecutor {
             Onchain::Absent if recovering => match self.force_nonce(ctx, chain, node).await? {
                 Some(r) => r,
                 None => {
+                    // Nothing of the attempt is known, its nonce is free, and no local signer can
+                    // force it: a signed transaction may still be held somewhere. A person decides.
                     let mut r = ExecutionResult::new(NodeState::Unknown);
                     r.error_code = Some("EVM_NOT_FOUND".into());
                     r.error_detail = Some(
-                        "no transaction of this node is known to the chain and its nonce is not consumed; recovery asks again"
+                        "no transaction of this node is known to the chain and its nonce is not consumed, and no local \
+                         signer of this lane can force the nonce: a person decides (consume the nonce, then retry)"
                             .into(),
                     );
-                    r.retry_after_seconds = Some(POLL_SECONDS * 5.0);
+                    r.provider_refs.insert(MANUAL_REVIEW_REQUIRED.into(), json!("evm_nonce_not_forceable"));
                     r
                 }
             },
@@ -653,7 +764,7 @@ impl Executor for TransferExecutor {
         tracing::info!(executor_key = %self.key, chain_id = payload.chain_id, nonce = payload.nonce, tx_hash = %hash, "broadcasting");
         match chain.rpc.call("eth_sendRawTransaction", json!([raw])).await {
             Ok(_) => Ok(r),
-            Err(RpcError::Node { message, .. }) if message.to_ascii_lowercase().contains("already known") => Ok(r),
+            Err(RpcError::Node { message, .. }) if already_known(&message) => Ok(r),
             Err(RpcError::Node { message, .. }) if message.to_ascii_lowercase().contains("nonce too low") => {
                 // Its nonce is used: by one of this node's transactions, or by another one.
                 r.next_state = NodeState::Unknown;
@@ -664,15 +775,17 @@ impl Executor for TransferExecutor {
                 ));
                 Ok(r)
             }
-            Err(RpcError::Node { message, code, .. }) if earlier == 0 => Ok(failed(
+            Err(RpcError::Node { message, code, .. }) if earlier == 0 && certainly_refused(&message) => Ok(failed(
                 "EVM_BROADCAST_REJECTED",
                 format!("the node refused the transaction: {message} (code {code})"),
             )),
             Err(RpcError::Node { message, .. }) => {
-                // An earlier transaction of this node with the same nonce may still be mined.
+                // Not a refusal that proves the transaction is out (or an earlier one of this
+                // node with the same nonce may still be mined): recovery decides.
                 r.next_state = NodeState::Unknown;
                 r.error_code = Some("EVM_BROADCAST_REJECTED".into());
-                r.error_detail = Some(format!("the node refused the replacement ({message}); an earlier transaction of this node may still be mined"));
+                r.error_detail =
+                    Some(format!("the node answered {message:?}; whether the transaction is out is not certain"));
                 Ok(r)
             }
             Err(e) => {

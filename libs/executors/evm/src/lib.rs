@@ -75,6 +75,11 @@ impl LanePlugin for EvmLane {
         "evm"
     }
 
+    /// A transaction never expires on chain: what fences it is its nonce, once consumed.
+    fn fence(&self) -> qtg_executor::Fence {
+        qtg_executor::Fence::Sequence
+    }
+
     fn executor(&self, key: &str, table: Option<&toml::Table>, _: Setting<'_>) -> Result<Arc<dyn Executor>, String> {
         let c: ExecutorConfig = config(key, table)?;
         let from: Address = c.from.parse().map_err(|_| format!("config.from {:?} is not an address", c.from))?;

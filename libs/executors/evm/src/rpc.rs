@@ -46,9 +46,21 @@ impl Rpc {
     pub async fn call(&self, method: &str, params: Value) -> Result<Value, RpcError> {
         let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params});
         let mut last = RpcError::Transport { method: method.into(), detail: "no RPC URL".into() };
+        let mut delivered_maybe = false;
         for url in &self.urls {
             match self.once(url, method, &body).await {
-                Err(e @ RpcError::Transport { .. }) => last = e,
+                Err(e @ RpcError::Transport { .. }) => {
+                    last = e;
+                    delivered_maybe = true;
+                }
+                // A broadcast an earlier endpoint may have taken: another one's refusal
+                // proves nothing about it.
+                Err(RpcError::Node { message, .. }) if delivered_maybe && method == "eth_sendRawTransaction" => {
+                    return Err(RpcError::Transport {
+                        method: method.into(),
+                        detail: format!("an earlier endpoint gave no answer; another refused: {message}"),
+                    });
+                }
                 other => return other,
             }
         }
@@ -57,9 +69,10 @@ impl Rpc {
 
     async fn once(&self, url: &str, method: &str, body: &Value) -> Result<Value, RpcError> {
         let transport = |detail: String| RpcError::Transport { method: method.into(), detail };
-        let resp = self.http.post(url).json(body).send().await.map_err(|e| transport(e.to_string()))?;
+        // Never the URL in an error: RPC URLs often carry a provider's API key.
+        let resp = self.http.post(url).json(body).send().await.map_err(|e| transport(e.without_url().to_string()))?;
         let status = resp.status();
-        let v: Value = resp.json().await.map_err(|e| transport(format!("HTTP {status}: {e}")))?;
+        let v: Value = resp.json().await.map_err(|e| transport(format!("HTTP {status}: {}", e.without_url())))?;
         if let Some(err) = v.get("error") {
             return Err(RpcError::Node {
                 method: method.into(),

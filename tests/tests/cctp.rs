@@ -1,0 +1,176 @@
+//! The CCTP-shaped contracts of `contracts/QtgCctp.sol` on two real chains (two anvils): a
+//! burn on chain A emits the message, the attester's signature over it lets chain B mint once,
+//! a used nonce and a forged attestation are refused; and the committed bytecode is what the
+//! pinned solc makes of the source. (The `cctp` lane that drives them is to come.)
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use alloy::primitives::{keccak256, Address, Bytes, FixedBytes, U256};
+use alloy::signers::local::PrivateKeySigner;
+use alloy::signers::SignerSync;
+use alloy::sol;
+use alloy::sol_types::{SolCall, SolValue};
+use qtg_tests::*;
+use serde_json::{json, Value};
+
+sol! {
+    function configureMinter(address minter, bool enabled);
+    function approve(address spender, uint256 value) returns (bool);
+    function balanceOf(address owner) returns (uint256);
+    function addRemoteTokenMessenger(uint32 domain, bytes32 tokenMessenger);
+    function depositForBurn(uint256 amount, uint32 destinationDomain, bytes32 mintRecipient, address burnToken) returns (uint64);
+    function receiveMessage(bytes message, bytes attestation) returns (bool);
+    function usedNonces(bytes32 key) returns (uint256);
+}
+
+/// The attester's key (a test key; never a real one).
+const ATTESTER_KEY: &str = "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba";
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn bytecode(contract: &str) -> anyhow::Result<String> {
+    Ok(std::fs::read_to_string(root().join(format!("contracts/QtgCctp_sol_{contract}.bin")))?.trim().to_string())
+}
+
+/// Sends a transaction from anvil's first (unlocked) account and waits for its receipt.
+async fn send(anvil: &Anvil, to: Option<&str>, data: &[u8]) -> anyhow::Result<Value> {
+    let mut tx =
+        json!({"from": ANVIL_ADDR_0, "data": format!("0x{}", alloy::primitives::hex::encode(data)), "gas": "0x800000"});
+    if let Some(to) = to {
+        tx["to"] = json!(to);
+        // Simulated first: a revert comes back with its reason.
+        anvil.rpc("eth_call", json!([tx, "latest"])).await?;
+    }
+    let hash = anvil.rpc("eth_sendTransaction", json!([tx])).await?;
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let receipt = anvil.rpc("eth_getTransactionReceipt", json!([hash])).await?;
+        if !receipt.is_null() {
+            anyhow::ensure!(receipt["status"] == "0x1", "reverted: {receipt}");
+            return Ok(receipt);
+        }
+        anyhow::ensure!(std::time::Instant::now() < deadline, "not mined: {hash}");
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+async fn deploy(anvil: &Anvil, contract: &str, args: Vec<u8>) -> anyhow::Result<String> {
+    let mut code = alloy::primitives::hex::decode(bytecode(contract)?)?;
+    code.extend(args);
+    let receipt = send(anvil, None, &code).await?;
+    Ok(receipt["contractAddress"].as_str().unwrap_or_default().to_string())
+}
+
+struct Side {
+    anvil: Anvil,
+    usdc: String,
+    transmitter: String,
+    messenger: String,
+}
+
+async fn side(domain: u32, attester: Address) -> anyhow::Result<Side> {
+    let anvil = Anvil::start().await?;
+    let usdc = deploy(&anvil, "QtgUsdc", U256::from(1_000_000_000_000u64).abi_encode()).await?;
+    let transmitter = deploy(&anvil, "MessageTransmitter", (domain, attester).abi_encode_params()).await?;
+    let messenger = deploy(
+        &anvil,
+        "TokenMessenger",
+        (transmitter.parse::<Address>()?, usdc.parse::<Address>()?).abi_encode_params(),
+    )
+    .await?;
+    send(&anvil, Some(&usdc), &configureMinterCall { minter: messenger.parse()?, enabled: true }.abi_encode()).await?;
+    Ok(Side { anvil, usdc, transmitter, messenger })
+}
+
+fn word(a: &str) -> anyhow::Result<FixedBytes<32>> {
+    Ok(a.parse::<Address>()?.into_word())
+}
+
+async fn usdc_of(side: &Side, who: &str) -> anyhow::Result<U256> {
+    let data = balanceOfCall { owner: who.parse()? }.abi_encode();
+    let v = side
+        .anvil
+        .rpc(
+            "eth_call",
+            json!([{"to": side.usdc, "data": format!("0x{}", alloy::primitives::hex::encode(data))}, "latest"]),
+        )
+        .await?;
+    Ok(U256::from_str_radix(v.as_str().unwrap_or("0x0").trim_start_matches("0x"), 16)?)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burn_on_one_chain_mints_once_on_the_other_with_the_attesters_signature() -> anyhow::Result<()> {
+    let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
+    let (a, b) = (side(0, attester.address()).await?, side(1, attester.address()).await?);
+    send(
+        &a.anvil,
+        Some(&a.messenger),
+        &addRemoteTokenMessengerCall { domain: 1, tokenMessenger: word(&b.messenger)? }.abi_encode(),
+    )
+    .await?;
+    send(
+        &b.anvil,
+        Some(&b.messenger),
+        &addRemoteTokenMessengerCall { domain: 0, tokenMessenger: word(&a.messenger)? }.abi_encode(),
+    )
+    .await?;
+    // Burn 250 USDC on A for ANVIL_ADDR_2 on B.
+    let amount = U256::from(250_000_000u64);
+    send(&a.anvil, Some(&a.usdc), &approveCall { spender: a.messenger.parse()?, value: amount }.abi_encode()).await?;
+    let burn = depositForBurnCall {
+        amount,
+        destinationDomain: 1,
+        mintRecipient: word(ANVIL_ADDR_2)?,
+        burnToken: a.usdc.parse()?,
+    };
+    let receipt = send(&a.anvil, Some(&a.messenger), &burn.abi_encode()).await?;
+    let sent_topic = format!("{}", keccak256("MessageSent(bytes)"));
+    let log = receipt["logs"]
+        .as_array()
+        .and_then(|logs| logs.iter().find(|l| l["topics"][0].as_str() == Some(sent_topic.as_str())))
+        .cloned()
+        .expect("MessageSent");
+    let data = alloy::primitives::hex::decode(log["data"].as_str().unwrap_or("0x").trim_start_matches("0x"))?;
+    let message = Bytes::abi_decode(&data)?;
+    assert_eq!(&message[8..12], &1u32.to_be_bytes(), "destination domain");
+    assert_eq!(usdc_of(&a, ANVIL_ADDR_0).await?, U256::from(1_000_000_000_000u64) - amount, "burned on A");
+    // The attestation: the attester's signature over keccak256(message).
+    let signature = attester.sign_hash_sync(&keccak256(&message))?;
+    let attestation = Bytes::from(signature.as_bytes().to_vec());
+    // A forged one is refused; the real one mints once; the same message again is refused.
+    let forger: PrivateKeySigner = ANVIL_KEY_1.parse()?;
+    let forged = Bytes::from(forger.sign_hash_sync(&keccak256(&message))?.as_bytes().to_vec());
+    let receive = |attestation: Bytes| receiveMessageCall { message: message.clone(), attestation }.abi_encode();
+    let err = send(&b.anvil, Some(&b.transmitter), &receive(forged)).await.unwrap_err().to_string();
+    assert!(err.contains("invalid attestation"), "{err}");
+    send(&b.anvil, Some(&b.transmitter), &receive(attestation.clone())).await?;
+    assert_eq!(usdc_of(&b, ANVIL_ADDR_2).await?, amount, "minted on B");
+    let err = send(&b.anvil, Some(&b.transmitter), &receive(attestation)).await.unwrap_err().to_string();
+    assert!(err.contains("Nonce already used"), "{err}");
+    assert_eq!(usdc_of(&b, ANVIL_ADDR_2).await?, amount, "minted once");
+    Ok(())
+}
+
+/// The committed bytecode is what the pinned solc makes of the committed source.
+#[test]
+fn the_cctp_bytecode_is_its_source_compiled() -> anyhow::Result<()> {
+    let solcjs = root().join(".qtg/evm/node_modules/.bin/solcjs");
+    anyhow::ensure!(solcjs.exists(), "solcjs is not installed: run scripts/ensure-evm-tools.sh (make test does)");
+    let out = std::env::temp_dir().join(format!("qtg-solc-cctp-{}", uuid::Uuid::new_v4().simple()));
+    let status = std::process::Command::new(&solcjs)
+        .args(["--bin", "--optimize", "-o"])
+        .arg(&out)
+        .arg("QtgCctp.sol")
+        .current_dir(root().join("contracts"))
+        .status()?;
+    anyhow::ensure!(status.success(), "solcjs failed");
+    for contract in ["QtgUsdc", "MessageTransmitter", "TokenMessenger"] {
+        let fresh = std::fs::read_to_string(out.join(format!("QtgCctp_sol_{contract}.bin")))?;
+        assert_eq!(fresh.trim(), bytecode(contract)?, "contracts/QtgCctp_sol_{contract}.bin is stale: recompile it");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    Ok(())
+}

@@ -174,3 +174,76 @@ fn the_cctp_bytecode_is_its_source_compiled() -> anyhow::Result<()> {
     let _ = std::fs::remove_dir_all(&out);
     Ok(())
 }
+
+/// `qtg-attestation-sim`: 404 for a burn it has not seen, `pending_confirmations` until the
+/// burn has its confirmations, a 429 with `Retry-After` when rate-limited, then `complete` with
+/// the message and an attestation chain B accepts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attestation_service_attests_a_burn_once_it_is_final() -> anyhow::Result<()> {
+    let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
+    let (a, b) = (side(0, attester.address()).await?, side(1, attester.address()).await?);
+    send(
+        &a.anvil,
+        Some(&a.messenger),
+        &addRemoteTokenMessengerCall { domain: 1, tokenMessenger: word(&b.messenger)? }.abi_encode(),
+    )
+    .await?;
+    send(
+        &b.anvil,
+        Some(&b.messenger),
+        &addRemoteTokenMessengerCall { domain: 0, tokenMessenger: word(&a.messenger)? }.abi_encode(),
+    )
+    .await?;
+    let source = format!("0={}", a.anvil.url);
+    let sim = Proc::spawn_args(
+        "qtg-attestation-sim",
+        &["--addr", "127.0.0.1:0", "--source", &source, "--confirmations", "2"],
+        "",
+        &[("QTG_ATTESTATION_SIM_ATTESTER_KEY", ATTESTER_KEY)],
+    )
+    .await?;
+    let base = format!("http://{}", sim.wait_field("attestation_addr", Duration::from_secs(20)).await?);
+    let http = http_client();
+    let get = |hash: String| {
+        let (http, base) = (http.clone(), base.clone());
+        async move {
+            let r = http.get(format!("{base}/v2/messages/0?transactionHash={hash}")).send().await?;
+            let status = r.status().as_u16();
+            let retry = r.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(str::to_string);
+            let body: Value = r.json().await?;
+            anyhow::Ok((status, retry, body))
+        }
+    };
+    let (status, _, _) = get(format!("0x{}", "ab".repeat(32))).await?;
+    assert_eq!(status, 404, "a burn it has not seen");
+    let amount = U256::from(75_000_000u64);
+    send(&a.anvil, Some(&a.usdc), &approveCall { spender: a.messenger.parse()?, value: amount }.abi_encode()).await?;
+    let burn = depositForBurnCall {
+        amount,
+        destinationDomain: 1,
+        mintRecipient: word(ANVIL_ADDR_2)?,
+        burnToken: a.usdc.parse()?,
+    };
+    let receipt = send(&a.anvil, Some(&a.messenger), &burn.abi_encode()).await?;
+    let tx = receipt["transactionHash"].as_str().unwrap_or_default().to_string();
+    let (status, _, body) = get(tx.clone()).await?;
+    assert_eq!((status, body["messages"][0]["status"].as_str()), (200, Some("pending_confirmations")), "{body}");
+    assert_eq!(body["messages"][0]["attestation"], "PENDING");
+    http.post(format!("{base}/admin/faults"))
+        .json(&json!({"kind": "rate_limit", "retry_after_seconds": 3}))
+        .send()
+        .await?;
+    let (status, retry, _) = get(tx.clone()).await?;
+    assert_eq!((status, retry.as_deref()), (429, Some("3")));
+    a.anvil.rpc("evm_mine", json!([])).await?;
+    let (status, _, body) = get(tx).await?;
+    let m = &body["messages"][0];
+    assert_eq!((status, m["status"].as_str()), (200, Some("complete")), "{body}");
+    assert_eq!(m["decodedMessage"]["destinationDomain"], "1");
+    let message: Bytes = m["message"].as_str().unwrap_or("0x").parse()?;
+    let attestation: Bytes = m["attestation"].as_str().unwrap_or("0x").parse()?;
+    send(&b.anvil, Some(&b.transmitter), &receiveMessageCall { message, attestation }.abi_encode()).await?;
+    assert_eq!(usdc_of(&b, ANVIL_ADDR_2).await?, amount, "chain B accepted the attestation");
+    drop(sim);
+    Ok(())
+}

@@ -1,0 +1,276 @@
+//! `qtg-attestation-sim`: an attestation service speaking the shape of Circle's attestation API
+//! (`GET /v2/messages/{sourceDomain}?transactionHash=0x…`) for the CCTP-shaped contracts of
+//! `contracts/QtgCctp.sol`: 404 until the burn is mined on the source chain, then
+//! `pending_confirmations` until it has its confirmations, then `complete` with the message and
+//! the attester's signature over keccak256(message). An optional rate limit answers 429 with
+//! `Retry-After`; `/admin/faults` injects answers for tests. For demos and tests only.
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use alloy::primitives::{keccak256, Bytes};
+use alloy::signers::local::PrivateKeySigner;
+use alloy::signers::SignerSync;
+use alloy::sol_types::SolValue;
+use axum::extract::{Path, Query, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use clap::Parser;
+use serde::Deserialize;
+use serde_json::{json, Value};
+
+#[derive(Parser, Debug)]
+#[command(name = "qtg-attestation-sim", about = "A CCTP attestation service simulator for qtg's tests and demo")]
+struct Args {
+    /// Address to listen on (port 0: any; logged as `attestation_addr`).
+    #[arg(long, env = "QTG_ATTESTATION_SIM_ADDR", default_value = "127.0.0.1:9500")]
+    addr: SocketAddr,
+    /// A source chain: `<domain>=<rpc url>` (repeatable).
+    #[arg(long = "source", required = true)]
+    sources: Vec<String>,
+    /// The attester's private key (hex). A test key: this service is never for real money.
+    #[arg(long, env = "QTG_ATTESTATION_SIM_ATTESTER_KEY", hide_env_values = true)]
+    attester_key: String,
+    /// Blocks (the burn's included) before an attestation is complete.
+    #[arg(long, env = "QTG_ATTESTATION_SIM_CONFIRMATIONS", default_value_t = 1)]
+    confirmations: u64,
+    /// Requests per second answered before 429 (0: no limit).
+    #[arg(long, env = "QTG_ATTESTATION_SIM_RATE_LIMIT", default_value_t = 0)]
+    rate_limit: u32,
+}
+
+/// An injected answer for the next `count` requests: `not_found`, `pending`, `rate_limit`,
+/// `error`.
+#[derive(Debug, Clone, Deserialize, serde::Serialize)]
+#[serde(deny_unknown_fields)]
+struct Fault {
+    kind: String,
+    #[serde(default = "one")]
+    count: u32,
+    #[serde(default)]
+    retry_after_seconds: Option<u64>,
+}
+
+fn one() -> u32 {
+    1
+}
+
+struct Service {
+    sources: BTreeMap<u32, String>,
+    attester: PrivateKeySigner,
+    confirmations: u64,
+    rate_limit: u32,
+    http: reqwest::Client,
+    faults: Mutex<Vec<Fault>>,
+    window: Mutex<(Instant, u32)>,
+    requests: Mutex<u64>,
+}
+
+type Shared = Arc<Service>;
+
+fn error(status: StatusCode, message: &str) -> Response {
+    (status, Json(json!({"code": status.as_u16(), "message": message}))).into_response()
+}
+
+fn too_many(retry_after: u64) -> Response {
+    let mut headers = HeaderMap::new();
+    headers.insert("Retry-After", HeaderValue::from(retry_after));
+    (StatusCode::TOO_MANY_REQUESTS, headers, Json(json!({"code": 429, "message": "Too Many Requests"}))).into_response()
+}
+
+impl Service {
+    async fn rpc(&self, url: &str, method: &str, params: Value) -> anyhow::Result<Value> {
+        let v: Value = self
+            .http
+            .post(url)
+            .json(&json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}))
+            .send()
+            .await?
+            .json()
+            .await?;
+        if let Some(e) = v.get("error") {
+            anyhow::bail!("{method}: {e}");
+        }
+        Ok(v["result"].clone())
+    }
+
+    fn take_fault(&self) -> Option<Fault> {
+        let mut faults = self.faults.lock().ok()?;
+        let f = faults.first_mut()?;
+        let out = f.clone();
+        f.count = f.count.saturating_sub(1);
+        if f.count == 0 {
+            faults.remove(0);
+        }
+        Some(out)
+    }
+
+    fn over_limit(&self) -> bool {
+        if self.rate_limit == 0 {
+            return false;
+        }
+        let Ok(mut w) = self.window.lock() else { return false };
+        if w.0.elapsed() >= Duration::from_secs(1) {
+            *w = (Instant::now(), 0);
+        }
+        w.1 += 1;
+        w.1 > self.rate_limit
+    }
+}
+
+fn quantity(v: &Value) -> Option<u64> {
+    u64::from_str_radix(v.as_str()?.trim_start_matches("0x"), 16).ok()
+}
+
+#[derive(Deserialize)]
+struct MessagesQuery {
+    #[serde(rename = "transactionHash")]
+    transaction_hash: Option<String>,
+}
+
+async fn messages(State(s): State<Shared>, Path(domain): Path<u32>, Query(q): Query<MessagesQuery>) -> Response {
+    if let Ok(mut n) = s.requests.lock() {
+        *n += 1;
+    }
+    match s.take_fault() {
+        Some(f) if f.kind == "rate_limit" => return too_many(f.retry_after_seconds.unwrap_or(1)),
+        Some(f) if f.kind == "not_found" => return error(StatusCode::NOT_FOUND, "Message hash not found"),
+        Some(f) if f.kind == "error" => return error(StatusCode::INTERNAL_SERVER_ERROR, "Internal error"),
+        Some(f) if f.kind == "pending" => {
+            return Json(json!({"messages": [{"message": "0x", "eventNonce": "", "attestation": "PENDING",
+                                              "status": "pending_confirmations"}]}))
+            .into_response()
+        }
+        _ => {}
+    }
+    if s.over_limit() {
+        return too_many(1);
+    }
+    let Some(hash) = q.transaction_hash.filter(|h| h.starts_with("0x") && h.len() == 66) else {
+        return error(StatusCode::BAD_REQUEST, "transactionHash is required");
+    };
+    let Some(url) = s.sources.get(&domain) else {
+        return error(StatusCode::NOT_FOUND, "unknown source domain");
+    };
+    let receipt = match s.rpc(url, "eth_getTransactionReceipt", json!([hash])).await {
+        Ok(r) => r,
+        Err(e) => return error(StatusCode::BAD_GATEWAY, &format!("source chain: {e}")),
+    };
+    let Some(block) = receipt.get("blockNumber").and_then(quantity) else {
+        return error(StatusCode::NOT_FOUND, "Message hash not found");
+    };
+    let topic = keccak256("MessageSent(bytes)").to_string();
+    let messages: Vec<Bytes> = receipt["logs"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|l| l["topics"][0].as_str() == Some(topic.as_str()))
+        .filter_map(|l| {
+            l["data"].as_str().and_then(|d| alloy::primitives::hex::decode(d.trim_start_matches("0x")).ok())
+        })
+        .filter_map(|d| Bytes::abi_decode(&d).ok())
+        .collect();
+    if messages.is_empty() {
+        return error(StatusCode::NOT_FOUND, "Message hash not found");
+    }
+    let head = match s.rpc(url, "eth_blockNumber", json!([])).await.map(|v| quantity(&v)) {
+        Ok(Some(h)) => h,
+        _ => return error(StatusCode::BAD_GATEWAY, "source chain: no head"),
+    };
+    let complete = head.saturating_sub(block) + 1 >= s.confirmations;
+    let items: Vec<Value> = messages
+        .iter()
+        .map(|m| {
+            let nonce = m.get(12..20).map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8]))).unwrap_or(0);
+            let decoded = json!({
+                "sourceDomain": m.get(4..8).map(|b| u32::from_be_bytes(b.try_into().unwrap_or([0; 4]))).unwrap_or(0).to_string(),
+                "destinationDomain": m.get(8..12).map(|b| u32::from_be_bytes(b.try_into().unwrap_or([0; 4]))).unwrap_or(0).to_string(),
+                "nonce": nonce.to_string(),
+            });
+            if complete {
+                let attestation = s
+                    .attester
+                    .sign_hash_sync(&keccak256(m))
+                    .map(|sig| format!("0x{}", alloy::primitives::hex::encode(sig.as_bytes())))
+                    .unwrap_or_default();
+                json!({"message": m.to_string(), "eventNonce": nonce.to_string(), "attestation": attestation,
+                       "cctpVersion": 1, "status": "complete", "decodedMessage": decoded})
+            } else {
+                json!({"message": "0x", "eventNonce": nonce.to_string(), "attestation": "PENDING",
+                       "cctpVersion": 1, "status": "pending_confirmations", "decodedMessage": decoded})
+            }
+        })
+        .collect();
+    Json(json!({"messages": items})).into_response()
+}
+
+async fn add_faults(State(s): State<Shared>, Json(body): Json<Value>) -> Response {
+    let list = match body {
+        Value::Array(a) => a,
+        other => vec![other],
+    };
+    let mut parsed = Vec::new();
+    for f in list {
+        match serde_json::from_value::<Fault>(f) {
+            Ok(f) if ["not_found", "pending", "rate_limit", "error"].contains(&f.kind.as_str()) => parsed.push(f),
+            Ok(f) => return error(StatusCode::BAD_REQUEST, &format!("unknown fault kind {:?}", f.kind)),
+            Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
+        }
+    }
+    let Ok(mut faults) = s.faults.lock() else { return error(StatusCode::INTERNAL_SERVER_ERROR, "lock") };
+    faults.extend(parsed);
+    Json(json!({"faults": *faults})).into_response()
+}
+
+async fn stats(State(s): State<Shared>) -> Response {
+    let requests = s.requests.lock().map(|n| *n).unwrap_or(0);
+    Json(json!({"requests": requests, "attester": s.attester.address().to_string()})).into_response()
+}
+
+#[tokio::main]
+async fn main() -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .json()
+        .flatten_event(true)
+        .with_writer(std::io::stderr)
+        .with_env_filter(tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into()))
+        .init();
+    let args = Args::parse();
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let mut sources = BTreeMap::new();
+    for s in &args.sources {
+        let (domain, url) =
+            s.split_once('=').ok_or_else(|| anyhow::anyhow!("--source {s:?}: expected <domain>=<rpc url>"))?;
+        sources.insert(domain.trim().parse::<u32>()?, url.trim().to_string());
+    }
+    let attester: PrivateKeySigner =
+        args.attester_key.trim().parse().map_err(|_| anyhow::anyhow!("the attester key is not a hex secp256k1 key"))?;
+    let service = Arc::new(Service {
+        sources,
+        attester,
+        confirmations: args.confirmations.max(1),
+        rate_limit: args.rate_limit,
+        http: reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(5)).build()?,
+        faults: Mutex::new(Vec::new()),
+        window: Mutex::new((Instant::now(), 0)),
+        requests: Mutex::new(0),
+    });
+    let app = Router::new()
+        .route("/v2/messages/{domain}", get(messages))
+        .route("/admin/faults", post(add_faults))
+        .route("/admin/stats", get(stats))
+        .with_state(service.clone());
+    let listener = tokio::net::TcpListener::bind(args.addr).await?;
+    let addr = listener.local_addr()?;
+    tracing::info!(attestation_addr = %addr, attester = %service.attester.address(), "qtg-attestation-sim listening");
+    axum::serve(listener, app)
+        .with_graceful_shutdown(async {
+            let _ = tokio::signal::ctrl_c().await;
+        })
+        .await?;
+    Ok(())
+}

@@ -247,3 +247,107 @@ async fn the_attestation_service_attests_a_burn_once_it_is_final() -> anyhow::Re
     drop(sim);
     Ok(())
 }
+
+fn attestation_ctx(burn_tx: &str) -> qtg_core::ExecutionContext {
+    qtg_core::ExecutionContext {
+        protocol_version: "1.0".into(),
+        request_id: uuid::Uuid::new_v4().to_string(),
+        request_node_id: uuid::Uuid::new_v4().to_string(),
+        compiled_plan_hash: String::new(),
+        template_key: "usdc.cctp".into(),
+        template_version: 1,
+        node_key: "attestation".into(),
+        node_kind: "observe".into(),
+        action_type: "cctp_attestation".into(),
+        attempt_no: 1,
+        intent: json!({}),
+        input_params: json!({}),
+        resolved_bindings: json!({}),
+        risk_controls: json!({}),
+        prior_artifacts: Vec::new(),
+        node_config: json!({}),
+        provider_context: json!({"tx_hash": burn_tx}),
+        timeout_policy: json!({}),
+        provider_refs: json!({}),
+        provider_ref_id: None,
+        executor_key: "exec.cctp.attestation".into(),
+    }
+}
+
+/// `exec.cctp.attestation` against the attestation service: waits while the burn is unseen or
+/// pending, waits as long as a 429 says, and completes with the message and attestation the
+/// mint needs (chain B accepts them).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attestation_step_waits_honours_the_hint_and_hands_over_the_attestation() -> anyhow::Result<()> {
+    use qtg_executor::Executor;
+    let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
+    let (a, b) = (side(0, attester.address()).await?, side(1, attester.address()).await?);
+    send(
+        &a.anvil,
+        Some(&a.messenger),
+        &addRemoteTokenMessengerCall { domain: 1, tokenMessenger: word(&b.messenger)? }.abi_encode(),
+    )
+    .await?;
+    send(
+        &b.anvil,
+        Some(&b.messenger),
+        &addRemoteTokenMessengerCall { domain: 0, tokenMessenger: word(&a.messenger)? }.abi_encode(),
+    )
+    .await?;
+    let source = format!("0={}", a.anvil.url);
+    let sim = Proc::spawn_args(
+        "qtg-attestation-sim",
+        &["--addr", "127.0.0.1:0", "--source", &source, "--confirmations", "2"],
+        "",
+        &[("QTG_ATTESTATION_SIM_ATTESTER_KEY", ATTESTER_KEY)],
+    )
+    .await?;
+    let base = format!("http://{}", sim.wait_field("attestation_addr", Duration::from_secs(20)).await?);
+    let observer = qtg_cctp::AttestationObserver::new(qtg_cctp::AttestationConfig {
+        attestation_url: base.clone(),
+        source_domain: Some(0),
+        poll_seconds: Some(0.5),
+        timeout_ms: None,
+        insecure: None,
+    })
+    .map_err(anyhow::Error::msg)?;
+    // Not seen yet.
+    let unseen = observer.observe(&attestation_ctx(&format!("0x{}", "cd".repeat(32)))).await?;
+    assert_eq!(
+        (unseen.next_state, unseen.provider_state.as_deref()),
+        (qtg_core::NodeState::Observing, Some("not_seen"))
+    );
+    assert_eq!(unseen.retry_after_seconds, Some(0.5));
+    // Burned, not final: pending.
+    let amount = U256::from(40_000_000u64);
+    send(&a.anvil, Some(&a.usdc), &approveCall { spender: a.messenger.parse()?, value: amount }.abi_encode()).await?;
+    let burn = depositForBurnCall {
+        amount,
+        destinationDomain: 1,
+        mintRecipient: word(ANVIL_ADDR_2)?,
+        burnToken: a.usdc.parse()?,
+    };
+    let receipt = send(&a.anvil, Some(&a.messenger), &burn.abi_encode()).await?;
+    let ctx = attestation_ctx(receipt["transactionHash"].as_str().unwrap_or_default());
+    let pending = observer.observe(&ctx).await?;
+    assert_eq!(pending.provider_state.as_deref(), Some("pending_confirmations"));
+    // Rate-limited: it waits what the service says.
+    http_client()
+        .post(format!("{base}/admin/faults"))
+        .json(&json!({"kind": "rate_limit", "retry_after_seconds": 7}))
+        .send()
+        .await?;
+    let limited = observer.observe(&ctx).await?;
+    assert_eq!((limited.next_state, limited.retry_after_seconds), (qtg_core::NodeState::Observing, Some(7.0)));
+    // Final: complete, with what the mint needs.
+    a.anvil.rpc("evm_mine", json!([])).await?;
+    let done = observer.observe(&ctx).await?;
+    assert_eq!(done.next_state, qtg_core::NodeState::Completed, "{done:?}");
+    let message: Bytes = done.provider_refs["message"].as_str().unwrap_or("0x").parse()?;
+    let attestation: Bytes = done.provider_refs["attestation"].as_str().unwrap_or("0x").parse()?;
+    assert_eq!(done.provider_refs["message_hash"], json!(keccak256(&message).to_string()));
+    send(&b.anvil, Some(&b.transmitter), &receiveMessageCall { message, attestation }.abi_encode()).await?;
+    assert_eq!(usdc_of(&b, ANVIL_ADDR_2).await?, amount);
+    drop(sim);
+    Ok(())
+}

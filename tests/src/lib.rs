@@ -417,8 +417,12 @@ pub fn sim_engine(db: &TestDb, settings: qtg_engine::EngineSettings) -> anyhow::
     let text = std::fs::read_to_string(registry_file())?;
     let file = qtg_executor::RegistryFile::parse(&text)?;
     let none = |_: &str| None;
-    let sim =
-        qtg_sim::lane(&qtg_executor::LaneContext { pool: &db.pool, setting: &none }).map_err(anyhow::Error::msg)?;
+    let sim = qtg_sim::lane(&qtg_executor::LaneContext {
+        pool: &db.pool,
+        setting: &none,
+        clock_skew_seconds: settings.clock_skew_seconds,
+    })
+    .map_err(anyhow::Error::msg)?;
     let registry = qtg_executor::Registry::build(&file, &[sim], &none)?;
     Ok(qtg_engine::Engine {
         pool: db.pool.clone(),
@@ -878,4 +882,9 @@ pub fn evm_chains(url: &str, confirmations: u64, replace_after_seconds: f64) -> 
             "replace_after_seconds": replace_after_seconds,
             "max_fee_per_gas_wei": "100000000000", "max_priority_fee_per_gas_wei": "2000000000"}])
     .to_string()
+}
+
+/// Owned `(key, value)` settings as the pairs [`Proc::spawn`] takes.
+pub fn env_pairs(env: &[(String, String)]) -> Vec<(&str, &str)> {
+    env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect()
 }

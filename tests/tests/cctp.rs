@@ -101,32 +101,50 @@ async fn usdc_of(side: &Side, who: &str) -> anyhow::Result<U256> {
     Ok(U256::from_str_radix(v.as_str().unwrap_or("0x0").trim_start_matches("0x"), 16)?)
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_burn_on_one_chain_mints_once_on_the_other_with_the_attesters_signature() -> anyhow::Result<()> {
-    let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
+/// Chain A (domain 0) and chain B (domain 1), each messenger registered with the other.
+async fn linked(attester: &PrivateKeySigner) -> anyhow::Result<(Side, Side)> {
     let (a, b) = (side(0, attester.address()).await?, side(1, attester.address()).await?);
-    send(
-        &a.anvil,
-        Some(&a.messenger),
-        &addRemoteTokenMessengerCall { domain: 1, tokenMessenger: word(&b.messenger)? }.abi_encode(),
+    for (from, to, domain) in [(&a, &b, 1), (&b, &a, 0)] {
+        let call = addRemoteTokenMessengerCall { domain, tokenMessenger: word(&to.messenger)? };
+        send(&from.anvil, Some(&from.messenger), &call.abi_encode()).await?;
+    }
+    Ok((a, b))
+}
+
+/// `qtg-attestation-sim` over chain A (domain 0), attesting after 2 blocks: the process and its
+/// base URL.
+async fn attestation_sim(a: &Side) -> anyhow::Result<(Proc, String)> {
+    let source = format!("0={}", a.anvil.url);
+    let sim = Proc::spawn_args(
+        "qtg-attestation-sim",
+        &["--addr", "127.0.0.1:0", "--source", &source, "--confirmations", "2"],
+        "",
+        &[("QTG_ATTESTATION_SIM_ATTESTER_KEY", ATTESTER_KEY)],
     )
     .await?;
-    send(
-        &b.anvil,
-        Some(&b.messenger),
-        &addRemoteTokenMessengerCall { domain: 0, tokenMessenger: word(&a.messenger)? }.abi_encode(),
-    )
-    .await?;
-    // Burn 250 USDC on A for ANVIL_ADDR_2 on B.
-    let amount = U256::from(250_000_000u64);
+    let base = format!("http://{}", sim.wait_field("attestation_addr", Duration::from_secs(20)).await?);
+    Ok((sim, base))
+}
+
+/// Approves and burns `amount` USDC on A for ANVIL_ADDR_2 on B; the burn's receipt.
+async fn burn(a: &Side, amount: U256) -> anyhow::Result<Value> {
     send(&a.anvil, Some(&a.usdc), &approveCall { spender: a.messenger.parse()?, value: amount }.abi_encode()).await?;
-    let burn = depositForBurnCall {
+    let call = depositForBurnCall {
         amount,
         destinationDomain: 1,
         mintRecipient: word(ANVIL_ADDR_2)?,
         burnToken: a.usdc.parse()?,
     };
-    let receipt = send(&a.anvil, Some(&a.messenger), &burn.abi_encode()).await?;
+    send(&a.anvil, Some(&a.messenger), &call.abi_encode()).await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burn_on_one_chain_mints_once_on_the_other_with_the_attesters_signature() -> anyhow::Result<()> {
+    let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
+    let (a, b) = linked(&attester).await?;
+    // Burn 250 USDC on A for ANVIL_ADDR_2 on B.
+    let amount = U256::from(250_000_000u64);
+    let receipt = burn(&a, amount).await?;
     let sent_topic = format!("{}", keccak256("MessageSent(bytes)"));
     let log = receipt["logs"]
         .as_array()
@@ -181,28 +199,8 @@ fn the_cctp_bytecode_is_its_source_compiled() -> anyhow::Result<()> {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_attestation_service_attests_a_burn_once_it_is_final() -> anyhow::Result<()> {
     let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
-    let (a, b) = (side(0, attester.address()).await?, side(1, attester.address()).await?);
-    send(
-        &a.anvil,
-        Some(&a.messenger),
-        &addRemoteTokenMessengerCall { domain: 1, tokenMessenger: word(&b.messenger)? }.abi_encode(),
-    )
-    .await?;
-    send(
-        &b.anvil,
-        Some(&b.messenger),
-        &addRemoteTokenMessengerCall { domain: 0, tokenMessenger: word(&a.messenger)? }.abi_encode(),
-    )
-    .await?;
-    let source = format!("0={}", a.anvil.url);
-    let sim = Proc::spawn_args(
-        "qtg-attestation-sim",
-        &["--addr", "127.0.0.1:0", "--source", &source, "--confirmations", "2"],
-        "",
-        &[("QTG_ATTESTATION_SIM_ATTESTER_KEY", ATTESTER_KEY)],
-    )
-    .await?;
-    let base = format!("http://{}", sim.wait_field("attestation_addr", Duration::from_secs(20)).await?);
+    let (a, b) = linked(&attester).await?;
+    let (sim, base) = attestation_sim(&a).await?;
     let http = http_client();
     let get = |hash: String| {
         let (http, base) = (http.clone(), base.clone());
@@ -217,14 +215,7 @@ async fn the_attestation_service_attests_a_burn_once_it_is_final() -> anyhow::Re
     let (status, _, _) = get(format!("0x{}", "ab".repeat(32))).await?;
     assert_eq!(status, 404, "a burn it has not seen");
     let amount = U256::from(75_000_000u64);
-    send(&a.anvil, Some(&a.usdc), &approveCall { spender: a.messenger.parse()?, value: amount }.abi_encode()).await?;
-    let burn = depositForBurnCall {
-        amount,
-        destinationDomain: 1,
-        mintRecipient: word(ANVIL_ADDR_2)?,
-        burnToken: a.usdc.parse()?,
-    };
-    let receipt = send(&a.anvil, Some(&a.messenger), &burn.abi_encode()).await?;
+    let receipt = burn(&a, amount).await?;
     let tx = receipt["transactionHash"].as_str().unwrap_or_default().to_string();
     let (status, _, body) = get(tx.clone()).await?;
     assert_eq!((status, body["messages"][0]["status"].as_str()), (200, Some("pending_confirmations")), "{body}");
@@ -281,28 +272,8 @@ fn attestation_ctx(burn_tx: &str) -> qtg_core::ExecutionContext {
 async fn the_attestation_step_waits_honours_the_hint_and_hands_over_the_attestation() -> anyhow::Result<()> {
     use qtg_executor::Executor;
     let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
-    let (a, b) = (side(0, attester.address()).await?, side(1, attester.address()).await?);
-    send(
-        &a.anvil,
-        Some(&a.messenger),
-        &addRemoteTokenMessengerCall { domain: 1, tokenMessenger: word(&b.messenger)? }.abi_encode(),
-    )
-    .await?;
-    send(
-        &b.anvil,
-        Some(&b.messenger),
-        &addRemoteTokenMessengerCall { domain: 0, tokenMessenger: word(&a.messenger)? }.abi_encode(),
-    )
-    .await?;
-    let source = format!("0={}", a.anvil.url);
-    let sim = Proc::spawn_args(
-        "qtg-attestation-sim",
-        &["--addr", "127.0.0.1:0", "--source", &source, "--confirmations", "2"],
-        "",
-        &[("QTG_ATTESTATION_SIM_ATTESTER_KEY", ATTESTER_KEY)],
-    )
-    .await?;
-    let base = format!("http://{}", sim.wait_field("attestation_addr", Duration::from_secs(20)).await?);
+    let (a, b) = linked(&attester).await?;
+    let (sim, base) = attestation_sim(&a).await?;
     let observer = qtg_cctp::AttestationObserver::new(qtg_cctp::AttestationConfig {
         attestation_url: base.clone(),
         source_domain: Some(0),
@@ -320,14 +291,7 @@ async fn the_attestation_step_waits_honours_the_hint_and_hands_over_the_attestat
     assert_eq!(unseen.retry_after_seconds, Some(0.5));
     // Burned, not final: pending.
     let amount = U256::from(40_000_000u64);
-    send(&a.anvil, Some(&a.usdc), &approveCall { spender: a.messenger.parse()?, value: amount }.abi_encode()).await?;
-    let burn = depositForBurnCall {
-        amount,
-        destinationDomain: 1,
-        mintRecipient: word(ANVIL_ADDR_2)?,
-        burnToken: a.usdc.parse()?,
-    };
-    let receipt = send(&a.anvil, Some(&a.messenger), &burn.abi_encode()).await?;
+    let receipt = burn(&a, amount).await?;
     let ctx = attestation_ctx(receipt["transactionHash"].as_str().unwrap_or_default());
     let pending = observer.observe(&ctx).await?;
     assert_eq!(pending.provider_state.as_deref(), Some("pending_confirmations"));

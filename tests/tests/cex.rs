@@ -38,7 +38,7 @@ impl Cex {
         let mut env: Vec<(String, String)> = ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         env.extend(VENUE_SIM_CREDENTIALS.iter().map(|(k, v)| (k.to_string(), v.to_string())));
         env.push(("MG_EXECUTOR_REGISTRY".into(), registry.to_string_lossy().to_string()));
-        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let pairs = env_pairs(&env);
         let api = Api::start(&db.url, &pairs).await?;
         let keys = Keys::create(&api).await?;
         let template: Value = serde_json::from_str(&std::fs::read_to_string(
@@ -49,7 +49,7 @@ impl Cex {
     }
 
     async fn worker(&self, binary: &str) -> anyhow::Result<Proc> {
-        let pairs: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let pairs = env_pairs(&self.env);
         Proc::spawn(binary, &self.db.url, &pairs).await
     }
 

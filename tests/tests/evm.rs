@@ -56,14 +56,14 @@ impl Evm {
             env.retain(|(key, _)| key != k);
             env.push((k.to_string(), v.to_string()));
         }
-        let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let pairs = env_pairs(&env);
         let api = Api::start(&db.url, &pairs).await?;
         let keys = Keys::create(&api).await?;
         Ok(Evm { db, anvil, proxy, api, keys, env })
     }
 
     async fn worker(&self, binary: &str) -> anyhow::Result<Proc> {
-        let pairs: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        let pairs = env_pairs(&self.env);
         Proc::spawn(binary, &self.db.url, &pairs).await
     }
 
@@ -258,7 +258,7 @@ async fn the_reaper_reclaims_an_abandoned_nonce_and_leaves_a_used_one_alone() ->
     let mut env = evm.env.clone();
     env.push(("MG_EVM_NONCE_REAPER_AGE_SECONDS".into(), "1".into()));
     env.push(("MG_EVM_NONCE_REAPER_INTERVAL_SECONDS".into(), "0.3".into()));
-    let pairs: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+    let pairs = env_pairs(&env);
     let reaper = Proc::spawn("qtg-reaper", &evm.db.url, &pairs).await?;
     wait_until("the reaper reclaims the abandoned nonce", Duration::from_secs(20), || async {
         Ok(evm.reservation(&abandoned).await?.1 == "released")

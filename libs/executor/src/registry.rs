@@ -103,6 +103,8 @@ impl RegistryFile {
 pub struct LaneContext<'a> {
     pub pool: &'a sqlx::PgPool,
     pub setting: &'a dyn Fn(&str) -> Option<String>,
+    /// `MG_CLOCK_SKEW_MARGIN_SECONDS`, as the process' settings read it.
+    pub clock_skew_seconds: f64,
 }
 
 /// The process' key → value source of settings (only `services/` reads the environment).

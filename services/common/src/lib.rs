@@ -150,7 +150,10 @@ fn load_registry(
         read.lock().expect("settings read").push(key.to_string());
         vars.get(key).cloned()
     };
-    let registry = lanes::build_registry(&file, &LaneContext { pool, setting: &setting })?;
+    let registry = lanes::build_registry(
+        &file,
+        &LaneContext { pool, setting: &setting, clock_skew_seconds: settings.clock_skew_seconds },
+    )?;
     tracing::info!(
         executors = ?file.executors.keys().collect::<Vec<_>>(),
         signers = ?file.signers.keys().collect::<Vec<_>>(),

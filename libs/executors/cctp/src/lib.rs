@@ -207,9 +207,11 @@ impl LanePlugin for CctpLane {
     fn executor(&self, key: &str, table: Option<&toml::Table>, _: Setting<'_>) -> Result<Arc<dyn Executor>, String> {
         match key.split('.').nth(2) {
             Some("attestation") => {}
-            other => return Err(format!(
+            other => {
+                return Err(format!(
                 "entry {key:?}: the cctp lane serves exec.cctp.attestation[.<suffix>]; role {other:?} is not built yet"
-            )),
+            ))
+            }
         }
         let table =
             table.ok_or_else(|| format!("entry {key:?} needs a `config` table (attestation_url, source_domain)"))?;

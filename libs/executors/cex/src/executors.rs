@@ -591,16 +591,11 @@ impl CexExecutor {
             "history_rows": history.len(), "candidates": found,
         });
         let lookback_closed = now > until;
-        let set = |evidence: &mut Value, k: &str, v: Value| {
-            if let Some(o) = evidence.as_object_mut() {
-                o.insert(k.into(), v);
-            }
-        };
         match found.as_slice() {
             [one] => {
                 tracing::info!(idempotency_key = key, withdrawal_id = %one.id, "reconciled by amount/address/memo inside the lookback window");
-                set(&mut evidence, "outcome", json!("matched"));
-                set(&mut evidence, "by", json!("amount_address"));
+                evidence["outcome"] = json!("matched");
+                evidence["by"] = json!("amount_address");
                 let mut r = self.booked(&one.id, key);
                 r.provider_refs.insert(RECONCILIATION.into(), evidence);
                 Ok(r)
@@ -613,7 +608,7 @@ impl CexExecutor {
                     lookback_closed,
                     "RECONCILIATION_AMBIGUOUS"
                 );
-                set(&mut evidence, "outcome", json!("ambiguous"));
+                evidence["outcome"] = json!("ambiguous");
                 let mut r = self.result(NodeState::Unknown);
                 r.error_code = Some("RECONCILIATION_AMBIGUOUS".into());
                 r.error_detail = Some(format!(
@@ -651,14 +646,9 @@ impl CexExecutor {
         let sent = keys::void_unsent(&self.pool, key, &self.config.venue, node, ctx.attempt_no, reason)
             .await
             .map_err(store)?;
-        let put = |evidence: &mut Value, k: &str, v: Value| {
-            if let Some(o) = evidence.as_object_mut() {
-                o.insert(k.into(), v);
-            }
-        };
         let Some(sent) = sent else {
             tracing::info!(idempotency_key = key, "no withdrawal and the key never left: voided, FAILED");
-            put(&mut evidence, "outcome", json!("absent_never_sent"));
+            evidence["outcome"] = json!("absent_never_sent");
             let mut r = self.failed(
                 "CEX_WITHDRAWAL_NOT_SENT",
                 "the venue has no such withdrawal and this key was never sent; the key is void",
@@ -667,14 +657,14 @@ impl CexExecutor {
             return Ok(r);
         };
         let fence_at = sent.submit_by.map(|by| by + self.skew + self.config.history_lag());
-        put(&mut evidence, "fence_at", json!(fence_at.map(|t| t.to_rfc3339())));
+        evidence["fence_at"] = json!(fence_at.map(|t| t.to_rfc3339()));
         if fence_at.is_some_and(|at| now > at)
             && keys::void_sent(&self.pool, key, "recovery: absent at the venue after its deadline")
                 .await
                 .map_err(store)?
         {
             tracing::info!(idempotency_key = key, venue_time = %now, "no withdrawal and the key's deadline has passed at the venue: voided, FAILED");
-            put(&mut evidence, "outcome", json!("absent_fenced"));
+            evidence["outcome"] = json!("absent_fenced");
             let mut r = self.failed(
                     "CEX_WITHDRAWAL_NOT_FOUND",
                     format!("the venue has no withdrawal for {key} and its time {now} is past the request's deadline; the key is void"),
@@ -682,7 +672,7 @@ impl CexExecutor {
             r.provider_refs.insert(RECONCILIATION.into(), evidence);
             return Ok(r);
         }
-        put(&mut evidence, "outcome", json!("no_match"));
+        evidence["outcome"] = json!("no_match");
         let mut r = self.result(NodeState::Unknown);
         r.error_code = Some("RECONCILIATION_NO_MATCH".into());
         if lookback_closed {

@@ -37,16 +37,7 @@ pub struct CexLane {
 
 /// The lane's factory (listed in `services/common/src/lanes.rs`).
 pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, String> {
-    let skew = match (ctx.setting)("MG_CLOCK_SKEW_MARGIN_SECONDS") {
-        Some(v) => v
-            .trim()
-            .parse::<f64>()
-            .ok()
-            .filter(|s| s.is_finite() && *s >= 0.0)
-            .ok_or_else(|| format!("MG_CLOCK_SKEW_MARGIN_SECONDS={v:?} is not a number of seconds"))?,
-        None => 5.0,
-    };
-    Ok(Box::new(CexLane { pool: ctx.pool.clone(), skew: config::secs(skew) }))
+    Ok(Box::new(CexLane { pool: ctx.pool.clone(), skew: config::secs(ctx.clock_skew_seconds) }))
 }
 
 impl LanePlugin for CexLane {

@@ -747,8 +747,8 @@ impl Executor for TransferExecutor {
                 format!("nonce {} is no longer this node's reservation; nothing was sent", payload.nonce),
             ));
         }
-        let earlier =
-            self.hashes(node, &chain).await?.into_iter().flat_map(|(_, _, h)| h).filter(|h| *h != hash).count();
+        let all = self.all_hashes(node, &chain).await?;
+        let earlier = all.iter().filter(|h| **h != hash).count();
         let mut r = ExecutionResult::new(NodeState::Submitted);
         r.provider_refs.insert("tx_hash".into(), json!(hash));
         r.provider_refs.insert("nonce".into(), json!(payload.nonce));
@@ -758,7 +758,7 @@ impl Executor for TransferExecutor {
         r.provider_refs.insert("max_fee_per_gas".into(), json!(payload.max_fee_per_gas));
         r.provider_refs.insert("max_priority_fee_per_gas".into(), json!(payload.max_priority_fee_per_gas));
         r.provider_refs.insert("broadcast_at".into(), json!(chrono::Utc::now().to_rfc3339()));
-        r.provider_refs.insert("tx_hashes".into(), json!(self.all_hashes(node, &chain).await?));
+        r.provider_refs.insert("tx_hashes".into(), json!(all));
         r.provider_ref_id = Some(hash.clone());
         r.retry_after_seconds = Some(1.0);
         tracing::info!(executor_key = %self.key, chain_id = payload.chain_id, nonce = payload.nonce, tx_hash = %hash, "broadcasting");

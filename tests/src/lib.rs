@@ -421,6 +421,7 @@ pub fn sim_engine(db: &TestDb, settings: qtg_engine::EngineSettings) -> anyhow::
         pool: &db.pool,
         setting: &none,
         clock_skew_seconds: settings.clock_skew_seconds,
+        shared: &Default::default(),
     })
     .map_err(anyhow::Error::msg)?;
     let registry = qtg_executor::Registry::build(&file, &[sim], &none)?;
@@ -663,8 +664,13 @@ pub struct Anvil {
 
 impl Anvil {
     pub async fn start() -> anyhow::Result<Anvil> {
+        Self::start_chain(31337).await
+    }
+
+    /// A node serving chain `chain_id` (two of them are two chains).
+    pub async fn start_chain(chain_id: u64) -> anyhow::Result<Anvil> {
         let mut child = Command::new(anvil_bin()?)
-            .args(["--port", "0", "--host", "127.0.0.1"])
+            .args(["--port", "0", "--host", "127.0.0.1", "--chain-id", &chain_id.to_string()])
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
             .kill_on_drop(true)

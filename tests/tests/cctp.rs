@@ -1,7 +1,8 @@
 //! The CCTP-shaped contracts of `contracts/QtgCctp.sol` on two real chains (two anvils): a
 //! burn on chain A emits the message, the attester's signature over it lets chain B mint once,
 //! a used nonce and a forged attestation are refused; and the committed bytecode is what the
-//! pinned solc makes of the source. (The `cctp` lane that drives them is to come.)
+//! pinned solc makes of the source; and the `cctp` lane moving USDC from A to B through
+//! separately started workers (burn, attestation, mint), under faults.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -71,8 +72,9 @@ struct Side {
     messenger: String,
 }
 
+/// Domain `d` on chain 31337 + `d`.
 async fn side(domain: u32, attester: Address) -> anyhow::Result<Side> {
-    let anvil = Anvil::start().await?;
+    let anvil = Anvil::start_chain(31337 + u64::from(domain)).await?;
     let usdc = deploy(&anvil, "QtgUsdc", U256::from(1_000_000_000_000u64).abi_encode()).await?;
     let transmitter = deploy(&anvil, "MessageTransmitter", (domain, attester).abi_encode_params()).await?;
     let messenger = deploy(
@@ -313,5 +315,308 @@ async fn the_attestation_step_waits_honours_the_hint_and_hands_over_the_attestat
     send(&b.anvil, Some(&b.transmitter), &receiveMessageCall { message, attestation }.abi_encode()).await?;
     assert_eq!(usdc_of(&b, ANVIL_ADDR_2).await?, amount);
     drop(sim);
+    Ok(())
+}
+
+/// Two chains, their CCTP contracts, the attestation service, the API and the settings every
+/// worker gets: the `cctp` lane's entries and `signer.evm.local` (anvil's first account, which
+/// holds the USDC on A and has allowed A's messenger to pull it).
+struct Bridge {
+    db: TestDb,
+    a: Side,
+    b: Side,
+    /// Chain B through a recording proxy: every `receiveMessage` broadcast is counted there.
+    proxy_b: RpcProxy,
+    _sim: Proc,
+    sim_url: String,
+    api: Api,
+    keys: Keys,
+    env: Vec<(String, String)>,
+}
+
+const SUPPLY: u64 = 1_000_000_000_000;
+
+impl Bridge {
+    async fn start(extra: &[(&str, &str)]) -> anyhow::Result<Bridge> {
+        let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
+        let (a, b) = linked(&attester).await?;
+        send(&a.anvil, Some(&a.usdc), &approveCall { spender: a.messenger.parse()?, value: U256::MAX }.abi_encode())
+            .await?;
+        let proxy_b = RpcProxy::start(&b.anvil.url).await?;
+        let source = format!("0={}", a.anvil.url);
+        let sim = Proc::spawn_args(
+            "qtg-attestation-sim",
+            &["--addr", "127.0.0.1:0", "--source", &source, "--confirmations", "1"],
+            "",
+            &[("QTG_ATTESTATION_SIM_ATTESTER_KEY", ATTESTER_KEY)],
+        )
+        .await?;
+        let sim_url = format!("http://{}", sim.wait_field("attestation_addr", Duration::from_secs(20)).await?);
+        let db = TestDb::new().await?;
+        let registry = std::env::temp_dir().join(format!("{}-registry-cctp.toml", db.name));
+        let sim_registry = std::fs::read_to_string(registry_file())?;
+        std::fs::write(
+            &registry,
+            format!(
+                "{sim_registry}\n[executors.\"exec.cctp.burn\"]\ntransport = \"local\"\nimpl = \"cctp\"\nconfig = {{ from = \"{ANVIL_ADDR_0}\" }}\n\n\
+                 [executors.\"exec.cctp.attestation\"]\ntransport = \"local\"\nimpl = \"cctp\"\nconfig = {{ attestation_url = \"{sim_url}\", source_domain = 0, poll_seconds = 0.5 }}\n\n\
+                 [executors.\"exec.cctp.mint\"]\ntransport = \"local\"\nimpl = \"cctp\"\nconfig = {{ from = \"{ANVIL_ADDR_0}\" }}\n\n\
+                 [signers.\"signer.evm.local\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ account = \"anvil0\" }}\n"
+            ),
+        )?;
+        let chain = |id: u64, url: &str| {
+            json!({"chain_id": id, "rpc_urls": [url], "confirmations": 1,
+                   "max_fee_per_gas_wei": "100000000000", "max_priority_fee_per_gas_wei": "2000000000"})
+        };
+        let domains = json!([
+            {"domain": 0, "chain_id": 31337, "token_messenger": a.messenger, "message_transmitter": a.transmitter, "usdc": a.usdc},
+            {"domain": 1, "chain_id": 31338, "token_messenger": b.messenger, "message_transmitter": b.transmitter, "usdc": b.usdc},
+        ]);
+        let mut env: Vec<(String, String)> = [
+            ("MG_EXECUTOR_REGISTRY", registry.to_string_lossy().to_string()),
+            ("MG_EVM_CHAINS", json!([chain(31337, &a.anvil.url), chain(31338, &proxy_b.url)]).to_string()),
+            ("MG_CCTP_DOMAINS", domains.to_string()),
+            ("MG_ANVIL0_PRIVATE_KEY", ANVIL_KEY_0.to_string()),
+            ("MG_EXECUTOR_TIMEOUT_MS", "5000".to_string()),
+            ("MG_NODE_DISPATCH_INTERVAL_SECONDS", "0.2".to_string()),
+            ("MG_NODE_OBSERVE_INTERVAL_SECONDS", "0.2".to_string()),
+            ("MG_EXECUTOR_HEALTH_INTERVAL_SECONDS", "0.5".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        for (k, v) in extra {
+            env.retain(|(key, _)| key != k);
+            env.push((k.to_string(), v.to_string()));
+        }
+        let api = Api::start(&db.url, &env_pairs(&env)).await?;
+        let keys = Keys::create(&api).await?;
+        // The signer's identity, enrolled once the health worker listed it: the burn caller is
+        // aligned against it.
+        let health = Proc::spawn("qtg-health", &db.url, &env_pairs(&env)).await?;
+        wait_until("the signer is on the roster", Duration::from_secs(20), || async {
+            let n: i64 = sqlx::query_scalar("SELECT count(*) FROM signers WHERE signer_key = 'signer.evm.local'")
+                .fetch_one(&db.pool)
+                .await?;
+            Ok(n == 1)
+        })
+        .await?;
+        drop(health);
+        api.ok(
+            "PUT",
+            "/v3/signers/signer.evm.local/expected-identity",
+            &api.admin_key,
+            Some(json!({"address": ANVIL_ADDR_0})),
+            200,
+        )
+        .await?;
+        Ok(Bridge { db, a, b, proxy_b, _sim: sim, sim_url, api, keys, env })
+    }
+
+    async fn worker(&self, binary: &str) -> anyhow::Result<Proc> {
+        Proc::spawn(binary, &self.db.url, &env_pairs(&self.env)).await
+    }
+
+    /// `usdc.cctp.chain_a_to_b`: burn on A → attestation → mint on B, the burn called by
+    /// `burn_caller`.
+    async fn template(&self, key: &str, burn_caller: &str) -> anyhow::Result<()> {
+        let t = json!({"template_key": key, "nodes": [
+            {"node_key": "burn", "node_kind": "action", "action_type": "cctp_burn",
+             "executor_key": "exec.cctp.burn", "signer_key": "signer.evm.local", "signing_required": true,
+             "config": {"chain_id": 31337, "contract": self.a.messenger, "token_contract": self.a.usdc,
+                        "decimals": 6, "destination_domain": 1, "burn_caller": burn_caller}},
+            {"node_key": "attestation", "node_kind": "observe", "action_type": "cctp_attestation",
+             "executor_key": "exec.cctp.attestation", "config": {"source_domain": 0}},
+            {"node_key": "mint", "node_kind": "action", "action_type": "cctp_mint",
+             "executor_key": "exec.cctp.mint", "signer_key": "signer.evm.local", "signing_required": true,
+             "config": {"chain_id": 31338, "contract": self.b.transmitter, "token_contract": self.b.usdc,
+                        "decimals": 6, "destination_domain": 1,
+                        "message": "$ref:attestation.message", "attestation": "$ref:attestation.attestation"}}],
+            "edges": [{"from": "burn", "to": "attestation"}, {"from": "attestation", "to": "mint"}],
+            "risk_controls": {"allowed_destination_domains": [1], "allowed_destinations": [ANVIL_ADDR_2]}});
+        install_template(&self.api, &self.keys, t).await
+    }
+
+    async fn movement(&self, template: &str, amount: &str, idem: &str) -> anyhow::Result<String> {
+        let body = json!({"template_key": template, "idempotency_key": idem,
+            "intent": {"asset": "USDC", "amount": amount, "source": ANVIL_ADDR_0, "destination": ANVIL_ADDR_2}});
+        let m = self.api.ok("POST", "/v3/movements", &self.keys.requester, Some(body), 201).await?;
+        let id = m["id"].as_str().unwrap_or_default().to_string();
+        self.api.ok("POST", &format!("/v3/movements/{id}/approve"), &self.keys.approver, None, 200).await?;
+        Ok(id)
+    }
+
+    async fn done(&self, id: &str, logs: &[&Proc]) -> anyhow::Result<Value> {
+        wait_state(
+            &self.api,
+            &self.keys.requester,
+            id,
+            &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"],
+            Duration::from_secs(90),
+        )
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", logs.iter().map(|p| p.log()).collect::<Vec<_>>().join("\n")))
+    }
+
+    /// `MintAndWithdraw` events of B's messenger: one per mint that happened.
+    async fn mints(&self) -> anyhow::Result<usize> {
+        let topic = keccak256("MintAndWithdraw(address,uint256,address)").to_string();
+        let logs = self
+            .b
+            .anvil
+            .rpc(
+                "eth_getLogs",
+                json!([{"address": self.b.messenger, "fromBlock": "0x0", "toBlock": "latest", "topics": [topic]}]),
+            )
+            .await?;
+        Ok(logs.as_array().map(Vec::len).unwrap_or(0))
+    }
+
+    async fn events(&self, movement: &str, node_key: &str) -> anyhow::Result<Vec<(String, String)>> {
+        Ok(sqlx::query_as(
+            "SELECT e.kind, COALESCE(e.method, '') FROM node_events e JOIN movement_request_nodes n ON n.id = e.request_node_id
+              WHERE n.request_id = $1::uuid AND n.node_key = $2 ORDER BY e.id",
+        )
+        .bind(movement)
+        .bind(node_key)
+        .fetch_all(&self.db.pool)
+        .await?)
+    }
+
+    async fn sim_log(&self) -> anyhow::Result<Vec<(f64, u64)>> {
+        let stats: Value = http_client().get(format!("{}/admin/stats", self.sim_url)).send().await?.json().await?;
+        Ok(stats["log"]
+            .as_array()
+            .map(|l| {
+                l.iter().map(|e| (e["at_seconds"].as_f64().unwrap_or(0.0), e["status"].as_u64().unwrap_or(0))).collect()
+            })
+            .unwrap_or_default())
+    }
+}
+
+/// USDC from chain A to chain B through separately started workers: the burn on A, the
+/// attestation observed, the mint on B; balances on both chains, one mint for the message.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn usdc_moves_from_chain_a_to_chain_b_through_separate_workers() -> anyhow::Result<()> {
+    let bridge = Bridge::start(&[]).await?;
+    bridge.template("usdc.cctp.chain_a_to_b", ANVIL_ADDR_0).await?;
+    let dispatcher = bridge.worker("qtg-dispatcher").await?;
+    let observer = bridge.worker("qtg-observer").await?;
+    let id = bridge.movement("usdc.cctp.chain_a_to_b", "125.5", "cctp-e2e").await?;
+    let m = bridge.done(&id, &[&dispatcher, &observer]).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}\n{}", dispatcher.log());
+    let amount = U256::from(125_500_000u64);
+    assert_eq!(usdc_of(&bridge.a, ANVIL_ADDR_0).await?, U256::from(SUPPLY) - amount, "burned on A");
+    assert_eq!(usdc_of(&bridge.b, ANVIL_ADDR_2).await?, amount, "minted on B");
+    assert_eq!(bridge.mints().await?, 1, "one mint for the message");
+    assert_eq!(bridge.proxy_b.count("eth_sendRawTransaction"), 1, "one receiveMessage broadcast");
+    let burn = &node(&m, "burn")["provider_refs"];
+    let mint = &node(&m, "mint")["provider_refs"];
+    assert_eq!(burn["message_nonce"], "0", "{burn:#}");
+    assert_eq!(burn["message_hash"], node(&m, "attestation")["provider_refs"]["message_hash"]);
+    assert_eq!(mint["message_hash"], burn["message_hash"], "{mint:#}");
+    drop((dispatcher, observer));
+    bridge.db.drop_db().await;
+    Ok(())
+}
+
+/// The attestation service answers 404, then pending, then 429 with `Retry-After: 3`: the
+/// observe step keeps waiting, asks again only after the hint, then hands the attestation to
+/// the mint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_observe_step_waits_through_404_pending_and_429_and_honours_the_hint() -> anyhow::Result<()> {
+    let bridge = Bridge::start(&[]).await?;
+    bridge.template("usdc.cctp.chain_a_to_b", ANVIL_ADDR_0).await?;
+    http_client()
+        .post(format!("{}/admin/faults", bridge.sim_url))
+        .json(&json!([{"kind": "not_found", "count": 2}, {"kind": "pending", "count": 2},
+                      {"kind": "rate_limit", "count": 1, "retry_after_seconds": 3}]))
+        .send()
+        .await?
+        .error_for_status()?;
+    let dispatcher = bridge.worker("qtg-dispatcher").await?;
+    let observer = bridge.worker("qtg-observer").await?;
+    let id = bridge.movement("usdc.cctp.chain_a_to_b", "10", "cctp-faults").await?;
+    let m = bridge.done(&id, &[&dispatcher, &observer]).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+    let log = bridge.sim_log().await?;
+    let statuses: Vec<u64> = log.iter().map(|(_, s)| *s).collect();
+    assert_eq!(&statuses[..6], &[404, 404, 200, 200, 429, 200], "{log:?}");
+    for w in log.windows(2).take(4) {
+        assert!(w[1].0 - w[0].0 >= 0.45, "polled again before poll_seconds: {log:?}");
+    }
+    assert!(log[5].0 - log[4].0 >= 2.95, "asked again before the 429's Retry-After: {log:?}");
+    let observes = bridge.events(&id, "attestation").await?.iter().filter(|(_, m)| m == "observe").count();
+    assert!(observes >= 6, "every answer was an observe call: {observes}");
+    assert_eq!(usdc_of(&bridge.b, ANVIL_ADDR_2).await?, U256::from(10_000_000u64));
+    assert_eq!(bridge.mints().await?, 1);
+    drop((dispatcher, observer));
+    bridge.db.drop_db().await;
+    Ok(())
+}
+
+/// The dispatcher is SIGKILLed right after the mint's `receiveMessage` reached chain B, before
+/// it heard the answer: recovery finds the mint (its hash, and the message's nonce used on B)
+/// and completes the movement; chain B saw one `receiveMessage` broadcast, one mint.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dispatcher_killed_after_the_mint_broadcast_is_recovered_by_the_message_nonce() -> anyhow::Result<()> {
+    let bridge = Bridge::start(&[
+        ("MG_EXECUTOR_TIMEOUT_MS", "3000"),
+        ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "5"),
+        ("MG_NODE_RECOVERY_INTERVAL_SECONDS", "0.3"),
+    ])
+    .await?;
+    bridge.template("usdc.cctp.chain_a_to_b", ANVIL_ADDR_0).await?;
+    bridge.proxy_b.swallow_answers(1);
+    let mut killed = bridge.worker("qtg-dispatcher").await?;
+    let observer = bridge.worker("qtg-observer").await?;
+    let recovery = bridge.worker("qtg-recovery").await?;
+    let id = bridge.movement("usdc.cctp.chain_a_to_b", "42", "cctp-killed").await?;
+    wait_until("the mint reaches chain B", Duration::from_secs(60), || async {
+        Ok(bridge.proxy_b.forwarded("eth_sendRawTransaction") >= 1)
+    })
+    .await?;
+    killed.signal("KILL");
+    killed.wait_exit(Duration::from_secs(10)).await?;
+    let state: String = sqlx::query_scalar(
+        "SELECT node_state FROM movement_request_nodes WHERE request_id = $1::uuid AND node_key = 'mint'",
+    )
+    .bind(&id)
+    .fetch_one(&bridge.db.pool)
+    .await?;
+    assert_eq!(state, "SUBMITTING", "qtg never heard the mint's answer");
+    let m = bridge.done(&id, &[&recovery, &observer]).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}\n{}", recovery.log());
+    let recovered = bridge.events(&id, "mint").await?;
+    assert!(recovered.iter().any(|(_, m)| m == "recover"), "recovery decided the mint: {recovered:?}");
+    assert_eq!(bridge.proxy_b.count("eth_sendRawTransaction"), 1, "no second receiveMessage");
+    assert_eq!(bridge.mints().await?, 1, "one mint for the message nonce");
+    assert_eq!(usdc_of(&bridge.b, ANVIL_ADDR_2).await?, U256::from(42_000_000u64));
+    drop((observer, recovery));
+    bridge.db.drop_db().await;
+    Ok(())
+}
+
+/// A burn whose plan expects another caller than the address its signer signs as is refused
+/// before anything is prepared or signed: no sign call, no nonce, nothing on chain A.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_burn_caller_mismatch_is_refused_before_anything_is_signed() -> anyhow::Result<()> {
+    let bridge = Bridge::start(&[]).await?;
+    bridge.template("usdc.cctp.misaligned", ANVIL_ADDR_2).await?;
+    let dispatcher = bridge.worker("qtg-dispatcher").await?;
+    let start = bridge.a.anvil.quantity("eth_getTransactionCount", json!([ANVIL_ADDR_0, "latest"])).await?;
+    let id = bridge.movement("usdc.cctp.misaligned", "5", "cctp-misaligned").await?;
+    let m = bridge.done(&id, &[&dispatcher]).await?;
+    assert_eq!(m["request_state"], "FAILED", "{m:#}");
+    assert_eq!(node(&m, "burn")["error_code"], "CCTP_BURN_CALLER_MISMATCH", "{m:#}");
+    let events = bridge.events(&id, "burn").await?;
+    assert!(!events.iter().any(|(_, m)| m == "sign" || m == "prepare" || m == "submit"), "{events:?}");
+    let reserved: i64 =
+        sqlx::query_scalar("SELECT count(*) FROM evm_nonce_reservation").fetch_one(&bridge.db.pool).await?;
+    assert_eq!(reserved, 0, "no nonce was reserved");
+    assert_eq!(bridge.a.anvil.quantity("eth_getTransactionCount", json!([ANVIL_ADDR_0, "latest"])).await?, start);
+    assert_eq!(usdc_of(&bridge.a, ANVIL_ADDR_0).await?, U256::from(SUPPLY), "nothing burned");
+    drop(dispatcher);
+    bridge.db.drop_db().await;
     Ok(())
 }

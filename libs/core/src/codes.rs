@@ -12,6 +12,9 @@ pub const SIGNER_UNAVAILABLE: &str = "SIGNER_UNAVAILABLE";
 pub const SIGNER_REFUSED: &str = "SIGNER_REFUSED";
 /// The address that signed is not the signer's enrolled identity (`expected_signer_address`).
 pub const SIGNER_IDENTITY_MISMATCH: &str = "SIGNER_IDENTITY_MISMATCH";
+/// A CCTP burn's plan expects another caller (`config.burn_caller`) than the address its
+/// signer signs as (the seed's `validate_cctp_burn_caller_alignment`).
+pub const CCTP_BURN_CALLER_MISMATCH: &str = "CCTP_BURN_CALLER_MISMATCH";
 pub const PREPARE_EMPTY: &str = "PREPARE_EMPTY";
 pub const PAYLOAD_HASH_MISMATCH: &str = "PAYLOAD_HASH_MISMATCH";
 /// A pause (kill switch) took effect after the node was claimed, before its submit was sent.

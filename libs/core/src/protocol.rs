@@ -113,6 +113,14 @@ pub struct SigningIntent {
     /// Decimals of `amount` in base units (node `config.decimals`; 18 when absent).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub decimals: Option<u32>,
+    /// The contract the approved transaction calls (node `config.contract`), e.g. a CCTP
+    /// token messenger or message transmitter; absent for a plain transfer.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub contract: Option<String>,
+    /// The bridge domain the funds arrive on (node `config.destination_domain`), e.g. a CCTP
+    /// domain; absent when nothing is bridged.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_domain: Option<u32>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -152,6 +160,12 @@ impl SignRequest {
                 chain_id: ctx.node_config.get("chain_id").and_then(Value::as_u64),
                 token_contract: ctx.node_config.get("token_contract").and_then(Value::as_str).map(str::to_string),
                 decimals: ctx.node_config.get("decimals").and_then(Value::as_u64).and_then(|d| u32::try_from(d).ok()),
+                contract: ctx.node_config.get("contract").and_then(Value::as_str).map(str::to_string),
+                destination_domain: ctx
+                    .node_config
+                    .get("destination_domain")
+                    .and_then(Value::as_u64)
+                    .and_then(|d| u32::try_from(d).ok()),
             },
             payload_format: prepared.payload_format.clone(),
             payload: prepared.payload.clone(),

@@ -242,6 +242,17 @@ impl Engine {
         let deadline = self.settings.executor_timeout;
         let mut calls: Vec<Call> = Vec::new();
 
+        // A burn's caller first (the seed's validate_cctp_burn_caller_alignment): the address
+        // the plan expects to call depositForBurn is the one its signer signs as.
+        if c.ctx.action_type == "cctp_burn" {
+            if let Some(why) = self.burn_caller_misaligned(&c).await? {
+                calls.push(Call::failed("preflight", "refused", codes::CCTP_BURN_CALLER_MISMATCH, &why, 0));
+                return self
+                    .fail_claimed(&c, NodeState::Preparing, calls, codes::CCTP_BURN_CALLER_MISMATCH, &why)
+                    .await;
+            }
+        }
+
         // Preflight: nothing has been sent, so every failure is a plain FAILED.
         let (res, ms) = with_deadline("preflight", deadline, c.executor.preflight(&c.ctx)).await;
         match res {
@@ -387,6 +398,33 @@ impl Engine {
         let (res, ms) = with_deadline("submit", deadline, c.executor.submit(&c.ctx, &submission)).await;
         let res = res.and_then(|r| r.validate(Method::Submit).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0)));
         self.record_submit(&c, res, ms).await
+    }
+
+    /// Why a CCTP burn's caller is not aligned, if it is not: the plan's `config.burn_caller`
+    /// must be the address the node's signer signs as — its enrolled identity, else the one its
+    /// health check reported. Nothing is prepared or signed when it is not, or cannot be known.
+    async fn burn_caller_misaligned(&self, c: &Claimed) -> Result<Option<String>> {
+        let Some(caller) = c.ctx.node_config.get("burn_caller").and_then(|v| v.as_str()).map(str::to_string) else {
+            return Ok(Some(
+                "the burn's config names no burn_caller (the address expected to call depositForBurn)".into(),
+            ));
+        };
+        let Some(signer_key) = c.item.signer_key.clone().filter(|k| !k.is_empty()) else {
+            return Ok(Some("the burn has no signer_key: its caller cannot be aligned".into()));
+        };
+        let (expected, observed) = {
+            let mut conn = self.pool.acquire().await?;
+            qtg_store::health::identities(&mut conn, &signer_key).await?
+        };
+        Ok(match expected.or(observed) {
+            Some(signs_as) if signs_as.eq_ignore_ascii_case(&caller) => None,
+            Some(signs_as) => Some(format!(
+                "the plan expects {caller} to call depositForBurn, but signer {signer_key:?} signs as {signs_as}; nothing was signed"
+            )),
+            None => Some(format!(
+                "signer {signer_key:?} has no enrolled or observed address: the burn caller {caller} cannot be aligned; nothing was signed"
+            )),
+        })
     }
 
     /// Why a signature may not be used: the signer reported an address other than the one an

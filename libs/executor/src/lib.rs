@@ -11,8 +11,8 @@ use qtg_core::{ExecutionContext, ExecutionResult, PreparedAction, SignRequest, S
 use serde_json::Value;
 
 pub use registry::{
-    EntrySpec, ExecutorEntry, Fence, LaneContext, LaneFactory, LanePlugin, Registry, RegistryError, RegistryFile,
-    Setting, SignerEntry, Transport,
+    EntrySpec, ExecutorEntry, Fence, LaneContext, LaneFactory, LanePlugin, LaneShared, Registry, RegistryError,
+    RegistryFile, Setting, SignerEntry, Transport,
 };
 
 /// Why a call produced no answer qtg can use. The engine maps each to the method's failure

@@ -105,6 +105,23 @@ pub struct LaneContext<'a> {
     pub setting: &'a dyn Fn(&str) -> Option<String>,
     /// `MG_CLOCK_SKEW_MARGIN_SECONDS`, as the process' settings read it.
     pub clock_skew_seconds: f64,
+    /// State the lanes of one registry share (see [`LaneShared`]).
+    pub shared: &'a LaneShared,
+}
+
+/// State the lanes built for one registry share, one value per type: a lane built on another
+/// asks for the same value (the `cctp` lane's executors use the `evm` lane's local signers).
+#[derive(Default)]
+pub struct LaneShared(std::sync::Mutex<HashMap<std::any::TypeId, Arc<dyn std::any::Any + Send + Sync>>>);
+
+impl LaneShared {
+    /// The registry's value of type `T`, made with `T::default()` by the first lane that asks.
+    pub fn get<T: std::any::Any + Send + Sync + Default>(&self) -> Arc<T> {
+        let mut map = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        let value = map.entry(std::any::TypeId::of::<T>()).or_insert_with(|| Arc::new(T::default())).clone();
+        // Keyed by its own type: the downcast cannot fail.
+        value.downcast::<T>().unwrap_or_else(|_| Arc::new(T::default()))
+    }
 }
 
 /// The process' key → value source of settings (only `services/` reads the environment).

@@ -152,6 +152,22 @@ pub async fn mark_consumed(pool: &PgPool, id: i64, by: &str) -> Result<()> {
     Ok(())
 }
 
+/// Gives back the node's reservation when nothing was ever broadcast with it (no transaction
+/// or cancel hash): the node's effect happened without it (a CCTP message another caller
+/// received first). `false` when something was broadcast with it or it is not the node's.
+pub async fn release_unsent(pool: &PgPool, id: i64, node: Uuid) -> Result<bool> {
+    let moved = sqlx::query(
+        "UPDATE evm_nonce_reservation SET status = 'released', updated_at = now()
+          WHERE id = $1 AND request_node_id = $2 AND status = 'reserved'
+            AND tx_hashes = '[]'::jsonb AND cancel_hashes = '[]'::jsonb",
+    )
+    .bind(id)
+    .bind(node)
+    .execute(pool)
+    .await?;
+    Ok(moved.rows_affected() == 1)
+}
+
 /// Every reservation the node ever held on `chain_id` (hashes included), newest first.
 pub async fn of_node(pool: &PgPool, node: Uuid, chain_id: i64) -> Result<Vec<Reservation>> {
     sqlx::query(sqlx::AssertSqlSafe(format!(

@@ -100,6 +100,18 @@ pub async fn expected_identity(conn: &mut PgConnection, key: &str) -> Result<Opt
     Ok(v.flatten().filter(|a| !a.is_empty()))
 }
 
+/// `(expected, observed)`: the address an admin enrolled as `key`'s identity and the one its
+/// last health check reported, each if any.
+pub async fn identities(conn: &mut PgConnection, key: &str) -> Result<(Option<String>, Option<String>)> {
+    let v: Option<(Option<String>, Option<String>)> =
+        sqlx::query_as("SELECT expected_signer_address, observed_signer_address FROM signers WHERE signer_key = $1")
+            .bind(key)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let (expected, observed) = v.unwrap_or_default();
+    Ok((expected.filter(|a| !a.is_empty()), observed.filter(|a| !a.is_empty())))
+}
+
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ExecutorHealth {

@@ -68,6 +68,9 @@ struct Service {
     faults: Mutex<Vec<Fault>>,
     window: Mutex<(Instant, u32)>,
     requests: Mutex<u64>,
+    /// Every messages request: seconds since start and the status answered.
+    log: Mutex<Vec<(f64, u16)>>,
+    started: Instant,
 }
 
 type Shared = Arc<Service>;
@@ -133,6 +136,15 @@ struct MessagesQuery {
 }
 
 async fn messages(State(s): State<Shared>, Path(domain): Path<u32>, Query(q): Query<MessagesQuery>) -> Response {
+    let at = s.started.elapsed().as_secs_f64();
+    let answer = answer(&s, domain, q).await;
+    if let Ok(mut log) = s.log.lock() {
+        log.push((at, answer.status().as_u16()));
+    }
+    answer
+}
+
+async fn answer(s: &Shared, domain: u32, q: MessagesQuery) -> Response {
     if let Ok(mut n) = s.requests.lock() {
         *n += 1;
     }
@@ -228,7 +240,12 @@ async fn add_faults(State(s): State<Shared>, Json(body): Json<Value>) -> Respons
 
 async fn stats(State(s): State<Shared>) -> Response {
     let requests = s.requests.lock().map(|n| *n).unwrap_or(0);
-    Json(json!({"requests": requests, "attester": s.attester.address().to_string()})).into_response()
+    let log: Vec<Value> = s
+        .log
+        .lock()
+        .map(|l| l.iter().map(|(at, status)| json!({"at_seconds": at, "status": status})).collect())
+        .unwrap_or_default();
+    Json(json!({"requests": requests, "log": log, "attester": s.attester.address().to_string()})).into_response()
 }
 
 #[tokio::main]
@@ -258,6 +275,8 @@ async fn main() -> anyhow::Result<()> {
         faults: Mutex::new(Vec::new()),
         window: Mutex::new((Instant::now(), 0)),
         requests: Mutex::new(0),
+        log: Mutex::new(Vec::new()),
+        started: Instant::now(),
     });
     let app = Router::new()
         .route("/v2/messages/{domain}", get(messages))

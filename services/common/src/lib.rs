@@ -152,7 +152,12 @@ fn load_registry(
     };
     let registry = lanes::build_registry(
         &file,
-        &LaneContext { pool, setting: &setting, clock_skew_seconds: settings.clock_skew_seconds },
+        &LaneContext {
+            pool,
+            setting: &setting,
+            clock_skew_seconds: settings.clock_skew_seconds,
+            shared: &Default::default(),
+        },
     )?;
     tracing::info!(
         executors = ?file.executors.keys().collect::<Vec<_>>(),

@@ -1,15 +1,15 @@
-//! `exec.evm.transfer`: native coin and ERC-20 transfers. Prepare reserves the node's nonce
-//! (its own short transaction) and builds an EIP-1559 transaction within the chain's fee caps;
-//! the signer signs it; submit records the hash with the reservation and broadcasts; observe
-//! follows every hash the node broadcast to its confirmations; recover looks them all up and
-//! the account's nonce before deciding.
+//! The EVM executor, over any [`EvmCall`] (`exec.evm.transfer` is [`Transfer`]). Prepare
+//! reserves the node's nonce (its own short transaction) and builds an EIP-1559 transaction
+//! within the chain's fee caps; the signer signs it; submit records the hash with the
+//! reservation and broadcasts; observe follows every hash the node broadcast to its
+//! confirmations; recover looks them all up and the account's nonce before deciding.
 
 use std::sync::Arc;
 
 use alloy::consensus::transaction::SignerRecoverable;
 use alloy::consensus::{SignableTransaction, TxEip1559, TxEnvelope};
 use alloy::eips::eip2718::Decodable2718;
-use alloy::primitives::{Address, Bytes, TxKind, U256};
+use alloy::primitives::{Address, TxKind};
 use async_trait::async_trait;
 use qtg_core::hash::canonical_json;
 use qtg_core::markers::MANUAL_REVIEW_REQUIRED;
@@ -20,36 +20,31 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
 
+use crate::call::{hex_address, Action, EvmCall, Transfer, NATIVE_GAS};
 use crate::chains::{Chain, Chains};
 use crate::rpc::{parse_quantity, quantity, RpcError};
-use crate::tx::{balance_of_calldata, base_units, decimals_calldata, transfer_calldata, TxPayload, PAYLOAD_FORMAT};
+use crate::tx::{TxPayload, PAYLOAD_FORMAT};
 
-/// Gas of a plain native transfer.
-const NATIVE_GAS: u64 = 21_000;
 /// Seconds between polls of a pending transaction.
 const POLL_SECONDS: f64 = 2.0;
 
-pub struct TransferExecutor {
+/// An executor of one kind of EVM transaction from one address.
+pub struct EvmExecutor<C> {
     key: String,
     from: Address,
     chains: Arc<Chains>,
     pool: PgPool,
     signers: crate::LocalSigners,
+    call: C,
 }
 
-/// What the node moves, from its approved intent and config.
-struct Transfer {
-    chain: Arc<Chain>,
-    token: Option<Address>,
-    decimals: u32,
-    recipient: Address,
-    amount: U256,
-}
+/// `exec.evm.transfer`.
+pub type TransferExecutor = EvmExecutor<Transfer>;
 
 /// Where the node's transactions are on chain.
 enum Onchain {
     /// Mined with `confirmations`; `ok` = status 1.
-    Mined { hash: String, block: u128, confirmations: u64, ok: bool },
+    Mined { hash: String, block: u128, confirmations: u64, ok: bool, receipt: Value },
     /// Known to the node, not mined.
     Pending { hash: String },
     /// A transaction that is not the node's consumed its nonce, final.
@@ -104,9 +99,16 @@ fn failed(code: &str, detail: impl Into<String>) -> ExecutionResult {
     ExecutionResult::failed(code, detail)
 }
 
-impl TransferExecutor {
-    pub fn new(key: &str, from: Address, chains: Arc<Chains>, pool: PgPool, signers: crate::LocalSigners) -> Self {
-        TransferExecutor { key: key.to_string(), from, chains, pool, signers }
+impl<C: EvmCall> EvmExecutor<C> {
+    pub fn new(
+        key: &str,
+        from: Address,
+        chains: Arc<Chains>,
+        pool: PgPool,
+        signers: crate::LocalSigners,
+        call: C,
+    ) -> Self {
+        EvmExecutor { key: key.to_string(), from, chains, pool, signers, call }
     }
 
     /// The node's signer, when it is a local signer of this lane.
@@ -115,110 +117,30 @@ impl TransferExecutor {
         self.signers.read().ok()?.get(key).cloned()
     }
 
-    fn transfer(&self, ctx: &ExecutionContext) -> Result<Transfer, (String, String)> {
-        let bad = |code: &str, why: String| (code.to_string(), why);
-        let cfg = &ctx.node_config;
-        let chain_id = cfg
-            .get("chain_id")
-            .and_then(Value::as_u64)
-            .ok_or_else(|| bad("EVM_CHAIN_MISSING", "the node's config names no chain_id".into()))?;
-        let chain = self
-            .chains
-            .get(&chain_id)
-            .cloned()
-            .ok_or_else(|| bad("EVM_CHAIN_NOT_CONFIGURED", format!("chain {chain_id} is not in MG_EVM_CHAINS")))?;
-        let token = match cfg.get("token_contract").and_then(Value::as_str) {
-            Some(t) => {
-                Some(t.parse::<Address>().map_err(|_| bad("EVM_CONFIG_INVALID", format!("token_contract {t:?}")))?)
-            }
-            None => None,
-        };
-        let decimals = match cfg.get("decimals") {
-            None => 18,
-            Some(d) => d
-                .as_u64()
-                .filter(|d| *d <= 77)
-                .map(|d| d as u32)
-                .ok_or_else(|| bad("EVM_CONFIG_INVALID", format!("decimals {d} is not an integer from 0 to 77")))?,
-        };
-        let text = |k: &str| ctx.intent.get(k).and_then(Value::as_str).map(str::trim).unwrap_or("").to_string();
-        let recipient: Address = text("destination").parse().map_err(|_| {
-            bad("EVM_INTENT_INVALID", format!("destination {:?} is not an address", text("destination")))
-        })?;
-        let amount = base_units(&text("amount"), decimals).filter(|a| !a.is_zero()).ok_or_else(|| {
-            bad(
-                "EVM_INTENT_INVALID",
-                format!("amount {:?} is not a positive amount with {decimals} decimals", text("amount")),
-            )
-        })?;
-        Ok(Transfer { chain, token, decimals, recipient, amount })
+    fn action(&self, ctx: &ExecutionContext) -> Result<Action, (String, String)> {
+        self.call.action(ctx, &self.chains)
     }
 
     fn address(a: Address) -> String {
-        format!("{a:#x}")
+        hex_address(a)
     }
 
-    async fn erc20_balance(&self, chain: &Chain, token: Address, owner: Address) -> Result<U256, RpcError> {
-        let v = chain
-            .rpc
-            .call("eth_call", json!([{"to": Self::address(token), "data": balance_of_calldata(owner)}, "latest"]))
-            .await?;
-        let hex = v.as_str().unwrap_or("0x");
-        Ok(U256::from_str_radix(hex.trim_start_matches("0x"), 16).unwrap_or(U256::ZERO))
-    }
-
-    /// Preflight: the chain is the configured one, the destination is allowed by the plan's
-    /// risk controls, the token's decimals are the plan's, and the balance covers the amount.
-    async fn check(&self, ctx: &ExecutionContext, t: &Transfer) -> Result<Option<(String, String)>, RpcError> {
-        let id = t.chain.rpc.quantity("eth_chainId", json!([])).await?;
-        if id != u128::from(t.chain.spec.chain_id) {
+    /// Preflight: the RPC serves the node's chain, then the call's own checks.
+    async fn check(&self, ctx: &ExecutionContext, a: &Action) -> Result<Option<(String, String)>, RpcError> {
+        let id = a.chain.rpc.quantity("eth_chainId", json!([])).await?;
+        if id != u128::from(a.chain.spec.chain_id) {
             return Ok(Some((
                 "EVM_CHAIN_MISMATCH".into(),
-                format!("the RPC serves chain {id}, the plan names {}", t.chain.spec.chain_id),
+                format!("the RPC serves chain {id}, the plan names {}", a.chain.spec.chain_id),
             )));
         }
-        if let Some(allowed) = ctx.risk_controls.get("allowed_destinations").and_then(Value::as_array) {
-            let ok = allowed.iter().filter_map(Value::as_str).any(|a| a.parse::<Address>().ok() == Some(t.recipient));
-            if !ok {
-                return Ok(Some((
-                    "EVM_DESTINATION_NOT_ALLOWED".into(),
-                    format!("{} is not in risk_controls.allowed_destinations", t.recipient),
-                )));
-            }
-        }
-        let balance = match t.token {
-            None => {
-                U256::from(t.chain.rpc.quantity("eth_getBalance", json!([Self::address(self.from), "latest"])).await?)
-            }
-            Some(token) => {
-                let v = t
-                    .chain
-                    .rpc
-                    .call("eth_call", json!([{"to": Self::address(token), "data": decimals_calldata()}, "latest"]))
-                    .await?;
-                let on_chain = v.as_str().and_then(|h| u64::from_str_radix(h.trim_start_matches("0x"), 16).ok());
-                if on_chain != Some(u64::from(t.decimals)) {
-                    return Ok(Some((
-                        "EVM_TOKEN_DECIMALS_MISMATCH".into(),
-                        format!("token {token} reports decimals {on_chain:?}, the plan says {}", t.decimals),
-                    )));
-                }
-                self.erc20_balance(&t.chain, token, self.from).await?
-            }
-        };
-        if balance < t.amount {
-            return Ok(Some((
-                "EVM_INSUFFICIENT_BALANCE".into(),
-                format!("{} holds {balance}, the transfer needs {}", self.from, t.amount),
-            )));
-        }
-        Ok(None)
+        self.call.check(ctx, self.from, a).await
     }
 
     async fn build(
         &self,
         ctx: &ExecutionContext,
-        t: &Transfer,
+        t: &Action,
     ) -> Result<Result<TxPayload, (String, String)>, ExecutorError> {
         let node: Uuid = ctx.request_node_id.parse().map_err(|_| ExecutorError::Protocol("request_node_id".into()))?;
         let rpc = &t.chain.rpc;
@@ -236,23 +158,23 @@ impl TransferExecutor {
                 format!("the node holds nonce {} of {}, not of {from}; a person decides", r.nonce, r.address),
             )));
         }
-        let (to, value, input) = match t.token {
-            None => (t.recipient, t.amount, Bytes::new()),
-            Some(token) => (token, U256::ZERO, transfer_calldata(t.recipient, t.amount)),
-        };
-        let gas_limit = match t.token {
-            None => NATIVE_GAS,
-            Some(_) => {
+        let (to, value, input) = (t.to, t.value, t.input.clone());
+        let gas_limit = match t.gas {
+            Some(gas) => gas,
+            None => {
                 let est = rpc
                     .quantity(
                         "eth_estimateGas",
-                        json!([{"from": from, "to": Self::address(to), "data": input, "value": "0x0"}]),
+                        json!([{"from": from, "to": Self::address(to), "data": input, "value": format!("{value:#x}")}]),
                     )
                     .await;
                 match est {
                     Ok(g) => u64::try_from(g).unwrap_or(u64::MAX).saturating_mul(12) / 10,
                     Err(RpcError::Node { message, .. }) => {
-                        return Ok(Err(("EVM_ESTIMATE_FAILED".into(), format!("the transfer would fail: {message}"))))
+                        return Ok(Err((
+                            "EVM_ESTIMATE_FAILED".into(),
+                            format!("the transaction would fail: {message}"),
+                        )))
                     }
                     Err(e) => return Err(rpc_down(e)),
                 }
@@ -343,7 +265,7 @@ impl TransferExecutor {
     async fn replace(
         &self,
         ctx: &ExecutionContext,
-        t: &Transfer,
+        t: &Action,
         node: Uuid,
     ) -> Result<Option<ExecutionResult>, ExecutorError> {
         let chain = &t.chain;
@@ -363,20 +285,16 @@ impl TransferExecutor {
                 return Ok(None);
             }
         }
-        let (to, value, input) = match t.token {
-            None => (t.recipient, t.amount, Bytes::new()),
-            Some(token) => (token, U256::ZERO, transfer_calldata(t.recipient, t.amount)),
-        };
         let tx = TxEip1559 {
             chain_id: chain.spec.chain_id,
             nonce,
             gas_limit,
             max_fee_per_gas: max_fee,
             max_priority_fee_per_gas: tip,
-            to: TxKind::Call(to),
-            value,
+            to: TxKind::Call(t.to),
+            value: t.value,
             access_list: Default::default(),
-            input,
+            input: t.input.clone(),
         };
         let payload = TxPayload::of(&tx, self.from, reservation, t.token, t.recipient, t.amount);
         let text = canonical_json(&serde_json::to_value(&payload).unwrap_or(Value::Null));
@@ -521,7 +439,7 @@ impl TransferExecutor {
         let head = rpc.quantity("eth_blockNumber", json!([])).await.map_err(rpc_down)?;
         let ok = receipt.get("status").and_then(parse_quantity) == Some(1);
         let confirmations = head.saturating_sub(block).saturating_add(1) as u64;
-        Ok(Some(Onchain::Mined { hash: hash.to_string(), block, confirmations, ok }))
+        Ok(Some(Onchain::Mined { hash: hash.to_string(), block, confirmations, ok, receipt }))
     }
 
     /// The hash of the transaction from the from-address with `nonce`, mined at or before
@@ -566,7 +484,7 @@ impl TransferExecutor {
     async fn follow(
         &self,
         ctx: &ExecutionContext,
-        t: &Transfer,
+        t: &Action,
         recovering: bool,
     ) -> Result<ExecutionResult, ExecutorError> {
         let node: Uuid = ctx.request_node_id.parse().map_err(|_| ExecutorError::Protocol("request_node_id".into()))?;
@@ -593,7 +511,7 @@ impl TransferExecutor {
             }
         }
         let mut r = match where_ {
-            Onchain::Mined { hash, block, confirmations, ok } => {
+            Onchain::Mined { hash, block, confirmations, ok, receipt } => {
                 let final_ = confirmations >= chain.spec.confirmations;
                 let mut r = if !final_ {
                     let mut r =
@@ -605,6 +523,7 @@ impl TransferExecutor {
                     let mut r = ExecutionResult::new(NodeState::Completed);
                     r.generated_artifacts
                         .push(json!({"kind": "evm_receipt", "tx_hash": hash, "block_number": block.to_string()}));
+                    self.call.completed(ctx, t, &receipt, &mut r).map_err(ExecutorError::Unavailable)?;
                     r
                 } else {
                     consumed(&hash).await?;
@@ -671,15 +590,26 @@ impl TransferExecutor {
                 r
             }
         };
+        // The node's own transaction failed or lost its nonce: the effect may still have
+        // happened by another hand (a message received by another caller), proven on chain.
+        if r.next_state == NodeState::Failed
+            && matches!(r.error_code.as_deref(), Some("EVM_REVERTED" | "EVM_NONCE_CONSUMED"))
+        {
+            if let Some(mut done) = self.call.settled(ctx, t).await.map_err(rpc_down)? {
+                tracing::info!(executor_key = %self.key, code = ?r.error_code, "the node's transaction did not do it, but the chain shows the effect: completed by evidence");
+                done.provider_refs.insert("own_transaction".into(), json!(r.error_code));
+                r = done;
+            }
+        }
         r.provider_refs.insert("chain_id".into(), json!(chain.spec.chain_id));
         Ok(r)
     }
 }
 
 #[async_trait]
-impl Executor for TransferExecutor {
+impl<C: EvmCall> Executor for EvmExecutor<C> {
     async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
-        let t = match self.transfer(ctx) {
+        let t = match self.action(ctx) {
             Ok(t) => t,
             Err((code, why)) => return Ok(Some(failed(&code, why))),
         };
@@ -687,7 +617,7 @@ impl Executor for TransferExecutor {
     }
 
     async fn prepare(&self, ctx: &ExecutionContext) -> Result<Prepared, ExecutorError> {
-        let t = match self.transfer(ctx) {
+        let t = match self.action(ctx) {
             Ok(t) => t,
             Err((code, why)) => return Ok(Prepared::Refused(failed(&code, why))),
         };
@@ -737,6 +667,18 @@ impl Executor for TransferExecutor {
             Err(e) => return Err(ExecutorError::Protocol(format!("the signature does not recover: {e}"))),
         }
         let hash = envelope.tx_hash().to_string();
+        // Done already by another hand (a CCTP message received): nothing is sent, and a nonce
+        // nothing was ever broadcast with goes back.
+        if let Ok(action) = self.action(ctx) {
+            if let Some(mut done) = self.call.settled(ctx, &action).await.map_err(rpc_down)? {
+                let released = nonces::release_unsent(&self.pool, payload.reservation_id, node)
+                    .await
+                    .map_err(|e| ExecutorError::Unavailable(format!("nonce reservation: {e}")))?;
+                tracing::info!(executor_key = %self.key, nonce = payload.nonce, released, "the chain already shows the effect; nothing was sent");
+                done.provider_refs.insert("sent".into(), json!(false));
+                return Ok(done);
+            }
+        }
         // Intent before effect: the hash is the node's before it can reach the chain.
         let owned = nonces::mark_broadcast(&self.pool, payload.reservation_id, node, &hash)
             .await
@@ -798,12 +740,12 @@ impl Executor for TransferExecutor {
     }
 
     async fn observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
-        let t = self.transfer(ctx).map_err(|(_, why)| ExecutorError::Protocol(why))?;
+        let t = self.action(ctx).map_err(|(_, why)| ExecutorError::Protocol(why))?;
         self.follow(ctx, &t, false).await
     }
 
     async fn recover(&self, ctx: &ExecutionContext, _idempotency_key: &str) -> Result<ExecutionResult, ExecutorError> {
-        let t = self.transfer(ctx).map_err(|(_, why)| ExecutorError::Protocol(why))?;
+        let t = self.action(ctx).map_err(|(_, why)| ExecutorError::Protocol(why))?;
         self.follow(ctx, &t, true).await
     }
 

@@ -14,6 +14,8 @@
 //! config = { account = "treasury" }   # key from MG_TREASURY_PRIVATE_KEY (or …_FILE)
 //! ```
 
+pub mod call;
+pub mod calls;
 mod chains;
 mod executor;
 mod rpc;
@@ -26,15 +28,24 @@ use alloy::primitives::Address;
 use qtg_executor::{Executor, LaneContext, LanePlugin, Setting, Signer};
 use serde::Deserialize;
 
+pub use call::{Action, EvmCall, Refusal, Transfer};
 pub use chains::{parse as parse_chains, Chain, ChainSpec, Chains};
-pub use executor::TransferExecutor;
+pub use executor::{EvmExecutor, TransferExecutor};
 pub use rpc::{Rpc, RpcError};
 pub use signer::LocalSigner;
 
 /// The local signers this lane built, by registry key: a transfer executor asks the node's
 /// own signer (when it is one of these) for a fee-bumped replacement — under the same policy —
 /// and, in recovery, for a zero-value send that forces the nonce.
-pub type LocalSigners = Arc<std::sync::RwLock<std::collections::HashMap<String, Arc<LocalSigner>>>>;
+/// One map per registry, shared through [`LaneContext::shared`] with the lanes built on this
+/// one (the `cctp` lane's burn and mint executors).
+pub type LocalSigners = Arc<SignerMap>;
+pub type SignerMap = std::sync::RwLock<std::collections::HashMap<String, Arc<LocalSigner>>>;
+
+/// The local signers of the registry `ctx` builds (the same map for every lane that asks).
+pub fn local_signers(ctx: &LaneContext<'_>) -> LocalSigners {
+    ctx.shared.get::<SignerMap>()
+}
 
 pub struct EvmLane {
     pool: sqlx::PgPool,
@@ -48,7 +59,7 @@ pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, String> {
         Some(text) => chains::parse(&text)?,
         None => Chains::new(),
     };
-    Ok(Box::new(EvmLane { pool: ctx.pool.clone(), chains: Arc::new(chains), signers: LocalSigners::default() }))
+    Ok(Box::new(EvmLane { pool: ctx.pool.clone(), chains: Arc::new(chains), signers: local_signers(ctx) }))
 }
 
 #[derive(Deserialize)]
@@ -89,7 +100,14 @@ impl LanePlugin for EvmLane {
         if key.split('.').nth(2) != Some("transfer") {
             return Err(format!("entry {key:?}: the evm lane serves exec.evm.transfer[.<suffix>]"));
         }
-        Ok(Arc::new(TransferExecutor::new(key, from, self.chains.clone(), self.pool.clone(), self.signers.clone())))
+        Ok(Arc::new(TransferExecutor::new(
+            key,
+            from,
+            self.chains.clone(),
+            self.pool.clone(),
+            self.signers.clone(),
+            Transfer,
+        )))
     }
 
     fn signer(&self, key: &str, table: Option<&toml::Table>, setting: Setting<'_>) -> Result<Arc<dyn Signer>, String> {

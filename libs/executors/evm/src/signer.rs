@@ -15,6 +15,7 @@ use qtg_core::{SignRequest, SignResult};
 use qtg_executor::{ExecutorError, SignError, Signer};
 use serde_json::{json, Value};
 
+use crate::calls::{address_of, decode_burn, decode_receive, Message};
 use crate::tx::{base_units, decode_transfer, TxPayload, PAYLOAD_FORMAT};
 
 pub struct LocalSigner {
@@ -81,8 +82,12 @@ impl LocalSigner {
         let amount = base_units(&intent.amount, decimals)
             .ok_or_else(|| format!("the approved amount {:?} does not fit {decimals} decimals", intent.amount))?;
         let tx = p.check_consistent()?;
-        match intent.token_contract.as_deref().filter(|t| !t.is_empty()) {
-            None => {
+        let nonempty = |v: &Option<String>| v.as_deref().filter(|t| !t.is_empty()).map(str::to_string);
+        let parse = |what: &str, v: &str| {
+            v.parse::<Address>().map_err(|_| format!("the approved {what} {v:?} is not an address"))
+        };
+        match (nonempty(&intent.contract), nonempty(&intent.token_contract)) {
+            (None, None) => {
                 if p.to != destination || tx.value != amount || !tx.input.is_empty() {
                     return Err(format!(
                         "a native transfer of {} wei to {} with {} bytes of data is not the approved {amount} wei to {destination}",
@@ -92,9 +97,8 @@ impl LocalSigner {
                     ));
                 }
             }
-            Some(token) => {
-                let token: Address =
-                    token.parse().map_err(|_| format!("the approved token {token:?} is not an address"))?;
+            (None, Some(token)) => {
+                let token = parse("token", &token)?;
                 let (to, sent) =
                     decode_transfer(&tx.input).ok_or("the call is not an ERC-20 transfer(address,uint256)")?;
                 if p.to != token || tx.value != U256::ZERO || to != destination || sent != amount {
@@ -104,8 +108,64 @@ impl LocalSigner {
                     ));
                 }
             }
+            (Some(contract), token) => {
+                // A contract call the plan names: only to that contract, carrying no coin, and
+                // only a call whose effect this signer can read back to the approved intent.
+                let contract = parse("contract", &contract)?;
+                if p.to != contract || tx.value != U256::ZERO {
+                    return Err(format!(
+                        "a call to {} with value {} is not a call to the approved contract {contract}",
+                        p.to, tx.value
+                    ));
+                }
+                let domain = intent.destination_domain.ok_or("the approved intent names no destination_domain")?;
+                Self::bridge_call(&tx.input, token.as_deref(), destination, amount, domain)?;
+            }
         }
         Ok(())
+    }
+
+    /// A CCTP burn or mint call checked against the approved token, recipient, amount and
+    /// destination domain.
+    fn bridge_call(
+        input: &[u8],
+        token: Option<&str>,
+        destination: Address,
+        amount: U256,
+        domain: u32,
+    ) -> Result<(), String> {
+        if let Some(burn) = decode_burn(input) {
+            let token: Address = token
+                .ok_or("a burn needs the approved token_contract")?
+                .parse()
+                .map_err(|_| "the approved token_contract is not an address".to_string())?;
+            if burn.burnToken != token
+                || burn.amount != amount
+                || address_of(&burn.mintRecipient) != Some(destination)
+                || burn.destinationDomain != domain
+            {
+                return Err(format!(
+                    "depositForBurn({}, domain {}, {}, {}) is not the approved {amount} of {token} to {destination} on domain {domain}",
+                    burn.amount, burn.destinationDomain, burn.mintRecipient, burn.burnToken
+                ));
+            }
+            return Ok(());
+        }
+        if let Some((message, _)) = decode_receive(input) {
+            let m = Message::parse(&message).ok_or("the message is not a CCTP message")?;
+            let b = m.burn().ok_or("the message body is not a CCTP burn message")?;
+            if m.destination_domain != domain
+                || b.amount != amount
+                || address_of(&b.mint_recipient) != Some(destination)
+            {
+                return Err(format!(
+                    "receiveMessage of {} to {} on domain {} is not the approved {amount} to {destination} on domain {domain}",
+                    b.amount, b.mint_recipient, m.destination_domain
+                ));
+            }
+            return Ok(());
+        }
+        Err("the call is neither depositForBurn nor receiveMessage: this signer signs no other contract call".into())
     }
 }
 
@@ -177,6 +237,8 @@ mod tests {
                 chain_id: Some(31337),
                 token_contract: token.map(|t| t.to_string()),
                 decimals: Some(18),
+                contract: None,
+                destination_domain: None,
             },
             payload_format: PAYLOAD_FORMAT.into(),
             payload: text,
@@ -253,5 +315,43 @@ mod tests {
         assert!(refused(s.sign(&request(&p, dest, "250", Some(token))).await).contains("not the approved"));
         assert!(s.sign(&request(&p, other, "250", Some(token))).await.is_ok());
         assert!(!format!("{s:?}").contains("ac0974"), "the key never reaches Debug");
+    }
+
+    /// A CCTP burn is signed only to the approved messenger, for the approved token, amount,
+    /// recipient and destination domain; a plan without `contract` never lets a burn through.
+    #[tokio::test]
+    async fn signs_a_burn_only_as_approved() {
+        let s = LocalSigner::new("signer.evm.local", KEY).unwrap();
+        let (messenger, usdc, dest) =
+            (Address::repeat_byte(0x55), Address::repeat_byte(0x66), Address::repeat_byte(0x22));
+        let burn = |domain: u32, to: Address| {
+            let call = TxEip1559 {
+                chain_id: 31337,
+                nonce: 5,
+                gas_limit: 200_000,
+                max_fee_per_gas: 10,
+                max_priority_fee_per_gas: 1,
+                to: TxKind::Call(to),
+                value: U256::ZERO,
+                access_list: Default::default(),
+                input: crate::calls::burn_calldata(U256::from(7_000_000u64), domain, dest, usdc),
+            };
+            TxPayload::of(&call, s.address(), 3, Some(usdc), dest, U256::from(7_000_000u64))
+        };
+        let approved = |p: &TxPayload, contract: Option<Address>| {
+            let mut r = request(p, dest, "7", Some(usdc));
+            r.signing_intent.decimals = Some(6);
+            r.signing_intent.contract = contract.map(|c| c.to_string());
+            r.signing_intent.destination_domain = Some(1);
+            r
+        };
+        assert!(s.sign(&approved(&burn(1, messenger), Some(messenger))).await.is_ok());
+        let refused = |r: Result<SignResult, SignError>| matches!(r, Err(SignError::Refused(_)));
+        assert!(refused(s.sign(&approved(&burn(2, messenger), Some(messenger))).await), "another domain");
+        assert!(
+            refused(s.sign(&approved(&burn(1, Address::repeat_byte(0x77)), Some(messenger))).await),
+            "another contract"
+        );
+        assert!(refused(s.sign(&approved(&burn(1, messenger), None)).await), "a transfer plan never signs a burn");
     }
 }

@@ -1,0 +1,148 @@
+//! `exec.cctp.mint[.<suffix>]`: `receiveMessage(message, attestation)` on the destination
+//! chain's message transmitter, sent through the EVM lane. The message and attestation come
+//! by `$ref` from the attestation step; preflight checks that the message is for this domain
+//! and mints the intent's amount to the intent's destination. Idempotent by the message's
+//! nonce: a message the transmitter already received (`usedNonces`) is COMPLETED by that
+//! evidence — before any broadcast, and when the node's own transaction reverted or lost its
+//! nonce — and never sent twice.
+
+use std::sync::Arc;
+
+use alloy::primitives::{keccak256, Address, Bytes, U256};
+use async_trait::async_trait;
+use qtg_core::{ExecutionContext, ExecutionResult, NodeState};
+use qtg_evm::call::{call_word, chain_of, destination_allowed, intent_of, refusal, Action, EvmCall, Refusal};
+use qtg_evm::calls::{address_of, receive_calldata, used_nonces_calldata, Message};
+use qtg_evm::{Chains, RpcError};
+use serde_json::{json, Value};
+
+use crate::burn::{deployment, usdc_decimals};
+use crate::domains::Domains;
+
+/// Gas of a `receiveMessage` (a mint), unless the node's config sets `gas_limit`: fixed, so a
+/// message already received does not fail the estimate before its evidence is read.
+const MINT_GAS: u64 = 300_000;
+
+pub struct Mint {
+    pub domains: Arc<Domains>,
+}
+
+fn bytes(ctx: &ExecutionContext, key: &str) -> Result<Bytes, Refusal> {
+    ctx.node_config
+        .get(key)
+        .and_then(Value::as_str)
+        .and_then(|s| s.parse::<Bytes>().ok())
+        .filter(|b| !b.is_empty())
+        .ok_or_else(|| {
+            refusal(
+                "CCTP_MESSAGE_MISSING",
+                format!("the node's config has no hex {key} (a $ref to the attestation step)"),
+            )
+        })
+}
+
+impl Mint {
+    fn message(ctx: &ExecutionContext) -> Result<(Bytes, Message), Refusal> {
+        let raw = bytes(ctx, "message")?;
+        let m =
+            Message::parse(&raw).ok_or_else(|| refusal("CCTP_MESSAGE_INVALID", "the message is not a CCTP message"))?;
+        Ok((raw, m))
+    }
+}
+
+#[async_trait]
+impl EvmCall for Mint {
+    fn action(&self, ctx: &ExecutionContext, chains: &Chains) -> Result<Action, Refusal> {
+        let chain = chain_of(ctx, chains)?;
+        let d = deployment(&self.domains, ctx, chain.spec.chain_id, |d| d.message_transmitter, "message transmitter")?;
+        let (raw, m) = Self::message(ctx)?;
+        let attestation = bytes(ctx, "attestation")?;
+        let burn = m.burn().ok_or_else(|| refusal("CCTP_MESSAGE_INVALID", "the message body is not a burn message"))?;
+        let decimals = usdc_decimals(ctx)?;
+        let (recipient, amount) = intent_of(ctx, decimals)?;
+        if m.destination_domain != d.domain
+            || address_of(&burn.mint_recipient) != Some(recipient)
+            || burn.amount != amount
+        {
+            return Err(refusal(
+                "CCTP_MESSAGE_MISMATCH",
+                format!(
+                    "the message mints {} to {} on domain {}; the movement is {amount} to {recipient} on domain {}",
+                    burn.amount, burn.mint_recipient, m.destination_domain, d.domain
+                ),
+            ));
+        }
+        let gas = ctx.node_config.get("gas_limit").and_then(Value::as_u64).unwrap_or(MINT_GAS);
+        Ok(Action {
+            chain,
+            to: d.message_transmitter,
+            value: U256::ZERO,
+            input: receive_calldata(&raw, &attestation),
+            token: Some(d.usdc),
+            recipient,
+            amount,
+            decimals,
+            gas: Some(gas),
+        })
+    }
+
+    /// The recipient allowed, the attestation a signature's length, the message's destination
+    /// caller (when it names one) this executor's address.
+    async fn check(&self, ctx: &ExecutionContext, from: Address, a: &Action) -> Result<Option<Refusal>, RpcError> {
+        if let Some(r) = destination_allowed(ctx, a.recipient) {
+            return Ok(Some(r));
+        }
+        if bytes(ctx, "attestation").map(|b| b.len()) != Ok(65) {
+            return Ok(Some(refusal("CCTP_ATTESTATION_INVALID", "the attestation is not a 65-byte signature")));
+        }
+        if let Ok((_, m)) = Self::message(ctx) {
+            if !m.destination_caller.is_zero() && address_of(&m.destination_caller) != Some(from) {
+                return Ok(Some(refusal(
+                    "CCTP_MINT_CALLER_MISMATCH",
+                    format!(
+                        "the message may be received only by {}; this executor sends from {from}",
+                        m.destination_caller
+                    ),
+                )));
+            }
+        }
+        Ok(None)
+    }
+
+    /// The transmitter already received the message (whoever sent it): the mint happened.
+    async fn settled(&self, ctx: &ExecutionContext, a: &Action) -> Result<Option<ExecutionResult>, RpcError> {
+        let Ok((raw, m)) = Self::message(ctx) else { return Ok(None) };
+        let used = call_word(&a.chain.rpc, a.to, used_nonces_calldata(m.used_key())).await?;
+        if used.is_zero() {
+            return Ok(None);
+        }
+        tracing::info!(
+            source_domain = m.source_domain,
+            message_nonce = m.nonce,
+            "the message transmitter already received this message"
+        );
+        let mut r = ExecutionResult::new(NodeState::Completed);
+        r.provider_state = Some("received".into());
+        r.provider_ref_id = Some(keccak256(&raw).to_string());
+        r.provider_refs.insert("message_hash".into(), json!(keccak256(&raw).to_string()));
+        r.provider_refs.insert("message_nonce".into(), json!(m.nonce.to_string()));
+        r.provider_refs.insert("message_nonce_used".into(), json!(true));
+        r.generated_artifacts.push(json!({
+            "kind": "cctp_message_received",
+            "message_hash": keccak256(&raw).to_string(),
+            "source_domain": m.source_domain,
+            "message_nonce": m.nonce.to_string(),
+            "used_nonces_key": m.used_key().to_string(),
+        }));
+        Ok(Some(r))
+    }
+
+    fn completed(&self, ctx: &ExecutionContext, _: &Action, _: &Value, r: &mut ExecutionResult) -> Result<(), String> {
+        if let Ok((raw, m)) = Self::message(ctx) {
+            r.provider_refs.insert("message_hash".into(), json!(keccak256(&raw).to_string()));
+            r.provider_refs.insert("message_nonce".into(), json!(m.nonce.to_string()));
+        }
+        r.provider_state = Some("minted".into());
+        Ok(())
+    }
+}

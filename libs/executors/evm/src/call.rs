@@ -1,0 +1,210 @@
+//! What an EVM executor sends: one transaction per node, described by an [`EvmCall`] — a plain
+//! transfer here, a CCTP burn or mint in the `cctp` lane. The executor around it
+//! ([`crate::EvmExecutor`]) owns what every call shares: the nonce reservation, fees, the
+//! signed-transaction checks, the broadcast, observation, replacement and recovery.
+
+use std::sync::Arc;
+
+use alloy::primitives::{Address, Bytes, U256};
+use async_trait::async_trait;
+use qtg_core::{ExecutionContext, ExecutionResult};
+use serde_json::{json, Value};
+
+use crate::chains::{Chain, Chains};
+use crate::rpc::{Rpc, RpcError};
+use crate::tx::{balance_of_calldata, base_units, decimals_calldata, transfer_calldata};
+
+/// Gas of a plain native transfer.
+pub const NATIVE_GAS: u64 = 21_000;
+
+/// A refusal before anything is sent: `(error_code, detail)`.
+pub type Refusal = (String, String);
+
+pub fn refusal(code: &str, detail: impl Into<String>) -> Refusal {
+    (code.to_string(), detail.into())
+}
+
+/// The node's transaction, from its approved context.
+#[derive(Debug, Clone)]
+pub struct Action {
+    pub chain: Arc<Chain>,
+    pub to: Address,
+    pub value: U256,
+    pub input: Bytes,
+    /// The token moved, or absent for the chain's coin (the payload's `token`).
+    pub token: Option<Address>,
+    /// Who receives the funds (the payload's `recipient`).
+    pub recipient: Address,
+    /// Base units moved (the payload's `amount_base_units`).
+    pub amount: U256,
+    pub decimals: u32,
+    /// The gas limit when it is known in advance; else `eth_estimateGas` × 1.2.
+    pub gas: Option<u64>,
+}
+
+/// One kind of node transaction.
+#[async_trait]
+pub trait EvmCall: Send + Sync + 'static {
+    /// The transaction the node's approved context describes, or why there is none.
+    fn action(&self, ctx: &ExecutionContext, chains: &Chains) -> Result<Action, Refusal>;
+
+    /// Preflight, once the RPC proved to serve the node's chain: `Some` refuses.
+    async fn check(&self, ctx: &ExecutionContext, from: Address, a: &Action) -> Result<Option<Refusal>, RpcError>;
+
+    /// Evidence on chain that the call's effect already happened, whoever caused it (a CCTP
+    /// message already received): read before a broadcast, and when the node's own
+    /// transaction reverted or its nonce went to another. `Some` is the COMPLETED answer.
+    async fn settled(&self, _ctx: &ExecutionContext, _a: &Action) -> Result<Option<ExecutionResult>, RpcError> {
+        Ok(None)
+    }
+
+    /// What the node's own final, successful transaction yields, read from its receipt, added
+    /// to the COMPLETED answer (a CCTP burn's message).
+    fn completed(
+        &self,
+        _ctx: &ExecutionContext,
+        _a: &Action,
+        _receipt: &Value,
+        _r: &mut ExecutionResult,
+    ) -> Result<(), String> {
+        Ok(())
+    }
+}
+
+pub fn hex_address(a: Address) -> String {
+    format!("{a:#x}")
+}
+
+/// `eth_call` of `data` on `to` at the latest block, as a 256-bit word.
+pub async fn call_word(rpc: &Rpc, to: Address, data: Bytes) -> Result<U256, RpcError> {
+    let v = rpc.call("eth_call", json!([{"to": hex_address(to), "data": data}, "latest"])).await?;
+    let hex = v.as_str().unwrap_or("0x").trim_start_matches("0x");
+    // A call answers whole words; the first is the value of a single return.
+    let first = &hex[..hex.len().min(64)];
+    Ok(if first.is_empty() { U256::ZERO } else { U256::from_str_radix(first, 16).unwrap_or(U256::ZERO) })
+}
+
+/// The chain the node's config names.
+pub fn chain_of(ctx: &ExecutionContext, chains: &Chains) -> Result<Arc<Chain>, Refusal> {
+    let id = ctx
+        .node_config
+        .get("chain_id")
+        .and_then(Value::as_u64)
+        .ok_or_else(|| refusal("EVM_CHAIN_MISSING", "the node's config names no chain_id"))?;
+    chains
+        .get(&id)
+        .cloned()
+        .ok_or_else(|| refusal("EVM_CHAIN_NOT_CONFIGURED", format!("chain {id} is not in MG_EVM_CHAINS")))
+}
+
+/// Node config `decimals` (18 when absent).
+pub fn decimals_of(ctx: &ExecutionContext) -> Result<u32, Refusal> {
+    match ctx.node_config.get("decimals") {
+        None => Ok(18),
+        Some(d) => d
+            .as_u64()
+            .filter(|d| *d <= 77)
+            .map(|d| d as u32)
+            .ok_or_else(|| refusal("EVM_CONFIG_INVALID", format!("decimals {d} is not an integer from 0 to 77"))),
+    }
+}
+
+/// An address in the node's config, if the key is present.
+pub fn config_address(ctx: &ExecutionContext, key: &str) -> Result<Option<Address>, Refusal> {
+    match ctx.node_config.get(key).and_then(Value::as_str) {
+        Some(t) => t.parse::<Address>().map(Some).map_err(|_| refusal("EVM_CONFIG_INVALID", format!("{key} {t:?}"))),
+        None => Ok(None),
+    }
+}
+
+/// The intent's `destination` (an address) and `amount` (positive, no finer than `decimals`).
+pub fn intent_of(ctx: &ExecutionContext, decimals: u32) -> Result<(Address, U256), Refusal> {
+    let text = |k: &str| ctx.intent.get(k).and_then(Value::as_str).map(str::trim).unwrap_or("").to_string();
+    let recipient: Address = text("destination").parse().map_err(|_| {
+        refusal("EVM_INTENT_INVALID", format!("destination {:?} is not an address", text("destination")))
+    })?;
+    let amount = base_units(&text("amount"), decimals).filter(|a| !a.is_zero()).ok_or_else(|| {
+        refusal(
+            "EVM_INTENT_INVALID",
+            format!("amount {:?} is not a positive amount with {decimals} decimals", text("amount")),
+        )
+    })?;
+    Ok((recipient, amount))
+}
+
+/// The destination is in the plan's `risk_controls.allowed_destinations`, when it has them.
+pub fn destination_allowed(ctx: &ExecutionContext, recipient: Address) -> Option<Refusal> {
+    let allowed = ctx.risk_controls.get("allowed_destinations").and_then(Value::as_array)?;
+    let ok = allowed.iter().filter_map(Value::as_str).any(|a| a.parse::<Address>().ok() == Some(recipient));
+    (!ok).then(|| {
+        refusal("EVM_DESTINATION_NOT_ALLOWED", format!("{recipient} is not in risk_controls.allowed_destinations"))
+    })
+}
+
+/// A token's `decimals()` is the plan's.
+pub async fn token_decimals_match(rpc: &Rpc, token: Address, decimals: u32) -> Result<Option<Refusal>, RpcError> {
+    let v = rpc.call("eth_call", json!([{"to": hex_address(token), "data": decimals_calldata()}, "latest"])).await?;
+    let on_chain = v.as_str().and_then(|h| u64::from_str_radix(h.trim_start_matches("0x"), 16).ok());
+    Ok((on_chain != Some(u64::from(decimals))).then(|| {
+        refusal(
+            "EVM_TOKEN_DECIMALS_MISMATCH",
+            format!("token {token} reports decimals {on_chain:?}, the plan says {decimals}"),
+        )
+    }))
+}
+
+/// `owner`'s balance of `token` covers `amount`.
+pub async fn token_balance_covers(
+    rpc: &Rpc,
+    token: Address,
+    owner: Address,
+    amount: U256,
+) -> Result<Option<Refusal>, RpcError> {
+    let balance = call_word(rpc, token, balance_of_calldata(owner)).await?;
+    Ok((balance < amount)
+        .then(|| refusal("EVM_INSUFFICIENT_BALANCE", format!("{owner} holds {balance}, the transfer needs {amount}"))))
+}
+
+/// `exec.evm.transfer`: the chain's coin, or an ERC-20 token (`config.token_contract`).
+pub struct Transfer;
+
+#[async_trait]
+impl EvmCall for Transfer {
+    fn action(&self, ctx: &ExecutionContext, chains: &Chains) -> Result<Action, Refusal> {
+        let chain = chain_of(ctx, chains)?;
+        let token = config_address(ctx, "token_contract")?;
+        let decimals = decimals_of(ctx)?;
+        let (recipient, amount) = intent_of(ctx, decimals)?;
+        let (to, value, input, gas) = match token {
+            None => (recipient, amount, Bytes::new(), Some(NATIVE_GAS)),
+            Some(token) => (token, U256::ZERO, transfer_calldata(recipient, amount), None),
+        };
+        Ok(Action { chain, to, value, input, token, recipient, amount, decimals, gas })
+    }
+
+    /// The destination is allowed by the plan's risk controls, the token's decimals are the
+    /// plan's, and the balance covers the amount (gas not counted).
+    async fn check(&self, ctx: &ExecutionContext, from: Address, a: &Action) -> Result<Option<Refusal>, RpcError> {
+        if let Some(r) = destination_allowed(ctx, a.recipient) {
+            return Ok(Some(r));
+        }
+        let rpc = &a.chain.rpc;
+        match a.token {
+            None => {
+                let balance = U256::from(rpc.quantity("eth_getBalance", json!([hex_address(from), "latest"])).await?);
+                Ok((balance < a.amount).then(|| {
+                    refusal(
+                        "EVM_INSUFFICIENT_BALANCE",
+                        format!("{from} holds {balance}, the transfer needs {}", a.amount),
+                    )
+                }))
+            }
+            Some(token) => {
+                if let Some(r) = token_decimals_match(rpc, token, a.decimals).await? {
+                    return Ok(Some(r));
+                }
+                token_balance_covers(rpc, token, from, a.amount).await
+            }
+        }
+    }
+}

@@ -1,0 +1,199 @@
+//! The contract calls beyond an ERC-20 `transfer` that the lane's signer knows how to check
+//! against an approved intent: Circle's CCTP (v1) `depositForBurn` on a token messenger and
+//! `receiveMessage` on a message transmitter, with the message layout both sides share.
+
+use alloy::primitives::{keccak256, Address, Bytes, FixedBytes, B256, U256};
+use alloy::sol;
+use alloy::sol_types::SolCall;
+
+sol! {
+    function depositForBurn(uint256 amount, uint32 destinationDomain, bytes32 mintRecipient, address burnToken) returns (uint64);
+    function receiveMessage(bytes message, bytes attestation) returns (bool);
+    function usedNonces(bytes32 key) returns (uint256);
+    function allowance(address owner, address spender) returns (uint256);
+    function localMessageTransmitter() returns (address);
+    function localToken() returns (address);
+    function remoteTokenMessengers(uint32 domain) returns (bytes32);
+    function localDomain() returns (uint32);
+    function attester() returns (address);
+}
+
+/// `keccak256("MessageSent(bytes)")`, the topic of the transmitter's event.
+pub fn message_sent_topic() -> B256 {
+    keccak256("MessageSent(bytes)")
+}
+
+/// An address as CCTP's 32-byte form (left-padded).
+pub fn word(a: Address) -> FixedBytes<32> {
+    a.into_word()
+}
+
+/// The 32-byte form back to an address, when its upper 12 bytes are zero.
+pub fn address_of(w: &FixedBytes<32>) -> Option<Address> {
+    w[..12].iter().all(|b| *b == 0).then(|| Address::from_slice(&w[12..]))
+}
+
+/// `depositForBurn(amount, destinationDomain, mintRecipient, burnToken)` calldata.
+pub fn burn_calldata(amount: U256, destination_domain: u32, mint_recipient: Address, burn_token: Address) -> Bytes {
+    depositForBurnCall {
+        amount,
+        destinationDomain: destination_domain,
+        mintRecipient: word(mint_recipient),
+        burnToken: burn_token,
+    }
+    .abi_encode()
+    .into()
+}
+
+/// The arguments of a `depositForBurn` call, if `input` is one.
+pub fn decode_burn(input: &[u8]) -> Option<depositForBurnCall> {
+    depositForBurnCall::abi_decode(input).ok()
+}
+
+/// `receiveMessage(message, attestation)` calldata.
+pub fn receive_calldata(message: &Bytes, attestation: &Bytes) -> Bytes {
+    receiveMessageCall { message: message.clone(), attestation: attestation.clone() }.abi_encode().into()
+}
+
+/// `(message, attestation)` of a `receiveMessage` call, if `input` is one.
+pub fn decode_receive(input: &[u8]) -> Option<(Bytes, Bytes)> {
+    receiveMessageCall::abi_decode(input).ok().map(|c| (c.message, c.attestation))
+}
+
+/// Calldata of a read-only call with no arguments or simple ones.
+pub fn used_nonces_calldata(key: B256) -> Bytes {
+    usedNoncesCall { key }.abi_encode().into()
+}
+
+pub fn allowance_calldata(owner: Address, spender: Address) -> Bytes {
+    allowanceCall { owner, spender }.abi_encode().into()
+}
+
+pub fn remote_messenger_calldata(domain: u32) -> Bytes {
+    remoteTokenMessengersCall { domain }.abi_encode().into()
+}
+
+/// The messenger's `localMessageTransmitter()`, `localToken()`; the transmitter's
+/// `localDomain()`, `attester()`.
+pub fn local_transmitter_calldata() -> Bytes {
+    localMessageTransmitterCall {}.abi_encode().into()
+}
+
+pub fn local_token_calldata() -> Bytes {
+    localTokenCall {}.abi_encode().into()
+}
+
+pub fn local_domain_calldata() -> Bytes {
+    localDomainCall {}.abi_encode().into()
+}
+
+pub fn attester_calldata() -> Bytes {
+    attesterCall {}.abi_encode().into()
+}
+
+/// A CCTP message: `version ‖ sourceDomain ‖ destinationDomain ‖ nonce ‖ sender ‖ recipient ‖
+/// destinationCaller ‖ body` (4, 4, 4, 8, 32, 32, 32 bytes, then the body).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Message {
+    pub version: u32,
+    pub source_domain: u32,
+    pub destination_domain: u32,
+    pub nonce: u64,
+    pub sender: B256,
+    pub recipient: B256,
+    pub destination_caller: B256,
+    pub body: Bytes,
+}
+
+/// The token messenger's burn message: `version ‖ burnToken ‖ mintRecipient ‖ amount ‖
+/// messageSender` (4, 32, 32, 32, 32 bytes).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BurnMessage {
+    pub version: u32,
+    pub burn_token: B256,
+    pub mint_recipient: B256,
+    pub amount: U256,
+    pub message_sender: B256,
+}
+
+fn u32_at(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+impl Message {
+    pub fn parse(b: &[u8]) -> Option<Message> {
+        if b.len() < 116 {
+            return None;
+        }
+        let mut nonce = [0u8; 8];
+        nonce.copy_from_slice(&b[12..20]);
+        Some(Message {
+            version: u32_at(b, 0),
+            source_domain: u32_at(b, 4),
+            destination_domain: u32_at(b, 8),
+            nonce: u64::from_be_bytes(nonce),
+            sender: B256::from_slice(&b[20..52]),
+            recipient: B256::from_slice(&b[52..84]),
+            destination_caller: B256::from_slice(&b[84..116]),
+            body: Bytes::copy_from_slice(&b[116..]),
+        })
+    }
+
+    /// The body as a burn message, if it is one.
+    pub fn burn(&self) -> Option<BurnMessage> {
+        let b = &self.body;
+        if b.len() != 132 {
+            return None;
+        }
+        Some(BurnMessage {
+            version: u32_at(b, 0),
+            burn_token: B256::from_slice(&b[4..36]),
+            mint_recipient: B256::from_slice(&b[36..68]),
+            amount: U256::from_be_slice(&b[68..100]),
+            message_sender: B256::from_slice(&b[100..132]),
+        })
+    }
+
+    /// The transmitter's `usedNonces` key: keccak256(abi.encodePacked(sourceDomain, nonce)).
+    pub fn used_key(&self) -> B256 {
+        let mut packed = Vec::with_capacity(12);
+        packed.extend_from_slice(&self.source_domain.to_be_bytes());
+        packed.extend_from_slice(&self.nonce.to_be_bytes());
+        keccak256(packed)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_burn_message_parses_and_round_trips_its_calls() {
+        let (token, recipient, sender) = (Address::repeat_byte(1), Address::repeat_byte(2), Address::repeat_byte(3));
+        let mut body = 0u32.to_be_bytes().to_vec();
+        body.extend_from_slice(word(token).as_slice());
+        body.extend_from_slice(word(recipient).as_slice());
+        body.extend_from_slice(&U256::from(250u64).to_be_bytes::<32>());
+        body.extend_from_slice(word(sender).as_slice());
+        let mut m = 0u32.to_be_bytes().to_vec();
+        m.extend_from_slice(&0u32.to_be_bytes());
+        m.extend_from_slice(&1u32.to_be_bytes());
+        m.extend_from_slice(&7u64.to_be_bytes());
+        m.extend_from_slice(&[0u8; 96]);
+        m.extend_from_slice(&body);
+        let msg = Message::parse(&m).unwrap();
+        assert_eq!((msg.source_domain, msg.destination_domain, msg.nonce), (0, 1, 7));
+        let burn = msg.burn().unwrap();
+        assert_eq!(address_of(&burn.mint_recipient), Some(recipient));
+        assert_eq!(burn.amount, U256::from(250u64));
+        let mut packed = 0u32.to_be_bytes().to_vec();
+        packed.extend_from_slice(&7u64.to_be_bytes());
+        assert_eq!(msg.used_key(), keccak256(packed));
+        let call = burn_calldata(U256::from(5u64), 1, recipient, token);
+        let c = decode_burn(&call).unwrap();
+        assert_eq!((c.amount, c.destinationDomain, c.burnToken), (U256::from(5u64), 1, token));
+        let m = Bytes::from(m);
+        assert_eq!(decode_receive(&receive_calldata(&m, &Bytes::from(vec![9u8; 65]))).map(|r| r.0), Some(m));
+        assert!(Message::parse(&[0u8; 100]).is_none());
+    }
+}

@@ -1,11 +1,22 @@
 #!/usr/bin/env bash
 # `make run`: Postgres → database `qtg` → `qtg-venue-sim` (a simulated exchange, two accounts)
-# → `qtg` (API + workers; sim and CEX lanes) → demo templates and API keys → prints how to
-# create and approve a movement with curl. Ctrl-C stops it.
+# → with anvil: two local chains (QTT on A; the CCTP contracts on A and B) and
+# `qtg-attestation-sim` → `qtg` (API + workers; sim, CEX, EVM and CCTP lanes) → demo templates
+# and API keys → prints how to create and approve a movement with curl. Ctrl-C stops it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
 mkdir -p .qtg
+# Everything it starts is stopped on Ctrl-C or exit, also when a step fails before qtg is up, and
+# waited for: anvil writes its chain state as it stops, and a next run finds the ports free.
+pid="" venue_pid="" anvil_pid="" anvil_b_pid="" attestation_pid=""
+stop() {
+  kill -TERM $pid $venue_pid $anvil_pid $anvil_b_pid $attestation_pid 2>/dev/null || true
+  wait $pid $venue_pid $anvil_pid $anvil_b_pid $attestation_pid 2>/dev/null || true
+}
+trap stop EXIT
+trap 'exit 130' INT
+trap 'exit 143' TERM
 admin_url=$(./scripts/ensure-postgres.sh)
 base=${admin_url%/*}
 psql "$admin_url" -tAc "SELECT 1 FROM pg_database WHERE datname = 'qtg'" | grep -q 1 \
@@ -31,9 +42,17 @@ export MG_SIM_B_ACCESS_KEY=sim-b-api-key-0001 MG_SIM_B_SECRET=sim-b-secret-0001
 
 # The EVM demo: a local anvil (from npm; its chain state kept in .qtg/anvil-state.json across
 # restarts, like the database) with the QTT test token, and the EVM lane's entries.
-rpc() { curl -fsS -X POST "$anvil_url" -H 'Content-Type: application/json' -d "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"$1\",\"params\":$2}"; }
-anvil_pid=""
+rpc_at() { # url method params → the JSON-RPC answer
+  curl -fsS -X POST "$1" -H 'Content-Type: application/json' -d "{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"$2\",\"params\":$3}"
+}
+rpc() { rpc_at "$anvil_url" "$@"; }
+json() { python3 -c "import sys, json; print(json.load(sys.stdin)$1)"; }
+evm_chain() { # chain id, rpc url → its MG_EVM_CHAINS entry
+  echo "{\"chain_id\":$1,\"rpc_urls\":[\"$2\"],\"confirmations\":1,\"max_fee_per_gas_wei\":\"100000000000\",\"max_priority_fee_per_gas_wei\":\"2000000000\",\"replace_after_seconds\":30}"
+}
+deployer=0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266 # anvil's first account (unlocked)
 token=""
+cctp=""
 if anvil_bin=$(./scripts/ensure-evm-tools.sh 2>.qtg/evm-tools.log); then
   anvil_addr="${QTG_ANVIL_ADDR:-127.0.0.1:8545}"
   anvil_url="http://$anvil_addr"
@@ -45,11 +64,110 @@ if anvil_bin=$(./scripts/ensure-evm-tools.sh 2>.qtg/evm-tools.log); then
   token=0x5fbdb2315678afecb367f032d93f642f64180aa3
   if [ "$(rpc eth_getCode "[\"$token\",\"latest\"]" | python3 -c 'import sys,json; print(json.load(sys.stdin)["result"])')" = "0x" ]; then
     supply=$(python3 -c 'print(format(10**24, "064x"))')
-    rpc eth_sendTransaction "[{\"from\":\"0xf39fd6e51aad88f6f4ce6ab8827279cfffb92266\",\"gas\":\"0x200000\",\"data\":\"0x$(cat contracts/QtgTestToken.bin)$supply\"}]" >/dev/null
+    rpc eth_sendTransaction "[{\"from\":\"$deployer\",\"gas\":\"0x200000\",\"data\":\"0x$(cat contracts/QtgTestToken.bin)$supply\"}]" >/dev/null
   fi
   cat deploy/registry.evm.toml >> .qtg/registry.toml
-  export MG_EVM_CHAINS="[{\"chain_id\":31337,\"rpc_urls\":[\"$anvil_url\"],\"confirmations\":1,\"max_fee_per_gas_wei\":\"100000000000\",\"max_priority_fee_per_gas_wei\":\"2000000000\",\"replace_after_seconds\":30}]"
   export MG_ANVIL0_PRIVATE_KEY=0xac0974bec39a17e36ba4a6b4d238ff944bacb478cbed5efcae784d7bf4f2ff80
+
+  # The CCTP demo: a second anvil as chain B (31338, CCTP domain 1; its state kept in
+  # .qtg/anvil-b-state.json) beside chain A (the anvil above, domain 0), the contracts of
+  # contracts/QtgCctp.sol on both, qtg-attestation-sim attesting A's burns, and the CCTP lane's
+  # entries (deploy/registry.cctp.toml).
+  anvil_b_addr="${QTG_ANVIL_B_ADDR:-127.0.0.1:8546}"
+  anvil_b_url="http://$anvil_b_addr"
+  "$anvil_bin" --host "${anvil_b_addr%:*}" --port "${anvil_b_addr##*:}" --chain-id 31338 \
+    --state .qtg/anvil-b-state.json --state-interval 2 > .qtg/anvil-b.log 2>&1 &
+  anvil_b_pid=$!
+  # Its chain id, not just an answer: another node on that port would take the demo elsewhere.
+  for _ in $(seq 1 100); do
+    [ "$(rpc_at "$anvil_b_url" eth_chainId '[]' 2>/dev/null | json "['result']" 2>/dev/null)" = 0x7a6a ] && break
+    kill -0 $anvil_b_pid 2>/dev/null \
+      || { echo "anvil (chain B) exited; see .qtg/anvil-b.log (QTG_ANVIL_B_ADDR picks another address)" >&2; exit 1; }
+    sleep 0.1
+  done
+  # The attester: a test key (anvil's sixth account's; never a real one). Its address, which
+  # chain B's transmitter checks attestations against, as the simulator reports it.
+  attestation_addr="${QTG_ATTESTATION_SIM_ADDR:-127.0.0.1:9401}"
+  QTG_ATTESTATION_SIM_ATTESTER_KEY=0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba \
+    ./target/debug/qtg-attestation-sim --addr "$attestation_addr" --source "0=$anvil_url" --confirmations 1 \
+    2> .qtg/attestation-sim.log &
+  attestation_pid=$!
+  attester=""
+  for _ in $(seq 1 100); do
+    attester=$(curl -fsS "http://$attestation_addr/admin/stats" 2>/dev/null | json "['attester']" 2>/dev/null) && break
+    kill -0 $attestation_pid 2>/dev/null \
+      || { echo "qtg-attestation-sim exited; see .qtg/attestation-sim.log (QTG_ATTESTATION_SIM_ADDR picks another address)" >&2; exit 1; }
+    sleep 0.1
+  done
+  [ -n "$attester" ] || { echo "qtg-attestation-sim does not answer at $attestation_addr" >&2; exit 1; }
+
+  # ABI words by hand: a uint, an address.
+  word() { printf '%064x' "$1"; }
+  addr_word() { local a=${1#0x}; printf '%024d%s' 0 "${a,,}"; }
+  # A transaction from anvil's first account on the chain at $1, to $2 (empty: a deployment),
+  # with data $3; anvil mines it at once. Fails if it reverted; prints the receipt's
+  # contractAddress (None but for a deployment).
+  send_tx() {
+    local hash receipt=""
+    hash=$(rpc_at "$1" eth_sendTransaction \
+      "[{\"from\":\"$deployer\",\"gas\":\"0x800000\",${2:+\"to\":\"$2\",}\"data\":\"$3\"}]" \
+      | python3 -c 'import sys, json; a = json.load(sys.stdin); print(a["result"]) if "result" in a else sys.exit("make run: eth_sendTransaction: %s" % a.get("error"))') \
+      || return 1
+    for _ in $(seq 1 100); do
+      receipt=$(rpc_at "$1" eth_getTransactionReceipt "[\"$hash\"]" \
+        | python3 -c 'import sys, json; r = json.load(sys.stdin)["result"]; r and print(r["status"], r["contractAddress"])') || return 1
+      [ -n "$receipt" ] && break
+      sleep 0.1
+    done
+    [ "${receipt%% *}" = 0x1 ] || { echo "make run: transaction $hash on $1 ${receipt:+reverted}${receipt:-was not mined}" >&2; return 1; }
+    echo "${receipt#* }"
+  }
+  has_code() { local c; c=$(rpc_at "$1" eth_getCode "[\"$2\",\"latest\"]" | json "['result']") && [ "$c" != 0x ]; }
+  call_word() { rpc_at "$1" eth_call "[{\"to\":\"$2\",\"data\":\"$3\"},\"latest\"]" | json "['result']"; }
+  # Chain $1's CCTP contracts as domain $2, recorded in $3 ("usdc transmitter messenger");
+  # deployed (once) when the chain has no code at the recorded addresses: the first run, or that
+  # chain's state lost. Recorded, not predicted: an address follows from the deployer's nonce,
+  # and on chain A QTT and the demo's own movements spend nonces too.
+  cctp_side() { # url domain record
+    local usdc transmitter messenger
+    if [ -s "$3" ] && read -r usdc transmitter messenger < "$3" \
+      && has_code "$1" "$usdc" && has_code "$1" "$transmitter" && has_code "$1" "$messenger"; then
+      return
+    fi
+    # 1 000 000 USDC (6 decimals) to the deployer; the transmitter trusts the attester; the
+    # messenger burns and mints through both.
+    usdc=$(send_tx "$1" "" "0x$(cat contracts/QtgCctp_sol_QtgUsdc.bin)$(word 1000000000000)")
+    transmitter=$(send_tx "$1" "" "0x$(cat contracts/QtgCctp_sol_MessageTransmitter.bin)$(word "$2")$(addr_word "$attester")")
+    messenger=$(send_tx "$1" "" "0x$(cat contracts/QtgCctp_sol_TokenMessenger.bin)$(addr_word "$transmitter")$(addr_word "$usdc")")
+    # 0x8b363731 configureMinter(address,bool): the messenger mints what the other chain burned.
+    send_tx "$1" "$usdc" "0x8b363731$(addr_word "$messenger")$(word 1)" >/dev/null
+    echo "$usdc $transmitter $messenger" > "$3"
+  }
+  cctp_side "$anvil_url" 0 .qtg/cctp-a.addresses
+  cctp_side "$anvil_b_url" 1 .qtg/cctp-b.addresses
+  read -r a_usdc a_transmitter a_messenger < .qtg/cctp-a.addresses
+  read -r b_usdc b_transmitter b_messenger < .qtg/cctp-b.addresses
+  # 0xda87e448 addRemoteTokenMessenger(uint32,bytes32): each messenger takes the other's
+  # messages. Checked by 0x82a5e665 remoteTokenMessengers(uint32) at each start: a side deployed
+  # anew needs it again on the other.
+  link() { # url messenger remote-domain remote-messenger
+    [ "$(call_word "$1" "$2" "0x82a5e665$(word "$3")")" = "0x$(addr_word "$4")" ] \
+      || send_tx "$1" "$2" "0xda87e448$(word "$3")$(addr_word "$4")" >/dev/null
+  }
+  link "$anvil_url" "$a_messenger" 1 "$b_messenger"
+  link "$anvil_b_url" "$b_messenger" 0 "$a_messenger"
+  # 0x095ea7b3 approve(address,uint256): the burn pulls the deployer's USDC on A through A's
+  # messenger, without limit (0xdd62ed3e allowance(address,address) says if it was given).
+  max=$(printf 'f%.0s' $(seq 64))
+  [ "$(call_word "$anvil_url" "$a_usdc" "0xdd62ed3e$(addr_word $deployer)$(addr_word "$a_messenger")")" = "0x$max" ] \
+    || send_tx "$anvil_url" "$a_usdc" "0x095ea7b3$(addr_word "$a_messenger")$max" >/dev/null
+  sed "s|http://127.0.0.1:9401|http://$attestation_addr|" deploy/registry.cctp.toml >> .qtg/registry.toml
+  export MG_EVM_CHAINS="[$(evm_chain 31337 "$anvil_url"),$(evm_chain 31338 "$anvil_b_url")]"
+  domain() { # domain chain usdc transmitter messenger → its MG_CCTP_DOMAINS entry
+    echo "{\"domain\":$1,\"chain_id\":$2,\"token_messenger\":\"$5\",\"message_transmitter\":\"$4\",\"usdc\":\"$3\"}"
+  }
+  export MG_CCTP_DOMAINS="[$(domain 0 31337 "$a_usdc" "$a_transmitter" "$a_messenger"),$(domain 1 31338 "$b_usdc" "$b_transmitter" "$b_messenger")]"
+  cctp=1
 else
   echo "make run: the EVM demo is off (no anvil: see .qtg/evm-tools.log)" >&2
 fi
@@ -64,7 +182,6 @@ api="http://$MG_API_ADDR"
 
 ./target/debug/qtg 2> >(tee .qtg/qtg.log >&2) &
 pid=$!
-trap 'kill -TERM $pid $venue_pid $anvil_pid 2>/dev/null; wait $pid' INT TERM EXIT
 for _ in $(seq 1 100); do
   curl -fsS "http://$MG_ADMIN_ADDR/readyz" >/dev/null 2>&1 && break
   kill -0 $pid 2>/dev/null || { echo "qtg exited; see .qtg/qtg.log" >&2; exit 1; }
@@ -74,7 +191,6 @@ done
 call() { # method path key [body]
   curl -fsS -X "$1" "$api$2" -H "Authorization: Bearer $3" -H 'Content-Type: application/json' ${4:+-d "$4"}
 }
-json() { python3 -c "import sys, json; print(json.load(sys.stdin)$1)"; }
 key_for() { # principal role → secret (created once, kept in .qtg/keys)
   local f=".qtg/keys/$1"
   mkdir -p .qtg/keys
@@ -87,10 +203,14 @@ OPERATOR=$(key_for demo-operator operator)
 REQUESTER=$(key_for demo-requester requester)
 APPROVER=$(key_for demo-approver approver)
 
-install_template() { # key file
-  if ! call GET "/v3/templates/$1" "$OPERATOR" >/dev/null 2>&1; then
-    local p
-    p=$(call POST /v3/template-proposals "$OPERATOR" "$(cat "$2")" | json "['id']")
+install_template() { # key file [text… its latest version must hold, else the file makes the next]
+  local key=$1 file=$2 t p want stale=""
+  shift 2
+  t=$(call GET "/v3/templates/$key" "$OPERATOR" 2>/dev/null | json "['versions'][0]" 2>/dev/null) || t=""
+  [ -n "$t" ] || stale=1
+  for want in "$@"; do grep -qiF -- "$want" <<<"$t" || stale=1; done
+  if [ -n "$stale" ]; then
+    p=$(call POST /v3/template-proposals "$OPERATOR" "$(cat "$file")" | json "['id']")
     call POST "/v3/template-proposals/$p/approve" "$MG_API_BOOTSTRAP_ADMIN_KEY" '{"reason":"demo"}' >/dev/null
   fi
 }
@@ -100,13 +220,33 @@ if [ -n "$token" ]; then
   sed "s|__TOKEN__|$token|" deploy/evm-demo-template.json > .qtg/evm-demo-template.json
   install_template demo.evm.pair .qtg/evm-demo-template.json
 fi
+if [ -n "$cctp" ]; then
+  # The contracts of this run's chains: a chain state lost and deployed anew (other addresses)
+  # while the database kept the template gets the template's next version.
+  sed -e "s|__MESSENGER_A__|$a_messenger|" -e "s|__USDC_A__|$a_usdc|" \
+    -e "s|__TRANSMITTER_B__|$b_transmitter|" -e "s|__USDC_B__|$b_usdc|" \
+    deploy/cctp-demo-template.json > .qtg/cctp-demo-template.json
+  install_template usdc.cctp.chain_a_to_b .qtg/cctp-demo-template.json "$a_messenger" "$a_usdc" "$b_transmitter" "$b_usdc"
+  # The burn's caller is aligned against the signer's identity before anything is signed: enrol
+  # it (anvil's first account) once qtg's health worker has listed the signer (404 until then).
+  enrolled=""
+  for _ in $(seq 1 120); do
+    call PUT /v3/signers/signer.evm.local/expected-identity "$MG_API_BOOTSTRAP_ADMIN_KEY" \
+      "{\"address\":\"$deployer\"}" >/dev/null 2>&1 && { enrolled=1; break; }
+    kill -0 $pid 2>/dev/null || { echo "qtg exited; see .qtg/qtg.log" >&2; exit 1; }
+    sleep 0.5
+  done
+  [ -n "$enrolled" ] || echo "make run: signer.evm.local's identity is not enrolled (qtg-health has not listed it): the CCTP burn will fail" >&2
+fi
 
 cat <<MSG
 
 qtg is running: API $api, admin http://$MG_ADMIN_ADDR (/healthz /readyz /metrics), log .qtg/qtg.log
 qtg-venue-sim (a simulated exchange, accounts sim_a and sim_b) at http://$venue_addr, log .qtg/venue-sim.log
 Templates demo.sim.transfer (sim lane), demo.cex.a_to_b (CEX→CEX through qtg-venue-sim) and, with anvil,
-demo.evm.pair (ETH then the QTT token on a local anvil at ${anvil_url:-(off)}, log .qtg/anvil.log) are installed. Keys are in .qtg/keys/ (the bootstrap admin key in .qtg/bootstrap.key).
+demo.evm.pair (ETH then the QTT token on a local anvil at ${anvil_url:-(off)}, log .qtg/anvil.log) and
+usdc.cctp.chain_a_to_b (USDC by CCTP from that anvil, chain A, to a second one, chain B at ${anvil_b_url:-(off)},
+log .qtg/anvil-b.log) are installed. Keys are in .qtg/keys/ (the bootstrap admin key in .qtg/bootstrap.key).
 
   REQUESTER=\$(cat .qtg/keys/demo-requester) APPROVER=\$(cat .qtg/keys/demo-approver)
 
@@ -135,7 +275,23 @@ demo.evm.pair (ETH then the QTT token on a local anvil at ${anvil_url:-(off)}, l
   # EVM: 1.5 ETH, then 1.5 QTT, from anvil's first account to its third (signed by signer.evm.local)
   curl -s -X POST $api/v3/movements -H "Authorization: Bearer \$REQUESTER" -H 'Content-Type: application/json' \\
     -d '{"template_key":"demo.evm.pair","intent":{"asset":"ETH","amount":"1.5","source":"anvil0","destination":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"},"idempotency_key":"evm-1"}'
-
-Ctrl-C stops qtg.
 MSG
+if [ -n "$cctp" ]; then
+  cat <<MSG
+
+  # CCTP: 25 USDC from anvil's first account on chain A (domain 0) to its third on chain B
+  # (domain 1): burn on A, the attestation from qtg-attestation-sim (http://$attestation_addr,
+  # log .qtg/attestation-sim.log), mint on B; approve it as above, it takes a few seconds
+  curl -s -X POST $api/v3/movements -H "Authorization: Bearer \$REQUESTER" -H 'Content-Type: application/json' \\
+    -d '{"template_key":"usdc.cctp.chain_a_to_b","intent":{"asset":"USDC","amount":"25","source":"anvil0","destination":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"},"idempotency_key":"cctp-1"}'
+  curl -s -X POST $api/v3/movements/<id>/approve -H "Authorization: Bearer \$APPROVER"
+  # the third account's USDC on chain B (balanceOf, in units of 10^-6: 25 USDC is 0x17d7840)
+  curl -s $anvil_b_url -H 'Content-Type: application/json' -d \\
+    '{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{"to":"$b_usdc","data":"0x70a08231$(addr_word 0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC)"},"latest"]}'
+  # the contracts: chain A USDC $a_usdc, TokenMessenger $a_messenger, MessageTransmitter $a_transmitter
+  #                chain B USDC $b_usdc, TokenMessenger $b_messenger, MessageTransmitter $b_transmitter
+MSG
+fi
+echo
+echo "Ctrl-C stops qtg."
 wait $pid

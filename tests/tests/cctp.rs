@@ -4,6 +4,7 @@
 //! pinned solc makes of the source; and the `cctp` lane moving USDC from A to B through
 //! separately started workers (burn, attestation, mint), under faults.
 
+use std::collections::BTreeSet;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -527,6 +528,8 @@ async fn usdc_moves_from_chain_a_to_chain_b_through_separate_workers() -> anyhow
 async fn the_observe_step_waits_through_404_pending_and_429_and_honours_the_hint() -> anyhow::Result<()> {
     let bridge = Bridge::start(&[]).await?;
     bridge.template("usdc.cctp.chain_a_to_b", ANVIL_ADDR_0).await?;
+    // What the service heard before (the health worker's lookups) is not the step's.
+    let before = bridge.sim_log().await?.len();
     http_client()
         .post(format!("{}/admin/faults", bridge.sim_url))
         .json(&json!([{"kind": "not_found", "count": 2}, {"kind": "pending", "count": 2},
@@ -539,7 +542,7 @@ async fn the_observe_step_waits_through_404_pending_and_429_and_honours_the_hint
     let id = bridge.movement("usdc.cctp.chain_a_to_b", "10", "cctp-faults").await?;
     let m = bridge.done(&id, &[&dispatcher, &observer]).await?;
     assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
-    let log = bridge.sim_log().await?;
+    let log = bridge.sim_log().await?.split_off(before);
     let statuses: Vec<u64> = log.iter().map(|(_, s)| *s).collect();
     assert_eq!(&statuses[..6], &[404, 404, 200, 200, 429, 200], "{log:?}");
     for w in log.windows(2).take(4) {
@@ -617,6 +620,130 @@ async fn a_burn_caller_mismatch_is_refused_before_anything_is_signed() -> anyhow
     assert_eq!(bridge.a.anvil.quantity("eth_getTransactionCount", json!([ANVIL_ADDR_0, "latest"])).await?, start);
     assert_eq!(usdc_of(&bridge.a, ANVIL_ADDR_0).await?, U256::from(SUPPLY), "nothing burned");
     drop(dispatcher);
+    bridge.db.drop_db().await;
+    Ok(())
+}
+
+/// Records every callback body it receives.
+#[derive(Clone, Default)]
+struct Hooks(std::sync::Arc<std::sync::Mutex<Vec<Value>>>);
+
+async fn hook(axum::extract::State(h): axum::extract::State<Hooks>, body: axum::body::Bytes) -> axum::http::StatusCode {
+    if let Ok(v) = serde_json::from_slice::<Value>(&body) {
+        h.0.lock().expect("hooks").push(v);
+    }
+    axum::http::StatusCode::OK
+}
+
+/// `qtg-drift` against the two chains: the first check records what it sees (unbaselined), an
+/// admin enrols it as the baseline with `qtgctl drift baseline`, and once `anvil_setCode`
+/// replaces chain B's message transmitter the check reports the changed code hash — one audit
+/// row, one `drift_detected` callback, the gauge, and (MG_VERIFY_DRIFT_PAUSE) the CCTP
+/// executors paused through the kill switch; chain A stays ok.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn changed_code_on_a_configured_contract_is_drift_and_pauses_the_lane() -> anyhow::Result<()> {
+    let hooks = Hooks::default();
+    let app = axum::Router::new().route("/hook", axum::routing::post(hook)).with_state(hooks.clone());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let hook_url = format!("http://{}/hook", listener.local_addr()?);
+    tokio::spawn(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    let bridge = Bridge::start(&[
+        ("MG_VERIFY_DRIFT_ENABLED", "true"),
+        ("MG_VERIFY_DRIFT_INTERVAL_SECONDS", "0.5"),
+        ("MG_VERIFY_DRIFT_PAUSE", "true"),
+        ("MG_DRIFT_ALERT_URL", &hook_url),
+        ("MG_CALLBACK_SECRET", "drift-test-secret"),
+        ("MG_CALLBACK_ALLOW_PRIVATE", "true"),
+        ("MG_CALLBACK_DISPATCH_INTERVAL_SECONDS", "0.2"),
+    ])
+    .await?;
+    let drift = bridge.worker("qtg-drift").await?;
+    let callbacks = bridge.worker("qtg-callback").await?;
+    let check = |scope: &'static str| {
+        let (api, key) = (&bridge.api, bridge.keys.requester.clone());
+        async move {
+            let v = api.ok("GET", "/v3/drift", &key, None, 200).await?;
+            let item = v["items"].as_array().and_then(|a| a.iter().find(|c| c["scope"] == scope).cloned());
+            anyhow::Ok(item.unwrap_or(Value::Null))
+        }
+    };
+    wait_until("both chains checked", Duration::from_secs(30), || async {
+        Ok(check("evm:31337").await?["status"] == "unbaselined" && check("evm:31338").await?["status"] == "unbaselined")
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", drift.log()))?;
+    let seen = check("evm:31338").await?;
+    let code_hash = seen["observed"]["cctp.message_transmitter.code_hash"].as_str().unwrap_or_default().to_string();
+    assert!(code_hash.starts_with("0x") && code_hash.len() == 66, "{seen:#}");
+    assert_eq!(seen["observed"]["cctp.usdc.decimals"], "6");
+    assert_eq!(seen["observed"]["cctp.message_transmitter.local_domain"], "1");
+    // Enrolment: an admin records what the checks saw.
+    for scope in ["evm:31337", "evm:31338"] {
+        let out = tokio::process::Command::new(bin_dir().join("qtgctl"))
+            .args(["drift", "baseline", "--scope", scope, "--reason", "enrolment"])
+            .env_clear()
+            .env("QTG_API_URL", &bridge.api.base)
+            .env("QTG_API_KEY", &bridge.api.admin_key)
+            .output()
+            .await?;
+        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    }
+    wait_until("both chains ok", Duration::from_secs(30), || async {
+        Ok(check("evm:31337").await?["status"] == "ok" && check("evm:31338").await?["status"] == "ok")
+    })
+    .await?;
+    // Chain B's transmitter is replaced under the lane.
+    bridge.b.anvil.rpc("anvil_setCode", json!([bridge.b.transmitter, "0x6080604052600080fd"])).await?;
+    wait_until("drift on chain B", Duration::from_secs(30), || async {
+        Ok(check("evm:31338").await?["status"] == "drift")
+    })
+    .await?;
+    drift.wait_ticks("verify_drift", 3, Duration::from_secs(30)).await?;
+    let b = check("evm:31338").await?;
+    let diffs = b["differences"].as_array().cloned().unwrap_or_default();
+    // The code hash, and the transmitter's reads that the replaced code now refuses.
+    let facts: BTreeSet<&str> = diffs.iter().filter_map(|d| d["fact"].as_str()).collect();
+    assert!(facts.contains("cctp.message_transmitter.code_hash"), "{b:#}");
+    assert!(facts.iter().all(|f| f.starts_with("cctp.message_transmitter.")), "only the transmitter changed: {b:#}");
+    let hash = diffs.iter().find(|d| d["fact"] == "cctp.message_transmitter.code_hash").cloned().unwrap_or_default();
+    assert_eq!(hash["baseline"], json!(code_hash));
+    assert_ne!(hash["observed"], json!(code_hash));
+    assert_eq!(check("evm:31337").await?["status"], "ok", "chain A did not change");
+    // One audit row and one callback for the new differences, however many checks saw them.
+    let audits: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_outbox WHERE action = 'drift.detected' AND entity_type = 'chain' AND entity_id = 'evm:31338'",
+    )
+    .fetch_one(&bridge.db.pool)
+    .await?;
+    assert_eq!(audits, 1);
+    wait_until("the drift callback", Duration::from_secs(30), || async {
+        Ok(!hooks.0.lock().expect("hooks").is_empty())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", callbacks.log()))?;
+    callbacks.wait_ticks("callback_dispatcher", 3, Duration::from_secs(30)).await?;
+    let received = hooks.0.lock().expect("hooks").clone();
+    assert_eq!(received.len(), 1, "{received:#?}");
+    assert_eq!(received[0]["event_type"], "drift_detected");
+    assert_eq!(received[0]["data"]["scope"], "evm:31338");
+    // The lane is paused: both CCTP executors read chain B.
+    let controls = bridge.api.ok("GET", "/v3/controls", &bridge.keys.requester, None, 200).await?;
+    let paused: BTreeSet<String> = controls["items"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|p| p["scope"] == "executor")
+        .filter_map(|p| p["target"].as_str().map(str::to_string))
+        .collect();
+    assert_eq!(paused, BTreeSet::from(["exec.cctp.burn".to_string(), "exec.cctp.mint".to_string()]), "{controls:#}");
+    // The gauge.
+    let admin = drift.wait_field("admin_addr", Duration::from_secs(10)).await?;
+    let metrics = http_client().get(format!("http://{admin}/metrics")).send().await?.text().await?;
+    let gauge = format!("qtg_drift_differences{{scope=\"evm:31338\"}} {}", diffs.len());
+    assert!(metrics.lines().any(|l| l == gauge), "{gauge} in {metrics}");
+    drop((drift, callbacks));
     bridge.db.drop_db().await;
     Ok(())
 }

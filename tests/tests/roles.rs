@@ -49,6 +49,8 @@ fn endpoints() -> Vec<Cell> {
         ("GET", "/v3/controls".into(), Some("viewer"), None, 200),
         ("POST", "/v3/controls/pause".into(), Some("admin"), Some(json!({"scope": "planet", "reason": "x"})), 400),
         ("POST", "/v3/controls/resume".into(), Some("admin"), Some(json!({"scope": "global", "reason": "x"})), 404),
+        ("GET", "/v3/drift".into(), Some("viewer"), None, 200),
+        ("POST", "/v3/drift/baseline".into(), Some("admin"), Some(json!({"scope": "evm:1", "reason": "x"})), 404),
         ("POST", "/v3/api-keys".into(), Some("admin"), Some(json!({})), 400),
         ("GET", "/v3/api-keys".into(), Some("admin"), None, 200),
         ("DELETE", format!("/v3/api-keys/{id}"), Some("admin"), None, 404),

@@ -161,8 +161,12 @@ impl Engine {
                     OpError::NotFound("callback")
                 });
             };
-            AuditRecord::new(actor, "callback.replay", "movement", row.request_id)
-                .movement(row.request_id)
+            // A movement's callback, or an alert about none (drift_detected).
+            let record = match row.request_id {
+                Some(movement) => AuditRecord::new(actor, "callback.replay", "movement", movement).movement(movement),
+                None => AuditRecord::new(actor, "callback.replay", "control", format!("callback:{}", row.id)),
+            };
+            record
                 .data(json!({"replay_of": id, "new_callback_id": row.id, "event_id": row.event_id}))
                 .record(&mut tx)
                 .await?;

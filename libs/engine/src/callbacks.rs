@@ -193,13 +193,13 @@ impl Engine {
                 Ok(()) => {
                     callbacks::mark_sent(&mut tx, row.id).await?;
                     qtg_telemetry::sink().callback_delivery("delivered");
-                    tracing::info!(callback_id = %row.id, movement_id = %row.request_id, event_type = %row.event_type, sequence = row.sequence, "callback delivered");
+                    tracing::info!(callback_id = %row.id, movement_id = ?row.request_id, event_type = %row.event_type, sequence = row.sequence, "callback delivered");
                 }
                 Err(f) => {
                     let status =
                         callbacks::mark_failed(&mut tx, row.id, s.max_attempts, &f.error, f.retry_after).await?;
                     qtg_telemetry::sink().callback_delivery(if status == "dlq" { "dlq" } else { "retry" });
-                    tracing::warn!(callback_id = %row.id, movement_id = %row.request_id, attempt = row.attempts + 1, status = %status, error = %f.error, "callback delivery failed");
+                    tracing::warn!(callback_id = %row.id, movement_id = ?row.request_id, attempt = row.attempts + 1, status = %status, error = %f.error, "callback delivery failed");
                 }
             }
         }

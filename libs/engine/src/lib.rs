@@ -9,6 +9,7 @@ pub mod calls;
 pub mod context;
 pub mod controls;
 pub mod dispatch;
+pub mod drift;
 pub mod health;
 mod hints;
 pub mod movements;
@@ -100,6 +101,7 @@ pub struct EngineSettings {
     pub key_creation_approvals: u32,
     /// How old an untouched EVM nonce reservation must be before the reaper reclaims it.
     pub evm_nonce_reaper_age_seconds: f64,
+    pub drift: drift::DriftSettings,
 }
 
 /// The approval gate on bound executors' and signers' health.
@@ -141,6 +143,7 @@ impl Default for EngineSettings {
             health_stale_seconds: 180.0,
             key_creation_approvals: 1,
             evm_nonce_reaper_age_seconds: 600.0,
+            drift: drift::DriftSettings::default(),
         }
     }
 }

@@ -90,6 +90,22 @@ pub trait Executor: Send + Sync {
     async fn health(&self) -> Result<Option<Value>, ExecutorError> {
         Err(ExecutorError::NotImplemented)
     }
+
+    /// The on-chain facts this executor relies on (code hashes of its contracts, a token's
+    /// decimals, a messenger's configuration…), read now, for verify_drift to compare with the
+    /// baseline an admin recorded. None by default.
+    async fn drift_facts(&self) -> Result<Vec<DriftFact>, ExecutorError> {
+        Ok(Vec::new())
+    }
+}
+
+/// One fact verify_drift compares: `scope` (a chain: `evm:<chain id>`), `fact` (its name
+/// there) and its value as read.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct DriftFact {
+    pub scope: String,
+    pub fact: String,
+    pub value: String,
 }
 
 /// Holds keys; signs exactly the payload whose hash the request allows.

@@ -81,6 +81,14 @@ pub struct Settings {
     /// `MG_EVM_NONCE_REAPER_AGE_SECONDS` (600): how old an untouched EVM nonce reservation
     /// must be before the reaper may reclaim it.
     pub evm_nonce_reaper_age_seconds: f64,
+    /// verify_drift: `MG_VERIFY_DRIFT_PAUSE` (false) pauses the executors of a drifted scope
+    /// through the kill switch; `MG_VERIFY_DRIFT_CONCURRENCY` (4) executors read at once;
+    /// `MG_VERIFY_DRIFT_TIMEOUT_SECONDS` (30) per executor; `MG_DRIFT_ALERT_URL` (else
+    /// `MG_CALLBACK_DEFAULT_URL`) receives the `drift_detected` callback.
+    pub verify_drift_pause: bool,
+    pub verify_drift_concurrency: usize,
+    pub verify_drift_timeout: Duration,
+    pub drift_alert_url: Option<String>,
     /// `MG_STRICT_SETTINGS` (false): an `MG_*` variable no part of the process reads is fatal
     /// at start instead of a warning.
     pub strict_settings: bool,
@@ -333,6 +341,10 @@ impl Settings {
             strict_settings: s.flag("MG_STRICT_SETTINGS", false)?,
             key_creation_approvals: s.count("MG_API_KEY_CREATION_APPROVALS", 1, 2)? as u32,
             evm_nonce_reaper_age_seconds: s.seconds("MG_EVM_NONCE_REAPER_AGE_SECONDS", 600.0)?,
+            verify_drift_pause: s.flag("MG_VERIFY_DRIFT_PAUSE", false)?,
+            verify_drift_concurrency: s.count("MG_VERIFY_DRIFT_CONCURRENCY", 4, 64)?,
+            verify_drift_timeout: s.interval("MG_VERIFY_DRIFT_TIMEOUT_SECONDS", 30.0)?,
+            drift_alert_url: s.text("MG_DRIFT_ALERT_URL").or_else(|| s.text("MG_CALLBACK_DEFAULT_URL")),
             approval_health_gate_strict: match s.text("MG_APPROVAL_HEALTH_GATE").as_deref() {
                 None | Some("strict") => true,
                 Some("down-only") => false,

@@ -48,6 +48,11 @@ pub struct ExecutorLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ScopeLabel {
+    pub scope: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VenueStatusLabel {
     pub venue: String,
     pub kind: String,
@@ -69,6 +74,7 @@ struct Inner {
     heartbeat_age: Family<WorkerLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     ready_age: Family<ExecutorLabel, Gauge<f64, std::sync::atomic::AtomicU64>>,
     observing_age: Gauge<f64, std::sync::atomic::AtomicU64>,
+    drift_differences: Family<ScopeLabel, Gauge>,
     processed: Family<WorkerLabel, Counter>,
     tick_errors: Family<WorkerLabel, Counter>,
     consecutive_errors: Family<WorkerLabel, Gauge>,
@@ -126,6 +132,12 @@ impl Metrics {
             "worker_heartbeat_age_seconds",
             "Seconds since a worker's newest heartbeat",
             heartbeat_age.clone(),
+        );
+        let drift_differences = Family::<ScopeLabel, Gauge>::default();
+        registry.register(
+            "drift_differences",
+            "Per drift scope (a chain, the signers), baseline facts the last verify_drift check found changed",
+            drift_differences.clone(),
         );
         let ready_age = Family::<ExecutorLabel, Gauge<f64, std::sync::atomic::AtomicU64>>::default();
         let observing_age = Gauge::<f64, std::sync::atomic::AtomicU64>::default();
@@ -198,6 +210,7 @@ impl Metrics {
                 heartbeat_age,
                 ready_age,
                 observing_age,
+                drift_differences,
             }),
         }
     }
@@ -240,6 +253,9 @@ impl Metrics {
             i.ready_age.get_or_create(&ExecutorLabel { executor_key: key.clone() }).set(*age);
         }
         i.observing_age.set(s.oldest_observing_node_age_seconds);
+        for (scope, n) in &s.drift_differences_by_scope {
+            i.drift_differences.get_or_create(&ScopeLabel { scope: scope.clone() }).set(*n);
+        }
     }
 
     /// The text exposition format.

@@ -13,7 +13,8 @@ use crate::Result;
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CallbackRow {
     pub id: Uuid,
-    pub request_id: Uuid,
+    /// The movement, or none for an alert about no movement (`drift_detected`).
+    pub request_id: Option<Uuid>,
     pub event_id: Uuid,
     pub event_type: String,
     pub sequence: i64,

@@ -10,6 +10,7 @@ pub mod claims;
 pub mod context;
 pub mod controls;
 pub mod diagnosis;
+pub mod drift;
 pub mod error;
 pub mod events;
 pub mod evm;

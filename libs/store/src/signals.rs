@@ -21,6 +21,8 @@ pub struct Signals {
     pub ready_age_by_executor: Vec<(String, f64)>,
     /// Seconds the oldest OBSERVING node has been observing (since its submit).
     pub oldest_observing_node_age_seconds: f64,
+    /// Per drift scope (a chain, the signers): baseline facts its last check found changed.
+    pub drift_differences_by_scope: Vec<(String, i64)>,
 }
 
 /// `stale_after_seconds`: a SUBMITTING node older than this (the recovery grace) is stale.
@@ -63,7 +65,11 @@ pub async fn read(pool: &PgPool, stale_after_seconds: f64) -> Result<Signals> {
     )
     .fetch_all(pool)
     .await?;
+    let drift = sqlx::query("SELECT scope, jsonb_array_length(differences)::int8 FROM drift_checks ORDER BY scope")
+        .fetch_all(pool)
+        .await?;
     Ok(Signals {
+        drift_differences_by_scope: drift.iter().map(|b| Ok((b.try_get(0)?, b.try_get(1)?))).collect::<Result<_>>()?,
         oldest_unknown_node_age_seconds: r.try_get("unknown_age")?,
         oldest_stale_submitting_node_age_seconds: r.try_get("stale_submitting_age")?,
         oldest_manual_intervention_age_seconds: r.try_get("manual_age")?,

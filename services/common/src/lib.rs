@@ -201,6 +201,12 @@ impl Process {
                 },
                 key_creation_approvals: s.key_creation_approvals,
                 evm_nonce_reaper_age_seconds: s.evm_nonce_reaper_age_seconds,
+                drift: qtg_engine::drift::DriftSettings {
+                    pause: s.verify_drift_pause,
+                    concurrency: s.verify_drift_concurrency.max(1),
+                    timeout: s.verify_drift_timeout,
+                    alert_url: s.drift_alert_url.clone(),
+                },
                 // Three health intervals.
                 health_stale_seconds: 3.0
                     * s.worker("executor_health").map(|w| w.interval.as_secs_f64()).unwrap_or(60.0),

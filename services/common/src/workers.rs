@@ -144,6 +144,25 @@ pub static WORKERS: &[Worker] = &[
         },
     },
     Worker {
+        name: "verify_drift",
+        binary: "qtg-drift",
+        summary: "re-reads the on-chain facts the lanes rely on and compares them with the recorded baseline",
+        interval_key: "MG_VERIFY_DRIFT_INTERVAL_SECONDS",
+        default_interval_seconds: 21600.0,
+        concurrency_key: None,
+        wake: None,
+        group: Group::Sidecar,
+        enabled_by: Some(Flag { key: "MG_VERIFY_DRIFT_ENABLED", default: false }),
+        requires: None,
+        // Every scope each tick: report no work so the loop keeps its pace.
+        tick: |e| {
+            Box::pin(async move {
+                e.verify_drift_tick().await?;
+                Ok(Tick::default())
+            })
+        },
+    },
+    Worker {
         name: "audit_outbox_promoter",
         binary: "qtg-audit",
         summary: "promotes audit_outbox rows into audit_events, in order and exactly once",

@@ -50,6 +50,9 @@ enum Command {
     /// Kill switch: pause / resume new submits (admin)
     #[command(subcommand)]
     Controls(Controls),
+    /// On-chain drift (verify_drift): the last check per scope, and recording a baseline (admin)
+    #[command(subcommand)]
+    Drift(Drift),
     /// Exchange accounts of the CEX lane, checked directly (no API key: it reads the registry
     /// and the venue's MG_<VENUE>_* credentials like a worker — run it where the workers run)
     #[command(subcommand)]
@@ -245,6 +248,21 @@ enum Controls {
     Resume(ControlTarget),
     /// Active pauses
     List,
+}
+
+#[derive(Subcommand)]
+enum Drift {
+    /// The last check per scope (a chain evm:<id>, or signers): status and differences
+    Show,
+    /// Record a scope's baseline from what its last check observed (the enrolment: run it
+    /// once the facts shown by `drift show` are the right ones)
+    Baseline {
+        /// evm:<chain id> or signers
+        #[arg(long)]
+        scope: String,
+        #[arg(long)]
+        reason: String,
+    },
 }
 
 #[derive(Args)]
@@ -469,6 +487,16 @@ async fn run(cli: &Cli) -> anyhow::Result<i32> {
                 out(&c.post("/v3/controls/resume", t.body()).await?, &|v| render::pause(&v["resumed"]))
             }
             Controls::List => out(&c.get("/v3/controls").await?, &render::pauses),
+        },
+        Command::Drift(d) => match d {
+            Drift::Show => out(&c.get("/v3/drift").await?, &render::drift),
+            Drift::Baseline { scope, reason } => {
+                let v = c.post("/v3/drift/baseline", json!({"scope": scope, "reason": reason})).await?;
+                out(&v, &|v| {
+                    let n = v["facts"].as_object().map(|f| f.len()).unwrap_or(0);
+                    format!("baseline of {scope}: {n} facts recorded\n")
+                });
+            }
         },
     }
     Ok(0)

@@ -320,6 +320,35 @@ pub fn pauses(v: &Value) -> String {
     table(&cols, &r)
 }
 
+pub fn drift(v: &Value) -> String {
+    let items = v["items"].as_array().cloned().unwrap_or_default();
+    if items.is_empty() {
+        return "no drift check yet (is qtg-drift enabled? MG_VERIFY_DRIFT_ENABLED)\n".into();
+    }
+    let mut out = String::new();
+    for c in &items {
+        out.push_str(&format!(
+            "{}  {}  checked {}  baseline facts {}\n",
+            c["scope"].as_str().unwrap_or(""),
+            c["status"].as_str().unwrap_or(""),
+            c["checked_at"].as_str().unwrap_or(""),
+            c["baseline_facts"]
+        ));
+        for d in c["differences"].as_array().into_iter().flatten() {
+            out.push_str(&format!(
+                "    {}: baseline {} observed {}\n",
+                d["fact"].as_str().unwrap_or(""),
+                d["baseline"],
+                d["observed"]
+            ));
+        }
+        if let Some(e) = c["error"].as_str() {
+            out.push_str(&format!("    error: {e}\n"));
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -187,4 +187,26 @@ impl Executor for AttestationObserver {
     async fn recover(&self, ctx: &ExecutionContext, _: &str) -> Result<ExecutionResult, ExecutorError> {
         self.look(ctx).await
     }
+
+    /// Up when the service answers a lookup (a 404 for an unknown burn is an answer; a 5xx or
+    /// no answer is down), so the approval gate can vouch for it.
+    async fn health(&self) -> Result<Option<serde_json::Value>, ExecutorError> {
+        let domain = self.config.source_domain.unwrap_or(0);
+        let url = format!(
+            "{}/v2/messages/{domain}?transactionHash=0x{}",
+            self.config.attestation_url.trim_end_matches('/'),
+            "0".repeat(64)
+        );
+        let resp = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| ExecutorError::Unavailable(format!("attestation service: {}", e.without_url())))?;
+        let status = resp.status().as_u16();
+        if status >= 500 {
+            return Err(ExecutorError::Unavailable(format!("attestation service answered HTTP {status}")));
+        }
+        Ok(Some(json!({"status": "ok", "attestation_http_status": status})))
+    }
 }

@@ -21,9 +21,6 @@ use serde_json::{json, Value};
 
 use crate::domains::{Domain, Domains};
 
-/// USDC's decimals, unless the node says otherwise.
-pub(crate) const USDC_DECIMALS: u32 = 6;
-
 pub struct Burn {
     pub domains: Arc<Domains>,
 }
@@ -58,9 +55,11 @@ pub(crate) fn deployment<'a>(
     Ok(d)
 }
 
+/// Node config `decimals`, required (6 for USDC): the signer reads the same value from the
+/// approved plan, so neither side may assume one.
 pub(crate) fn usdc_decimals(ctx: &ExecutionContext) -> Result<u32, Refusal> {
     match ctx.node_config.get("decimals") {
-        None => Ok(USDC_DECIMALS),
+        None => Err(refusal("CCTP_CONFIG_INVALID", "the node's config names no decimals (6 for USDC)")),
         Some(_) => qtg_evm::call::decimals_of(ctx),
     }
 }
@@ -75,6 +74,10 @@ fn destination_domain(ctx: &ExecutionContext) -> Result<u32, Refusal> {
 
 #[async_trait]
 impl EvmCall for Burn {
+    async fn facts(&self, chains: &Chains) -> Result<Vec<qtg_executor::DriftFact>, RpcError> {
+        crate::domains::facts(&self.domains, chains).await
+    }
+
     fn action(&self, ctx: &ExecutionContext, chains: &Chains) -> Result<Action, Refusal> {
         let chain = chain_of(ctx, chains)?;
         let d = deployment(&self.domains, ctx, chain.spec.chain_id, |d| d.token_messenger, "token messenger")?;

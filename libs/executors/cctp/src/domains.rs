@@ -65,3 +65,69 @@ impl Domains {
         self.0.values()
     }
 }
+
+/// The facts of every domain on its chain that the burn and the mint rely on: the code hash of
+/// the token messenger, message transmitter and USDC; USDC's decimals; the messenger's
+/// transmitter, token and remote messenger of every other domain; the transmitter's domain
+/// and attester. A read the contract refuses (replaced code that reverts) is a fact too
+/// (`reverted`); only no answer from the chain fails the read.
+pub async fn facts(
+    domains: &Domains,
+    chains: &qtg_evm::Chains,
+) -> Result<Vec<qtg_executor::DriftFact>, qtg_evm::RpcError> {
+    use alloy::primitives::{Address, Bytes, U256};
+    use qtg_evm::call::{call_word, chain_scope, code_hash, hex_address};
+    use qtg_evm::calls::*;
+    use qtg_evm::{Rpc, RpcError};
+    async fn read(rpc: &Rpc, to: Address, data: Bytes, show: fn(U256) -> String) -> Result<String, RpcError> {
+        match call_word(rpc, to, data).await {
+            Ok(w) => Ok(show(w)),
+            Err(RpcError::Node { .. }) => Ok("reverted".into()),
+            Err(e) => Err(e),
+        }
+    }
+    let address = |w: U256| hex_address(Address::from_word(w.into()));
+    let number = |w: U256| w.to_string();
+    let word = |w: U256| format!("{w:#066x}");
+    let mut out = Vec::new();
+    for d in domains.iter() {
+        let Some(chain) = chains.get(&d.chain_id) else { continue };
+        let rpc = &chain.rpc;
+        let scope = chain_scope(d.chain_id);
+        let mut facts: Vec<(String, String)> = Vec::new();
+        for (name, at) in
+            [("token_messenger", d.token_messenger), ("message_transmitter", d.message_transmitter), ("usdc", d.usdc)]
+        {
+            facts.push((format!("cctp.{name}.code_hash"), code_hash(rpc, at).await?));
+        }
+        facts.push(("cctp.usdc.decimals".into(), read(rpc, d.usdc, qtg_evm::tx::decimals_calldata(), number).await?));
+        facts.push((
+            "cctp.token_messenger.local_message_transmitter".into(),
+            read(rpc, d.token_messenger, local_transmitter_calldata(), address).await?,
+        ));
+        facts.push((
+            "cctp.token_messenger.local_token".into(),
+            read(rpc, d.token_messenger, local_token_calldata(), address).await?,
+        ));
+        for other in domains.iter().filter(|o| o.domain != d.domain) {
+            facts.push((
+                format!("cctp.token_messenger.remote_token_messenger.{}", other.domain),
+                read(rpc, d.token_messenger, remote_messenger_calldata(other.domain), word).await?,
+            ));
+        }
+        facts.push((
+            "cctp.message_transmitter.local_domain".into(),
+            read(rpc, d.message_transmitter, local_domain_calldata(), number).await?,
+        ));
+        facts.push((
+            "cctp.message_transmitter.attester".into(),
+            read(rpc, d.message_transmitter, attester_calldata(), address).await?,
+        ));
+        out.extend(facts.into_iter().map(|(fact, value)| qtg_executor::DriftFact {
+            scope: scope.clone(),
+            fact,
+            value,
+        }));
+    }
+    Ok(out)
+}

@@ -52,6 +52,10 @@ impl Mint {
 
 #[async_trait]
 impl EvmCall for Mint {
+    async fn facts(&self, chains: &Chains) -> Result<Vec<qtg_executor::DriftFact>, RpcError> {
+        crate::domains::facts(&self.domains, chains).await
+    }
+
     fn action(&self, ctx: &ExecutionContext, chains: &Chains) -> Result<Action, Refusal> {
         let chain = chain_of(ctx, chains)?;
         let d = deployment(&self.domains, ctx, chain.spec.chain_id, |d| d.message_transmitter, "message transmitter")?;

@@ -60,6 +60,11 @@ pub trait EvmCall: Send + Sync + 'static {
 
     /// What the node's own final, successful transaction yields, read from its receipt, added
     /// to the COMPLETED answer (a CCTP burn's message).
+    /// The on-chain facts this call relies on, for verify_drift (none by default).
+    async fn facts(&self, _chains: &Chains) -> Result<Vec<qtg_executor::DriftFact>, RpcError> {
+        Ok(Vec::new())
+    }
+
     fn completed(
         &self,
         _ctx: &ExecutionContext,
@@ -165,6 +170,19 @@ pub async fn token_balance_covers(
         .then(|| refusal("EVM_INSUFFICIENT_BALANCE", format!("{owner} holds {balance}, the transfer needs {amount}"))))
 }
 
+/// The scope of `chain_id`'s facts.
+pub fn chain_scope(chain_id: u64) -> String {
+    format!("evm:{chain_id}")
+}
+
+/// keccak256 of the code at `address` (`0x` + 64 hex; the hash of no code for an account
+/// without code).
+pub async fn code_hash(rpc: &Rpc, address: Address) -> Result<String, RpcError> {
+    let code = rpc.call("eth_getCode", json!([hex_address(address), "latest"])).await?;
+    let bytes: Bytes = code.as_str().unwrap_or("0x").parse().unwrap_or_default();
+    Ok(alloy::primitives::keccak256(&bytes).to_string())
+}
+
 /// `exec.evm.transfer`: the chain's coin, or an ERC-20 token (`config.token_contract`).
 pub struct Transfer;
 
@@ -180,6 +198,20 @@ impl EvmCall for Transfer {
             Some(token) => (token, U256::ZERO, transfer_calldata(recipient, amount), None),
         };
         Ok(Action { chain, to, value, input, token, recipient, amount, decimals, gas })
+    }
+
+    /// Each configured chain answers with its own id.
+    async fn facts(&self, chains: &Chains) -> Result<Vec<qtg_executor::DriftFact>, RpcError> {
+        let mut out = Vec::new();
+        for (id, chain) in chains {
+            let served = chain.rpc.quantity("eth_chainId", json!([])).await?;
+            out.push(qtg_executor::DriftFact {
+                scope: chain_scope(*id),
+                fact: "chain_id".into(),
+                value: served.to_string(),
+            });
+        }
+        Ok(out)
     }
 
     /// The destination is allowed by the plan's risk controls, the token's decimals are the

@@ -530,7 +530,8 @@ impl<C: EvmCall> EvmExecutor<C> {
                     failed("EVM_REVERTED", format!("transaction {hash} reverted in block {block}"))
                 };
                 r.provider_ref_id = Some(hash.clone());
-                r.provider_state = Some(if ok { "mined".into() } else { "reverted".into() });
+                // The call's own word (a burn's `burned`) wins over the generic one.
+                r.provider_state.get_or_insert_with(|| if ok { "mined".into() } else { "reverted".into() });
                 r.provider_refs.insert("tx_hash".into(), json!(hash));
                 r.provider_refs.insert("block_number".into(), json!(block.to_string()));
                 r.provider_refs.insert("confirmations".into(), json!(confirmations));
@@ -747,6 +748,10 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
     async fn recover(&self, ctx: &ExecutionContext, _idempotency_key: &str) -> Result<ExecutionResult, ExecutorError> {
         let t = self.action(ctx).map_err(|(_, why)| ExecutorError::Protocol(why))?;
         self.follow(ctx, &t, true).await
+    }
+
+    async fn drift_facts(&self) -> Result<Vec<qtg_executor::DriftFact>, ExecutorError> {
+        self.call.facts(&self.chains).await.map_err(rpc_down)
     }
 
     async fn health(&self) -> Result<Option<Value>, ExecutorError> {

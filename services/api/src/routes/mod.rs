@@ -5,6 +5,7 @@
 pub mod audit;
 pub mod callbacks;
 pub mod controls;
+pub mod drift;
 pub mod keys;
 pub mod movements;
 pub mod operator;
@@ -18,7 +19,9 @@ use crate::AppState;
 
 /// Every operation, served and documented from the same `routes!` calls.
 pub fn all() -> OpenApiRouter<AppState> {
-    use self::{audit::*, callbacks::*, controls::*, keys::*, movements::*, operator::*, roster::*, templates::*};
+    use self::{
+        audit::*, callbacks::*, controls::*, drift::*, keys::*, movements::*, operator::*, roster::*, templates::*,
+    };
     OpenApiRouter::new()
         .routes(routes!(propose_template))
         .routes(routes!(get_proposal))
@@ -45,6 +48,8 @@ pub fn all() -> OpenApiRouter<AppState> {
         .routes(routes!(list_controls))
         .routes(routes!(pause_dispatch))
         .routes(routes!(resume_dispatch))
+        .routes(routes!(list_drift))
+        .routes(routes!(record_baseline))
         .routes(routes!(create_api_key, list_api_keys))
         .routes(routes!(revoke_api_key))
         .routes(routes!(approve_key_request))

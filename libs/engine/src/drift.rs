@@ -1,0 +1,304 @@
+//! verify_drift: re-reads the on-chain facts the lanes rely on (each local executor's
+//! [`Executor::drift_facts`], each signer's address) with bounded concurrency and a deadline
+//! per executor, groups them by scope (a chain, `evm:<id>`, or `signers`) and compares each
+//! scope with the baseline an admin recorded. A new set of differences writes, in one
+//! transaction, the check, an audit row (`drift.detected`), a `drift_detected` callback and —
+//! with `MG_VERIFY_DRIFT_PAUSE` — a kill-switch pause of every executor of the scope.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use qtg_executor::{DriftFact, Executor};
+use qtg_store::audit::{self, AuditRecord};
+use qtg_store::drift::{self, Observation};
+use serde_json::{json, Value};
+
+use crate::{Engine, Result};
+
+/// The scope of the signers' addresses.
+pub const SIGNERS_SCOPE: &str = "signers";
+
+#[derive(Debug, Clone)]
+pub struct DriftSettings {
+    /// `MG_VERIFY_DRIFT_PAUSE`: pause the executors of a drifted scope.
+    pub pause: bool,
+    /// `MG_VERIFY_DRIFT_CONCURRENCY`: executors read at once.
+    pub concurrency: usize,
+    /// `MG_VERIFY_DRIFT_TIMEOUT_SECONDS`: one executor's reads.
+    pub timeout: Duration,
+    /// `MG_DRIFT_ALERT_URL`, else `MG_CALLBACK_DEFAULT_URL`: where `drift_detected` goes.
+    pub alert_url: Option<String>,
+}
+
+impl Default for DriftSettings {
+    fn default() -> Self {
+        DriftSettings { pause: false, concurrency: 4, timeout: Duration::from_secs(30), alert_url: None }
+    }
+}
+
+/// What one scope showed: fact → value, and the executors that rely on it.
+#[derive(Default)]
+struct Seen {
+    facts: BTreeMap<String, String>,
+    executors: BTreeSet<String>,
+}
+
+/// The differences of `observed` from `baseline`: every baseline fact the scope no longer
+/// shows with its value (a fact observed but not in the baseline is new configuration, not
+/// drift).
+pub fn differences(baseline: &BTreeMap<String, String>, observed: &BTreeMap<String, String>) -> Vec<Value> {
+    baseline
+        .iter()
+        .filter(|(fact, value)| observed.get(*fact) != Some(value))
+        .map(|(fact, value)| json!({"fact": fact, "baseline": value, "observed": observed.get(fact)}))
+        .collect()
+}
+
+impl Engine {
+    /// One check of every scope; the number of scopes checked.
+    pub async fn verify_drift_tick(&self) -> Result<usize> {
+        let (seen, failures, read) = self.read_drift_facts().await;
+        {
+            let mut conn = self.pool.acquire().await?;
+            for source in &read {
+                drift::clear_error(&mut conn, source).await?;
+            }
+        }
+        for (source, error) in &failures {
+            tracing::warn!(source = %source, %error, "verify_drift could not read the facts of an executor or signer");
+            let mut conn = self.pool.acquire().await?;
+            let key = source.split_once(':').map(|(_, k)| k.to_string()).unwrap_or_default();
+            let o = Observation {
+                scope: source,
+                status: "error",
+                observed: json!({}),
+                differences: json!([]),
+                executor_keys: vec![key],
+                error: Some(error.clone()),
+                alerted: false,
+            };
+            drift::record_check(&mut conn, &o).await?;
+        }
+        for (scope, seen) in &seen {
+            self.record_drift(scope, seen).await?;
+        }
+        Ok(seen.len())
+    }
+
+    /// Every local executor's facts and every signer's address, `concurrency` at a time, each
+    /// executor within the deadline. Also: what failed (`executor:<key>` / `signer:<key>`),
+    /// with why, and what was read.
+    async fn read_drift_facts(&self) -> (BTreeMap<String, Seen>, Vec<(String, String)>, Vec<String>) {
+        let settings = &self.settings.drift;
+        let gate = Arc::new(tokio::sync::Semaphore::new(settings.concurrency.max(1)));
+        let mut reads = tokio::task::JoinSet::new();
+        for e in self.registry.executors() {
+            let (key, executor, gate, timeout) = (e.key.clone(), e.executor.clone(), gate.clone(), settings.timeout);
+            reads.spawn(async move {
+                let _permit = gate.acquire_owned().await;
+                let res = match tokio::time::timeout(timeout, executor_facts(executor)).await {
+                    Ok(r) => r,
+                    Err(_) => Err(format!("no answer within {} s", timeout.as_secs_f64())),
+                };
+                (format!("executor:{key}"), key, res)
+            });
+        }
+        for s in self.registry.signers() {
+            let (key, signer, gate, timeout) = (s.key.clone(), s.signer.clone(), gate.clone(), settings.timeout);
+            reads.spawn(async move {
+                let _permit = gate.acquire_owned().await;
+                let res = match tokio::time::timeout(timeout, signer.health()).await {
+                    Ok(Ok(details)) => Ok(details
+                        .as_ref()
+                        .and_then(|d| d.get("signer_address"))
+                        .and_then(Value::as_str)
+                        .map(|a| DriftFact {
+                            scope: SIGNERS_SCOPE.into(),
+                            fact: format!("{key}.address"),
+                            value: a.to_ascii_lowercase(),
+                        })
+                        .into_iter()
+                        .collect()),
+                    // A signer that reports no health has no address to compare.
+                    Ok(Err(qtg_executor::ExecutorError::NotImplemented)) => Ok(Vec::new()),
+                    Ok(Err(e)) => Err(e.to_string()),
+                    Err(_) => Err(format!("no answer within {} s", timeout.as_secs_f64())),
+                };
+                (format!("signer:{key}"), key, res)
+            });
+        }
+        let mut seen: BTreeMap<String, Seen> = BTreeMap::new();
+        let mut failures = Vec::new();
+        let mut read = Vec::new();
+        while let Some(done) = reads.join_next().await {
+            match done {
+                Ok((source, key, Ok(facts))) => {
+                    read.push(source);
+                    for f in facts {
+                        let s = seen.entry(f.scope).or_default();
+                        s.facts.insert(f.fact, f.value);
+                        if self.registry.executor(&key).is_some() {
+                            s.executors.insert(key.clone());
+                        }
+                    }
+                }
+                Ok((source, _, Err(e))) => failures.push((source, e)),
+                Err(e) => failures.push(("task".into(), e.to_string())),
+            }
+        }
+        (seen, failures, read)
+    }
+
+    /// Compares one scope with its baseline and records the check; a new set of differences
+    /// is alerted (audit, callback, pause) in the same transaction, once across replicas.
+    async fn record_drift(&self, scope: &str, seen: &Seen) -> Result<()> {
+        let mut tx = self.pool.begin().await?;
+        let previous = drift::lock_check(&mut tx, scope).await?;
+        let baseline = drift::baseline(&mut tx, scope).await?;
+        let diffs = differences(&baseline, &seen.facts);
+        let status = if baseline.is_empty() {
+            "unbaselined"
+        } else if diffs.is_empty() {
+            "ok"
+        } else {
+            "drift"
+        };
+        let differences = Value::Array(diffs.clone());
+        let new = status == "drift"
+            && previous
+                .as_ref()
+                .is_none_or(|p| p.status != "drift" || p.differences != differences || p.alerted_at.is_none());
+        let executor_keys: Vec<String> = seen.executors.iter().cloned().collect();
+        let o = Observation {
+            scope,
+            status,
+            observed: json!(seen.facts),
+            differences: differences.clone(),
+            executor_keys: executor_keys.clone(),
+            error: None,
+            alerted: new,
+        };
+        drift::record_check(&mut tx, &o).await?;
+        if new {
+            let paused: Vec<&String> =
+                if self.settings.drift.pause { executor_keys.iter().collect() } else { Vec::new() };
+            let reason = format!("verify_drift: {} fact(s) of {scope} differ from the baseline", diffs.len());
+            for key in &paused {
+                let (_, created) = qtg_store::controls::pause(&mut tx, "executor", key, &reason, &self.actor).await?;
+                audit::record(
+                    &mut tx,
+                    &AuditRecord {
+                        actor: &self.actor,
+                        action: "control.pause",
+                        entity_type: "control",
+                        entity_id: format!("executor:{key}"),
+                        movement_id: None,
+                        data: json!({"scope": "executor", "target": key, "reason": reason, "new": created}),
+                    },
+                )
+                .await?;
+            }
+            let data = json!({"scope": scope, "differences": differences, "executor_keys": executor_keys,
+                              "paused_executors": paused});
+            audit::record(
+                &mut tx,
+                &AuditRecord {
+                    actor: &self.actor,
+                    action: "drift.detected",
+                    entity_type: "chain",
+                    entity_id: scope.to_string(),
+                    movement_id: None,
+                    data: data.clone(),
+                },
+            )
+            .await?;
+            if let Some(url) = &self.settings.drift.alert_url {
+                drift::enqueue_alert(&mut tx, url, &data).await?;
+            }
+            tracing::error!(scope, differences = %differences, paused = ?paused,
+                "on-chain facts differ from the recorded baseline");
+        }
+        tx.commit().await?;
+        Ok(())
+    }
+}
+
+async fn executor_facts(executor: Arc<dyn Executor>) -> std::result::Result<Vec<DriftFact>, String> {
+    executor.drift_facts().await.map_err(|e| e.to_string())
+}
+
+impl Engine {
+    /// An admin records the baseline of `scope`: `facts` as given, or else what the last check
+    /// of the scope observed (the enrolment: the facts as they stand now are the right ones).
+    /// Audited; the next check compares against it.
+    pub async fn record_drift_baseline(
+        &self,
+        actor: &str,
+        scope: &str,
+        facts: Option<BTreeMap<String, String>>,
+        reason: &str,
+    ) -> std::result::Result<BTreeMap<String, String>, crate::movements::OpError> {
+        use crate::movements::{finish, OpError};
+        if scope.is_empty() || scope.starts_with("executor:") || scope.starts_with("signer:") {
+            return Err(OpError::Validation("scope must name a checked scope (evm:<chain id> or signers)".into()));
+        }
+        let mut tx = self.pool.begin().await?;
+        let res = async {
+            let facts = match facts {
+                Some(f) if f.is_empty() => return Err(OpError::Validation("facts is empty".into())),
+                Some(f) => f,
+                None => {
+                    let check =
+                        drift::get(&mut tx, scope).await?.ok_or(OpError::NotFound("drift check of this scope"))?;
+                    let observed: BTreeMap<String, String> = serde_json::from_value(check.observed).unwrap_or_default();
+                    if observed.is_empty() {
+                        return Err(OpError::InvalidState(format!(
+                            "the last check of {scope} observed nothing ({}): nothing to record",
+                            check.status
+                        )));
+                    }
+                    observed
+                }
+            };
+            drift::set_baseline(&mut tx, scope, &facts, actor).await?;
+            audit::record(
+                &mut tx,
+                &AuditRecord {
+                    actor,
+                    action: "drift.baseline",
+                    entity_type: "chain",
+                    entity_id: scope.to_string(),
+                    movement_id: None,
+                    data: json!({"scope": scope, "facts": facts, "reason": reason}),
+                },
+            )
+            .await?;
+            tracing::info!(scope, actor, facts = facts.len(), "drift baseline recorded");
+            Ok(facts)
+        }
+        .await;
+        finish(tx, res).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_changed_or_missing_baseline_fact_is_a_difference_a_new_one_is_not() {
+        let m = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let baseline = m(&[("code_hash", "0xaa"), ("decimals", "6"), ("attester", "0x01")]);
+        let observed = m(&[("code_hash", "0xbb"), ("decimals", "6"), ("remote.2", "0x02")]);
+        let d = differences(&baseline, &observed);
+        assert_eq!(
+            d,
+            vec![
+                json!({"fact": "attester", "baseline": "0x01", "observed": null}),
+                json!({"fact": "code_hash", "baseline": "0xaa", "observed": "0xbb"}),
+            ]
+        );
+        assert!(differences(&baseline, &baseline).is_empty());
+    }
+}

@@ -1,0 +1,181 @@
+//! verify_drift's tables (migration 0013): the baseline of on-chain facts per scope, the last
+//! check per scope, and the alert a new set of differences raises (an audit row and a
+//! `drift_detected` callback with no movement).
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use serde_json::{json, Value};
+use sqlx::{PgConnection, Row};
+
+use crate::Result;
+
+/// The last check of one scope.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Check {
+    pub scope: String,
+    /// `ok`, `drift`, `unbaselined` (nothing recorded yet) or `error`.
+    pub status: String,
+    pub checked_at: DateTime<Utc>,
+    #[cfg_attr(feature = "openapi", schema(value_type = Object))]
+    pub observed: Value,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<Object>))]
+    pub differences: Value,
+    #[cfg_attr(feature = "openapi", schema(value_type = Vec<String>))]
+    pub executor_keys: Value,
+    pub error: Option<String>,
+    pub alerted_at: Option<DateTime<Utc>>,
+    /// Facts in the baseline.
+    pub baseline_facts: i64,
+}
+
+const CHECK_COLUMNS: &str = "c.scope, c.status, c.checked_at, c.observed, c.differences, c.executor_keys, c.error,
+    c.alerted_at, (SELECT count(*) FROM drift_baselines b WHERE b.scope = c.scope) AS baseline_facts";
+
+fn check(r: &sqlx::postgres::PgRow) -> Result<Check> {
+    Ok(Check {
+        scope: r.try_get("scope")?,
+        status: r.try_get("status")?,
+        checked_at: r.try_get("checked_at")?,
+        observed: r.try_get("observed")?,
+        differences: r.try_get("differences")?,
+        executor_keys: r.try_get("executor_keys")?,
+        error: r.try_get("error")?,
+        alerted_at: r.try_get("alerted_at")?,
+        baseline_facts: r.try_get("baseline_facts")?,
+    })
+}
+
+/// The baseline of `scope`: fact → value.
+pub async fn baseline(conn: &mut PgConnection, scope: &str) -> Result<BTreeMap<String, String>> {
+    let rows = sqlx::query("SELECT fact, value FROM drift_baselines WHERE scope = $1")
+        .bind(scope)
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter().map(|r| Ok((r.try_get("fact")?, r.try_get("value")?))).collect()
+}
+
+/// Replaces the baseline of `scope` with `facts`.
+pub async fn set_baseline(
+    conn: &mut PgConnection,
+    scope: &str,
+    facts: &BTreeMap<String, String>,
+    actor: &str,
+) -> Result<()> {
+    sqlx::query("DELETE FROM drift_baselines WHERE scope = $1").bind(scope).execute(&mut *conn).await?;
+    let (keys, values): (Vec<&String>, Vec<&String>) = facts.iter().unzip();
+    sqlx::query(
+        "INSERT INTO drift_baselines (scope, fact, value, recorded_by)
+         SELECT $1, f, v, $4 FROM unnest($2::text[], $3::text[]) AS t(f, v)",
+    )
+    .bind(scope)
+    .bind(keys)
+    .bind(values)
+    .bind(actor)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The last check of `scope`, locked (`FOR UPDATE`), if there is one.
+pub async fn lock_check(conn: &mut PgConnection, scope: &str) -> Result<Option<Check>> {
+    // A first check of the scope: the row to lock.
+    sqlx::query("INSERT INTO drift_checks (scope, status) VALUES ($1, 'unbaselined') ON CONFLICT (scope) DO NOTHING")
+        .bind(scope)
+        .execute(&mut *conn)
+        .await?;
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {CHECK_COLUMNS} FROM drift_checks c WHERE c.scope = $1 FOR UPDATE OF c"
+    )))
+    .bind(scope)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.as_ref().map(check).transpose()
+}
+
+/// What one check of a scope found.
+#[derive(Debug, Clone)]
+pub struct Observation<'a> {
+    pub scope: &'a str,
+    pub status: &'a str,
+    pub observed: Value,
+    pub differences: Value,
+    pub executor_keys: Vec<String>,
+    pub error: Option<String>,
+    /// Set `alerted_at` to now (an alert goes out with this check).
+    pub alerted: bool,
+}
+
+pub async fn record_check(conn: &mut PgConnection, o: &Observation<'_>) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO drift_checks (scope, status, checked_at, observed, differences, executor_keys, error, alerted_at)
+         VALUES ($1, $2, now(), $3, $4, $5, $6, CASE WHEN $7 THEN now() END)
+         ON CONFLICT (scope) DO UPDATE SET status = EXCLUDED.status, checked_at = now(),
+             observed = EXCLUDED.observed, differences = EXCLUDED.differences,
+             executor_keys = EXCLUDED.executor_keys, error = EXCLUDED.error,
+             alerted_at = CASE WHEN $7 THEN now() WHEN EXCLUDED.status = 'drift' THEN drift_checks.alerted_at END",
+    )
+    .bind(o.scope)
+    .bind(o.status)
+    .bind(&o.observed)
+    .bind(&o.differences)
+    .bind(json!(o.executor_keys))
+    .bind(&o.error)
+    .bind(o.alerted)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// An executor whose facts were read again: its `executor:<key>` error row, if any, is over.
+pub async fn clear_error(conn: &mut PgConnection, scope: &str) -> Result<()> {
+    sqlx::query(
+        "UPDATE drift_checks SET status = 'ok', error = NULL, checked_at = now() WHERE scope = $1 AND status = 'error'",
+    )
+    .bind(scope)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Every scope's last check, by scope.
+pub async fn list(conn: &mut PgConnection) -> Result<Vec<Check>> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {CHECK_COLUMNS} FROM drift_checks c ORDER BY c.scope")))
+        .fetch_all(&mut *conn)
+        .await?;
+    rows.iter().map(check).collect()
+}
+
+/// The last check of `scope`.
+pub async fn get(conn: &mut PgConnection, scope: &str) -> Result<Option<Check>> {
+    let row =
+        sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {CHECK_COLUMNS} FROM drift_checks c WHERE c.scope = $1")))
+            .bind(scope)
+            .fetch_optional(&mut *conn)
+            .await?;
+    row.as_ref().map(check).transpose()
+}
+
+/// A `drift_detected` callback to `url` (no movement; sequence 0), delivered by the callback
+/// dispatcher like any other: signed, retried, dead-lettered, never lost.
+pub async fn enqueue_alert(conn: &mut PgConnection, url: &str, data: &Value) -> Result<()> {
+    sqlx::query(
+        "WITH ev AS (SELECT gen_random_uuid() AS event_id)
+         INSERT INTO movement_callback_outbox
+             (id, request_id, event_id, event_type, sequence, payload, callback_url, callback_timestamp, callback_nonce)
+         SELECT gen_random_uuid(), NULL, ev.event_id, 'drift_detected', 0,
+             jsonb_build_object('event_id', ev.event_id, 'event_type', 'drift_detected',
+                 'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),
+                 'data', $2::jsonb),
+             $1, extract(epoch FROM now())::bigint, gen_random_uuid()::text
+         FROM ev",
+    )
+    .bind(url)
+    .bind(data)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("SELECT pg_notify('qtg_callback', '')").execute(&mut *conn).await?;
+    Ok(())
+}

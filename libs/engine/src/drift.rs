@@ -46,11 +46,19 @@ struct Seen {
 
 /// The differences of `observed` from `baseline`: every baseline fact the scope no longer
 /// shows with its value (a fact observed but not in the baseline is new configuration, not
-/// drift).
-pub fn differences(baseline: &BTreeMap<String, String>, observed: &BTreeMap<String, String>) -> Vec<Value> {
+/// drift). With `incomplete` (an executor that reported the scope could not be read), a fact
+/// not observed at all is no difference.
+pub fn differences(
+    baseline: &BTreeMap<String, String>,
+    observed: &BTreeMap<String, String>,
+    incomplete: bool,
+) -> Vec<Value> {
     baseline
         .iter()
-        .filter(|(fact, value)| observed.get(*fact) != Some(value))
+        .filter(|(fact, value)| match observed.get(*fact) {
+            Some(v) => v != *value,
+            None => !incomplete,
+        })
         .map(|(fact, value)| json!({"fact": fact, "baseline": value, "observed": observed.get(fact)}))
         .collect()
 }
@@ -80,8 +88,12 @@ impl Engine {
             };
             drift::record_check(&mut conn, &o).await?;
         }
+        // An executor that could not be read this time leaves its facts unobserved: in the
+        // scopes it reported before, a fact missing now is no evidence of drift.
+        let unread: BTreeSet<String> =
+            failures.iter().filter_map(|(s, _)| s.strip_prefix("executor:").map(str::to_string)).collect();
         for (scope, seen) in &seen {
-            self.record_drift(scope, seen).await?;
+            self.record_drift(scope, seen, &unread).await?;
         }
         Ok(seen.len())
     }
@@ -152,11 +164,14 @@ impl Engine {
 
     /// Compares one scope with its baseline and records the check; a new set of differences
     /// is alerted (audit, callback, pause) in the same transaction, once across replicas.
-    async fn record_drift(&self, scope: &str, seen: &Seen) -> Result<()> {
+    async fn record_drift(&self, scope: &str, seen: &Seen, unread: &BTreeSet<String>) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         let previous = drift::lock_check(&mut tx, scope).await?;
         let baseline = drift::baseline(&mut tx, scope).await?;
-        let diffs = differences(&baseline, &seen.facts);
+        let incomplete = previous.as_ref().is_some_and(|p| {
+            p.executor_keys.as_array().into_iter().flatten().filter_map(Value::as_str).any(|k| unread.contains(k))
+        });
+        let diffs = differences(&baseline, &seen.facts, incomplete);
         let status = if baseline.is_empty() {
             "unbaselined"
         } else if diffs.is_empty() {
@@ -291,7 +306,7 @@ mod tests {
         let m = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
         let baseline = m(&[("code_hash", "0xaa"), ("decimals", "6"), ("attester", "0x01")]);
         let observed = m(&[("code_hash", "0xbb"), ("decimals", "6"), ("remote.2", "0x02")]);
-        let d = differences(&baseline, &observed);
+        let d = differences(&baseline, &observed, false);
         assert_eq!(
             d,
             vec![
@@ -299,6 +314,8 @@ mod tests {
                 json!({"fact": "code_hash", "baseline": "0xaa", "observed": "0xbb"}),
             ]
         );
-        assert!(differences(&baseline, &baseline).is_empty());
+        assert!(differences(&baseline, &baseline, false).is_empty());
+        // An executor of the scope unread: what was not observed is not evidence.
+        assert_eq!(differences(&baseline, &observed, true), vec![d[1].clone()]);
     }
 }

@@ -670,14 +670,22 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
         let hash = envelope.tx_hash().to_string();
         // Done already by another hand (a CCTP message received): nothing is sent, and a nonce
         // nothing was ever broadcast with goes back.
+        // Unreadable now: sent anyway — a transaction whose effect already happened fails on
+        // chain (a used CCTP nonce reverts) and the evidence is read after it.
         if let Ok(action) = self.action(ctx) {
-            if let Some(mut done) = self.call.settled(ctx, &action).await.map_err(rpc_down)? {
-                let released = nonces::release_unsent(&self.pool, payload.reservation_id, node)
-                    .await
-                    .map_err(|e| ExecutorError::Unavailable(format!("nonce reservation: {e}")))?;
-                tracing::info!(executor_key = %self.key, nonce = payload.nonce, released, "the chain already shows the effect; nothing was sent");
-                done.provider_refs.insert("sent".into(), json!(false));
-                return Ok(done);
+            match self.call.settled(ctx, &action).await {
+                Ok(Some(mut done)) => {
+                    let released = nonces::release_unsent(&self.pool, payload.reservation_id, node)
+                        .await
+                        .map_err(|e| ExecutorError::Unavailable(format!("nonce reservation: {e}")))?;
+                    tracing::info!(executor_key = %self.key, nonce = payload.nonce, released, "the chain already shows the effect; nothing was sent");
+                    done.provider_refs.insert("sent".into(), json!(false));
+                    return Ok(done);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(executor_key = %self.key, error = %e, "could not read whether the effect already happened; sending")
+                }
             }
         }
         // Intent before effect: the hash is the node's before it can reach the chain.

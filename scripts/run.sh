@@ -226,7 +226,8 @@ if [ -n "$cctp" ]; then
   sed -e "s|__MESSENGER_A__|$a_messenger|" -e "s|__USDC_A__|$a_usdc|" \
     -e "s|__TRANSMITTER_B__|$b_transmitter|" -e "s|__USDC_B__|$b_usdc|" \
     deploy/cctp-demo-template.json > .qtg/cctp-demo-template.json
-  install_template usdc.cctp.chain_a_to_b .qtg/cctp-demo-template.json "$a_messenger" "$a_usdc" "$b_transmitter" "$b_usdc"
+  install_template usdc.cctp.chain_a_to_b .qtg/cctp-demo-template.json "$a_messenger" "$a_usdc" "$b_transmitter" "$b_usdc" \
+    burn_message_hash
   # The burn's caller is aligned against the signer's identity before anything is signed: enrol
   # it (anvil's first account) once qtg's health worker has listed the signer (404 until then).
   enrolled=""

@@ -432,7 +432,8 @@ impl Bridge {
              "executor_key": "exec.cctp.mint", "signer_key": "signer.evm.local", "signing_required": true,
              "config": {"chain_id": 31338, "contract": self.b.transmitter, "token_contract": self.b.usdc,
                         "decimals": 6, "destination_domain": 1,
-                        "message": "$ref:attestation.message", "attestation": "$ref:attestation.attestation"}}],
+                        "message": "$ref:attestation.message", "attestation": "$ref:attestation.attestation",
+                        "burn_message_hash": "$ref:burn.message_hash"}}],
             "edges": [{"from": "burn", "to": "attestation"}, {"from": "attestation", "to": "mint"}],
             "risk_controls": {"allowed_destination_domains": [1], "allowed_destinations": [ANVIL_ADDR_2]}});
         install_template(&self.api, &self.keys, t).await
@@ -600,12 +601,24 @@ async fn a_dispatcher_killed_after_the_mint_broadcast_is_recovered_by_the_messag
     Ok(())
 }
 
-/// A burn whose plan expects another caller than the address its signer signs as is refused
-/// before anything is prepared or signed: no sign call, no nonce, nothing on chain A.
+/// A burn whose plan expects another caller than the address its signer is enrolled as is
+/// refused by the dispatcher before anything is prepared or signed (the executor's own
+/// preflight would pass: the plan's caller is its from-address): no preflight, prepare or
+/// sign call, no nonce, nothing on chain A.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_burn_caller_mismatch_is_refused_before_anything_is_signed() -> anyhow::Result<()> {
     let bridge = Bridge::start(&[]).await?;
-    bridge.template("usdc.cctp.misaligned", ANVIL_ADDR_2).await?;
+    bridge.template("usdc.cctp.misaligned", ANVIL_ADDR_0).await?;
+    bridge
+        .api
+        .ok(
+            "PUT",
+            "/v3/signers/signer.evm.local/expected-identity",
+            &bridge.api.admin_key,
+            Some(json!({"address": ANVIL_ADDR_2})),
+            200,
+        )
+        .await?;
     let dispatcher = bridge.worker("qtg-dispatcher").await?;
     let start = bridge.a.anvil.quantity("eth_getTransactionCount", json!([ANVIL_ADDR_0, "latest"])).await?;
     let id = bridge.movement("usdc.cctp.misaligned", "5", "cctp-misaligned").await?;
@@ -614,6 +627,13 @@ async fn a_burn_caller_mismatch_is_refused_before_anything_is_signed() -> anyhow
     assert_eq!(node(&m, "burn")["error_code"], "CCTP_BURN_CALLER_MISMATCH", "{m:#}");
     let events = bridge.events(&id, "burn").await?;
     assert!(!events.iter().any(|(_, m)| m == "sign" || m == "prepare" || m == "submit"), "{events:?}");
+    let detail: String = sqlx::query_scalar(
+        "SELECT error_detail FROM movement_request_nodes WHERE request_id = $1::uuid AND node_key = 'burn'",
+    )
+    .bind(&id)
+    .fetch_one(&bridge.db.pool)
+    .await?;
+    assert!(detail.contains("signs as"), "the dispatcher's alignment refused it: {detail}");
     let reserved: i64 =
         sqlx::query_scalar("SELECT count(*) FROM evm_nonce_reservation").fetch_one(&bridge.db.pool).await?;
     assert_eq!(reserved, 0, "no nonce was reserved");
@@ -624,15 +644,68 @@ async fn a_burn_caller_mismatch_is_refused_before_anything_is_signed() -> anyhow
     Ok(())
 }
 
-/// Records every callback body it receives.
-#[derive(Clone, Default)]
-struct Hooks(std::sync::Arc<std::sync::Mutex<Vec<Value>>>);
-
-async fn hook(axum::extract::State(h): axum::extract::State<Hooks>, body: axum::body::Bytes) -> axum::http::StatusCode {
-    if let Ok(v) = serde_json::from_slice::<Value>(&body) {
-        h.0.lock().expect("hooks").push(v);
-    }
-    axum::http::StatusCode::OK
+/// Another caller receives the burn's message on chain B first (CCTP's receiveMessage is open
+/// to anyone when the message names no destination caller): qtg's mint finds the message's
+/// nonce used and completes by that evidence without sending anything — no receiveMessage
+/// broadcast from qtg, its nonce given back, one mint on chain B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_message_received_by_another_caller_completes_the_mint_without_a_send() -> anyhow::Result<()> {
+    let bridge = Bridge::start(&[]).await?;
+    bridge.template("usdc.cctp.chain_a_to_b", ANVIL_ADDR_0).await?;
+    // The mint is held back by the kill switch while the third party acts.
+    let pause = json!({"scope": "executor", "target": "exec.cctp.mint", "reason": "test: hold the mint"});
+    bridge.api.ok("POST", "/v3/controls/pause", &bridge.api.admin_key, Some(pause.clone()), 200).await?;
+    let dispatcher = bridge.worker("qtg-dispatcher").await?;
+    let observer = bridge.worker("qtg-observer").await?;
+    let id = bridge.movement("usdc.cctp.chain_a_to_b", "30", "cctp-relayed").await?;
+    let refs = |key: &'static str| {
+        let (pool, id) = (bridge.db.pool.clone(), id.clone());
+        async move {
+            let v: Option<Value> = sqlx::query_scalar(
+                "SELECT provider_refs FROM movement_request_nodes WHERE request_id = $1::uuid AND node_key = $2 AND node_state = 'COMPLETED'",
+            )
+            .bind(&id)
+            .bind(key)
+            .fetch_optional(&pool)
+            .await?;
+            anyhow::Ok(v)
+        }
+    };
+    wait_until("the attestation is in", Duration::from_secs(60), || async { Ok(refs("attestation").await?.is_some()) })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", dispatcher.log()))?;
+    let att = refs("attestation").await?.unwrap_or_default();
+    let message: Bytes = att["message"].as_str().unwrap_or("0x").parse()?;
+    let attestation: Bytes = att["attestation"].as_str().unwrap_or("0x").parse()?;
+    // A relayer (anvil's second account, straight to chain B) receives it.
+    let call = receiveMessageCall { message, attestation }.abi_encode();
+    let tx = json!({"from": "0x70997970c51812dc3a010c7d01b50e0d17dc79c8", "to": bridge.b.transmitter,
+                    "data": format!("0x{}", alloy::primitives::hex::encode(call)), "gas": "0x100000"});
+    let hash = bridge.b.anvil.rpc("eth_sendTransaction", json!([tx])).await?;
+    wait_until("the relayer's mint", Duration::from_secs(20), || async {
+        Ok(!bridge.b.anvil.rpc("eth_getTransactionReceipt", json!([hash])).await?.is_null())
+    })
+    .await?;
+    assert_eq!(usdc_of(&bridge.b, ANVIL_ADDR_2).await?, U256::from(30_000_000u64), "the relayer minted");
+    bridge.api.ok("POST", "/v3/controls/resume", &bridge.api.admin_key, Some(pause), 200).await?;
+    let m = bridge.done(&id, &[&dispatcher, &observer]).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+    let mint = &node(&m, "mint")["provider_refs"];
+    assert_eq!(mint["message_nonce_used"], true, "{mint:#}");
+    assert_eq!(mint["sent"], false, "{mint:#}");
+    assert_eq!(bridge.proxy_b.count("eth_sendRawTransaction"), 0, "qtg sent no receiveMessage");
+    assert_eq!(usdc_of(&bridge.b, ANVIL_ADDR_2).await?, U256::from(30_000_000u64), "one mint");
+    let statuses: Vec<String> = sqlx::query_scalar(
+        "SELECT r.status FROM evm_nonce_reservation r JOIN movement_request_nodes n ON n.id = r.request_node_id
+          WHERE n.request_id = $1::uuid AND n.node_key = 'mint'",
+    )
+    .bind(&id)
+    .fetch_all(&bridge.db.pool)
+    .await?;
+    assert_eq!(statuses, vec!["released".to_string()], "the mint's nonce, never used, was given back");
+    drop((dispatcher, observer));
+    bridge.db.drop_db().await;
+    Ok(())
 }
 
 /// `qtg-drift` against the two chains: the first check records what it sees (unbaselined), an
@@ -643,12 +716,7 @@ async fn hook(axum::extract::State(h): axum::extract::State<Hooks>, body: axum::
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn changed_code_on_a_configured_contract_is_drift_and_pauses_the_lane() -> anyhow::Result<()> {
     let hooks = Hooks::default();
-    let app = axum::Router::new().route("/hook", axum::routing::post(hook)).with_state(hooks.clone());
-    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-    let hook_url = format!("http://{}/hook", listener.local_addr()?);
-    tokio::spawn(async move {
-        let _ = axum::serve(listener, app).await;
-    });
+    let hook_url = hooks.serve().await?;
     let bridge = Bridge::start(&[
         ("MG_VERIFY_DRIFT_ENABLED", "true"),
         ("MG_VERIFY_DRIFT_INTERVAL_SECONDS", "0.5"),
@@ -718,13 +786,11 @@ async fn changed_code_on_a_configured_contract_is_drift_and_pauses_the_lane() ->
     .fetch_one(&bridge.db.pool)
     .await?;
     assert_eq!(audits, 1);
-    wait_until("the drift callback", Duration::from_secs(30), || async {
-        Ok(!hooks.0.lock().expect("hooks").is_empty())
-    })
-    .await
-    .map_err(|e| anyhow::anyhow!("{e}\n{}", callbacks.log()))?;
+    wait_until("the drift callback", Duration::from_secs(30), || async { Ok(!hooks.of("drift_detected").is_empty()) })
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", callbacks.log()))?;
     callbacks.wait_ticks("callback_dispatcher", 3, Duration::from_secs(30)).await?;
-    let received = hooks.0.lock().expect("hooks").clone();
+    let received = hooks.of("drift_detected");
     assert_eq!(received.len(), 1, "{received:#?}");
     assert_eq!(received[0]["event_type"], "drift_detected");
     assert_eq!(received[0]["data"]["scope"], "evm:31338");

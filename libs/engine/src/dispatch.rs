@@ -244,7 +244,8 @@ impl Engine {
 
         // A burn's caller first (the seed's validate_cctp_burn_caller_alignment): the address
         // the plan expects to call depositForBurn is the one its signer signs as.
-        if c.ctx.action_type == "cctp_burn" {
+        let role = c.item.executor_key.split('.').take(3).collect::<Vec<_>>();
+        if c.ctx.action_type.trim().eq_ignore_ascii_case("cctp_burn") || role == ["exec", "cctp", "burn"] {
             if let Some(why) = self.burn_caller_misaligned(&c).await? {
                 calls.push(Call::failed("preflight", "refused", codes::CCTP_BURN_CALLER_MISMATCH, &why, 0));
                 return self

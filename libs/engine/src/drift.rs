@@ -66,6 +66,12 @@ pub fn differences(
 impl Engine {
     /// One check of every scope; the number of scopes checked.
     pub async fn verify_drift_tick(&self) -> Result<usize> {
+        // The database's clock before anything is read: a check recorded after it by another
+        // replica is newer than what this tick reads.
+        let started = {
+            let mut conn = self.pool.acquire().await?;
+            drift::now(&mut conn).await?
+        };
         let (seen, failures, read) = self.read_drift_facts().await;
         {
             let mut conn = self.pool.acquire().await?;
@@ -88,12 +94,14 @@ impl Engine {
             };
             drift::record_check(&mut conn, &o).await?;
         }
-        // An executor that could not be read this time leaves its facts unobserved: in the
-        // scopes it reported before, a fact missing now is no evidence of drift.
+        // An executor that could not be read this time leaves its facts unobserved: the scopes
+        // it reported before (a signer: the signers' scope) are not judged on this tick.
         let unread: BTreeSet<String> =
             failures.iter().filter_map(|(s, _)| s.strip_prefix("executor:").map(str::to_string)).collect();
+        let signer_unread = failures.iter().any(|(s, _)| s.starts_with("signer:"));
         for (scope, seen) in &seen {
-            self.record_drift(scope, seen, &unread).await?;
+            let skip = scope == SIGNERS_SCOPE && signer_unread;
+            self.record_drift(scope, seen, &unread, skip, started).await?;
         }
         Ok(seen.len())
     }
@@ -164,14 +172,29 @@ impl Engine {
 
     /// Compares one scope with its baseline and records the check; a new set of differences
     /// is alerted (audit, callback, pause) in the same transaction, once across replicas.
-    async fn record_drift(&self, scope: &str, seen: &Seen, unread: &BTreeSet<String>) -> Result<()> {
+    async fn record_drift(
+        &self,
+        scope: &str,
+        seen: &Seen,
+        unread: &BTreeSet<String>,
+        skip: bool,
+        started: chrono::DateTime<chrono::Utc>,
+    ) -> Result<()> {
         let mut tx = self.pool.begin().await?;
         let previous = drift::lock_check(&mut tx, scope).await?;
+        let incomplete = skip
+            || previous.as_ref().is_some_and(|p| {
+                p.executor_keys.as_array().into_iter().flatten().filter_map(Value::as_str).any(|k| unread.contains(k))
+            });
+        // Not all of the scope was read, or another replica recorded a newer check meanwhile:
+        // the last check stands (no false "ok", no alert from an older read).
+        if incomplete || previous.as_ref().is_some_and(|p| p.checked_at >= started) {
+            tracing::debug!(scope, incomplete, "drift check of the scope left as it stands");
+            tx.rollback().await?;
+            return Ok(());
+        }
         let baseline = drift::baseline(&mut tx, scope).await?;
-        let incomplete = previous.as_ref().is_some_and(|p| {
-            p.executor_keys.as_array().into_iter().flatten().filter_map(Value::as_str).any(|k| unread.contains(k))
-        });
-        let diffs = differences(&baseline, &seen.facts, incomplete);
+        let diffs = differences(&baseline, &seen.facts, false);
         let status = if baseline.is_empty() {
             "unbaselined"
         } else if diffs.is_empty() {
@@ -229,7 +252,7 @@ impl Engine {
             )
             .await?;
             if let Some(url) = &self.settings.drift.alert_url {
-                drift::enqueue_alert(&mut tx, url, &data).await?;
+                qtg_store::callbacks::enqueue_event(&mut tx, None, "drift_detected", url, &data).await?;
             }
             tracing::error!(scope, differences = %differences, paused = ?paused,
                 "on-chain facts differ from the recorded baseline");
@@ -260,12 +283,22 @@ impl Engine {
         }
         let mut tx = self.pool.begin().await?;
         let res = async {
+            // Serialised with the checks of the scope (they lock the same row).
+            let check =
+                drift::lock_existing(&mut tx, scope).await?.ok_or(OpError::NotFound("drift check of this scope"))?;
             let facts = match facts {
                 Some(f) if f.is_empty() => return Err(OpError::Validation("facts is empty".into())),
+                Some(f)
+                    if f.iter().any(|(k, v)| {
+                        k.trim().is_empty() || v.trim().is_empty() || k.len() > 200 || v.len() > 2000
+                    }) =>
+                {
+                    return Err(OpError::Validation(
+                        "every fact needs a name (at most 200) and a value (at most 2000)".into(),
+                    ))
+                }
                 Some(f) => f,
                 None => {
-                    let check =
-                        drift::get(&mut tx, scope).await?.ok_or(OpError::NotFound("drift check of this scope"))?;
                     let observed: BTreeMap<String, String> = serde_json::from_value(check.observed).unwrap_or_default();
                     if observed.is_empty() {
                         return Err(OpError::InvalidState(format!(

@@ -4,8 +4,10 @@
 
 pub mod access;
 pub mod advance;
+pub mod balances;
 pub mod callbacks;
 pub mod calls;
+pub mod capital;
 pub mod context;
 pub mod controls;
 pub mod dispatch;
@@ -102,6 +104,8 @@ pub struct EngineSettings {
     /// How old an untouched EVM nonce reservation must be before the reaper reclaims it.
     pub evm_nonce_reaper_age_seconds: f64,
     pub drift: drift::DriftSettings,
+    pub balances: balances::BalanceSettings,
+    pub capital: capital::CapitalSettings,
 }
 
 /// The approval gate on bound executors' and signers' health.
@@ -144,6 +148,8 @@ impl Default for EngineSettings {
             key_creation_approvals: 1,
             evm_nonce_reaper_age_seconds: 600.0,
             drift: drift::DriftSettings::default(),
+            balances: balances::BalanceSettings::default(),
+            capital: capital::CapitalSettings::default(),
         }
     }
 }

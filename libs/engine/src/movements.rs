@@ -43,6 +43,9 @@ pub enum OpError {
     /// A risk limit refuses the movement.
     #[error("{}", .0.message)]
     Risk(RiskViolation),
+    /// The source's latest fresh-enough balance snapshot holds less than the amount.
+    #[error("{0}")]
+    InsufficientBalance(String),
     #[error(transparent)]
     Store(StoreError),
 }
@@ -138,6 +141,9 @@ impl Engine {
         let (id, fresh) = match created {
             Created::New(id) => {
                 if let Err(e) = self.check_risk(&mut tx, &limits, &amount, &input.intent, id).await {
+                    return finish(tx, Err(e)).await;
+                }
+                if let Err(e) = self.check_source_balance(&mut tx, &pv.plan.risk_controls, &input.intent).await {
                     return finish(tx, Err(e)).await;
                 }
                 audit::record(

@@ -99,6 +99,23 @@ pub trait Executor: Send + Sync {
     }
 }
 
+/// One balance a venue reports: `account` (the exchange account, the chain address) holds
+/// `free` (and `locked`, held for orders or withdrawals) of `asset`, decimal strings.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Balance {
+    pub account: String,
+    pub asset: String,
+    pub free: String,
+    pub locked: String,
+}
+
+/// Reads a venue's balances (the seed's balance fetcher), named in the registry by its
+/// `venue_key` (`[balances."<venue_key>"]`).
+#[async_trait]
+pub trait BalanceFetcher: Send + Sync {
+    async fn fetch(&self) -> Result<Vec<Balance>, ExecutorError>;
+}
+
 /// One fact verify_drift compares: `scope` (a chain: `evm:<chain id>`), `fact` (its name
 /// there) and its value as read.
 #[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]

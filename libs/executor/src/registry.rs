@@ -82,6 +82,9 @@ pub struct RegistryFile {
     pub executors: BTreeMap<String, EntrySpec>,
     #[serde(default)]
     pub signers: BTreeMap<String, EntrySpec>,
+    /// Balance fetchers by `venue_key` (local only).
+    #[serde(default)]
+    pub balances: BTreeMap<String, EntrySpec>,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -151,6 +154,16 @@ pub trait LanePlugin: Send + Sync {
     fn fence(&self) -> Fence {
         Fence::VenueDeadline
     }
+    /// The balance fetcher of `[balances."<venue_key>"]`; a lane without one refuses.
+    fn balance_fetcher(
+        &self,
+        venue_key: &str,
+        config: Option<&toml::Table>,
+        setting: Setting<'_>,
+    ) -> Result<Arc<dyn crate::BalanceFetcher>, String> {
+        let _ = (config, setting);
+        Err(format!("lane {:?} reads no balances (entry {venue_key:?})", self.name()))
+    }
     /// The signer of entry `key`; a lane without signers refuses.
     fn signer(&self, key: &str, config: Option<&toml::Table>, setting: Setting<'_>) -> Result<Arc<dyn Signer>, String> {
         let _ = (config, setting);
@@ -183,6 +196,7 @@ pub struct SignerEntry {
 pub struct Registry {
     executors: HashMap<String, ExecutorEntry>,
     signers: HashMap<String, SignerEntry>,
+    balances: BTreeMap<String, Arc<dyn crate::BalanceFetcher>>,
 }
 
 impl Registry {
@@ -243,6 +257,22 @@ impl Registry {
             };
             registry.signers.insert(key.clone(), SignerEntry { key: key.clone(), transport: spec.transport, signer });
         }
+        for (key, spec) in &file.balances {
+            let bad = |reason: String| RegistryError::Entry { key: key.clone(), reason };
+            if key.is_empty()
+                || key.len() > 100
+                || !key.chars().all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | ':' | '.'))
+            {
+                return Err(bad("a venue_key is letters, digits, '_', '-', ':' and '.' (at most 100)".into()));
+            }
+            if spec.transport != Transport::Local || spec.fence.is_some() {
+                return Err(bad(
+                    "a balance fetcher is local (transport = \"local\", impl = <lane>), with no fence".into()
+                ));
+            }
+            let fetcher = lane_of(key, spec, lanes)?.balance_fetcher(key, spec.config.as_ref(), secret).map_err(bad)?;
+            registry.balances.insert(key.clone(), fetcher);
+        }
         Ok(registry)
     }
 
@@ -274,6 +304,15 @@ impl Registry {
 
     pub fn signers(&self) -> impl Iterator<Item = &SignerEntry> {
         self.signers.values()
+    }
+
+    /// The balance fetchers, by venue_key.
+    pub fn balance_fetchers(&self) -> impl Iterator<Item = (&String, &Arc<dyn crate::BalanceFetcher>)> {
+        self.balances.iter()
+    }
+
+    pub fn insert_balance_fetcher(&mut self, venue_key: &str, fetcher: Arc<dyn crate::BalanceFetcher>) {
+        self.balances.insert(venue_key.to_string(), fetcher);
     }
 
     /// The longest deadline a remote entry sets for its own calls.

@@ -89,6 +89,16 @@ pub struct Settings {
     pub verify_drift_concurrency: usize,
     pub verify_drift_timeout: Duration,
     pub drift_alert_url: Option<String>,
+    /// balance_snapshot and `GET /v3/balances`: `MG_BALANCE_SNAPSHOT_RETENTION_SECONDS`
+    /// (604800), `MG_BALANCE_STALE_THRESHOLD_SECONDS` (120), `MG_BALANCE_FETCH_TIMEOUT_SECONDS`
+    /// (10, one fetcher's read, `fresh=true`'s included), `MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS`
+    /// (5, per caller between `fresh=true` reads).
+    pub balance_retention_seconds: f64,
+    pub balance_stale_seconds: f64,
+    pub balance_fetch_timeout: Duration,
+    pub balance_fresh_min_interval_seconds: f64,
+    /// capital_transfer_followup: `MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS` (300).
+    pub capital_transfer_stale_seconds: f64,
     /// `MG_STRICT_SETTINGS` (false): an `MG_*` variable no part of the process reads is fatal
     /// at start instead of a warning.
     pub strict_settings: bool,
@@ -345,6 +355,11 @@ impl Settings {
             verify_drift_concurrency: s.count("MG_VERIFY_DRIFT_CONCURRENCY", 4, 64)?,
             verify_drift_timeout: s.interval("MG_VERIFY_DRIFT_TIMEOUT_SECONDS", 30.0)?,
             drift_alert_url: s.text("MG_DRIFT_ALERT_URL").or_else(|| s.text("MG_CALLBACK_DEFAULT_URL")),
+            balance_retention_seconds: s.seconds("MG_BALANCE_SNAPSHOT_RETENTION_SECONDS", 7.0 * 86_400.0)?,
+            balance_stale_seconds: s.seconds("MG_BALANCE_STALE_THRESHOLD_SECONDS", 120.0)?,
+            balance_fetch_timeout: s.interval("MG_BALANCE_FETCH_TIMEOUT_SECONDS", 10.0)?,
+            balance_fresh_min_interval_seconds: s.seconds("MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS", 5.0)?,
+            capital_transfer_stale_seconds: s.seconds("MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS", 300.0)?,
             approval_health_gate_strict: match s.text("MG_APPROVAL_HEALTH_GATE").as_deref() {
                 None | Some("strict") => true,
                 Some("down-only") => false,

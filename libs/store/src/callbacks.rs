@@ -171,3 +171,35 @@ pub async fn exists(conn: &mut PgConnection, id: Uuid) -> Result<bool> {
         .fetch_one(&mut *conn)
         .await?)
 }
+
+/// A callback outside a movement's own event sequence (sequence 0): an alert about no
+/// movement (`drift_detected`, `movement` None) or about one (`capital_transfer_attention`).
+/// Delivered like any other row: signed, retried, dead-lettered, never lost.
+pub async fn enqueue_event(
+    conn: &mut PgConnection,
+    movement: Option<Uuid>,
+    event_type: &str,
+    url: &str,
+    data: &Value,
+) -> Result<()> {
+    sqlx::query(
+        "WITH ev AS (SELECT gen_random_uuid() AS event_id)
+         INSERT INTO movement_callback_outbox
+             (id, request_id, event_id, event_type, sequence, payload, callback_url, callback_timestamp, callback_nonce)
+         SELECT gen_random_uuid(), $1, ev.event_id, $2, 0,
+             jsonb_build_object('event_id', ev.event_id, 'event_type', $2::text,
+                 'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),
+                 'data', $4::jsonb)
+               || CASE WHEN $1::uuid IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('movement_id', $1::uuid) END,
+             $3, extract(epoch FROM now())::bigint, gen_random_uuid()::text
+         FROM ev",
+    )
+    .bind(movement)
+    .bind(event_type)
+    .bind(url)
+    .bind(data)
+    .execute(&mut *conn)
+    .await?;
+    sqlx::query("SELECT pg_notify('qtg_callback', '')").execute(&mut *conn).await?;
+    Ok(())
+}

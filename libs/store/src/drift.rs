@@ -79,13 +79,32 @@ pub async fn set_baseline(
     Ok(())
 }
 
-/// The last check of `scope`, locked (`FOR UPDATE`), if there is one.
+/// The database's clock.
+pub async fn now(conn: &mut PgConnection) -> Result<DateTime<Utc>> {
+    Ok(sqlx::query_scalar("SELECT now()").fetch_one(&mut *conn).await?)
+}
+
+/// The last check of `scope`, locked (`FOR UPDATE`), if the scope was ever checked.
+pub async fn lock_existing(conn: &mut PgConnection, scope: &str) -> Result<Option<Check>> {
+    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {CHECK_COLUMNS} FROM drift_checks c WHERE c.scope = $1 FOR UPDATE OF c"
+    )))
+    .bind(scope)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.as_ref().map(check).transpose()
+}
+
+/// The last check of `scope`, locked (`FOR UPDATE`); a scope seen the first time gets its
+/// row (checked "never": 1970).
 pub async fn lock_check(conn: &mut PgConnection, scope: &str) -> Result<Option<Check>> {
-    // A first check of the scope: the row to lock.
-    sqlx::query("INSERT INTO drift_checks (scope, status) VALUES ($1, 'unbaselined') ON CONFLICT (scope) DO NOTHING")
-        .bind(scope)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query(
+        "INSERT INTO drift_checks (scope, status, checked_at) VALUES ($1, 'unbaselined', to_timestamp(0))
+         ON CONFLICT (scope) DO NOTHING",
+    )
+    .bind(scope)
+    .execute(&mut *conn)
+    .await?;
     let row = sqlx::query(sqlx::AssertSqlSafe(format!(
         "SELECT {CHECK_COLUMNS} FROM drift_checks c WHERE c.scope = $1 FOR UPDATE OF c"
     )))
@@ -156,26 +175,4 @@ pub async fn get(conn: &mut PgConnection, scope: &str) -> Result<Option<Check>> 
             .fetch_optional(&mut *conn)
             .await?;
     row.as_ref().map(check).transpose()
-}
-
-/// A `drift_detected` callback to `url` (no movement; sequence 0), delivered by the callback
-/// dispatcher like any other: signed, retried, dead-lettered, never lost.
-pub async fn enqueue_alert(conn: &mut PgConnection, url: &str, data: &Value) -> Result<()> {
-    sqlx::query(
-        "WITH ev AS (SELECT gen_random_uuid() AS event_id)
-         INSERT INTO movement_callback_outbox
-             (id, request_id, event_id, event_type, sequence, payload, callback_url, callback_timestamp, callback_nonce)
-         SELECT gen_random_uuid(), NULL, ev.event_id, 'drift_detected', 0,
-             jsonb_build_object('event_id', ev.event_id, 'event_type', 'drift_detected',
-                 'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),
-                 'data', $2::jsonb),
-             $1, extract(epoch FROM now())::bigint, gen_random_uuid()::text
-         FROM ev",
-    )
-    .bind(url)
-    .bind(data)
-    .execute(&mut *conn)
-    .await?;
-    sqlx::query("SELECT pg_notify('qtg_callback', '')").execute(&mut *conn).await?;
-    Ok(())
 }

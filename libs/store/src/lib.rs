@@ -4,7 +4,9 @@
 pub mod api_keys;
 pub mod artifacts;
 pub mod audit;
+pub mod balances;
 pub mod callbacks;
+pub mod capital;
 pub mod cex;
 pub mod claims;
 pub mod context;

@@ -84,6 +84,7 @@ impl From<OpError> for ApiError {
                 format!("the last health check of bound executor/signer is too old: {}", keys.join(", ")),
             ),
             OpError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "CONFLICT", m),
+            OpError::InsufficientBalance(m) => ApiError::new(StatusCode::CONFLICT, "INSUFFICIENT_BALANCE", m),
             OpError::SubmitAttemptPending(m) => ApiError::new(StatusCode::CONFLICT, "SUBMIT_ATTEMPT_PENDING", m),
             OpError::Risk(v) => ApiError {
                 limit: Some(v.limit),

@@ -162,6 +162,7 @@ path_id!(
     CallbackId => "callback",
     KeyId => "api key",
     KeyRequestId => "api key request",
+    CapitalTransferId => "capital transfer",
 );
 
 /// The `{key}` of a template or signer in the path (404 when the path cannot be read).
@@ -247,6 +248,9 @@ pub struct ListQuery {
     pub action: Option<String>,
     pub since: Option<String>,
     pub until: Option<String>,
+    pub venue: Option<String>,
+    pub asset: Option<String>,
+    pub fresh: Option<String>,
 }
 
 impl ListQuery {
@@ -269,6 +273,9 @@ impl ListQuery {
             ("action", &self.action),
             ("since", &self.since),
             ("until", &self.until),
+            ("venue", &self.venue),
+            ("asset", &self.asset),
+            ("fresh", &self.fresh),
         ];
         match set.iter().find(|(name, v)| v.is_some() && !filters.contains(name)) {
             Some((name, _)) => Err(ApiError::validation(format!("unknown query parameter {name}"))),

@@ -32,6 +32,8 @@ pub struct ApiSettings {
     pub callback_allow_private: bool,
     pub callback_allowed_hosts: Vec<String>,
     pub worker_stale_seconds: f64,
+    /// `MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS`: per caller, between `fresh=true` reads.
+    pub balance_fresh_min_interval_seconds: f64,
 }
 
 #[derive(Clone)]
@@ -39,6 +41,8 @@ pub struct AppState {
     pub pool: PgPool,
     pub engine: Engine,
     pub settings: ApiSettings,
+    /// When each caller last asked for `fresh=true` balances.
+    pub fresh_reads: std::sync::Arc<std::sync::Mutex<std::collections::HashMap<String, std::time::Instant>>>,
 }
 
 /// The API's routes and its OpenAPI document, built from the same handler annotations.
@@ -145,6 +149,8 @@ pub fn app_state(process: &qtg_service::Process) -> AppState {
             callback_allow_private: process.settings.callback_allow_private,
             callback_allowed_hosts: process.settings.callback_allowed_hosts.clone(),
             worker_stale_seconds: process.settings.worker_stale_seconds,
+            balance_fresh_min_interval_seconds: process.settings.balance_fresh_min_interval_seconds,
         },
+        fresh_reads: Default::default(),
     }
 }

@@ -130,7 +130,8 @@ pub enum Errors {
     /// NOT_FOUND.
     #[response(status = 404)]
     NotFound(ErrorBody),
-    /// INVALID_STATE, CONFLICT, IDEMPOTENCY_CONFLICT, EXECUTOR_DOWN, SUBMIT_ATTEMPT_PENDING.
+    /// INVALID_STATE, CONFLICT, IDEMPOTENCY_CONFLICT, EXECUTOR_DOWN, SUBMIT_ATTEMPT_PENDING,
+    /// INSUFFICIENT_BALANCE.
     #[response(status = 409)]
     Conflict(ErrorBody),
     /// Body larger than 256 KiB.

@@ -207,6 +207,16 @@ impl Process {
                     timeout: s.verify_drift_timeout,
                     alert_url: s.drift_alert_url.clone(),
                 },
+                balances: qtg_engine::balances::BalanceSettings {
+                    retention_seconds: s.balance_retention_seconds,
+                    stale_seconds: s.balance_stale_seconds,
+                    fetch_timeout: s.balance_fetch_timeout,
+                },
+                capital: qtg_engine::capital::CapitalSettings {
+                    stale_seconds: s.capital_transfer_stale_seconds,
+                    default_callback_url: s.callback_default_url.clone(),
+                    approval_ttl_seconds: s.approval_ttl_seconds,
+                },
                 // Three health intervals.
                 health_stale_seconds: 3.0
                     * s.worker("executor_health").map(|w| w.interval.as_secs_f64()).unwrap_or(60.0),

@@ -144,6 +144,39 @@ pub static WORKERS: &[Worker] = &[
         },
     },
     Worker {
+        name: "capital_transfer_followup",
+        binary: "qtg-followup",
+        summary:
+            "follows up stale capital transfers: creates a lost movement, closes finished ones, surfaces stuck ones",
+        interval_key: "MG_CAPITAL_TRANSFER_FOLLOWUP_INTERVAL_SECONDS",
+        default_interval_seconds: 60.0,
+        concurrency_key: None,
+        wake: None,
+        group: Group::Sidecar,
+        enabled_by: Some(Flag { key: "MG_CAPITAL_TRANSFER_FOLLOWUP_ENABLED", default: false }),
+        requires: None,
+        tick: |e| Box::pin(async move { Ok(e.follow_up_capital_transfers_tick().await?.into()) }),
+    },
+    Worker {
+        name: "balance_snapshot",
+        binary: "qtg-balance",
+        summary: "appends every venue's balances through the registry's balance fetchers and deletes old snapshots",
+        interval_key: "MG_BALANCE_SNAPSHOT_INTERVAL_SECONDS",
+        default_interval_seconds: 30.0,
+        concurrency_key: None,
+        wake: None,
+        group: Group::Sidecar,
+        enabled_by: Some(Flag { key: "MG_BALANCE_SNAPSHOT_ENABLED", default: false }),
+        requires: None,
+        // Every venue each tick: report no work so the loop keeps its pace.
+        tick: |e| {
+            Box::pin(async move {
+                e.snapshot_balances_tick().await?;
+                Ok(Tick::default())
+            })
+        },
+    },
+    Worker {
         name: "verify_drift",
         binary: "qtg-drift",
         summary: "re-reads the on-chain facts the lanes rely on and compares them with the recorded baseline",

@@ -50,6 +50,18 @@ enum Command {
     /// Kill switch: pause / resume new submits (admin)
     #[command(subcommand)]
     Controls(Controls),
+    /// Balances: the latest snapshot per venue, account and asset (--fresh reads the venues now)
+    Balances {
+        #[arg(long)]
+        venue: Option<String>,
+        #[arg(long)]
+        asset: Option<String>,
+        #[arg(long)]
+        fresh: bool,
+    },
+    /// Capital transfers: request one (requester), list them, show one
+    #[command(subcommand)]
+    CapitalTransfers(CapitalTransfers),
     /// On-chain drift (verify_drift): the last check per scope, and recording a baseline (admin)
     #[command(subcommand)]
     Drift(Drift),
@@ -248,6 +260,34 @@ enum Controls {
     Resume(ControlTarget),
     /// Active pauses
     List,
+}
+
+#[derive(Subcommand)]
+enum CapitalTransfers {
+    /// Request a capital transfer: recorded, and its movement created for approval
+    Create {
+        #[arg(long)]
+        from: String,
+        #[arg(long)]
+        to: String,
+        #[arg(long)]
+        asset: String,
+        #[arg(long)]
+        amount: String,
+        #[arg(long)]
+        reason: String,
+        #[arg(long)]
+        template: String,
+        #[arg(long)]
+        idempotency_key: String,
+    },
+    /// The newest requests (optionally in one state)
+    List {
+        #[arg(long)]
+        state: Option<String>,
+    },
+    /// One request with its movement and outcome
+    Show { id: String },
 }
 
 #[derive(Subcommand)]
@@ -487,6 +527,38 @@ async fn run(cli: &Cli) -> anyhow::Result<i32> {
                 out(&c.post("/v3/controls/resume", t.body()).await?, &|v| render::pause(&v["resumed"]))
             }
             Controls::List => out(&c.get("/v3/controls").await?, &render::pauses),
+        },
+        Command::Balances { venue, asset, fresh } => {
+            let mut query = Vec::new();
+            if let Some(v) = venue {
+                query.push(format!("venue={}", encode(v)));
+            }
+            if let Some(a) = asset {
+                query.push(format!("asset={}", encode(a)));
+            }
+            if *fresh {
+                query.push("fresh=true".into());
+            }
+            let path =
+                if query.is_empty() { "/v3/balances".to_string() } else { format!("/v3/balances?{}", query.join("&")) };
+            out(&c.get(&path).await?, &render::balances)
+        }
+        Command::CapitalTransfers(t) => match t {
+            CapitalTransfers::Create { from, to, asset, amount, reason, template, idempotency_key } => {
+                let body = json!({"from": from, "to": to, "asset": asset, "amount": amount, "reason": reason,
+                                  "template_key": template, "idempotency_key": idempotency_key});
+                out(&c.post("/v3/capital-transfers", body).await?, &render::object)
+            }
+            CapitalTransfers::List { state } => {
+                let path = match state {
+                    Some(s) => format!("/v3/capital-transfers?state={}", encode(s)),
+                    None => "/v3/capital-transfers".into(),
+                };
+                out(&c.get(&path).await?, &render::capital_transfers)
+            }
+            CapitalTransfers::Show { id } => {
+                out(&c.get(&format!("/v3/capital-transfers/{}", encode(id))).await?, &render::object)
+            }
         },
         Command::Drift(d) => match d {
             Drift::Show => out(&c.get("/v3/drift").await?, &render::drift),

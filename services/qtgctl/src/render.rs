@@ -320,6 +320,30 @@ pub fn pauses(v: &Value) -> String {
     table(&cols, &r)
 }
 
+pub fn balances(v: &Value) -> String {
+    let cols = ["venue_key", "account", "asset", "free", "locked", "as_of", "stale"];
+    let r = rows(v, &cols);
+    let mut out =
+        if r.is_empty() { "no balance snapshots (is qtg-balance enabled?)\n".to_string() } else { table(&cols, &r) };
+    for f in v["failed"].as_array().into_iter().flatten() {
+        out.push_str(&format!(
+            "not read now: {}: {}\n",
+            f["venue_key"].as_str().unwrap_or(""),
+            f["error"].as_str().unwrap_or("")
+        ));
+    }
+    out
+}
+
+pub fn capital_transfers(v: &Value) -> String {
+    let cols = ["id", "state", "asset", "amount", "source", "destination", "movement_state", "created_at"];
+    let r = rows(v, &cols);
+    if r.is_empty() {
+        return "no capital transfers\n".into();
+    }
+    table(&cols, &r)
+}
+
 pub fn drift(v: &Value) -> String {
     let items = v["items"].as_array().cloned().unwrap_or_default();
     if items.is_empty() {

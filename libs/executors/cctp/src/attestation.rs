@@ -97,19 +97,23 @@ impl AttestationObserver {
         r
     }
 
-    async fn look(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
-        let (domain, hash) = self.target(ctx).map_err(ExecutorError::Protocol)?;
-        // `hash` is checked hex: nothing to escape.
+    /// `GET /v2/messages/{domain}?transactionHash={hash}` (`hash` is checked hex: nothing to
+    /// escape); no answer is `Unavailable`, never with the URL.
+    async fn lookup(&self, domain: u32, hash: &str) -> Result<reqwest::Response, ExecutorError> {
         let url = format!(
             "{}/v2/messages/{domain}?transactionHash={hash}",
             self.config.attestation_url.trim_end_matches('/')
         );
-        let resp = self
-            .http
+        self.http
             .get(&url)
             .send()
             .await
-            .map_err(|e| ExecutorError::Unavailable(format!("attestation service: {}", e.without_url())))?;
+            .map_err(|e| ExecutorError::Unavailable(format!("attestation service: {}", e.without_url())))
+    }
+
+    async fn look(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
+        let (domain, hash) = self.target(ctx).map_err(ExecutorError::Protocol)?;
+        let resp = self.lookup(domain, &hash).await?;
         let status = resp.status().as_u16();
         let retry_after = resp
             .headers()
@@ -143,6 +147,20 @@ impl AttestationObserver {
         let (Some(message), Some(attestation)) = (hex("message"), hex("attestation")) else {
             return Err(ExecutorError::Protocol("a complete attestation without message or attestation bytes".into()));
         };
+        // The burn's own message (its hash from the burn's receipt), when the burn is a
+        // predecessor: the service may not attest another one for this transaction.
+        if let Some(want) = ctx.provider_context.get("message_hash").and_then(Value::as_str) {
+            if !want.eq_ignore_ascii_case(&keccak256(&message).to_string()) {
+                tracing::error!(source_domain = domain, burn_tx_hash = %hash, "the attestation service answered another message than the burn's");
+                return Ok(ExecutionResult::failed(
+                    "CCTP_ATTESTATION_MISMATCH",
+                    format!(
+                        "the service attested message {} for this burn, whose message is {want}",
+                        keccak256(&message)
+                    ),
+                ));
+            }
+        }
         let mut r = ExecutionResult::new(NodeState::Completed);
         r.provider_state = Some("complete".into());
         r.provider_ref_id = Some(keccak256(&message).to_string());
@@ -191,18 +209,7 @@ impl Executor for AttestationObserver {
     /// Up when the service answers a lookup (a 404 for an unknown burn is an answer; a 5xx or
     /// no answer is down), so the approval gate can vouch for it.
     async fn health(&self) -> Result<Option<serde_json::Value>, ExecutorError> {
-        let domain = self.config.source_domain.unwrap_or(0);
-        let url = format!(
-            "{}/v2/messages/{domain}?transactionHash=0x{}",
-            self.config.attestation_url.trim_end_matches('/'),
-            "0".repeat(64)
-        );
-        let resp = self
-            .http
-            .get(&url)
-            .send()
-            .await
-            .map_err(|e| ExecutorError::Unavailable(format!("attestation service: {}", e.without_url())))?;
+        let resp = self.lookup(self.config.source_domain.unwrap_or(0), &format!("0x{}", "0".repeat(64))).await?;
         let status = resp.status().as_u16();
         if status >= 500 {
             return Err(ExecutorError::Unavailable(format!("attestation service answered HTTP {status}")));

@@ -42,8 +42,28 @@ fn bytes(ctx: &ExecutionContext, key: &str) -> Result<Bytes, Refusal> {
 }
 
 impl Mint {
+    /// The message, bound to the burn it mints for: its hash must be the plan's
+    /// `burn_message_hash` (by `$ref` from the burn, read from the burn's own receipt), so an
+    /// attestation service cannot hand over another message (an older one, already received).
     fn message(ctx: &ExecutionContext) -> Result<(Bytes, Message), Refusal> {
         let raw = bytes(ctx, "message")?;
+        let want = ctx
+            .node_config
+            .get("burn_message_hash")
+            .and_then(Value::as_str)
+            .and_then(|h| h.parse::<alloy::primitives::B256>().ok())
+            .ok_or_else(|| {
+                refusal(
+                    "CCTP_CONFIG_INVALID",
+                    "the node's config names no burn_message_hash (a $ref to the burn's message_hash)",
+                )
+            })?;
+        if keccak256(&raw) != want {
+            return Err(refusal(
+                "CCTP_MESSAGE_MISMATCH",
+                format!("the message's hash {} is not the burn's {want}", keccak256(&raw)),
+            ));
+        }
         let m =
             Message::parse(&raw).ok_or_else(|| refusal("CCTP_MESSAGE_INVALID", "the message is not a CCTP message"))?;
         Ok((raw, m))
@@ -62,6 +82,25 @@ impl EvmCall for Mint {
         let (raw, m) = Self::message(ctx)?;
         let attestation = bytes(ctx, "attestation")?;
         let burn = m.burn().ok_or_else(|| refusal("CCTP_MESSAGE_INVALID", "the message body is not a burn message"))?;
+        // The route: from another configured domain's messenger, for its USDC, to ours.
+        let source = self.domains.get(m.source_domain).filter(|s| s.domain != d.domain).ok_or_else(|| {
+            refusal(
+                "CCTP_MESSAGE_MISMATCH",
+                format!("the message comes from domain {}, not another configured one", m.source_domain),
+            )
+        })?;
+        if m.sender != source.token_messenger.into_word()
+            || m.recipient != d.token_messenger.into_word()
+            || burn.burn_token != source.usdc.into_word()
+        {
+            return Err(refusal(
+                "CCTP_MESSAGE_MISMATCH",
+                format!(
+                    "the message is not from domain {}'s token messenger for its USDC to this domain's token messenger",
+                    source.domain
+                ),
+            ));
+        }
         let decimals = usdc_decimals(ctx)?;
         let (recipient, amount) = intent_of(ctx, decimals)?;
         if m.destination_domain != d.domain

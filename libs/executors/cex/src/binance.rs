@@ -99,7 +99,7 @@ impl BinanceVenue {
     }
 
     async fn send(&self, req: reqwest::RequestBuilder, path: &str) -> Result<Value, VenueError> {
-        let resp = req.send().await.map_err(|e| transport(&e, path))?;
+        let resp = req.send().await.map_err(|e| transport(e, path))?;
         let status = resp.status().as_u16();
         let retry_after =
             resp.headers().get(reqwest::header::RETRY_AFTER).and_then(|v| v.to_str().ok()).and_then(|v| v.parse().ok());
@@ -161,7 +161,9 @@ fn encode(params: &[(&str, String)], stamp: DateTime<Utc>, recv_window_ms: u32) 
     s.finish()
 }
 
-fn transport(e: &reqwest::Error, path: &str) -> VenueError {
+fn transport(e: reqwest::Error, path: &str) -> VenueError {
+    // Never the URL: a signed request's query carries its timestamp and signature.
+    let e = e.without_url();
     // A connection never made: the request did not leave.
     if e.is_connect() {
         VenueError::Unreachable(format!("{path}: {e}"))

@@ -22,7 +22,8 @@ pub mod venue;
 
 use std::sync::Arc;
 
-use qtg_executor::{Executor, LaneContext, LanePlugin, Setting};
+use async_trait::async_trait;
+use qtg_executor::{Balance, BalanceFetcher, Executor, ExecutorError, LaneContext, LanePlugin, Setting};
 
 pub use binance::{BinanceVenue, Credentials};
 pub use config::{EntryConfig, Role};
@@ -55,5 +56,35 @@ impl LanePlugin for CexLane {
         let role = config.role(key)?;
         let venue = config.venue(setting)?;
         Ok(Arc::new(CexExecutor::new(key, role, config, venue, self.pool.clone(), self.skew)))
+    }
+
+    /// `[balances."<venue_key>"]` with `config = { venue, base_url, … }` (the entries'
+    /// config): the account's balances (`/api/v3/account`), signed with its credentials.
+    fn balance_fetcher(
+        &self,
+        venue_key: &str,
+        config: Option<&toml::Table>,
+        setting: Setting<'_>,
+    ) -> Result<Arc<dyn BalanceFetcher>, String> {
+        let config = EntryConfig::parse(venue_key, config)?;
+        let venue = config.venue(setting)?;
+        Ok(Arc::new(CexBalances { account: config.venue, venue }))
+    }
+}
+
+/// A venue account's balances.
+struct CexBalances {
+    account: String,
+    venue: Arc<dyn venue::Venue>,
+}
+
+#[async_trait]
+impl BalanceFetcher for CexBalances {
+    async fn fetch(&self) -> Result<Vec<Balance>, ExecutorError> {
+        let balances = self.venue.balances().await.map_err(|e| ExecutorError::Unavailable(e.to_string()))?;
+        Ok(balances
+            .into_iter()
+            .map(|b| Balance { account: self.account.clone(), asset: b.asset, free: b.free, locked: b.locked })
+            .collect())
     }
 }

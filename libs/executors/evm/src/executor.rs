@@ -501,6 +501,22 @@ impl<C: EvmCall> EvmExecutor<C> {
                 Ok::<_, ExecutorError>(())
             }
         };
+        // Nothing of the node's was ever broadcast (or its nonce was given back when the effect
+        // was found done): the chain's evidence of the effect decides, and a nonce nothing was
+        // sent with goes back. (A dispatcher still holding a signature cannot send it then:
+        // recording its hash needs the reservation live.)
+        if matches!(where_, Onchain::Absent) && self.all_hashes(node, chain).await?.is_empty() {
+            if let Some(mut done) = self.call.settled(ctx, t).await.map_err(rpc_down)? {
+                if let Some((id, _)) = self.live_reservation(node, chain).await? {
+                    nonces::release_unsent(&self.pool, id, node)
+                        .await
+                        .map_err(|e| ExecutorError::Unavailable(format!("nonce reservation: {e}")))?;
+                }
+                done.provider_refs.insert("sent".into(), json!(false));
+                done.provider_refs.insert("chain_id".into(), json!(chain.spec.chain_id));
+                return Ok(done);
+            }
+        }
         // Dropped (or gone with a reorg) for a while: the same transfer again, fees raised.
         if matches!(where_, Onchain::Absent) && !recovering && self.stale(ctx, chain) {
             if let Some(mut r) = self.replace(ctx, t, node).await? {
@@ -519,11 +535,12 @@ impl<C: EvmCall> EvmExecutor<C> {
                     r.retry_after_seconds = Some(POLL_SECONDS);
                     r
                 } else if ok {
-                    consumed(&hash).await?;
                     let mut r = ExecutionResult::new(NodeState::Completed);
+                    // What the call yields first: a receipt it cannot read leaves the nonce live.
+                    self.call.completed(ctx, t, &receipt, &mut r).map_err(ExecutorError::Unavailable)?;
+                    consumed(&hash).await?;
                     r.generated_artifacts
                         .push(json!({"kind": "evm_receipt", "tx_hash": hash, "block_number": block.to_string()}));
-                    self.call.completed(ctx, t, &receipt, &mut r).map_err(ExecutorError::Unavailable)?;
                     r
                 } else {
                     consumed(&hash).await?;
@@ -678,9 +695,17 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
                     let released = nonces::release_unsent(&self.pool, payload.reservation_id, node)
                         .await
                         .map_err(|e| ExecutorError::Unavailable(format!("nonce reservation: {e}")))?;
-                    tracing::info!(executor_key = %self.key, nonce = payload.nonce, released, "the chain already shows the effect; nothing was sent");
-                    done.provider_refs.insert("sent".into(), json!(false));
-                    return Ok(done);
+                    let live =
+                        self.live_reservation(node, &chain).await?.is_some_and(|(id, _)| id == payload.reservation_id);
+                    if released || !live {
+                        // Given back now, or no longer the node's to send with at all.
+                        tracing::info!(executor_key = %self.key, nonce = payload.nonce, "the chain already shows the effect; nothing was sent");
+                        done.provider_refs.insert("sent".into(), json!(false));
+                        return Ok(done);
+                    }
+                    // An earlier attempt broadcast with this nonce: it is sent so the nonce is
+                    // consumed (no gap for the address); the call reverts, the evidence decides.
+                    tracing::info!(executor_key = %self.key, nonce = payload.nonce, "the effect is done; sending anyway to consume a nonce an earlier attempt used");
                 }
                 Ok(None) => {}
                 Err(e) => {

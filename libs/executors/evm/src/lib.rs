@@ -69,6 +69,65 @@ struct ExecutorConfig {
     from: String,
 }
 
+/// `[balances."<venue_key>"]`: the coin and tokens of addresses on one chain.
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct BalancesConfig {
+    chain_id: u64,
+    addresses: Vec<String>,
+    /// The chain's coin (default "ETH").
+    native_asset: Option<String>,
+    #[serde(default)]
+    tokens: Vec<TokenConfig>,
+}
+
+#[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct TokenConfig {
+    asset: String,
+    contract: String,
+    decimals: u32,
+}
+
+/// The balances of `addresses` on one chain.
+struct EvmBalances {
+    chain: Arc<Chain>,
+    addresses: Vec<Address>,
+    native: String,
+    tokens: Vec<(String, Address, u32)>,
+}
+
+#[async_trait::async_trait]
+impl qtg_executor::BalanceFetcher for EvmBalances {
+    async fn fetch(&self) -> Result<Vec<qtg_executor::Balance>, qtg_executor::ExecutorError> {
+        let down = |e: RpcError| qtg_executor::ExecutorError::Unavailable(e.to_string());
+        let rpc = &self.chain.rpc;
+        let mut out = Vec::new();
+        for a in &self.addresses {
+            let account = call::hex_address(*a);
+            let wei = rpc.quantity("eth_getBalance", serde_json::json!([account, "latest"])).await.map_err(down)?;
+            let free = tx::format_units(alloy::primitives::U256::from(wei), 18);
+            out.push(qtg_executor::Balance {
+                account: account.clone(),
+                asset: self.native.clone(),
+                free,
+                locked: "0".into(),
+            });
+            for (asset, contract, decimals) in &self.tokens {
+                let units = call::call_word(rpc, *contract, tx::balance_of_calldata(*a)).await.map_err(down)?;
+                let free = tx::format_units(units, *decimals);
+                out.push(qtg_executor::Balance {
+                    account: account.clone(),
+                    asset: asset.clone(),
+                    free,
+                    locked: "0".into(),
+                });
+            }
+        }
+        Ok(out)
+    }
+}
+
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct SignerConfig {
@@ -108,6 +167,44 @@ impl LanePlugin for EvmLane {
             self.signers.clone(),
             Transfer,
         )))
+    }
+
+    fn balance_fetcher(
+        &self,
+        venue_key: &str,
+        table: Option<&toml::Table>,
+        _: Setting<'_>,
+    ) -> Result<Arc<dyn qtg_executor::BalanceFetcher>, String> {
+        let c: BalancesConfig = config(venue_key, table)?;
+        let chain = self
+            .chains
+            .get(&c.chain_id)
+            .cloned()
+            .ok_or_else(|| format!("config.chain_id {} is not in MG_EVM_CHAINS", c.chain_id))?;
+        let addresses = c
+            .addresses
+            .iter()
+            .map(|a| a.parse::<Address>().map_err(|_| format!("config.addresses: {a:?} is not an address")))
+            .collect::<Result<Vec<_>, _>>()?;
+        if addresses.is_empty() {
+            return Err("config.addresses names no address".into());
+        }
+        let tokens = c
+            .tokens
+            .iter()
+            .map(|t| {
+                let contract = t
+                    .contract
+                    .parse::<Address>()
+                    .map_err(|_| format!("config.tokens: {:?} is not an address", t.contract))?;
+                if t.asset.is_empty() || t.decimals > 77 {
+                    return Err(format!("config.tokens: {:?} needs an asset name and decimals up to 77", t.contract));
+                }
+                Ok((t.asset.clone(), contract, t.decimals))
+            })
+            .collect::<Result<Vec<_>, String>>()?;
+        let native = c.native_asset.unwrap_or_else(|| "ETH".into());
+        Ok(Arc::new(EvmBalances { chain, addresses, native, tokens }))
     }
 
     fn signer(&self, key: &str, table: Option<&toml::Table>, setting: Setting<'_>) -> Result<Arc<dyn Signer>, String> {

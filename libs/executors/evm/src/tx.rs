@@ -139,9 +139,35 @@ pub fn base_units(amount: &str, decimals: u32) -> Option<U256> {
     U256::from_str_radix(&digits, 10).ok()
 }
 
+/// Base units as a decimal amount of `decimals` (`1500000` with 6 → `"1.5"`).
+pub fn format_units(units: U256, decimals: u32) -> String {
+    let digits = units.to_string();
+    let d = decimals as usize;
+    if d == 0 {
+        return digits;
+    }
+    let padded = format!("{digits:0>width$}", width = d + 1);
+    let (int, frac) = padded.split_at(padded.len() - d);
+    let frac = frac.trim_end_matches('0');
+    if frac.is_empty() {
+        int.to_string()
+    } else {
+        format!("{int}.{frac}")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn base_units_format_back() {
+        assert_eq!(format_units(U256::from(1_500_000u64), 6), "1.5");
+        assert_eq!(format_units(U256::from(5u64), 6), "0.000005");
+        assert_eq!(format_units(U256::ZERO, 18), "0");
+        assert_eq!(format_units(U256::from(42u64), 0), "42");
+        assert_eq!(base_units(&format_units(U256::from(123_456_789u64), 6), 6), Some(U256::from(123_456_789u64)));
+    }
 
     #[test]
     fn amounts_in_base_units() {

@@ -3,7 +3,9 @@
 //! operation for a change or the store for a read.
 
 pub mod audit;
+pub mod balances;
 pub mod callbacks;
+pub mod capital;
 pub mod controls;
 pub mod drift;
 pub mod keys;
@@ -20,7 +22,8 @@ use crate::AppState;
 /// Every operation, served and documented from the same `routes!` calls.
 pub fn all() -> OpenApiRouter<AppState> {
     use self::{
-        audit::*, callbacks::*, controls::*, drift::*, keys::*, movements::*, operator::*, roster::*, templates::*,
+        audit::*, balances::*, callbacks::*, capital::*, controls::*, drift::*, keys::*, movements::*, operator::*,
+        roster::*, templates::*,
     };
     OpenApiRouter::new()
         .routes(routes!(propose_template))
@@ -49,6 +52,11 @@ pub fn all() -> OpenApiRouter<AppState> {
         .routes(routes!(pause_dispatch))
         .routes(routes!(resume_dispatch))
         .routes(routes!(list_drift))
+        .routes(routes!(list_balances))
+        .routes(routes!(balance_history))
+        .routes(routes!(create_capital_transfer, list_capital_transfers))
+        .routes(routes!(get_capital_transfer))
+        .routes(routes!(close_capital_transfer))
         .routes(routes!(record_baseline))
         .routes(routes!(create_api_key, list_api_keys))
         .routes(routes!(revoke_api_key))

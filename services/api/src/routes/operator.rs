@@ -32,7 +32,7 @@ pub struct CancelBody {
 #[serde(deny_unknown_fields)]
 pub struct ActionBody {
     #[schema(min_length = 1, max_length = 2000, pattern = "^[^\\u0000]*[^\\s\\u0085\\u0000][^\\u0000]*$")]
-    reason: String,
+    pub(crate) reason: String,
 }
 
 #[derive(Deserialize, utoipa::ToSchema)]

@@ -1,0 +1,144 @@
+//! balance_snapshot: every registered balance fetcher read (with a deadline each, at once),
+//! each venue's balances appended in its own transaction — a fetcher that fails, or whose
+//! numbers the database refuses, loses only its own venue — then snapshots older than the
+//! retention deleted. `GET /v3/balances?fresh=true` reads through the same fetchers. Where
+//! money leaves, a movement is refused when the latest fresh-enough snapshot of its source
+//! holds less than its amount.
+
+use std::time::Duration;
+
+use qtg_store::balances;
+use serde_json::Value;
+
+use crate::movements::OpError;
+use crate::{Engine, Result};
+
+#[derive(Debug, Clone)]
+pub struct BalanceSettings {
+    /// `MG_BALANCE_SNAPSHOT_RETENTION_SECONDS`: snapshots older than this are deleted.
+    pub retention_seconds: f64,
+    /// `MG_BALANCE_STALE_THRESHOLD_SECONDS`: older is `stale`, and no evidence at creation.
+    pub stale_seconds: f64,
+    /// `MG_BALANCE_FETCH_TIMEOUT_SECONDS`: one fetcher's read.
+    pub fetch_timeout: Duration,
+}
+
+impl Default for BalanceSettings {
+    fn default() -> Self {
+        BalanceSettings {
+            retention_seconds: 7.0 * 86_400.0,
+            stale_seconds: 120.0,
+            fetch_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// What one read of the fetchers stored, and which venues failed (with why).
+#[derive(Debug, Default)]
+pub struct Fetched {
+    pub stored: Vec<String>,
+    pub failed: Vec<(String, String)>,
+}
+
+impl Engine {
+    /// One snapshot of every venue, then retention; the venues stored.
+    pub async fn snapshot_balances_tick(&self) -> Result<usize> {
+        let fetched = self.fetch_balances(None, "worker", self.settings.balances.fetch_timeout).await?;
+        let mut conn = self.pool.acquire().await?;
+        let deleted = balances::delete_older_than(&mut conn, self.settings.balances.retention_seconds).await?;
+        if deleted > 0 {
+            tracing::info!(deleted, "balance snapshots past the retention deleted");
+        }
+        Ok(fetched.stored.len())
+    }
+
+    /// Reads the fetchers (all, or the one of `venue`) at once, each within `timeout`, and
+    /// appends what each answered as `source` snapshots, one transaction per venue.
+    pub async fn fetch_balances(&self, venue: Option<&str>, source: &str, timeout: Duration) -> Result<Fetched> {
+        let mut reads = tokio::task::JoinSet::new();
+        for (key, fetcher) in self.registry.balance_fetchers() {
+            if venue.is_some_and(|v| v != key) {
+                continue;
+            }
+            let (key, fetcher) = (key.clone(), fetcher.clone());
+            reads.spawn(async move {
+                let res = match tokio::time::timeout(timeout, fetcher.fetch()).await {
+                    Ok(r) => r.map_err(|e| e.to_string()),
+                    Err(_) => Err(format!("no answer within {} s", timeout.as_secs_f64())),
+                };
+                (key, res)
+            });
+        }
+        let mut out = Fetched::default();
+        while let Some(done) = reads.join_next().await {
+            let (key, res) = match done {
+                Ok(r) => r,
+                Err(e) => ("task".to_string(), Err(e.to_string())),
+            };
+            let rows = match res {
+                Ok(rows) => rows,
+                Err(e) => {
+                    tracing::warn!(venue_key = %key, error = %e, "balance fetcher failed; the other venues are stored");
+                    out.failed.push((key, e));
+                    continue;
+                }
+            };
+            let new: Vec<balances::NewBalance<'_>> = rows
+                .iter()
+                .map(|b| (b.account.as_str(), b.asset.as_str(), b.free.as_str(), b.locked.as_str()))
+                .collect();
+            let mut tx = self.pool.begin().await?;
+            match balances::append(&mut tx, &key, &new, source).await {
+                Ok(n) => {
+                    tx.commit().await?;
+                    tracing::debug!(venue_key = %key, rows = n, source, "balances stored");
+                    out.stored.push(key);
+                }
+                Err(qtg_store::StoreError::Sqlx(sqlx::Error::Database(e))) => {
+                    // This venue's numbers only (e.g. not a decimal): rolled back, the others land.
+                    tx.rollback().await?;
+                    tracing::warn!(venue_key = %key, error = %e, "the venue's balances were refused; the other venues are stored");
+                    out.failed.push((key, format!("its balances could not be stored: {e}")));
+                }
+                // The database itself: the tick fails as a whole.
+                Err(e) => return Err(e.into()),
+            }
+        }
+        out.stored.sort();
+        out.failed.sort();
+        Ok(out)
+    }
+
+    /// Refuses a movement whose source holds less than its amount by the latest snapshot no
+    /// older than the stale threshold (`risk_controls.balance_check = false` opts a template
+    /// out; no such snapshot: not known, not refused).
+    pub(crate) async fn check_source_balance(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        controls: &Value,
+        intent: &Value,
+    ) -> std::result::Result<(), OpError> {
+        if controls.get("balance_check").and_then(Value::as_bool) == Some(false) {
+            return Ok(());
+        }
+        let text = |k: &str| intent.get(k).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty());
+        let (Some(source), Some(asset), Some(amount)) = (text("source"), text("asset"), text("amount")) else {
+            return Ok(());
+        };
+        match balances::source_covers(conn, source, asset, amount, self.settings.balances.stale_seconds).await? {
+            Some((free, false, as_of)) => Err(OpError::InsufficientBalance(format!(
+                "{source} holds {free} {asset} (snapshot of {}), less than {amount}",
+                as_of.to_rfc3339()
+            ))),
+            Some(_) => Ok(()),
+            None => {
+                tracing::info!(
+                    source,
+                    asset,
+                    "no fresh balance snapshot of the source: its balance is not checked at creation"
+                );
+                Ok(())
+            }
+        }
+    }
+}

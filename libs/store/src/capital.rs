@@ -1,0 +1,226 @@
+//! capital_transfer_requests (migration 0014): a treasury's request to move funds, the
+//! movement it creates, and what capital_transfer_followup decides about it. Every change of
+//! state is a compare-and-set on the state it was read in.
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use crate::Result;
+
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct CapitalTransfer {
+    pub id: Uuid,
+    pub requested_by: String,
+    pub idempotency_key: String,
+    #[serde(skip)]
+    pub body_hash: String,
+    pub source: String,
+    pub destination: String,
+    pub asset: String,
+    /// Decimal string.
+    pub amount: String,
+    pub reason: String,
+    pub template_key: String,
+    pub template_version: Option<i32>,
+    pub callback_url: Option<String>,
+    /// PENDING → MOVEMENT_CREATED → COMPLETED | FAILED | NEEDS_ATTENTION.
+    pub state: String,
+    pub movement_id: Option<Uuid>,
+    /// The movement's state now (absent before it exists).
+    pub movement_state: Option<String>,
+    /// Why it is closed or handed to a person.
+    pub outcome: Option<String>,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub closed_at: Option<DateTime<Utc>>,
+}
+
+const COLUMNS: &str = "c.id, c.requested_by, c.idempotency_key, c.body_hash, c.source, c.destination, c.asset,
+    c.amount::text AS amount, c.reason, c.template_key, c.template_version, c.callback_url, c.state, c.movement_id,
+    (SELECT r.request_state FROM movement_requests r WHERE r.id = c.movement_id) AS movement_state,
+    c.outcome, c.created_at, c.updated_at, c.closed_at";
+
+fn row(r: &sqlx::postgres::PgRow) -> Result<CapitalTransfer> {
+    Ok(CapitalTransfer {
+        id: r.try_get("id")?,
+        requested_by: r.try_get("requested_by")?,
+        idempotency_key: r.try_get("idempotency_key")?,
+        body_hash: r.try_get("body_hash")?,
+        source: r.try_get("source")?,
+        destination: r.try_get("destination")?,
+        asset: r.try_get("asset")?,
+        amount: r.try_get("amount")?,
+        reason: r.try_get("reason")?,
+        template_key: r.try_get("template_key")?,
+        template_version: r.try_get("template_version")?,
+        callback_url: r.try_get("callback_url")?,
+        state: r.try_get("state")?,
+        movement_id: r.try_get("movement_id")?,
+        movement_state: r.try_get("movement_state")?,
+        outcome: r.try_get("outcome")?,
+        created_at: r.try_get("created_at")?,
+        updated_at: r.try_get("updated_at")?,
+        closed_at: r.try_get("closed_at")?,
+    })
+}
+
+/// A new request (PENDING).
+pub struct NewTransfer<'a> {
+    pub requested_by: &'a str,
+    pub idempotency_key: &'a str,
+    pub body_hash: &'a str,
+    pub source: &'a str,
+    pub destination: &'a str,
+    pub asset: &'a str,
+    pub amount: &'a str,
+    pub reason: &'a str,
+    pub template_key: &'a str,
+    pub template_version: Option<i32>,
+    pub callback_url: Option<&'a str>,
+}
+
+/// Inserts the request, or answers the one this principal made with the same idempotency key
+/// (`false`).
+pub async fn insert(conn: &mut PgConnection, t: &NewTransfer<'_>) -> Result<(CapitalTransfer, bool)> {
+    let id: Option<Uuid> = sqlx::query_scalar(
+        "INSERT INTO capital_transfer_requests
+             (id, requested_by, idempotency_key, body_hash, source, destination, asset, amount, reason,
+              template_key, template_version, callback_url, state)
+         VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, $6, $7::numeric, $8, $9, $10, $11, 'PENDING')
+         ON CONFLICT (requested_by, idempotency_key) DO NOTHING RETURNING id",
+    )
+    .bind(t.requested_by)
+    .bind(t.idempotency_key)
+    .bind(t.body_hash)
+    .bind(t.source)
+    .bind(t.destination)
+    .bind(t.asset)
+    .bind(t.amount)
+    .bind(t.reason)
+    .bind(t.template_key)
+    .bind(t.template_version)
+    .bind(t.callback_url)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let fresh = id.is_some();
+    let existing = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM capital_transfer_requests c WHERE c.requested_by = $1 AND c.idempotency_key = $2"
+    )))
+    .bind(t.requested_by)
+    .bind(t.idempotency_key)
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok((row(&existing)?, fresh))
+}
+
+pub async fn get(conn: &mut PgConnection, id: Uuid) -> Result<Option<CapitalTransfer>> {
+    let r =
+        sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM capital_transfer_requests c WHERE c.id = $1")))
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?;
+    r.as_ref().map(row).transpose()
+}
+
+/// Newest first, optionally in one state; `before` = the created_at/id cursor.
+pub async fn list(
+    conn: &mut PgConnection,
+    state: Option<&str>,
+    before: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+) -> Result<Vec<CapitalTransfer>> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM capital_transfer_requests c
+          WHERE ($1::text IS NULL OR c.state = $1) AND ($2::timestamptz IS NULL OR (c.created_at, c.id) < ($2, $3))
+          ORDER BY c.created_at DESC, c.id DESC LIMIT $4"
+    )))
+    .bind(state)
+    .bind(before.map(|b| b.0))
+    .bind(before.map(|b| b.1))
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(row).collect()
+}
+
+/// Moves the request from `from` to `to` (with its movement, outcome, and `closed_at` for a
+/// closed state); `false` when it is no longer in `from`.
+pub async fn set_state(
+    conn: &mut PgConnection,
+    id: Uuid,
+    from: &str,
+    to: &str,
+    movement_id: Option<Uuid>,
+    outcome: Option<&str>,
+) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE capital_transfer_requests
+            SET state = $3, movement_id = COALESCE($4, movement_id), outcome = COALESCE($5, outcome),
+                updated_at = now(), closed_at = CASE WHEN $3 IN ('COMPLETED', 'FAILED') THEN now() END
+          WHERE id = $1 AND state = $2",
+    )
+    .bind(id)
+    .bind(from)
+    .bind(to)
+    .bind(movement_id)
+    .bind(outcome)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Looked at, nothing to do yet: not stale again before the threshold.
+pub async fn touch(conn: &mut PgConnection, id: Uuid) -> Result<()> {
+    sqlx::query("UPDATE capital_transfer_requests SET updated_at = now() WHERE id = $1")
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
+    Ok(())
+}
+
+/// Which requests the follow-up takes (`$1` = the stale threshold): open ones untouched that
+/// long, open ones whose movement finished or needs a person, and closed-FAILED ones whose
+/// movement was retried to completion.
+const DUE: &str = "(c.state IN ('PENDING', 'MOVEMENT_CREATED', 'NEEDS_ATTENTION')
+        AND c.updated_at < now() - make_interval(secs => $1))
+     OR EXISTS (SELECT 1 FROM movement_requests r WHERE r.id = c.movement_id AND (
+            (c.state IN ('MOVEMENT_CREATED', 'NEEDS_ATTENTION', 'FAILED') AND r.request_state = 'COMPLETED')
+         OR (c.state IN ('MOVEMENT_CREATED', 'NEEDS_ATTENTION') AND r.request_state IN ('FAILED', 'CANCELLED'))
+         OR (c.state = 'MOVEMENT_CREATED' AND r.request_state IN ('EXPIRED', 'REJECTED', 'MANUAL_INTERVENTION'))))";
+
+/// Up to `limit` due requests, oldest first (not locked: each is locked on its own).
+pub async fn due(conn: &mut PgConnection, stale_seconds: f64, limit: i64) -> Result<Vec<Uuid>> {
+    Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
+        "SELECT c.id FROM capital_transfer_requests c WHERE {DUE} ORDER BY c.updated_at LIMIT $2"
+    )))
+    .bind(stale_seconds)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?)
+}
+
+/// Request `id`, locked, if it is still due and no other replica holds it.
+pub async fn lock_due(conn: &mut PgConnection, id: Uuid, stale_seconds: f64) -> Result<Option<CapitalTransfer>> {
+    let r = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM capital_transfer_requests c WHERE c.id = $2 AND ({DUE}) FOR UPDATE OF c SKIP LOCKED"
+    )))
+    .bind(stale_seconds)
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    r.as_ref().map(row).transpose()
+}
+
+/// Request `id`, locked (waiting), for an operator's decision.
+pub async fn lock(conn: &mut PgConnection, id: Uuid) -> Result<Option<CapitalTransfer>> {
+    let r = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM capital_transfer_requests c WHERE c.id = $1 FOR UPDATE OF c"
+    )))
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    r.as_ref().map(row).transpose()
+}

@@ -1,0 +1,148 @@
+//! Balances (viewer): the latest snapshot per venue / account / asset with `stale` judged at
+//! read time, `fresh=true` to read the venues now (through the same fetchers, stored as a
+//! snapshot, bounded by the fetch deadline, at most once per caller per
+//! `MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS`), and a venue's history for a chart.
+
+use std::time::Instant;
+
+use axum::extract::State;
+use axum::http::StatusCode;
+use axum::Json;
+use qtg_store::balances::Snapshot;
+use serde::Serialize;
+
+use crate::error::ApiError;
+use crate::extract::{ListQuery, Params, Viewer};
+use crate::AppState;
+
+/// Venues a `fresh=true` read could not read, with why.
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct FetchFailure {
+    venue_key: String,
+    error: String,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Balances {
+    items: Vec<Snapshot>,
+    /// With `fresh=true`: the venues that did not answer (their rows are the last stored).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    failed: Vec<FetchFailure>,
+}
+
+fn text(v: &Option<String>) -> Option<&str> {
+    v.as_deref().map(str::trim).filter(|s| !s.is_empty())
+}
+
+#[utoipa::path(
+    get,
+    path = "/v3/balances",
+    summary = "The latest balance per venue, account and asset, with as_of and stale; fresh=true reads the venues now (429 RATE_LIMITED when the caller asked too recently)",
+    description = "Role: viewer. Query: venue, asset, fresh.",
+    params(
+        ("venue" = Option<String>, Query, description = "one venue_key"),
+        ("asset" = Option<String>, Query, description = "one asset (case-insensitive)"),
+        ("fresh" = Option<bool>, Query, description = "read the venues now and store the result as a snapshot"),
+    ),
+    responses(
+        (status = 200, description = "balances", body = Balances),
+        (status = 429, description = "RATE_LIMITED: this caller asked for fresh=true within MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS", body = crate::openapi::ErrorBody),
+    ),
+)]
+pub async fn list_balances(
+    State(s): State<AppState>,
+    Viewer(who): Viewer,
+    Params(q): Params<ListQuery>,
+) -> Result<Json<Balances>, ApiError> {
+    let q = q.allow(&["venue", "asset", "fresh"])?;
+    if q.limit.is_some() || q.cursor.is_some() {
+        return Err(ApiError::validation("balances are not paged: filter with venue and asset"));
+    }
+    let (venue, asset) = (text(&q.venue), text(&q.asset));
+    let fresh = match text(&q.fresh) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(other) => return Err(ApiError::validation(format!("fresh must be true or false, not {other:?}"))),
+    };
+    let mut failed = Vec::new();
+    if fresh {
+        if venue.is_some_and(|v| !s.engine.registry.balance_fetchers().any(|(k, _)| k == v)) {
+            return Err(ApiError::not_found("venue (in this deployment's registry)"));
+        }
+        s.fresh_allowed(&who.name)?;
+        let fetched = s
+            .engine
+            .fetch_balances(venue, "fresh", s.engine.settings.balances.fetch_timeout)
+            .await
+            .map_err(ApiError::internal)?;
+        failed = fetched.failed.into_iter().map(|(venue_key, error)| FetchFailure { venue_key, error }).collect();
+    }
+    let mut conn = s.pool.acquire().await?;
+    let items = qtg_store::balances::latest(&mut conn, s.engine.settings.balances.stale_seconds, venue, asset).await?;
+    Ok(Json(Balances { items, failed }))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v3/balances/history",
+    summary = "A venue's snapshots of one asset since a time, oldest first (at most limit, default 50, up to 200)",
+    description = "Role: viewer. Query: venue and asset (required), since (RFC 3339), limit.",
+    params(
+        ("venue" = String, Query, description = "the venue_key"),
+        ("asset" = String, Query, description = "the asset"),
+        ("since" = Option<String>, Query, description = "RFC 3339 time"),
+        ("limit" = Option<i64>, Query, description = "1-200, default 50"),
+    ),
+    responses((status = 200, description = "snapshots", body = Balances)),
+)]
+pub async fn balance_history(
+    State(s): State<AppState>,
+    _: Viewer,
+    Params(q): Params<ListQuery>,
+) -> Result<Json<Balances>, ApiError> {
+    let q = q.allow(&["venue", "asset", "since"])?;
+    let (Some(venue), Some(asset)) = (text(&q.venue), text(&q.asset)) else {
+        return Err(ApiError::validation("venue and asset are required"));
+    };
+    let since = match text(&q.since) {
+        None => None,
+        Some(t) => Some(
+            chrono::DateTime::parse_from_rfc3339(t)
+                .map_err(|_| ApiError::validation("since must be an RFC 3339 time"))?
+                .with_timezone(&chrono::Utc),
+        ),
+    };
+    let limit = q.limit()?;
+    let mut conn = s.pool.acquire().await?;
+    let items =
+        qtg_store::balances::history(&mut conn, s.engine.settings.balances.stale_seconds, venue, asset, since, limit)
+            .await?;
+    Ok(Json(Balances { items, failed: Vec::new() }))
+}
+
+impl AppState {
+    /// A caller's `fresh=true` read, at most once per `MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS`
+    /// (per API process).
+    fn fresh_allowed(&self, principal: &str) -> Result<(), ApiError> {
+        let min = std::time::Duration::from_secs_f64(self.settings.balance_fresh_min_interval_seconds.max(0.0));
+        let mut last = self.fresh_reads.lock().unwrap_or_else(|e| e.into_inner());
+        let now = Instant::now();
+        if let Some(at) = last.get(principal).filter(|at| now.duration_since(**at) < min) {
+            let wait = (min - now.duration_since(*at)).as_secs_f64();
+            return Err(ApiError::new(
+                StatusCode::TOO_MANY_REQUESTS,
+                "RATE_LIMITED",
+                format!(
+                    "a fresh read was made {:.1} s ago; try again in {wait:.1} s",
+                    now.duration_since(*at).as_secs_f64()
+                ),
+            ));
+        }
+        last.insert(principal.to_string(), now);
+        // Bounded: callers seen longer ago than the interval are forgotten.
+        if last.len() > 10_000 {
+            last.retain(|_, at| now.duration_since(*at) < min);
+        }
+        Ok(())
+    }
+}

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # `make run`: Postgres → database `qtg` → `qtg-venue-sim` (a simulated exchange, two accounts)
 # → with anvil: two local chains (QTT on A; the CCTP contracts on A and B) and
-# `qtg-attestation-sim` → `qtg` (API + workers; sim, CEX, EVM and CCTP lanes) → demo templates
-# and API keys → prints how to create and approve a movement with curl. Ctrl-C stops it.
+# `qtg-attestation-sim` → `qtg` (API + workers; sim, CEX, EVM and CCTP lanes; balance snapshots of
+# the venue's accounts and the chains, capital transfers followed up) → demo templates and API
+# keys → prints how to create and approve a movement, read balances and request a capital
+# transfer with curl. Ctrl-C stops it.
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)
 cd "$here"
@@ -33,9 +35,11 @@ for _ in $(seq 1 50); do
   kill -0 $venue_pid 2>/dev/null || { echo "qtg-venue-sim exited; see .qtg/venue-sim.log" >&2; exit 1; }
   sleep 0.1
 done
-# The sim lanes plus the CEX lane's entries, pointed at that venue; its accounts' credentials
-# (the simulator's own, from deploy/venue-sim.toml) as a real deployment passes them: by env.
-sed "s|http://127.0.0.1:9400|http://$venue_addr|" deploy/registry.cex.toml | cat deploy/registry.sim.toml - > .qtg/registry.toml
+# The sim lanes plus the CEX lane's entries and its two accounts' balance fetchers, pointed at
+# that venue; its accounts' credentials (the simulator's own, from deploy/venue-sim.toml) as a
+# real deployment passes them: by env.
+cat deploy/registry.cex.toml deploy/registry.cex-balances.toml | sed "s|http://127.0.0.1:9400|http://$venue_addr|" \
+  | cat deploy/registry.sim.toml - > .qtg/registry.toml
 export MG_EXECUTOR_REGISTRY="$here/.qtg/registry.toml"
 export MG_SIM_A_ACCESS_KEY=sim-a-api-key-0001 MG_SIM_A_SECRET=sim-a-secret-0001
 export MG_SIM_B_ACCESS_KEY=sim-b-api-key-0001 MG_SIM_B_SECRET=sim-b-secret-0001
@@ -162,6 +166,11 @@ if anvil_bin=$(./scripts/ensure-evm-tools.sh 2>.qtg/evm-tools.log); then
   [ "$(call_word "$anvil_url" "$a_usdc" "0xdd62ed3e$(addr_word $deployer)$(addr_word "$a_messenger")")" = "0x$max" ] \
     || send_tx "$anvil_url" "$a_usdc" "0x095ea7b3$(addr_word "$a_messenger")$max" >/dev/null
   sed "s|http://127.0.0.1:9401|http://$attestation_addr|" deploy/registry.cctp.toml >> .qtg/registry.toml
+  # Both chains' balance fetchers (ETH, QTT and USDC of the demos' sender and recipient): after
+  # the CCTP contracts, as chain A's USDC address is known only then; both chains are in
+  # MG_EVM_CHAINS, which a fetcher's chain must be.
+  sed -e "s|__TOKEN__|$token|" -e "s|__USDC_A__|$a_usdc|" -e "s|__USDC_B__|$b_usdc|" \
+    deploy/registry.evm-balances.toml >> .qtg/registry.toml
   export MG_EVM_CHAINS="[$(evm_chain 31337 "$anvil_url"),$(evm_chain 31338 "$anvil_b_url")]"
   domain() { # domain chain usdc transmitter messenger → its MG_CCTP_DOMAINS entry
     echo "{\"domain\":$1,\"chain_id\":$2,\"token_messenger\":\"$5\",\"message_transmitter\":\"$4\",\"usdc\":\"$3\"}"
@@ -174,6 +183,13 @@ fi
 export MG_API_ADDR="${MG_API_ADDR:-127.0.0.1:8080}"
 export MG_ADMIN_ADDR="${MG_ADMIN_ADDR:-127.0.0.1:9090}"
 export MG_LOG_FORMAT="${MG_LOG_FORMAT:-pretty}"
+# qtg-balance and qtg-followup, off by default, run in the all-in-one qtg: snapshots of every
+# [balances.*] venue every 30 s (what GET /v3/balances shows and creation checks), and capital
+# transfers closed within seconds of their movement ending (a tick every 5 s, not 60) and a lost
+# movement created after 30 s untouched (not 300).
+export MG_BALANCE_SNAPSHOT_ENABLED=true MG_CAPITAL_TRANSFER_FOLLOWUP_ENABLED=true
+export MG_CAPITAL_TRANSFER_FOLLOWUP_INTERVAL_SECONDS="${MG_CAPITAL_TRANSFER_FOLLOWUP_INTERVAL_SECONDS:-5}"
+export MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS="${MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS:-30}"
 if [ ! -f .qtg/bootstrap.key ]; then
   python3 -c 'import secrets; print("qtg_boot_" + secrets.token_hex(16))' > .qtg/bootstrap.key
 fi
@@ -272,6 +288,26 @@ log .qtg/anvil-b.log) are installed. Keys are in .qtg/keys/ (the bootstrap admin
   curl -s http://$venue_addr/admin/ledger        # the venue's books; /admin/requests: every withdraw request
   MG_EXECUTOR_REGISTRY=.qtg/registry.toml MG_SIM_A_ACCESS_KEY=sim-a-api-key-0001 MG_SIM_A_SECRET=sim-a-secret-0001 \\
     ./target/debug/qtgctl venues drill --venue sim_a --asset USDT
+
+  # balances: qtg-balance's snapshot every 30 s of sim_a, sim_b and, with anvil, evm:31337 and
+  # evm:31338 (ETH, QTT and USDC of anvil's first and third accounts); fresh=true reads the
+  # venues now (once per 5 s per caller)
+  curl -s $api/v3/balances -H "Authorization: Bearer \$REQUESTER"
+  curl -s "$api/v3/balances?fresh=true&venue=sim_a" -H "Authorization: Bearer \$REQUESTER"
+
+  # a capital transfer: 100 USDT from sim_a to sim_b by the CEX template; it answers the request
+  # with its movement_id, approved as above; qtg-followup closes it COMPLETED within seconds of the
+  # movement completing, and sim_a's USDT is down by 100 and the 1 USDT withdrawal fee
+  curl -s -X POST $api/v3/capital-transfers -H "Authorization: Bearer \$REQUESTER" -H 'Content-Type: application/json' \\
+    -d '{"from":"sim_a","to":"0xb0b0000000000000000000000000000000000b0b","asset":"USDT","amount":"100","reason":"rebalance","template_key":"demo.cex.a_to_b","idempotency_key":"ct-1"}'
+  curl -s -X POST $api/v3/movements/<movement_id>/approve -H "Authorization: Bearer \$APPROVER"
+  curl -s $api/v3/capital-transfers/<id> -H "Authorization: Bearer \$REQUESTER"
+  QTG_API_KEY=\$REQUESTER ./target/debug/qtgctl balances --venue sim_a --fresh
+  QTG_API_KEY=\$REQUESTER ./target/debug/qtgctl capital-transfers create --from sim_a \\
+    --to 0xb0b0000000000000000000000000000000000b0b --asset USDT --amount 100 --reason rebalance \\
+    --template demo.cex.a_to_b --idempotency-key ct-2
+  QTG_API_KEY=\$REQUESTER ./target/debug/qtgctl capital-transfers list
+  QTG_API_KEY=\$REQUESTER ./target/debug/qtgctl capital-transfers show <id>
 
   # EVM: 1.5 ETH, then 1.5 QTT, from anvil's first account to its third (signed by signer.evm.local)
   curl -s -X POST $api/v3/movements -H "Authorization: Bearer \$REQUESTER" -H 'Content-Type: application/json' \\

@@ -926,3 +926,54 @@ impl Hooks {
         self.0.lock().expect("hooks").iter().filter(|h| h["event_type"] == event_type).cloned().collect()
     }
 }
+
+/// A TCP proxy in front of Postgres that the test controls: [`DbProxy::cut`] drops every
+/// connection through it and refuses new ones (a worker cut off from its database, or the
+/// database gone) until [`DbProxy::restore`].
+pub struct DbProxy {
+    /// `url` with the proxy's address instead of the server's.
+    pub url: String,
+    cut: Arc<std::sync::atomic::AtomicBool>,
+    conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
+    _task: tokio::task::JoinHandle<()>,
+}
+
+impl DbProxy {
+    /// In front of the server of `db_url` (`postgres://user@host:port/db`).
+    pub async fn start(db_url: &str) -> anyhow::Result<DbProxy> {
+        let (head, rest) = db_url.split_once('@').context("a postgres URL with user@host")?;
+        let (upstream, tail) = rest.split_once('/').context("a postgres URL with /db")?;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let url = format!("{head}@{}/{tail}", listener.local_addr()?);
+        let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
+        let (upstream, c, k) = (upstream.to_string(), cut.clone(), conns.clone());
+        let task = tokio::spawn(async move {
+            while let Ok((mut client, _)) = listener.accept().await {
+                if c.load(std::sync::atomic::Ordering::SeqCst) {
+                    drop(client);
+                    continue;
+                }
+                let upstream = upstream.clone();
+                let h = tokio::spawn(async move {
+                    if let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await {
+                        let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
+                    }
+                });
+                k.lock().expect("conns").push(h.abort_handle());
+            }
+        });
+        Ok(DbProxy { url, cut, conns, _task: task })
+    }
+
+    pub fn cut(&self) {
+        self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
+        for h in self.conns.lock().expect("conns").drain(..) {
+            h.abort();
+        }
+    }
+
+    pub fn restore(&self) {
+        self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}

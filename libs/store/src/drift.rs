@@ -105,13 +105,7 @@ pub async fn lock_check(conn: &mut PgConnection, scope: &str) -> Result<Option<C
     .bind(scope)
     .execute(&mut *conn)
     .await?;
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {CHECK_COLUMNS} FROM drift_checks c WHERE c.scope = $1 FOR UPDATE OF c"
-    )))
-    .bind(scope)
-    .fetch_optional(&mut *conn)
-    .await?;
-    row.as_ref().map(check).transpose()
+    lock_existing(conn, scope).await
 }
 
 /// What one check of a scope found.
@@ -167,12 +161,3 @@ pub async fn list(conn: &mut PgConnection) -> Result<Vec<Check>> {
     rows.iter().map(check).collect()
 }
 
-/// The last check of `scope`.
-pub async fn get(conn: &mut PgConnection, scope: &str) -> Result<Option<Check>> {
-    let row =
-        sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {CHECK_COLUMNS} FROM drift_checks c WHERE c.scope = $1")))
-            .bind(scope)
-            .fetch_optional(&mut *conn)
-            .await?;
-    row.as_ref().map(check).transpose()
-}

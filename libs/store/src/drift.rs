@@ -160,4 +160,3 @@ pub async fn list(conn: &mut PgConnection) -> Result<Vec<Check>> {
         .await?;
     rows.iter().map(check).collect()
 }
-

@@ -4,7 +4,7 @@ export CARGO_TERM_COLOR ?= never
 
 DB_ADMIN_URL = $(shell ./scripts/ensure-postgres.sh)
 
-.PHONY: run test build lint lint-deploy lint-proto fmt bench db
+.PHONY: run test build lint lint-deploy lint-proto fmt bench db chaos
 
 build:
 	cargo build --workspace --bins
@@ -20,6 +20,16 @@ test:
 	DATABASE_URL="$$url" QTG_TEST_DATABASE_URL="$$url" QTG_ANVIL="$$anvil" cargo test --workspace -- --test-threads=4
 	@$(MAKE) --no-print-directory lint-deploy
 	@$(MAKE) --no-print-directory lint-proto
+
+## The fault-injection run (docs/chaos.md): every worker in replicas over a private PostgreSQL
+## cluster, 520 movements, SIGKILLs, SIGSTOPs past the lease, PostgreSQL crash-restarts, outages;
+## prints the table, fails on any duplicate or lost callback. `make chaos SEED=n` for another
+## schedule. A small seeded version runs in `make test` (tests/tests/chaos.rs).
+SEED ?= 1
+chaos:
+	@./scripts/ensure-postgres.sh >/dev/null && anvil="$$(./scripts/ensure-evm-tools.sh)" && \
+	cargo build --workspace --bins && \
+	QTG_ANVIL="$$anvil" ./target/debug/qtg-chaos --seed $(SEED)
 
 ## Render the Helm chart (default and full values) and k8s/, lint, validate strictly against
 ## the Kubernetes schemas and assert the deployment properties (Python venv in .qtg/).

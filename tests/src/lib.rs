@@ -13,6 +13,8 @@ use sqlx::{PgPool, Row};
 use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
+pub mod chaos;
+
 /// The server tests create their databases on: `QTG_TEST_DATABASE_URL`, `DATABASE_URL`, or
 /// the local default.
 pub fn admin_url() -> String {

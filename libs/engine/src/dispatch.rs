@@ -199,6 +199,7 @@ impl Engine {
         match built {
             Ok(ctx) => {
                 tx.commit().await?;
+                tracing::info!(node_id = %item.node_id, node_key = %item.node_key, attempt_no, "node claimed; preparing");
                 let executor =
                     self.registry.executor(&item.executor_key).map(|e| e.executor.clone()).ok_or_else(|| {
                         StoreError::corrupt(format!("executor {:?} left the registry", item.executor_key))
@@ -381,6 +382,7 @@ impl Engine {
         let Some(submit_by) = self.arm(&c, state, &prepared, signed.as_ref(), calls).await? else {
             return Ok(());
         };
+        tracing::info!(node_id = %c.item.node_id, attempt_no = c.attempt_no, %submit_by, "armed; submitting");
 
         // Submit, only while the window (less the skew margin) is still open.
         let window =

@@ -14,6 +14,7 @@ use tokio::io::{AsyncBufReadExt, BufReader};
 use tokio::process::{Child, Command};
 
 pub mod chaos;
+pub mod webdriver;
 
 /// The server tests create their databases on: `QTG_TEST_DATABASE_URL`, `DATABASE_URL`, or
 /// the local default.

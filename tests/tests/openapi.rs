@@ -95,12 +95,16 @@ async fn live_answers_conform_to_the_openapi_document() -> anyhow::Result<()> {
     }
     let movement_path = format!("/v3/movements/{id}");
     let diagnosis_path = format!("/v3/movements/{id}/nodes/a/diagnosis");
+    let node_path = format!("/v3/movements/{id}/nodes/a");
     for (template, path) in [
         ("/v3/templates", "/v3/templates"),
         ("/v3/templates/{key}", "/v3/templates/t.doc"),
         ("/v3/movements", "/v3/movements"),
         ("/v3/movements/{id}", movement_path.as_str()),
         ("/v3/movements/{id}/nodes/{node_key}/diagnosis", diagnosis_path.as_str()),
+        ("/v3/movements/{id}/nodes/{node_key}", node_path.as_str()),
+        ("/v3/movements", "/v3/movements?template_key=t.doc&since=2020-01-01T00:00:00Z"),
+        ("/v3/me", "/v3/me"),
         ("/v3/audit-events", "/v3/audit-events"),
         ("/v3/callbacks", "/v3/callbacks"),
         ("/v3/executors", "/v3/executors"),

@@ -108,3 +108,16 @@ pub async fn submission(
     }
     Ok((prepared, signed))
 }
+
+/// A node's artifacts, oldest first, as the API shows them. A signature's payload (a signed
+/// transaction anyone could broadcast) is left out; its hash stays.
+pub async fn of_node(conn: &mut PgConnection, node_id: Uuid) -> Result<Vec<Value>> {
+    Ok(sqlx::query_scalar(
+        "SELECT jsonb_build_object('attempt_no', attempt_no, 'kind', kind, 'payload_hash', payload_hash,
+                    'created_at', created_at, 'payload', CASE WHEN kind = 'sign_result' THEN NULL ELSE payload END)
+         FROM artifacts WHERE request_node_id = $1 ORDER BY created_at, id",
+    )
+    .bind(node_id)
+    .fetch_all(&mut *conn)
+    .await?)
+}

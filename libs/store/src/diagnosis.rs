@@ -45,15 +45,7 @@ pub async fn node_evidence(conn: &mut PgConnection, request_id: Uuid, node_key: 
     .await?;
     let Some(row) = row else { return Ok(None) };
     let node_id: Uuid = row.try_get("id")?;
-    let recent_events: Vec<Value> = sqlx::query_scalar(
-        "SELECT jsonb_build_object('at', created_at, 'kind', kind, 'method', method, 'outcome', outcome, 'from', from_state,
-                    'to', to_state, 'error_code', error_code, 'error_detail', error_detail, 'attempt_no', attempt_no,
-                    'duration_ms', duration_ms, 'actor', actor)
-         FROM node_events WHERE request_node_id = $1 ORDER BY id DESC LIMIT 25",
-    )
-    .bind(node_id)
-    .fetch_all(&mut *conn)
-    .await?;
+    let recent_events = crate::events::history(&mut *conn, node_id, 25, true).await?;
     Ok(Some(NodeEvidence {
         node_id,
         lane: row.try_get("lane")?,

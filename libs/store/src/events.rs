@@ -139,3 +139,25 @@ pub async fn record_calls(
     .await?;
     Ok(())
 }
+
+/// A node's history — its calls and transitions — as the API shows it: the `limit` newest
+/// events, newest first or (with `newest_first = false`) in the order they happened.
+pub async fn history(
+    conn: &mut PgConnection,
+    node_id: Uuid,
+    limit: i64,
+    newest_first: bool,
+) -> Result<Vec<serde_json::Value>> {
+    Ok(sqlx::query_scalar(
+        "SELECT jsonb_build_object('at', created_at, 'kind', kind, 'method', method, 'outcome', outcome, 'from', from_state,
+                    'to', to_state, 'error_code', error_code, 'error_detail', error_detail, 'attempt_no', attempt_no,
+                    'duration_ms', duration_ms, 'actor', actor)
+         FROM (SELECT * FROM node_events WHERE request_node_id = $1 ORDER BY id DESC LIMIT $2) e
+         ORDER BY CASE WHEN $3 THEN -id ELSE id END",
+    )
+    .bind(node_id)
+    .bind(limit)
+    .bind(newest_first)
+    .fetch_all(&mut *conn)
+    .await?)
+}

@@ -133,9 +133,19 @@ const NODES_SQL: &str = concat!(
 );
 
 /// Movements newest first, optionally in one state, after the `(created_at, id)` cursor.
+/// What a movement list is narrowed to; `None` is no filter.
+#[derive(Debug, Default)]
+pub struct MovementFilter<'a> {
+    pub state: Option<&'a str>,
+    pub template_key: Option<&'a str>,
+    pub created_by: Option<&'a str>,
+    /// Created at or after.
+    pub since: Option<DateTime<Utc>>,
+}
+
 pub async fn list(
     conn: &mut PgConnection,
-    state: Option<&str>,
+    filter: &MovementFilter<'_>,
     after: Option<(DateTime<Utc>, Uuid)>,
     limit: i64,
 ) -> Result<Vec<RequestRow>> {
@@ -144,12 +154,18 @@ pub async fn list(
         "SELECT {REQUEST_COLUMNS} FROM movement_requests
          WHERE ($1::text IS NULL OR request_state = $1)
            AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
+           AND ($5::text IS NULL OR template_key = $5)
+           AND ($6::text IS NULL OR created_by = $6)
+           AND ($7::timestamptz IS NULL OR created_at >= $7)
          ORDER BY created_at DESC, id DESC LIMIT $4"
     )))
-    .bind(state)
+    .bind(filter.state)
     .bind(at)
     .bind(id)
     .bind(limit)
+    .bind(filter.template_key)
+    .bind(filter.created_by)
+    .bind(filter.since)
     .fetch_all(&mut *conn)
     .await?;
     rows.iter().map(RequestRow::from_row).collect()

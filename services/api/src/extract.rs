@@ -251,6 +251,8 @@ pub struct ListQuery {
     pub venue: Option<String>,
     pub asset: Option<String>,
     pub fresh: Option<String>,
+    pub template_key: Option<String>,
+    pub created_by: Option<String>,
 }
 
 impl ListQuery {
@@ -276,11 +278,28 @@ impl ListQuery {
             ("venue", &self.venue),
             ("asset", &self.asset),
             ("fresh", &self.fresh),
+            ("template_key", &self.template_key),
+            ("created_by", &self.created_by),
         ];
         match set.iter().find(|(name, v)| v.is_some() && !filters.contains(name)) {
             Some((name, _)) => Err(ApiError::validation(format!("unknown query parameter {name}"))),
             None => Ok(self),
         }
+    }
+
+    /// The time filter `name` (`since`, `until`) as RFC 3339.
+    pub fn time(&self, name: &str) -> Result<Option<DateTime<Utc>>, ApiError> {
+        let v = match name {
+            "since" => self.since.as_deref(),
+            "until" => self.until.as_deref(),
+            _ => None,
+        };
+        v.map(|t| {
+            DateTime::parse_from_rfc3339(t).map(|t| t.with_timezone(&Utc)).map_err(|_| {
+                ApiError::validation(format!("{name} must be an RFC 3339 time, e.g. 2026-11-29T18:00:00Z"))
+            })
+        })
+        .transpose()
     }
 
     /// `limit`: 1-200, default 50.

@@ -4,6 +4,7 @@
 //! change and its audit row in one transaction — or the store for a read.
 
 pub mod auth;
+mod console;
 pub mod error;
 pub mod extract;
 mod openapi;
@@ -60,6 +61,7 @@ pub fn router(state: AppState) -> Router {
     let (api, doc) = routes();
     let doc = std::sync::Arc::new(openapi::served(&doc));
     api.route("/v3/openapi.json", get(move || async move { axum::Json(doc.as_ref().clone()) }))
+        .merge(console::routes())
         .fallback(|| async { error::ApiError::not_found("route") })
         .method_not_allowed_fallback(|| async {
             error::ApiError::new(

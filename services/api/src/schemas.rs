@@ -162,3 +162,53 @@ pub struct KeyDecisionDoc {
     request: qtg_store::api_keys::KeyRequest,
     key: Option<crate::openapi::ApiKeyCreated>,
 }
+
+/// `GET /v3/me`: who the key is.
+#[derive(ToSchema)]
+pub struct Me {
+    principal: String,
+    /// The key's highest role
+    role: RoleName,
+    /// Every role it holds (its highest and the ones before it)
+    roles: Vec<RoleName>,
+}
+
+/// A node with its whole history and its artifacts (`GET /v3/movements/{id}/nodes/{node_key}`).
+#[derive(ToSchema)]
+pub struct NodeDetail {
+    movement_id: uuid::Uuid,
+    node: qtg_store::NodeRow,
+    /// Its calls and transitions (`node_events`), oldest first; the newest 1000
+    events: Vec<NodeEventDoc>,
+    artifacts: Vec<ArtifactDoc>,
+}
+
+/// One row of a node's history: a call (`method`, `outcome`) or a transition (`from` → `to`).
+#[derive(ToSchema)]
+pub struct NodeEventDoc {
+    at: String,
+    /// call or transition
+    kind: String,
+    method: Option<String>,
+    outcome: Option<String>,
+    from: Option<String>,
+    to: Option<String>,
+    error_code: Option<String>,
+    error_detail: Option<String>,
+    attempt_no: i32,
+    duration_ms: Option<i32>,
+    actor: Option<String>,
+}
+
+/// What a node's step produced.
+#[derive(ToSchema)]
+pub struct ArtifactDoc {
+    attempt_no: i32,
+    /// prepared_action, sign_result, proof, generated, manual_evidence
+    kind: String,
+    payload_hash: Option<String>,
+    created_at: String,
+    /// null for a sign_result (a signed transaction is not shown)
+    #[schema(value_type = Option<Object>)]
+    payload: Value,
+}

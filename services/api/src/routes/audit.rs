@@ -2,18 +2,11 @@
 
 use axum::extract::State;
 use axum::Json;
-use chrono::{DateTime, Utc};
 use qtg_store::audit::AuditEvent;
 
 use crate::error::ApiError;
 use crate::extract::{ListQuery, Page, Params, SeqPageQuery, Viewer};
 use crate::AppState;
-
-fn parse_time(v: &str, name: &str) -> Result<DateTime<Utc>, ApiError> {
-    DateTime::parse_from_rfc3339(v)
-        .map(|t| t.with_timezone(&Utc))
-        .map_err(|_| ApiError::validation(format!("{name} must be an RFC 3339 time, e.g. 2026-11-29T18:00:00Z")))
-}
 
 #[utoipa::path(
     get,
@@ -24,8 +17,8 @@ fn parse_time(v: &str, name: &str) -> Result<DateTime<Utc>, ApiError> {
         ("movement_id" = Option<uuid::Uuid>, Query, description = "only events of this movement"),
         ("actor" = Option<String>, Query, description = "only events by this principal (or worker:<binary>)"),
         ("action" = Option<String>, Query, description = "e.g. movement.approve, node.transition, api_key.create"),
-        ("since" = Option<DateTime<Utc>>, Query, description = "RFC 3339, inclusive"),
-        ("until" = Option<DateTime<Utc>>, Query, description = "RFC 3339, exclusive"),
+        ("since" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "RFC 3339, inclusive"),
+        ("until" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "RFC 3339, exclusive"),
         SeqPageQuery
     ),
     responses((status = 200, description = "a page of audit events", body = Page<AuditEvent>)),
@@ -37,12 +30,13 @@ pub async fn list_audit_events(
 ) -> Result<Json<Page<AuditEvent>>, ApiError> {
     let q = q.allow(&["movement_id", "actor", "action", "since", "until"])?;
     let limit = q.limit()?;
+    let (since, until) = (q.time("since")?, q.time("until")?);
     let filter = qtg_store::audit::AuditFilter {
         movement_id: q.movement_id()?,
         actor: q.actor,
         action: q.action,
-        since: q.since.as_deref().map(|t| parse_time(t, "since")).transpose()?,
-        until: q.until.as_deref().map(|t| parse_time(t, "until")).transpose()?,
+        since,
+        until,
         after_id: q
             .cursor
             .as_deref()

@@ -127,3 +127,15 @@ pub async fn revoke_api_key(
     s.engine.revoke_api_key(&who.name, id).await?;
     Ok(StatusCode::NO_CONTENT)
 }
+
+#[utoipa::path(
+    get,
+    path = "/v3/me",
+    summary = "Who the key is: its principal and its highest role (each role includes the ones before it)",
+    description = "Role: viewer.",
+    responses((status = 200, description = "the caller", body = crate::openapi::Me)),
+)]
+pub async fn whoami(crate::extract::Viewer(who): crate::extract::Viewer) -> Json<serde_json::Value> {
+    let roles: Vec<&str> = crate::auth::Role::ALL.iter().filter(|r| **r <= who.highest).map(|r| r.as_str()).collect();
+    Json(serde_json::json!({"principal": who.name, "role": who.highest.as_str(), "roles": roles}))
+}

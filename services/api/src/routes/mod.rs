@@ -40,6 +40,7 @@ pub fn all() -> OpenApiRouter<AppState> {
         .routes(routes!(resume_movement))
         .routes(routes!(retry_node))
         .routes(routes!(diagnose_node))
+        .routes(routes!(get_node))
         .routes(routes!(complete_manual))
         .routes(routes!(list_audit_events))
         .routes(routes!(list_executors))
@@ -62,4 +63,5 @@ pub fn all() -> OpenApiRouter<AppState> {
         .routes(routes!(revoke_api_key))
         .routes(routes!(approve_key_request))
         .routes(routes!(reject_key_request))
+        .routes(routes!(whoami))
 }

@@ -202,9 +202,15 @@ pub async fn get_movement(
 #[utoipa::path(
     get,
     path = "/v3/movements",
-    summary = "List movements, newest first (state filter, cursor paging)",
+    summary = "List movements, newest first (state, template_key, created_by, since; cursor paging)",
     description = "Role: viewer.",
-    params(("state" = Option<crate::openapi::MovementState>, Query, description = "only movements in this state"), TimePageQuery),
+    params(
+        ("state" = Option<crate::openapi::MovementState>, Query, description = "only movements in this state"),
+        ("template_key" = Option<String>, Query, description = "only movements of this template"),
+        ("created_by" = Option<String>, Query, description = "only movements created by this principal"),
+        ("since" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "only movements created at or after this RFC 3339 time"),
+        TimePageQuery
+    ),
     responses((status = 200, description = "a page of movements (without nodes)", body = Page<Movement>)),
 )]
 pub async fn list_movements(
@@ -212,15 +218,22 @@ pub async fn list_movements(
     _: Viewer,
     Params(q): Params<ListQuery>,
 ) -> Result<Json<Page<Value>>, ApiError> {
-    let q = q.allow(&["state"])?;
+    let q = q.allow(&["state", "template_key", "created_by", "since"])?;
     let limit = q.limit()?;
+    let since = q.time("since")?;
     if let Some(st) = &q.state {
         st.parse::<RequestState>()
             .map_err(|_| ApiError::validation(format!("state {st:?} is not a movement state")))?;
     }
     let after = q.cursor.as_deref().map(parse_time_cursor).transpose()?;
     let mut conn = s.pool.acquire().await?;
-    let rows = qtg_store::movements::list(&mut conn, q.state.as_deref(), after, limit + 1).await?;
+    let filter = qtg_store::movements::MovementFilter {
+        state: q.state.as_deref(),
+        template_key: q.template_key.as_deref(),
+        created_by: q.created_by.as_deref(),
+        since,
+    };
+    let rows = qtg_store::movements::list(&mut conn, &filter, after, limit + 1).await?;
     let page = Page::from_rows(rows, limit, |r| time_cursor(r.created_at, r.id)).0;
     let items = page.items.iter().map(|r| movement_json(r, None)).collect();
     Ok(Json(Page { items, next_cursor: page.next_cursor }))

@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::movements::full_movement;
 use crate::error::ApiError;
-use crate::extract::{required_reason, Body, MovementId, NodeRef, Operator};
+use crate::extract::{required_reason, Body, MovementId, NodeRef, Operator, Viewer};
 use crate::openapi::Movement;
 use crate::AppState;
 
@@ -149,4 +149,25 @@ pub async fn diagnose_node(
     NodeRef { movement, node_key }: NodeRef,
 ) -> Result<Json<Value>, ApiError> {
     Ok(Json(s.engine.diagnose_node(movement, &node_key).await?))
+}
+
+#[utoipa::path(
+    get,
+    path = "/v3/movements/{id}/nodes/{node_key}",
+    summary = "A node: its row (state, markers, provider refs), its whole history of calls and transitions from node_events (oldest first, the newest 1000) and its artifacts (a signature's payload left out)",
+    description = "Role: viewer.",
+    params(("id" = uuid::Uuid, Path, description = "the movement id"), ("node_key" = String, Path, description = "the node's key in the plan")),
+    responses((status = 200, description = "the node", body = crate::openapi::NodeDetail)),
+)]
+pub async fn get_node(
+    State(s): State<AppState>,
+    _: Viewer,
+    NodeRef { movement, node_key }: NodeRef,
+) -> Result<Json<Value>, ApiError> {
+    let (_, nodes) = s.engine.movement(movement).await?;
+    let node = nodes.into_iter().find(|n| n.node_key == node_key).ok_or_else(|| ApiError::not_found("node"))?;
+    let mut conn = s.pool.acquire().await?;
+    let events = qtg_store::events::history(&mut conn, node.id, 1000, false).await?;
+    let artifacts = qtg_store::artifacts::of_node(&mut conn, node.id).await?;
+    Ok(Json(json!({"movement_id": movement, "node": node, "events": events, "artifacts": artifacts})))
 }

@@ -343,6 +343,9 @@ pub struct Report {
     pub chain_transactions: usize,
     pub remote_executions: usize,
     pub duplicates: usize,
+    /// Nodes whose final state the boundary contradicts (COMPLETED without exactly one
+    /// execution there, FAILED with one).
+    pub verdicts_disagreeing: usize,
     pub callbacks: i64,
     pub callbacks_dlq: i64,
     pub callbacks_redelivered: usize,
@@ -357,6 +360,20 @@ pub struct Report {
 impl Report {
     pub fn passed(&self) -> bool {
         self.problems.is_empty()
+    }
+
+    /// Adds a problem for each figure below its floor (what `make chaos` promises to cover).
+    pub fn require(&mut self, movements: usize, kills: usize, pauses: usize, pg_restarts: usize) {
+        for (what, got, floor) in [
+            ("movements", self.movements, movements),
+            ("kills", self.kills, kills),
+            ("pauses", self.pauses(), pauses),
+            ("PostgreSQL restarts", self.pg_restarts, pg_restarts),
+        ] {
+            if got < floor {
+                self.problems.push(format!("only {got} {what}; the run must cover at least {floor}"));
+            }
+        }
     }
 
     pub fn pauses(&self) -> usize {
@@ -394,6 +411,7 @@ impl Report {
             ("chain transactions", self.chain_transactions.to_string()),
             ("remote executor executions", self.remote_executions.to_string()),
             ("duplicates (must be 0)", self.duplicates.to_string()),
+            ("verdicts the boundary contradicts (must be 0)", self.verdicts_disagreeing.to_string()),
             (
                 "callbacks (sent or in DLQ)",
                 format!(
@@ -402,7 +420,7 @@ impl Report {
                 ),
             ),
             ("callbacks lost (must be 0)", self.callbacks_lost.to_string()),
-            ("transitions without an audit event (must be 0)", self.audit_missing.to_string()),
+            ("transitions and audit events unpaired (must be 0)", self.audit_missing.to_string()),
             ("time to quiescence", format!("{:.1} s", self.quiescence.as_secs_f64())),
             ("wall time", format!("{:.1} s", self.wall.as_secs_f64())),
             ("result", if self.passed() { "PASS".into() } else { format!("FAIL ({} problems)", self.problems.len()) }),
@@ -599,6 +617,17 @@ async fn create(apis: &Apis, requester: &str, approver: &str, body: &Value) -> a
     }
 }
 
+/// The call deadline (`MG_EXECUTOR_TIMEOUT_MS`), the tests' clock-skew margin and the recovery
+/// grace; the lease and the pause follow from them (docs/architecture.md §6.4).
+const CALL_TIMEOUT_S: f64 = 3.0;
+const SKEW_S: f64 = 0.2;
+const GRACE_S: f64 = 5.0;
+/// `MG_DISPATCH_LEASE_SECONDS`' default: preflight + prepare + sign deadlines + 2 × skew.
+const LEASE_S: f64 = 3.0 * CALL_TIMEOUT_S + 2.0 * SKEW_S;
+/// A pause outlasts the lease (another dispatcher re-claims) and the grace (recovery decides
+/// the armed attempt), with room for their loops to act.
+const PAUSE_S: f64 = if LEASE_S > GRACE_S { LEASE_S } else { GRACE_S } + 6.0;
+
 /// Every loop of the run ticks at least every 10 s; a heartbeat three times older is stale.
 const STALE_SECONDS: f64 = 30.0;
 
@@ -672,8 +701,9 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         ("MG_ANVIL0_PRIVATE_KEY", ANVIL_KEY_0.to_string()),
         ("MG_ANVIL1_PRIVATE_KEY", ANVIL_KEY_1.to_string()),
         ("QTG_EXAMPLE_SECRET", EXAMPLE_HMAC_SECRET.to_string()),
-        ("MG_EXECUTOR_TIMEOUT_MS", "3000".to_string()),
-        ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "5".to_string()),
+        ("MG_EXECUTOR_TIMEOUT_MS", format!("{}", (CALL_TIMEOUT_S * 1000.0) as u64)),
+        ("MG_CLOCK_SKEW_MARGIN_SECONDS", SKEW_S.to_string()),
+        ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", GRACE_S.to_string()),
         ("MG_NODE_DISPATCH_INTERVAL_SECONDS", "0.2".to_string()),
         ("MG_NODE_OBSERVE_INTERVAL_SECONDS", "0.3".to_string()),
         ("MG_NODE_RECOVERY_INTERVAL_SECONDS", "0.5".to_string()),
@@ -812,17 +842,17 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         (0..p.pg_restarts).map(|k| frac((k as f64 + 0.5) / (p.pg_restarts as f64 + 0.25))).collect();
     let mut pause_times: Vec<Instant> =
         (0..p.pauses).map(|k| frac(0.1 + 0.8 * k as f64 / p.pauses.max(1) as f64)).collect();
-    // (what, starts, ends): the venue, the remote executor, the receiver, the cut.
-    let mut outages: Vec<(&str, Instant, Instant, bool)> = [
+    // (what, due, ends once started, over): the venue, the remote executor, the receiver, the cut.
+    let mut outages: Vec<(&str, Instant, Option<Instant>, bool)> = [
         ("venue", 0.2),
         ("remote executor", 0.35),
         ("callback receiver", 0.6),
         ("dispatcher #0 cut from Postgres", 0.75),
     ]
     .into_iter()
-    .map(|(w, f)| (w, frac(f), frac(f) + p.outage, false))
+    .map(|(w, f)| (w, frac(f), None, false))
     .collect();
-    let pause_for = Duration::from_secs(16); // lease (≈6.4 s) and grace (5 s) past, with margin
+    let pause_for = Duration::from_secs_f64(PAUSE_S);
     let mut paused: Option<(usize, Instant)> = None;
     let mut hunting: Option<(bool, Instant)> = None; // (after the arm?, give up at)
     let mut next_kind_after_arm = false;
@@ -831,7 +861,14 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
     let (mut baits, mut next_bait, mut bait_tasks) = (0usize, Instant::now(), Vec::new());
     let db = PgPool::connect(&pg.url).await?;
 
-    while Instant::now() < start + p.span || paused.is_some() || hunting.is_some() || outages.iter().any(|o| o.3) {
+    // Until the span is over and every fault of the schedule has run (none is skipped).
+    while Instant::now() < start + p.span
+        || paused.is_some()
+        || hunting.is_some()
+        || !pause_times.is_empty()
+        || !pg_restarts.is_empty()
+        || outages.iter().any(|o| !o.3)
+    {
         let now = Instant::now();
         // Kills, never of the paused process.
         // Kills wait while a pause is looking for its moment (a kill could take it away).
@@ -852,25 +889,28 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
             tracing_free_note(&format!("PostgreSQL crash-restarted ({:.1} s away)", away.as_secs_f64()));
         }
         // Outages.
-        for o in outages.iter_mut() {
-            if !o.3 && now >= o.1 && now < o.2 {
-                o.3 = true;
-                match o.0 {
-                    "venue" => venue.proc.signal("STOP"),
-                    "remote executor" => remote.signal("STOP"),
-                    "callback receiver" => receiver.stop(),
-                    _ => proxy.cut(),
+        for o in outages.iter_mut().filter(|o| !o.3) {
+            match o.2 {
+                None if now >= o.1 => {
+                    o.2 = Some(now + p.outage);
+                    match o.0 {
+                        "venue" => venue.proc.signal("STOP"),
+                        "remote executor" => remote.signal("STOP"),
+                        "callback receiver" => receiver.stop(),
+                        _ => proxy.cut(),
+                    }
                 }
-            } else if o.3 && now >= o.2 {
-                o.3 = false;
-                match o.0 {
-                    "venue" => venue.proc.signal("CONT"),
-                    "remote executor" => remote.signal("CONT"),
-                    "callback receiver" => receiver.resume().await?,
-                    _ => proxy.restore(),
+                Some(end) if now >= end => {
+                    o.3 = true;
+                    match o.0 {
+                        "venue" => venue.proc.signal("CONT"),
+                        "remote executor" => remote.signal("CONT"),
+                        "callback receiver" => receiver.resume().await?,
+                        _ => proxy.restore(),
+                    }
+                    report.outages.push(format!("{} {:.0} s", o.0, p.outage.as_secs_f64()));
                 }
-                report.outages.push(format!("{} {:.0} s", o.0, p.outage.as_secs_f64()));
-                o.1 = o.2 + Duration::from_secs(3600 * 24);
+                _ => {}
             }
         }
         // Pauses: find a dispatcher holding a node in PREPARING, or one that has just armed.
@@ -920,14 +960,15 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
                         _ => continue,
                     };
                     let node = field(l, "node_id").unwrap_or_default();
-                    // A node of chaos.sim.prepare (2.5 s in prepare) or chaos.sim.hold (its call
-                    // on the wire for 1.5 s after the arm).
+                    // A node of chaos.sim.prepare (2.5 s in prepare) while preparing, of
+                    // chaos.sim.hold (its call on the wire for 1.5 s) after the arm.
                     let there: bool = sqlx::query_scalar(
-                        "SELECT coalesce(bool_or(node_state = $2 AND node_key IN ('prep', 'hold')), false)
+                        "SELECT coalesce(bool_or(node_state = $2 AND node_key = $3), false)
                          FROM movement_request_nodes WHERE id::text = $1",
                     )
                     .bind(&node)
                     .bind(state)
+                    .bind(if after_arm { "hold" } else { "prep" })
                     .fetch_one(&db)
                     .await
                     .unwrap_or(false);
@@ -940,8 +981,26 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
                     break;
                 }
             }
-            if let Some((i, node)) = target {
-                slots[i].signal("STOP");
+            // After the arm the call must still be on its way: if the venue already has it, the
+            // moment was missed — continue the process and wait for the next one.
+            let mut missed = false;
+            if let Some((i, node)) = &target {
+                slots[*i].signal("STOP");
+                if after_arm {
+                    let at_venue: i64 =
+                        sqlx::query_scalar("SELECT count(*) FROM sim_submit_calls WHERE request_node_id::text = $1")
+                            .bind(node)
+                            .fetch_one(&db)
+                            .await
+                            .unwrap_or(1);
+                    if at_venue > 0 {
+                        slots[*i].signal("CONT");
+                        missed = true;
+                        next_bait = now;
+                    }
+                }
+            }
+            if let Some((i, node)) = target.filter(|_| !missed) {
                 pause_targets.push((node, after_arm));
                 paused = Some((i, Instant::now() + pause_for));
                 if after_arm {
@@ -955,7 +1014,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
                     if after_arm { "right after arm" } else { "while preparing" }
                 ));
                 hunting = None;
-            } else if now > give_up {
+            } else if now > give_up && !missed {
                 report.problems.push(format!(
                     "no dispatcher was found {} within 60 s to pause",
                     if after_arm { "right after an arm" } else { "preparing" }
@@ -976,6 +1035,14 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         let _ = t.await;
     }
     report.problems.extend(stream_errors.lock().expect("errors").iter().cloned());
+    if report.pauses() < p.pauses || report.outages.len() < 4 {
+        report.problems.push(format!(
+            "the schedule ran {} of {} pauses and {} of 4 outages",
+            report.pauses(),
+            p.pauses,
+            report.outages.len()
+        ));
+    }
     let created = created.lock().expect("created").clone();
     report.movements = created.len();
 
@@ -1090,7 +1157,8 @@ async fn check(
     // A movement with a person: each of its unfinished nodes has a runbook case.
     let held: Vec<(String, String)> = sqlx::query_as(
         "SELECT n.request_id::text, n.node_key FROM movement_request_nodes n JOIN movement_requests r ON r.id = n.request_id
-         WHERE r.id = ANY($1) AND r.request_state = 'MANUAL_INTERVENTION' AND n.node_state IN ('UNKNOWN', 'FAILED', 'SUBMITTING')",
+         WHERE r.id = ANY($1) AND r.request_state = 'MANUAL_INTERVENTION'
+           AND n.node_state NOT IN ('COMPLETED', 'SKIPPED', 'CANCELLED')",
     )
     .bind(&ids)
     .fetch_all(db)
@@ -1187,6 +1255,10 @@ async fn check(
     let mut per_key: HashMap<String, usize> = HashMap::new();
     let mut calls: HashMap<String, usize> = HashMap::new();
     for l in remote.lines.lock().expect("log lock").iter() {
+        // Refused by the SDK's fence (void, late, superseded) or handled: a call either way.
+        if message(l).starts_with("submit refused") {
+            *calls.entry(field(l, "idempotency_key").unwrap_or_default()).or_default() += 1;
+        }
         if message(l) == "submit call" {
             let key = field(l, "idempotency_key").unwrap_or_default();
             if field(l, "executed").as_deref() == Some("true") {
@@ -1209,29 +1281,76 @@ async fn check(
         report.problems.push(format!("the remote executor executed node {node} {n} times"));
     }
 
+    // qtg's verdict against the boundary's: a node qtg calls COMPLETED was executed exactly once
+    // where the money is, one it calls FAILED (or CANCELLED, SKIPPED) not at all — a "failure"
+    // the venue executed would invite a retry that pays twice. A movement with a person is
+    // theirs to reconcile.
+    let sim_executed: HashMap<String, usize> = sqlx::query_as::<_, (String, i64)>(
+        "SELECT request_node_id::text, count(*) FROM sim_submit_calls WHERE outcome = 'executed' GROUP BY 1",
+    )
+    .fetch_all(db)
+    .await?
+    .into_iter()
+    .map(|(n, c)| (n, c as usize))
+    .collect();
+    let index: HashMap<&str, usize> = created.iter().map(|(i, _, id)| (id.as_str(), *i)).collect();
+    let nodes: Vec<(String, String, String, String, String)> = sqlx::query_as(
+        "SELECT n.id::text, n.request_id::text, n.node_key, n.node_state, p.executor_key
+         FROM movement_request_nodes n JOIN movement_requests r ON r.id = n.request_id
+         JOIN plan_nodes p ON p.id = n.plan_node_id
+         WHERE r.id = ANY($1) AND r.request_state <> 'MANUAL_INTERVENTION'",
+    )
+    .bind(&ids)
+    .fetch_all(db)
+    .await?;
+    for (node, movement, key, state, executor) in nodes {
+        let at_boundary = if executor == "exec.sim.transfer" {
+            sim_executed.get(&node).copied().unwrap_or(0)
+        } else if executor.starts_with("exec.cex.withdrawal_action") {
+            paid.get(&node).copied().unwrap_or(0)
+        } else if executor == "exec.evm.transfer" {
+            index.get(movement.as_str()).and_then(|i| by_value.get(&evm_wei(*i))).copied().unwrap_or(0)
+        } else if executor.starts_with("exec.ex.") {
+            per_node.get(&node).copied().unwrap_or(0)
+        } else {
+            continue; // an observation: nothing of its own at the boundary
+        };
+        let expected = match state.as_str() {
+            "COMPLETED" => 1,
+            "FAILED" | "CANCELLED" | "SKIPPED" => 0,
+            _ => continue,
+        };
+        if at_boundary != expected {
+            report.verdicts_disagreeing += 1;
+            report.problems.push(format!(
+                "movement {movement} node {key} is {state} but the boundary executed it {at_boundary} times"
+            ));
+        }
+    }
+
     // Callbacks: each transition of a node, and of a movement (its audit row is its history),
     // has its callback, sent (and received) or in the DLQ.
-    let node_sql = "SELECT coalesce(sum(t.n - coalesce(c.n, 0)), 0)::bigint FROM
+    // Written by the one statement of a transition, they pair up one to one: a guard against a
+    // path that changes a state without it.
+    let node_sql = "SELECT coalesce(sum(abs(coalesce(t.n, 0) - coalesce(c.n, 0))), 0)::bigint FROM
            (SELECT e.request_id, n.node_key, count(*) AS n FROM node_events e
             JOIN movement_request_nodes n ON n.id = e.request_node_id
             WHERE e.request_id = ANY($1) AND e.kind = 'transition' GROUP BY 1, 2) t
-         LEFT JOIN (SELECT request_id, payload->>'node_key' AS node_key, count(*) AS n FROM movement_callback_outbox
+         FULL JOIN (SELECT request_id, payload->>'node_key' AS node_key, count(*) AS n FROM movement_callback_outbox
                     WHERE request_id = ANY($1) AND event_type = 'node_state_changed' AND replay_of IS NULL
-                    GROUP BY 1, 2) c ON c.request_id = t.request_id AND c.node_key = t.node_key
-         WHERE t.n > coalesce(c.n, 0)";
-    let movement_sql = "SELECT coalesce(sum(a.n - coalesce(c.n, 0)), 0)::bigint FROM
+                    GROUP BY 1, 2) c ON c.request_id = t.request_id AND c.node_key = t.node_key";
+    let movement_sql = "SELECT coalesce(sum(abs(coalesce(a.n, 0) - coalesce(c.n, 0))), 0)::bigint FROM
            (SELECT movement_id, count(*) AS n FROM audit_events
             WHERE movement_id = ANY($1) AND action = 'movement.transition' GROUP BY 1) a
-         LEFT JOIN (SELECT request_id, count(*) AS n FROM movement_callback_outbox
+         FULL JOIN (SELECT request_id, count(*) AS n FROM movement_callback_outbox
                     WHERE request_id = ANY($1) AND replay_of IS NULL
                       AND event_type NOT IN ('node_state_changed', 'frontier_advanced', 'request_attention')
-                    GROUP BY 1) c ON c.request_id = a.movement_id
-         WHERE a.n > coalesce(c.n, 0)";
+                    GROUP BY 1) c ON c.request_id = a.movement_id";
     for (what, sql) in [("node", node_sql), ("movement", movement_sql)] {
-        let missing: i64 = sqlx::query_scalar(sql).bind(&ids).fetch_one(db).await?;
-        if missing > 0 {
-            report.callbacks_lost += missing as usize;
-            report.problems.push(format!("{missing} {what} transitions have no callback in the outbox"));
+        let unpaired: i64 = sqlx::query_scalar(sql).bind(&ids).fetch_one(db).await?;
+        if unpaired > 0 {
+            report.callbacks_lost += unpaired as usize;
+            report.problems.push(format!("{unpaired} {what} transitions and their callbacks do not pair up"));
         }
     }
     let rows: Vec<(String, String)> = sqlx::query_as(
@@ -1256,18 +1375,19 @@ async fn check(
 
     // Audit: each transition of a node has its audit event.
     report.audit_missing = sqlx::query_scalar(
-        "SELECT coalesce(sum(t.n - coalesce(a.n, 0)), 0)::bigint FROM
+        "SELECT coalesce(sum(abs(coalesce(t.n, 0) - coalesce(a.n, 0))), 0)::bigint FROM
            (SELECT request_node_id::text AS node, count(*) AS n FROM node_events
             WHERE request_id = ANY($1) AND kind = 'transition' GROUP BY 1) t
-         LEFT JOIN (SELECT entity_id AS node, count(*) AS n FROM audit_events
-                    WHERE action = 'node.transition' GROUP BY 1) a ON a.node = t.node
-         WHERE t.n > coalesce(a.n, 0)",
+         FULL JOIN (SELECT entity_id AS node, count(*) AS n FROM audit_events
+                    WHERE movement_id = ANY($1) AND action = 'node.transition' GROUP BY 1) a ON a.node = t.node",
     )
     .bind(&ids)
     .fetch_one(db)
     .await?;
     if report.audit_missing > 0 {
-        report.problems.push(format!("{} node transitions have no audit event", report.audit_missing));
+        report
+            .problems
+            .push(format!("{} node transitions and their audit events do not pair up", report.audit_missing));
     }
 
     // Heartbeats: every running worker process beats.

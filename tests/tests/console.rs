@@ -55,6 +55,12 @@ async fn an_operator_signs_in_approves_watches_diagnoses_and_cancels_in_the_brow
         json!({"template_key": "console.stuck", "nodes": [sim("u", json!({"submit": "unknown", "recover": "unknown"}))]}),
     )
     .await?;
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "console.refused", "nodes": [sim("r", json!({"preflight": "fail"}))]}),
+    )
+    .await?;
     let shots = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
     let b = Browser::start().await?;
 
@@ -107,8 +113,27 @@ async fn an_operator_signs_in_approves_watches_diagnoses_and_cancels_in_the_brow
     b.click("a[data-node=u]").await?;
     b.wait_text("#diagnosis", "Diagnosis: C", T).await?;
     b.wait_text("main", "State history and calls", T).await?;
-    assert!(b.count("button[data-action=retry]").await? == 1, "{}", b.page_text().await?);
+    // UNKNOWN is recovery's to decide: the console offers no retry the API would refuse.
+    assert_eq!(b.count("button[data-action]").await?, 0, "{}", b.page_text().await?);
     b.screenshot(&shots, "04-node-diagnosis").await?;
+
+    // A FAILED node is retried from its page, with a reason (it fails again: its preflight refuses).
+    let refused = create(&api, &keys.requester, "console.refused", "console-5").await?;
+    api.ok("POST", &format!("/v3/movements/{refused}/approve"), &keys.approver, None, 200).await?;
+    wait_state(&api, &keys.requester, &refused, &["FAILED"], T).await?;
+    b.goto(&format!("{}/console#/movements/{refused}/nodes/r", api.base)).await?;
+    b.click("button[data-action=retry]").await?;
+    b.fill("#f-reason", "venue fixed the limit").await?;
+    b.click("#action-submit").await?;
+    let retried = wait_until("the operator's retry in the node's history", T, || async {
+        let n = api.ok("GET", &format!("/v3/movements/{refused}/nodes/r"), &viewer, None, 200).await?;
+        let events = n["events"].as_array().cloned().unwrap_or_default();
+        Ok(events.iter().any(|e| e["from"] == "FAILED" && e["to"] == "READY" && e["actor"] == "ops"))
+    })
+    .await;
+    if let Err(e) = retried {
+        anyhow::bail!("{e}; the page says: {}", b.page_text().await?);
+    }
 
     // The operator cancels a pending movement, with a reason.
     let pending = create(&api, &keys.requester, "console.live", "console-3").await?;
@@ -142,7 +167,7 @@ async fn an_operator_signs_in_approves_watches_diagnoses_and_cancels_in_the_brow
     );
     assert!(ids(api.ok("GET", &q("created_by=someone-else"), &viewer, None, 200).await?).is_empty());
     assert!(ids(api.ok("GET", &q("since=2999-01-01T00:00:00Z"), &viewer, None, 200).await?).is_empty());
-    assert_eq!(ids(api.ok("GET", &q("since=2000-01-01T00:00:00Z"), &viewer, None, 200).await?).len(), 3);
+    assert_eq!(ids(api.ok("GET", &q("since=2000-01-01T00:00:00Z"), &viewer, None, 200).await?).len(), 4);
     let (status, err) = api.call("GET", &q("since=yesterday"), &viewer, None).await?;
     assert_eq!((status, err["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{err}");
 

@@ -101,8 +101,9 @@ async fn fan_out_branches_prepare_in_parallel_and_a_cancel_during_prepare_wins()
     .fetch_one(&db.pool)
     .await?;
     let spread = last_arm - first_claim;
-    // Serialised on the movement, four 1.5 s prepares would take 6 s; in parallel about one.
-    assert!(spread < 3.0, "four branches armed {spread:.2} s after the first claim (4 × 1.5 s would be serialised)");
+    // Serialised on the movement, four 1.5 s prepares take at least 6 s; in parallel about 1.5
+    // (more on a loaded machine). Under 5 s, they overlapped: this is a structure, not a speed.
+    assert!(spread < 5.0, "four branches armed {spread:.2} s after the first claim (4 × 1.5 s would be serialised)");
 
     // A cancel while the node is PREPARING (a 3 s prepare in flight) answers at once and wins.
     let id = start_movement(&api, &keys, "t.slowprep", "cancel-1", None).await?;

@@ -14,8 +14,7 @@ const STATES = ["PENDING_APPROVAL", "APPROVED", "EXECUTING", "WAITING_MANUAL_ACT
 const CASES = ["C1", "C2", "C3a", "C3b", "C5", "C6", "C7"];
 
 let me = null; // {principal, role}
-let timer = null;
-let renderSeq = 0;
+let notice = ""; // a message for the sign-in screen (signed out, key refused, API unreachable)
 
 // ---- DOM helpers -------------------------------------------------------------------------
 function h(tag, attrs, ...children) {
@@ -33,10 +32,21 @@ function h(tag, attrs, ...children) {
   return el;
 }
 const $ = (id) => document.getElementById(id);
-/** Replaces el's children, skipping the null/false of optional parts. */
-function put(el, ...kids) {
-  el.replaceChildren(...kids.flat().filter((k) => k !== null && k !== undefined && k !== false));
+/** What identifies a focused control across a re-render (a refresh rebuilds the screen). */
+function focusKey(el) {
+  if (!el || el === document.body) return null;
+  const attr = (a) => `[${a}="${CSS.escape(el.getAttribute(a))}"]`;
+  if (el.id) return `#${CSS.escape(el.id)}`;
+  for (const a of ["data-action", "data-node", "href"]) if (el.getAttribute(a)) return `${el.tagName.toLowerCase()}${attr(a)}`;
+  return null;
 }
+/** Replaces el's children, skipping the null/false of optional parts; keeps the keyboard focus. */
+function put(el, ...kids) {
+  const key = el.contains(document.activeElement) ? focusKey(document.activeElement) : null;
+  el.replaceChildren(...kids.flat().filter((k) => k !== null && k !== undefined && k !== false));
+  if (key) el.querySelector(key)?.focus();
+}
+const failure = (what, e) => h("p", { role: "alert", class: "error" }, `${what} could not be loaded: ${e.code ? `${e.code}: ` : ""}${e.message}`);
 const badge = (s) => h("span", { class: `badge s-${s}` }, s ?? "—");
 const text = (v) => (v === null || v === undefined || v === "" ? "—" : typeof v === "object" ? JSON.stringify(v) : String(v));
 const json = (v) => h("pre", {}, JSON.stringify(v, null, 2));
@@ -71,7 +81,10 @@ function table(rows, columns, caption) {
 function dl(pairs) {
   return h("dl", { class: "kv" }, pairs.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v instanceof Node ? v : text(v))]));
 }
-function status(msg) { $("status").textContent = msg; }
+function status(msg) {
+  $("status").textContent = msg;
+  $("status").classList.remove("error");
+}
 
 // ---- the API -------------------------------------------------------------------------------
 class ApiError extends Error {
@@ -89,7 +102,7 @@ async function api(method, path, body) {
   const res = await fetch(path, { method, headers, body: body === undefined ? undefined : JSON.stringify(body) });
   const data = res.status === 204 ? null : await res.json().catch(() => null);
   if (res.status === 401 && me) {
-    signOut("Your key was refused (expired or revoked?). Sign in again.");
+    signOut("Your key was refused (expired or revoked?). Sign in again to go on where you were.");
     throw new ApiError(401, data);
   }
   if (!res.ok) throw new ApiError(res.status, data);
@@ -101,8 +114,8 @@ const can = (role) => me && RANKS[me.role] >= RANKS[role];
 function signOut(message) {
   sessionStorage.removeItem(KEY);
   me = null;
-  location.hash = "#/login";
-  render(message);
+  notice = message || "";
+  render(); // the sign-in screen, at the same place: signing in again goes on from there
 }
 async function signIn(key) {
   sessionStorage.setItem(KEY, key);
@@ -123,8 +136,8 @@ function loginScreen(message) {
       err.textContent = "";
       try {
         await signIn(input.value.trim());
-        // Back to where the operator was going (a hash that does not change fires no event).
-        if (!location.hash || location.hash.startsWith("#/login")) location.hash = "#/movements";
+        // Back to where the operator was (a hash that does not change fires no event).
+        if (location.hash.startsWith("#/login")) location.hash = "#/movements";
         else render();
       } catch (e) {
         err.textContent = e.status === 401 ? "This key is not valid." : `Could not sign in: ${e.message}`;
@@ -223,7 +236,7 @@ async function movementsScreen(main, params) {
     h("label", { for: "flt-age" }, "Age", age),
     h("label", { for: "flt-live", class: "inline" }, live, "Live refresh"),
     h("button", { type: "submit" }, "Apply"));
-  const list = h("div", { id: "movement-list", "aria-live": "polite" });
+  const list = h("div", { id: "movement-list" });
   put(main, h("h1", {}, "Movements"), form, list);
   const load = async () => {
     const p = new URLSearchParams({ limit: "100" });
@@ -242,7 +255,7 @@ async function movementsScreen(main, params) {
     status(`movements: ${page.items.length} shown, ${new Date().toLocaleTimeString()}`);
   };
   await load();
-  if (live.checked) every(load);
+  if (live.checked) every(main, load);
 }
 
 // ---- a movement ----------------------------------------------------------------------------
@@ -317,19 +330,20 @@ async function templateEdges(m) {
 async function movementScreen(main, id) {
   const m0 = await api("GET", `/v3/movements/${id}`);
   const edges = await templateEdges(m0);
+  if (!main.isConnected) return;
   const body = h("div", { id: "movement" });
   put(main, h("p", {}, h("a", { href: "#/movements" }, "← Movements")), body);
   const load = async () => {
     const m = await api("GET", `/v3/movements/${id}`);
     const [callbacks, audit] = await Promise.all([
-      can("operator") ? api("GET", `/v3/callbacks?movement_id=${id}&limit=200`).catch(() => ({ items: [] })) : Promise.resolve(null),
-      api("GET", `/v3/audit-events?movement_id=${id}&limit=200`).catch(() => ({ items: [] })),
+      can("operator") ? api("GET", `/v3/callbacks?movement_id=${id}&limit=200`).catch((e) => ({ error: e })) : Promise.resolve(null),
+      api("GET", `/v3/audit-events?movement_id=${id}&limit=200`).catch((e) => ({ error: e })),
     ]);
     const actions = h("div", { class: "actions", role: "group", "aria-label": "Actions" });
     const reload = () => load().catch(showError);
-    const mine = me && m.created_by === me.principal;
+    const mine = me && m.created_by.toLowerCase() === me.principal.toLowerCase();
     if (m.request_state === "PENDING_APPROVAL" && can("approver") && !mine) {
-      actions.append(actionButton("Approve", () => act({ title: "Approve", help: `Approve ${m.intent?.amount ?? ""} ${m.intent?.asset ?? ""} by template ${m.template_key}. Intent hash ${m.intent_hash}.`,
+      actions.append(actionButton("Approve", () => act({ title: "Approve", help: `Approve ${text(m.intent?.amount)} ${text(m.intent?.asset)} from ${text(m.intent?.source)} to ${text(m.intent?.destination)} by template ${m.template_key} v${m.template_version}. Intent hash ${m.intent_hash}.`,
         fields: [{ ...reasonField, required: true }], submit: (v) => api("POST", `/v3/movements/${id}/approve`, { reason: v.reason }), onDone: reload }), "primary"));
       actions.append(actionButton("Reject", () => act({ title: "Reject", fields: [reasonField], danger: true,
         submit: (v) => api("POST", `/v3/movements/${id}/reject`, { reason: v.reason }), onDone: reload }), "danger"));
@@ -350,7 +364,7 @@ async function movementScreen(main, id) {
         onDone: reload,
       }), "danger"));
     }
-    if (["MANUAL_INTERVENTION", "WAITING_MANUAL_ACTION"].includes(m.request_state) && can("operator")) {
+    if (m.request_state === "MANUAL_INTERVENTION" && can("operator")) {
       actions.append(actionButton("Resume", () => act({ title: "Resume", fields: [reasonField],
         submit: (v) => api("POST", `/v3/movements/${id}/actions/resume`, { reason: v.reason }), onDone: reload })));
     }
@@ -373,30 +387,31 @@ async function movementScreen(main, id) {
       h("div", { class: "grid" },
         h("section", {}, h("h2", {}, "Approvals"), table(m.approvals || [], [["By", (a) => a.approver ?? a.approved_by ?? a.principal], ["At", (a) => when(a.approved_at ?? a.created_at)], ["Reason", (a) => a.reason]], "approvals")),
         h("section", {}, h("h2", {}, "Callbacks"), callbacks === null ? h("p", { class: "muted" }, "Callbacks are shown to operators.") :
-          table(callbacks.items, [["Seq", (c) => c.sequence], ["Event", (c) => c.event_type], ["Status", (c) => badge(c.status)], ["Attempts", (c) => c.attempts], ["Last error", (c) => c.last_error]], "callbacks"))),
+          callbacks.error ? failure("Callbacks", callbacks.error) : table(callbacks.items, [["Seq", (c) => c.sequence], ["Event", (c) => c.event_type], ["Status", (c) => badge(c.status)], ["Attempts", (c) => c.attempts], ["Last error", (c) => c.last_error]], "callbacks"))),
       h("h2", {}, "Audit trail"),
-      table(audit.items, [["At", (a) => when(a.occurred_at)], ["Actor", (a) => a.actor], ["Action", (a) => a.action],
+      audit.error ? failure("The audit trail", audit.error) : table(audit.items, [["At", (a) => when(a.occurred_at)], ["Actor", (a) => a.actor], ["Action", (a) => a.action],
         ["Entity", (a) => `${a.entity_type}`], ["Data", (a) => JSON.stringify(a.data), "mono"]], "audit events"),
     );
     status(`movement ${m.request_state}, ${new Date().toLocaleTimeString()}`);
-    if (TERMINAL.includes(m.request_state)) stop();
+    return !TERMINAL.includes(m.request_state); // a finished movement stops refreshing
   };
-  await load();
-  if (!TERMINAL.includes(m0.request_state)) every(load);
+  if (await load()) every(main, load);
 }
 
 // ---- a node --------------------------------------------------------------------------------
 async function nodeScreen(main, id, key) {
   const load = async () => {
     const n = await api("GET", `/v3/movements/${id}/nodes/${encodeURIComponent(key)}`);
-    const diag = can("operator") ? await api("GET", `/v3/movements/${id}/nodes/${encodeURIComponent(key)}/diagnosis`).catch(() => null) : null;
+    const diag = can("operator") ? await api("GET", `/v3/movements/${id}/nodes/${encodeURIComponent(key)}/diagnosis`).catch((e) => ({ error: e })) : null;
     const reload = () => load().catch(showError);
     const actions = h("div", { class: "actions", role: "group", "aria-label": "Actions" });
-    if (can("operator") && ["FAILED", "UNKNOWN"].includes(n.node.node_state)) {
+    // What the API would take: a FAILED node without a late effect is retried; only a manual
+    // node that is READY is completed by hand (an UNKNOWN node is recovery's to decide).
+    if (can("operator") && n.node.node_state === "FAILED" && !("__late_effect" in (n.node.provider_refs || {}))) {
       actions.append(actionButton("Retry", () => act({ title: "Retry node", help: "A new attempt with a new idempotency key. Only when the runbook says the venue has no effect of the old one.",
         fields: [reasonField], submit: (v) => api("POST", `/v3/movements/${id}/nodes/${encodeURIComponent(key)}/actions/retry`, { reason: v.reason }), onDone: reload })));
     }
-    if (can("operator") && !["COMPLETED", "CANCELLED", "SKIPPED"].includes(n.node.node_state)) {
+    if (can("operator") && n.node.node_kind === "manual" && n.node.node_state === "READY") {
       actions.append(actionButton("Complete manually", () => act({ title: "Complete manually", help: "Record that the effect was completed by hand, with evidence.",
         fields: [reasonField, { name: "reference", label: "Reference (venue id, transaction hash)", type: "text", required: true }],
         submit: (v) => api("POST", `/v3/movements/${id}/nodes/${encodeURIComponent(key)}/actions/complete-manual`, { evidence: { reason: v.reason, reference: v.reference } }),
@@ -408,7 +423,7 @@ async function nodeScreen(main, id, key) {
       h("p", {}, h("a", { href: `#/movements/${id}` }, "← Movement")),
       h("h1", {}, "Node ", n.node.node_key, " ", badge(n.node.node_state)),
       actions.childElementCount ? actions : null,
-      diag ? h("section", { class: "diagnosis", "aria-labelledby": "diag-title", id: "diagnosis" },
+      diag?.error ? failure("The diagnosis", diag.error) : diag ? h("section", { class: "diagnosis", "aria-labelledby": "diag-title", id: "diagnosis" },
         h("h2", { id: "diag-title" }, `Diagnosis: ${diag.case ?? "—"} ${diag.title ?? ""}`),
         dl([["Required action", diag.required_action], ["Also consider", (diag.also_consider || []).join("; ")],
           ["Reconciliation", diag.evidence?.reconciliation], ["Seconds since started", diag.evidence?.seconds_since_started],
@@ -428,9 +443,9 @@ async function nodeScreen(main, id, key) {
         ["Payload", (a) => JSON.stringify(a.payload).slice(0, 300), "mono"]], "artifacts"),
     );
     status(`node ${n.node.node_state}, ${new Date().toLocaleTimeString()}`);
+    return !["COMPLETED", "CANCELLED", "SKIPPED"].includes(n.node.node_state);
   };
-  await load();
-  every(load);
+  if (await load()) every(main, load);
 }
 
 // ---- the other screens ---------------------------------------------------------------------
@@ -442,14 +457,14 @@ async function callbacksScreen(main) {
   const load = async () => {
     const page = await api("GET", "/v3/callbacks?status=dlq&limit=200");
     put(main, h("h1", {}, "Callbacks DLQ"),
-      table(page.items, [["Movement", (c) => h("a", { href: `#/movements/${c.request_id}`, class: "mono" }, c.request_id.slice(0, 8))],
+      table(page.items, [["Movement", (c) => c.request_id ? h("a", { href: `#/movements/${c.request_id}`, class: "mono" }, c.request_id.slice(0, 8)) : "— (an alert)"],
         ["Event", (c) => c.event_type], ["Seq", (c) => c.sequence], ["URL", (c) => c.callback_url, "mono"], ["Attempts", (c) => `${c.attempts}/${c.max_attempts}`],
         ["Last error", (c) => c.last_error], ["Created", (c) => when(c.created_at)],
         ["", (c) => actionButton("Replay", () => act({ title: "Replay callback", help: "Sends the event again as a new delivery (same event id).", fields: [],
           submit: () => api("POST", `/v3/callbacks/${c.id}/actions/replay`), onDone: () => load().catch(showError) }))]], "dead-lettered callbacks"));
   };
   await load();
-  every(load);
+  every(main, load);
 }
 async function workersScreen(main) {
   const load = async () => {
@@ -460,7 +475,7 @@ async function workersScreen(main) {
         ["", (w) => badge(w.stale ? "stale" : "fresh")]], "heartbeats"));
   };
   await load();
-  every(load);
+  every(main, load);
 }
 async function healthScreen(main) {
   const load = async () => {
@@ -475,14 +490,14 @@ async function healthScreen(main) {
         ["Checked", (s) => when(s.last_health_checked_at)], ["Last error", (s) => s.last_error]], "signers"));
   };
   await load();
-  every(load);
+  every(main, load);
 }
 async function controlsScreen(main) {
   const load = async () => {
     const page = await api("GET", "/v3/controls");
     const reload = () => load().catch(showError);
-    const scopeFields = [{ name: "scope", label: "Scope", type: "select", options: [["global", "global (every submit)"], ["lane", "lane"], ["executor", "executor"]] },
-      { name: "target", label: "Target (lane or executor key; empty for global)", type: "text" }, reasonField];
+    const scopeFields = [{ name: "scope", label: "Scope", type: "select", options: [["global", "global (every submit)"], ["lane", "a recovery lane"], ["executor", "an executor"]] },
+      { name: "target", label: "Target: a lane (ccip, stargate, cex, other) or an executor key; empty for global", type: "text" }, reasonField];
     const body = (v) => (v.scope === "global" ? { scope: "global", reason: v.reason } : { scope: v.scope, target: v.target, reason: v.reason });
     put(main, h("h1", {}, "Kill-switch pauses"),
       can("admin") ? h("div", { class: "actions" }, actionButton("Pause", () => act({ title: "Pause", danger: true, fields: scopeFields,
@@ -493,7 +508,7 @@ async function controlsScreen(main) {
       "pauses: submits run everywhere"));
   };
   await load();
-  every(load);
+  every(main, load);
 }
 async function balancesScreen(main) {
   const load = async () => {
@@ -503,29 +518,55 @@ async function balancesScreen(main) {
         ["As of", (r) => when(r.as_of)], ["Source", (r) => r.source], ["", (r) => badge(r.stale ? "stale" : "fresh")]], "balance snapshots (is qtg-balance running?)"));
   };
   await load();
-  every(load);
+  every(main, load);
 }
 
 // ---- routing -------------------------------------------------------------------------------
-function stop() { if (timer) { clearInterval(timer); timer = null; } }
-function every(load) {
-  stop();
-  const seq = renderSeq;
-  timer = setInterval(() => { if (seq === renderSeq) load().catch(showError); }, REFRESH_MS);
+/** Refreshes a screen every REFRESH_MS, one load at a time, for as long as its view is on the
+ * page (a newer screen replaces the view, which ends this chain); skipped while a dialog is
+ * open or text is selected; `load` answering false ends it (nothing more will change). */
+function every(view, load) {
+  const tick = async () => {
+    if (!view.isConnected) return;
+    const selecting = String(window.getSelection?.() || "") !== "";
+    if (!$("action").open && !selecting) {
+      try {
+        if ((await load()) === false) return;
+      } catch (e) {
+        showError(e);
+      }
+    }
+    if (view.isConnected) setTimeout(tick, REFRESH_MS);
+  };
+  setTimeout(tick, REFRESH_MS);
 }
-function showError(e) { if (e.status !== 401) status(`error: ${e.code ? `${e.code}: ` : ""}${e.message}`); }
-async function render(message) {
-  stop();
-  renderSeq += 1;
-  const main = $("main");
+function showError(e) {
+  if (e.status === 401) return;
+  status(`refresh failed, showing what was last loaded: ${e.code ? `${e.code}: ` : ""}${e.message}`);
+  $("status").classList.add("error");
+}
+async function render() {
+  $("status").classList.remove("error");
+  // Each screen writes into a view of its own: a screen still loading when the operator moves
+  // on writes into a view no longer on the page, and its refresh ends with it.
+  const main = h("div", { class: "view" });
+  $("main").replaceChildren(main);
   const [path, query] = (location.hash.slice(1) || "/movements").split("?");
   const parts = path.split("/").filter(Boolean);
   if (!me && sessionStorage.getItem(KEY)) {
-    try { me = await api("GET", "/v3/me"); } catch { me = null; }
+    try {
+      me = await api("GET", "/v3/me");
+    } catch (e) {
+      me = null;
+      if (e.status === 401) sessionStorage.removeItem(KEY);
+      else notice = `The API did not answer (${e.message}); your key is kept, try again.`;
+    }
+    if (!main.isConnected) return;
   }
   $("top").hidden = !me;
   if (!me) {
-    put(main, loginScreen(message));
+    main.replaceChildren(loginScreen(notice));
+    notice = "";
     $("key")?.focus();
     return;
   }
@@ -544,12 +585,17 @@ async function render(message) {
     else if (parts[0] === "balances") await balancesScreen(main);
     else await movementsScreen(main, query || "");
   } catch (e) {
-    if (e.status === 401) return;
-    put(main, h("h1", {}, "Could not load this screen"), h("p", { role: "alert", class: "error" }, `${e.code ? `${e.code}: ` : ""}${e.message}`));
+    if (e.status === 401 || !main.isConnected) return;
+    put(main, h("h1", {}, "Could not load this screen"), failure("This screen", e));
   }
 }
 window.addEventListener("hashchange", () => render());
 window.addEventListener("DOMContentLoaded", () => {
   $("signout").addEventListener("click", () => signOut("Signed out."));
+  // The skip link moves the focus; it must not change the route.
+  document.querySelector(".skip").addEventListener("click", (ev) => {
+    ev.preventDefault();
+    $("main").focus();
+  });
   render();
 });

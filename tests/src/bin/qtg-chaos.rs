@@ -29,7 +29,13 @@ async fn main() -> anyhow::Result<()> {
         profile.movements = n;
     }
     eprintln!("chaos: {profile:?}");
-    let report = run(profile).await?;
+    let full = !small && movements.is_none();
+    let mut report = run(profile).await?;
+    if full {
+        // What `make chaos` promises (docs/chaos.md): at least 500 movements, 50 kills, 5 pauses
+        // and a PostgreSQL restart.
+        report.require(500, 50, 5, 1);
+    }
     println!("{}", report.table());
     if !report.passed() {
         std::process::exit(1);

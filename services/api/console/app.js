@@ -251,7 +251,7 @@ async function movementsScreen(main, params) {
       ["Created by", (m) => m.created_by],
       ["Age", (m) => ago(m.created_at)],
       ["Updated", (m) => when(m.updated_at)],
-    ], "movements"));
+    ], "movements"), page.next_cursor ? h("p", { class: "muted" }, `The newest ${page.items.length} are shown; narrow the filters to see older ones.`) : null);
     status(`movements: ${page.items.length} shown, ${new Date().toLocaleTimeString()}`);
   };
   await load();
@@ -391,6 +391,7 @@ async function movementScreen(main, id) {
       h("h2", {}, "Audit trail"),
       audit.error ? failure("The audit trail", audit.error) : table(audit.items, [["At", (a) => when(a.occurred_at)], ["Actor", (a) => a.actor], ["Action", (a) => a.action],
         ["Entity", (a) => `${a.entity_type}`], ["Data", (a) => JSON.stringify(a.data), "mono"]], "audit events"),
+      audit.next_cursor ? h("p", { class: "muted" }, `The first ${audit.items.length} audit events are shown (qtgctl or GET /v3/audit-events has the rest).`) : null,
     );
     status(`movement ${m.request_state}, ${new Date().toLocaleTimeString()}`);
     return !TERMINAL.includes(m.request_state); // a finished movement stops refreshing

@@ -259,6 +259,7 @@ fi
 cat <<MSG
 
 qtg is running: API $api, admin http://$MG_ADMIN_ADDR (/healthz /readyz /metrics), log .qtg/qtg.log
+The operator console: $api/console (sign in with a key of .qtg/keys/, e.g. demo-operator)
 qtg-venue-sim (a simulated exchange, accounts sim_a and sim_b) at http://$venue_addr, log .qtg/venue-sim.log
 Templates demo.sim.transfer (sim lane), demo.cex.a_to_b (CEX→CEX through qtg-venue-sim) and, with anvil,
 demo.evm.pair (ETH then the QTT token on a local anvil at ${anvil_url:-(off)}, log .qtg/anvil.log) and

@@ -290,11 +290,14 @@ struct Slot {
     env: Vec<(String, String)>,
     live: Option<Proc>,
     past: Vec<Proc>,
+    /// When a process that ended on its own is started again (a restart backoff).
+    restart_at: Option<Instant>,
 }
 
 impl Slot {
     async fn spawn(&mut self) -> anyhow::Result<()> {
         let pairs: Vec<(&str, &str)> = self.env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
+        self.restart_at = None;
         self.live = Some(Proc::spawn(self.binary, &self.db_url, &pairs).await?);
         Ok(())
     }
@@ -306,6 +309,30 @@ impl Slot {
             self.past.push(p);
         }
         Ok(())
+    }
+
+    /// Like Kubernetes restarting a container: if the process ended on its own (a worker
+    /// started while its database was unreachable exits, by design), start it again. Answers
+    /// how it ended and its last log line.
+    async fn supervise(&mut self) -> anyhow::Result<Option<String>> {
+        if self.restart_at.is_some_and(|t| Instant::now() >= t) {
+            self.restart_at = None;
+            self.spawn().await?;
+            return Ok(None);
+        }
+        let Some(status) = self.live.as_mut().and_then(Proc::exited) else { return Ok(None) };
+        // The error it ended with (`Error: …`), else its last line.
+        let last = self.live.as_ref().map(|p| {
+            let lines = p.lines.lock().expect("log lock");
+            lines.iter().rev().find(|l| l.starts_with("Error:")).or(lines.last()).cloned().unwrap_or_default()
+        });
+        let last = last.unwrap_or_default();
+        if let Some(p) = self.live.take() {
+            self.past.push(p);
+        }
+        self.restart_at = Some(Instant::now() + Duration::from_secs(2));
+        let said = Some(message(&last)).filter(|m| !m.is_empty()).unwrap_or_else(|| last.chars().take(200).collect());
+        Ok(Some(format!("{} exited ({status}): {said}", self.name)))
     }
 
     fn signal(&self, sig: &str) {
@@ -330,6 +357,8 @@ pub struct Report {
     pub nodes: i64,
     pub processes: usize,
     pub kills: usize,
+    /// Processes that ended on their own and were started again (as Kubernetes would).
+    pub exits: Vec<String>,
     pub pauses_in_prepare: usize,
     pub pauses_after_arm: usize,
     pub pg_restarts: usize,
@@ -393,6 +422,7 @@ impl Report {
             ),
             ("processes started", self.processes.to_string()),
             ("kills (SIGKILL + restart)", self.kills.to_string()),
+            ("exits on their own, restarted", self.exits.len().to_string()),
             (
                 "pauses (SIGSTOP past lease + grace)",
                 format!(
@@ -432,6 +462,9 @@ impl Report {
         }
         for n in &self.paused_nodes {
             out.push_str(&format!("paused node: {n}\n"));
+        }
+        for e in &self.exits {
+            out.push_str(&format!("exit: {e}\n"));
         }
         for p in &self.problems {
             out.push_str(&format!("problem: {p}\n"));
@@ -747,6 +780,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
             env: e,
             live: None,
             past: vec![],
+            restart_at: None,
         };
         s.spawn().await?;
         s.live.as_ref().context("api")?.wait_field("api_addr", Duration::from_secs(60)).await?;
@@ -793,8 +827,15 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
     for (binary, n) in workers {
         for i in 0..n {
             let db_url = if binary == "qtg-dispatcher" && i == 0 { proxy.url.clone() } else { pg.url.clone() };
-            let mut s =
-                Slot { name: format!("{binary}#{i}"), binary, db_url, env: env.clone(), live: None, past: vec![] };
+            let mut s = Slot {
+                name: format!("{binary}#{i}"),
+                binary,
+                db_url,
+                env: env.clone(),
+                live: None,
+                past: vec![],
+                restart_at: None,
+            };
             s.spawn().await?;
             slots.push(s);
         }
@@ -870,6 +911,12 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         || outages.iter().any(|o| !o.3)
     {
         let now = Instant::now();
+        for s in slots.iter_mut() {
+            if let Some(e) = s.supervise().await? {
+                tracing_free_note(&e);
+                report.exits.push(e);
+            }
+        }
         // Kills, never of the paused process.
         // Kills wait while a pause is looking for its moment (a kill could take it away).
         if now >= next_kill && now < start + p.span && hunting.is_none() {
@@ -897,7 +944,13 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
                         "venue" => venue.proc.signal("STOP"),
                         "remote executor" => remote.signal("STOP"),
                         "callback receiver" => receiver.stop(),
-                        _ => proxy.cut(),
+                        _ => {
+                            proxy.cut();
+                            // And a restart while it is cut: a worker that starts without its
+                            // database.
+                            slots[cut_slot].kill().await?;
+                            slots[cut_slot].spawn().await?;
+                        }
                     }
                 }
                 Some(end) if now >= end => {
@@ -1051,6 +1104,12 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
     let quiet_from = Instant::now();
     let ids: Vec<uuid::Uuid> = created.iter().filter_map(|(_, _, id)| id.parse().ok()).collect();
     loop {
+        for s in slots.iter_mut() {
+            if let Some(e) = s.supervise().await? {
+                tracing_free_note(&e);
+                report.exits.push(e);
+            }
+        }
         let open: Option<i64> = sqlx::query_scalar(
             "SELECT (SELECT count(*) FROM movement_requests WHERE id = ANY($1) AND NOT request_state = ANY($2))
                   + (SELECT count(*) FROM movement_callback_outbox WHERE status = 'pending')
@@ -1106,6 +1165,25 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         let calls = format!("{calls}; its history: {events}");
         let at = if *after_arm { "after its arm" } else { "while preparing" };
         report.paused_nodes.push(format!("{node} (paused {at}): {state}; venue saw: {calls}"));
+    }
+    // A process started again just now needs a moment to write its first heartbeat.
+    let mut restarted = false;
+    let until = Instant::now() + Duration::from_secs(10);
+    while Instant::now() < until {
+        for s in slots.iter_mut() {
+            if let Some(e) = s.supervise().await? {
+                report.exits.push(e);
+                restarted = true;
+            }
+        }
+        if slots.iter().all(|s| s.restart_at.is_none()) {
+            break;
+        }
+        restarted = true;
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    if restarted {
+        tokio::time::sleep(Duration::from_secs(5)).await;
     }
     check(&mut report, &db, &apis, &operator, &created, &venue, &anvil, &remote, &receiver, &slots).await?;
     report.processes = slots.iter().map(|s| s.procs().count()).sum();

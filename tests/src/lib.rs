@@ -218,6 +218,11 @@ impl Proc {
         }
     }
 
+    /// The exit status if the process has ended on its own (`None` while it runs).
+    pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
+        self.child.try_wait().ok().flatten()
+    }
+
     /// Waits for the process to exit; returns its exit code.
     pub async fn wait_exit(&mut self, timeout: Duration) -> anyhow::Result<Option<i32>> {
         let status = tokio::time::timeout(timeout, self.child.wait())

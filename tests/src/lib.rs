@@ -116,6 +116,8 @@ pub struct Proc {
     pub name: String,
     child: Child,
     pub lines: Arc<Mutex<Vec<String>>>,
+    /// Reads stderr into `lines` until EOF.
+    reader: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Proc {
@@ -153,7 +155,7 @@ impl Proc {
         let stderr = child.stderr.take().expect("piped");
         let sink = lines.clone();
         let tag = binary.to_string();
-        tokio::spawn(async move {
+        let reader = tokio::spawn(async move {
             let mut reader = BufReader::new(stderr).lines();
             while let Ok(Some(line)) = reader.next_line().await {
                 if std::env::var("QTG_TEST_ECHO").is_ok() {
@@ -162,7 +164,7 @@ impl Proc {
                 sink.lock().expect("log lock").push(line);
             }
         });
-        Ok(Proc { name: binary.to_string(), child, lines })
+        Ok(Proc { name: binary.to_string(), child, lines, reader: Some(reader) })
     }
 
     /// Waits for a JSON log line carrying `field` and returns its value.
@@ -228,6 +230,10 @@ impl Proc {
         let status = tokio::time::timeout(timeout, self.child.wait())
             .await
             .map_err(|_| anyhow!("{} did not exit", self.name))??;
+        // Its last words: the exit can be seen before the rest of stderr has been read.
+        if let Some(r) = self.reader.take() {
+            let _ = tokio::time::timeout(Duration::from_secs(5), r).await;
+        }
         Ok(status.code())
     }
 }

@@ -265,7 +265,7 @@ impl Receiver {
             match tokio::net::TcpListener::bind(self.addr).await {
                 Ok(l) => break l,
                 Err(e) if Instant::now() < deadline => {
-                    tracing_free_note(&format!("receiver rebind: {e}"));
+                    note(&format!("receiver rebind: {e}"));
                     tokio::time::sleep(Duration::from_millis(200)).await;
                 }
                 Err(e) => return Err(e.into()),
@@ -277,7 +277,7 @@ impl Receiver {
     }
 }
 
-fn tracing_free_note(msg: &str) {
+fn note(msg: &str) {
     eprintln!("chaos: {msg}");
 }
 
@@ -913,7 +913,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         let now = Instant::now();
         for s in slots.iter_mut() {
             if let Some(e) = s.supervise().await? {
-                tracing_free_note(&e);
+                note(&e);
                 report.exits.push(e);
             }
         }
@@ -933,7 +933,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
             pg_restarts.remove(0);
             let away = pg.crash_restart()?;
             report.pg_restarts += 1;
-            tracing_free_note(&format!("PostgreSQL crash-restarted ({:.1} s away)", away.as_secs_f64()));
+            note(&format!("PostgreSQL crash-restarted ({:.1} s away)", away.as_secs_f64()));
         }
         // Outages.
         for o in outages.iter_mut().filter(|o| !o.3) {
@@ -1061,7 +1061,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
                 } else {
                     report.pauses_in_prepare += 1;
                 }
-                tracing_free_note(&format!(
+                note(&format!(
                     "paused {} ({})",
                     slots[i].name,
                     if after_arm { "right after arm" } else { "while preparing" }
@@ -1106,7 +1106,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
     loop {
         for s in slots.iter_mut() {
             if let Some(e) = s.supervise().await? {
-                tracing_free_note(&e);
+                note(&e);
                 report.exits.push(e);
             }
         }

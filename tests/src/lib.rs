@@ -794,7 +794,7 @@ pub fn evm_registry(tag: &str) -> anyhow::Result<PathBuf> {
 pub struct RpcProxy {
     pub url: String,
     inner: Arc<ProxyInner>,
-    _task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 struct ProxyInner {
@@ -949,7 +949,7 @@ pub struct DbProxy {
     pub url: String,
     cut: Arc<std::sync::atomic::AtomicBool>,
     conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
-    _task: tokio::task::JoinHandle<()>,
+    task: tokio::task::JoinHandle<()>,
 }
 
 impl DbProxy {
@@ -974,10 +974,12 @@ impl DbProxy {
                         let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
                     }
                 });
-                k.lock().expect("conns").push(h.abort_handle());
+                let mut conns = k.lock().expect("conns");
+                conns.retain(|c| !c.is_finished());
+                conns.push(h.abort_handle());
             }
         });
-        Ok(DbProxy { url, cut, conns, _task: task })
+        Ok(DbProxy { url, cut, conns, task })
     }
 
     pub fn cut(&self) {
@@ -989,5 +991,12 @@ impl DbProxy {
 
     pub fn restore(&self) {
         self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+impl Drop for DbProxy {
+    fn drop(&mut self) {
+        self.cut();
+        self.task.abort();
     }
 }

@@ -132,7 +132,6 @@ const NODES_SQL: &str = concat!(
      WHERE n.request_id = $1 ORDER BY n.node_key"
 );
 
-/// Movements newest first, optionally in one state, after the `(created_at, id)` cursor.
 /// What a movement list is narrowed to; `None` is no filter.
 #[derive(Debug, Default)]
 pub struct MovementFilter<'a> {
@@ -143,6 +142,7 @@ pub struct MovementFilter<'a> {
     pub since: Option<DateTime<Utc>>,
 }
 
+/// Movements newest first, narrowed by `filter`, after the `(created_at, id)` cursor.
 pub async fn list(
     conn: &mut PgConnection,
     filter: &MovementFilter<'_>,

@@ -344,7 +344,7 @@ async function movementScreen(main, id) {
     const mine = me && m.created_by.toLowerCase() === me.principal.toLowerCase();
     if (m.request_state === "PENDING_APPROVAL" && can("approver") && !mine) {
       actions.append(actionButton("Approve", () => act({ title: "Approve", help: `Approve ${text(m.intent?.amount)} ${text(m.intent?.asset)} from ${text(m.intent?.source)} to ${text(m.intent?.destination)} by template ${m.template_key} v${m.template_version}. Intent hash ${m.intent_hash}.`,
-        fields: [{ ...reasonField, required: true }], submit: (v) => api("POST", `/v3/movements/${id}/approve`, { reason: v.reason }), onDone: reload }), "primary"));
+        fields: [reasonField], submit: (v) => api("POST", `/v3/movements/${id}/approve`, { reason: v.reason }), onDone: reload }), "primary"));
       actions.append(actionButton("Reject", () => act({ title: "Reject", fields: [reasonField], danger: true,
         submit: (v) => api("POST", `/v3/movements/${id}/reject`, { reason: v.reason }), onDone: reload }), "danger"));
     }

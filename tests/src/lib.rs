@@ -794,7 +794,7 @@ pub fn evm_registry(tag: &str) -> anyhow::Result<PathBuf> {
 pub struct RpcProxy {
     pub url: String,
     inner: Arc<ProxyInner>,
-    task: tokio::task::JoinHandle<()>,
+    _task: tokio::task::JoinHandle<()>,
 }
 
 struct ProxyInner {

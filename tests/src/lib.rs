@@ -935,6 +935,11 @@ impl Hooks {
         Ok(url)
     }
 
+    /// Every body received.
+    pub fn all(&self) -> Vec<Value> {
+        self.0.lock().expect("hooks").clone()
+    }
+
     /// The bodies received of `event_type`.
     pub fn of(&self, event_type: &str) -> Vec<Value> {
         self.0.lock().expect("hooks").iter().filter(|h| h["event_type"] == event_type).cloned().collect()

@@ -126,11 +126,14 @@ async fn callbacks_are_signed_retried_dead_lettered_and_replayed() -> anyhow::Re
     let mut delays = Vec::new();
     for attempt in 1..=5 {
         wait_until("an attempt", Duration::from_secs(30), || async {
-            let a: i32 = sqlx::query_scalar("SELECT attempts FROM movement_callback_outbox WHERE id = $1")
-                .bind(first)
-                .fetch_one(&db.pool)
-                .await?;
-            Ok(a >= attempt)
+            // An attempt is counted when it is claimed; its outcome is recorded after the send.
+            let (a, in_flight): (i32, bool) = sqlx::query_as(
+                "SELECT attempts, lease_expires_at IS NOT NULL FROM movement_callback_outbox WHERE id = $1",
+            )
+            .bind(first)
+            .fetch_one(&db.pool)
+            .await?;
+            Ok(a >= attempt && !in_flight)
         })
         .await?;
         let (status, delay): (String, f64) = sqlx::query_as(

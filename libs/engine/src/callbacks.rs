@@ -2,16 +2,50 @@
 //! fixed at enqueue, reused on every retry), 2xx = sent, anything else (3xx included; no
 //! redirects are followed) = a failure with `last_error`, backoff `2^min(attempts,6)` s or
 //! `Retry-After` within 64 s, `dlq` at `max_attempts`. An SSRF guard runs before every send.
+//!
+//! Delivery follows §2.2 like dispatch: *claim* (a short statement: lease, attempt counted,
+//! at most `per_receiver` rows in flight per receiver host, round-robin across hosts, alerts
+//! first) → *send* on a task of its own, outside any transaction, bounded by the per-send
+//! deadline (which fits inside the lease) → *record* by compare-and-set on the claim. The loop
+//! never waits on a receiver: it waits only for a free slot of the process' bounded
+//! in-flight set. A receiver that is slow or down holds at most `per_receiver` rows (and
+//! slots) at a time, each for at most the deadline; its rows back off on their own schedule
+//! and reach the dead-letter queue on it, whatever the failure (a send that never records an
+//! outcome is dead-lettered once its last lease has run out).
 
 use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
 use std::time::Duration;
 
 use qtg_store::callbacks::{self, CallbackRow};
+use tokio::sync::Semaphore;
 
 use crate::{Engine, Result};
 
-/// Rows delivered per pass (seed: 5).
+/// Rows claimed per pass at most (seed: 5).
 pub const CALLBACK_BATCH: i64 = 5;
+
+/// The process' in-flight sends, shared by the clones of one engine's settings (one engine
+/// per worker in a process).
+#[derive(Clone)]
+pub struct Delivery {
+    slots: Arc<Semaphore>,
+    capacity: u32,
+}
+
+impl Delivery {
+    /// At most `max_in_flight` sends at once in this process.
+    pub fn new(max_in_flight: u32) -> Delivery {
+        let capacity = max_in_flight.max(1);
+        Delivery { slots: Arc::new(Semaphore::new(capacity as usize)), capacity }
+    }
+}
+
+impl Default for Delivery {
+    fn default() -> Self {
+        Delivery::new(16)
+    }
+}
 
 #[derive(Clone, Default)]
 pub struct CallbackSettings {
@@ -24,6 +58,18 @@ pub struct CallbackSettings {
     pub allow_private: bool,
     /// `MG_CALLBACK_ALLOWED_HOSTS`: hosts allowed whatever they resolve to.
     pub allowed_hosts: Vec<String>,
+    /// `MG_CALLBACK_MAX_IN_FLIGHT_PER_RECEIVER` (2): rows of one receiver host in flight at
+    /// once, across every replica.
+    pub per_receiver: i64,
+    /// The in-flight sends (`MG_CALLBACK_MAX_IN_FLIGHT`, 16 per process) and circuits.
+    pub delivery: Delivery,
+}
+
+impl CallbackSettings {
+    /// How long a claim holds a row: the per-send deadline and as much again, plus margin.
+    pub fn lease_seconds(&self) -> f64 {
+        2.0 * self.timeout.as_secs_f64() + 5.0
+    }
 }
 
 impl std::fmt::Debug for CallbackSettings {
@@ -34,6 +80,8 @@ impl std::fmt::Debug for CallbackSettings {
             .field("timeout", &self.timeout)
             .field("allow_private", &self.allow_private)
             .field("allowed_hosts", &self.allowed_hosts)
+            .field("per_receiver", &self.per_receiver)
+            .field("max_in_flight", &self.delivery.capacity)
             .finish()
     }
 }
@@ -183,28 +231,87 @@ struct Failure {
 }
 
 impl Engine {
-    /// Delivers up to five due callbacks. Returns how many were attempted.
+    /// Claims up to five due callbacks (as many as there are free send slots; waits for one
+    /// when all are busy) and starts sending each on its own task. Returns how many.
     pub async fn deliver_callbacks_tick(&self) -> Result<usize> {
-        let mut tx = self.pool.begin().await?;
-        let rows = callbacks::pickup(&mut tx, CALLBACK_BATCH).await?;
         let s = &self.settings.callbacks;
-        for row in &rows {
-            match self.send(row).await {
-                Ok(()) => {
-                    callbacks::mark_sent(&mut tx, row.id).await?;
-                    qtg_telemetry::sink().callback_delivery("delivered");
-                    tracing::info!(callback_id = %row.id, movement_id = ?row.request_id, event_type = %row.event_type, sequence = row.sequence, "callback delivered");
-                }
-                Err(f) => {
-                    let status =
-                        callbacks::mark_failed(&mut tx, row.id, s.max_attempts, &f.error, f.retry_after).await?;
-                    qtg_telemetry::sink().callback_delivery(if status == "dlq" { "dlq" } else { "retry" });
-                    tracing::warn!(callback_id = %row.id, movement_id = ?row.request_id, attempt = row.attempts + 1, status = %status, error = %f.error, "callback delivery failed");
-                }
+        let slots = &s.delivery.slots;
+        let mut permits = vec![slots.clone().acquire_owned().await.expect("the slots are never closed")];
+        while permits.len() < CALLBACK_BATCH as usize {
+            match slots.clone().try_acquire_owned() {
+                Ok(p) => permits.push(p),
+                Err(_) => break,
             }
         }
-        tx.commit().await?;
-        Ok(rows.len())
+        let rows = {
+            let mut conn = self.pool.acquire().await?;
+            let abandoned = callbacks::dead_letter_abandoned(&mut conn).await?;
+            if abandoned > 0 {
+                qtg_telemetry::sink().callback_delivery("dlq");
+                tracing::warn!(
+                    rows = abandoned,
+                    "callbacks dead-lettered: no outcome was recorded within their last lease"
+                );
+            }
+            callbacks::claim(&mut conn, permits.len() as i64, s.per_receiver.max(1), s.lease_seconds()).await?
+        };
+        let claimed = rows.len();
+        for (row, permit) in rows.into_iter().zip(permits) {
+            let engine = self.clone();
+            tokio::spawn(async move {
+                engine.deliver(row).await;
+                drop(permit);
+            });
+        }
+        Ok(claimed)
+    }
+
+    /// Waits for the sends in flight to record their outcome (at shutdown; bounded by the
+    /// process' shutdown grace).
+    pub async fn finish_in_flight(&self) {
+        let d = &self.settings.callbacks.delivery;
+        let _all = d.slots.acquire_many(d.capacity).await;
+    }
+
+    /// Sends one claimed row and records the outcome by its claim.
+    async fn deliver(&self, row: CallbackRow) {
+        let s = &self.settings.callbacks;
+        let Some(token) = row.claim_token else { return };
+        let host = reqwest::Url::parse(&row.callback_url)
+            .ok()
+            .and_then(|u| u.host_str().map(str::to_ascii_lowercase))
+            .unwrap_or_default();
+        // The whole send — resolving, connecting, the answer's head — within the deadline.
+        let outcome = match tokio::time::timeout(s.timeout, self.send(&row)).await {
+            Ok(r) => r,
+            Err(_) => Err(Failure { error: format!("no answer within {:?}", s.timeout), retry_after: None }),
+        };
+        let recorded = async {
+            let mut conn = self.pool.acquire().await?;
+            match &outcome {
+                Ok(()) => callbacks::record_sent(&mut conn, row.id).await.map(|()| Some("sent".to_string())),
+                Err(f) => {
+                    callbacks::record_failed(&mut conn, row.id, token, s.max_attempts, &f.error, f.retry_after).await
+                }
+            }
+            .map_err(crate::EngineError::from)
+        };
+        match (recorded.await, &outcome) {
+            (Ok(Some(_)), Ok(())) => {
+                qtg_telemetry::sink().callback_delivery("delivered");
+                tracing::info!(callback_id = %row.id, movement_id = ?row.request_id, event_type = %row.event_type, sequence = row.sequence, receiver = %host, "callback delivered");
+            }
+            (Ok(Some(status)), Err(f)) => {
+                qtg_telemetry::sink().callback_delivery(if status == "dlq" { "dlq" } else { "retry" });
+                tracing::warn!(callback_id = %row.id, movement_id = ?row.request_id, attempt = row.attempts, status = %status, receiver = %host, error = %f.error, "callback delivery failed");
+            }
+            (Ok(None), _) => {
+                tracing::warn!(callback_id = %row.id, receiver = %host, "callback outcome not recorded: its lease ran out and another claim holds the row");
+            }
+            (Err(e), _) => {
+                tracing::error!(callback_id = %row.id, receiver = %host, error = %e, "could not record a callback's outcome; it is retried after its lease");
+            }
+        }
     }
 
     async fn send(&self, row: &CallbackRow) -> std::result::Result<(), Failure> {

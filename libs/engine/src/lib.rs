@@ -136,6 +136,7 @@ impl Default for EngineSettings {
             callbacks: callbacks::CallbackSettings {
                 max_attempts: 5,
                 timeout: Duration::from_secs(10),
+                per_receiver: 2,
                 ..Default::default()
             },
             risk: qtg_core::risk::RiskLimits::default(),

@@ -1,9 +1,9 @@
 //! The admin HTTP server every process runs on `MG_ADMIN_ADDR`: `/healthz` (the process is
-//! up; never touches the database), `/readyz` (Postgres answers and heartbeats are fresh),
+//! up; never touches the database), `/readyz` (Postgres answers and the process' heartbeat
+//! writer succeeded within the stale threshold),
 //! `/metrics` (Prometheus text).
 
 use std::net::SocketAddr;
-use std::sync::Arc;
 use std::time::Duration;
 
 use axum::extract::State;
@@ -14,14 +14,14 @@ use axum::Router;
 use qtg_store::PgPool;
 use tokio_util::sync::CancellationToken;
 
-use crate::heartbeat::Heartbeat;
+use crate::heartbeat::Heartbeats;
 use crate::metrics::Metrics;
 
 #[derive(Clone)]
 struct AdminState {
     pool: PgPool,
     metrics: Metrics,
-    heartbeats: Arc<Vec<Heartbeat>>,
+    heartbeats: Heartbeats,
     stale_after: Duration,
     stale_submitting_after: f64,
 }
@@ -31,12 +31,12 @@ pub async fn serve(
     addr: SocketAddr,
     pool: PgPool,
     metrics: Metrics,
-    heartbeats: Vec<Heartbeat>,
+    heartbeats: Heartbeats,
     stale_after: Duration,
     stale_submitting_after: f64,
     shutdown: CancellationToken,
 ) -> anyhow::Result<SocketAddr> {
-    let state = AdminState { pool, metrics, heartbeats: Arc::new(heartbeats), stale_after, stale_submitting_after };
+    let state = AdminState { pool, metrics, heartbeats, stale_after, stale_submitting_after };
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -59,8 +59,8 @@ async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
     if !matches!(db, Ok(Ok(()))) {
         return (StatusCode::SERVICE_UNAVAILABLE, "database unreachable".to_string());
     }
-    if let Some(stale) = s.heartbeats.iter().find(|h| h.age() > s.stale_after) {
-        return (StatusCode::SERVICE_UNAVAILABLE, format!("heartbeat stale for {:?}", stale.age()));
+    if !s.heartbeats.is_empty() && s.heartbeats.age() > s.stale_after {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("heartbeat stale for {:?}", s.heartbeats.age()));
     }
     (StatusCode::OK, "ready".to_string())
 }

@@ -28,7 +28,11 @@ pub struct Settings {
     pub log_format: LogFormat,
     /// Each worker of the table handed to [`Settings::from_vars`], by its seed name.
     pub workers: BTreeMap<&'static str, WorkerSettings>,
-    /// A heartbeat older than this is `stale` in `GET /v3/workers`.
+    /// `MG_HEARTBEAT_INTERVAL_SECONDS` (10): how often a process writes its heartbeat rows,
+    /// on a task of its own (not a worker's loop).
+    pub heartbeat_interval: Duration,
+    /// `MG_WORKER_STALE_SECONDS` (3 heartbeat intervals): a heartbeat older than this is
+    /// `stale` in `GET /v3/workers`, and `/readyz` answers 503.
     pub worker_stale_seconds: f64,
     /// Secret: never printed.
     pub callback_secret: Option<String>,
@@ -36,6 +40,11 @@ pub struct Settings {
     pub callback_timeout: Duration,
     pub callback_allow_private: bool,
     pub callback_allowed_hosts: Vec<String>,
+    /// `MG_CALLBACK_MAX_IN_FLIGHT` (16): sends in flight at once per process.
+    pub callback_max_in_flight: u32,
+    /// `MG_CALLBACK_MAX_IN_FLIGHT_PER_RECEIVER` (2): rows of one receiver host in flight at
+    /// once across every replica, so one slow receiver cannot hold the others' callbacks.
+    pub callback_per_receiver: i64,
     pub recovery_batch: i64,
     pub observe_batch: i64,
     /// Default and per-lane overrides (`MG_RECOVERY_SUBMITTING_GRACE_SECONDS[_<LANE>]`).
@@ -320,12 +329,15 @@ impl Settings {
             executor_registry: s.text("MG_EXECUTOR_REGISTRY").map(PathBuf::from),
             log_format,
             workers,
-            worker_stale_seconds: s.seconds("MG_WORKER_STALE_SECONDS", 180.0)?,
+            heartbeat_interval: Duration::ZERO,
+            worker_stale_seconds: 0.0,
             callback_secret: s.secret("MG_CALLBACK_SECRET"),
             callback_max_attempts: s.count("MG_CALLBACK_MAX_ATTEMPTS", 5, 100)? as i32,
             callback_timeout: s.interval("MG_CALLBACK_TIMEOUT_SECONDS", 10.0)?,
             callback_allow_private: s.flag("MG_CALLBACK_ALLOW_PRIVATE", false)?,
             callback_allowed_hosts: s.list("MG_CALLBACK_ALLOWED_HOSTS"),
+            callback_max_in_flight: s.count("MG_CALLBACK_MAX_IN_FLIGHT", 16, 1024)? as u32,
+            callback_per_receiver: s.count("MG_CALLBACK_MAX_IN_FLIGHT_PER_RECEIVER", 2, 1024)? as i64,
             recovery_batch: s.count("MG_NODE_RECOVERY_BATCH_SIZE", 10, 1000)? as i64,
             observe_batch: s.count("MG_NODE_OBSERVE_BATCH_SIZE", 10, 1000)? as i64,
             grace_default: s.seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", 90.0)?,
@@ -374,6 +386,7 @@ impl Settings {
         };
         s.note("MG_APPROVAL_HEALTH_GATE", if settings.approval_health_gate_strict { "strict" } else { "down-only" });
         settings.fence_times(&s)?;
+        settings.heartbeat_times(&s)?;
         if let Some(k) = &settings.bootstrap_admin_key {
             if k.len() < 16 {
                 return Err(Source::err("MG_API_BOOTSTRAP_ADMIN_KEY", "must be at least 16 characters"));
@@ -404,6 +417,28 @@ impl Settings {
     /// The settings of worker `name` (one of the table given to [`Settings::from_vars`]).
     pub fn worker(&self, name: &str) -> Option<&WorkerSettings> {
         self.workers.get(name)
+    }
+
+    /// The heartbeat period and the stale threshold that follows it: a process that dies is
+    /// stale after a few periods, and one that lives is never stale between them.
+    fn heartbeat_times(&mut self, s: &Source<'_>) -> Result<(), ConfigError> {
+        let period = s.seconds("MG_HEARTBEAT_INTERVAL_SECONDS", 10.0)?;
+        if period < 0.1 {
+            return Err(Source::err("MG_HEARTBEAT_INTERVAL_SECONDS", "must be at least 0.1 s"));
+        }
+        let stale = s.seconds("MG_WORKER_STALE_SECONDS", 3.0 * period)?;
+        if stale < 2.0 * period {
+            return Err(Source::err(
+                "MG_WORKER_STALE_SECONDS",
+                format!(
+                    "the stale threshold ({stale} s) must be at least two heartbeat intervals \
+                     (MG_HEARTBEAT_INTERVAL_SECONDS = {period} s), or a live process reads as dead"
+                ),
+            ));
+        }
+        self.heartbeat_interval = Duration::from_secs_f64(period);
+        self.worker_stale_seconds = stale;
+        Ok(())
     }
 
     /// The lease, the submit window and the skew margin, which must nest (docs/architecture.md §6.4):

@@ -121,14 +121,16 @@ pub async fn run_loop<F, Fut>(
             }
         };
         metrics.set_consecutive_errors(&spec.name, consecutive_errors);
-        if let Some(hb) = &heartbeat {
-            hb.beat().await;
-        }
         let for_pause = match &outcome {
             Ok(t) if spec.secondary => Ok(Tick { due_in: None, ..*t }),
             other => *other,
         };
-        match pause_after(&for_pause, consecutive_errors, spec.interval, spec.jitter) {
+        let pause = pause_after(&for_pause, consecutive_errors, spec.interval, spec.jitter);
+        // The worker view's "last ticked / next due" (the primary loop's schedule).
+        if let Some(hb) = heartbeat.as_ref().filter(|_| !spec.secondary) {
+            hb.ticked(pause);
+        }
+        match pause {
             None => {
                 // Work exists: bring one more loop in, then drain.
                 if let Some(w) = &spec.wake {

@@ -36,6 +36,9 @@ pub struct CallbackRow {
     /// The movement's own signing secret, if it has one (never serialized).
     #[serde(skip)]
     pub movement_secret: Option<String>,
+    /// The claim this row was read under (only from [`claim`]).
+    #[serde(skip)]
+    pub claim_token: Option<Uuid>,
 }
 
 const COLUMNS: &str = "id, request_id, event_id, event_type, sequence, payload, callback_url, status, attempts,
@@ -63,26 +66,84 @@ fn from_row(r: &sqlx::postgres::PgRow) -> Result<CallbackRow> {
         created_at: r.try_get("created_at")?,
         traceparent: r.try_get("traceparent")?,
         movement_secret: r.try_get("movement_secret")?,
+        claim_token: r.try_get("claim_token").ok().flatten(),
     })
 }
 
-/// Locks up to `limit` due pending rows, oldest first (seed: 5 per pass).
-pub async fn pickup(conn: &mut PgConnection, limit: i64) -> Result<Vec<CallbackRow>> {
+/// Event types that alert a person rather than report a movement's progress: claimed first
+/// within their receiver, so they never wait behind a requester's backlog.
+const ALERTS: &str = "('drift_detected', 'capital_transfer_attention', 'request_attention')";
+
+/// Dead-letters rows whose last claim's lease ran out without an outcome (the sender died or
+/// hung) once they have used every attempt: a send that never records still ends on schedule.
+/// Returns how many.
+pub async fn dead_letter_abandoned(conn: &mut PgConnection) -> Result<u64> {
+    Ok(sqlx::query(
+        "UPDATE movement_callback_outbox SET status = 'dlq', claim_token = NULL, lease_expires_at = NULL,
+             last_error = left('no outcome recorded within the lease of attempt ' || attempts
+                               || COALESCE(' (last error: ' || last_error || ')', ''), 2000),
+             updated_at = now()
+         WHERE status = 'pending' AND lease_expires_at <= now() AND attempts >= max_attempts",
+    )
+    .execute(&mut *conn)
+    .await?
+    .rows_affected())
+}
+
+/// Claims up to `limit` due rows with a lease of `lease_seconds`, counting the attempt (a
+/// committed claim is the attempt: a send cut off by a crash is not resent forever). Fair
+/// between receivers: a receiver host never has more than `per_receiver` rows in flight (its
+/// unexpired leases, every replica's), rows are taken round-robin across receivers, alerts
+/// first within each. Row locks are taken with SKIP LOCKED and released at once: nothing is
+/// held while the rows are sent.
+pub async fn claim(
+    conn: &mut PgConnection,
+    limit: i64,
+    per_receiver: i64,
+    lease_seconds: f64,
+) -> Result<Vec<CallbackRow>> {
     let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM movement_callback_outbox
-         WHERE status = 'pending' AND next_attempt_at <= now()
-         ORDER BY created_at, id LIMIT $1 FOR UPDATE SKIP LOCKED"
+        "WITH in_flight AS (
+             SELECT receiver, count(*) AS n FROM movement_callback_outbox
+             WHERE status = 'pending' AND lease_expires_at > now() GROUP BY receiver
+         ), due AS (
+             SELECT id, receiver, event_type IN {ALERTS} AS alert, created_at,
+                    row_number() OVER (PARTITION BY receiver
+                                       ORDER BY event_type IN {ALERTS} DESC, created_at, id) AS rn
+             FROM movement_callback_outbox
+             WHERE status = 'pending' AND next_attempt_at <= now()
+               AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+         ), picked AS (
+             SELECT d.id FROM due d LEFT JOIN in_flight f ON f.receiver IS NOT DISTINCT FROM d.receiver
+             WHERE d.rn + COALESCE(f.n, 0) <= $2
+             ORDER BY d.rn, d.alert DESC, d.created_at, d.id LIMIT $1
+         ), locked AS (
+             SELECT o.id AS claimed FROM movement_callback_outbox o WHERE o.id IN (SELECT id FROM picked)
+             FOR UPDATE SKIP LOCKED
+         )
+         UPDATE movement_callback_outbox o SET
+             claim_token = gen_random_uuid(),
+             lease_expires_at = now() + make_interval(secs => $3),
+             next_attempt_at = now() + make_interval(secs => $3),
+             attempts = o.attempts + 1,
+             updated_at = now()
+         FROM locked WHERE o.id = locked.claimed
+         RETURNING {COLUMNS}, o.claim_token"
     )))
     .bind(limit)
+    .bind(per_receiver)
+    .bind(lease_seconds)
     .fetch_all(&mut *conn)
     .await?;
     rows.iter().map(from_row).collect()
 }
 
-pub async fn mark_sent(conn: &mut PgConnection, id: Uuid) -> Result<()> {
+/// Records a delivery: `sent`, whoever's lease it is now (the receiver has the event).
+pub async fn record_sent(conn: &mut PgConnection, id: Uuid) -> Result<()> {
     sqlx::query(
-        "UPDATE movement_callback_outbox SET status = 'sent', attempts = attempts + 1, sent_at = now(),
-             last_error = NULL, updated_at = now() WHERE id = $1",
+        "UPDATE movement_callback_outbox SET status = 'sent', sent_at = now(), last_error = NULL,
+             claim_token = NULL, lease_expires_at = NULL, updated_at = now()
+         WHERE id = $1 AND status = 'pending'",
     )
     .bind(id)
     .execute(&mut *conn)
@@ -90,31 +151,34 @@ pub async fn mark_sent(conn: &mut PgConnection, id: Uuid) -> Result<()> {
     Ok(())
 }
 
-/// Records a failed attempt: `dlq` once `max_attempts` is reached, else the next attempt
-/// after `max(2^min(attempts,6), min(retry_after, 64))` seconds. Returns the new status.
-pub async fn mark_failed(
+/// Records a failed attempt of claim `token`: `dlq` once `max_attempts` are used, else the
+/// next attempt after `max(2^min(attempts,6), min(retry_after, 64))` seconds. Returns the new
+/// status, or `None` when the claim was lost (its lease ran out and another took the row).
+pub async fn record_failed(
     conn: &mut PgConnection,
     id: Uuid,
+    token: Uuid,
     max_attempts: i32,
     error: &str,
     retry_after_seconds: Option<f64>,
-) -> Result<String> {
+) -> Result<Option<String>> {
     Ok(sqlx::query_scalar(
         "UPDATE movement_callback_outbox SET
-             attempts = attempts + 1,
-             last_error = left($3, 2000),
-             max_attempts = $2,
-             status = CASE WHEN attempts + 1 >= $2 THEN 'dlq' ELSE 'pending' END,
+             last_error = left($4, 2000),
+             max_attempts = $3,
+             status = CASE WHEN attempts >= $3 THEN 'dlq' ELSE 'pending' END,
              next_attempt_at = now() + make_interval(secs => GREATEST(
-                 power(2, LEAST(attempts + 1, 6))::float8, LEAST(COALESCE($4, 0), 64))),
+                 power(2, LEAST(attempts, 6))::float8, LEAST(COALESCE($5, 0), 64))),
+             claim_token = NULL, lease_expires_at = NULL,
              updated_at = now()
-         WHERE id = $1 RETURNING status",
+         WHERE id = $1 AND claim_token = $2 AND status = 'pending' RETURNING status",
     )
     .bind(id)
+    .bind(token)
     .bind(max_attempts)
     .bind(error)
     .bind(retry_after_seconds)
-    .fetch_one(&mut *conn)
+    .fetch_optional(&mut *conn)
     .await?)
 }
 

@@ -217,14 +217,19 @@ pub struct WorkerBeat {
     pub started_at: DateTime<Utc>,
     pub last_beat_at: DateTime<Utc>,
     pub age_seconds: f64,
+    /// Past `MG_WORKER_STALE_SECONDS` (a few heartbeat periods): the process is likely gone.
     pub stale: bool,
+    /// When the worker's loop last finished a tick and when its next is due, as of the last
+    /// beat (none before its first tick).
+    pub last_tick_at: Option<DateTime<Utc>>,
+    pub next_tick_at: Option<DateTime<Utc>>,
 }
 
 /// Heartbeat rows with their age by the database's clock; `stale` past `stale_after_seconds`.
 pub async fn list_workers(conn: &mut PgConnection, stale_after_seconds: f64) -> Result<Vec<WorkerBeat>> {
     let rows = sqlx::query(
         "SELECT worker, network_class, instance_id, hostname, pid, started_at, last_beat_at,
-                extract(epoch FROM now() - last_beat_at)::float8 AS age
+                last_tick_at, next_tick_at, extract(epoch FROM now() - last_beat_at)::float8 AS age
          FROM worker_heartbeats ORDER BY worker, network_class, instance_id",
     )
     .fetch_all(&mut *conn)
@@ -242,6 +247,8 @@ pub async fn list_workers(conn: &mut PgConnection, stale_after_seconds: f64) -> 
                 last_beat_at: r.try_get("last_beat_at")?,
                 age_seconds: age,
                 stale: age > stale_after_seconds,
+                last_tick_at: r.try_get("last_tick_at")?,
+                next_tick_at: r.try_get("next_tick_at")?,
             })
         })
         .collect()

@@ -18,7 +18,8 @@ pub async fn seed(pool: &PgPool, key: &HeartbeatKey, hostname: &str, pid: i32) -
          VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (worker, network_class, instance_id)
          DO UPDATE SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid,
-                       started_at = now(), last_beat_at = now()",
+                       started_at = now(), last_beat_at = now(),
+                       last_tick_at = NULL, next_tick_at = NULL",
     )
     .bind(&key.worker)
     .bind(&key.network_class)
@@ -30,14 +31,29 @@ pub async fn seed(pool: &PgPool, key: &HeartbeatKey, hostname: &str, pid: i32) -
     Ok(())
 }
 
-pub async fn beat(pool: &PgPool, key: &HeartbeatKey) -> Result<()> {
+/// What a worker's loop last did, measured on the process' monotonic clock and written as
+/// offsets from the database's `now()` (the one clock decisions and views use).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct LoopTimes {
+    /// Seconds since the loop's last tick ended; `None` before its first.
+    pub ticked_ago: Option<f64>,
+    /// Seconds until the loop's next tick is due (0 while it drains); `None` before its first.
+    pub due_in: Option<f64>,
+}
+
+/// Beats this process' row for one worker: `last_beat_at = now()` and the loop's times.
+pub async fn beat(pool: &PgPool, key: &HeartbeatKey, times: LoopTimes) -> Result<()> {
     sqlx::query(
-        "UPDATE worker_heartbeats SET last_beat_at = now()
+        "UPDATE worker_heartbeats SET last_beat_at = now(),
+             last_tick_at = now() - make_interval(secs => $4),
+             next_tick_at = now() + make_interval(secs => $5)
          WHERE worker = $1 AND network_class = $2 AND instance_id = $3",
     )
     .bind(&key.worker)
     .bind(&key.network_class)
     .bind(&key.instance_id)
+    .bind(times.ticked_ago)
+    .bind(times.due_in)
     .execute(pool)
     .await?;
     Ok(())

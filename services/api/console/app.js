@@ -473,6 +473,7 @@ async function workersScreen(main) {
     put(main, h("h1", {}, "Workers and heartbeats"),
       table(page.items, [["Worker", (w) => w.worker], ["Binary", (w) => w.binary], ["Group", (w) => w.group], ["Host", (w) => w.hostname], ["PID", (w) => w.pid],
         ["Network class", (w) => w.network_class], ["Last beat", (w) => `${when(w.last_beat_at)} (${Math.round(w.age_seconds ?? 0)} s)`],
+        ["Last tick", (w) => w.last_tick_at ? when(w.last_tick_at) : "not yet"], ["Next due", (w) => w.next_tick_at ? when(w.next_tick_at) : "—"],
         ["", (w) => badge(w.stale ? "stale" : "fresh")]], "heartbeats"));
   };
   await load();

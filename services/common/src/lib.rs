@@ -12,7 +12,7 @@ use std::sync::Arc;
 use anyhow::Context;
 use qtg_engine::{Engine, EngineSettings, LaneGrace};
 use qtg_executor::{LaneContext, Registry, RegistryFile};
-use qtg_runtime::heartbeat::Heartbeat;
+use qtg_runtime::heartbeat::{Heartbeat, Heartbeats};
 use qtg_runtime::supervise::run_groups;
 pub use qtg_runtime::supervise::Task;
 pub use qtg_runtime::wake::WakeHub;
@@ -191,6 +191,8 @@ impl Process {
                     timeout: s.callback_timeout,
                     allow_private: s.callback_allow_private,
                     allowed_hosts: s.callback_allowed_hosts.clone(),
+                    per_receiver: s.callback_per_receiver,
+                    delivery: qtg_engine::callbacks::Delivery::new(s.callback_max_in_flight),
                 },
                 risk: s.risk.clone(),
                 lease_seconds: s.lease_seconds,
@@ -262,13 +264,16 @@ impl Process {
                     wake: worker.wake.map(|c| hub.subscribe(c)),
                     secondary,
                 };
-                let engine = engine.clone();
+                let (engine, in_flight) = (engine.clone(), engine.clone());
                 let tick = worker.tick;
                 let fut = run_loop(spec, self.shutdown.clone(), self.metrics.clone(), Some(hb.clone()), move || {
                     tick(engine.clone())
                 });
                 let task: Task = Box::pin(async move {
                     fut.await;
+                    // Sends the loop started on tasks of their own (callbacks) record their
+                    // outcome before the process goes.
+                    in_flight.finish_in_flight().await;
                     Ok(())
                 });
                 let group = match worker.group {
@@ -281,22 +286,18 @@ impl Process {
         Ok(out)
     }
 
-    /// Starts the admin server.
+    /// Starts the admin server and this process' heartbeat writer (its own period,
+    /// `MG_HEARTBEAT_INTERVAL_SECONDS`; `/readyz` turns 503 once it has failed for
+    /// `MG_WORKER_STALE_SECONDS`).
     pub async fn serve_admin(&self, heartbeats: Vec<Heartbeat>) -> anyhow::Result<()> {
-        // Three polls of the slowest core worker, and some.
-        let slowest_core = WORKERS
-            .iter()
-            .filter(|w| w.group == Group::Core)
-            .filter_map(|w| self.settings.worker(w.name).map(|ws| ws.interval))
-            .max()
-            .unwrap_or_default();
-        let stale_after = slowest_core * 3 + std::time::Duration::from_secs(30);
+        let heartbeats = Heartbeats::new(heartbeats);
+        heartbeats.spawn(self.pool.clone(), self.settings.heartbeat_interval, self.shutdown.clone());
         qtg_runtime::admin::serve(
             self.settings.admin_addr,
             self.pool.clone(),
             self.metrics.clone(),
             heartbeats,
-            stale_after,
+            std::time::Duration::from_secs_f64(self.settings.worker_stale_seconds),
             self.settings.grace_default,
             self.shutdown.clone(),
         )

@@ -254,7 +254,17 @@ async fn the_reaper_reclaims_an_abandoned_nonce_and_leaves_a_used_one_alone() ->
     let (used_nonce, status) = evm.reservation(&used).await?;
     assert_eq!(status, "consumed");
     let (gap, status) = evm.reservation(&abandoned).await?;
-    assert_eq!((gap, status.as_str()), (used_nonce + 1, "reserved"), "prepare reserved it; nothing signed it");
+    assert_eq!((gap, status.as_str()), (used_nonce + 1, "released"), "the refusal gave it back at once");
+    // The reaper is the backstop for a dispatcher that died between the reservation and the
+    // failure: put the reservation back as such a crash leaves it.
+    sqlx::query(
+        "UPDATE evm_nonce_reservation SET status = 'reserved' WHERE nonce = $1 AND request_node_id =
+             (SELECT id FROM movement_request_nodes WHERE request_id = $2::uuid)",
+    )
+    .bind(gap)
+    .bind(&abandoned)
+    .execute(&evm.db.pool)
+    .await?;
     let mut env = evm.env.clone();
     env.push(("MG_EVM_NONCE_REAPER_AGE_SECONDS".into(), "1".into()));
     env.push(("MG_EVM_NONCE_REAPER_INTERVAL_SECONDS".into(), "0.3".into()));
@@ -279,6 +289,58 @@ async fn the_reaper_reclaims_an_abandoned_nonce_and_leaves_a_used_one_alone() ->
     evm.done(&next, "COMPLETED").await?;
     assert_eq!(evm.reservation(&next).await?, (gap, "consumed".to_string()));
     drop((dispatcher, observer, reaper));
+    evm.db.drop_db().await;
+    Ok(())
+}
+
+/// A node that reserved a nonce and failed before anything was broadcast — its prepare
+/// refused (the fee cap), its signer refused — gives the nonce back in the same step, audited:
+/// the next movement from the address takes it and completes at once, with no gap for the
+/// reaper to wait out. A template that binds the EVM executor without a signer is refused at
+/// proposal.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failure_before_broadcast_gives_the_nonce_back_at_once() -> anyhow::Result<()> {
+    let evm = Evm::start().await?;
+    evm.template("evm.eth", json!({"chain_id": 31337})).await?;
+    evm.template_signed_by("evm.wrong", "signer.evm.other", json!({"chain_id": 31337})).await?;
+    let capped = json!({"template_key": "evm.capped", "risk_controls": {"max_fee_wei": "1"}, "nodes": [{
+        "node_key": "send", "node_kind": "action", "action_type": "evm_transfer",
+        "executor_key": "exec.evm.transfer", "signer_key": "signer.evm.local", "signing_required": true,
+        "config": {"chain_id": 31337}}]});
+    install_template(&evm.api, &evm.keys, capped).await?;
+    let unsigned = json!({"template_key": "evm.unsigned", "nodes": [{
+        "node_key": "send", "node_kind": "action", "action_type": "evm_transfer",
+        "executor_key": "exec.evm.transfer", "config": {"chain_id": 31337}}]});
+    let (s, b) = evm.api.call("POST", "/v3/template-proposals", &evm.keys.operator, Some(unsigned)).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{b}");
+    assert!(b["error"]["message"].as_str().unwrap_or_default().contains("signer_key"), "{b}");
+
+    let start = evm.anvil.quantity("eth_getTransactionCount", json!([ANVIL_ADDR_0, "pending"])).await? as i64;
+    let dispatcher = evm.worker("qtg-dispatcher").await?;
+    let observer = evm.worker("qtg-observer").await?;
+    let capped = evm.movement("evm.capped", "ETH", "0.1", "gap-capped").await?;
+    let m = evm.done(&capped, "FAILED").await?;
+    assert_eq!(node(&m, "send")["error_code"], "EVM_FEE_CAP", "{m:#}");
+    assert_eq!(evm.reservation(&capped).await?, (start, "released".to_string()), "given back by the refusal");
+    let refused = evm.movement("evm.wrong", "ETH", "0.1", "gap-refused").await?;
+    let m = evm.done(&refused, "FAILED").await?;
+    assert_eq!(node(&m, "send")["error_code"], "SIGNER_REFUSED", "{m:#}");
+    assert_eq!(evm.reservation(&refused).await?, (start, "released".to_string()), "the same nonce, given back again");
+    let releases: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_outbox WHERE action = 'evm.nonce.release' AND (data->>'nonce')::bigint = $1
+            AND movement_id IN ($2::uuid, $3::uuid)",
+    )
+    .bind(start)
+    .bind(&capped)
+    .bind(&refused)
+    .fetch_one(&evm.db.pool)
+    .await?;
+    assert_eq!(releases, 2, "each give-back audited");
+    // No reaper runs: the next transfer takes the nonce and completes.
+    let next = evm.movement("evm.eth", "ETH", "0.1", "gap-next").await?;
+    evm.done(&next, "COMPLETED").await?;
+    assert_eq!(evm.reservation(&next).await?, (start, "consumed".to_string()));
+    drop((dispatcher, observer));
     evm.db.drop_db().await;
     Ok(())
 }

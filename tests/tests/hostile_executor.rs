@@ -53,6 +53,13 @@ async fn http_executor(Path(method): Path<String>, body: String) -> Response {
             json(json!({"nextState": "SUBMITTED", "providerRefId": "r-1", "providerRefs": {"ref\u{0}": "x"}}))
         }
         ("observe", "deep") => json(json!({"nextState": "OBSERVING", "providerRefs": {"deep": deep(40)}})),
+        // Sixty new keys on every poll: within one answer's bound, unbounded for the node.
+        ("observe", "growing") => {
+            static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+            let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+            let refs: serde_json::Map<String, Value> = (0..60).map(|i| (format!("k{n}_{i}"), json!(i))).collect();
+            json(json!({"nextState": "OBSERVING", "providerRefs": refs, "retryAfterSeconds": 0.1}))
+        }
         ("preflight", _) => StatusCode::NO_CONTENT.into_response(),
         ("prepare", _) => json(json!({"action": {"actionType": "transfer", "payloadFormat": "json", "payload": "{}"}})),
         ("submit", _) => json(json!({"nextState": "SUBMITTED", "providerRefId": "r-1"})),
@@ -165,6 +172,7 @@ async fn hostile_answers_stay_with_their_node_and_the_worker_goes_on() -> anyhow
         ("h4", "exec.bad.http", json!({"prepare": "expired"}), "FAILED"),
         ("h5", "exec.bad.http", json!({"submit": "nul_key"}), "UNKNOWN"),
         ("h6", "exec.bad.http", json!({"observe": "deep"}), "SUBMITTED"),
+        ("h7", "exec.bad.http", json!({"observe": "growing"}), "SUBMITTED"),
         ("g1", "exec.bad.grpc", json!({"preflight": "nul_detail"}), "FAILED"),
         ("g2", "exec.bad.grpc", json!({"submit": "nul_key"}), "UNKNOWN"),
     ];
@@ -216,6 +224,19 @@ async fn hostile_answers_stay_with_their_node_and_the_worker_goes_on() -> anyhow
             .fetch_one(&db.pool)
             .await?;
     assert!(h6_polls <= 3, "the deep observe answer is backed off, not retried at once: {h6_polls} polls");
+    // An executor that grows the node's refs on every poll is refused once the node's bound
+    // would be passed: nothing beyond it is stored (nor sent back on the next call).
+    let (keys_held, refused): (i32, Option<String>) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM jsonb_object_keys(n.provider_refs))::int,
+                (SELECT e.error_detail FROM node_events e WHERE e.request_node_id = n.id
+                   AND e.error_code = 'EXECUTOR_PROTOCOL_ERROR' ORDER BY e.id LIMIT 1)
+           FROM movement_request_nodes n WHERE n.request_id = $1::uuid",
+    )
+    .bind(&hostile[7])
+    .fetch_one(&db.pool)
+    .await?;
+    assert!(keys_held <= 256, "the node's refs stay bounded: {keys_held} keys");
+    assert!(refused.as_deref().is_some_and(|d| d.contains("for the node")), "{refused:?}");
     assert!(!api.proc.log().contains("tick failed"), "no worker tick failed:\n{}", api.proc.log());
     shutdown.cancel();
     db.drop_db().await;

@@ -204,3 +204,104 @@ async fn a_receiver_that_never_answers_is_dead_lettered_on_schedule() -> anyhow:
     db.drop_db().await;
     Ok(())
 }
+
+/// Tightened limits bind every movement: approving version 2 retires version 1, which then
+/// takes no new movement or capital transfer; a movement created on version 1 before that is
+/// held to the stricter of both versions' limits at approval and at its first claim; an admin
+/// can retire the current version by hand, audited.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retired_template_version_binds_no_new_movement_and_old_ones_meet_the_new_limits() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[]).await?;
+    let keys = Keys::create(&api).await?;
+    let plan_node =
+        json!({"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"});
+    let template =
+        |cap: &str| json!({"template_key": "t.lim", "risk_controls": {"hard_cap": cap}, "nodes": [plan_node.clone()]});
+    install_template(&api, &keys, template("1000")).await?;
+    let create = |version: Option<i32>, amount: &str, idem: &str| {
+        let mut body = json!({"template_key": "t.lim", "intent": {"asset": "USDC", "amount": amount,
+            "source": "venue-a", "destination": "0xdest"}, "idempotency_key": idem});
+        if let Some(v) = version {
+            body["template_version"] = json!(v);
+        }
+        body
+    };
+    // Created on version 1 while it is current: one waits for approval, one is approved.
+    let pending =
+        api.ok("POST", "/v3/movements", &keys.requester, Some(create(None, "500", "old-pending")), 201).await?;
+    let approved =
+        api.ok("POST", "/v3/movements", &keys.requester, Some(create(None, "500", "old-approved")), 201).await?;
+    let approved_id = approved["id"].as_str().unwrap().to_string();
+    api.ok("POST", &format!("/v3/movements/{approved_id}/approve"), &keys.approver, None, 200).await?;
+
+    // Version 2 lowers the cap; approving it retires version 1.
+    let p = api.ok("POST", "/v3/template-proposals", &keys.operator, Some(template("100")), 201).await?;
+    let review = api
+        .ok(
+            "POST",
+            &format!("/v3/template-proposals/{}/approve", p["id"].as_str().unwrap()),
+            &api.admin_key,
+            Some(json!({"reason": "lower the cap"})),
+            200,
+        )
+        .await?;
+    assert_eq!(review["retired_versions"], json!([1]), "{review}");
+    let t = api.ok("GET", "/v3/templates/t.lim", &keys.requester, None, 200).await?;
+    let v1 = t["versions"].as_array().unwrap().iter().find(|v| v["version"] == 1).cloned().unwrap_or_default();
+    assert!(v1["retired_at"].is_string(), "{t:#}");
+
+    let (s, b) = api.call("POST", "/v3/movements", &keys.requester, Some(create(Some(1), "500", "escape"))).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (409, Some("INVALID_STATE")), "{b}");
+    assert!(b["error"]["message"].as_str().unwrap_or_default().contains("retired"), "{b}");
+    let (s, b) = api.call("POST", "/v3/movements", &keys.requester, Some(create(None, "500", "current"))).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (422, Some("RISK_LIMIT_EXCEEDED")), "{b}");
+    let transfer = json!({"from": "venue-a", "to": "0xdest", "asset": "USDC", "amount": "50", "reason": "rebalance",
+                          "template_key": "t.lim", "template_version": 1, "idempotency_key": "ct-escape"});
+    let (s, b) = api.call("POST", "/v3/capital-transfers", &keys.requester, Some(transfer)).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (409, Some("INVALID_STATE")), "a capital transfer too: {b}");
+
+    // The movement waiting on version 1 is held to version 2's cap at its approval.
+    let pending_id = pending["id"].as_str().unwrap();
+    let (s, b) = api.call("POST", &format!("/v3/movements/{pending_id}/approve"), &keys.approver, None).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (422, Some("RISK_LIMIT_EXCEEDED")), "{b}");
+    // The one approved before is held to it at its first claim: nothing is submitted.
+    let _dispatcher = Proc::spawn("qtg-dispatcher", &db.url, &[("MG_NODE_DISPATCH_INTERVAL_SECONDS", "0.2")]).await?;
+    let m = wait_state(&api, &keys.requester, &approved_id, &["FAILED", "COMPLETED"], Duration::from_secs(30)).await?;
+    assert_eq!(node(&m, "a")["error_code"], "RISK_LIMIT_EXCEEDED", "{m:#}");
+    let calls: i64 = sqlx::query_scalar("SELECT count(*) FROM sim_submit_calls").fetch_one(&db.pool).await?;
+    assert_eq!(calls, 0, "nothing reached the venue");
+
+    // An admin retires the current version by hand: no version takes new movements now.
+    let (s, _) = api
+        .call("POST", "/v3/templates/t.lim/versions/2/actions/retire", &keys.operator, Some(json!({"reason": "x"})))
+        .await?;
+    assert_eq!(s, 403, "an admin action");
+    let (s, b) = api
+        .call("POST", "/v3/templates/t.lim/versions/2/actions/retire", &api.admin_key, Some(json!({"reason": " "})))
+        .await?;
+    assert_eq!(s, 400, "a reason is required: {b}");
+    api.ok(
+        "POST",
+        "/v3/templates/t.lim/versions/2/actions/retire",
+        &api.admin_key,
+        Some(json!({"reason": "venue offboarded"})),
+        200,
+    )
+    .await?;
+    let (s, b) = api.call("POST", "/v3/movements", &keys.requester, Some(create(None, "50", "after"))).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (409, Some("INVALID_STATE")), "{b}");
+    let (s, _) = api
+        .call("POST", "/v3/templates/t.lim/versions/2/actions/retire", &api.admin_key, Some(json!({"reason": "again"})))
+        .await?;
+    assert_eq!(s, 409, "already retired");
+    let retires: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_outbox WHERE action = 'template.version.retire' AND entity_id = 't.lim'",
+    )
+    .fetch_one(&db.pool)
+    .await?;
+    assert_eq!(retires, 2, "one audit row per retirement");
+    drop(api);
+    db.drop_db().await;
+    Ok(())
+}

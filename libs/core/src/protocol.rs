@@ -263,12 +263,73 @@ impl ExecutionResult {
         if size > MAX_RESULT_BYTES {
             return Err(ProtocolViolation(format!("result is {size} bytes, over {MAX_RESULT_BYTES}")));
         }
+        self.check_bounds()?;
         check_storable("the result", &serde_json::to_value(self).unwrap_or(Value::Null))
+    }
+
+    /// [`validate`](Self::validate), and the node's `provider_refs` after this answer is
+    /// merged into `own` (what the node holds now) stay within the node's bounds: an executor
+    /// that answers every call with new keys is refused before anything is stored.
+    pub fn validate_merged(&self, method: Method, own: &Value) -> Result<(), ProtocolViolation> {
+        self.validate(method)?;
+        let mut merged = own.as_object().cloned().unwrap_or_default();
+        merged.extend(self.provider_refs.iter().map(|(k, v)| (k.clone(), v.clone())));
+        if merged.len() > MAX_NODE_REFS_KEYS {
+            return Err(ProtocolViolation(format!(
+                "provider_refs would hold {} keys for the node, over {MAX_NODE_REFS_KEYS}",
+                merged.len()
+            )));
+        }
+        let bytes = serde_json::to_vec(&merged).map(|v| v.len()).unwrap_or(usize::MAX);
+        if bytes > MAX_NODE_REFS_BYTES {
+            return Err(ProtocolViolation(format!(
+                "provider_refs would be {bytes} bytes for the node, over {MAX_NODE_REFS_BYTES}"
+            )));
+        }
+        Ok(())
+    }
+
+    /// The documented limits of one answer (docs/executors.md, "Limits").
+    fn check_bounds(&self) -> Result<(), ProtocolViolation> {
+        let over = |what: &str, n: usize, max: usize| ProtocolViolation(format!("{what} is {n}, over {max}"));
+        if self.provider_refs.len() > MAX_REFS_KEYS {
+            return Err(over("the number of provider_refs keys", self.provider_refs.len(), MAX_REFS_KEYS));
+        }
+        let refs = serde_json::to_vec(&self.provider_refs).map(|v| v.len()).unwrap_or(usize::MAX);
+        if refs > MAX_REFS_BYTES {
+            return Err(over("provider_refs in bytes", refs, MAX_REFS_BYTES));
+        }
+        if self.generated_artifacts.len() > MAX_ARTIFACTS {
+            return Err(over("the number of generated_artifacts", self.generated_artifacts.len(), MAX_ARTIFACTS));
+        }
+        for (what, text, max) in [
+            ("error_detail in characters", &self.error_detail, MAX_ERROR_DETAIL_CHARS),
+            ("error_code in characters", &self.error_code, MAX_SHORT_TEXT_CHARS),
+            ("provider_state in characters", &self.provider_state, MAX_SHORT_TEXT_CHARS),
+            ("provider_ref_id in characters", &self.provider_ref_id, MAX_SHORT_TEXT_CHARS),
+        ] {
+            let n = text.as_deref().map_or(0, |t| t.chars().count());
+            if n > max {
+                return Err(over(what, n, max));
+            }
+        }
+        Ok(())
     }
 }
 
 /// Largest executor answer qtg accepts.
 pub const MAX_RESULT_BYTES: usize = 256 * 1024;
+/// `provider_refs` of one answer: keys and encoded bytes.
+pub const MAX_REFS_KEYS: usize = 64;
+pub const MAX_REFS_BYTES: usize = 32 * 1024;
+/// A node's `provider_refs` after every answer is merged: keys and encoded bytes.
+pub const MAX_NODE_REFS_KEYS: usize = 256;
+pub const MAX_NODE_REFS_BYTES: usize = 64 * 1024;
+/// `generated_artifacts` of one answer (their bytes count towards [`MAX_RESULT_BYTES`]).
+pub const MAX_ARTIFACTS: usize = 16;
+/// `error_detail`, and `error_code`, `provider_state`, `provider_ref_id`, in characters.
+pub const MAX_ERROR_DETAIL_CHARS: usize = 4096;
+pub const MAX_SHORT_TEXT_CHARS: usize = 256;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Method {
@@ -347,6 +408,37 @@ pub struct ProtocolViolation(pub String);
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn answers_and_a_nodes_refs_are_bounded() {
+        let mut r = ExecutionResult::new(NodeState::Observing);
+        for i in 0..MAX_REFS_KEYS {
+            r.provider_refs.insert(format!("k{i}"), Value::from(i));
+        }
+        assert!(r.validate(Method::Observe).is_ok());
+        r.provider_refs.insert("one_more".into(), Value::from(1));
+        assert!(r.validate(Method::Observe).unwrap_err().0.contains("keys"));
+        r.provider_refs.remove("one_more");
+        // Within one answer's bounds, but the node already holds nearly its share.
+        let own: Map<String, Value> =
+            (0..MAX_NODE_REFS_KEYS - 10).map(|i| (format!("old{i}"), Value::from(i))).collect();
+        let err = r.validate_merged(Method::Observe, &Value::Object(own.clone())).unwrap_err();
+        assert!(err.0.contains("for the node"), "{err:?}");
+        // The same keys again do not grow the node.
+        let same: Map<String, Value> = r.provider_refs.clone();
+        assert!(r.validate_merged(Method::Observe, &Value::Object(same)).is_ok());
+        let mut long = ExecutionResult::failed("X", "d".repeat(MAX_ERROR_DETAIL_CHARS + 1));
+        assert!(long.validate(Method::Observe).is_err());
+        long.error_detail = Some("short".into());
+        long.provider_ref_id = Some("r".repeat(MAX_SHORT_TEXT_CHARS + 1));
+        assert!(long.validate(Method::Observe).is_err());
+        let mut big = ExecutionResult::new(NodeState::Observing);
+        big.provider_refs.insert("blob".into(), Value::from("x".repeat(MAX_REFS_BYTES)));
+        assert!(big.validate(Method::Observe).unwrap_err().0.contains("bytes"));
+        let mut many = ExecutionResult::new(NodeState::Observing);
+        many.generated_artifacts = vec![serde_json::json!({}); MAX_ARTIFACTS + 1];
+        assert!(many.validate(Method::Observe).is_err());
+    }
 
     #[test]
     fn integers_beyond_two_to_the_53_are_found() {

@@ -108,6 +108,7 @@ impl Engine {
             let pv = qtg_store::templates::plan_version(&mut tx, &input.template_key, input.template_version)
                 .await?
                 .ok_or(OpError::NotFound("template (version)"))?;
+            crate::movements::refuse_retired(&pv)?;
             let intent = json!({"asset": input.asset, "amount": input.amount, "source": input.source,
                                 "destination": input.destination});
             let (limits, amount) = self.risk_limits(&pv.plan.risk_controls, &intent)?;

@@ -226,7 +226,8 @@ impl Engine {
 
     /// Why the movement's risk limits refuse it now, if they do.
     async fn risk_refusal(&self, conn: &mut PgConnection, item: &WorkItem) -> Result<Option<String>> {
-        let checked = match self.risk_limits(&item.risk_controls, &item.intent) {
+        // The version's limits and, when a newer version exists, the stricter of both.
+        let checked = match self.movement_limits(conn, item.request_id, &item.risk_controls, &item.intent).await {
             Ok((limits, amount)) => self.check_risk(conn, &limits, &amount, &item.intent, item.request_id).await,
             Err(e) => Err(e),
         };
@@ -399,7 +400,9 @@ impl Engine {
         }
         let submission = Submission { prepared: &prepared, signed: signed.as_ref(), idempotency_key: &key, submit_by };
         let (res, ms) = with_deadline("submit", deadline, c.executor.submit(&c.ctx, &submission)).await;
-        let res = res.and_then(|r| r.validate(Method::Submit).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0)));
+        let res = res.and_then(|r| {
+            r.validate_merged(Method::Submit, &c.ctx.provider_refs).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0))
+        });
         self.record_submit(&c, res, ms).await
     }
 
@@ -672,7 +675,22 @@ impl Engine {
         };
         let meta = Meta::actor(&self.actor);
         match transition::transition_node(&mut tx, c.item.node_id, from, NodeState::Failed, &patch, &meta).await {
-            Ok(_) => apply_request_state(&mut tx, c.item.request_id, &self.actor).await?,
+            Ok(_) => {
+                // Nothing was broadcast: a nonce the node reserved goes back in the same
+                // transaction, unless a signature for it may exist (the signer was asked and
+                // gave no answer that rules one out).
+                let cleared =
+                    matches!(code, codes::SIGNER_REFUSED | codes::SIGNER_IDENTITY_MISMATCH).then_some(c.attempt_no);
+                let why = format!("{code}: {detail}");
+                let released =
+                    qtg_store::evm::release_before_broadcast(&mut tx, c.item.node_id, cleared, &why, &self.actor)
+                        .await?;
+                for r in &released {
+                    tracing::info!(node_id = %c.item.node_id, chain_id = r.chain_id, address = %r.address, nonce = r.nonce,
+                        "nonce given back: the node failed before anything was broadcast");
+                }
+                apply_request_state(&mut tx, c.item.request_id, &self.actor).await?
+            }
             Err(StoreError::StaleState { .. }) => {
                 record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
                 self.claim_lost(&mut tx, c, "claim").await?

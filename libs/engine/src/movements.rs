@@ -103,6 +103,7 @@ impl Engine {
         let pv = tq::plan_version(&mut tx, &input.template_key, input.template_version)
             .await?
             .ok_or(OpError::NotFound("template (version)"))?;
+        refuse_retired(&pv)?;
         let intent_hash = canonical_hash(&input.intent);
         let (limits, amount) = self.risk_limits(&pv.plan.risk_controls, &input.intent)?;
         let approvals_required = limits.approvals_needed(&amount) as i32;
@@ -171,6 +172,28 @@ impl Engine {
         let row = mq::get(&mut tx, id).await?.ok_or(OpError::NotFound("movement"))?;
         tx.commit().await?;
         Ok((row, fresh))
+    }
+
+    /// The limits a movement already created is held to: its own version's and, when a newer
+    /// version of its template exists, that one's too — the stricter of both.
+    pub(crate) async fn movement_limits(
+        &self,
+        conn: &mut sqlx::PgConnection,
+        id: Uuid,
+        own_controls: &Value,
+        intent: &Value,
+    ) -> Result<(RiskLimits, Amount), OpError> {
+        let (limits, amount) = self.risk_limits(own_controls, intent)?;
+        let Some((version, current)) = tq::current_risk_controls(conn, id).await? else {
+            return Ok((limits, amount));
+        };
+        if &current == own_controls {
+            return Ok((limits, amount));
+        }
+        let asset = intent.get("asset").and_then(Value::as_str).unwrap_or("");
+        let newer = RiskLimits::for_asset(&current, asset)
+            .map_err(|e| OpError::Validation(format!("risk_controls of the template's version {version}: {e}")))?;
+        Ok((limits.stricter(&newer), amount))
     }
 
     /// The limits that apply to a movement of `intent` under a plan's `risk_controls` (the
@@ -283,7 +306,7 @@ impl Engine {
             let executor_keys: Vec<String> = pv.plan.nodes.iter().map(|n| n.executor_key.clone()).collect();
             let signer_keys: Vec<String> = pv.plan.nodes.iter().filter_map(|n| n.signer_key.clone()).collect();
             self.health_gate(&mut tx, &executor_keys, &signer_keys).await?;
-            let (limits, amount) = self.risk_limits(&pv.plan.risk_controls, &row.intent)?;
+            let (limits, amount) = self.movement_limits(&mut tx, id, &pv.plan.risk_controls, &row.intent).await?;
             self.check_risk(&mut tx, &limits, &amount, &row.intent, id).await?;
             let needed = row.approvals_required.max(limits.approvals_needed(&amount) as i32);
             if needed > row.approvals_required {
@@ -378,5 +401,18 @@ pub(crate) async fn finish<T>(
             }
             Err(e)
         }
+    }
+}
+
+/// A retired version takes no new movement or capital transfer.
+pub(crate) fn refuse_retired(pv: &tq::PlanVersion) -> Result<(), OpError> {
+    match pv.retired_at {
+        Some(at) => Err(OpError::InvalidState(format!(
+            "template {} version {} was retired at {}: it takes no new movement; use the current version",
+            pv.template_key,
+            pv.version,
+            at.to_rfc3339()
+        ))),
+        None => Ok(()),
     }
 }

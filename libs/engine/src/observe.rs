@@ -69,7 +69,9 @@ impl Engine {
                 tracing::info!(node_id = %item.node_id, node_key = %item.node_key, state = %item.node_state, idempotency_key = %key, "recovering node");
                 with_deadline("recover", deadline, executor.recover(&ctx, &key)).await
             };
-            let res = res.and_then(|r| r.validate(method).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0)));
+            let res = res.and_then(|r| {
+                r.validate_merged(method, &ctx.provider_refs).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0))
+            });
             let guard = Guard { claim_token: Some(token), attempt_no: Some(item.attempt_no), ..Default::default() };
             let mut tx = self.pool.begin().await?;
             let name = method.as_str();

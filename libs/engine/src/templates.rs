@@ -27,11 +27,19 @@ pub fn valid_template_key(key: &str) -> bool {
 /// filter here — it is checked at approval; this only logs).
 pub fn check_bindings(plan: &PlanDefinition, registry: &Registry) -> Result<(), OpError> {
     for n in &plan.nodes {
-        if n.node_kind != qtg_core::NodeKind::Manual && registry.executor(&n.executor_key).is_none() {
-            return Err(OpError::Validation(format!(
-                "node {:?}: executor_key {:?} is not registered",
-                n.node_key, n.executor_key
-            )));
+        if n.node_kind != qtg_core::NodeKind::Manual {
+            let Some(entry) = registry.executor(&n.executor_key) else {
+                return Err(OpError::Validation(format!(
+                    "node {:?}: executor_key {:?} is not registered",
+                    n.node_key, n.executor_key
+                )));
+            };
+            if entry.executor.needs_signer() && n.signer_key.as_deref().is_none_or(|s| s.trim().is_empty()) {
+                return Err(OpError::Validation(format!(
+                    "node {:?}: executor {:?} sends signed transactions, so the node needs a signer_key",
+                    n.node_key, n.executor_key
+                )));
+            }
         }
         if let Some(s) = n.signer_key.as_deref().filter(|s| !s.is_empty()) {
             if registry.signer(s).is_none() {
@@ -124,6 +132,14 @@ impl Engine {
             )
             .await?;
             tq::review_proposal(&mut tx, id, "approved", actor, reason, Some(pv)).await?;
+            // The successor retires every older version: limits tightened in it bind every
+            // new movement (a requester cannot name an older version to escape them).
+            let retired = tq::retire_older(&mut tx, &p.template_key, version, actor).await?;
+            for v in &retired {
+                let why = format!("superseded by version {version}");
+                audit_retirement(&mut tx, actor, &p.template_key, *v, &why).await?;
+            }
+            out["retired_versions"] = json!(retired);
             out["template_key"] = json!(p.template_key);
             out["version"] = json!(version);
             out["compiled_plan_hash"] = json!(p.compiled_plan_hash);
@@ -145,4 +161,50 @@ impl Engine {
         tx.commit().await?;
         Ok(out)
     }
+
+    /// Retires `template_key` version `version` by hand (an admin, with a reason): it takes no
+    /// new movement or capital transfer; movements already created keep their plan.
+    pub async fn retire_template_version(
+        &self,
+        actor: &str,
+        template_key: &str,
+        version: i32,
+        reason: &str,
+    ) -> Result<Value, OpError> {
+        if reason.trim().is_empty() {
+            return Err(OpError::Validation("a reason is required to retire a template version".into()));
+        }
+        let mut tx = self.pool.begin().await?;
+        match tq::retire(&mut tx, template_key, version, actor, reason).await? {
+            None => return Err(OpError::NotFound("template version")),
+            Some(false) => {
+                return Err(OpError::InvalidState(format!("{template_key} version {version} is already retired")))
+            }
+            Some(true) => {}
+        }
+        audit_retirement(&mut tx, actor, template_key, version, reason).await?;
+        tx.commit().await?;
+        Ok(json!({"template_key": template_key, "version": version, "retired": true}))
+    }
+}
+
+/// The audit row of a version's retirement (`template.version.retire`).
+async fn audit_retirement(
+    conn: &mut sqlx::PgConnection,
+    actor: &str,
+    template_key: &str,
+    version: i32,
+    reason: &str,
+) -> Result<(), OpError> {
+    let data = json!({"template_key": template_key, "version": version, "reason": reason});
+    let record = AuditRecord {
+        actor,
+        action: "template.version.retire",
+        entity_type: "template",
+        entity_id: template_key.to_string(),
+        movement_id: None,
+        data,
+    };
+    audit::record(conn, &record).await?;
+    Ok(())
 }

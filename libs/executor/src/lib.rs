@@ -91,6 +91,13 @@ pub trait Executor: Send + Sync {
         Err(ExecutorError::NotImplemented)
     }
 
+    /// Whether every action this executor prepares must be signed by a signer bound to the
+    /// node (the EVM lanes): a template that binds it without a `signer_key` is refused at
+    /// proposal rather than failing each movement after a nonce was reserved.
+    fn needs_signer(&self) -> bool {
+        false
+    }
+
     /// The on-chain facts this executor relies on (code hashes of its contracts, a token's
     /// decimals, a messenger's configuration…), read now, for verify_drift to compare with the
     /// baseline an admin recorded. None by default.

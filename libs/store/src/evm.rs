@@ -168,6 +168,80 @@ pub async fn release_unsent(pool: &PgPool, id: i64, node: Uuid) -> Result<bool> 
     Ok(moved.rows_affected() == 1)
 }
 
+/// What was given back when a node failed before anything was broadcast.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Released {
+    pub id: i64,
+    pub chain_id: i64,
+    pub address: String,
+    pub nonce: i64,
+}
+
+/// Gives back, in the caller's transaction, every reservation of `node` that nothing was
+/// broadcast with and for which no signature can exist: no `sign_result` of the node since it
+/// was made, and no prepared action handed to a signer since — except those of attempt
+/// `cleared_attempt`, whose signer answered in a way that proves no usable signature exists
+/// (it refused, or it signed as another address). A nonce a signature may exist for stays
+/// with the node (a retry must use it again, or a second transaction could pay twice); the
+/// reaper never takes those either. One audit row `evm.nonce.release` per reservation, with
+/// `why` (the failure). The next movement from the address takes the nonce at once.
+pub async fn release_before_broadcast(
+    conn: &mut sqlx::PgConnection,
+    node: Uuid,
+    cleared_attempt: Option<i32>,
+    why: &str,
+    actor: &str,
+) -> Result<Vec<Released>> {
+    let rows = sqlx::query(
+        "UPDATE evm_nonce_reservation r SET status = 'released', updated_at = now()
+          WHERE r.request_node_id = $1 AND r.status = 'reserved'
+            AND r.tx_hashes = '[]'::jsonb AND r.cancel_hashes = '[]'::jsonb
+            AND NOT EXISTS (SELECT 1 FROM artifacts a
+                             WHERE a.request_node_id = $1 AND a.created_at >= r.created_at
+                               AND a.kind IN ('sign_result', 'prepared_action')
+                               AND a.attempt_no IS DISTINCT FROM $2)
+         RETURNING r.id, r.chain_id, r.address, r.nonce",
+    )
+    .bind(node)
+    .bind(cleared_attempt)
+    .fetch_all(&mut *conn)
+    .await?;
+    let movement: Option<Uuid> = if rows.is_empty() {
+        None
+    } else {
+        sqlx::query_scalar("SELECT request_id FROM movement_request_nodes WHERE id = $1")
+            .bind(node)
+            .fetch_optional(&mut *conn)
+            .await?
+    };
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let r = Released {
+            id: row.try_get("id")?,
+            chain_id: row.try_get("chain_id")?,
+            address: row.try_get("address")?,
+            nonce: row.try_get("nonce")?,
+        };
+        crate::audit::record(
+            conn,
+            &crate::audit::AuditRecord {
+                actor,
+                action: "evm.nonce.release",
+                entity_type: "node",
+                entity_id: node.to_string(),
+                movement_id: movement,
+                data: serde_json::json!({
+                    "reservation_id": r.id, "chain_id": r.chain_id, "address": r.address, "nonce": r.nonce,
+                    "why": why,
+                }),
+            },
+        )
+        .await?;
+        out.push(r);
+    }
+    Ok(out)
+}
+
 /// Every reservation the node ever held on `chain_id` (hashes included), newest first.
 pub async fn of_node(pool: &PgPool, node: Uuid, chain_id: i64) -> Result<Vec<Reservation>> {
     sqlx::query(sqlx::AssertSqlSafe(format!(

@@ -190,6 +190,69 @@ pub async fn create_version(
     Ok((plan_version_id, version))
 }
 
+/// Retires every version of `template_key` older than `version` that is not retired yet (a
+/// successor was approved). Returns the versions retired.
+pub async fn retire_older(conn: &mut PgConnection, template_key: &str, version: i32, actor: &str) -> Result<Vec<i32>> {
+    Ok(sqlx::query_scalar(
+        "UPDATE plan_versions SET retired_at = now(), retired_by = $3,
+             retired_reason = 'superseded by version ' || $2
+         WHERE template_id = (SELECT id FROM templates WHERE template_key = $1)
+           AND version < $2 AND retired_at IS NULL RETURNING version",
+    )
+    .bind(template_key)
+    .bind(version)
+    .bind(actor)
+    .fetch_all(&mut *conn)
+    .await?)
+}
+
+/// Retires `template_key` version `version` by hand. `None`: no such version; `Some(false)`:
+/// it was retired already.
+pub async fn retire(
+    conn: &mut PgConnection,
+    template_key: &str,
+    version: i32,
+    actor: &str,
+    reason: &str,
+) -> Result<Option<bool>> {
+    let exists: Option<bool> = sqlx::query_scalar(
+        "SELECT v.retired_at IS NULL FROM plan_versions v JOIN templates t ON t.id = v.template_id
+         WHERE t.template_key = $1 AND v.version = $2 FOR UPDATE OF v",
+    )
+    .bind(template_key)
+    .bind(version)
+    .fetch_optional(&mut *conn)
+    .await?;
+    let Some(live) = exists else { return Ok(None) };
+    if live {
+        sqlx::query(
+            "UPDATE plan_versions v SET retired_at = now(), retired_by = $3, retired_reason = $4
+             FROM templates t WHERE t.id = v.template_id AND t.template_key = $1 AND v.version = $2",
+        )
+        .bind(template_key)
+        .bind(version)
+        .bind(actor)
+        .bind(reason)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(Some(live))
+}
+
+/// The risk controls of the newest version of movement `request_id`'s template: what a
+/// movement created on an older version is also held to.
+pub async fn current_risk_controls(conn: &mut PgConnection, request_id: Uuid) -> Result<Option<(i32, Value)>> {
+    let row: Option<(i32, Value)> = sqlx::query_as(
+        "SELECT v.version, v.risk_controls FROM plan_versions v
+         WHERE v.template_id = (SELECT template_id FROM movement_requests WHERE id = $1)
+         ORDER BY v.version DESC LIMIT 1",
+    )
+    .bind(request_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(row)
+}
+
 /// A stored template version with its plan.
 #[derive(Debug, Clone)]
 pub struct PlanVersion {
@@ -200,6 +263,8 @@ pub struct PlanVersion {
     pub compiled_plan_hash: String,
     pub description: Option<String>,
     pub created_at: DateTime<Utc>,
+    /// Set once a later version was approved or an admin retired it: no new movement.
+    pub retired_at: Option<DateTime<Utc>>,
     /// `(plan_node_id, node)` in node_key order.
     pub nodes: Vec<(Uuid, PlanNode)>,
     pub plan: PlanDefinition,
@@ -213,7 +278,7 @@ pub async fn plan_version(
 ) -> Result<Option<PlanVersion>> {
     let head = sqlx::query(
         "SELECT t.id AS template_id, v.id, v.version, v.compiled_plan_hash, v.description,
-                v.risk_controls, v.created_at
+                v.risk_controls, v.created_at, v.retired_at
          FROM templates t JOIN plan_versions v ON v.template_id = t.id
          WHERE t.template_key = $1 AND ($2::int IS NULL OR v.version = $2)
          ORDER BY v.version DESC LIMIT 1",
@@ -262,6 +327,7 @@ pub async fn plan_version(
         compiled_plan_hash: head.try_get("compiled_plan_hash")?,
         description: head.try_get("description")?,
         created_at: head.try_get("created_at")?,
+        retired_at: head.try_get("retired_at")?,
         nodes,
         plan,
     }))

@@ -118,6 +118,9 @@ pub struct TemplateVersion {
     nodes: Vec<PlanNodeDoc>,
     edges: Vec<PlanEdgeDoc>,
     risk_controls: RiskControlsDoc,
+    /// When the version was retired (a successor approved, or an admin): it takes no new
+    /// movement or capital transfer.
+    retired_at: Option<String>,
 }
 
 /// The runbook's reading of a stuck node: never resolves anything itself.

@@ -677,10 +677,18 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
         match envelope.recover_signer() {
             Ok(a) if a == payload.from => {}
             Ok(a) => {
+                // A signature by another address cannot spend this one's nonce: it goes back
+                // now (unless an earlier attempt may hold a signature for it).
+                let mut conn = self.pool.acquire().await.map_err(|e| ExecutorError::Unavailable(e.to_string()))?;
+                let why = format!("EVM_SIGNED_MISMATCH: signed by {a}, not {}", payload.from);
+                let actor = format!("executor:{}", self.key);
+                nonces::release_before_broadcast(&mut conn, node, Some(ctx.attempt_no), &why, &actor)
+                    .await
+                    .map_err(|e| ExecutorError::Unavailable(format!("nonce reservation: {e}")))?;
                 return Ok(failed(
                     "EVM_SIGNED_MISMATCH",
                     format!("signed by {a}, not {}; nothing was sent", payload.from),
-                ))
+                ));
             }
             Err(e) => return Err(ExecutorError::Protocol(format!("the signature does not recover: {e}"))),
         }
@@ -771,6 +779,10 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
                 Ok(r)
             }
         }
+    }
+
+    fn needs_signer(&self) -> bool {
+        true
     }
 
     async fn observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {

@@ -32,6 +32,7 @@ pub fn all() -> OpenApiRouter<AppState> {
         .routes(routes!(reject_proposal))
         .routes(routes!(list_templates))
         .routes(routes!(get_template))
+        .routes(routes!(retire_template_version))
         .routes(routes!(create_movement, list_movements))
         .routes(routes!(get_movement))
         .routes(routes!(approve_movement))

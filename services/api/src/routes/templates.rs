@@ -178,8 +178,35 @@ pub async fn get_template(
                 "nodes": pv.plan.nodes,
                 "edges": pv.plan.edges,
                 "risk_controls": pv.plan.risk_controls,
+                "retired_at": pv.retired_at,
             }));
         }
     }
     Ok(Json(json!({"template_key": key, "latest_version": out.first().map(|v| v["version"].clone()), "versions": out})))
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/templates/{key}/versions/{version}/actions/retire",
+    summary = "Retire a template version: it takes no new movement or capital transfer (audited)",
+    description = "Role: admin. A version is also retired when its successor is approved. Movements already \
+                   created on it keep their plan and are held to the stricter of its and the current version's \
+                   risk controls at approval and at their first claim.",
+    request_body = ReasonBody,
+    params(("key" = String, Path, description = "template key"), ("version" = i32, Path, description = "the version")),
+    responses((status = 200, description = "retired", body = Object)),
+)]
+pub async fn retire_template_version(
+    State(s): State<AppState>,
+    Admin(who): Admin,
+    axum::extract::Path((key, version)): axum::extract::Path<(String, String)>,
+    body: Body<ReasonBody>,
+) -> Result<Json<Value>, ApiError> {
+    let version: i32 = version
+        .parse()
+        .ok()
+        .filter(|v| *v >= 1)
+        .ok_or_else(|| ApiError::validation("version must be a whole number >= 1"))?;
+    let reason = body.value.reason()?.unwrap_or_default().to_string();
+    Ok(Json(s.engine.retire_template_version(&who.name, &key, version, &reason).await?))
 }

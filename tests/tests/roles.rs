@@ -23,6 +23,7 @@ fn endpoints() -> Vec<Cell> {
         ("POST", format!("/v3/template-proposals/{id}/reject"), Some("admin"), None, 404),
         ("GET", "/v3/templates".into(), Some("viewer"), None, 200),
         ("GET", "/v3/templates/t.none".into(), Some("viewer"), None, 404),
+        ("POST", "/v3/templates/t.none/versions/1/actions/retire".into(), Some("admin"), Some(reason.clone()), 404),
         ("POST", "/v3/movements".into(), Some("requester"), Some(json!({})), 400),
         ("GET", "/v3/movements".into(), Some("viewer"), None, 200),
         ("GET", m.clone(), Some("viewer"), None, 404),
@@ -101,7 +102,8 @@ async fn every_endpoint_answers_every_role_as_specified() -> anyhow::Result<()> 
             let concrete = path
                 .replace("{id}", "00000000-0000-4000-8000-000000000001")
                 .replace("{node_key}", "a")
-                .replace("{key}", key_value);
+                .replace("{key}", key_value)
+                .replace("{version}", "1");
             documented.insert((method, concrete));
         }
     }

@@ -378,6 +378,11 @@ pub struct Report {
     pub cex_requests: usize,
     pub chain_transactions: usize,
     pub remote_executions: usize,
+    /// EVM nodes whose signer signed as another address (each gave its nonce back).
+    pub refused_signatures: i64,
+    /// Reservations still held by a finished node at the end (a re-claimed node that may
+    /// have a signature keeps its nonce for the reaper).
+    pub nonces_held: usize,
     pub duplicates: usize,
     /// Nodes whose final state the boundary contradicts (COMPLETED without exactly one
     /// execution there, FAILED with one).
@@ -447,6 +452,8 @@ impl Report {
             ("CEX venue withdraw requests", self.cex_requests.to_string()),
             ("chain transactions", self.chain_transactions.to_string()),
             ("remote executor executions", self.remote_executions.to_string()),
+            ("refused signatures (nonce given back)", self.refused_signatures.to_string()),
+            ("  nonces still held by a finished node", self.nonces_held.to_string()),
             ("duplicates (must be 0)", self.duplicates.to_string()),
             ("verdicts the boundary contradicts (must be 0)", self.verdicts_disagreeing.to_string()),
             (
@@ -487,6 +494,9 @@ enum Lane {
     Remote(&'static str),
     Cex,
     Evm,
+    /// An EVM transfer whose signer signs as another address: refused after its nonce was
+    /// reserved, which must give the nonce back at once (the next transfer takes it).
+    EvmRefused,
 }
 
 const SIM_TEMPLATES: [&str; 7] = [
@@ -532,6 +542,10 @@ fn templates() -> anyhow::Result<Vec<Value>> {
             "node_key": "send", "node_kind": "action", "action_type": "evm_transfer",
             "executor_key": "exec.evm.transfer", "signer_key": "signer.evm.local", "signing_required": true,
             "config": {"chain_id": 31337}}]}),
+        json!({"template_key": "chaos.evm.refused", "nodes": [{
+            "node_key": "send", "node_kind": "action", "action_type": "evm_transfer",
+            "executor_key": "exec.evm.transfer", "signer_key": "signer.evm.other", "signing_required": true,
+            "config": {"chain_id": 31337}}]}),
     ];
     let cex: Value = serde_json::from_str(&std::fs::read_to_string(
         PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/cex-demo-template.json"),
@@ -540,7 +554,8 @@ fn templates() -> anyhow::Result<Vec<Value>> {
     Ok(t)
 }
 
-/// The lane of movement `i`: about half sim (faults included), the rest remote, CEX and EVM.
+/// The lane of movement `i`: about half sim (faults included), the rest remote, CEX and EVM;
+/// every 20th (from the 11th) an EVM transfer whose signature is refused.
 fn pick_lane(rng: &mut Rng) -> Lane {
     match rng.below(100) {
         0..=49 => Lane::Sim(SIM_TEMPLATES[rng.below(SIM_TEMPLATES.len())]),
@@ -564,8 +579,8 @@ fn body(lane: Lane, i: usize, callback_url: &str) -> Value {
             "demo.cex.a_to_b",
             json!({"asset": "USDT", "amount": format!("20.{:04}", i % 10_000), "source": "sim_a", "destination": SIM_B_DEPOSIT}),
         ),
-        Lane::Evm => (
-            "chaos.evm",
+        Lane::Evm | Lane::EvmRefused => (
+            if lane == Lane::Evm { "chaos.evm" } else { "chaos.evm.refused" },
             json!({"asset": "ETH", "amount": format!("0.{:018}", evm_wei(i)), "source": ANVIL_ADDR_0, "destination": ANVIL_ADDR_2}),
         ),
     };
@@ -729,6 +744,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         format!(
             "{}\n{cex}\n[executors.\"exec.evm.transfer\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ from = \"{ANVIL_ADDR_0}\" }}\n\n\
              [signers.\"signer.evm.local\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ account = \"anvil0\" }}\n\n\
+             [signers.\"signer.evm.other\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ account = \"anvil1\" }}\n\n\
              [executors.\"exec.ex.grpc\"]\ntransport = \"grpc\"\nendpoint = \"http://{grpc}\"\ntimeout_ms = 3000\nauth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n\
              [executors.\"exec.ex.http\"]\ntransport = \"http\"\nendpoint = \"http://{http}\"\ntimeout_ms = 3000\nauth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n",
             std::fs::read_to_string(registry_file())?
@@ -850,7 +866,8 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
     let cut_slot = slots.iter().position(|s| s.name == "qtg-dispatcher#0").context("dispatcher #0")?;
 
     // The stream of movements, at an even pace over the span.
-    let lanes: Vec<Lane> = (0..p.movements).map(|_| pick_lane(&mut rng)).collect();
+    let lanes: Vec<Lane> =
+        (0..p.movements).map(|i| if i % 20 == 10 { Lane::EvmRefused } else { pick_lane(&mut rng) }).collect();
     let created: Arc<Mutex<Vec<(usize, Lane, String)>>> = Arc::default();
     let stream_errors: Arc<Mutex<Vec<String>>> = Arc::default();
     let driver = {
@@ -1330,13 +1347,44 @@ async fn check(
         }
     }
     for (i, lane, id) in created {
-        if *lane == Lane::Evm {
+        if matches!(lane, Lane::Evm | Lane::EvmRefused) {
             let n = by_value.get(&evm_wei(*i)).copied().unwrap_or(0);
             if n > 1 {
                 report.duplicates += 1;
                 report.problems.push(format!("movement {id}: the chain has {n} transfers of its amount"));
             }
         }
+    }
+
+    // Nonces: a node that failed before anything was broadcast gave its nonce back in the same
+    // step (the refused signatures above), so none is held by a finished node. One that was
+    // re-claimed after a kill may keep it when a signature for it might exist (the reaper's case).
+    report.refused_signatures = sqlx::query_scalar(
+        "SELECT count(*) FROM movement_request_nodes WHERE request_id = ANY($1) AND error_code = 'SIGNER_REFUSED'",
+    )
+    .bind(&ids)
+    .fetch_one(db)
+    .await?;
+    let held: Vec<(String, i64, i32)> = sqlx::query_as(
+        "SELECT n.request_id::text, r.nonce, n.attempt_no FROM evm_nonce_reservation r
+         JOIN movement_request_nodes n ON n.id = r.request_node_id
+         WHERE n.request_id = ANY($1) AND r.status = 'reserved' AND n.node_state IN ('FAILED', 'CANCELLED')",
+    )
+    .bind(&ids)
+    .fetch_all(db)
+    .await?;
+    report.nonces_held = held.len();
+    let refused = created.iter().filter(|(_, lane, _)| *lane == Lane::EvmRefused).count() as i64;
+    if report.refused_signatures != refused {
+        report.problems.push(format!(
+            "{refused} movements had their signature refused, but {} nodes failed with SIGNER_REFUSED",
+            report.refused_signatures
+        ));
+    }
+    for (movement, nonce, attempts) in held.iter().filter(|(_, _, a)| *a <= 1) {
+        report.problems.push(format!(
+            "movement {movement} failed at its first attempt ({attempts}) but still holds nonce {nonce}"
+        ));
     }
 
     // The remote executor: executions it logged, per idempotency key and per node.

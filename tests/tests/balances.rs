@@ -24,7 +24,7 @@ const ENV: [(&str, &str); 8] = [
 
 struct Treasury {
     db: TestDb,
-    _venue: VenueSim,
+    venue: VenueSim,
     anvil: Anvil,
     api: Api,
     keys: Keys,
@@ -64,7 +64,7 @@ impl Treasury {
             )?)?;
             install_template(&api, &keys, t).await?;
         }
-        Ok(Treasury { db, _venue: venue, anvil, api, keys, env })
+        Ok(Treasury { db, venue, anvil, api, keys, env })
     }
 
     async fn worker(&self, binary: &str) -> anyhow::Result<Proc> {
@@ -386,6 +386,85 @@ async fn rejected_and_expired_movements_leave_the_transfer_needing_attention_onc
     .await?;
     assert_eq!(linked, 1, "linked once, with two replicas");
     drop((followups, expiry, callbacks));
+    t.db.drop_db().await;
+    Ok(())
+}
+
+/// Numbers from outside are numbers: a venue answering `"Infinity"`, `"NaN"`, a negative or an
+/// out-of-range balance has none of that answer stored (the other venues are), so a transfer of
+/// 10^30 is still held to the last real number; and a capital transfer's `from` must be the
+/// account its template withdraws from — the one checked, audited and shown.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn numbers_from_a_venue_are_numbers_and_the_payer_is_the_account_checked() -> anyhow::Result<()> {
+    let t = Treasury::start(&[]).await?;
+    let balance = t.worker("qtg-balance").await?;
+    wait_until("a snapshot of sim_a", Duration::from_secs(30), || async {
+        Ok(t.free("", "sim_a", "sim_a", "USDT").await?.is_some())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", balance.log()))?;
+    let pool = t.db.pool.clone();
+    let newest = |venue: &'static str| {
+        let pool = pool.clone();
+        async move {
+            anyhow::Ok(
+                sqlx::query_scalar::<_, Option<i64>>("SELECT max(id) FROM balance_snapshots WHERE venue_key = $1")
+                    .bind(venue)
+                    .fetch_one(&pool)
+                    .await?
+                    .unwrap_or(0),
+            )
+        }
+    };
+    for bad in ["Infinity", "NaN", "-5", "1e400"] {
+        t.venue.admin("DELETE", "/admin/faults", None).await?;
+        t.venue
+            .fault(json!({"kind": "bad_number", "endpoint": "account", "account": "sim_a", "count": 0, "value": bad}))
+            .await?;
+        // A tick that began before the fault may still store a real number.
+        balance.wait_ticks("balance_snapshot", 2, Duration::from_secs(30)).await?;
+        let (a, b) = (newest("sim_a").await?, newest("sim_b").await?);
+        balance.wait_ticks("balance_snapshot", 3, Duration::from_secs(30)).await?;
+        assert_eq!(newest("sim_a").await?, a, "{bad}: nothing of sim_a's answer is stored");
+        assert!(newest("sim_b").await? > b, "{bad}: the other venue's numbers still land");
+    }
+    let log = balance.log();
+    assert!(log.contains("not a finite non-negative decimal"), "the refusal says why: {log}");
+    let odd: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM balance_snapshots WHERE free < 0 OR free = 'NaN'::numeric OR free = 'Infinity'::numeric",
+    )
+    .fetch_one(&t.db.pool)
+    .await?;
+    assert_eq!(odd, 0);
+    t.venue.admin("DELETE", "/admin/faults", None).await?;
+
+    // The balance check still holds a huge transfer to the last real number.
+    let huge = json!({"from": "sim_a", "to": SIM_B_DEPOSIT, "asset": "USDT", "amount": "1000000000000000000000000000000",
+                      "reason": "more than there is", "template_key": "demo.cex.a_to_b", "idempotency_key": "huge"});
+    let b = t.transfer(huge, 409).await?;
+    assert_eq!(b["error"]["code"], "INSUFFICIENT_BALANCE", "{b}");
+    // `from` names another account than the template pays from: refused, nothing recorded.
+    let other = json!({"from": "sim_b", "to": SIM_B_DEPOSIT, "asset": "USDT", "amount": "10",
+                       "reason": "wrong payer", "template_key": "demo.cex.a_to_b", "idempotency_key": "other"});
+    let b = t.transfer(other, 400).await?;
+    assert!(
+        b["error"]["message"].as_str().unwrap_or_default().contains("not the account this template pays from"),
+        "{b}"
+    );
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM capital_transfer_requests").fetch_one(&t.db.pool).await?;
+    assert_eq!(n, 0, "nothing recorded");
+    // Named in another case, it is that account: recorded and audited as the payer's spelling.
+    let upper = json!({"from": "SIM_A", "to": SIM_B_DEPOSIT, "asset": "USDT", "amount": "10",
+                       "reason": "rebalance", "template_key": "demo.cex.a_to_b", "idempotency_key": "upper"});
+    let c = t.transfer(upper, 201).await?;
+    assert_eq!(c["source"], "sim_a", "{c}");
+    let audited: Value =
+        sqlx::query_scalar("SELECT data FROM audit_outbox WHERE action = 'capital_transfer.create' AND entity_id = $1")
+            .bind(c["id"].as_str().unwrap_or_default())
+            .fetch_one(&t.db.pool)
+            .await?;
+    assert_eq!(audited["source"], "sim_a", "{audited}");
+    drop(balance);
     t.db.drop_db().await;
     Ok(())
 }

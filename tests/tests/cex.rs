@@ -459,3 +459,39 @@ async fn the_submit_safety_drill_checks_a_venue_without_moving_funds() -> anyhow
     assert!(venue.requests().await?.is_empty(), "the drill sent no withdrawal");
     Ok(())
 }
+
+/// The address a withdrawal pays is the intent's `destination` the approver reads, given once
+/// and as a string: a destination object the lane cannot use, an `address` beside it that says
+/// something else, and a source that is not the venue account the template withdraws from are
+/// refused when the movement is created, with what the lane expects. Nothing is recorded and
+/// nothing reaches the venue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn what_is_paid_is_the_destination_shown() -> anyhow::Result<()> {
+    let cex = Cex::start(ENTRY).await?;
+    let create =
+        |intent: Value| json!({"template_key": "demo.cex.a_to_b", "idempotency_key": "shown", "intent": intent});
+    for (intent, expect) in [
+        (
+            json!({"asset": "USDT", "amount": "100", "source": "sim_a", "destination": {"address": SIM_B_DEPOSIT, "memo": "1"}}),
+            "as a string",
+        ),
+        (
+            json!({"asset": "USDT", "amount": "100", "source": "sim_a", "destination": SIM_B_DEPOSIT,
+                   "address": "0x000000000000000000000000000000000000beef"}),
+            "is not the address paid",
+        ),
+        (
+            json!({"asset": "USDT", "amount": "100", "source": "sim_b", "destination": SIM_B_DEPOSIT}),
+            "not the account this template pays from (sim_a)",
+        ),
+    ] {
+        let (s, b) = cex.api.call("POST", "/v3/movements", &cex.keys.requester, Some(create(intent))).await?;
+        assert_eq!((s, b["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{expect}: {b}");
+        assert!(b["error"]["message"].as_str().unwrap_or_default().contains(expect), "{expect}: {b}");
+    }
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM movement_requests").fetch_one(&cex.db.pool).await?;
+    assert_eq!(n, 0, "nothing recorded");
+    assert!(cex.venue.requests().await?.is_empty(), "nothing reached the venue");
+    cex.db.drop_db().await;
+    Ok(())
+}

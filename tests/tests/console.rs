@@ -239,3 +239,63 @@ async fn the_console_is_served_with_a_strict_policy_and_needs_no_key_to_load() -
     db.drop_db().await;
     Ok(())
 }
+
+/// What the approver is shown cannot be reordered: the approve dialog lists each intent field
+/// on its own, each value isolated and laid out left to right, a hidden character spelled out
+/// (a value stored before the API refused them), the raw value one click away. And a route is
+/// data: a hash that is not a movement id or node key makes the console fetch nothing.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn the_approver_sees_each_value_as_stored_and_routes_are_data() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[]).await?;
+    let keys = Keys::create(&api).await?;
+    install_template(&api, &keys, json!({"template_key": "console.shown", "nodes": [sim("a", json!({}))]})).await?;
+    let id = create(&api, &keys.requester, "console.shown", "shown-1").await?;
+    sqlx::query("UPDATE movement_requests SET intent = jsonb_set(intent, '{destination}', to_jsonb($2::text)) WHERE id = $1::uuid")
+        .bind(&id)
+        .bind("0xabc\u{202E}fed")
+        .execute(&db.pool)
+        .await?;
+    let b = Browser::start().await?;
+    sign_in(&b, &api.base, &keys.approver).await?;
+    b.goto(&format!("{}/console#/movements/{id}", api.base)).await?;
+    b.click("button[data-action=approve]").await?;
+    let shown = b.wait_text("#approve-what", "U+202E", T).await?;
+    assert!(shown.contains("0xabc⟨U+202E⟩fed") && !shown.contains('\u{202E}'), "{shown}");
+    let layout: Value = b
+        .eval(
+            "return [...document.querySelectorAll('#approve-what dd bdi.val')].map(e => [e.dir, getComputedStyle(e).unicodeBidi, getComputedStyle(e).direction]);",
+            json!([]),
+        )
+        .await?;
+    let rows = layout.as_array().cloned().unwrap_or_default();
+    assert!(rows.len() >= 4, "amount, asset, from, to: {layout}");
+    assert!(rows.iter().all(|r| *r == json!(["ltr", "isolate-override", "ltr"])), "{layout}");
+    // The raw value, one click away.
+    let raw: Value = b
+        .eval(
+            "const e = [...document.querySelectorAll('#approve-what dd bdi.val')].find(e => e.textContent.includes('U+202E')); e.click(); return e.textContent;",
+            json!([]),
+        )
+        .await?;
+    assert_eq!(raw, json!("\"0xabc\\u202efed\""), "the JSON of the stored value");
+    b.click("#action-cancel").await?;
+
+    // Routes: an id that is not one, a node key with a path in it. Nothing is fetched.
+    for (route, says) in [
+        ("#/movements/..%2F..%2Fapi-keys", "not a valid movement id"),
+        (&format!("#/movements/{id}/nodes/a%2F..%2F..%2Fdiagnosis"), "not a valid node key"),
+        (&format!("#/movements/{id}%3Flimit=1"), "not a valid movement id"),
+    ] {
+        b.eval("performance.clearResourceTimings(); return null;", json!([])).await?;
+        b.goto(&format!("{}/console{route}", api.base)).await?;
+        b.wait_text("main", says, T).await?;
+        let fetched: Value = b
+            .eval("return performance.getEntriesByType('resource').map(e => e.name).filter(n => n.includes('/v3/') && !n.endsWith('/v3/me'));", json!([]))
+            .await?;
+        assert_eq!(fetched, json!([]), "{route}: {fetched}");
+    }
+    b.close().await;
+    db.drop_db().await;
+    Ok(())
+}

@@ -580,3 +580,76 @@ async fn a_signature_by_another_address_than_the_enrolled_one_is_not_sent() -> a
     evm.db.drop_db().await;
     Ok(())
 }
+
+/// Addresses are read strictly when the movement is created, never found out after approval:
+/// a mixed-case address must carry its EIP-55 checksum (all-lower and all-upper carry none and
+/// are taken), the zero address and the precompile range are refused unless the template
+/// allow-lists them, a destination object is refused with what the lane expects, and a source
+/// that is not the address the template sends from is refused. Nothing is recorded.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn addresses_are_read_strictly_at_creation() -> anyhow::Result<()> {
+    let evm = Evm::start().await?;
+    evm.template("evm.eth", json!({"chain_id": 31337})).await?;
+    let burn = json!({"template_key": "evm.burn", "risk_controls": {"allowed_destinations": ["0x000000000000000000000000000000000000dEaD"]},
+        "nodes": [{"node_key": "send", "node_kind": "action", "action_type": "evm_transfer",
+                   "executor_key": "exec.evm.transfer", "signer_key": "signer.evm.local", "signing_required": true,
+                   "config": {"chain_id": 31337}}]});
+    install_template(&evm.api, &evm.keys, burn).await?;
+    let create = |template: &str, destination: Value, source: &str, idem: &str| {
+        json!({"template_key": template, "idempotency_key": idem,
+               "intent": {"asset": "ETH", "amount": "0.01", "source": source, "destination": destination}})
+    };
+    let checksummed = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"; // anvil's third account, EIP-55
+    let mistyped = "0x3C44CdDdB6a900fa2b585dd299e03d12FA4293Bc"; // one letter's case flipped
+    let count = || async {
+        anyhow::Ok(
+            sqlx::query_scalar::<_, i64>("SELECT count(*) FROM movement_requests").fetch_one(&evm.db.pool).await?,
+        )
+    };
+    let before = count().await?;
+    for (template, destination, source, expect) in [
+        ("evm.eth", json!(mistyped), ANVIL_ADDR_0, "EIP-55"),
+        ("evm.eth", json!("0x0000000000000000000000000000000000000000"), ANVIL_ADDR_0, "zero address"),
+        ("evm.eth", json!("0x0000000000000000000000000000000000000001"), ANVIL_ADDR_0, "precompile"),
+        ("evm.eth", json!("0x3c44cdddb6a900fa2b585dd299e03d12fa4293"), ANVIL_ADDR_0, "40 hex digits"),
+        ("evm.eth", json!({"address": ANVIL_ADDR_2}), ANVIL_ADDR_0, "not an object"),
+        (
+            "evm.eth",
+            json!(ANVIL_ADDR_2),
+            "0x70997970c51812dc3a010c7d01b50e0d17dc79c8",
+            "not the account this template pays from",
+        ),
+    ] {
+        let (s, b) = evm
+            .api
+            .call("POST", "/v3/movements", &evm.keys.requester, Some(create(template, destination, source, "bad")))
+            .await?;
+        assert_eq!((s, b["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{expect}: {b}");
+        assert!(b["error"]["message"].as_str().unwrap_or_default().contains(expect), "{expect}: {b}");
+    }
+    assert_eq!(count().await?, before, "nothing recorded");
+    // Taken: the checksum right, all lower case, all upper case, and the allow-listed burn
+    // address (mixed-case checksummed in the list, lower case here).
+    for (i, (template, destination)) in [
+        ("evm.eth", checksummed.to_string()),
+        ("evm.eth", ANVIL_ADDR_2.to_string()),
+        ("evm.eth", format!("0x{}", ANVIL_ADDR_2[2..].to_uppercase())),
+        ("evm.burn", "0x000000000000000000000000000000000000dead".to_string()),
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let source = ANVIL_ADDR_0.to_uppercase().replacen("0X", "0x", 1);
+        evm.api
+            .ok(
+                "POST",
+                "/v3/movements",
+                &evm.keys.requester,
+                Some(create(template, json!(destination), &source, &format!("ok-{i}"))),
+                201,
+            )
+            .await?;
+    }
+    evm.db.drop_db().await;
+    Ok(())
+}

@@ -13,6 +13,8 @@ pub mod protocol;
 pub mod refs;
 pub mod risk;
 pub mod state;
+pub mod text;
+pub mod urls;
 
 pub use derive::{derive_request_state, NodeView};
 pub use lane::Lane;

@@ -53,6 +53,19 @@ async fn insert_key(
     Ok(CreatedKey { id, principal: principal.to_string(), roles: roles.to_vec(), secret })
 }
 
+/// Refuses `principal` when it looks like an existing principal without being it
+/// (`qtg_core::text::same_principal`).
+async fn refuse_lookalike(conn: &mut sqlx::PgConnection, principal: &str) -> Result<(), OpError> {
+    let existing = qtg_store::api_keys::principals_locked(conn).await?;
+    match existing.iter().find(|p| p.as_str() != principal && qtg_core::text::same_principal(p, principal)) {
+        Some(other) => Err(OpError::Conflict(format!(
+            "principal {principal:?} looks like the existing principal {other:?} (same letters after Unicode \
+             normalisation, case folding and confusable mapping): use that spelling or another name"
+        ))),
+        None => Ok(()),
+    }
+}
+
 /// A created key; `secret` is shown once and never stored.
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct CreatedKey {
@@ -65,22 +78,15 @@ pub struct CreatedKey {
 impl Engine {
     /// Creates an API key for `principal` with `roles` (validated by the caller) — or, when
     /// key creation needs two admins (`MG_API_KEY_CREATION_APPROVALS=2`), records a request a
-    /// second admin approves. A principal is one spelling: no surrounding spaces, no control
-    /// characters, and not an existing principal in other case (`Alice` beside `alice` would
-    /// be a second identity to the four-eyes rules).
+    /// second admin approves. A principal is plain text (`qtg_core::text::check_plain`: no
+    /// control, format or invisible characters, no surrounding spaces) and does not look like
+    /// another: `Alice`, `alice` and `аlice` (Cyrillic а) would be one person to the eye and
+    /// two to the four-eyes rules.
     pub async fn create_api_key(&self, actor: &str, principal: &str, roles: &[String]) -> Result<KeyCreation, OpError> {
-        if principal.trim() != principal || principal.is_empty() || principal.chars().any(char::is_control) {
-            return Err(OpError::Validation(
-                "principal must not be blank, start or end with spaces, or hold control characters".into(),
-            ));
-        }
+        qtg_core::text::check_plain("principal", principal, 128).map_err(|e| OpError::Validation(e.to_string()))?;
         let mut tx = self.pool.begin().await?;
         let res = async {
-            if let Some(existing) = qtg_store::api_keys::principal_spelled_otherwise(&mut tx, principal).await? {
-                return Err(OpError::Conflict(format!(
-                    "principal {principal:?} differs only in case from the existing {existing:?}: use that spelling"
-                )));
-            }
+            refuse_lookalike(&mut tx, principal).await?;
             if self.settings.key_creation_approvals >= 2 {
                 let request =
                     qtg_store::api_keys::insert_request(&mut tx, Uuid::new_v4(), principal, roles, actor).await?;
@@ -112,10 +118,11 @@ impl Engine {
             if request.status != "pending" {
                 return Err(OpError::InvalidState(format!("the key request is {}", request.status)));
             }
-            if request.requested_by.to_lowercase() == actor.to_lowercase() {
+            if qtg_core::text::same_principal(&request.requested_by, actor) {
                 return Err(OpError::SelfApproval("a second admin decides a key request, not its requester".into()));
             }
             let key = if approve {
+                refuse_lookalike(&mut tx, &request.principal).await?;
                 Some(insert_key(&mut tx, &request.principal, &request.roles, &request.requested_by).await?)
             } else {
                 None

@@ -75,6 +75,12 @@ impl Engine {
                 Ok(r) => r,
                 Err(e) => ("task".to_string(), Err(e.to_string())),
             };
+            // Every figure a finite non-negative decimal, or none of the venue's answer is stored
+            // (an "Infinity" would cover any transfer, a negative one hide a debt).
+            let res = res.and_then(|rows| match rows.iter().find_map(not_a_balance) {
+                Some(why) => Err(why),
+                None => Ok(rows),
+            });
             let rows = match res {
                 Ok(rows) => rows,
                 Err(e) => {
@@ -109,20 +115,80 @@ impl Engine {
         Ok(out)
     }
 
-    /// Refuses a movement whose source holds less than its amount by the latest snapshot no
-    /// older than the stale threshold (`risk_controls.balance_check = false` opts a template
-    /// out; no such snapshot: not known, not refused).
+    /// The accounts a plan pays from: of the action nodes whose executor names the account it
+    /// debits (`Executor::paying_account`), those with no such node upstream (a CCTP mint's
+    /// gas is not the movement's money; the burn before it is).
+    pub(crate) fn paying_accounts(&self, plan: &qtg_core::PlanDefinition) -> Vec<String> {
+        let payer = |key: &str| {
+            let n = plan.nodes.iter().find(|n| n.node_key == key)?;
+            (n.node_kind != qtg_core::NodeKind::Manual).then_some(())?;
+            self.registry.executor(&n.executor_key)?.executor.paying_account(&n.config)
+        };
+        let mut out: Vec<String> = Vec::new();
+        for n in &plan.nodes {
+            let Some(account) = payer(&n.node_key) else { continue };
+            // Any paying node upstream?
+            let mut seen: Vec<&str> = Vec::new();
+            let mut todo: Vec<&str> = vec![n.node_key.as_str()];
+            let mut upstream_pays = false;
+            while let Some(k) = todo.pop() {
+                for e in plan.edges.iter().filter(|e| e.to == k) {
+                    if seen.contains(&e.from.as_str()) {
+                        continue;
+                    }
+                    seen.push(&e.from);
+                    upstream_pays |= payer(&e.from).is_some();
+                    todo.push(&e.from);
+                }
+            }
+            if !upstream_pays && !out.iter().any(|a| a.eq_ignore_ascii_case(&account)) {
+                out.push(account);
+            }
+        }
+        out
+    }
+
+    /// The account a movement pays from, as its template's executors name it: `source` must
+    /// name it (case aside) — what approvers read, the balance check and the audit trail then
+    /// name the account that pays. A `source` naming another account is refused; none, when
+    /// one account pays, is that account. `source` as given when the executors do not say.
+    pub(crate) fn paying_source(
+        &self,
+        plan: &qtg_core::PlanDefinition,
+        source: Option<&str>,
+    ) -> std::result::Result<Option<String>, OpError> {
+        let payers = self.paying_accounts(plan);
+        match (source.map(str::trim).filter(|s| !s.is_empty()), payers.as_slice()) {
+            (s, []) => Ok(s.map(str::to_string)),
+            (None, [one]) => Ok(Some(one.clone())),
+            (None, _) => Ok(None),
+            (Some(s), _) => match payers.iter().find(|p| p.eq_ignore_ascii_case(s)) {
+                Some(p) => Ok(Some(p.clone())),
+                None => Err(OpError::Validation(format!(
+                    "source {s:?} is not the account this template pays from ({}): the source is the account \
+                     that pays, the one approvers see and the balance check reads",
+                    payers.join(", ")
+                ))),
+            },
+        }
+    }
+
+    /// Refuses a movement whose source — the account that pays ([`Self::paying_source`]) —
+    /// holds less than its amount by the latest snapshot no older than the stale threshold
+    /// (`risk_controls.balance_check = false` opts a template out; no such snapshot: not
+    /// known, not refused).
     pub(crate) async fn check_source_balance(
         &self,
         conn: &mut sqlx::PgConnection,
         controls: &Value,
+        source: Option<&str>,
         intent: &Value,
     ) -> std::result::Result<(), OpError> {
         if controls.get("balance_check").and_then(Value::as_bool) == Some(false) {
             return Ok(());
         }
         let text = |k: &str| intent.get(k).and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty());
-        let (Some(source), Some(asset), Some(amount)) = (text("source"), text("asset"), text("amount")) else {
+        let (Some(source), Some(asset), Some(amount)) = (source, text("asset"), text("amount")) else {
             return Ok(());
         };
         match balances::source_covers(conn, source, asset, amount, self.settings.balances.stale_seconds).await? {
@@ -141,4 +207,24 @@ impl Engine {
             }
         }
     }
+}
+
+/// Why a balance read from a venue, a chain or an executor is not one, if it is not: `free`
+/// and `locked` must be finite non-negative decimals, the account and asset plain text.
+fn not_a_balance(b: &qtg_executor::Balance) -> Option<String> {
+    for (what, v) in [("free", &b.free), ("locked", &b.locked)] {
+        if qtg_core::risk::Amount::parse(v).is_none() {
+            let shown: String = v.chars().take(40).collect();
+            return Some(format!(
+                "{} {}: {what} is {shown:?}, not a finite non-negative decimal; nothing of this answer is stored",
+                b.account, b.asset
+            ));
+        }
+    }
+    for (what, v) in [("account", &b.account), ("asset", &b.asset)] {
+        if let Err(e) = qtg_core::text::check_plain(what, v, 256) {
+            return Some(format!("{e}; nothing of this answer is stored"));
+        }
+    }
+    None
 }

@@ -180,11 +180,16 @@ pub fn check_url_syntax(
     }
     // The host must be written out (the URL parser would read `https:///x` as host `x`).
     if url.split_once("://").is_none_or(|(_, rest)| rest.is_empty() || rest.starts_with(['/', '?', '#', ':'])) {
-        return Err(format!("callback_url {url:?} must be an http(s) URL with a host"));
+        return Err(format!("callback_url {:?} must be an http(s) URL with a host", qtg_core::urls::redact(url)));
     }
-    let parsed = reqwest::Url::parse(url).map_err(|e| format!("callback_url {url:?}: {e}"))?;
+    let parsed =
+        reqwest::Url::parse(url).map_err(|e| format!("callback_url {:?}: {e}", qtg_core::urls::redact(url)))?;
     if !matches!(parsed.scheme(), "http" | "https") {
         return Err(format!("callback_url scheme {:?} is not http or https", parsed.scheme()));
+    }
+    // Credentials in the URL cross the network in the clear over plain http.
+    if parsed.scheme() == "http" && (!parsed.username().is_empty() || parsed.password().is_some()) {
+        return Err("callback_url carries credentials over plain http: use https".into());
     }
     let host = parsed.host_str().ok_or_else(|| "callback_url has no host".to_string())?;
     if let Ok(ip) = host.trim_matches(['[', ']']).parse::<IpAddr>() {
@@ -345,7 +350,8 @@ impl Engine {
             req = req.header(name, value);
         }
         let resp = req.body(body).send().await.map_err(|e| {
-            fail(if e.is_timeout() { format!("timed out after {:?}", s.timeout) } else { e.to_string() })
+            // Never the URL: it may carry credentials.
+            fail(if e.is_timeout() { format!("timed out after {:?}", s.timeout) } else { e.without_url().to_string() })
         })?;
         let status = resp.status();
         if status.is_success() {

@@ -109,8 +109,12 @@ impl Engine {
                 .await?
                 .ok_or(OpError::NotFound("template (version)"))?;
             crate::movements::refuse_retired(&pv)?;
-            let intent = json!({"asset": input.asset, "amount": input.amount, "source": input.source,
+            // `from` is the account the template pays from (its spelling): checked, audited
+            // and shown as that account.
+            let source = self.paying_source(&pv.plan, Some(&input.source))?.unwrap_or_else(|| input.source.clone());
+            let intent = json!({"asset": input.asset, "amount": input.amount, "source": source,
                                 "destination": input.destination});
+            self.check_intent(&pv.plan, &intent)?;
             let (limits, amount) = self.risk_limits(&pv.plan.risk_controls, &intent)?;
             let (t, fresh) = capital::insert(
                 &mut tx,
@@ -118,7 +122,7 @@ impl Engine {
                     requested_by: actor,
                     idempotency_key: &input.idempotency_key,
                     body_hash: &body_hash,
-                    source: &input.source,
+                    source: &source,
                     destination: &input.destination,
                     asset: &input.asset,
                     amount: &input.amount,
@@ -138,7 +142,7 @@ impl Engine {
             // What the movement would be refused for without history, refused before it is
             // recorded (rolled back with the insert).
             limits.check_static(&amount, &intent).map_err(OpError::Risk)?;
-            self.check_source_balance(&mut tx, &pv.plan.risk_controls, &intent).await?;
+            self.check_source_balance(&mut tx, &pv.plan.risk_controls, Some(&source), &intent).await?;
             audit_row(
                 actor,
                 "capital_transfer.create",

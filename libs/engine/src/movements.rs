@@ -91,6 +91,20 @@ pub struct NewMovementInput {
 }
 
 impl Engine {
+    /// Each action node's executor checks the intent it will be given (`Executor::check_intent`):
+    /// what no approval could make payable is refused now, naming the node.
+    pub(crate) fn check_intent(&self, plan: &qtg_core::PlanDefinition, intent: &Value) -> Result<(), OpError> {
+        for n in plan.nodes.iter().filter(|n| n.node_kind != qtg_core::NodeKind::Manual) {
+            if let Some(entry) = self.registry.executor(&n.executor_key) {
+                entry
+                    .executor
+                    .check_intent(&n.config, &plan.risk_controls, intent)
+                    .map_err(|e| OpError::Validation(format!("node {}: {e}", n.node_key)))?;
+            }
+        }
+        Ok(())
+    }
+
     /// Creates a movement (PENDING_APPROVAL, nodes BLOCKED) or returns the one this principal
     /// created with the same idempotency key and body (`false`).
     pub async fn create_movement(
@@ -106,6 +120,8 @@ impl Engine {
         refuse_retired(&pv)?;
         let intent_hash = canonical_hash(&input.intent);
         let (limits, amount) = self.risk_limits(&pv.plan.risk_controls, &input.intent)?;
+        self.check_intent(&pv.plan, &input.intent)?;
+        let source = self.paying_source(&pv.plan, input.intent.get("source").and_then(Value::as_str))?;
         let approvals_required = limits.approvals_needed(&amount) as i32;
         let lanes: Vec<&'static str> =
             pv.nodes.iter().map(|(_, n)| self.registry.lane(&n.executor_key).as_str()).collect();
@@ -144,7 +160,9 @@ impl Engine {
                 if let Err(e) = self.check_risk(&mut tx, &limits, &amount, &input.intent, id).await {
                     return finish(tx, Err(e)).await;
                 }
-                if let Err(e) = self.check_source_balance(&mut tx, &pv.plan.risk_controls, &input.intent).await {
+                if let Err(e) =
+                    self.check_source_balance(&mut tx, &pv.plan.risk_controls, source.as_deref(), &input.intent).await
+                {
                     return finish(tx, Err(e)).await;
                 }
                 audit::record(
@@ -297,7 +315,7 @@ impl Engine {
                 return Err(OpError::InvalidState("movement approval window has expired".into()));
             }
             // One identity whatever the case it is written in.
-            if row.created_by.to_lowercase() == actor.to_lowercase() {
+            if qtg_core::text::same_principal(&row.created_by, actor) {
                 return Err(OpError::SelfApproval("nobody approves a movement they created".into()));
             }
             let pv = tq::plan_version(&mut tx, &row.template_key, Some(row.template_version))
@@ -312,7 +330,10 @@ impl Engine {
             if needed > row.approvals_required {
                 mq::raise_approvals_required(&mut tx, id, needed).await?;
             }
-            if !mq::add_approval(&mut tx, id, actor, reason).await? {
+            // Distinct approvers are distinct people: not one principal in two spellings.
+            let given = mq::approvals(&mut tx, id).await?;
+            let already = given.iter().any(|a| qtg_core::text::same_principal(&a.approver, actor));
+            if already || !mq::add_approval(&mut tx, id, actor, reason).await? {
                 return Err(OpError::Conflict(format!("{actor} has already approved this movement")));
             }
             let have = mq::approvals(&mut tx, id).await?.len() as i32;

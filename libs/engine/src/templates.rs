@@ -112,7 +112,7 @@ impl Engine {
         if p.expired {
             return Err(OpError::InvalidState("template proposal has expired".into()));
         }
-        if p.proposed_by.to_lowercase() == actor.to_lowercase() {
+        if qtg_core::text::same_principal(&p.proposed_by, actor) {
             return Err(OpError::SelfApproval("nobody reviews a template proposal they proposed".into()));
         }
         let mut out = json!({"id": id, "status": if approve { "approved" } else { "rejected" }});

@@ -98,6 +98,22 @@ pub trait Executor: Send + Sync {
         false
     }
 
+    /// Refuses, when the movement is created and without any call, an intent this executor
+    /// could never run as the node is configured — a destination it cannot pay, in a shape
+    /// it cannot use — with a message that says what it expects. An approver is never asked
+    /// to approve what would fail after approval. Nothing to check by default (a remote
+    /// executor checks at its preflight).
+    fn check_intent(&self, _node_config: &Value, _risk_controls: &Value, _intent: &Value) -> Result<(), String> {
+        Ok(())
+    }
+
+    /// The account whose funds this executor's action moves, as balance snapshots name it (a
+    /// venue account, a chain address), when the executor knows it: a movement's `source` —
+    /// what approvers see and the balance check reads — must name it. `None`: not known here.
+    fn paying_account(&self, _node_config: &Value) -> Option<String> {
+        None
+    }
+
     /// The on-chain facts this executor relies on (code hashes of its contracts, a token's
     /// decimals, a messenger's configuration…), read now, for verify_drift to compare with the
     /// baseline an admin recorded. None by default.

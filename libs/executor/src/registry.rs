@@ -346,8 +346,16 @@ pub const DEFAULT_REMOTE_TIMEOUT_MS: u64 = 10_000;
 fn endpoint(key: &str, spec: &EntrySpec, secret: &dyn Fn(&str) -> Option<String>) -> Result<Endpoint, RegistryError> {
     let bad = |reason: String| RegistryError::Entry { key: key.to_string(), reason };
     let url = spec.endpoint.clone().ok_or_else(|| bad("a remote entry needs `endpoint`".into()))?;
+    let shown = qtg_core::urls::redact(&url);
     if !(url.starts_with("http://") || url.starts_with("https://")) {
-        return Err(bad(format!("endpoint {url:?} must start with http:// or https://")));
+        return Err(bad(format!("endpoint {shown:?} must start with http:// or https://")));
+    }
+    // Credentials belong in `auth`, where they are kept out of every log and error; a URL
+    // is shown in both.
+    if qtg_core::urls::has_userinfo(&url) {
+        return Err(bad(format!(
+            "endpoint {shown:?} carries credentials in the URL: give them in `auth` (bearer_env, hmac_env, …)"
+        )));
     }
     let tls = match (&spec.tls, url.starts_with("https://")) {
         (None, false) => None,

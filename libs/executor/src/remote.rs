@@ -30,7 +30,7 @@ use tonic::transport::Channel;
 use crate::{Executor, ExecutorError, Prepared, SignError, Signer, Submission};
 
 /// Where and how a remote entry is reached.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Endpoint {
     pub url: String,
     pub timeout: Duration,
@@ -38,6 +38,17 @@ pub struct Endpoint {
     /// For `https://` endpoints: the CA certificate(s) (PEM) that sign the server's
     /// certificate, and optionally the name to verify instead of the URL's host.
     pub tls: Option<TlsClient>,
+}
+
+impl std::fmt::Debug for Endpoint {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Endpoint")
+            .field("url", &qtg_core::urls::redact(&self.url))
+            .field("timeout", &self.timeout)
+            .field("auth", &self.auth)
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -90,7 +101,7 @@ fn http_client(tls: Option<&TlsClient>) -> Result<reqwest::Client, String> {
 fn channel(endpoint: &Endpoint) -> Result<Channel, String> {
     let url = &endpoint.url;
     let mut ch = Channel::from_shared(url.to_string())
-        .map_err(|e| format!("endpoint {url:?}: {e}"))?
+        .map_err(|e| format!("endpoint {:?}: {e}", qtg_core::urls::redact(url)))?
         .connect_timeout(endpoint.timeout.min(Duration::from_secs(10)));
     if let Some(t) = &endpoint.tls {
         let mut tls =
@@ -163,6 +174,8 @@ async fn http_call<Req: Serialize, Resp: DeserializeOwned>(
         None => Vec::new(),
     };
     let mut req = if body.is_some() { client.post(&url) } else { client.get(&url) }.timeout(endpoint.timeout);
+    // From here on `url` is what errors show: its query (a token, perhaps) masked.
+    let url = qtg_core::urls::redact(&url);
     if body.is_some() {
         req = req.header("content-type", "application/json");
     }
@@ -176,7 +189,7 @@ async fn http_call<Req: Serialize, Resp: DeserializeOwned>(
         if e.is_timeout() {
             ExecutorError::Timeout(endpoint.timeout.as_millis() as u64)
         } else {
-            ExecutorError::Unavailable(format!("{url}: {e}"))
+            ExecutorError::Unavailable(format!("{url}: {}", e.without_url()))
         }
     })?;
     let status = resp.status();
@@ -202,7 +215,7 @@ async fn http_call<Req: Serialize, Resp: DeserializeOwned>(
             if e.is_timeout() {
                 ExecutorError::Timeout(endpoint.timeout.as_millis() as u64)
             } else {
-                ExecutorError::Unavailable(format!("{url}: {e}"))
+                ExecutorError::Unavailable(format!("{url}: {}", e.without_url()))
             }
         })?;
         let Some(chunk) = chunk else { break };

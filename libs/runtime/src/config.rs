@@ -159,6 +159,25 @@ impl Source<'_> {
         v
     }
 
+    /// An optional http(s) URL, recorded with its secrets masked (`qtg_core::urls::redact`).
+    /// Credentials in the userinfo over plain `http://` are refused, as a bearer over plain
+    /// http is: they would cross the network in the clear.
+    fn url(&self, key: &str) -> Result<Option<String>, ConfigError> {
+        let Some(v) = self.get(key).map(String::from) else {
+            self.note(key, UNSET);
+            return Ok(None);
+        };
+        let shown = qtg_core::urls::redact(&v);
+        self.note(key, &shown);
+        let parts = qtg_core::urls::Parts::of(&v)
+            .filter(|p| matches!(p.scheme, "http" | "https") && !p.host().is_empty())
+            .ok_or_else(|| Self::err(key, format!("{shown:?} is not an http(s) URL")))?;
+        if parts.userinfo.is_some() && parts.scheme == "http" {
+            return Err(Self::err(key, format!("{shown:?} carries credentials over plain http: use https")));
+        }
+        Ok(Some(v))
+    }
+
     /// A secret: recorded only as set or not.
     fn secret(&self, key: &str) -> Option<String> {
         let v = self.get(key).map(String::from);
@@ -309,7 +328,7 @@ impl Settings {
             .or_else(|| s.get("DATABASE_URL"))
             .ok_or_else(|| Source::err("MG_DATABASE_URL", "is required (or DATABASE_URL)"))?
             .to_string();
-        s.note("MG_DATABASE_URL", redact_url(&database_url));
+        s.note("MG_DATABASE_URL", qtg_core::urls::redact(&database_url));
         let log_format = match s.get("MG_LOG_FORMAT").unwrap_or("json") {
             "json" => LogFormat::Json,
             "pretty" => LogFormat::Pretty,
@@ -355,7 +374,7 @@ impl Settings {
             observe_timeout_enforcement: s.flag("MG_OBSERVE_TIMEOUT_ENFORCEMENT_ENABLED", false)?,
             approval_ttl_seconds: s.seconds("MG_APPROVAL_TTL_SECONDS", 300.0)?,
             template_proposal_ttl_seconds: s.seconds("MG_TEMPLATE_PROPOSAL_TTL_SECONDS", 7.0 * 86400.0)?,
-            callback_default_url: s.text("MG_CALLBACK_DEFAULT_URL"),
+            callback_default_url: s.url("MG_CALLBACK_DEFAULT_URL")?,
             bootstrap_admin_key: s.secret("MG_API_BOOTSTRAP_ADMIN_KEY"),
             bootstrap_admin_key_ttl_seconds: s.opt_seconds("MG_API_BOOTSTRAP_ADMIN_KEY_TTL_SECONDS")?,
             shutdown_grace: s.interval("MG_SHUTDOWN_GRACE_SECONDS", 30.0)?,
@@ -366,7 +385,10 @@ impl Settings {
             verify_drift_pause: s.flag("MG_VERIFY_DRIFT_PAUSE", false)?,
             verify_drift_concurrency: s.count("MG_VERIFY_DRIFT_CONCURRENCY", 4, 64)?,
             verify_drift_timeout: s.interval("MG_VERIFY_DRIFT_TIMEOUT_SECONDS", 30.0)?,
-            drift_alert_url: s.text("MG_DRIFT_ALERT_URL").or_else(|| s.text("MG_CALLBACK_DEFAULT_URL")),
+            drift_alert_url: match s.url("MG_DRIFT_ALERT_URL")? {
+                Some(u) => Some(u),
+                None => s.url("MG_CALLBACK_DEFAULT_URL")?,
+            },
             balance_retention_seconds: s.seconds("MG_BALANCE_SNAPSHOT_RETENTION_SECONDS", 7.0 * 86_400.0)?,
             balance_stale_seconds: s.seconds("MG_BALANCE_STALE_THRESHOLD_SECONDS", 120.0)?,
             balance_fetch_timeout: s.interval("MG_BALANCE_FETCH_TIMEOUT_SECONDS", 10.0)?,
@@ -380,7 +402,7 @@ impl Settings {
                 }
             },
             risk: risk_limits(&s)?,
-            otlp_endpoint: s.text("OTEL_EXPORTER_OTLP_ENDPOINT"),
+            otlp_endpoint: s.url("OTEL_EXPORTER_OTLP_ENDPOINT")?,
             otel_service_name: s.text("OTEL_SERVICE_NAME"),
             effective: BTreeMap::new(),
         };
@@ -499,20 +521,6 @@ impl Settings {
         self.lease_seconds = lease;
         self.db_idle_in_transaction_timeout = Duration::from_secs_f64(idle);
         Ok(())
-    }
-}
-
-fn redact_url(url: &str) -> String {
-    // postgres://user:password@host/db → postgres://user:***@host/db
-    match (url.find("://"), url.rfind('@')) {
-        (Some(scheme), Some(at)) if at > scheme => {
-            let creds = &url[scheme + 3..at];
-            match creds.find(':') {
-                Some(colon) => format!("{}{}:***{}", &url[..scheme + 3], &creds[..colon], &url[at..]),
-                None => url.to_string(),
-            }
-        }
-        _ => url.to_string(),
     }
 }
 

@@ -57,13 +57,15 @@ pub async fn insert(conn: &mut PgConnection, key: &NewKey<'_>) -> Result<bool> {
     Ok(res.rows_affected() == 1)
 }
 
-/// An existing principal spelled like `principal` but for case (`Alice` for `alice`).
-pub async fn principal_spelled_otherwise(conn: &mut PgConnection, principal: &str) -> Result<Option<String>> {
+/// Every principal that holds a key or has one requested, live or not (a revoked key's
+/// principal is still in the audit trail). Serialised against a concurrent creation by a
+/// transaction-scoped advisory lock, so two lookalikes cannot be minted at once.
+pub async fn principals_locked(conn: &mut PgConnection) -> Result<Vec<String>> {
+    sqlx::query("SELECT pg_advisory_xact_lock(hashtext('qtg.api_keys.principals'))").execute(&mut *conn).await?;
     Ok(sqlx::query_scalar(
-        "SELECT principal FROM api_keys WHERE lower(principal) = lower($1) AND principal <> $1 LIMIT 1",
+        "SELECT principal FROM api_keys UNION SELECT principal FROM api_key_requests WHERE status <> 'rejected'",
     )
-    .bind(principal)
-    .fetch_optional(&mut *conn)
+    .fetch_all(&mut *conn)
     .await?)
 }
 

@@ -20,6 +20,8 @@ pub struct CallbackRow {
     pub sequence: i64,
     #[cfg_attr(feature = "openapi", schema(value_type = Object))]
     pub payload: Value,
+    /// Shown with its credentials masked (`qtg_core::urls::redact`); sent as stored.
+    #[serde(serialize_with = "redacted")]
     pub callback_url: String,
     pub status: String,
     pub attempts: i32,
@@ -39,6 +41,10 @@ pub struct CallbackRow {
     /// The claim this row was read under (only from [`claim`]).
     #[serde(skip)]
     pub claim_token: Option<Uuid>,
+}
+
+fn redacted<S: serde::Serializer>(url: &str, s: S) -> std::result::Result<S::Ok, S::Error> {
+    s.serialize_str(&qtg_core::urls::redact(url))
 }
 
 const COLUMNS: &str = "id, request_id, event_id, event_type, sequence, payload, callback_url, status, attempts,

@@ -50,6 +50,37 @@ const failure = (what, e) => h("p", { role: "alert", class: "error" }, `${what} 
 const badge = (s) => h("span", { class: `badge s-${s}` }, s ?? "—");
 const text = (v) => (v === null || v === undefined || v === "" ? "—" : typeof v === "object" ? JSON.stringify(v) : String(v));
 const json = (v) => h("pre", {}, JSON.stringify(v, null, 2));
+// What cannot be seen or would reorder what is around it: controls, format characters (bidi
+// overrides and isolates, zero-width), unassigned and private-use code points, separators
+// other than the ASCII space, and letters that render blank. The API refuses them in what a
+// person reads; a value stored before that rule is shown with each one spelled out.
+const HIDDEN = /[\p{Cc}\p{Cf}\p{Co}\p{Cn}\p{Zl}\p{Zp}\u00A0\u1680\u2000-\u200A\u202F\u205F\u3000\u115F\u1160\u3164\uFFA0\u2800\u034F\uFE00-\uFE0F]/gu;
+const spelled = (s) => s.replace(HIDDEN, (c) => `⟨U+${c.codePointAt(0).toString(16).toUpperCase().padStart(4, "0")}⟩`);
+/** The value as stored, every character in order: isolated from the text around it, laid out
+ * left to right whatever it holds (no bidi reordering), monospace, hidden characters spelled
+ * out; its exact JSON (non-ASCII escaped) is in the title and one click away. */
+function val(v) {
+  const s = v === null || v === undefined || v === "" ? "—" : typeof v === "object" ? JSON.stringify(v) : String(v);
+  const raw = JSON.stringify(v ?? null).replace(/[\u007f-\uffff]/g, (c) => `\\u${c.charCodeAt(0).toString(16).padStart(4, "0")}`);
+  const el = h("bdi", { dir: "ltr", class: "val mono", title: `raw: ${raw}`, tabindex: "0", role: "button", "aria-label": `${spelled(s)}, activate for the raw value` }, spelled(s));
+  const toggle = () => { el.textContent = el.textContent === raw ? spelled(s) : raw; };
+  el.addEventListener("click", toggle);
+  el.addEventListener("keydown", (ev) => { if (ev.key === "Enter" || ev.key === " ") { ev.preventDefault(); toggle(); } });
+  return el;
+}
+/** An intent as an approver must read it: each field on its own line, each value isolated. */
+function intentView(intent) {
+  const i = intent || {};
+  const rows = [["Amount", i.amount], ["Asset", i.asset], ["From", i.source], ["To", i.destination]];
+  for (const [k, v] of Object.entries(i)) if (!["amount", "asset", "source", "destination"].includes(k)) rows.push([k, v]);
+  return h("dl", { class: "kv intent" }, rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, val(v))]));
+}
+/** One line for lists: amount, asset, from → to, each value isolated. */
+const intentLine = (i) => h("span", {}, val(i?.amount), " ", val(i?.asset), " ", val(i?.source), " → ", val(i?.destination));
+// Route parameters are data: a movement id is a UUID, a node key its plan's charset.
+const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
+const NODE_KEY = /^[A-Za-z0-9_-]{1,64}$/;
+const seg = encodeURIComponent;
 function when(t) {
   if (!t) return "—";
   const d = new Date(t);
@@ -156,7 +187,8 @@ function loginScreen(message) {
 function act({ title, help, fields, submit, danger, onDone }) {
   const dialog = $("action");
   $("action-title").textContent = title;
-  $("action-help").textContent = help || "";
+  if (help instanceof Node) $("action-help").replaceChildren(help);
+  else $("action-help").textContent = help || "";
   $("action-error").textContent = "";
   const box = $("action-fields");
   box.replaceChildren();
@@ -244,10 +276,10 @@ async function movementsScreen(main, params) {
     if (q.get("age")) p.set("since", new Date(Date.now() - Number(q.get("age")) * 1000).toISOString());
     const page = await api("GET", `/v3/movements?${p}`);
     put(list, table(page.items, [
-      ["Movement", (m) => h("a", { href: `#/movements/${m.id}`, class: "mono" }, m.id.slice(0, 8))],
+      ["Movement", (m) => h("a", { href: `#/movements/${seg(m.id)}`, class: "mono" }, String(m.id).slice(0, 8))],
       ["Template", (m) => m.template_key],
       ["State", (m) => badge(m.request_state)],
-      ["Intent", (m) => `${text(m.intent?.amount)} ${text(m.intent?.asset)} ${text(m.intent?.source)} → ${text(m.intent?.destination)}`],
+      ["Intent", (m) => intentLine(m.intent)],
       ["Created by", (m) => m.created_by],
       ["Age", (m) => ago(m.created_at)],
       ["Updated", (m) => when(m.updated_at)],
@@ -328,25 +360,29 @@ async function templateEdges(m) {
   }
 }
 async function movementScreen(main, id) {
-  const m0 = await api("GET", `/v3/movements/${id}`);
+  const m0 = await api("GET", `/v3/movements/${seg(id)}`);
   const edges = await templateEdges(m0);
   if (!main.isConnected) return;
   const body = h("div", { id: "movement" });
   put(main, h("p", {}, h("a", { href: "#/movements" }, "← Movements")), body);
   const load = async () => {
-    const m = await api("GET", `/v3/movements/${id}`);
+    const m = await api("GET", `/v3/movements/${seg(id)}`);
     const [callbacks, audit] = await Promise.all([
-      can("operator") ? api("GET", `/v3/callbacks?movement_id=${id}&limit=200`).catch((e) => ({ error: e })) : Promise.resolve(null),
-      api("GET", `/v3/audit-events?movement_id=${id}&limit=200`).catch((e) => ({ error: e })),
+      can("operator") ? api("GET", `/v3/callbacks?${new URLSearchParams({ movement_id: id, limit: "200" })}`).catch((e) => ({ error: e })) : Promise.resolve(null),
+      api("GET", `/v3/audit-events?${new URLSearchParams({ movement_id: id, limit: "200" })}`).catch((e) => ({ error: e })),
     ]);
     const actions = h("div", { class: "actions", role: "group", "aria-label": "Actions" });
     const reload = () => load().catch(showError);
     const mine = me && m.created_by.toLowerCase() === me.principal.toLowerCase();
     if (m.request_state === "PENDING_APPROVAL" && can("approver") && !mine) {
-      actions.append(actionButton("Approve", () => act({ title: "Approve", help: `Approve ${text(m.intent?.amount)} ${text(m.intent?.asset)} from ${text(m.intent?.source)} to ${text(m.intent?.destination)} by template ${m.template_key} v${m.template_version}. Intent hash ${m.intent_hash}.`,
-        fields: [reasonField], submit: (v) => api("POST", `/v3/movements/${id}/approve`, { reason: v.reason }), onDone: reload }), "primary"));
+      const help = h("div", { id: "approve-what" },
+        h("span", {}, "You approve paying exactly this (each value as stored; activate one for its raw form):"),
+        intentView(m.intent),
+        dl([["Template", h("span", {}, val(m.template_key), " v", String(m.template_version))], ["Intent hash", val(m.intent_hash)], ["Movement", val(m.id)]]));
+      actions.append(actionButton("Approve", () => act({ title: "Approve", help,
+        fields: [reasonField], submit: (v) => api("POST", `/v3/movements/${seg(m.id)}/approve`, { reason: v.reason }), onDone: reload }), "primary"));
       actions.append(actionButton("Reject", () => act({ title: "Reject", fields: [reasonField], danger: true,
-        submit: (v) => api("POST", `/v3/movements/${id}/reject`, { reason: v.reason }), onDone: reload }), "danger"));
+        submit: (v) => api("POST", `/v3/movements/${seg(m.id)}/reject`, { reason: v.reason }), onDone: reload }), "danger"));
     }
     if (!TERMINAL.includes(m.request_state) && can("operator")) {
       actions.append(actionButton("Cancel", () => act({
@@ -359,37 +395,37 @@ async function movementScreen(main, id) {
           const b = { reason: v.reason };
           if (v.runbook_case) b.runbook_case = v.runbook_case;
           if (v.evidence) b.evidence = { note: v.evidence };
-          return api("POST", `/v3/movements/${id}/actions/cancel`, b);
+          return api("POST", `/v3/movements/${seg(m.id)}/actions/cancel`, b);
         },
         onDone: reload,
       }), "danger"));
     }
     if (m.request_state === "MANUAL_INTERVENTION" && can("operator")) {
       actions.append(actionButton("Resume", () => act({ title: "Resume", fields: [reasonField],
-        submit: (v) => api("POST", `/v3/movements/${id}/actions/resume`, { reason: v.reason }), onDone: reload })));
+        submit: (v) => api("POST", `/v3/movements/${seg(m.id)}/actions/resume`, { reason: v.reason }), onDone: reload })));
     }
     const nodes = m.nodes || [];
     put(body, 
       h("h1", {}, "Movement ", h("span", { class: "mono" }, m.id), " ", badge(m.request_state)),
       actions.childElementCount ? actions : (me && me.role === "viewer" ? null : h("p", { class: "muted" }, "No action available to your role in this state.")),
-      dl([["Template", `${m.template_key} v${m.template_version}`], ["Intent", `${text(m.intent?.amount)} ${text(m.intent?.asset)} from ${text(m.intent?.source)} to ${text(m.intent?.destination)}`],
-        ["Created", `${when(m.created_at)} by ${m.created_by}`], ["Approval", `${m.approval_status}${m.approved_by ? ` by ${m.approved_by}` : ""}`],
-        ["Completed", when(m.completed_at)], ["Idempotency key", m.idempotency_key]]),
+      dl([["Template", h("span", {}, val(m.template_key), ` v${m.template_version}`)], ["Intent", intentView(m.intent)],
+        ["Created", h("span", {}, `${when(m.created_at)} by `, val(m.created_by))], ["Approval", h("span", {}, `${m.approval_status}`, m.approved_by ? h("span", {}, " by ", val(m.approved_by)) : null)],
+        ["Completed", when(m.completed_at)], ["Idempotency key", val(m.idempotency_key)]]),
       h("h2", {}, "DAG"),
       dag(m.id, nodes, edges),
       h("h2", {}, "Nodes"),
       table(nodes, [
-        ["Node", (n) => h("a", { href: `#/movements/${m.id}/nodes/${encodeURIComponent(n.node_key)}` }, n.node_key)],
+        ["Node", (n) => h("a", { href: `#/movements/${seg(m.id)}/nodes/${seg(n.node_key)}` }, n.node_key)],
         ["State", (n) => badge(n.node_state)], ["Attempt", (n) => n.attempt_no], ["Executor", (n) => n.executor_key],
         ["Provider ref", (n) => n.provider_ref_id, "mono"], ["Error", (n) => n.error_code ? `${n.error_code}: ${n.error_detail ?? ""}` : null],
         ["Started", (n) => when(n.started_at)], ["Took", (n) => duration(n.started_at, n.completed_at)],
       ], "nodes"),
       h("div", { class: "grid" },
-        h("section", {}, h("h2", {}, "Approvals"), table(m.approvals || [], [["By", (a) => a.approver ?? a.approved_by ?? a.principal], ["At", (a) => when(a.approved_at ?? a.created_at)], ["Reason", (a) => a.reason]], "approvals")),
+        h("section", {}, h("h2", {}, "Approvals"), table(m.approvals || [], [["By", (a) => val(a.approver ?? a.approved_by ?? a.principal)], ["At", (a) => when(a.approved_at ?? a.created_at)], ["Reason", (a) => h("bdi", {}, a.reason ?? "—")]], "approvals")),
         h("section", {}, h("h2", {}, "Callbacks"), callbacks === null ? h("p", { class: "muted" }, "Callbacks are shown to operators.") :
           callbacks.error ? failure("Callbacks", callbacks.error) : table(callbacks.items, [["Seq", (c) => c.sequence], ["Event", (c) => c.event_type], ["Status", (c) => badge(c.status)], ["Attempts", (c) => c.attempts], ["Last error", (c) => c.last_error]], "callbacks"))),
       h("h2", {}, "Audit trail"),
-      audit.error ? failure("The audit trail", audit.error) : table(audit.items, [["At", (a) => when(a.occurred_at)], ["Actor", (a) => a.actor], ["Action", (a) => a.action],
+      audit.error ? failure("The audit trail", audit.error) : table(audit.items, [["At", (a) => when(a.occurred_at)], ["Actor", (a) => val(a.actor)], ["Action", (a) => a.action],
         ["Entity", (a) => `${a.entity_type}`], ["Data", (a) => JSON.stringify(a.data), "mono"]], "audit events"),
       audit.next_cursor ? h("p", { class: "muted" }, `The first ${audit.items.length} audit events are shown (qtgctl or GET /v3/audit-events has the rest).`) : null,
     );
@@ -402,26 +438,26 @@ async function movementScreen(main, id) {
 // ---- a node --------------------------------------------------------------------------------
 async function nodeScreen(main, id, key) {
   const load = async () => {
-    const n = await api("GET", `/v3/movements/${id}/nodes/${encodeURIComponent(key)}`);
-    const diag = can("operator") ? await api("GET", `/v3/movements/${id}/nodes/${encodeURIComponent(key)}/diagnosis`).catch((e) => ({ error: e })) : null;
+    const n = await api("GET", `/v3/movements/${seg(id)}/nodes/${seg(key)}`);
+    const diag = can("operator") ? await api("GET", `/v3/movements/${seg(id)}/nodes/${seg(key)}/diagnosis`).catch((e) => ({ error: e })) : null;
     const reload = () => load().catch(showError);
     const actions = h("div", { class: "actions", role: "group", "aria-label": "Actions" });
     // What the API would take: a FAILED node without a late effect is retried; only a manual
     // node that is READY is completed by hand (an UNKNOWN node is recovery's to decide).
     if (can("operator") && n.node.node_state === "FAILED" && !("__late_effect" in (n.node.provider_refs || {}))) {
       actions.append(actionButton("Retry", () => act({ title: "Retry node", help: "A new attempt with a new idempotency key. Only when the runbook says the venue has no effect of the old one.",
-        fields: [reasonField], submit: (v) => api("POST", `/v3/movements/${id}/nodes/${encodeURIComponent(key)}/actions/retry`, { reason: v.reason }), onDone: reload })));
+        fields: [reasonField], submit: (v) => api("POST", `/v3/movements/${seg(id)}/nodes/${seg(key)}/actions/retry`, { reason: v.reason }), onDone: reload })));
     }
     if (can("operator") && n.node.node_kind === "manual" && n.node.node_state === "READY") {
       actions.append(actionButton("Complete manually", () => act({ title: "Complete manually", help: "Record that the effect was completed by hand, with evidence.",
         fields: [reasonField, { name: "reference", label: "Reference (venue id, transaction hash)", type: "text", required: true }],
-        submit: (v) => api("POST", `/v3/movements/${id}/nodes/${encodeURIComponent(key)}/actions/complete-manual`, { evidence: { reason: v.reason, reference: v.reference } }),
+        submit: (v) => api("POST", `/v3/movements/${seg(id)}/nodes/${seg(key)}/actions/complete-manual`, { evidence: { reason: v.reason, reference: v.reference } }),
         onDone: reload })));
     }
     const markers = Object.fromEntries(Object.entries(n.node.provider_refs || {}).filter(([k]) => k.startsWith("__")));
     const refs = Object.fromEntries(Object.entries(n.node.provider_refs || {}).filter(([k]) => !k.startsWith("__")));
     put(main, 
-      h("p", {}, h("a", { href: `#/movements/${id}` }, "← Movement")),
+      h("p", {}, h("a", { href: `#/movements/${seg(id)}` }, "← Movement")),
       h("h1", {}, "Node ", n.node.node_key, " ", badge(n.node.node_state)),
       actions.childElementCount ? actions : null,
       diag?.error ? failure("The diagnosis", diag.error) : diag ? h("section", { class: "diagnosis", "aria-labelledby": "diag-title", id: "diagnosis" },
@@ -516,7 +552,7 @@ async function balancesScreen(main) {
   const load = async () => {
     const b = await api("GET", "/v3/balances");
     put(main, h("h1", {}, "Balances"),
-      table(b.items, [["Venue", (r) => r.venue_key], ["Account", (r) => r.account, "mono"], ["Asset", (r) => r.asset], ["Free", (r) => r.free], ["Locked", (r) => r.locked],
+      table(b.items, [["Venue", (r) => r.venue_key], ["Account", (r) => val(r.account)], ["Asset", (r) => val(r.asset)], ["Free", (r) => val(r.free)], ["Locked", (r) => val(r.locked)],
         ["As of", (r) => when(r.as_of)], ["Source", (r) => r.source], ["", (r) => badge(r.stale ? "stale" : "fresh")]], "balance snapshots (is qtg-balance running?)"));
   };
   await load();
@@ -578,8 +614,18 @@ async function render() {
     else a.removeAttribute("aria-current");
   }
   try {
-    if (parts[0] === "movements" && parts[1] && parts[2] === "nodes" && parts[3]) await nodeScreen(main, parts[1], decodeURIComponent(parts[3]));
-    else if (parts[0] === "movements" && parts[1]) await movementScreen(main, parts[1]);
+    // A route names a screen and its data, never a path: ids and keys are checked, then
+    // encoded wherever they go into a request.
+    const arg = (i, re) => {
+      let v;
+      try { v = decodeURIComponent(parts[i]); } catch { v = null; }
+      if (v === null || !re.test(v)) throw Object.assign(new Error(`"${spelled(String(parts[i]))}" is not a valid ${re === UUID ? "movement id" : "node key"}`), { code: "NOT_A_ROUTE" });
+      return v;
+    };
+    if (parts[0] === "movements" && parts.length > 4) throw Object.assign(new Error("no such screen"), { code: "NOT_A_ROUTE" });
+    if (parts[0] === "movements" && parts[1] && parts[2] === "nodes" && parts[3]) await nodeScreen(main, arg(1, UUID), arg(3, NODE_KEY));
+    else if (parts[0] === "movements" && parts[1] && parts.length === 2) await movementScreen(main, arg(1, UUID));
+    else if (parts[0] === "movements" && parts[1]) throw Object.assign(new Error("no such screen"), { code: "NOT_A_ROUTE" });
     else if (parts[0] === "callbacks") await callbacksScreen(main);
     else if (parts[0] === "workers") await workersScreen(main);
     else if (parts[0] === "health") await healthScreen(main);

@@ -375,17 +375,31 @@ pub struct ReasonBody {
 impl ReasonBody {
     pub fn reason(&self) -> Result<Option<&str>, ApiError> {
         match self.reason.as_deref() {
-            Some(r) if r.chars().count() > 2000 => Err(ApiError::validation("reason is at most 2000 characters")),
-            other => Ok(other),
+            Some(r) => free_text("reason", r, 2000).map(Some),
+            None => Ok(None),
         }
     }
 }
 
-/// A required reason (operator actions and controls): 1-2000 characters after trimming.
+/// A required reason (operator actions and controls): 1-2000 characters of printable text
+/// after trimming.
 pub fn required_reason(reason: &str) -> Result<&str, ApiError> {
     let r = reason.trim();
-    if r.is_empty() || r.chars().count() > 2000 {
+    if r.is_empty() {
         return Err(ApiError::validation("reason must be 1-2000 characters"));
     }
-    Ok(r)
+    free_text("reason", r, 2000)
+}
+
+/// A value a person reads before money moves (an identifier, an intent field): printable,
+/// at most `max` characters, no space at either end (`qtg_core::text::check_plain`).
+pub fn plain<'a>(field: &str, value: &'a str, max: usize) -> Result<&'a str, ApiError> {
+    qtg_core::text::check_plain(field, value, max).map_err(|e| ApiError::validation(e.to_string()))?;
+    Ok(value)
+}
+
+/// Free text (a reason, a description): printable, lines allowed (`check_free`).
+pub fn free_text<'a>(field: &str, value: &'a str, max: usize) -> Result<&'a str, ApiError> {
+    qtg_core::text::check_free(field, value, max).map_err(|e| ApiError::validation(e.to_string()))?;
+    Ok(value)
 }

@@ -362,7 +362,10 @@ impl Client {
         if let Some(b) = body {
             req = req.json(b);
         }
-        let resp = req.send().await.with_context(|| format!("{method} {url}"))?;
+        let resp = req
+            .send()
+            .await
+            .map_err(|e| anyhow::anyhow!("{method} {}: {}", qtg_core::urls::redact(&url), e.without_url()))?;
         let status = resp.status().as_u16();
         let text = resp.text().await?;
         let value: Value = if text.trim().is_empty() {

@@ -5,15 +5,18 @@ use std::fmt::Write;
 
 use serde_json::Value;
 
-/// A cell: strings bare, null as `-`, anything else as compact JSON.
+/// A cell: strings bare, null as `-`, anything else as compact JSON. A character that cannot
+/// be seen or would reorder the line (a bidi override, a zero-width space…) is spelled out as
+/// `<U+202E>`; `--json` prints the raw value.
 fn cell(v: &Value) -> String {
+    use qtg_core::text::visible;
     match v {
         Value::Null => "-".into(),
-        Value::String(s) => s.clone(),
+        Value::String(s) => visible(s).into_owned(),
         Value::Array(a) if a.iter().all(Value::is_string) => {
-            a.iter().filter_map(Value::as_str).collect::<Vec<_>>().join(",")
+            a.iter().filter_map(Value::as_str).map(|s| visible(s).into_owned()).collect::<Vec<_>>().join(",")
         }
-        other => other.to_string(),
+        other => visible(&other.to_string()).into_owned(),
     }
 }
 
@@ -169,7 +172,7 @@ pub fn movement(v: &Value, edges: Option<&Value>) -> String {
                 )
             } else {
                 match (n["error_code"].as_str(), n["error_detail"].as_str()) {
-                    (Some(c), Some(d)) => format!("{c}: {d}"),
+                    (Some(c), Some(d)) => format!("{c}: {}", qtg_core::text::visible(d)),
                     (Some(c), None) => c.to_string(),
                     _ => String::new(),
                 }

@@ -70,6 +70,10 @@ struct Fault {
     /// The status code `unknown_status` pins (default 99).
     #[serde(default)]
     code: Option<i64>,
+    /// What `bad_number` answers in place of every amount, balance, fee and bound of the
+    /// read (`"Infinity"`, `"NaN"`, `"-5"`): a venue whose numbers are not numbers.
+    #[serde(default)]
+    value: Option<String>,
 }
 
 fn withdraw() -> String {
@@ -79,8 +83,15 @@ fn one() -> u32 {
     1
 }
 
-const FAULT_KINDS: [&str; 6] =
-    ["latency", "error_before_commit", "drop_after_commit", "unauthorized", "ambiguous", "unknown_status"];
+const FAULT_KINDS: [&str; 7] = [
+    "latency",
+    "error_before_commit",
+    "drop_after_commit",
+    "unauthorized",
+    "ambiguous",
+    "unknown_status",
+    "bad_number",
+];
 const ENDPOINTS: [&str; 8] = ["withdraw", "history", "deposits", "time", "config", "whitelist", "account", "any"];
 
 struct Venue {
@@ -240,11 +251,36 @@ async fn read(
         Ok(s) => s,
         Err(r) => return r.into_response(),
     };
-    if let (Some(r), _) = before(v, endpoint, Some(&signed.account)).await {
+    let (refused, fired) = before(v, endpoint, Some(&signed.account)).await;
+    if let Some(r) = refused {
         return r;
     }
     let books = v.books.lock().await;
-    Json(answer(&signed, &books)).into_response()
+    let mut body = answer(&signed, &books);
+    if let Some(bad) = fired.iter().find(|f| f.kind == "bad_number") {
+        replace_numbers(&mut body, bad.value.as_deref().unwrap_or("Infinity"));
+    }
+    Json(body).into_response()
+}
+
+/// The `bad_number` fault: every amount, balance, fee and bound in a read's answer becomes
+/// `bad`.
+fn replace_numbers(v: &mut Value, bad: &str) {
+    const NUMBERS: [&str; 7] =
+        ["free", "locked", "amount", "transactionFee", "withdrawFee", "withdrawMin", "withdrawMax"];
+    match v {
+        Value::Object(m) => {
+            for (k, x) in m.iter_mut() {
+                if NUMBERS.contains(&k.as_str()) && x.is_string() {
+                    *x = Value::String(bad.to_string());
+                } else {
+                    replace_numbers(x, bad);
+                }
+            }
+        }
+        Value::Array(a) => a.iter_mut().for_each(|x| replace_numbers(x, bad)),
+        _ => {}
+    }
 }
 
 async fn time(State(v): State<Shared>) -> Response {

@@ -193,6 +193,23 @@ fn required(v: &Value, key: &str, what: &str) -> Result<String, VenueError> {
     text(v, key).ok_or_else(|| VenueError::Protocol(format!("{what}: `{key}` is missing")))
 }
 
+/// A number the venue states (an amount, a fee, a balance, a bound): absent, or a finite
+/// non-negative decimal. Anything else — `"Infinity"`, `"NaN"`, `"-5"`, `"1e400"` — is the
+/// answer's protocol error: nothing built on it moves money.
+fn decimal(v: &Value, key: &str, what: &str) -> Result<Option<String>, VenueError> {
+    match text(v, key) {
+        None => Ok(None),
+        Some(t) if qtg_core::risk::Amount::parse(&t).is_some() => Ok(Some(t)),
+        Some(t) => {
+            Err(VenueError::Protocol(format!("{what}: `{key}` is {:?}, not a finite non-negative decimal", clip(&t))))
+        }
+    }
+}
+
+fn required_decimal(v: &Value, key: &str, what: &str) -> Result<String, VenueError> {
+    decimal(v, key, what)?.ok_or_else(|| VenueError::Protocol(format!("{what}: `{key}` is missing")))
+}
+
 fn millis(ms: i64) -> Option<DateTime<Utc>> {
     Utc.timestamp_millis_opt(ms).single()
 }
@@ -206,8 +223,8 @@ fn withdrawal(v: &Value) -> Result<Withdrawal, VenueError> {
         network: text(v, "network"),
         address: required(v, "address", what)?,
         address_tag: text(v, "addressTag"),
-        amount: required(v, "amount", what)?,
-        fee: text(v, "transactionFee"),
+        amount: required_decimal(v, "amount", what)?,
+        fee: decimal(v, "transactionFee", what)?,
         status: v
             .get("status")
             .and_then(Value::as_i64)
@@ -229,7 +246,7 @@ fn deposit(v: &Value) -> Result<Deposit, VenueError> {
         network: text(v, "network"),
         address: required(v, "address", what)?,
         address_tag: text(v, "addressTag"),
-        amount: required(v, "amount", what)?,
+        amount: required_decimal(v, "amount", what)?,
         status: v
             .get("status")
             .and_then(Value::as_i64)
@@ -334,9 +351,9 @@ impl Venue for BinanceVenue {
                     network: required(n, "network", "config/getall")?,
                     withdraw_enable: flag(n, "withdrawEnable"),
                     deposit_enable: flag(n, "depositEnable"),
-                    withdraw_min: text(n, "withdrawMin"),
-                    withdraw_max: text(n, "withdrawMax"),
-                    withdraw_fee: text(n, "withdrawFee"),
+                    withdraw_min: decimal(n, "withdrawMin", "config/getall")?,
+                    withdraw_max: decimal(n, "withdrawMax", "config/getall")?,
+                    withdraw_fee: decimal(n, "withdrawFee", "config/getall")?,
                 });
             }
         }
@@ -366,16 +383,17 @@ impl Venue for BinanceVenue {
             .get("balances")
             .and_then(Value::as_array)
             .ok_or_else(|| VenueError::Protocol("/api/v3/account: `balances` is missing".into()))?;
-        Ok(list
-            .iter()
-            .filter_map(|b| {
-                Some(Balance {
-                    asset: text(b, "asset")?,
-                    free: text(b, "free").unwrap_or_else(|| "0".into()),
-                    locked: text(b, "locked").unwrap_or_else(|| "0".into()),
-                })
-            })
-            .collect())
+        let what = "/api/v3/account";
+        let mut out = Vec::with_capacity(list.len());
+        for b in list {
+            let Some(asset) = text(b, "asset") else { continue };
+            out.push(Balance {
+                asset,
+                free: decimal(b, "free", what)?.unwrap_or_else(|| "0".into()),
+                locked: decimal(b, "locked", what)?.unwrap_or_else(|| "0".into()),
+            });
+        }
+        Ok(out)
     }
 }
 

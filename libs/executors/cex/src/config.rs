@@ -68,15 +68,21 @@ impl EntryConfig {
         if config.venue.is_empty() || !config.venue.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
             return Err(format!("config.venue {:?}: letters, digits, '_' and '-' only", config.venue));
         }
+        let shown = qtg_core::urls::redact(&config.base_url);
         let plain = config.base_url.starts_with("http://");
         if !plain && !config.base_url.starts_with("https://") {
-            return Err(format!("config.base_url {:?} is not an http(s) URL", config.base_url));
+            return Err(format!("config.base_url {shown:?} is not an http(s) URL"));
+        }
+        if qtg_core::urls::has_userinfo(&config.base_url) {
+            return Err(format!(
+                "config.base_url {shown:?} carries credentials in the URL: the venue's keys come from its \
+                 api_key / secret settings"
+            ));
         }
         if plain && !loopback(&config.base_url) && config.insecure != Some(true) {
             return Err(format!(
-                "config.base_url {:?}: signed requests and the API key would travel in clear text; use https \
-                 (or insecure = true for a test venue)",
-                config.base_url
+                "config.base_url {shown:?}: signed requests and the API key would travel in clear text; use https \
+                 (or insecure = true for a test venue)"
             ));
         }
         for (name, v, max) in [
@@ -145,9 +151,12 @@ pub(crate) fn secs(s: f64) -> chrono::Duration {
     chrono::Duration::milliseconds((s * 1000.0) as i64)
 }
 
+/// Whether the URL's host (after any userinfo) is a loopback address or `localhost`.
 fn loopback(url: &str) -> bool {
-    let host = url.trim_start_matches("http://").split(['/', ':']).next().unwrap_or("");
-    matches!(host, "127.0.0.1" | "localhost" | "[") || host.starts_with("127.") || url.starts_with("http://[::1]")
+    qtg_core::urls::Parts::of(url).is_some_and(|p| {
+        let host = p.host();
+        host.eq_ignore_ascii_case("localhost") || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback())
+    })
 }
 
 /// `name`, or the contents of the file `name_FILE` names. The value is never in an error.

@@ -105,6 +105,35 @@ pub struct WithdrawPayload {
     pub amount: String,
 }
 
+/// The address a withdrawal pays: the node config's `address` (fixed by the template), else
+/// the intent's `destination` — the value approvers are shown and allow-lists check. It is a
+/// string; a memo or tag goes in `intent.memo` (or `address_tag`), the network in
+/// `intent.network` or the entry's config. An intent `address` beside it must say the same.
+fn destination_of(node_config: &Value, intent: &Value) -> Result<String, String> {
+    let expects = "intent.destination must be the withdrawal address as a string (a memo or tag goes in \
+                   intent.memo, the network in intent.network)";
+    let fixed = node_config.get("address").and_then(Value::as_str).map(str::trim).filter(|s| !s.is_empty());
+    let address = match (fixed, intent.get("destination")) {
+        // The template fixes the address: an intent naming another would show the approver
+        // an address that is not paid.
+        (Some(a), Some(Value::String(d))) if d.trim() != a => {
+            return Err(format!("intent.destination {d:?} is not the address this template pays ({a:?})"))
+        }
+        (Some(a), _) => a.to_string(),
+        (None, Some(Value::String(d))) if !d.trim().is_empty() => d.trim().to_string(),
+        (None, Some(Value::Object(_))) => return Err(format!("{expects}, not an object")),
+        (None, _) => return Err(format!("the intent has no destination: {expects}")),
+    };
+    match intent.get("address") {
+        None | Some(Value::Null) => Ok(address),
+        Some(Value::String(a)) if a.trim() == address => Ok(address),
+        Some(other) => Err(format!(
+            "intent.address {other} is not the address paid ({address:?}): give the destination once, in \
+             intent.destination"
+        )),
+    }
+}
+
 impl WithdrawPayload {
     fn of(ctx: &ExecutionContext, config: &EntryConfig) -> Result<WithdrawPayload, String> {
         let field = |name: &str| -> Option<String> {
@@ -121,8 +150,7 @@ impl WithdrawPayload {
         if Amount::parse(&amount).is_none_or(|a| a.is_zero()) {
             return Err(format!("amount {amount:?} is not a positive decimal"));
         }
-        let address =
-            field("address").or_else(|| field("destination")).ok_or("the intent has no destination address")?;
+        let address = destination_of(&ctx.node_config, &ctx.intent)?;
         Ok(WithdrawPayload {
             venue: config.venue.clone(),
             coin,
@@ -775,6 +803,18 @@ impl CexExecutor {
 
 #[async_trait]
 impl Executor for CexExecutor {
+    fn check_intent(&self, node_config: &Value, _risk_controls: &Value, intent: &Value) -> Result<(), String> {
+        match self.role {
+            Role::WithdrawalAction => destination_of(node_config, intent).map(|_| ()),
+            _ => Ok(()),
+        }
+    }
+
+    /// The venue account a withdrawal debits (observations move nothing).
+    fn paying_account(&self, _node_config: &Value) -> Option<String> {
+        (self.role == Role::WithdrawalAction).then(|| self.config.venue.clone())
+    }
+
     async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
         match self.role {
             Role::WithdrawalAction => self.preflight_withdrawal(ctx).await,

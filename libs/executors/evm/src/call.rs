@@ -80,13 +80,25 @@ pub fn hex_address(a: Address) -> String {
     format!("{a:#x}")
 }
 
-/// `eth_call` of `data` on `to` at the latest block, as a 256-bit word.
+/// `eth_call` of `data` on `to` at the latest block, as a 256-bit word. `0x` (an account
+/// without code answers no words) is zero; anything but hex words is the node's fault, an
+/// error — never read as a number.
 pub async fn call_word(rpc: &Rpc, to: Address, data: Bytes) -> Result<U256, RpcError> {
     let v = rpc.call("eth_call", json!([{"to": hex_address(to), "data": data}, "latest"])).await?;
-    let hex = v.as_str().unwrap_or("0x").trim_start_matches("0x");
+    let garbage = || RpcError::Transport {
+        method: "eth_call".into(),
+        detail: format!("not hex words: {}", v.to_string().chars().take(80).collect::<String>()),
+    };
+    let hex = v.as_str().and_then(|s| s.strip_prefix("0x")).ok_or_else(garbage)?;
+    if hex.len() % 2 != 0 || !hex.bytes().all(|b| b.is_ascii_hexdigit()) {
+        return Err(garbage());
+    }
     // A call answers whole words; the first is the value of a single return.
     let first = &hex[..hex.len().min(64)];
-    Ok(if first.is_empty() { U256::ZERO } else { U256::from_str_radix(first, 16).unwrap_or(U256::ZERO) })
+    if first.is_empty() {
+        return Ok(U256::ZERO);
+    }
+    U256::from_str_radix(first, 16).map_err(|_| garbage())
 }
 
 /// The chain the node's config names.
@@ -122,12 +134,61 @@ pub fn config_address(ctx: &ExecutionContext, key: &str) -> Result<Option<Addres
     }
 }
 
-/// The intent's `destination` (an address) and `amount` (positive, no finer than `decimals`).
+/// An address a person wrote for money to go to, read strictly: `0x` and 40 hex digits; when
+/// the digits mix cases, they must be the EIP-55 checksum (a typo in a checksummed address is
+/// caught, not paid); all-lower and all-upper carry no checksum and are taken as written. The
+/// zero address and the precompile / system range (up to `0xffff`) burn or misdirect funds
+/// and are refused unless `risk_controls.allowed_destinations` names the address.
+pub fn recipient(text: &str, risk_controls: &Value) -> Result<Address, String> {
+    let hex = text
+        .strip_prefix("0x")
+        .filter(|h| h.len() == 40 && h.bytes().all(|b| b.is_ascii_hexdigit()))
+        .ok_or_else(|| format!("{text:?} is not an EVM address (0x followed by 40 hex digits)"))?;
+    let address: Address = text.parse().map_err(|_| format!("{text:?} is not an EVM address"))?;
+    let mixed = hex.bytes().any(|b| b.is_ascii_lowercase()) && hex.bytes().any(|b| b.is_ascii_uppercase());
+    if mixed && address.to_checksum(None) != text {
+        return Err(format!(
+            "{text:?} mixes upper and lower case but its EIP-55 checksum is wrong (a mistyped address?); \
+             write it as {} or all lower case",
+            address.to_checksum(None)
+        ));
+    }
+    if address.as_slice()[..18].iter().all(|b| *b == 0) && !allow_listed(risk_controls, address) {
+        return Err(format!(
+            "{text} is the zero address or a precompile / system address (0x0 to 0xffff): funds sent there are \
+             lost; name it in the template's risk_controls.allowed_destinations to allow it"
+        ));
+    }
+    Ok(address)
+}
+
+fn allow_listed(risk_controls: &Value, address: Address) -> bool {
+    risk_controls
+        .get("allowed_destinations")
+        .and_then(Value::as_array)
+        .is_some_and(|l| l.iter().filter_map(Value::as_str).any(|a| a.parse::<Address>().ok() == Some(address)))
+}
+
+/// The creation-time check of an EVM lane's intent (`Executor::check_intent`): a string
+/// destination [`recipient`] accepts.
+pub fn check_destination(intent: &Value, risk_controls: &Value) -> Result<(), String> {
+    match intent.get("destination") {
+        Some(Value::String(d)) => {
+            recipient(d, risk_controls).map(|_| ()).map_err(|e| format!("intent.destination {e}"))
+        }
+        Some(Value::Object(_)) => Err("intent.destination must be an EVM address string (0x followed by 40 hex \
+                                       digits), not an object"
+            .into()),
+        _ => Err("intent.destination must be an EVM address string (0x followed by 40 hex digits)".into()),
+    }
+}
+
+/// The intent's `destination` (an address, read by [`recipient`]) and `amount` (positive, no
+/// finer than `decimals`).
 pub fn intent_of(ctx: &ExecutionContext, decimals: u32) -> Result<(Address, U256), Refusal> {
     let text = |k: &str| ctx.intent.get(k).and_then(Value::as_str).map(str::trim).unwrap_or("").to_string();
-    let recipient: Address = text("destination").parse().map_err(|_| {
-        refusal("EVM_INTENT_INVALID", format!("destination {:?} is not an address", text("destination")))
-    })?;
+    let recipient = recipient(&text("destination"), &ctx.risk_controls)
+        .map_err(|e| refusal("EVM_INTENT_INVALID", format!("destination {e}")))?;
     let amount = base_units(&text("amount"), decimals).filter(|a| !a.is_zero()).ok_or_else(|| {
         refusal(
             "EVM_INTENT_INVALID",

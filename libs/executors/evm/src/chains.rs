@@ -64,6 +64,12 @@ pub fn parse(text: &str) -> Result<Chains, String> {
         {
             return Err(format!("MG_EVM_CHAINS: chain {id}: rpc_urls must be http(s) URLs"));
         }
+        // Userinfo over plain http would cross the network in the clear (a provider's key).
+        if spec.rpc_urls.iter().any(|u| u.starts_with("http://") && qtg_core::urls::has_userinfo(u)) {
+            return Err(format!(
+                "MG_EVM_CHAINS: chain {id}: an rpc_url carries credentials over plain http: use https"
+            ));
+        }
         let wei = |what: &str, v: &str| {
             v.parse::<u128>()
                 .map_err(|_| format!("MG_EVM_CHAINS: chain {id}: {what} {v:?} is not a decimal number of wei"))
@@ -96,5 +102,7 @@ mod tests {
         assert!(parse(&ok.replace("\"2\"", "\"200\"")).is_err());
         assert!(parse(&ok.replace("http://", "ws://")).is_err());
         assert!(parse(&ok.replace("chain_id", "chainid")).is_err());
+        assert!(parse(&ok.replace("http://", "http://u:key@")).is_err());
+        assert!(parse(&ok.replace("http://", "https://u:key@")).is_ok());
     }
 }

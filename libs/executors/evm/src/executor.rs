@@ -785,6 +785,17 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
         true
     }
 
+    /// Every EVM call (a transfer, a CCTP burn or mint) pays `intent.destination`: a strict
+    /// address (EIP-55 when mixed-case, not zero or a precompile unless allow-listed).
+    fn check_intent(&self, _node_config: &Value, risk_controls: &Value, intent: &Value) -> Result<(), String> {
+        crate::call::check_destination(intent, risk_controls)
+    }
+
+    /// The address every transaction of this entry is sent from.
+    fn paying_account(&self, _node_config: &Value) -> Option<String> {
+        Some(crate::call::hex_address(self.from))
+    }
+
     async fn observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
         let t = self.action(ctx).map_err(|(_, why)| ExecutorError::Protocol(why))?;
         self.follow(ctx, &t, false).await

@@ -25,10 +25,18 @@ impl RpcError {
 }
 
 /// One chain's RPC endpoints, tried in order on a transport failure.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct Rpc {
     urls: Vec<String>,
     http: reqwest::Client,
+}
+
+impl std::fmt::Debug for Rpc {
+    /// The URLs with their credentials and query tokens masked.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self.urls.iter().map(|u| qtg_core::urls::redact(u)).collect();
+        f.debug_struct("Rpc").field("urls", &urls).finish()
+    }
 }
 
 impl Rpc {

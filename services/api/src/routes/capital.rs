@@ -11,8 +11,8 @@ use serde::Deserialize;
 
 use crate::error::ApiError;
 use crate::extract::{
-    parse_time_cursor, required_reason, time_cursor, Body, CapitalTransferId, ListQuery, Operator, Page, PageQuery,
-    Params, Requester, Viewer,
+    free_text, parse_time_cursor, plain, required_reason, time_cursor, Body, CapitalTransferId, ListQuery, Operator,
+    Page, PageQuery, Params, Requester, Viewer,
 };
 use crate::AppState;
 
@@ -36,13 +36,6 @@ pub struct CreateCapitalTransfer {
     idempotency_key: String,
 }
 
-fn bounded(name: &str, v: &str, max: usize) -> Result<(), ApiError> {
-    if v.trim().is_empty() || v.chars().count() > max {
-        return Err(ApiError::validation(format!("{name} must be 1-{max} characters")));
-    }
-    Ok(())
-}
-
 #[utoipa::path(
     post,
     path = "/v3/capital-transfers",
@@ -60,12 +53,15 @@ pub async fn create_capital_transfer(
     body: Body<CreateCapitalTransfer>,
 ) -> Result<(StatusCode, Json<CapitalTransfer>), ApiError> {
     let b = body.value;
-    bounded("idempotency_key", &b.idempotency_key, 200)?;
-    bounded("from", &b.from, 200)?;
-    bounded("to", &b.to, 200)?;
-    bounded("asset", &b.asset, 64)?;
-    bounded("reason", &b.reason, 2000)?;
-    bounded("template_key", &b.template_key, 200)?;
+    plain("idempotency_key", &b.idempotency_key, 200)?;
+    plain("from", &b.from, 200)?;
+    plain("to", &b.to, 200)?;
+    plain("asset", &b.asset, 64)?;
+    plain("template_key", &b.template_key, 128)?;
+    if b.reason.trim().is_empty() {
+        return Err(ApiError::validation("reason must be 1-2000 characters"));
+    }
+    free_text("reason", &b.reason, 2000)?;
     if Amount::parse(&b.amount).is_none_or(|a| a.is_zero()) {
         return Err(ApiError::validation("amount must be a decimal string greater than 0, e.g. \"100.50\""));
     }

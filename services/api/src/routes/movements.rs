@@ -15,7 +15,7 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::extract::{
-    parse_time_cursor, time_cursor, Approver, Body, ListQuery, MovementId, OptBody, Page, Params, ReasonBody,
+    parse_time_cursor, plain, time_cursor, Approver, Body, ListQuery, MovementId, OptBody, Page, Params, ReasonBody,
     Requester, TimePageQuery, Viewer,
 };
 use crate::openapi::Movement;
@@ -49,15 +49,25 @@ pub struct CreateMovementBody {
     idempotency_key: String,
 }
 
+/// The longest string an intent (or `input_params`) may hold.
+const INTENT_TEXT_MAX: usize = 4096;
+
 impl CreateMovementBody {
     /// Checks what the engine takes for granted; every problem is a 400 naming the field.
     fn validate(&self, s: &AppState) -> Result<(), ApiError> {
-        if self.idempotency_key.trim().is_empty() || self.idempotency_key.chars().count() > 200 {
-            return Err(ApiError::validation("idempotency_key must be 1-200 characters"));
-        }
+        plain("idempotency_key", &self.idempotency_key, 200)?;
         match self.intent.get("asset") {
-            Some(Value::String(a)) if !a.is_empty() && a.chars().count() <= 64 => {}
+            Some(Value::String(a)) => {
+                plain("intent.asset", a, 64)?;
+            }
             _ => return Err(ApiError::validation("intent.asset must be a non-empty string")),
+        }
+        // Every string an approver may be shown: printable, nothing hidden or reordered.
+        for (field, v) in [("intent", Some(&self.intent)), ("input_params", self.input_params.as_ref())] {
+            if let Some(m) = v {
+                qtg_core::text::check_plain_json(field, &Value::Object(m.clone()), INTENT_TEXT_MAX)
+                    .map_err(|e| ApiError::validation(e.to_string()))?;
+            }
         }
         match self.intent.get("amount").and_then(Value::as_str).and_then(Amount::parse) {
             Some(a) if !a.is_zero() => {}
@@ -168,7 +178,7 @@ pub fn movement_json(r: &RequestRow, nodes: Option<&[NodeRow]>) -> Value {
         "intent": r.intent,
         "intent_hash": r.intent_hash,
         "input_params": r.input_params,
-        "callback_url": r.callback_url,
+        "callback_url": r.callback_url.as_deref().map(qtg_core::urls::redact),
         "idempotency_key": r.idempotency_key,
         "created_by": r.created_by,
         "current_frontier": r.current_frontier,

@@ -12,7 +12,8 @@ use serde_json::{json, Value};
 
 use crate::error::ApiError;
 use crate::extract::{
-    Admin, Body, KeyParam, ListQuery, Operator, OptBody, Page, PageQuery, Params, ProposalId, ReasonBody, Viewer,
+    free_text, Admin, Body, KeyParam, ListQuery, Operator, OptBody, Page, PageQuery, Params, ProposalId, ReasonBody,
+    Viewer,
 };
 use crate::AppState;
 
@@ -52,8 +53,21 @@ pub async fn propose_template(
     body: Body<ProposeBody>,
 ) -> Result<(StatusCode, Json<ProposalRow>), ApiError> {
     let b = body.value;
-    if b.description.as_ref().is_some_and(|d| d.chars().count() > 2000) {
-        return Err(ApiError::validation("description is at most 2000 characters"));
+    if let Some(d) = &b.description {
+        free_text("description", d, 2000)?;
+    }
+    // What the reviewing admin reads of each node and of the limits: printable, nothing
+    // hidden (an allow-list entry with a zero-width space is another address).
+    for n in &b.nodes {
+        for (field, v) in [("action_type", &n.action_type), ("executor_key", &n.executor_key)] {
+            qtg_core::text::check_plain(&format!("node {:?}: {field}", n.node_key), v, 128)
+                .map_err(|e| ApiError::validation(e.to_string()))?;
+        }
+        qtg_core::text::check_plain_json(&format!("node {:?}: config", n.node_key), &n.config, 4096)
+            .map_err(|e| ApiError::validation(e.to_string()))?;
+    }
+    if let Some(r) = &b.risk_controls {
+        qtg_core::text::check_plain_json("risk_controls", r, 4096).map_err(|e| ApiError::validation(e.to_string()))?;
     }
     let plan =
         PlanDefinition { nodes: b.nodes, edges: b.edges, risk_controls: b.risk_controls.unwrap_or_else(|| json!({})) };

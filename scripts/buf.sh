@@ -74,6 +74,32 @@ run() {
 run "lint" lint
 run "breaking" breaking proto --against proto-released
 
+# The wire contract buf cannot see (the signature's input, the canonical bytes, what a result
+# means): its digest is recorded in proto/wire-contract.json (tests/tests/wire_contract.rs
+# keeps it true); a digest that differs from the release's needs a step of protocol_version or
+# of the signature version (docs/executors.md, "Versions").
+wire() {
+  local t; t="$(now_ms)"
+  if python3 - proto/wire-contract.json proto-released/wire-contract.json >&2 <<'PY'
+import json, sys
+cur, rel = (json.load(open(p)) for p in sys.argv[1:3])
+same = lambda k: cur.get(k) == rel.get(k)
+if cur.get("digest") != rel.get("digest") and same("protocol_version") and same("signature_version"):
+    sys.exit("the wire contract changed (digest %s, released %s) without a step of protocol_version (%s) "
+             "or of the signature version (%s)" % (cur.get("digest"), rel.get("digest"),
+             cur.get("protocol_version"), cur.get("signature_version")))
+print("wire contract: protocol_version %s (released %s), signature %s (released %s)" % (
+    cur.get("protocol_version"), rel.get("protocol_version"), cur.get("signature_version"), rel.get("signature_version")))
+PY
+  then
+    log "wire: ok ($(( $(now_ms) - t )) ms)"
+  else
+    FAILED+=("wire")
+    log "wire: FAILED"
+  fi
+}
+wire
+
 if (( ${#FAILED[@]} )); then
   log "failed: ${FAILED[*]} ($(( $(now_ms) - t0 )) ms)"
   [[ " ${FAILED[*]} " == *" breaking "* ]] && \

@@ -348,9 +348,14 @@ async fn risk_limits_have_no_side_doors() -> anyhow::Result<()> {
     let old = "SELECT now() > created_at + interval '2.5 seconds' FROM movement_requests WHERE id = $1";
     wait_db(&db.pool, old, first.parse()?, Duration::from_secs(10)).await?;
     refused(m("v2", "USDC", "800", json!("treasury-1")), "velocity_limit").await?;
-    // The same account spelled with spaces and capitals is the same budget.
-    refused(m("v3", "usdc", "800", json!("  TREASURY-1 ")), "velocity_limit").await?;
-    refused(m("v4", "USDC", "800", json!({"address": " Treasury-1"})), "velocity_limit").await?;
+    // The same account in capitals is the same budget; padded with spaces it is not plain text
+    // and is refused outright (issue 26), so spaces cannot open a second budget either.
+    refused(m("v3", "usdc", "800", json!("TREASURY-1")), "velocity_limit").await?;
+    refused(m("v4", "USDC", "800", json!({"address": "Treasury-1"})), "velocity_limit").await?;
+    for padded in [json!("  treasury-1 "), json!({"address": " Treasury-1"})] {
+        let (s, b) = api.call("POST", "/v3/movements", &keys.requester, Some(m("v4b", "USDC", "800", padded))).await?;
+        assert_eq!((s, b["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{b}");
+    }
     // Another account has its own budget.
     create(&api, &keys, m("v5", "USDC", "800", json!("treasury-2"))).await?;
     db.drop_db().await;

@@ -38,7 +38,12 @@ async fn health_drives_the_roster_and_the_approval_gate() -> anyhow::Result<()> 
     let db = TestDb::new().await?;
     let (grpc_port, http_port) = (free_port()?, free_port()?);
     let (grpc, http) = (format!("127.0.0.1:{grpc_port}"), format!("127.0.0.1:{http_port}"));
-    let example_env = [("EXAMPLE_GRPC_ADDR", grpc.as_str()), ("EXAMPLE_HTTP_ADDR", http.as_str())];
+    let keys = std::env::temp_dir().join(format!("{}-health-keys.jsonl", db.name)).to_string_lossy().to_string();
+    let example_env = [
+        ("EXAMPLE_GRPC_ADDR", grpc.as_str()),
+        ("EXAMPLE_HTTP_ADDR", http.as_str()),
+        ("EXAMPLE_KEY_STORE", keys.as_str()),
+    ];
     let mut example = Proc::spawn("qtg-remote-executor-example", "unused", &example_env).await?;
     example.wait_field("http_addr", Duration::from_secs(20)).await?;
     let registry = std::env::temp_dir().join(format!("{}-health.toml", db.name));

@@ -2,7 +2,10 @@
 //! `docs/executors.md` alone, its stubs generated from `proto/` at test time, checks qtg's v4
 //! HMAC over gRPC (RFC 8785 canonical JSON computed by an independent library) on every call.
 //! A node config full of awkward numbers (`0.00001`, `1e21`, `2.0`, `-0.0`) and non-ASCII keys
-//! must not break the signature, and a movement through it completes.
+//! must not break the signature, and a movement through it completes. The same executor, with
+//! its fence's key store in a temp file (`PY_EXECUTOR_KEY_STORE`), then passes the conformance
+//! suite over gRPC with its HMAC secret — the fence and auth checks included — so the guide is
+//! also tested by code that is not Rust.
 
 use std::path::PathBuf;
 use std::process::Stdio;
@@ -24,12 +27,14 @@ async fn a_python_grpc_executor_verifies_qtgs_signature_and_completes_a_movement
     let db = TestDb::new().await?;
     let stubs = std::env::temp_dir().join(format!("{}-py-stubs", db.name));
     std::fs::create_dir_all(&stubs)?;
+    let key_store = std::env::temp_dir().join(format!("{}-py-keys.jsonl", db.name));
     let secret = "polyglot-hmac-secret-0001";
     let mut py = tokio::process::Command::new(&python)
         .arg(repo().join("tests/py/grpc_executor.py"))
         .args(["--proto-dir", &repo().join("proto").to_string_lossy(), "--out", &stubs.to_string_lossy()])
         .args(["--secret-env", "PY_EXECUTOR_SECRET"])
         .env("PY_EXECUTOR_SECRET", secret)
+        .env("PY_EXECUTOR_KEY_STORE", &key_store)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
@@ -69,9 +74,11 @@ async fn a_python_grpc_executor_verifies_qtgs_signature_and_completes_a_movement
     )
     .await?;
     let keys = Keys::create(&api).await?;
+    // (A line separator U+2028 no longer reaches an executor: qtg refuses it in what a person
+    // reads, issue 26.)
     let config: serde_json::Value = serde_json::from_str(
         r#"{"fee": 0.00001, "big": 1e21, "whole": 2.0, "neg_zero": -0.0, "small": 1e-7, "e": 123456789012.345,
-            "keys": {"é": 1, "e": 2, "E": 3, "😀": 4, "！": 5}, "text": "line\u2028sep", "amount": "1000000000000000000"}"#,
+            "keys": {"é": 1, "e": 2, "E": 3, "😀": 4, "！": 5}, "text": "a \"quote\", a \\ and ü", "amount": "1000000000000000000"}"#,
     )?;
     install_template(&api, &keys, json!({"template_key": "t.py", "nodes": [
         {"node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.py.transfer", "config": config}]}))
@@ -92,6 +99,20 @@ async fn a_python_grpc_executor_verifies_qtgs_signature_and_completes_a_movement
         assert!(lines.contains(&format!("\"verified\": \"{method}\"")), "{method} not verified:\n{lines}");
     }
     assert!(!lines.contains("\"refused\""), "a signature did not match:\n{lines}");
+
+    // After the movement: the suite's auth checks send requests that must not verify.
+    let report = qtg_conformance::run(&qtg_conformance::Target {
+        endpoint: format!("http://127.0.0.1:{port}"),
+        transport: qtg_conformance::Transport::Grpc,
+        executor_key: "exec.py.transfer".into(),
+        auth: qtg_wire_auth::Credentials::Hmac(secret.as_bytes().to_vec()),
+        timeout: Duration::from_secs(5),
+        tls: None,
+    })
+    .await;
+    let lines = log.lock().expect("log").join("\n");
+    assert!(report.passed(), "{}\npython executor:\n{lines}", report.table());
+    assert!(report.checks.iter().any(|c| c.name == "executed key keeps outcome" && c.passed), "{}", report.table());
     drop(py.stdin.take());
     let _ = py.kill().await;
     db.drop_db().await;

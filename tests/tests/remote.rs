@@ -248,7 +248,7 @@ async fn the_example_passes_conformance_on_both_transports_and_a_broken_one_fail
         .output()?;
     let table = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{table}");
-    assert!(table.contains("12 of 12 checks passed"), "{table}");
+    assert!(table.contains("13 of 13 checks passed"), "{table}");
 
     let broken_keys = format!("{keys}.broken");
     let broken_env = [env[0], env[1], ("EXAMPLE_BROKEN", "double-submit"), ("EXAMPLE_KEY_STORE", broken_keys.as_str())];
@@ -302,7 +302,7 @@ async fn the_example_passes_conformance_on_both_transports_and_a_broken_one_fail
         .output()?;
     let table = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(0), "{table}");
-    assert!(table.contains("15 of 15 checks passed"), "{table}");
+    assert!(table.contains("16 of 16 checks passed"), "{table}");
     drop((good, broken, guarded, signed));
     Ok(())
 }

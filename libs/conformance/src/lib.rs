@@ -10,7 +10,12 @@
 //! * the fence (docs/executors.md, "The fence"): a key Recover answered FAILED for is void and
 //!   a Submit with it is refused; a Submit received after its `submit_by` is refused and left
 //!   no order (Recover then finds nothing); once attempt 2 of a node was seen, a Submit of
-//!   attempt 1 is refused. A refusal is a FAILED answer.
+//!   attempt 1 (never sent) is refused. A refusal is a FAILED answer.
+//! * a seen key keeps its outcome: a key already executed, replayed after its `submit_by` and
+//!   again after attempt 2 of its node was executed, is answered as the original order (its
+//!   `provider_ref_id`), never FAILED — FAILED means "known not to have happened", and a
+//!   proxy's replay must not turn an executed order into one (an operator retry would pay
+//!   twice); Recover of it does not say FAILED either.
 //!
 //! What it cannot prove: that the executor records keys *durably* and *before* the venue call
 //! (a restart or a crash between the two is not simulated), nor anything about replicas that
@@ -440,6 +445,9 @@ async fn fence_checks(exec: &RemoteExecutor, key: &str, prepared: &qtg_core::Pre
     let mut ctx1 = ctx2.clone();
     ctx1.attempt_no = 1;
     let idem1 = qtg_core::protocol::idempotency_key(&node, 1);
+    let (_, ctx) = node_ctx(1);
+    report.record("executed key keeps outcome", seen_key_check(exec, prepared, &ctx).await);
+
     report.record(
         "older attempt refused",
         match checked(exec.call_submit(&ctx2, &in_window(prepared, &idem2)).await, Method::Submit) {
@@ -451,6 +459,56 @@ async fn fence_checks(exec: &RemoteExecutor, key: &str, prepared: &qtg_core::Pre
             Err(e) => Err(e),
         },
     );
+}
+
+/// A key already executed keeps its outcome, whatever `submit_by` or newer attempts say.
+async fn seen_key_check(
+    exec: &RemoteExecutor,
+    prepared: &qtg_core::PreparedAction,
+    ctx1: &ExecutionContext,
+) -> Result<String, String> {
+    let node = ctx1.request_node_id.clone();
+    let idem1 = qtg_core::protocol::idempotency_key(&node, 1);
+    let first = checked(exec.call_submit(ctx1, &in_window(prepared, &idem1)).await, Method::Submit)?;
+    let Some(original) = first.provider_ref_id.clone().filter(|_| first.next_state != NodeState::Failed) else {
+        return Err(format!("attempt 1 was not executed ({} {:?}); cannot check", first.next_state, first.error_code));
+    };
+    let same = |r: ExecutionResult, when: &str| -> Result<(), String> {
+        if r.next_state == NodeState::Failed {
+            return Err(format!(
+                "answered FAILED ({}) for a key it executed, replayed {when}: FAILED means nothing happened, \
+                 and an operator retry would pay twice",
+                r.error_code.unwrap_or_default()
+            ));
+        }
+        match r.provider_ref_id {
+            Some(p) if p == original => Ok(()),
+            other => Err(format!("replayed {when}, answered provider_ref_id {other:?}, the original was {original:?}")),
+        }
+    };
+    let late = qtg_executor::Submission {
+        prepared,
+        signed: None,
+        idempotency_key: &idem1,
+        submit_by: chrono::Utc::now() - chrono::Duration::seconds(10),
+    };
+    same(checked(exec.call_submit(ctx1, &late).await, Method::Submit)?, "after its submit_by")?;
+    let mut ctx2 = ctx1.clone();
+    ctx2.attempt_no = 2;
+    let idem2 = qtg_core::protocol::idempotency_key(&node, 2);
+    let second = checked(exec.call_submit(&ctx2, &in_window(prepared, &idem2)).await, Method::Submit)?;
+    if second.next_state == NodeState::Failed {
+        return Err(format!("attempt 2 was refused ({:?}); cannot check", second.error_code));
+    }
+    same(checked(exec.call_submit(ctx1, &in_window(prepared, &idem1)).await, Method::Submit)?, "after attempt 2")?;
+    let mut observed = ctx1.clone();
+    observed.provider_ref_id = Some(original.clone());
+    match checked(exec.call_recover(&observed, &idem1).await, Method::Recover)? {
+        r if r.next_state == NodeState::Failed => {
+            Err(format!("recover of the executed key answered FAILED ({:?})", r.error_code))
+        }
+        _ => Ok(format!("replayed late and after attempt 2: the original order {original}")),
+    }
 }
 
 /// A submission of `prepared` with key `idem` whose `submit_by` is a minute away.

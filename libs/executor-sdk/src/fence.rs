@@ -1,9 +1,14 @@
 //! The fence (docs/executors.md, "The fence"): the executor's durable record of idempotency
 //! keys and the refusals the SDK makes before a [`Handler`] runs.
 //!
-//! * Submit: the key is recorded (insert-if-absent) before the handler's first venue call; a
-//!   key that is void, older than an attempt already seen for the node, or received after
-//!   `submit_by` is refused with FAILED and the handler is never called.
+//! * Submit: **a key already recorded as sent keeps its outcome** — the handler is called
+//!   again with it (same client id, so the venue answers the original order), whatever
+//!   `submit_by` or newer attempts say: FAILED means "known not to have happened", and a
+//!   replayed request (a proxy's retry) must never turn an executed order into one. A key never
+//!   recorded is refused with FAILED, and recorded *void* so that no later call executes it,
+//!   when a newer attempt of the node was already recorded or it arrives after `submit_by`;
+//!   otherwise it is recorded as sent (insert-if-absent) before the handler's first venue
+//!   call. A void key is refused. The handler never runs for a refusal.
 //! * Recover: a key this executor never recorded cannot have reached the venue: it is voided
 //!   and answered FAILED without the handler. For a recorded key the handler decides; a FAILED
 //!   answer voids the key (the handler may answer FAILED for a sent key only where its venue
@@ -36,17 +41,23 @@ pub enum KeyState {
     Void,
 }
 
-/// The answer to [`KeyStore::admit`].
+/// The answer to [`KeyStore::admit`], decided in this order: a key recorded as sent is a
+/// `Repeat` (whatever else holds), a void key `Void`; a key never recorded is `Superseded` when
+/// a newer attempt of the node is recorded, `Late` when received after its `submit_by` — both
+/// recorded void — and otherwise `First`, recorded as sent.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Admission {
     /// Recorded now as sent: go to the venue.
     First,
-    /// Recorded before as sent: go to the venue with the same client id (same outcome).
+    /// Recorded before as sent: go to the venue with the same client id (the original
+    /// outcome), even past `submit_by` or after a newer attempt.
     Repeat,
     /// The key is void: refuse.
     Void,
-    /// A newer attempt of the node was recorded: refuse.
+    /// Never sent, and a newer attempt of the node was recorded: refuse (now void).
     Superseded,
+    /// Never sent, and received after its `submit_by`: refuse (now void).
+    Late,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -65,14 +76,16 @@ pub struct KeyRecord {
 /// method must be atomic with respect to the others for the same node.
 #[async_trait]
 pub trait KeyStore: Send + Sync + 'static {
-    /// Refuses a void key or one older than an attempt recorded for `node`; otherwise
-    /// records `key` as sent with its `submit_by` if absent (durably, before answering).
+    /// Decides a Submit of `key` received at `now` (see [`Admission`] for the order) and
+    /// records what it decided for a key never seen — sent, or void for a refusal — durably,
+    /// before answering.
     async fn admit(
         &self,
         node: &str,
         attempt: i32,
         key: &str,
         submit_by: DateTime<Utc>,
+        now: DateTime<Utc>,
     ) -> Result<Admission, KeyStoreError>;
     /// What is recorded for the key, if anything.
     async fn state(&self, key: &str) -> Result<Option<KeyRecord>, KeyStoreError>;
@@ -121,12 +134,29 @@ impl Keys {
         self.by_key.insert(e.key.clone(), e);
     }
 
-    fn admission(&self, node: &str, attempt: i32, key: &str) -> Admission {
+    fn admission(
+        &self,
+        node: &str,
+        attempt: i32,
+        key: &str,
+        submit_by: DateTime<Utc>,
+        now: DateTime<Utc>,
+    ) -> Admission {
         match self.by_key.get(key).map(|e| e.state) {
-            Some(KeyState::Void) => Admission::Void,
-            _ if self.newest.get(node).is_some_and(|n| *n > attempt) => Admission::Superseded,
             Some(KeyState::Sent) => Admission::Repeat,
+            Some(KeyState::Void) => Admission::Void,
+            None if self.newest.get(node).is_some_and(|n| *n > attempt) => Admission::Superseded,
+            None if now > submit_by => Admission::Late,
             None => Admission::First,
+        }
+    }
+
+    /// What an admission records for a key never seen: sent, or void for a refusal.
+    fn entry(a: Admission, node: &str, attempt: i32, key: &str, submit_by: DateTime<Utc>) -> Option<Entry> {
+        match a {
+            Admission::First => Some(Entry::sent(node, attempt, key, submit_by)),
+            Admission::Superseded | Admission::Late => Some(Entry::void(node, attempt, key)),
+            Admission::Repeat | Admission::Void => None,
         }
     }
 }
@@ -145,11 +175,12 @@ impl KeyStore for MemoryKeyStore {
         attempt: i32,
         key: &str,
         submit_by: DateTime<Utc>,
+        now: DateTime<Utc>,
     ) -> Result<Admission, KeyStoreError> {
         let mut keys = self.keys.lock().map_err(|_| KeyStoreError("poisoned".into()))?;
-        let a = keys.admission(node, attempt, key);
-        if a == Admission::First {
-            keys.apply(Entry::sent(node, attempt, key, submit_by));
+        let a = keys.admission(node, attempt, key, submit_by, now);
+        if let Some(e) = Keys::entry(a, node, attempt, key, submit_by) {
+            keys.apply(e);
         }
         Ok(a)
     }
@@ -209,12 +240,13 @@ impl KeyStore for FileKeyStore {
         attempt: i32,
         key: &str,
         submit_by: DateTime<Utc>,
+        now: DateTime<Utc>,
     ) -> Result<Admission, KeyStoreError> {
         let mut guard = self.inner.lock().map_err(|_| KeyStoreError("poisoned".into()))?;
         let (keys, file) = &mut *guard;
-        let a = keys.admission(node, attempt, key);
-        if a == Admission::First {
-            self.write(keys, file, Entry::sent(node, attempt, key, submit_by))?;
+        let a = keys.admission(node, attempt, key, submit_by, now);
+        if let Some(e) = Keys::entry(a, node, attempt, key, submit_by) {
+            self.write(keys, file, e)?;
         }
         Ok(a)
     }
@@ -231,11 +263,25 @@ impl KeyStore for FileKeyStore {
     }
 }
 
-/// The node and attempt a key `{request_node_id}:{attempt_no}` names.
-fn parse_key(key: &str) -> Result<(&str, i32), HandlerError> {
-    key.rsplit_once(':').and_then(|(node, n)| n.parse().ok().map(|n| (node, n))).ok_or_else(|| {
-        HandlerError::Invalid(format!("idempotency_key {key:?} is not {{request_node_id}}:{{attempt_no}}"))
-    })
+/// The node and attempt a key `{request_node_id}:{attempt_no}` names — the key's attempt is
+/// the one that counts. A malformed key, or one that names another node or attempt than the
+/// context, is an invalid request (INVALID_ARGUMENT / HTTP 400), never a FAILED answer: it
+/// cannot be recorded, so nothing could prove it unsent later.
+fn parse_key<'a>(key: &'a str, ctx: &ExecutionContext) -> Result<(&'a str, i32), HandlerError> {
+    let (node, attempt) = key
+        .rsplit_once(':')
+        .and_then(|(node, n)| n.parse::<i32>().ok().filter(|n| *n >= 1 && !node.is_empty()).map(|n| (node, n)))
+        .ok_or_else(|| {
+            HandlerError::Invalid(format!("idempotency_key {key:?} is not {{request_node_id}}:{{attempt_no}}"))
+        })?;
+    // Spelled exactly as qtg spells it (`n:01` is not `n:1`: two spellings would be two keys).
+    if key != qtg_core::protocol::idempotency_key(&ctx.request_node_id, ctx.attempt_no) {
+        return Err(HandlerError::Invalid(format!(
+            "idempotency_key {key:?} names another node or attempt than the context ({}:{})",
+            ctx.request_node_id, ctx.attempt_no
+        )));
+    }
+    Ok((node, attempt))
 }
 
 fn refused(code: &str, detail: String) -> ExecutionResult {
@@ -276,16 +322,16 @@ impl<H: Handler> Handler for Fenced<H> {
         ctx: &ExecutionContext,
         call: &SubmitCall<'_>,
     ) -> Result<ExecutionResult, HandlerError> {
-        let (node, attempt) = parse_key(call.idempotency_key)?;
+        let (node, attempt) = parse_key(call.idempotency_key, ctx)?;
         let now = (self.now)();
-        if now > call.submit_by {
-            tracing::warn!(idempotency_key = call.idempotency_key, submit_by = %call.submit_by, "submit refused: past submit_by");
-            return Ok(refused(
-                "SUBMIT_BY_PASSED",
-                format!("received at {now}, after submit_by {}; nothing was sent", call.submit_by),
-            ));
-        }
-        match self.keys.admit(node, attempt, call.idempotency_key, call.submit_by).await.map_err(unavailable)? {
+        match self.keys.admit(node, attempt, call.idempotency_key, call.submit_by, now).await.map_err(unavailable)? {
+            Admission::Late => {
+                tracing::warn!(idempotency_key = call.idempotency_key, submit_by = %call.submit_by, "submit refused: past submit_by");
+                Ok(refused(
+                    "SUBMIT_BY_PASSED",
+                    format!("received at {now}, after submit_by {}; nothing was sent, the key is void", call.submit_by),
+                ))
+            }
             Admission::Void => {
                 tracing::warn!(idempotency_key = call.idempotency_key, "submit refused: the key is void");
                 Ok(refused(
@@ -297,7 +343,7 @@ impl<H: Handler> Handler for Fenced<H> {
                 tracing::warn!(idempotency_key = call.idempotency_key, "submit refused: a newer attempt was seen");
                 Ok(refused(
                     "IDEMPOTENCY_KEY_SUPERSEDED",
-                    "a newer attempt of this node was already seen; nothing was sent".into(),
+                    "a newer attempt of this node was already seen; nothing was sent, the key is void".into(),
                 ))
             }
             Admission::First | Admission::Repeat => self.inner.submit(executor_key, ctx, call).await,
@@ -314,7 +360,7 @@ impl<H: Handler> Handler for Fenced<H> {
         ctx: &ExecutionContext,
         idempotency_key: &str,
     ) -> Result<ExecutionResult, HandlerError> {
-        let (node, attempt) = parse_key(idempotency_key)?;
+        let (node, attempt) = parse_key(idempotency_key, ctx)?;
         match self.keys.state(idempotency_key).await.map_err(unavailable)? {
             None if !self.durable => self.inner.recover(executor_key, ctx, idempotency_key).await,
             None => {
@@ -371,14 +417,23 @@ mod tests {
         let path = std::env::temp_dir().join(format!("qtg-keys-{}.jsonl", uuid::Uuid::new_v4()));
         let store = FileKeyStore::open(&path).unwrap();
         let by = Utc::now();
-        assert_eq!(store.admit("n", 1, "n:1", by).await.unwrap(), Admission::First);
-        assert_eq!(store.admit("n", 1, "n:1", by).await.unwrap(), Admission::Repeat);
+        let now = by - chrono::Duration::seconds(1);
+        assert_eq!(store.admit("n", 1, "n:1", by, now).await.unwrap(), Admission::First);
+        assert_eq!(store.admit("n", 1, "n:1", by, now).await.unwrap(), Admission::Repeat);
         store.void("m", 1, "m:1").await.unwrap();
-        assert_eq!(store.admit("n", 2, "n:2", by).await.unwrap(), Admission::First);
+        assert_eq!(store.admit("n", 2, "n:2", by, now).await.unwrap(), Admission::First);
+        assert_eq!(store.admit("l", 1, "l:1", by, by + chrono::Duration::seconds(1)).await.unwrap(), Admission::Late);
         drop(store);
         let store = FileKeyStore::open(&path).unwrap();
-        assert_eq!(store.admit("m", 1, "m:1", by).await.unwrap(), Admission::Void);
-        assert_eq!(store.admit("n", 1, "n:1", by).await.unwrap(), Admission::Superseded);
+        assert_eq!(store.admit("m", 1, "m:1", by, now).await.unwrap(), Admission::Void);
+        assert_eq!(store.admit("l", 1, "l:1", by, now).await.unwrap(), Admission::Void, "a late key stays void");
+        // A sent key keeps its outcome: after a newer attempt, and after its submit_by.
+        assert_eq!(store.admit("n", 1, "n:1", by, now).await.unwrap(), Admission::Repeat);
+        let late = by + chrono::Duration::seconds(60);
+        assert_eq!(store.admit("n", 2, "n:2", by, late).await.unwrap(), Admission::Repeat);
+        assert_eq!(store.admit("o", 2, "o:2", by, now).await.unwrap(), Admission::First);
+        assert_eq!(store.admit("o", 1, "o:1", by, now).await.unwrap(), Admission::Superseded);
+        assert_eq!(store.state("o:1").await.unwrap().map(|r| r.state), Some(KeyState::Void));
         let rec = store.state("n:2").await.unwrap().unwrap();
         assert_eq!(rec.state, KeyState::Sent);
         assert_eq!(rec.submit_by.map(|t| t.timestamp_millis()), Some(by.timestamp_millis()));
@@ -424,11 +479,13 @@ mod fenced_tests {
         }
     }
 
-    fn ctx() -> ExecutionContext {
+    /// The context of the node and attempt `key` names.
+    fn ctx(key: &str) -> ExecutionContext {
+        let (node, attempt) = key.rsplit_once(':').unwrap();
         serde_json::from_value(serde_json::json!({
-            "protocol_version": "1.0", "request_id": "r", "request_node_id": "n", "compiled_plan_hash": "h",
+            "protocol_version": "1.0", "request_id": "r", "request_node_id": node, "compiled_plan_hash": "h",
             "template_key": "t", "template_version": 1, "node_key": "k", "node_kind": "action",
-            "action_type": "transfer", "attempt_no": 1, "intent": {}, "input_params": {},
+            "action_type": "transfer", "attempt_no": attempt.parse::<i32>().unwrap(), "intent": {}, "input_params": {},
             "resolved_bindings": {}, "risk_controls": {}, "prior_artifacts": [], "node_config": {},
             "provider_context": {}, "timeout_policy": {}, "provider_refs": {}, "provider_ref_id": null,
             "executor_key": "e"
@@ -454,27 +511,41 @@ mod fenced_tests {
             submit_by: Utc::now() + chrono::Duration::seconds(if late { -1 } else { 600 }),
         };
         let code = |r: ExecutionResult| (r.next_state, r.error_code.unwrap_or_default());
-        // Late: refused, nothing recorded, the handler never called.
-        let r = fenced.submit("e", &ctx(), &call("n:1", true)).await.unwrap();
-        assert_eq!(code(r), (NodeState::Failed, "SUBMIT_BY_PASSED".into()));
+        let submit = |key: &'static str, late: bool| {
+            let fenced = &fenced;
+            let call = call(key, late);
+            async move { fenced.submit("e", &ctx(key), &call).await.unwrap() }
+        };
+        // Late: refused, the key void, the handler never called.
+        assert_eq!(code(submit("n:1", true).await), (NodeState::Failed, "SUBMIT_BY_PASSED".into()));
+        assert_eq!(code(submit("n:1", false).await), (NodeState::Failed, "IDEMPOTENCY_KEY_VOID".into()));
         // Recover of a key never sent voids it without asking the handler; Submit is refused.
-        let r = fenced.recover("e", &ctx(), "n:1").await.unwrap();
+        let r = fenced.recover("e", &ctx("v:1"), "v:1").await.unwrap();
         assert_eq!(code(r), (NodeState::Failed, "IDEMPOTENCY_KEY_UNKNOWN".into()));
-        let r = fenced.submit("e", &ctx(), &call("n:1", false)).await.unwrap();
-        assert_eq!(code(r), (NodeState::Failed, "IDEMPOTENCY_KEY_VOID".into()));
-        // Attempt 2 goes through; attempt 1 of the same node is then refused.
-        assert_eq!(fenced.submit("e", &ctx(), &call("m:2", false)).await.unwrap().next_state, NodeState::Submitted);
-        let r = fenced.submit("e", &ctx(), &call("m:1", false)).await.unwrap();
-        assert_eq!(code(r), (NodeState::Failed, "IDEMPOTENCY_KEY_SUPERSEDED".into()));
+        assert_eq!(code(submit("v:1", false).await), (NodeState::Failed, "IDEMPOTENCY_KEY_VOID".into()));
+        // Attempt 2 goes through; attempt 1 of the same node, never sent, is then refused.
+        assert_eq!(submit("m:2", false).await.next_state, NodeState::Submitted);
+        assert_eq!(code(submit("m:1", false).await), (NodeState::Failed, "IDEMPOTENCY_KEY_SUPERSEDED".into()));
+        // A sent key keeps its outcome: replayed after its submit_by, and after a newer
+        // attempt, it goes to the handler (the venue answers the original order), never FAILED.
+        assert_eq!(submit("s:1", false).await.next_state, NodeState::Submitted);
+        assert_eq!(submit("s:1", true).await.next_state, NodeState::Submitted, "replayed late");
+        assert_eq!(submit("s:2", false).await.next_state, NodeState::Submitted);
+        assert_eq!(submit("s:1", false).await.next_state, NodeState::Submitted, "replayed after attempt 2");
+        // A malformed key, or one naming another attempt than the context: invalid, not FAILED.
+        let c = call("s:x", false);
+        assert!(matches!(fenced.submit("e", &ctx("s:1"), &c).await, Err(HandlerError::Invalid(_))));
+        let c = call("s:3", false);
+        assert!(matches!(fenced.submit("e", &ctx("s:1"), &c).await, Err(HandlerError::Invalid(_))));
         // A sent key the handler answers FAILED for is not voided while the venue may still
         // take it (before submit_by + skew): UNKNOWN. After that it is voided.
-        let r = fenced.recover("e", &ctx(), "m:2").await.unwrap();
+        let r = fenced.recover("e", &ctx("m:2"), "m:2").await.unwrap();
         assert_eq!(code(r), (NodeState::Unknown, "ABSENCE_NOT_YET_CONCLUSIVE".into()));
         let later = Fenced { now: || Utc::now() + chrono::Duration::seconds(1200), ..fenced };
-        assert_eq!(later.recover("e", &ctx(), "m:2").await.unwrap().next_state, NodeState::Failed);
+        assert_eq!(later.recover("e", &ctx("m:2"), "m:2").await.unwrap().next_state, NodeState::Failed);
         let fenced = Fenced { now: Utc::now, ..later };
-        let r = fenced.submit("e", &ctx(), &call("m:2", false)).await.unwrap();
+        let r = fenced.submit("e", &ctx("m:2"), &call("m:2", false)).await.unwrap();
         assert_eq!(code(r), (NodeState::Failed, "IDEMPOTENCY_KEY_VOID".into()));
-        assert_eq!(inner.submits.load(Ordering::SeqCst), 1, "only attempt m:2 reached the handler");
+        assert_eq!(inner.submits.load(Ordering::SeqCst), 5, "m:2 once, s:1 three times (one order), s:2 once");
     }
 }

@@ -390,11 +390,50 @@ fn endpoint(key: &str, spec: &EntrySpec, secret: &dyn Fn(&str) -> Option<String>
                     .map(|s| s.trim().to_string())
                     .map_err(|e| bad(format!("auth: cannot read {path}: {e}")))
             };
+            if let Some(k) = t
+                .keys()
+                .find(|k| !matches!(k.as_str(), "bearer_env" | "bearer_file" | "hmac_env" | "hmac_file" | "signature"))
+            {
+                return Err(bad(format!("auth: unknown field {k:?}")));
+            }
+            // The signature version: v4 (covers the operation), or the deprecated v3 for an
+            // executor built before v4, until its deprecation window ends.
+            let v3 = match text("signature") {
+                None | Some("v4") => false,
+                Some("v3") if t.contains_key("hmac_env") || t.contains_key("hmac_file") => {
+                    let until = qtg_wire_auth::V3_ACCEPTED_UNTIL;
+                    if chrono::Utc::now().format("%Y-%m-%d").to_string().as_str() > until {
+                        return Err(bad(format!(
+                            "auth.signature = \"v3\" was accepted until {until}: update the executor to the v4 \
+                             signature (docs/executors.md §5) and remove the setting"
+                        )));
+                    }
+                    tracing::warn!(
+                        executor_key = key,
+                        accepted_until = until,
+                        "auth.signature = \"v3\": calls are signed with the deprecated v3 signature, which does not \
+                         cover the operation; update the executor to v4"
+                    );
+                    true
+                }
+                Some(other) => {
+                    return Err(bad(format!(
+                        "auth.signature {other:?}: v4 (the default) or v3, with hmac_env / hmac_file"
+                    )))
+                }
+            };
+            let hmac = |secret: String| {
+                if v3 {
+                    Credentials::HmacV3(secret.into_bytes())
+                } else {
+                    Credentials::Hmac(secret.into_bytes())
+                }
+            };
             match (text("bearer_env"), text("bearer_file"), text("hmac_env"), text("hmac_file")) {
                 (Some(v), None, None, None) => Credentials::Bearer(from_env(v)?),
                 (None, Some(p), None, None) => Credentials::Bearer(from_file(p)?),
-                (None, None, Some(v), None) => Credentials::Hmac(from_env(v)?.into_bytes()),
-                (None, None, None, Some(p)) => Credentials::Hmac(from_file(p)?.into_bytes()),
+                (None, None, Some(v), None) => hmac(from_env(v)?),
+                (None, None, None, Some(p)) => hmac(from_file(p)?),
                 _ => return Err(bad("auth takes exactly one of bearer_env, bearer_file, hmac_env, hmac_file".into())),
             }
         }
@@ -482,6 +521,29 @@ endpoint = "http://127.0.0.1:1"
         assert!(matches!(e, crate::ExecutorError::Unavailable(_) | crate::ExecutorError::Timeout(_)), "{e:?}");
     }
 
+    /// An executor built before the v4 signature keeps working through the deprecation
+    /// window when its entry says `signature = "v3"`: its calls carry the v3 headers.
+    #[test]
+    fn the_deprecated_v3_signature_is_an_explicit_choice() {
+        let env = |v: &str| (v == "SOL_TOKEN").then(|| "t0k3n".to_string());
+        let endpoint_of = |auth: &str| {
+            let spec: EntrySpec =
+                toml::from_str(&format!("transport = \"http\"\nendpoint = \"http://127.0.0.1:1\"\nauth = {auth}"))
+                    .unwrap();
+            endpoint("x", &spec, &env).unwrap()
+        };
+        let version = |e: &Endpoint| {
+            let headers = e.auth.headers("qtg.executor.v1.ExecutorService/Health", b"");
+            headers.into_iter().find(|(k, _)| *k == qtg_wire_auth::HEADER_VERSION).map(|(_, v)| v)
+        };
+        let old = endpoint_of("{ hmac_env = \"SOL_TOKEN\", signature = \"v3\" }");
+        assert_eq!((version(&old).as_deref(), old.auth.deprecated_version()), (Some("v3"), Some("v3")));
+        let new = endpoint_of("{ hmac_env = \"SOL_TOKEN\" }");
+        assert_eq!((version(&new).as_deref(), new.auth.deprecated_version()), (Some("v4"), None));
+        let explicit = endpoint_of("{ hmac_env = \"SOL_TOKEN\", signature = \"v4\" }");
+        assert_eq!(version(&explicit).as_deref(), Some("v4"));
+    }
+
     #[test]
     fn bad_remote_entries_are_clear_errors() {
         for (text, why) in [
@@ -496,6 +558,10 @@ endpoint = "http://127.0.0.1:1"
             ("[executors.x]\ntransport = \"grpc\"\nendpoint = \"http://h\"\ntls = { ca_file = \"/x\" }", "needs an https"),
             ("[executors.x]\ntransport = \"http\"\nendpoint = \"https://h\"\ntls = { ca_file = \"/nonexistent/ca.pem\" }", "cannot read"),
             ("[executors.x]\ntransport = \"http\"\nendpoint = \"https://h\"\ntls = { ca = \"/x\" }", "needs ca_file"),
+            ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://127.0.0.1:1\"\nauth = { hmac_env = \"SOL_TOKEN\", signature = \"v5\" }", "v4 (the default) or v3"),
+            ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://127.0.0.1:1\"\nauth = { bearer_env = \"SOL_TOKEN\", signature = \"v3\" }", "v4 (the default) or v3"),
+            ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://127.0.0.1:1\"\nauth = { hmac_env = \"SOL_TOKEN\", sig = \"v3\" }", "unknown field"),
+            ("[executors.x]\ntransport = \"http\"\nendpoint = \"https://u:p@h\"", "credentials in the URL"),
         ] {
             let e = build(text).err().unwrap_or_else(|| panic!("{text} should fail"));
             assert!(e.to_string().contains(why), "{e} / {why}");

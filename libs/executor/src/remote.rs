@@ -147,6 +147,9 @@ fn grpc_request<T: prost::Message + Serialize>(msg: T, endpoint: &Endpoint, targ
     let body = if endpoint.auth.signs_body() { grpc_signed_bytes(&msg) } else { Vec::new() };
     let mut req = tonic::Request::new(msg);
     req.set_timeout(endpoint.timeout);
+    if let Some(version) = endpoint.auth.deprecated_version() {
+        qtg_telemetry::sink().deprecated_signature(target, version);
+    }
     for (k, v) in endpoint.auth.headers(target, &body) {
         if let Ok(v) = v.parse() {
             req.metadata_mut().insert(k, v);
@@ -179,7 +182,11 @@ async fn http_call<Req: Serialize, Resp: DeserializeOwned>(
     if body.is_some() {
         req = req.header("content-type", "application/json");
     }
-    for (k, v) in endpoint.auth.headers(&qtg_wire_auth::target(service, path), &bytes) {
+    let target = qtg_wire_auth::target(service, path);
+    if let Some(version) = endpoint.auth.deprecated_version() {
+        qtg_telemetry::sink().deprecated_signature(&target, version);
+    }
+    for (k, v) in endpoint.auth.headers(&target, &bytes) {
         req = req.header(k, v);
     }
     if let Some(tp) = qtg_telemetry::traceparent() {

@@ -53,6 +53,12 @@ pub struct ScopeLabel {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SignatureLabel {
+    pub target: String,
+    pub version: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct VenueStatusLabel {
     pub venue: String,
     pub kind: String,
@@ -84,6 +90,7 @@ struct Inner {
     claim_misses: Family<PickupLabel, Counter>,
     callback_deliveries: Family<OutcomeLabel, Counter>,
     venue_unknown_status: Family<VenueStatusLabel, Counter>,
+    deprecated_signatures: Family<SignatureLabel, Counter>,
 }
 
 impl Default for Metrics {
@@ -190,10 +197,17 @@ impl Metrics {
             "Venue status codes a lane's mapping does not know (runbook C5), by venue, kind and code",
             venue_unknown_status.clone(),
         );
+        let deprecated_signatures = Family::<SignatureLabel, Counter>::default();
+        registry.register(
+            "deprecated_signature_calls",
+            "Calls to executors and signers signed with a deprecated signature version (auth.signature = \"v3\"), by operation",
+            deprecated_signatures.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
                 registry,
                 venue_unknown_status,
+                deprecated_signatures,
                 transitions,
                 executor_calls,
                 claim_misses,
@@ -290,5 +304,10 @@ impl qtg_telemetry::Sink for Metrics {
     fn venue_unknown_status(&self, venue: &str, kind: &str, code: i64) {
         let label = VenueStatusLabel { venue: venue.into(), kind: kind.into(), code: code.to_string() };
         self.inner.venue_unknown_status.get_or_create(&label).inc();
+    }
+
+    fn deprecated_signature(&self, target: &str, version: &str) {
+        let label = SignatureLabel { target: target.into(), version: version.into() };
+        self.inner.deprecated_signatures.get_or_create(&label).inc();
     }
 }

@@ -19,6 +19,9 @@ pub trait Sink: Send + Sync {
     /// A venue reported a status code the lane's mapping does not know (runbook C5): `kind`
     /// is `withdrawal` or `deposit`.
     fn venue_unknown_status(&self, _venue: &str, _kind: &str, _code: i64) {}
+    /// A call to an executor or signer was signed with a deprecated signature `version`
+    /// (`target`: the operation, e.g. `qtg.executor.v1.ExecutorService/Submit`).
+    fn deprecated_signature(&self, _target: &str, _version: &str) {}
 }
 
 struct Noop;

@@ -57,9 +57,17 @@ pub enum Credentials {
     None,
     /// `authorization: Bearer <token>`.
     Bearer(String),
-    /// The v3 signature under this secret.
+    /// The v4 signature (covering the operation) under this secret.
     Hmac(Vec<u8>),
+    /// The previous signature, v3 (without the operation), under this secret: for an
+    /// executor or signer built before v4, through the deprecation window
+    /// ([`V3_ACCEPTED_UNTIL`]); every call signed so is counted and the entry is flagged.
+    HmacV3(Vec<u8>),
 }
+
+/// The last day qtg signs calls to executors and signers with the deprecated v3 signature
+/// (`auth = { …, signature = "v3" }`); after it a registry naming v3 is refused at start.
+pub const V3_ACCEPTED_UNTIL: &str = "2027-06-30";
 
 impl std::fmt::Debug for Credentials {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -67,6 +75,7 @@ impl std::fmt::Debug for Credentials {
             Credentials::None => "none",
             Credentials::Bearer(_) => "bearer(***)",
             Credentials::Hmac(_) => "hmac(***)",
+            Credentials::HmacV3(_) => "hmac-v3-deprecated(***)",
         })
     }
 }
@@ -74,7 +83,12 @@ impl std::fmt::Debug for Credentials {
 impl Credentials {
     /// Whether the headers depend on the body (then gRPC calls sign [`grpc_signed_bytes`]).
     pub fn signs_body(&self) -> bool {
-        matches!(self, Credentials::Hmac(_))
+        matches!(self, Credentials::Hmac(_) | Credentials::HmacV3(_))
+    }
+
+    /// The deprecated signature version these credentials sign with, if any.
+    pub fn deprecated_version(&self) -> Option<&'static str> {
+        matches!(self, Credentials::HmacV3(_)).then_some(VERSION)
     }
 
     /// The headers these credentials add to a call of operation `target` (see [`target`])
@@ -87,6 +101,10 @@ impl Credentials {
                 let (timestamp, nonce) = (unix_now().to_string(), uuid::Uuid::new_v4().to_string());
                 let signature = sign_v4(secret, &timestamp, &nonce, target, body);
                 headers(timestamp, nonce, EXECUTOR_VERSION, signature)
+            }
+            Credentials::HmacV3(secret) => {
+                let (timestamp, nonce) = (unix_now().to_string(), uuid::Uuid::new_v4().to_string());
+                signature_headers(secret, &timestamp, &nonce, body)
             }
         }
     }
@@ -305,7 +323,8 @@ mod tests {
     /// v4 vectors computed outside the project (Python's hmac and hashlib).
     #[test]
     fn matches_the_v4_vectors() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/executor_v4.json")).unwrap();
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/vectors/executor_v4.json"))
+            .unwrap();
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         for case in v["cases"].as_array().unwrap() {
             let s = |k: &str| case[k].as_str().unwrap();
@@ -345,9 +364,9 @@ mod tests {
     }
 
     #[test]
-    /// Vectors computed outside the project (`tests/callback_v3.json`).
+    /// Vectors computed outside the project (`docs/vectors/callback_v3.json`).
     fn matches_the_vectors() {
-        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/tests/callback_v3.json"))
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/vectors/callback_v3.json"))
             .expect("callback_v3.json vectors");
         let v: serde_json::Value = serde_json::from_str(&text).unwrap();
         for case in v["cases"].as_array().unwrap() {

@@ -5,8 +5,8 @@
 //! (answer that method with a contract violation), `fail: [<method>…]` (answer UNAVAILABLE),
 //! `slow: {<method>: ms}`, `oversize: "observe"` (an answer over qtg's size limit).
 //!
-//! Env: `EXAMPLE_SIGN_DELAY_MS` (the stand-in signer's latency), `EXAMPLE_KEY_STORE` (a file that keeps the fence's idempotency keys across restarts;
-//! unset: in memory, with a warning), `EXAMPLE_GRPC_ADDR` (default 0.0.0.0:50051), `EXAMPLE_HTTP_ADDR` (0.0.0.0:8081),
+//! Env: `EXAMPLE_SIGN_DELAY_MS` (the stand-in signer's latency), `EXAMPLE_KEY_STORE` (the file that keeps the fence's idempotency keys across restarts;
+//! default `$HOME/.local/state/qtg-example/keys.jsonl`; `memory`: in memory, with a warning), `EXAMPLE_GRPC_ADDR` (default 0.0.0.0:50051), `EXAMPLE_HTTP_ADDR` (0.0.0.0:8081),
 //! `EXAMPLE_BEARER_TOKEN` or `EXAMPLE_HMAC_SECRET` (optional), `EXAMPLE_BROKEN=double-submit` (a deliberately broken
 //! executor that executes a repeated idempotency key twice — for the conformance suite).
 //! `EXAMPLE_TLS_CERT` + `EXAMPLE_TLS_KEY` (PEM files) serve both transports over TLS.
@@ -255,13 +255,29 @@ async fn main() -> anyhow::Result<()> {
         (None, None) => None,
         _ => anyhow::bail!("EXAMPLE_TLS_CERT and EXAMPLE_TLS_KEY go together"),
     };
-    // The fence's key record survives restarts (one replica; several would share a store).
-    let key_store = match var("EXAMPLE_KEY_STORE") {
-        Some(path) => {
-            tracing::info!(path, "idempotency keys kept in a durable file");
-            Some(Arc::new(FileKeyStore::open(&path)?) as Arc<dyn KeyStore>)
+    // The fence's key record survives restarts (one replica; several would share a store):
+    // EXAMPLE_KEY_STORE, else $HOME/.local/state/qtg-example/keys.jsonl; `memory` keeps keys
+    // in memory only (a restart forgets them: no fence across restarts, and Recover of an
+    // unknown key cannot answer FAILED).
+    let path = match var("EXAMPLE_KEY_STORE") {
+        Some(p) => p,
+        None => {
+            let home = var("HOME").filter(|h| !h.is_empty()).ok_or_else(|| {
+                anyhow::anyhow!(
+                    "no key store: set EXAMPLE_KEY_STORE to a writable file (or to `memory`, not a fence across restarts)"
+                )
+            })?;
+            format!("{home}/.local/state/qtg-example/keys.jsonl")
         }
-        None => None,
+    };
+    let key_store = if path == "memory" {
+        None
+    } else {
+        if let Some(dir) = std::path::Path::new(&path).parent().filter(|d| !d.as_os_str().is_empty()) {
+            std::fs::create_dir_all(dir).map_err(|e| anyhow::anyhow!("EXAMPLE_KEY_STORE {path}: {e}"))?;
+        }
+        tracing::info!(path, "idempotency keys kept in a durable file");
+        Some(Arc::new(FileKeyStore::open(&path)?) as Arc<dyn KeyStore>)
     };
     let config = ServeConfig {
         grpc_addr: Some(grpc_addr),

@@ -105,6 +105,12 @@ pub struct NetworkSetup {
     pub withdraw_min: String,
     pub withdraw_max: String,
     pub withdraw_fee: String,
+    /// The address format answered as `addressRegex` (as Binance documents one per network).
+    #[serde(default)]
+    pub address_regex: String,
+    /// The memo / tag format answered as `memoRegex` (empty: the network takes none).
+    #[serde(default)]
+    pub memo_regex: String,
 }
 
 fn yes() -> bool {

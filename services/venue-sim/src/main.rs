@@ -376,7 +376,8 @@ async fn config_getall(State(v): State<Shared>, headers: HeaderMap, RawQuery(q):
                            "networkList": c.networks.iter().map(|n| json!({
                                "network": n.network, "coin": c.coin, "withdrawEnable": n.withdraw_enable,
                                "depositEnable": n.deposit_enable, "withdrawMin": n.withdraw_min,
-                               "withdrawMax": n.withdraw_max, "withdrawFee": n.withdraw_fee})).collect::<Vec<_>>()})
+                               "withdrawMax": n.withdraw_max, "withdrawFee": n.withdraw_fee,
+                               "addressRegex": n.address_regex, "memoRegex": n.memo_regex})).collect::<Vec<_>>()})
                 })
                 .collect(),
         )

@@ -354,6 +354,8 @@ impl Venue for BinanceVenue {
                     withdraw_min: decimal(n, "withdrawMin", "config/getall")?,
                     withdraw_max: decimal(n, "withdrawMax", "config/getall")?,
                     withdraw_fee: decimal(n, "withdrawFee", "config/getall")?,
+                    address_regex: text(n, "addressRegex"),
+                    memo_regex: text(n, "memoRegex"),
                 });
             }
         }

@@ -105,6 +105,36 @@ pub struct WithdrawPayload {
     pub amount: String,
 }
 
+/// The destination (and memo) against the formats the venue documents for the network
+/// (`addressRegex`, `memoRegex`), before anything is sent. A venue format that does not compile
+/// refuses too (fail closed): nothing is withdrawn to an address qtg cannot check.
+fn format_refusal(net: &crate::venue::NetworkInfo, p: &WithdrawPayload) -> Option<(&'static str, String)> {
+    let check = |what: &str, pattern: Option<&str>, value: &str| -> Option<(&'static str, String)> {
+        let pattern = pattern.filter(|r| !r.is_empty())?;
+        match regex::RegexBuilder::new(pattern).size_limit(1 << 20).build() {
+            Ok(re) if re.is_match(value) => None,
+            Ok(_) => Some((
+                "CEX_ADDRESS_INVALID",
+                format!(
+                    "{what} {value:?} is not in {}'s format for {} on {} ({pattern})",
+                    p.venue, p.coin, net.network
+                ),
+            )),
+            Err(e) => Some((
+                "CEX_ADDRESS_INVALID",
+                format!(
+                    "{}'s {what} format for {} ({pattern:?}) does not compile ({e}); nothing is sent",
+                    p.venue, net.network
+                ),
+            )),
+        }
+    };
+    check("address", net.address_regex.as_deref(), &p.address).or_else(|| match &p.address_tag {
+        Some(tag) => check("memo", net.memo_regex.as_deref(), tag),
+        None => None,
+    })
+}
+
 /// The address a withdrawal pays: the node config's `address` (fixed by the template), else
 /// the intent's `destination` — the value approvers are shown and allow-lists check. It is a
 /// string; a memo or tag goes in `intent.memo` (or `address_tag`), the network in
@@ -456,6 +486,9 @@ impl CexExecutor {
                 ),
             )));
         };
+        if let Some(refusal) = format_refusal(net, p) {
+            return Ok(Some(refusal));
+        }
         let amount = Amount::parse_any(&p.amount).unwrap_or(Amount::ZERO);
         let bound = |v: &Option<String>| v.as_deref().and_then(Amount::parse_any).filter(|a| !a.is_zero());
         if bound(&net.withdraw_min).is_some_and(|min| amount < min)
@@ -971,6 +1004,8 @@ mod tests {
                 withdraw_min: Some("10".into()),
                 withdraw_max: Some("1000".into()),
                 withdraw_fee: Some("1".into()),
+                address_regex: None,
+                memo_regex: None,
             }])
         }
         async fn whitelist(&self) -> Result<Vec<WhitelistEntry>, VenueError> {
@@ -1049,6 +1084,39 @@ mod tests {
 
     fn markers(started: DateTime<Utc>) -> Value {
         json!({SUBMIT_ATTEMPT_PENDING: true, SUBMIT_ATTEMPT_STARTED_AT: started.to_rfc3339()})
+    }
+
+    /// The venue's documented formats (Binance's `addressRegex` / `memoRegex`) are checked
+    /// before anything is sent; a format that does not compile refuses too.
+    #[test]
+    fn destinations_are_checked_against_the_venues_formats() {
+        let net = |address: &str, memo: &str| crate::venue::NetworkInfo {
+            coin: "XRP".into(),
+            network: "XRP".into(),
+            withdraw_enable: true,
+            deposit_enable: true,
+            withdraw_min: None,
+            withdraw_max: None,
+            withdraw_fee: None,
+            address_regex: Some(address.into()),
+            memo_regex: Some(memo.into()),
+        };
+        let pay = |address: &str, tag: Option<&str>| WithdrawPayload {
+            venue: "sim_a".into(),
+            coin: "XRP".into(),
+            network: Some("XRP".into()),
+            address: address.into(),
+            address_tag: tag.map(String::from),
+            amount: "10".into(),
+        };
+        let xrp = net("^r[1-9A-HJ-NP-Za-km-z]{25,34}$", "^\\d{1,10}$");
+        assert_eq!(format_refusal(&xrp, &pay("rEb8TK3gBgk5auZkwc6sHnwrGVJH8DuaLh", Some("12345"))), None);
+        let bad = format_refusal(&xrp, &pay("0x3c44cdddb6a900fa2b585dd299e03d12fa4293bc", None)).unwrap();
+        assert_eq!(bad.0, "CEX_ADDRESS_INVALID", "{bad:?}");
+        let memo = format_refusal(&xrp, &pay("rEb8TK3gBgk5auZkwc6sHnwrGVJH8DuaLh", Some("memo!"))).unwrap();
+        assert!(memo.1.contains("memo"), "{memo:?}");
+        assert!(format_refusal(&net("^(0x", ""), &pay("0xabc", None)).unwrap().1.contains("does not compile"));
+        assert_eq!(format_refusal(&net("", ""), &pay("anything", Some("x"))), None, "no format documented");
     }
 
     #[tokio::test]

@@ -60,6 +60,10 @@ pub struct NetworkInfo {
     pub withdraw_min: Option<String>,
     pub withdraw_max: Option<String>,
     pub withdraw_fee: Option<String>,
+    /// The address format the venue documents for the network (Binance: `addressRegex`).
+    pub address_regex: Option<String>,
+    /// The memo / tag format (Binance: `memoRegex`; empty when the network takes none).
+    pub memo_regex: Option<String>,
 }
 
 /// A whitelisted withdrawal address.

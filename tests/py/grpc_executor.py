@@ -3,7 +3,7 @@
 
     PY_EXECUTOR_KEY_STORE=keys.jsonl grpc_executor.py --proto-dir proto --out DIR --secret-env VAR
 
-* Generates the Python stubs of proto/qtg/executor/v1/executor.proto into DIR with
+* Generates the Python stubs of PROTO_DIR/qtg/executor/v1/executor.proto into DIR with
   grpcio-tools (at run time, as an implementer would), then serves
   ``qtg.executor.v1.ExecutorService`` on 127.0.0.1 (a free port), prints exactly one line
   ``LISTENING <port>`` to stdout and flushes.
@@ -14,6 +14,10 @@
   (``MessageToDict``). Missing headers, a version other than v4, a timestamp more than 300 s
   off, a signature that does not match (one signed for another operation included) and a
   nonce already accepted within the window are refused with UNAUTHENTICATED.
+* ``PY_EXECUTOR_SIGNATURE=v3`` (default ``v4``) makes it an executor built on the previous
+  release (``--proto-dir proto-released``): it verifies the v3 signature instead — the same
+  headers and checks, the message without the target line (``{timestamp}\\n{nonce}\\n{hex
+  sha256(body)}``) — and, as such an executor did, refuses every other version, v4 included.
 * The fence (§2a) over a durable key store: the JSON-lines file named by
   ``PY_EXECUTOR_KEY_STORE`` (required; the executor refuses to start without it). Each change
   is one line ``{"attempt", "key", "node", "state": "sent"|"void", "submit_by"}``, appended and
@@ -54,6 +58,7 @@ import time
 from concurrent import futures
 
 KEY_STORE_ENV = "PY_EXECUTOR_KEY_STORE"
+SIGNATURE_ENV = "PY_EXECUTOR_SIGNATURE"
 SERVICE = "qtg.executor.v1.ExecutorService"
 # §5: a timestamp more than this far from our clock is refused, and a nonce is remembered as
 # long as a request carrying it could still pass that check.
@@ -66,6 +71,13 @@ KEY_SHAPE = re.compile(r"(.+):([1-9][0-9]{0,9})")
 
 def log(**fields) -> None:
     print(json.dumps(fields), file=sys.stderr, flush=True)
+
+
+def signed_message(version: str, ts: str, nonce: str, target: str, body: bytes) -> bytes:
+    """The message a signature of ``version`` covers (§5): v4 names the operation called, v3
+    (what the previous release's executors verify) does not."""
+    lines = [ts, nonce, target] if version == "v4" else [ts, nonce]
+    return "\n".join([*lines, hashlib.sha256(body).hexdigest()]).encode()
 
 
 def generate_stubs(proto_dir: str, out: str) -> None:
@@ -220,6 +232,9 @@ def main() -> None:
     ap.add_argument("--secret-env", required=True)
     args = ap.parse_args()
     secret = os.environ[args.secret_env].encode()
+    signature = os.environ.get(SIGNATURE_ENV, "v4")
+    if signature not in ("v4", "v3"):
+        raise SystemExit(f"{SIGNATURE_ENV} must be v4 or v3, not {signature!r}")
     store_path = os.environ.get(KEY_STORE_ENV, "")
     if not store_path:
         # §2a rule 5: an in-memory store is not a fence.
@@ -246,7 +261,7 @@ def main() -> None:
             given = md["x-qtg-callback-signature"]
         except KeyError as missing:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, f"missing {missing}")
-        if version != "v4":
+        if version != signature:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, f"signature version {version}")
         try:
             timestamp = int(ts)
@@ -256,9 +271,8 @@ def main() -> None:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, "stale timestamp")
         body = rfc8785.dumps(json_format.MessageToDict(request))
         # The target is the method that received the call, never anything in the request: a
-        # request signed for another operation does not verify here.
-        target = f"{SERVICE}/{method}"
-        message = f"{ts}\n{nonce}\n{target}\n{hashlib.sha256(body).hexdigest()}".encode()
+        # request signed (v4) for another operation does not verify here.
+        message = signed_message(signature, ts, nonce, f"{SERVICE}/{method}", body)
         expected = hmac.new(secret, message, hashlib.sha256).hexdigest()
         if not hmac.compare_digest(expected.encode(), given.lower().encode()):
             log(refused=method, body=body.decode())

@@ -1272,7 +1272,8 @@ async fn check(
         let (s, d) = apis
             .call("GET", &format!("/v3/movements/{m}/nodes/{n}/diagnosis"), operator, None, Duration::from_secs(30))
             .await?;
-        if s != 200 || d["case"].as_str().is_none_or(str::is_empty) {
+        // A stuck node has its runbook case; one that is not stuck says so (case null).
+        if s != 200 || d["title"].as_str().is_none_or(str::is_empty) {
             report.problems.push(format!("movement {m} needs a person but node {n} has no diagnosis: {s} {d}"));
         }
     }

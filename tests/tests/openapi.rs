@@ -96,6 +96,9 @@ async fn live_answers_conform_to_the_openapi_document() -> anyhow::Result<()> {
     let movement_path = format!("/v3/movements/{id}");
     let diagnosis_path = format!("/v3/movements/{id}/nodes/a/diagnosis");
     let node_path = format!("/v3/movements/{id}/nodes/a");
+    // A node that is not stuck has no runbook case: null, as the document says.
+    let d = api.ok("GET", &diagnosis_path, &admin, None, 200).await?;
+    assert!(d["case"].is_null() && d["title"] == "Not stuck", "{d}");
     for (template, path) in [
         ("/v3/templates", "/v3/templates"),
         ("/v3/templates/{key}", "/v3/templates/t.doc"),

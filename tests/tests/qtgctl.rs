@@ -119,7 +119,7 @@ async fn qtgctl_drives_a_movement_end_to_end() -> anyhow::Result<()> {
     assert_eq!(shown["request_state"], "COMPLETED");
     assert!(ctl.ok(&key("viewer"), &["movements", "list", "--state", "COMPLETED"]).await?.stdout.contains(&id));
     let d = ctl.ok(&key("operator"), &["--json", "nodes", "diagnose", &id, "a"]).await?.json();
-    assert_eq!(d["case"], "none");
+    assert!(d["case"].is_null(), "not stuck: case null, {d}");
     assert!(ctl.ok(&key("operator"), &["diagnose", &id, "a"]).await?.stdout.contains("required action"));
     let inspected = ctl.ok(&key("operator"), &["inspect-node", &id, "a"]).await?.stdout;
     assert!(inspected.contains("COMPLETED") && inspected.contains("submit"), "{inspected}");

@@ -264,6 +264,15 @@ async fn the_example_passes_conformance_on_both_transports_and_a_broken_one_fail
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stdout).contains("FAIL    repeated submit, same key"));
 
+    // An executor that answers FAILED for a key it executed, replayed late, fails the suite.
+    let late_keys = format!("{keys}.late");
+    let late_env = [env[0], env[1], ("EXAMPLE_BROKEN", "late-replay"), ("EXAMPLE_KEY_STORE", late_keys.as_str())];
+    let late = Proc::spawn("qtg-remote-executor-example", "unused", &late_env).await?;
+    let grpc = late.wait_field("grpc_addr", Duration::from_secs(20)).await?;
+    let report = run(&target(&grpc, Transport::Grpc)).await;
+    let line = report.checks.iter().find(|c| c.name == "executed key keeps outcome").expect("check ran");
+    assert!(!line.passed && line.detail.contains("answered FAILED"), "{}", report.table());
+
     // Bearer-protected: refused without the token, conformant with it.
     let token_keys = format!("{keys}.token");
     let token_env =

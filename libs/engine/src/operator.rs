@@ -386,7 +386,8 @@ impl Engine {
         Ok(json!({
             "movement_id": id,
             "node_key": node_key,
-            "case": d.case,
+            // null when the node is not stuck, as documented (core's "none").
+            "case": (d.case != "none").then_some(d.case),
             "title": d.title,
             "required_action": d.required_action,
             "also_consider": d.also_consider,

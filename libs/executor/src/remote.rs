@@ -116,6 +116,20 @@ fn channel(endpoint: &Endpoint) -> Result<Channel, String> {
 
 /// A gRPC failure as the call's outcome; a deadline the server or the channel reports is the
 /// call's own `deadline`.
+/// What to tell an operator when an executor refuses qtg's v4 signature: one built before v4
+/// refuses it, and keeps working through the deprecation window with `signature = "v3"`.
+fn v4_hint(endpoint: &Endpoint) -> String {
+    if matches!(endpoint.auth, Credentials::Hmac(_)) {
+        format!(
+            " (an executor built before the v4 signature refuses it: update it, or set auth.signature = \"v3\" \
+             until {}; docs/executors.md §5a)",
+            qtg_wire_auth::V3_ACCEPTED_UNTIL
+        )
+    } else {
+        String::new()
+    }
+}
+
 fn status_error(s: &tonic::Status, deadline: Duration) -> ExecutorError {
     use tonic::Code::*;
     let detail = format!("gRPC {:?}: {}", s.code(), s.message());
@@ -138,7 +152,12 @@ async fn grpc_call<T>(
 ) -> Result<T, ExecutorError> {
     match tokio::time::timeout(endpoint.timeout, fut).await {
         Ok(Ok(r)) => Ok(r.into_inner()),
-        Ok(Err(s)) => Err(status_error(&s, endpoint.timeout)),
+        Ok(Err(s)) => Err(match status_error(&s, endpoint.timeout) {
+            ExecutorError::Unavailable(d) if s.code() == tonic::Code::Unauthenticated => {
+                ExecutorError::Unavailable(format!("{d}{}", v4_hint(endpoint)))
+            }
+            other => other,
+        }),
         Err(_) => Err(ExecutorError::Timeout(endpoint.timeout.as_millis() as u64)),
     }
 }
@@ -204,7 +223,8 @@ async fn http_call<Req: Serialize, Resp: DeserializeOwned>(
         return Ok(None);
     }
     if status.is_server_error() || matches!(status.as_u16(), 401 | 403 | 408 | 429) {
-        return Err(ExecutorError::Unavailable(format!("{url}: HTTP {status}")));
+        let hint = if status.as_u16() == 401 { v4_hint(endpoint) } else { String::new() };
+        return Err(ExecutorError::Unavailable(format!("{url}: HTTP {status}{hint}")));
     }
     if !status.is_success() {
         return Err(ExecutorError::Protocol(format!("{url}: HTTP {status}")));

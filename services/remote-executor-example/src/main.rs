@@ -8,7 +8,8 @@
 //! Env: `EXAMPLE_SIGN_DELAY_MS` (the stand-in signer's latency), `EXAMPLE_KEY_STORE` (the file that keeps the fence's idempotency keys across restarts;
 //! default `$HOME/.local/state/qtg-example/keys.jsonl`; `memory`: in memory, with a warning), `EXAMPLE_GRPC_ADDR` (default 0.0.0.0:50051), `EXAMPLE_HTTP_ADDR` (0.0.0.0:8081),
 //! `EXAMPLE_BEARER_TOKEN` or `EXAMPLE_HMAC_SECRET` (optional), `EXAMPLE_BROKEN=double-submit` (a deliberately broken
-//! executor that executes a repeated idempotency key twice — for the conformance suite).
+//! executor that executes a repeated idempotency key twice) or `late-replay` (answers FAILED for an executed key
+//! replayed after its `submit_by`) — for the conformance suite to fail.
 //! `EXAMPLE_TLS_CERT` + `EXAMPLE_TLS_KEY` (PEM files) serve both transports over TLS.
 //! It also serves a stand-in signer (gRPC `SignerService`, HTTP under `/signer`).
 
@@ -32,10 +33,21 @@ struct Order {
     polls: u64,
 }
 
+/// `EXAMPLE_BROKEN`: a deliberately broken executor, for the conformance suite to fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Broken {
+    No,
+    /// A repeated idempotency key executes again.
+    DoubleSubmit,
+    /// A key already executed, replayed after its `submit_by`, is answered FAILED (what the
+    /// SDK did before a seen key kept its outcome).
+    LateReplay,
+}
+
 struct Example {
     /// idempotency key → order: the venue's client-order-id index.
     ledger: Mutex<HashMap<String, Order>>,
-    double_submit: bool,
+    broken: Broken,
 }
 
 fn script(ctx: &ExecutionContext) -> Value {
@@ -119,7 +131,14 @@ impl Handler for Example {
             let mut ledger = self.ledger.lock().await;
             match ledger.get(idempotency_key) {
                 // Same key, same order: never a second effect.
-                Some(o) if !self.double_submit => {
+                Some(_) if self.broken == Broken::LateReplay && chrono::Utc::now() > call.submit_by => {
+                    tracing::info!(idempotency_key, executed = false, "submit call");
+                    return Ok(ExecutionResult::failed(
+                        "SUBMIT_BY_PASSED",
+                        "late (deliberately broken: the key executed)",
+                    ));
+                }
+                Some(o) if self.broken != Broken::DoubleSubmit => {
                     tracing::info!(idempotency_key, executed = false, "submit call");
                     o.clone()
                 }
@@ -244,11 +263,16 @@ async fn main() -> anyhow::Result<()> {
         (None, None) => Verifier::None,
         (Some(_), Some(_)) => anyhow::bail!("set EXAMPLE_BEARER_TOKEN or EXAMPLE_HMAC_SECRET, not both"),
     };
-    let double_submit = var("EXAMPLE_BROKEN").as_deref() == Some("double-submit");
-    if double_submit {
-        tracing::warn!("EXAMPLE_BROKEN=double-submit: repeated idempotency keys execute again (conformance must fail)");
+    let broken = match var("EXAMPLE_BROKEN").as_deref() {
+        None => Broken::No,
+        Some("double-submit") => Broken::DoubleSubmit,
+        Some("late-replay") => Broken::LateReplay,
+        Some(other) => anyhow::bail!("EXAMPLE_BROKEN {other:?} is not double-submit or late-replay"),
+    };
+    if broken != Broken::No {
+        tracing::warn!(?broken, "EXAMPLE_BROKEN: a deliberately broken executor (conformance must fail)");
     }
-    let handler = Arc::new(Example { ledger: Mutex::new(HashMap::new()), double_submit });
+    let handler = Arc::new(Example { ledger: Mutex::new(HashMap::new()), broken });
     let shutdown = CancellationToken::new();
     let tls = match (var("EXAMPLE_TLS_CERT"), var("EXAMPLE_TLS_KEY")) {
         (Some(cert), Some(key)) => Some(TlsServer { cert_pem: std::fs::read(cert)?, key_pem: std::fs::read(key)? }),

@@ -39,6 +39,12 @@ pub struct EntryConfig {
     pub deposit_lookback_seconds: Option<f64>,
     /// `true` lets credentials travel over plain `http://` to a host that is not loopback.
     pub insecure: Option<bool>,
+    /// Whether the venue keeps qtg's client id on every withdrawal qtg requests (default
+    /// `true`: Binance's `withdrawOrderId`). Then recovery matches only by client id — a
+    /// withdrawal of the same amount and address *without* it can only be someone else's and is
+    /// never claimed, only shown to a person. `false` (a venue without client ids) enables the
+    /// runbook's amount/address/memo matcher inside the lookback window.
+    pub client_ids: Option<bool>,
 }
 
 /// The three executors of the lane.
@@ -112,6 +118,10 @@ impl EntryConfig {
 
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms.unwrap_or(5000))
+    }
+
+    pub fn client_ids(&self) -> bool {
+        self.client_ids.unwrap_or(true)
     }
 
     pub fn lookback(&self) -> chrono::Duration {

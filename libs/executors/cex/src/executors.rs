@@ -646,14 +646,18 @@ impl CexExecutor {
             by_id
         };
         let found: Vec<Candidate> = candidates(&history, &p.target(key)).into_iter().map(Candidate::from).collect();
+        // On a venue that keeps our client id on every withdrawal, one without it is never ours
+        // to claim: a lone lookalike goes to a person like several do.
+        let claimable = !self.config.client_ids();
         let mut evidence = json!({
             "window_from": from.to_rfc3339(), "window_to": until.to_rfc3339(), "venue_time": now.to_rfc3339(),
             "client_id": key, "amount": p.amount, "address": p.address, "address_tag": p.address_tag,
             "history_rows": history.len(), "candidates": found,
+            "matching": (if claimable { "amount_address" } else { "client_id_only" }),
         });
         let lookback_closed = now > until;
         match found.as_slice() {
-            [one] => {
+            [one] if claimable => {
                 tracing::info!(idempotency_key = key, withdrawal_id = %one.id, "reconciled by amount/address/memo inside the lookback window");
                 evidence["outcome"] = json!("matched");
                 evidence["by"] = json!("amount_address");
@@ -673,10 +677,16 @@ impl CexExecutor {
                 let mut r = self.result(NodeState::Unknown);
                 r.error_code = Some("RECONCILIATION_AMBIGUOUS".into());
                 r.error_detail = Some(format!(
-                    "{} withdrawals match amount {} to {} inside the lookback window; none carries client id {key}{}",
+                    "{} withdrawal(s) match amount {} to {} inside the lookback window; none carries client id {key}{}{}",
                     many.len(),
                     p.amount,
                     p.address,
+                    if claimable {
+                        ""
+                    } else {
+                        " (this venue keeps client ids: a withdrawal without ours is not claimed; it may be someone \
+                         else's, or ours with its id lost)"
+                    },
                     if lookback_closed { "; the window is closed: a person decides (runbook C2)" } else { "" }
                 ));
                 if lookback_closed {
@@ -1169,12 +1179,22 @@ mod tests {
         let closed = executor(two(), "lookback_seconds = 10");
         let r = closed.recover(&ctx(markers(started)), "n:1").await.unwrap();
         assert_eq!(r.provider_refs[MANUAL_REVIEW_REQUIRED], "reconciliation_ambiguous");
-        // One candidate: matched by amount, address and memo.
-        let one = Fake::default();
-        one.withdrawals.lock().unwrap().push(row("w9", None, 6));
-        let r = executor(one, "").recover(&ctx(markers(started)), "n:1").await.unwrap();
+        // One candidate on a venue without client ids: matched by amount, address and memo.
+        let one = || {
+            let venue = Fake::default();
+            venue.withdrawals.lock().unwrap().push(row("w9", None, 6));
+            venue
+        };
+        let r = executor(one(), "client_ids = false").recover(&ctx(markers(started)), "n:1").await.unwrap();
         assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (NodeState::Submitted, Some("w9")));
         assert_eq!(r.provider_refs[RECONCILIATION]["by"], "amount_address");
+        // On a venue that keeps client ids (the default), a lone lookalike without ours is never
+        // claimed: evidence for a person, not a completion (nor a FAILED that would invite a
+        // retry while money may have moved).
+        let r = executor(one(), "lookback_seconds = 10").recover(&ctx(markers(started)), "n:1").await.unwrap();
+        assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (NodeState::Unknown, None));
+        assert_eq!(r.provider_refs[MANUAL_REVIEW_REQUIRED], "reconciliation_ambiguous");
+        assert_eq!(r.provider_refs[RECONCILIATION]["matching"], "client_id_only");
     }
 
     #[tokio::test]

@@ -362,7 +362,16 @@ impl<H: Handler> Handler for Fenced<H> {
     ) -> Result<ExecutionResult, HandlerError> {
         let (node, attempt) = parse_key(idempotency_key, ctx)?;
         match self.keys.state(idempotency_key).await.map_err(unavailable)? {
-            None if !self.durable => self.inner.recover(executor_key, ctx, idempotency_key).await,
+            None if !self.durable => {
+                // Without a durable store "never recorded" proves nothing (a restart forgets):
+                // the handler asks the venue. Its FAILED voids the key for this process's
+                // lifetime, so a later Submit with it is refused here at least.
+                let r = self.inner.recover(executor_key, ctx, idempotency_key).await?;
+                if r.next_state == NodeState::Failed {
+                    self.keys.void(node, attempt, idempotency_key).await.map_err(unavailable)?;
+                }
+                Ok(r)
+            }
             None => {
                 // Never recorded, so never sent: void it, so no later Submit executes it.
                 self.keys.void(node, attempt, idempotency_key).await.map_err(unavailable)?;

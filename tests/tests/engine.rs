@@ -345,3 +345,36 @@ async fn risk_limits_are_checked_again_before_the_first_submit() -> anyhow::Resu
     db.drop_db().await;
     Ok(())
 }
+
+/// Node and movement writes wake the workers with NOTIFY in the same statement (the `ntf`
+/// CTE, run because the statement reads `notified`): the approval wakes the dispatchers, the
+/// submit's SUBMITTED wakes the observers. A write that lost its wake-up would still be found by
+/// the interval poll, which is why only a listener can tell.
+#[tokio::test]
+async fn transitions_wake_the_workers() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let engine = sim_engine(&db, EngineSettings::default())?;
+    install_plan(&engine, "t.notify", one("n", json!({"observe_polls": 3}))).await?;
+    let mut listener = sqlx::postgres::PgListener::connect(&db.url).await?;
+    listener.listen_all(["qtg_dispatch", "qtg_observe", "qtg_recover", "qtg_callback"]).await?;
+    let id = create_approved(&engine, "t.notify", "wake-1").await?;
+    heard(&mut listener, "qtg_dispatch").await?;
+    assert_eq!(engine.dispatch_tick().await?, 1);
+    assert_eq!(node_row(&db.pool, id, "n").await?.0, "SUBMITTED");
+    heard(&mut listener, "qtg_observe").await?;
+    db.drop_db().await;
+    Ok(())
+}
+
+/// Waits (10 s at most) for a NOTIFY on `channel`, skipping the others.
+async fn heard(listener: &mut sqlx::postgres::PgListener, channel: &str) -> anyhow::Result<()> {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let n = tokio::time::timeout_at(deadline, listener.recv())
+            .await
+            .map_err(|_| anyhow::anyhow!("no NOTIFY on {channel} within 10 s"))??;
+        if n.channel() == channel {
+            return Ok(());
+        }
+    }
+}

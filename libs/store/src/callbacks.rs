@@ -255,19 +255,19 @@ pub async fn enqueue_event(
     sqlx::query(
         "WITH ev AS (SELECT gen_random_uuid() AS event_id)
          INSERT INTO movement_callback_outbox
-             (id, request_id, event_id, event_type, sequence, payload, callback_url, callback_timestamp, callback_nonce)
+             (id, request_id, event_id, event_type, sequence, payload, callback_url, callback_timestamp, callback_nonce,
+              traceparent)
          SELECT gen_random_uuid(), $1, ev.event_id, $2, 0,
-             jsonb_build_object('event_id', ev.event_id, 'event_type', $2::text,
-                 'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD\"T\"HH24:MI:SS.US\"Z\"'),
-                 'data', $4::jsonb)
-               || CASE WHEN $1::uuid IS NULL THEN '{}'::jsonb ELSE jsonb_build_object('movement_id', $1::uuid) END,
-             $3, extract(epoch FROM now())::bigint, gen_random_uuid()::text
+             qtg_callback_envelope(ev.event_id, $2::text, $1::uuid, NULL, $4::jsonb),
+             $3, extract(epoch FROM now())::bigint, gen_random_uuid()::text, $5::text
          FROM ev",
     )
     .bind(movement)
     .bind(event_type)
     .bind(url)
     .bind(data)
+    // The receiver joins the trace of the step that raised the alert, as for every callback.
+    .bind(qtg_telemetry::traceparent())
     .execute(&mut *conn)
     .await?;
     sqlx::query("SELECT pg_notify('qtg_callback', '')").execute(&mut *conn).await?;

@@ -174,13 +174,10 @@ WITH clk AS (SELECT clock_timestamp() AS ts), upd AS (
         (id, request_id, event_id, event_type, sequence, payload, callback_url,
          callback_timestamp, callback_nonce, traceparent)
     SELECT gen_random_uuid(), req.id, ev.event_id, 'node_state_changed', req.callback_sequence,
-        jsonb_build_object(
-            'event_id', ev.event_id, 'event_type', 'node_state_changed',
-            'movement_id', req.id, 'sequence', req.callback_sequence,
-            'request_state', req.request_state, 'node_key', upd.node_key,
-            'node_state', upd.node_state,
-            'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-            'data', jsonb_build_object('from', $2::text, 'to', upd.node_state,
+        qtg_callback_envelope(ev.event_id, 'node_state_changed', req.id,
+            jsonb_build_object('sequence', req.callback_sequence, 'request_state', req.request_state,
+                'node_key', upd.node_key, 'node_state', upd.node_state),
+            jsonb_build_object('from', $2::text, 'to', upd.node_state,
                 'attempt_no', upd.attempt_no, 'provider_state', upd.provider_state,
                 'error_code', upd.error_code)),
         req.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text, $20::text
@@ -214,6 +211,10 @@ WITH clk AS (SELECT clock_timestamp() AS ts), upd AS (
     SELECT gen_random_uuid(), upd.request_id, upd.id, COALESCE($33::int, upd.attempt_no), a->>'kind', a->'payload', a->>'payload_hash'
     FROM upd CROSS JOIN jsonb_array_elements($34::jsonb) AS a
 ), ntf AS (
+    -- The wake-ups (the node's worker channel, the callback worker). A CTE runs only when the
+    -- statement reads it: `notified` below exists so that it does. Removing that "unused"
+    -- column silently stops the NOTIFYs (the interval poll would hide it; tests/tests/engine.rs
+    -- `transitions_wake_the_workers` LISTENs and fails).
     SELECT pg_notify($19::text, '') FROM upd WHERE $19::text IS NOT NULL
     UNION ALL
     SELECT pg_notify('qtg_callback', '') FROM req
@@ -376,11 +377,9 @@ WITH upd AS (
         (id, request_id, event_id, event_type, sequence, payload, callback_url,
          callback_timestamp, callback_nonce, traceparent)
     SELECT gen_random_uuid(), ev.id, ev.event_id, ev.event_type, ev.seq,
-        jsonb_build_object(
-            'event_id', ev.event_id, 'event_type', ev.event_type, 'movement_id', ev.id,
-            'sequence', ev.seq, 'request_state', ev.request_state,
-            'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-            'data', jsonb_build_object('from', $2::text, 'to', ev.request_state, 'reason', $10::text)),
+        qtg_callback_envelope(ev.event_id, ev.event_type, ev.id,
+            jsonb_build_object('sequence', ev.seq, 'request_state', ev.request_state),
+            jsonb_build_object('from', $2::text, 'to', ev.request_state, 'reason', $10::text)),
         ev.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text, $11::text
     FROM events ev
 ), aud AS (
@@ -389,6 +388,7 @@ WITH upd AS (
         jsonb_build_object('from', $2::text, 'to', upd.request_state, 'reason', $10::text)
     FROM upd
 ), ntf AS (
+    -- Read by `notified` below, or the NOTIFYs never run (see the node write above).
     SELECT pg_notify('qtg_callback', '') FROM upd WHERE upd.callback_url IS NOT NULL
     UNION ALL
     SELECT pg_notify('qtg_dispatch', '') FROM upd WHERE $3 = 'EXECUTING'
@@ -453,10 +453,9 @@ WITH req AS (
         (id, request_id, event_id, event_type, sequence, payload, callback_url,
          callback_timestamp, callback_nonce, traceparent)
     SELECT gen_random_uuid(), req.id, ev.event_id, $2, req.callback_sequence,
-        jsonb_build_object('event_id', ev.event_id, 'event_type', $2::text, 'movement_id', req.id,
-            'sequence', req.callback_sequence, 'request_state', req.request_state,
-            'occurred_at', to_char(now() AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'),
-            'data', $3::jsonb),
+        qtg_callback_envelope(ev.event_id, $2::text, req.id,
+            jsonb_build_object('sequence', req.callback_sequence, 'request_state', req.request_state),
+            $3::jsonb),
         req.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text, $5::text
     FROM req CROSS JOIN ev WHERE req.callback_url IS NOT NULL
 )

@@ -312,7 +312,7 @@ log .qtg/anvil-b.log) are installed. Keys are in .qtg/keys/ (the bootstrap admin
 
   # EVM: 1.5 ETH, then 1.5 QTT, from anvil's first account to its third (signed by signer.evm.local)
   curl -s -X POST $api/v3/movements -H "Authorization: Bearer \$REQUESTER" -H 'Content-Type: application/json' \\
-    -d '{"template_key":"demo.evm.pair","intent":{"asset":"ETH","amount":"1.5","source":"anvil0","destination":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"},"idempotency_key":"evm-1"}'
+    -d '{"template_key":"demo.evm.pair","intent":{"asset":"ETH","amount":"1.5","source":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","destination":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"},"idempotency_key":"evm-1"}'
 MSG
 if [ -n "$cctp" ]; then
   cat <<MSG
@@ -321,7 +321,7 @@ if [ -n "$cctp" ]; then
   # (domain 1): burn on A, the attestation from qtg-attestation-sim (http://$attestation_addr,
   # log .qtg/attestation-sim.log), mint on B; approve it as above, it takes a few seconds
   curl -s -X POST $api/v3/movements -H "Authorization: Bearer \$REQUESTER" -H 'Content-Type: application/json' \\
-    -d '{"template_key":"usdc.cctp.chain_a_to_b","intent":{"asset":"USDC","amount":"25","source":"anvil0","destination":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"},"idempotency_key":"cctp-1"}'
+    -d '{"template_key":"usdc.cctp.chain_a_to_b","intent":{"asset":"USDC","amount":"25","source":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","destination":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"},"idempotency_key":"cctp-1"}'
   curl -s -X POST $api/v3/movements/<id>/approve -H "Authorization: Bearer \$APPROVER"
   # the third account's USDC on chain B (balanceOf, in units of 10^-6: 25 USDC is 0x17d7840)
   curl -s $anvil_b_url -H 'Content-Type: application/json' -d \\

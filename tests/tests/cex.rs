@@ -495,3 +495,32 @@ async fn what_is_paid_is_the_destination_shown() -> anyhow::Result<()> {
     cex.db.drop_db().await;
     Ok(())
 }
+
+/// On a venue that keeps qtg's client id on every withdrawal (the default, as Binance does),
+/// a withdrawal of the same amount to the same address *without* it — made in the exchange's
+/// web UI while qtg's own request failed before commit — is never claimed: recovery shows it
+/// to a person (RECONCILIATION_AMBIGUOUS, then MANUAL_INTERVENTION), and neither completes the
+/// movement with nothing paid by qtg nor fails it while money of that shape left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_lookalike_without_our_client_id_is_never_claimed() -> anyhow::Result<()> {
+    let cex = Cex::start(&format!("{ENTRY}, lookback_seconds = 8")).await?;
+    cex.venue.fault(json!({"kind": "lookalike"})).await?;
+    let workers =
+        (cex.worker("qtg-dispatcher").await?, cex.worker("qtg-observer").await?, cex.worker("qtg-recovery").await?);
+    let id = cex.movement("cex-lookalike-1", "100").await?;
+    let withdraw = cex.node(&id, "withdraw").await?;
+    let m = cex.wait(&id, &["MANUAL_INTERVENTION", "COMPLETED", "FAILED"], 60).await?;
+    assert_eq!(m["request_state"], "MANUAL_INTERVENTION", "{m:#}");
+    let (state, r, code) = refs(&cex.db.pool, withdraw).await?;
+    assert_eq!((state.as_str(), code.as_deref()), ("UNKNOWN", Some("RECONCILIATION_AMBIGUOUS")), "{r}");
+    assert_eq!(r["__manual_review_required"], "reconciliation_ambiguous", "{r}");
+    assert_eq!(r["__reconciliation"]["matching"], "client_id_only", "{r}");
+    assert_eq!(r["__reconciliation"]["candidates"].as_array().map(Vec::len), Some(1), "{r}");
+    let outcomes: Vec<_> =
+        cex.venue.requests_for(&withdraw.to_string()).await?.iter().map(|q| q["outcome"].clone()).collect();
+    assert_eq!(outcomes, [json!("lookalike")], "one request, never booked");
+    assert!(cex.venue.paid(&withdraw.to_string()).await?.is_empty(), "nothing paid for qtg's node");
+    drop(workers);
+    cex.db.drop_db().await;
+    Ok(())
+}

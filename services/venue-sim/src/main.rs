@@ -50,7 +50,7 @@ struct Args {
 #[serde(deny_unknown_fields)]
 struct Fault {
     /// `latency`, `error_before_commit`, `drop_after_commit`, `unauthorized`, `ambiguous`,
-    /// `unknown_status`.
+    /// `unknown_status`, `bad_number`, `lookalike`.
     kind: String,
     /// `withdraw`, `history`, `deposits`, `time`, `config`, `whitelist`, `account`, `any`.
     #[serde(default = "withdraw")]
@@ -83,7 +83,7 @@ fn one() -> u32 {
     1
 }
 
-const FAULT_KINDS: [&str; 7] = [
+const FAULT_KINDS: [&str; 8] = [
     "latency",
     "error_before_commit",
     "drop_after_commit",
@@ -91,6 +91,7 @@ const FAULT_KINDS: [&str; 7] = [
     "ambiguous",
     "unknown_status",
     "bad_number",
+    "lookalike",
 ];
 const ENDPOINTS: [&str; 8] = ["withdraw", "history", "deposits", "time", "config", "whitelist", "account", "any"];
 
@@ -554,6 +555,15 @@ async fn apply(
         applied_at: now,
         completed_at: None,
     };
+    if fired.iter().any(|f| f.kind == "lookalike") {
+        // Someone withdraws the same amount to the same address from the exchange's web UI (no
+        // client id), and qtg's own request fails before it is committed (a 503).
+        books.credit(&signed.account, coin, -(amount_u + fee));
+        books.withdrawals.push(row("external", None));
+        v.save(&books).await;
+        let msg = "Internal error; unable to process your request. Please try again.";
+        return (refuse(503, -1001, msg), "lookalike".into(), None, None);
+    }
     let booked = row("request", client_id.clone());
     let id = booked.id.clone();
     books.credit(&signed.account, coin, -(amount_u + fee));

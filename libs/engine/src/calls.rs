@@ -102,14 +102,3 @@ pub async fn record(
     )
     .await
 }
-
-/// Appends the `node_events` rows of several successful calls in one statement.
-pub async fn record_ok(
-    conn: &mut PgConnection,
-    item: &WorkItem,
-    attempt_no: i32,
-    calls: &[(&str, &str, i32)],
-    actor: &str,
-) -> Result<(), qtg_store::StoreError> {
-    qtg_store::events::record_calls_ok(conn, item.request_id, item.node_id, attempt_no, calls, actor).await
-}

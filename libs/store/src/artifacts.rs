@@ -52,32 +52,6 @@ pub async fn insert(
     Ok(())
 }
 
-/// Inserts several artifacts of one kind in one statement.
-pub async fn insert_many(
-    conn: &mut PgConnection,
-    request_id: Uuid,
-    node_id: Uuid,
-    attempt_no: i32,
-    kind: ArtifactKind,
-    payloads: &[Value],
-) -> Result<()> {
-    if payloads.is_empty() {
-        return Ok(());
-    }
-    sqlx::query(
-        "INSERT INTO artifacts (id, request_id, request_node_id, attempt_no, kind, payload)
-         SELECT gen_random_uuid(), $1, $2, $3, $4, p FROM jsonb_array_elements($5) AS p",
-    )
-    .bind(request_id)
-    .bind(node_id)
-    .bind(attempt_no)
-    .bind(kind.as_str())
-    .bind(Value::Array(payloads.to_vec()))
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
 /// The prepared action (and its stored hash) and the sign result of an attempt.
 pub async fn submission(
     conn: &mut PgConnection,

@@ -136,46 +136,6 @@ pub async fn claim_first(
     }
 }
 
-/// Claims one candidate: locks node and request (SKIP LOCKED) inside a savepoint. `None` on a
-/// miss (locked elsewhere or no longer matching); the savepoint is rolled back then.
-pub async fn claim(
-    conn: &mut PgConnection,
-    pickup: Pickup,
-    served: &[String],
-    node_id: Uuid,
-) -> Result<Option<WorkItem>> {
-    let mut savepoint = conn.begin().await?;
-    let item = claim_first(&mut savepoint, pickup, served, node_id).await?;
-    if item.is_some() {
-        savepoint.commit().await?;
-    } else {
-        savepoint.rollback().await?;
-    }
-    Ok(item)
-}
-
-/// Claims the first free candidate of up to `scan` listed ones.
-pub async fn claim_next(
-    conn: &mut PgConnection,
-    pickup: Pickup,
-    served: &[String],
-    scan: i64,
-) -> Result<Option<WorkItem>> {
-    let mut tried: Vec<Uuid> = Vec::new();
-    loop {
-        let ids = candidates(conn, pickup, served, &tried, scan).await?;
-        if ids.is_empty() {
-            return Ok(None);
-        }
-        for id in ids {
-            if let Some(item) = claim(conn, pickup, served, id).await? {
-                return Ok(Some(item));
-            }
-            tried.push(id);
-        }
-    }
-}
-
 /// Where a node stands now: read after a compare-and-set matched nothing, to tell why.
 #[derive(Debug, Clone)]
 pub struct NodeNow {
@@ -212,18 +172,6 @@ static NODE_NOW_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
         held_by = crate::controls::HELD_BY
     )
 });
-
-/// Locks a request row, waiting (a worker recording a result, after its compare-and-set
-/// locked the node; callers holding a node lock take the request lock only this way, and
-/// request-lock holders take node locks only with NOWAIT / SKIP LOCKED, so the two never
-/// deadlock). Returns its state.
-pub async fn lock_request(conn: &mut PgConnection, request_id: Uuid) -> Result<qtg_core::RequestState> {
-    let state: String = sqlx::query_scalar("SELECT request_state FROM movement_requests WHERE id = $1 FOR UPDATE")
-        .bind(request_id)
-        .fetch_one(&mut *conn)
-        .await?;
-    crate::rows::parse_request_state(&state)
-}
 
 /// Locks a request row without waiting: `Busy` if another operation holds it.
 pub async fn lock_request_nowait(conn: &mut PgConnection, request_id: Uuid) -> Result<Option<qtg_core::RequestState>> {

@@ -40,36 +40,6 @@ pub async fn record_call(conn: &mut PgConnection, ev: &CallEvent<'_>) -> Result<
     Ok(())
 }
 
-/// Records several successful calls of one attempt in one statement: `(method, outcome,
-/// duration_ms)` in call order.
-pub async fn record_calls_ok(
-    conn: &mut PgConnection,
-    request_id: Uuid,
-    node_id: Uuid,
-    attempt_no: i32,
-    calls: &[(&str, &str, i32)],
-    actor: &str,
-) -> Result<()> {
-    let methods: Vec<&str> = calls.iter().map(|c| c.0).collect();
-    let outcomes: Vec<&str> = calls.iter().map(|c| c.1).collect();
-    let durations: Vec<i32> = calls.iter().map(|c| c.2).collect();
-    sqlx::query(
-        "INSERT INTO node_events (request_id, request_node_id, attempt_no, kind, method, outcome, duration_ms, actor)
-         SELECT $1, $2, $3, 'call', m, o, d, $7
-         FROM unnest($4::text[], $5::text[], $6::int[]) WITH ORDINALITY AS c(m, o, d, i) ORDER BY i",
-    )
-    .bind(request_id)
-    .bind(node_id)
-    .bind(attempt_no)
-    .bind(&methods)
-    .bind(&outcomes)
-    .bind(&durations)
-    .bind(actor)
-    .execute(&mut *conn)
-    .await?;
-    Ok(())
-}
-
 /// One executor call of a step, as [`record_calls`] writes it.
 #[derive(Debug, Clone)]
 pub struct Call {

@@ -127,20 +127,7 @@ impl Engine {
         let mut out: Vec<String> = Vec::new();
         for n in &plan.nodes {
             let Some(account) = payer(&n.node_key) else { continue };
-            // Any paying node upstream?
-            let mut seen: Vec<&str> = Vec::new();
-            let mut todo: Vec<&str> = vec![n.node_key.as_str()];
-            let mut upstream_pays = false;
-            while let Some(k) = todo.pop() {
-                for e in plan.edges.iter().filter(|e| e.to == k) {
-                    if seen.contains(&e.from.as_str()) {
-                        continue;
-                    }
-                    seen.push(&e.from);
-                    upstream_pays |= payer(&e.from).is_some();
-                    todo.push(&e.from);
-                }
-            }
+            let upstream_pays = plan.ancestors(&n.node_key).into_iter().any(|a| payer(a).is_some());
             if !upstream_pays && !out.iter().any(|a| a.eq_ignore_ascii_case(&account)) {
                 out.push(account);
             }

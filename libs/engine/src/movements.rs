@@ -336,7 +336,8 @@ impl Engine {
             if already || !mq::add_approval(&mut tx, id, actor, reason).await? {
                 return Err(OpError::Conflict(format!("{actor} has already approved this movement")));
             }
-            let have = mq::approvals(&mut tx, id).await?.len() as i32;
+            // The row just added, under the movement's lock.
+            let have = given.len() as i32 + 1;
             audit::record(
                 &mut tx,
                 &AuditRecord {

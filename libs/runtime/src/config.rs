@@ -338,6 +338,7 @@ impl Settings {
         let network_class = s.get("MG_NETWORK_CLASS").unwrap_or("default").to_string();
         s.note("MG_NETWORK_CLASS", &network_class);
         let workers = workers.iter().map(|w| Ok((w.name, s.worker(w)?))).collect::<Result<_, ConfigError>>()?;
+        let callback_default_url = s.url("MG_CALLBACK_DEFAULT_URL")?;
         let mut settings = Settings {
             database_url,
             db_pool_size: s.count("MG_DB_POOL_SIZE", 8, 200)? as u32,
@@ -374,7 +375,8 @@ impl Settings {
             observe_timeout_enforcement: s.flag("MG_OBSERVE_TIMEOUT_ENFORCEMENT_ENABLED", false)?,
             approval_ttl_seconds: s.seconds("MG_APPROVAL_TTL_SECONDS", 300.0)?,
             template_proposal_ttl_seconds: s.seconds("MG_TEMPLATE_PROPOSAL_TTL_SECONDS", 7.0 * 86400.0)?,
-            callback_default_url: s.url("MG_CALLBACK_DEFAULT_URL")?,
+            drift_alert_url: s.url("MG_DRIFT_ALERT_URL")?.or_else(|| callback_default_url.clone()),
+            callback_default_url,
             bootstrap_admin_key: s.secret("MG_API_BOOTSTRAP_ADMIN_KEY"),
             bootstrap_admin_key_ttl_seconds: s.opt_seconds("MG_API_BOOTSTRAP_ADMIN_KEY_TTL_SECONDS")?,
             shutdown_grace: s.interval("MG_SHUTDOWN_GRACE_SECONDS", 30.0)?,
@@ -385,10 +387,6 @@ impl Settings {
             verify_drift_pause: s.flag("MG_VERIFY_DRIFT_PAUSE", false)?,
             verify_drift_concurrency: s.count("MG_VERIFY_DRIFT_CONCURRENCY", 4, 64)?,
             verify_drift_timeout: s.interval("MG_VERIFY_DRIFT_TIMEOUT_SECONDS", 30.0)?,
-            drift_alert_url: match s.url("MG_DRIFT_ALERT_URL")? {
-                Some(u) => Some(u),
-                None => s.url("MG_CALLBACK_DEFAULT_URL")?,
-            },
             balance_retention_seconds: s.seconds("MG_BALANCE_SNAPSHOT_RETENTION_SECONDS", 7.0 * 86_400.0)?,
             balance_stale_seconds: s.seconds("MG_BALANCE_STALE_THRESHOLD_SECONDS", 120.0)?,
             balance_fetch_timeout: s.interval("MG_BALANCE_FETCH_TIMEOUT_SECONDS", 10.0)?,

@@ -168,13 +168,58 @@ pub async fn release_unsent(pool: &PgPool, id: i64, node: Uuid) -> Result<bool> 
     Ok(moved.rows_affected() == 1)
 }
 
-/// What was given back when a node failed before anything was broadcast.
+/// A reservation given back — by a node that failed before anything was broadcast
+/// ([`release_before_broadcast`]) or by the reaper ([`reclaim`]) — and the node and movement
+/// that held it.
 #[derive(Debug, Clone, PartialEq)]
-pub struct Released {
+pub struct GivenBack {
     pub id: i64,
     pub chain_id: i64,
     pub address: String,
     pub nonce: i64,
+    pub request_node_id: Option<Uuid>,
+    pub request_id: Option<Uuid>,
+}
+
+/// Reads what the releasing statement returned and writes one audit row `action` per
+/// reservation, in the caller's transaction; `detail` is added to each row's data.
+async fn audit_given_back(
+    conn: &mut sqlx::PgConnection,
+    rows: Vec<sqlx::postgres::PgRow>,
+    actor: &str,
+    action: &str,
+    detail: (&str, serde_json::Value),
+) -> Result<Vec<GivenBack>> {
+    let mut out = Vec::with_capacity(rows.len());
+    for row in rows {
+        let r = GivenBack {
+            id: row.try_get("id")?,
+            chain_id: row.try_get("chain_id")?,
+            address: row.try_get("address")?,
+            nonce: row.try_get("nonce")?,
+            request_node_id: row.try_get("request_node_id")?,
+            request_id: row.try_get("request_id")?,
+        };
+        let mut data = serde_json::json!({
+            "reservation_id": r.id, "chain_id": r.chain_id, "address": r.address, "nonce": r.nonce,
+        });
+        data[detail.0] = detail.1.clone();
+        crate::audit::record(
+            conn,
+            &crate::audit::AuditRecord {
+                actor,
+                action,
+                // The node that held it (the reservation is in `data`).
+                entity_type: "node",
+                entity_id: r.request_node_id.map(|n| n.to_string()).unwrap_or_default(),
+                movement_id: r.request_id,
+                data,
+            },
+        )
+        .await?;
+        out.push(r);
+    }
+    Ok(out)
 }
 
 /// Gives back, in the caller's transaction, every reservation of `node` that nothing was
@@ -191,55 +236,23 @@ pub async fn release_before_broadcast(
     cleared_attempt: Option<i32>,
     why: &str,
     actor: &str,
-) -> Result<Vec<Released>> {
+) -> Result<Vec<GivenBack>> {
     let rows = sqlx::query(
         "UPDATE evm_nonce_reservation r SET status = 'released', updated_at = now()
-          WHERE r.request_node_id = $1 AND r.status = 'reserved'
+           FROM movement_request_nodes n
+          WHERE n.id = r.request_node_id AND r.request_node_id = $1 AND r.status = 'reserved'
             AND r.tx_hashes = '[]'::jsonb AND r.cancel_hashes = '[]'::jsonb
             AND NOT EXISTS (SELECT 1 FROM artifacts a
                              WHERE a.request_node_id = $1 AND a.created_at >= r.created_at
                                AND a.kind IN ('sign_result', 'prepared_action')
                                AND a.attempt_no IS DISTINCT FROM $2)
-         RETURNING r.id, r.chain_id, r.address, r.nonce",
+         RETURNING r.id, r.chain_id, r.address, r.nonce, r.request_node_id, n.request_id",
     )
     .bind(node)
     .bind(cleared_attempt)
     .fetch_all(&mut *conn)
     .await?;
-    let movement: Option<Uuid> = if rows.is_empty() {
-        None
-    } else {
-        sqlx::query_scalar("SELECT request_id FROM movement_request_nodes WHERE id = $1")
-            .bind(node)
-            .fetch_optional(&mut *conn)
-            .await?
-    };
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let r = Released {
-            id: row.try_get("id")?,
-            chain_id: row.try_get("chain_id")?,
-            address: row.try_get("address")?,
-            nonce: row.try_get("nonce")?,
-        };
-        crate::audit::record(
-            conn,
-            &crate::audit::AuditRecord {
-                actor,
-                action: "evm.nonce.release",
-                entity_type: "node",
-                entity_id: node.to_string(),
-                movement_id: movement,
-                data: serde_json::json!({
-                    "reservation_id": r.id, "chain_id": r.chain_id, "address": r.address, "nonce": r.nonce,
-                    "why": why,
-                }),
-            },
-        )
-        .await?;
-        out.push(r);
-    }
-    Ok(out)
+    audit_given_back(conn, rows, actor, "evm.nonce.release", ("why", serde_json::json!(why))).await
 }
 
 /// Every reservation the node ever held on `chain_id` (hashes included), newest first.
@@ -256,17 +269,6 @@ pub async fn of_node(pool: &PgPool, node: Uuid, chain_id: i64) -> Result<Vec<Res
     .collect()
 }
 
-/// What the reaper gave back.
-#[derive(Debug, Clone, PartialEq)]
-pub struct Reclaimed {
-    pub id: i64,
-    pub chain_id: i64,
-    pub address: String,
-    pub nonce: i64,
-    pub request_node_id: Option<Uuid>,
-    pub request_id: Option<Uuid>,
-}
-
 /// The reaper: releases reservations older than `age_seconds` that nothing was ever broadcast
 /// with and that no signer can hold a signature for (no `sign_result` artifact of the node
 /// since the reservation was made, and no prepared action handed to a signer unless the
@@ -277,7 +279,7 @@ pub async fn reclaim(
     age_seconds: f64,
     actor: &str,
     limit: i64,
-) -> Result<Vec<Reclaimed>> {
+) -> Result<Vec<GivenBack>> {
     let rows = sqlx::query(
         "WITH stale AS (
              SELECT r.id FROM evm_nonce_reservation r
@@ -303,33 +305,5 @@ pub async fn reclaim(
     .bind(limit)
     .fetch_all(&mut *conn)
     .await?;
-    let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let r = Reclaimed {
-            id: row.try_get("id")?,
-            chain_id: row.try_get("chain_id")?,
-            address: row.try_get("address")?,
-            nonce: row.try_get("nonce")?,
-            request_node_id: row.try_get("request_node_id")?,
-            request_id: row.try_get("request_id")?,
-        };
-        crate::audit::record(
-            conn,
-            &crate::audit::AuditRecord {
-                actor,
-                action: "evm.nonce.reclaim",
-                // The node that held it (the reservation is in `data`).
-                entity_type: "node",
-                entity_id: r.request_node_id.map(|n| n.to_string()).unwrap_or_default(),
-                movement_id: r.request_id,
-                data: serde_json::json!({
-                    "reservation_id": r.id, "chain_id": r.chain_id, "address": r.address, "nonce": r.nonce,
-                    "age_seconds": age_seconds,
-                }),
-            },
-        )
-        .await?;
-        out.push(r);
-    }
-    Ok(out)
+    audit_given_back(conn, rows, actor, "evm.nonce.reclaim", ("age_seconds", serde_json::json!(age_seconds))).await
 }

@@ -679,12 +679,15 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
             Ok(a) => {
                 // A signature by another address cannot spend this one's nonce: it goes back
                 // now (unless an earlier attempt may hold a signature for it).
-                let mut conn = self.pool.acquire().await.map_err(|e| ExecutorError::Unavailable(e.to_string()))?;
+                // The release and its audit rows in one transaction: never one without the other.
+                let unavailable = |e: String| ExecutorError::Unavailable(format!("nonce reservation: {e}"));
+                let mut tx = self.pool.begin().await.map_err(|e| unavailable(e.to_string()))?;
                 let why = format!("EVM_SIGNED_MISMATCH: signed by {a}, not {}", payload.from);
                 let actor = format!("executor:{}", self.key);
-                nonces::release_before_broadcast(&mut conn, node, Some(ctx.attempt_no), &why, &actor)
+                nonces::release_before_broadcast(&mut tx, node, Some(ctx.attempt_no), &why, &actor)
                     .await
-                    .map_err(|e| ExecutorError::Unavailable(format!("nonce reservation: {e}")))?;
+                    .map_err(|e| unavailable(e.to_string()))?;
+                tx.commit().await.map_err(|e| unavailable(e.to_string()))?;
                 return Ok(failed(
                     "EVM_SIGNED_MISMATCH",
                     format!("signed by {a}, not {}; nothing was sent", payload.from),

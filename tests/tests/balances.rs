@@ -242,12 +242,19 @@ async fn a_capital_transfer_runs_end_to_end_and_is_closed_by_the_follow_up() -> 
     .fetch_all(&t.db.pool)
     .await?;
     assert_eq!(audit, ["capital_transfer.create", "capital_transfer.movement_created", "capital_transfer.completed"]);
-    // The venue's books, read fresh: sim_a paid 250 + the 1 USDT fee, sim_b received 250.
+    // The venue's books, read fresh: sim_a paid 250, of which its 1 USDT fee was deducted
+    // (Binance's model); sim_b received 249 — and the transfer's settlement says so.
     wait_until("sim_b credited", Duration::from_secs(20), || async {
-        Ok(t.free("?fresh=true&venue=sim_b", "sim_b", "sim_b", "USDT").await? == Some(b0 + 250.0))
+        Ok(t.free("?fresh=true&venue=sim_b", "sim_b", "sim_b", "USDT").await? == Some(b0 + 249.0))
     })
     .await?;
-    assert_eq!(t.free("", "sim_a", "sim_a", "USDT").await?, Some(a0 - 251.0));
+    assert_eq!(t.free("", "sim_a", "sim_a", "USDT").await?, Some(a0 - 250.0));
+    let s = &done["settlement"];
+    assert_eq!(
+        (s["fee_model"].as_str(), s["debit"].as_str(), s["fee_charged"].as_str(), s["arrived"].as_str()),
+        (Some("deducted"), Some("250"), Some("1"), Some("249.00000000")),
+        "{done:#}"
+    );
     // More than sim_a holds: refused at creation, nothing recorded.
     let before: i64 =
         sqlx::query_scalar("SELECT count(*) FROM capital_transfer_requests").fetch_one(&t.db.pool).await?;

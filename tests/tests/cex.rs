@@ -122,8 +122,11 @@ async fn a_cex_to_cex_movement_completes_through_separate_workers() -> anyhow::R
     assert_eq!(paid.len(), 1);
     assert_eq!(paid[0]["id"], exchange_id.as_str());
     let ledger = cex.venue.admin("GET", "/admin/ledger", None).await?;
-    assert_eq!(ledger["balances"]["sim_a"]["USDT"], "999899.00000000", "amount + fee left sim_a");
-    assert_eq!(ledger["balances"]["sim_b"]["USDT"], "500100.00000000");
+    // sim_a deducts its 1 USDT fee from the amount (Binance's model): 100 left, 99 arrived.
+    assert_eq!(ledger["balances"]["sim_a"]["USDT"], "999900.00000000", "the amount left sim_a");
+    assert_eq!(ledger["balances"]["sim_b"]["USDT"], "500099.00000000", "amount − fee arrived");
+    assert_eq!((wrefs["fee_model"].as_str(), wrefs["expected_arrival"].as_str()), (Some("deducted"), Some("99")));
+    assert_eq!(drefs["deposit_amount"], "99.00000000", "{drefs}");
     // The key store: sent, signed with the venue's time inside submit_by.
     let (status, window): (String, Option<i32>) =
         sqlx::query_as("SELECT status, recv_window_ms FROM cex_submit_keys WHERE request_node_id = $1")
@@ -523,4 +526,114 @@ async fn a_lookalike_without_our_client_id_is_never_claimed() -> anyhow::Result<
     drop(workers);
     cex.db.drop_db().await;
     Ok(())
+}
+
+/// One venue fee model end to end, with qtg's entries configured for it (`fee_model`) and the
+/// venue's account charging that way: a movement of 100 "sent", an "arrive exactly 50" movement
+/// (grossed up by the fee within the template's `max_fee`), and a capital transfer of 30 — each
+/// completes, the venue's books move exactly as the model says, and the transfer's settlement
+/// records what left, the fee and what arrived.
+async fn fee_model_end_to_end(model: &str) -> anyhow::Result<()> {
+    let mut cex = Cex::start(&format!("{ENTRY}, fee_model = \"{model}\"")).await?;
+    cex.venue.admin("POST", "/admin/fee-model", Some(json!({"account": "sim_a", "fee_model": model}))).await?;
+    cex.env.extend(
+        [
+            ("MG_CAPITAL_TRANSFER_FOLLOWUP_ENABLED", "true"),
+            ("MG_CAPITAL_TRANSFER_FOLLOWUP_INTERVAL_SECONDS", "0.3"),
+            ("MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS", "1"),
+        ]
+        .map(|(k, v)| (k.to_string(), v.to_string())),
+    );
+    let mut exact: Value = serde_json::from_str(&std::fs::read_to_string(
+        std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/cex-demo-template.json"),
+    )?)?;
+    exact["template_key"] = json!("demo.cex.a_to_b.exact");
+    exact["risk_controls"] = json!({"max_fee": {"USDT": "2"}});
+    install_template(&cex.api, &cex.keys, exact).await?;
+    let workers =
+        (cex.worker("qtg-dispatcher").await?, cex.worker("qtg-observer").await?, cex.worker("qtg-followup").await?);
+    let logs = || format!("{}\n{}\n{}", workers.0.log(), workers.1.log(), workers.2.log());
+    let usdt = |ledger: &Value, account: &str| -> f64 {
+        ledger["balances"][account]["USDT"].as_str().and_then(|s| s.parse().ok()).unwrap_or(f64::NAN)
+    };
+    let books = || async { cex.venue.admin("GET", "/admin/ledger", None).await };
+    let settled = |want_a: f64, want_b: f64| async move {
+        wait_until("the deposit credited", Duration::from_secs(30), || async {
+            let l = books().await?;
+            Ok(usdt(&l, "sim_a") == want_a && usdt(&l, "sim_b") == want_b)
+        })
+        .await
+    };
+    let deducted = model == "deducted";
+    // 100 applied for: deducted → 100 leaves, 99 arrive; added → 101 leaves, 100 arrive.
+    let id = cex.movement(&format!("fees-{model}-sent"), "100").await?;
+    let m = cex.wait(&id, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], 60).await;
+    let m = m.map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}\n{}", logs());
+    let (a, b) = if deducted { (999_900.0, 500_099.0) } else { (999_899.0, 500_100.0) };
+    settled(a, b).await?;
+    // "Arrive exactly 50": deducted → 51 applied for and debited; added → 50 applied for, 51 debited.
+    let body = json!({
+        "template_key": "demo.cex.a_to_b.exact",
+        "intent": {"asset": "USDT", "amount": "50", "amount_is": "received", "source": "sim_a",
+                   "destination": SIM_B_DEPOSIT},
+        "idempotency_key": format!("fees-{model}-exact"),
+    });
+    let m = cex.api.ok("POST", "/v3/movements", &cex.keys.requester, Some(body), 201).await?;
+    let id = m["id"].as_str().unwrap_or_default().to_string();
+    cex.api.ok("POST", &format!("/v3/movements/{id}/approve"), &cex.keys.approver, None, 200).await?;
+    let m = cex.wait(&id, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], 60).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}\n{}", logs());
+    settled(a - 51.0, b + 50.0).await?;
+    let withdraw = cex.node(&id, "withdraw").await?;
+    let requests = cex.venue.requests_for(&withdraw.to_string()).await?;
+    let applied = if deducted { "51" } else { "50" };
+    assert_eq!(requests.len(), 1, "{requests:?}");
+    assert_eq!(requests[0]["amount"], applied, "the withdraw request's amount: {requests:?}");
+    // The same intent on the template without a fee cap is refused at creation, nothing recorded.
+    if deducted {
+        let uncapped = json!({"template_key": "demo.cex.a_to_b", "idempotency_key": "fees-uncapped",
+            "intent": {"asset": "USDT", "amount": "50", "amount_is": "received", "source": "sim_a",
+                       "destination": SIM_B_DEPOSIT}});
+        let refused = cex.api.ok("POST", "/v3/movements", &cex.keys.requester, Some(uncapped), 400).await?;
+        assert!(refused["error"]["message"].as_str().is_some_and(|m| m.contains("max_fee")), "{refused}");
+    }
+    // A capital transfer of 30: its settlement follows the model.
+    let body = json!({"from": "sim_a", "to": SIM_B_DEPOSIT, "asset": "USDT", "amount": "30", "reason": "fees",
+                      "template_key": "demo.cex.a_to_b", "idempotency_key": format!("fees-{model}-ct")});
+    let ct = cex.api.ok("POST", "/v3/capital-transfers", &cex.keys.requester, Some(body), 201).await?;
+    let ct_id = ct["id"].as_str().unwrap_or_default().to_string();
+    let movement = ct["movement_id"].as_str().unwrap_or_default().to_string();
+    cex.api.ok("POST", &format!("/v3/movements/{movement}/approve"), &cex.keys.approver, None, 200).await?;
+    let path = format!("/v3/capital-transfers/{ct_id}");
+    let get = || cex.api.ok("GET", &path, &cex.keys.requester, None, 200);
+    wait_until("the transfer closed", Duration::from_secs(60), || async {
+        Ok(get().await?["state"] != "MOVEMENT_CREATED")
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", logs()))?;
+    let done = get().await?;
+    assert_eq!(done["state"], "COMPLETED", "{done:#}\n{}", logs());
+    let (debit, arrived) = if deducted { ("30", "29.00000000") } else { ("31", "30.00000000") };
+    let s = &done["settlement"];
+    assert_eq!(
+        (s["fee_model"].as_str(), s["debit"].as_str(), s["fee_charged"].as_str(), s["arrived"].as_str()),
+        (Some(model), Some(debit), Some("1"), Some(arrived)),
+        "{done:#}"
+    );
+    let (a, b) = if deducted { (a - 51.0 - 30.0, b + 50.0 + 29.0) } else { (a - 51.0 - 31.0, b + 50.0 + 30.0) };
+    settled(a, b).await?;
+    drop(workers);
+    cex.db.drop_db().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_venue_that_deducts_its_fee_the_books_follow_the_model() -> anyhow::Result<()> {
+    fee_model_end_to_end("deducted").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn on_a_venue_that_adds_its_fee_the_books_follow_the_model() -> anyhow::Result<()> {
+    fee_model_end_to_end("added").await
 }

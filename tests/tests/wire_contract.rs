@@ -1,12 +1,14 @@
 //! The executor wire contract cannot change silently (issue 27). Its digest — the protocol
-//! version, the signature version, the canonical bytes a fixed Submit is signed over and the
-//! signed message — is recorded in `proto/wire-contract.json`; `make lint-proto` fails when
+//! version, the signature version, the canonical bytes a fixed Submit is signed over, the
+//! signed message, and what a result may be (which state each method may answer, the limits of
+//! an answer) — is recorded in `proto/wire-contract.json`; `make lint-proto` fails when
 //! it differs from `proto-released/wire-contract.json` (the last release) without a step of
 //! `protocol_version` or of the signature version. And the released contract is still served:
 //! an executor built on the released protos (signature v3) gets exactly the bytes and message
 //! it verifies when its registry entry says `signature = "v3"`, until the deprecation date.
 
-use qtg_core::protocol::PROTOCOL_VERSION;
+use qtg_core::protocol::{self, Method, PROTOCOL_VERSION};
+use qtg_core::{ExecutionResult, NodeState};
 use serde_json::{json, Value};
 use sha2::{Digest, Sha256};
 
@@ -39,6 +41,44 @@ fn fixed_submit_bytes() -> anyhow::Result<Vec<u8>> {
     Ok(qtg_wire_auth::grpc_signed_bytes(&req))
 }
 
+/// What a result may be, as qtg checks it: for every method, each state it may answer, and
+/// the documented limits of one answer. A change here changes what executors must produce.
+fn result_semantics() -> String {
+    let methods = [Method::Preflight, Method::Prepare, Method::Submit, Method::Observe, Method::Recover];
+    let states = [
+        NodeState::Submitted,
+        NodeState::Observing,
+        NodeState::Completed,
+        NodeState::Failed,
+        NodeState::Unknown,
+        NodeState::Ready,
+        NodeState::Cancelled,
+    ];
+    let mut lines: Vec<String> = methods
+        .iter()
+        .map(|m| {
+            let allowed: Vec<String> = states
+                .iter()
+                .filter(|s| ExecutionResult::new(**s).validate(*m).is_ok())
+                .map(|s| s.to_string())
+                .collect();
+            format!("{}={}", m.as_str(), allowed.join(","))
+        })
+        .collect();
+    lines.push(format!(
+        "limits={},{},{},{},{},{},{},{}",
+        protocol::MAX_RESULT_BYTES,
+        protocol::MAX_REFS_KEYS,
+        protocol::MAX_REFS_BYTES,
+        protocol::MAX_NODE_REFS_KEYS,
+        protocol::MAX_NODE_REFS_BYTES,
+        protocol::MAX_ARTIFACTS,
+        protocol::MAX_ERROR_DETAIL_CHARS,
+        protocol::MAX_SHORT_TEXT_CHARS
+    ));
+    lines.join("\n")
+}
+
 /// The digest of the contract signed with `version` (`v4`, or the deprecated `v3`).
 fn digest(version: &str) -> anyhow::Result<String> {
     let bytes = fixed_submit_bytes()?;
@@ -48,8 +88,9 @@ fn digest(version: &str) -> anyhow::Result<String> {
         other => anyhow::bail!("no signature version {other}"),
     };
     let text = format!(
-        "protocol_version={PROTOCOL_VERSION}\nsignature_version={version}\nsigned_bytes_sha256={}\nmessage={message}",
-        hex::encode(Sha256::digest(&bytes))
+        "protocol_version={PROTOCOL_VERSION}\nsignature_version={version}\nsigned_bytes_sha256={}\nmessage={message}\n{}",
+        hex::encode(Sha256::digest(&bytes)),
+        result_semantics()
     );
     Ok(hex::encode(Sha256::digest(text.as_bytes())))
 }

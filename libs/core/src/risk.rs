@@ -76,6 +76,30 @@ impl Amount {
         let (int, frac) = all.split_at(all.len() - scale);
         Amount { int: int.trim_start_matches('0').to_string(), frac: frac.trim_end_matches('0').to_string() }
     }
+
+    /// Exact difference; `None` when `other` is larger (amounts are never negative).
+    pub fn checked_sub(&self, other: &Amount) -> Option<Amount> {
+        if other > self {
+            return None;
+        }
+        let scale = self.frac.len().max(other.frac.len());
+        let digits = |a: &Amount| format!("{}{:0<scale$}", a.int, a.frac);
+        let (a, b) = (digits(self), digits(other));
+        let width = a.len().max(b.len());
+        let (a, b) = (format!("{a:0>width$}"), format!("{b:0>width$}"));
+        let mut out = Vec::with_capacity(width);
+        let mut borrow = 0u8;
+        for (x, y) in a.bytes().rev().zip(b.bytes().rev()) {
+            let (x, y) = (x - b'0', y - b'0' + borrow);
+            let (d, next) = if x >= y { (x - y, 0) } else { (x + 10 - y, 1) };
+            out.push(b'0' + d);
+            borrow = next;
+        }
+        out.reverse();
+        let all = String::from_utf8(out).unwrap_or_default();
+        let (int, frac) = all.split_at(all.len() - scale);
+        Some(Amount { int: int.trim_start_matches('0').to_string(), frac: frac.trim_end_matches('0').to_string() })
+    }
 }
 
 impl Ord for Amount {
@@ -462,6 +486,19 @@ mod asset_tests {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn subtraction_is_exact_and_never_negative() {
+        let a = |s: &str| Amount::parse(s).unwrap();
+        assert_eq!(a("100").checked_sub(&a("1")).map(|x| x.to_string()), Some("99".into()));
+        assert_eq!(a("10.05").checked_sub(&a("0.0501")).map(|x| x.to_string()), Some("9.9999".into()));
+        assert_eq!(a("1").checked_sub(&a("1")).map(|x| x.is_zero()), Some(true));
+        assert_eq!(a("0.5").checked_sub(&a("0.50000001")), None);
+        assert_eq!(
+            a("1000000000000000000000").checked_sub(&a("0.000000000000000001")).map(|x| x.to_string()),
+            Some("999999999999999999999.999999999999999999".into())
+        );
+    }
+
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;

@@ -296,8 +296,10 @@ impl Engine {
         if !capital::set_state(tx, t.id, &t.state, to, None, Some(&outcome)).await? {
             return Ok(());
         }
+        // The bookkeeping follows the venue's fee model: what left, the fee, what arrived.
+        let settlement = if to == "COMPLETED" { capital::record_settlement(tx, t.id, movement).await? } else { None };
         let data = json!({"capital_transfer_id": t.id, "from": t.state, "to": to, "movement_state": state,
-                          "outcome": outcome});
+                          "outcome": outcome, "settlement": settlement});
         let action = match to {
             "COMPLETED" => "capital_transfer.completed",
             "FAILED" => "capital_transfer.failed",

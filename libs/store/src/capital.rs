@@ -33,6 +33,11 @@ pub struct CapitalTransfer {
     pub movement_state: Option<String>,
     /// Why it is closed or handed to a person.
     pub outcome: Option<String>,
+    /// Once COMPLETED: what the movement's nodes recorded about the money under the venue's
+    /// fee model — `fee_model`, `amount_applied`, `debit`, `fee_priced`, `fee_charged`,
+    /// `expected_arrival`, `arrived` (those the lane reports).
+    #[cfg_attr(feature = "openapi", schema(value_type = Option<Object>))]
+    pub settlement: Option<serde_json::Value>,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
     pub closed_at: Option<DateTime<Utc>>,
@@ -41,7 +46,7 @@ pub struct CapitalTransfer {
 const COLUMNS: &str = "c.id, c.requested_by, c.idempotency_key, c.body_hash, c.source, c.destination, c.asset,
     c.amount::text AS amount, c.reason, c.template_key, c.template_version, c.callback_url, c.state, c.movement_id,
     (SELECT r.request_state FROM movement_requests r WHERE r.id = c.movement_id) AS movement_state,
-    c.outcome, c.created_at, c.updated_at, c.closed_at";
+    c.outcome, c.settlement, c.created_at, c.updated_at, c.closed_at";
 
 fn row(r: &sqlx::postgres::PgRow) -> Result<CapitalTransfer> {
     Ok(CapitalTransfer {
@@ -61,6 +66,7 @@ fn row(r: &sqlx::postgres::PgRow) -> Result<CapitalTransfer> {
         movement_id: r.try_get("movement_id")?,
         movement_state: r.try_get("movement_state")?,
         outcome: r.try_get("outcome")?,
+        settlement: r.try_get("settlement")?,
         created_at: r.try_get("created_at")?,
         updated_at: r.try_get("updated_at")?,
         closed_at: r.try_get("closed_at")?,
@@ -148,6 +154,38 @@ pub async fn list(
 
 /// Moves the request from `from` to `to` (with its movement, outcome, and `closed_at` for a
 /// closed state); `false` when it is no longer in `from`.
+/// What a completed movement's nodes recorded about the money (the CEX lane's refs: the fee
+/// model, what was applied for and debited, the fee priced and charged, what was to arrive and
+/// what did), stored on the request; `None` when no node reports any of it.
+pub async fn record_settlement(
+    conn: &mut PgConnection,
+    id: Uuid,
+    movement_id: Uuid,
+) -> Result<Option<serde_json::Value>> {
+    let settlement: Option<serde_json::Value> = sqlx::query_scalar(
+        "WITH s AS (
+           SELECT jsonb_strip_nulls(jsonb_build_object(
+                    'fee_model', max(n.provider_refs->>'fee_model'),
+                    'amount_applied', max(n.provider_refs->>'amount_applied'),
+                    'debit', max(n.provider_refs->>'debit'),
+                    'fee_priced', max(n.provider_refs->>'withdrawal_fee'),
+                    'fee_charged', max(n.provider_refs->>'withdrawal_fee_charged'),
+                    'expected_arrival', max(n.provider_refs->>'expected_arrival'),
+                    'arrived', max(n.provider_refs->>'deposit_amount'))) AS v
+             FROM movement_request_nodes n
+            WHERE n.request_id = $2 AND n.node_state = 'COMPLETED')
+         UPDATE capital_transfer_requests c SET settlement = s.v
+           FROM s
+          WHERE c.id = $1 AND s.v <> '{}'::jsonb
+         RETURNING c.settlement",
+    )
+    .bind(id)
+    .bind(movement_id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    Ok(settlement)
+}
+
 pub async fn set_state(
     conn: &mut PgConnection,
     id: Uuid,

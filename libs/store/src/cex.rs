@@ -24,6 +24,8 @@ pub struct SubmitKey {
     pub venue_time: Option<DateTime<Utc>>,
     pub recv_window_ms: Option<i32>,
     pub void_reason: Option<String>,
+    /// The withdraw request as it may have reached the venue (set when the key is marked sent).
+    pub request: Option<serde_json::Value>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -61,7 +63,7 @@ pub enum Recorded {
 }
 
 const COLUMNS: &str = "idempotency_key, venue, request_node_id, attempt_no, submit_by, status, venue_time, \
-                       recv_window_ms, void_reason";
+                       recv_window_ms, void_reason, request";
 
 fn key_of(row: &sqlx::postgres::PgRow) -> Result<SubmitKey> {
     Ok(SubmitKey {
@@ -74,6 +76,7 @@ fn key_of(row: &sqlx::postgres::PgRow) -> Result<SubmitKey> {
         venue_time: row.try_get("venue_time")?,
         recv_window_ms: row.try_get("recv_window_ms")?,
         void_reason: row.try_get("void_reason")?,
+        request: row.try_get("request")?,
     })
 }
 
@@ -160,12 +163,15 @@ async fn upsert_void(
 
 /// `recorded` → `sent`, before the venue's time is read for the request: from here on a
 /// request with this key may reach the venue (until its `recvWindow`, at most `submit_by`).
+/// `request` is what may reach the venue, kept for recovery to match the venue's history against.
 /// `false`: the key was voided meanwhile (recovery concluded it absent): nothing may be sent.
-pub async fn mark_sent(pool: &PgPool, idempotency_key: &str) -> Result<bool> {
+pub async fn mark_sent(pool: &PgPool, idempotency_key: &str, request: &serde_json::Value) -> Result<bool> {
     let moved = sqlx::query(
-        "UPDATE cex_submit_keys SET status = 'sent', updated_at = now() WHERE idempotency_key = $1 AND status = 'recorded'",
+        "UPDATE cex_submit_keys SET status = 'sent', request = $2, updated_at = now()
+          WHERE idempotency_key = $1 AND status = 'recorded'",
     )
     .bind(idempotency_key)
+    .bind(request)
     .execute(pool)
     .await?;
     Ok(moved.rows_affected() == 1)

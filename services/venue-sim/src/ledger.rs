@@ -75,6 +75,33 @@ pub struct AccountSetup {
     pub deposit_addresses: BTreeMap<String, String>,
     #[serde(default)]
     pub whitelist: Vec<WhitelistSetup>,
+    /// How this account's withdrawals are charged the network fee (default `deducted`, as
+    /// Binance does).
+    #[serde(default)]
+    pub fee_model: FeeModel,
+}
+
+/// How a withdrawal pays the network fee.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FeeModel {
+    /// Out of the amount: the account is debited the amount, the receiver gets amount − fee.
+    #[default]
+    Deducted,
+    /// On top: the account is debited amount + fee, the receiver gets the amount.
+    Added,
+}
+
+impl FeeModel {
+    /// `(debited, arriving)` of a withdrawal of `amount` charged `fee`; `None` when nothing
+    /// would arrive.
+    pub fn split(self, amount: i128, fee: i128) -> Option<(i128, i128)> {
+        match self {
+            FeeModel::Deducted if amount > fee => Some((amount, amount - fee)),
+            FeeModel::Deducted => None,
+            FeeModel::Added => Some((amount + fee, amount)),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Deserialize, Serialize)]
@@ -172,6 +199,9 @@ pub struct WithdrawalRow {
     pub address_tag: Option<String>,
     pub amount: String,
     pub fee: String,
+    /// What the receiver gets (the amount, less the fee where it is deducted).
+    #[serde(default)]
+    pub arrival: Option<String>,
     pub status: i64,
     /// A status code the `unknown_status` fault pins.
     pub pinned_status: Option<i64>,
@@ -217,6 +247,9 @@ pub struct Books {
     pub withdrawals: Vec<WithdrawalRow>,
     pub deposits: Vec<DepositRow>,
     pub requests: Vec<RequestRow>,
+    /// Fee models set at run time (admin), over the accounts' own.
+    #[serde(default)]
+    pub fee_models: BTreeMap<String, FeeModel>,
 }
 
 impl Books {
@@ -246,6 +279,13 @@ impl Books {
 
     pub fn balance(&self, account: &str, coin: &str) -> i128 {
         self.balances.get(account).and_then(|b| b.get(coin)).copied().unwrap_or(0)
+    }
+
+    /// The fee model of `account`'s withdrawals now.
+    pub fn fee_model(&self, setup: &Setup, account: &str) -> FeeModel {
+        self.fee_models.get(account).copied().unwrap_or_else(|| {
+            setup.accounts.iter().find(|a| a.name == account).map(|a| a.fee_model).unwrap_or_default()
+        })
     }
 
     pub fn credit(&mut self, account: &str, coin: &str, delta: i128) {
@@ -288,7 +328,7 @@ impl Books {
                             network: w.network.clone(),
                             address: w.address.clone(),
                             address_tag: w.address_tag.clone(),
-                            amount: w.amount.clone(),
+                            amount: w.arrival.clone().unwrap_or_else(|| w.amount.clone()),
                             status: 0,
                             tx_id: tx,
                             inserted_at: now,

@@ -531,7 +531,10 @@ async fn apply(
             return (Json(json!({"id": id})).into_response(), "duplicate_client_id".into(), Some(id), None);
         }
     }
-    if books.balance(&signed.account, coin) < amount_u + fee {
+    let Some((debit, arriving)) = books.fee_model(&v.setup, &signed.account).split(amount_u, fee) else {
+        return no(400, -4022, "The withdrawal amount is out of range.");
+    };
+    if books.balance(&signed.account, coin) < debit {
         return no(400, -4026, "Insufficient balance.");
     }
     let ambiguous = fired.iter().any(|f| f.kind == "ambiguous");
@@ -549,6 +552,7 @@ async fn apply(
         address_tag: tag.clone(),
         amount: ledger::text(amount_u),
         fee: ledger::text(fee),
+        arrival: Some(ledger::text(arriving)),
         status: pinned.unwrap_or(2),
         pinned_status: pinned,
         tx_id: None,
@@ -558,7 +562,7 @@ async fn apply(
     if fired.iter().any(|f| f.kind == "lookalike") {
         // Someone withdraws the same amount to the same address from the exchange's web UI (no
         // client id), and qtg's own request fails before it is committed (a 503).
-        books.credit(&signed.account, coin, -(amount_u + fee));
+        books.credit(&signed.account, coin, -debit);
         books.withdrawals.push(row("external", None));
         v.save(&books).await;
         let msg = "Internal error; unable to process your request. Please try again.";
@@ -566,11 +570,11 @@ async fn apply(
     }
     let booked = row("request", client_id.clone());
     let id = booked.id.clone();
-    books.credit(&signed.account, coin, -(amount_u + fee));
+    books.credit(&signed.account, coin, -debit);
     books.withdrawals.push(booked);
     if ambiguous {
         // Another desk's withdrawal of the same amount to the same address, without a client id.
-        books.credit(&signed.account, coin, -(amount_u + fee));
+        books.credit(&signed.account, coin, -debit);
         books.withdrawals.push(row("external", None));
     }
     v.save(&books).await;
@@ -634,6 +638,25 @@ async fn ledger_view(State(v): State<Shared>) -> Response {
 }
 
 #[derive(Deserialize)]
+struct SetFeeModel {
+    account: String,
+    fee_model: ledger::FeeModel,
+}
+
+/// Sets how an account's withdrawals are charged from now on (`deducted` or `added`).
+async fn set_fee_model(State(v): State<Shared>, Json(body): Json<SetFeeModel>) -> Response {
+    if !v.setup.accounts.iter().any(|a| a.name == body.account) {
+        return (StatusCode::BAD_REQUEST, Json(json!({"error": format!("no account {:?}", body.account)})))
+            .into_response();
+    }
+    let mut books = v.books.lock().await;
+    books.fee_models.insert(body.account.clone(), body.fee_model);
+    v.save(&books).await;
+    tracing::info!(account = %body.account, fee_model = ?body.fee_model, "fee model set");
+    Json(json!({"account": body.account, "fee_model": body.fee_model})).into_response()
+}
+
+#[derive(Deserialize)]
 struct Clock {
     offset_ms: i64,
 }
@@ -685,6 +708,7 @@ async fn main() -> anyhow::Result<()> {
         .route("/admin/requests", get(requests))
         .route("/admin/ledger", get(ledger_view))
         .route("/admin/clock", post(set_clock))
+        .route("/admin/fee-model", post(set_fee_model))
         .with_state(venue);
     let listener = tokio::net::TcpListener::bind(args.addr).await?;
     let addr = listener.local_addr()?;

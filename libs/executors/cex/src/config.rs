@@ -9,6 +9,7 @@ use qtg_executor::Setting;
 use serde::Deserialize;
 
 use crate::binance::{BinanceVenue, Credentials};
+use crate::fees::FeeModel;
 use crate::venue::Venue;
 
 /// The entry's `config` table.
@@ -45,6 +46,12 @@ pub struct EntryConfig {
     /// never claimed, only shown to a person. `false` (a venue without client ids) enables the
     /// runbook's amount/address/memo matcher inside the lookback window.
     pub client_ids: Option<bool>,
+    /// How the venue charges a withdrawal's network fee: `deducted` (the default, Binance's:
+    /// the receiver gets amount − fee) or `added` (the account is debited amount + fee).
+    pub fee_model: Option<FeeModel>,
+    /// Where the venue differs by asset or network: `{ "USDT" = "added", "BTC/BTC" = "deducted" }`
+    /// (`ASSET/NETWORK` before `ASSET` before `fee_model`).
+    pub fee_models: Option<std::collections::BTreeMap<String, FeeModel>>,
 }
 
 /// The three executors of the lane.
@@ -118,6 +125,13 @@ impl EntryConfig {
 
     pub fn timeout(&self) -> Duration {
         Duration::from_millis(self.timeout_ms.unwrap_or(5000))
+    }
+
+    /// The fee model of `coin` on `network`.
+    pub fn fee_model(&self, coin: &str, network: Option<&str>) -> FeeModel {
+        let by = self.fee_models.as_ref();
+        let find = |k: &str| by.and_then(|m| m.iter().find(|(name, _)| name.eq_ignore_ascii_case(k))).map(|(_, v)| *v);
+        network.and_then(|n| find(&format!("{coin}/{n}"))).or_else(|| find(coin)).or(self.fee_model).unwrap_or_default()
     }
 
     pub fn client_ids(&self) -> bool {

@@ -22,6 +22,7 @@ use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::config::{EntryConfig, Role};
+use crate::fees::{self, AmountIs, FeeModel, Priced};
 use crate::reconcile::{candidates, Candidate, Target};
 use crate::venue::{
     deposit_phase, withdrawal_phase, DepositPhase, Venue, VenueError, WithdrawRequest, WithdrawalPhase,
@@ -102,8 +103,17 @@ pub struct WithdrawPayload {
     pub network: Option<String>,
     pub address: String,
     pub address_tag: Option<String>,
+    /// What the withdraw request says: the intent's amount, grossed up by the fee when the
+    /// intent's amount is what must arrive at a venue that deducts it.
     pub amount: String,
+    /// The withdrawal's amounts under the venue's fee model, as prepared (absent in a payload
+    /// prepared before fee models, and before pricing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub priced: Option<Priced>,
 }
+
+/// A refusal before anything is sent: an error code and why.
+type Refusal = (&'static str, String);
 
 /// The destination (and memo) against the formats the venue documents for the network
 /// (`addressRegex`, `memoRegex`), before anything is sent. A venue format that does not compile
@@ -188,7 +198,56 @@ impl WithdrawPayload {
             address,
             address_tag: field("address_tag").or_else(|| field("memo")),
             amount,
+            priced: None,
         })
+    }
+
+    /// The payload with its amounts under `model`, at the fee the venue states for `net`,
+    /// within the template's fee cap. Refused when the venue states no fee (what arrives
+    /// could not be known), the fee is over the cap, or nothing would arrive.
+    fn priced(
+        mut self,
+        net: &crate::venue::NetworkInfo,
+        model: FeeModel,
+        amount_is: AmountIs,
+        risk_controls: &Value,
+    ) -> Result<WithdrawPayload, Refusal> {
+        let fee = net.withdraw_fee.as_deref().and_then(Amount::parse_any).ok_or_else(|| {
+            (
+                "CEX_FEE_UNKNOWN",
+                format!(
+                    "{} states no withdrawal fee for {} on {}: what would arrive cannot be known; nothing is sent",
+                    self.venue, self.coin, net.network
+                ),
+            )
+        })?;
+        let cap = fees::fee_cap(risk_controls, &self.coin).map_err(|e| ("CEX_INTENT_INVALID", e))?;
+        match &cap {
+            Some(cap) if &fee > cap => {
+                return Err((
+                    "CEX_FEE_OVER_CAP",
+                    format!(
+                        "{}'s fee for {} on {} is {fee}, over the template's cap of {cap} (risk_controls.max_fee)",
+                        self.venue, self.coin, net.network
+                    ),
+                ))
+            }
+            None if amount_is == AmountIs::Received && model == FeeModel::Deducted => {
+                return Err((
+                    "CEX_FEE_CAP_REQUIRED",
+                    "an amount that must arrive is grossed up by the venue's fee: the template must cap the fee \
+                     (risk_controls.max_fee)"
+                        .to_string(),
+                ))
+            }
+            _ => {}
+        }
+        let requested = Amount::parse_any(&self.amount).unwrap_or(Amount::ZERO);
+        let priced = fees::price(model, amount_is, &requested, &fee).map_err(|e| ("CEX_AMOUNT_BELOW_FEE", e))?;
+        self.network = Some(net.network.clone());
+        self.amount = priced.applied.clone();
+        self.priced = Some(priced);
+        Ok(self)
     }
 
     fn request(&self, client_id: &str) -> WithdrawRequest {
@@ -264,14 +323,15 @@ impl CexExecutor {
     async fn send(
         venue: Arc<dyn Venue>,
         pool: PgPool,
-        req: WithdrawRequest,
+        payload: WithdrawPayload,
+        key: String,
         submit_by: DateTime<Utc>,
         max_window_ms: u32,
         (node, attempt): (Uuid, i32),
     ) -> Result<Sent, qtg_store::StoreError> {
-        let key = req.client_id.clone();
+        let req = payload.request(&key);
         let name = venue.name().to_string();
-        if !keys::mark_sent(&pool, &key).await? {
+        if !keys::mark_sent(&pool, &key, &serde_json::to_value(&payload).unwrap_or(Value::Null)).await? {
             // Voided by recovery — or marked sent by a concurrent submit of the same key,
             // whose request may be on its way: then this call knows nothing for sure.
             return Ok(match keys::get(&pool, &key).await?.map(|k| k.status) {
@@ -316,12 +376,23 @@ impl CexExecutor {
         }
     }
 
-    fn booked(&self, id: &str, key: &str) -> ExecutionResult {
+    /// The venue holds withdrawal `id` for key `key`: its refs carry what was priced (the fee
+    /// model, the fee, what was applied for, what leaves the account and what must arrive),
+    /// which the observe nodes after it check the venue against.
+    fn booked(&self, id: &str, key: &str, p: &WithdrawPayload) -> ExecutionResult {
         let mut r = self.result(NodeState::Submitted);
-        r.provider_ref_id = Some(id.to_string());
         r.provider_state = Some("accepted".into());
+        r.provider_ref_id = Some(id.to_string());
         r.provider_refs.insert("exchange_withdrawal_id".into(), json!(id));
         r.provider_refs.insert("withdraw_order_id".into(), json!(key));
+        if let Some(priced) = &p.priced {
+            r.provider_refs.insert("fee_model".into(), json!(priced.fee_model));
+            r.provider_refs.insert("amount_is".into(), json!(priced.amount_is));
+            r.provider_refs.insert("withdrawal_fee".into(), json!(priced.fee));
+            r.provider_refs.insert("amount_applied".into(), json!(priced.applied));
+            r.provider_refs.insert("debit".into(), json!(priced.debit));
+            r.provider_refs.insert("expected_arrival".into(), json!(priced.arrival));
+        }
         r.retry_after_seconds = Some(1.0);
         r
     }
@@ -369,7 +440,7 @@ impl CexExecutor {
                 let found =
                     self.venue.withdrawals_by_client_id(&payload.coin, key).await.map_err(|e| self.unavailable(e))?;
                 return Ok(match found.as_slice() {
-                    [w] => self.booked(&w.id, key),
+                    [w] => self.booked(&w.id, key, &payload),
                     _ => ExecutionResult {
                         error_code: Some("CEX_KEY_ALREADY_SENT".into()),
                         error_detail: Some(
@@ -383,7 +454,8 @@ impl CexExecutor {
         let call = tokio::spawn(Self::send(
             self.venue.clone(),
             self.pool.clone(),
-            payload.request(key),
+            payload.clone(),
+            key.to_string(),
             s.submit_by,
             self.config.max_recv_window_ms(),
             (node, ctx.attempt_no),
@@ -394,7 +466,7 @@ impl CexExecutor {
             .map_err(Self::store)?;
         Ok(match sent {
             Sent::Booked { id, signed_at, recv_window_ms } => {
-                let mut r = self.booked(&id, key);
+                let mut r = self.booked(&id, key, &payload);
                 r.provider_refs.insert("venue_signed_at".into(), json!(signed_at.to_rfc3339()));
                 r.provider_refs.insert("recv_window_ms".into(), json!(recv_window_ms));
                 r
@@ -434,13 +506,14 @@ impl CexExecutor {
     }
 
     /// Preflight of a withdrawal: whitelisted address, asset and network open for
-    /// withdrawals, amount within the venue's limits, balance for amount and fee.
+    /// withdrawals, the fee known and within the cap, amount within the venue's limits,
+    /// balance for what the withdrawal debits under the venue's fee model.
     async fn preflight_withdrawal(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
-        let p = match WithdrawPayload::of(ctx, &self.config) {
-            Ok(p) => p,
-            Err(why) => return Ok(Some(self.failed("CEX_INTENT_INVALID", why))),
+        let checked = match self.quote(ctx).await {
+            Ok(Ok((p, net))) => self.check_withdrawal(&p, &net).await,
+            Ok(Err(refusal)) => Ok(Some(refusal)),
+            Err(e) => Err(e),
         };
-        let checked = self.check_withdrawal(&p).await;
         match checked {
             Ok(None) => Ok(None),
             Ok(Some((code, detail))) => Ok(Some(self.failed(code, detail))),
@@ -449,7 +522,52 @@ impl CexExecutor {
         }
     }
 
-    async fn check_withdrawal(&self, p: &WithdrawPayload) -> Result<Option<(&'static str, String)>, VenueError> {
+    /// The withdrawal as the intent asks for it, on the network it uses, priced at the fee
+    /// the venue states now (what prepare fixes, approvers see and submit sends).
+    async fn quote(
+        &self,
+        ctx: &ExecutionContext,
+    ) -> Result<Result<(WithdrawPayload, crate::venue::NetworkInfo), Refusal>, VenueError> {
+        let p = match WithdrawPayload::of(ctx, &self.config) {
+            Ok(p) => p,
+            Err(why) => return Ok(Err(("CEX_INTENT_INVALID", why))),
+        };
+        let amount_is = match AmountIs::of_intent(&ctx.intent) {
+            Ok(a) => a,
+            Err(why) => return Ok(Err(("CEX_INTENT_INVALID", why))),
+        };
+        let networks = self.venue.networks(&p.coin).await?;
+        if networks.is_empty() {
+            return Ok(Err(("CEX_ASSET_UNAVAILABLE", format!("{} does not list asset {}", p.venue, p.coin))));
+        }
+        let net = match &p.network {
+            Some(n) => networks.iter().find(|x| &x.network == n),
+            None if networks.len() == 1 => networks.first(),
+            None => {
+                let names: Vec<_> = networks.iter().map(|n| n.network.as_str()).collect();
+                return Ok(Err(("CEX_NETWORK_REQUIRED", format!("{} moves on {names:?}: name the network", p.coin))));
+            }
+        };
+        let Some(net) = net.filter(|n| n.withdraw_enable).cloned() else {
+            return Ok(Err((
+                "CEX_NETWORK_UNAVAILABLE",
+                format!(
+                    "{} on {} is not open for withdrawals at {}",
+                    p.coin,
+                    p.network.as_deref().unwrap_or("?"),
+                    p.venue
+                ),
+            )));
+        };
+        let model = self.config.fee_model(&p.coin, Some(&net.network));
+        Ok(p.priced(&net, model, amount_is, &ctx.risk_controls).map(|p| (p, net)))
+    }
+
+    async fn check_withdrawal(
+        &self,
+        p: &WithdrawPayload,
+        net: &crate::venue::NetworkInfo,
+    ) -> Result<Option<Refusal>, VenueError> {
         let whitelist = self.venue.whitelist().await?;
         let listed = whitelist.iter().any(|w| {
             w.address.eq_ignore_ascii_case(&p.address)
@@ -463,29 +581,6 @@ impl CexExecutor {
                 format!("{} is not on the withdrawal whitelist of {}", p.address, p.venue),
             )));
         }
-        let networks = self.venue.networks(&p.coin).await?;
-        if networks.is_empty() {
-            return Ok(Some(("CEX_ASSET_UNAVAILABLE", format!("{} does not list asset {}", p.venue, p.coin))));
-        }
-        let net = match &p.network {
-            Some(n) => networks.iter().find(|x| &x.network == n),
-            None if networks.len() == 1 => networks.first(),
-            None => {
-                let names: Vec<_> = networks.iter().map(|n| n.network.as_str()).collect();
-                return Ok(Some(("CEX_NETWORK_REQUIRED", format!("{} moves on {names:?}: name the network", p.coin))));
-            }
-        };
-        let Some(net) = net.filter(|n| n.withdraw_enable) else {
-            return Ok(Some((
-                "CEX_NETWORK_UNAVAILABLE",
-                format!(
-                    "{} on {} is not open for withdrawals at {}",
-                    p.coin,
-                    p.network.as_deref().unwrap_or("?"),
-                    p.venue
-                ),
-            )));
-        };
         if let Some(refusal) = format_refusal(net, p) {
             return Ok(Some(refusal));
         }
@@ -505,8 +600,10 @@ impl CexExecutor {
                 ),
             )));
         }
-        let fee = net.withdraw_fee.as_deref().and_then(Amount::parse_any).unwrap_or(Amount::ZERO);
-        let needed = amount.add(&fee);
+        let Some(priced) = &p.priced else {
+            return Ok(Some(("CEX_INTENT_INVALID", "the withdrawal was not priced".into())));
+        };
+        let needed = Amount::parse_any(&priced.debit).unwrap_or(Amount::ZERO);
         let balances = self.venue.balances().await?;
         let free = balances
             .iter()
@@ -516,7 +613,14 @@ impl CexExecutor {
         if free < needed {
             return Ok(Some((
                 "CEX_INSUFFICIENT_BALANCE",
-                format!("{} has {free} {} free; the withdrawal needs {needed} (amount + fee)", p.venue, p.coin),
+                format!(
+                    "{} has {free} {} free; the withdrawal debits {needed} ({} applied for, fee {} {})",
+                    p.venue,
+                    p.coin,
+                    priced.applied,
+                    priced.fee,
+                    priced.fee_model.as_str()
+                ),
             )));
         }
         Ok(None)
@@ -524,7 +628,7 @@ impl CexExecutor {
 
     /// A withdrawal by the venue's id, as observe answers it. `action`: the action node only
     /// waits for the venue to hold it; the observe node waits for it to be sent on chain.
-    async fn follow(&self, id: &str, action: bool) -> Result<ExecutionResult, ExecutorError> {
+    async fn follow(&self, ctx: &ExecutionContext, id: &str, action: bool) -> Result<ExecutionResult, ExecutorError> {
         let Some(w) = self.venue.withdrawal_by_id(id).await.map_err(|e| self.unavailable(e))? else {
             // The venue gave this id; its history may lag.
             let mut r = self.result(NodeState::Observing);
@@ -559,6 +663,9 @@ impl CexExecutor {
                 if let Some(tx) = w.tx_id.clone().filter(|t| !t.is_empty()) {
                     r.provider_refs.insert("txid".into(), json!(tx));
                 }
+                if !action {
+                    self.arrival_refs(ctx, &w, &mut r);
+                }
                 r.generated_artifacts
                     .push(json!({"kind": "cex_withdrawal", "venue": self.config.venue, "withdrawal": w}));
                 r
@@ -573,13 +680,40 @@ impl CexExecutor {
         Ok(r)
     }
 
+    /// What the deposit must bring, for the deposit observe after this node: the arrival
+    /// priced at prepare (carried from the action node), and what the venue's own record of the
+    /// withdrawal — the amount it booked, the fee it charged — says arrives under the fee model.
+    /// When the two differ (the venue's fee changed after prepare) the deposit check fails on the
+    /// priced amount and a person sees both: never a silent tolerance.
+    fn arrival_refs(&self, ctx: &ExecutionContext, w: &crate::venue::Withdrawal, r: &mut ExecutionResult) {
+        let carried_model = ctx.provider_context.get("fee_model").cloned().and_then(|v| serde_json::from_value(v).ok());
+        let model = carried_model.unwrap_or_else(|| self.config.fee_model(&w.coin, w.network.as_deref()));
+        let charged = w.fee.as_deref().and_then(Amount::parse_any);
+        let venue_arrival = Amount::parse_any(&w.amount)
+            .zip(charged.clone())
+            .and_then(|(amount, fee)| fees::arrival(model, &amount, &fee));
+        let priced = carried(ctx, "expected_arrival", "expected_arrival");
+        let expected = priced.or_else(|| venue_arrival.as_ref().map(ToString::to_string));
+        r.provider_refs.insert("fee_model".into(), json!(model));
+        r.provider_refs.insert("withdrawal_amount".into(), json!(w.amount));
+        if let Some(fee) = charged {
+            r.provider_refs.insert("withdrawal_fee_charged".into(), json!(fee.to_string()));
+        }
+        if let Some(a) = venue_arrival {
+            r.provider_refs.insert("venue_arrival".into(), json!(a.to_string()));
+        }
+        if let Some(e) = expected {
+            r.provider_refs.insert("expected_arrival".into(), json!(e));
+        }
+    }
+
     /// Recovery of a withdrawal attempt (runbook C1/C2/C3): by the venue's id if one was
     /// recorded; otherwise only with both submit markers, by client id, then by amount,
     /// address and memo inside the lookback window; absence is conclusive only once the key
     /// can no longer reach the venue.
     async fn recover_withdrawal(&self, ctx: &ExecutionContext, key: &str) -> Result<ExecutionResult, ExecutorError> {
         if let Some(id) = recorded_withdrawal_id(ctx) {
-            return self.follow(&id, true).await;
+            return self.follow(ctx, &id, true).await;
         }
         let refs = &ctx.provider_refs;
         let pending = refs.get(SUBMIT_ATTEMPT_PENDING).is_some_and(|v| v == &Value::Bool(true));
@@ -603,7 +737,7 @@ impl CexExecutor {
         };
         let payload = WithdrawPayload::of(ctx, &self.config)
             .map_err(|e| ExecutorError::Protocol(format!("the node's intent: {e}")))?;
-        match self.reconcile(ctx, key, &payload, started_at).await {
+        match self.reconcile(ctx, key, payload, started_at).await {
             Err(e @ VenueError::Auth { .. }) => {
                 // C3b: stuck on purpose; the key stays as it is (never voided on an auth failure).
                 tracing::error!(node_id = %ctx.request_node_id, idempotency_key = key, error = %e, "RECONCILIATION_AUTH_FAILED");
@@ -625,15 +759,24 @@ impl CexExecutor {
         &self,
         ctx: &ExecutionContext,
         key: &str,
-        p: &WithdrawPayload,
+        intended: WithdrawPayload,
         started_at: DateTime<Utc>,
     ) -> Result<ExecutionResult, VenueError> {
         // The venue's time before its history: absence is judged by a history read after it.
         let now = self.venue.server_time().await?;
+        // What may have reached the venue is what the history is matched against: the request
+        // as the key store recorded it when the key was marked sent (its amount may be grossed
+        // up by the fee); the intent's payload only if the key never got that far.
+        let sent = keys::get(&self.pool, key)
+            .await
+            .map_err(|e| VenueError::NoAnswer(format!("the cex key store: {e}")))?
+            .and_then(|k| k.request)
+            .and_then(|v| serde_json::from_value::<WithdrawPayload>(v).ok());
+        let p = &sent.unwrap_or(intended);
         let by_id = self.venue.withdrawals_by_client_id(&p.coin, key).await?;
         if let [w] = by_id.as_slice() {
             tracing::info!(idempotency_key = key, withdrawal_id = %w.id, "reconciled by client id");
-            let mut r = self.booked(&w.id, key);
+            let mut r = self.booked(&w.id, key, p);
             r.provider_refs
                 .insert(RECONCILIATION.into(), json!({"outcome": "matched", "by": "client_id", "withdrawal_id": w.id}));
             return Ok(r);
@@ -661,7 +804,7 @@ impl CexExecutor {
                 tracing::info!(idempotency_key = key, withdrawal_id = %one.id, "reconciled by amount/address/memo inside the lookback window");
                 evidence["outcome"] = json!("matched");
                 evidence["by"] = json!("amount_address");
-                let mut r = self.booked(&one.id, key);
+                let mut r = self.booked(&one.id, key, p);
                 r.provider_refs.insert(RECONCILIATION.into(), evidence);
                 Ok(r)
             }
@@ -772,7 +915,10 @@ impl CexExecutor {
             Some(c) => c,
             None => return Ok(self.failed("CEX_INTENT_INVALID", "the intent has no asset")),
         };
-        let amount = carried(ctx, "amount", "amount")
+        // What must arrive: the node's own `amount`, else what the withdrawal before it priced
+        // (amount − fee where the venue deducts it), else the intent's amount.
+        let amount = carried(ctx, "amount", "expected_arrival")
+            .or_else(|| carried(ctx, "amount", "amount"))
             .or_else(|| ctx.intent.get("amount").and_then(Value::as_str).map(str::to_string));
         let address = carried(ctx, "address", "address")
             .or_else(|| ctx.intent.get("destination").and_then(Value::as_str).map(str::to_string));
@@ -791,7 +937,17 @@ impl CexExecutor {
         };
         let mismatch = match (&amount, &address) {
             (Some(a), _) if Amount::parse_any(a) != Amount::parse_any(&d.amount) => {
-                Some(format!("amount {} ≠ expected {a}", d.amount))
+                let fees =
+                    match (ctx.provider_context.get("withdrawal_fee_charged"), ctx.provider_context.get("fee_model")) {
+                        (Some(fee), Some(model)) => format!(
+                            " (the sending venue charged a fee of {} under fee model {}; its record says {} arrives)",
+                            fee.as_str().unwrap_or("?"),
+                            model.as_str().unwrap_or("?"),
+                            ctx.provider_context.get("venue_arrival").and_then(Value::as_str).unwrap_or("?")
+                        ),
+                        _ => String::new(),
+                    };
+                Some(format!("amount {} ≠ expected {a}{fees}", d.amount))
             }
             (_, Some(addr)) if !addr.eq_ignore_ascii_case(&d.address) => {
                 Some(format!("address {} ≠ expected {addr}", d.address))
@@ -820,6 +976,7 @@ impl CexExecutor {
         r.provider_ref_id = Some(d.id.clone());
         r.provider_state = Some(format!("status_{}", d.status));
         r.provider_refs.insert("deposit_id".into(), json!(d.id));
+        r.provider_refs.insert("deposit_amount".into(), json!(d.amount));
         r.provider_refs.insert("deposit_status".into(), json!(d.status));
         Ok(r)
     }
@@ -846,11 +1003,29 @@ impl CexExecutor {
 
 #[async_trait]
 impl Executor for CexExecutor {
-    fn check_intent(&self, node_config: &Value, _risk_controls: &Value, intent: &Value) -> Result<(), String> {
-        match self.role {
-            Role::WithdrawalAction => destination_of(node_config, intent).map(|_| ()),
-            _ => Ok(()),
+    /// At creation: the destination paid, which side of the fee the amount is on, and for an
+    /// amount that must arrive at a venue that deducts its fee, the template's fee cap.
+    fn check_intent(&self, node_config: &Value, risk_controls: &Value, intent: &Value) -> Result<(), String> {
+        if self.role != Role::WithdrawalAction {
+            return Ok(());
         }
+        destination_of(node_config, intent)?;
+        let amount_is = AmountIs::of_intent(intent)?;
+        let field = |name: &str| node_config.get(name).or_else(|| intent.get(name)).and_then(Value::as_str);
+        let asset = field("asset").unwrap_or_default();
+        let cap = fees::fee_cap(risk_controls, asset)?;
+        let network = field("network").or(self.config.network.as_deref());
+        if amount_is == AmountIs::Received
+            && cap.is_none()
+            && self.config.fee_model(asset, network) == FeeModel::Deducted
+        {
+            return Err(format!(
+                "intent.amount_is \"received\": {} deducts its fee from the amount, so qtg grosses the amount up by \
+                 the fee — the template must cap that fee (risk_controls.max_fee)",
+                self.config.venue
+            ));
+        }
+        Ok(())
     }
 
     /// The venue account a withdrawal debits (observations move nothing).
@@ -867,9 +1042,14 @@ impl Executor for CexExecutor {
 
     async fn prepare(&self, ctx: &ExecutionContext) -> Result<Prepared, ExecutorError> {
         let payload = match self.role {
-            Role::WithdrawalAction => match WithdrawPayload::of(ctx, &self.config) {
-                Ok(p) => serde_json::to_value(p).unwrap_or(Value::Null),
-                Err(why) => return Ok(Prepared::Refused(self.failed("CEX_INTENT_INVALID", why))),
+            // Priced here, at the fee the venue states now: what is approved and sent.
+            Role::WithdrawalAction => match self.quote(ctx).await {
+                Ok(Ok((p, _))) => serde_json::to_value(p).unwrap_or(Value::Null),
+                Ok(Err((code, why))) => return Ok(Prepared::Refused(self.failed(code, why))),
+                Err(e @ VenueError::Auth { .. }) => {
+                    return Ok(Prepared::Refused(self.failed("CEX_AUTH_FAILED", e.to_string())))
+                }
+                Err(e) => return Err(self.unavailable(e)),
             },
             _ => match self.observe_payload(ctx) {
                 Ok(p) => Value::Object(p),
@@ -940,7 +1120,7 @@ impl CexExecutor {
                     recorded_withdrawal_id(ctx).or_else(|| carried(ctx, "withdrawal_id", "exchange_withdrawal_id"))
                 };
                 match id {
-                    Some(id) => self.follow(&id, action).await,
+                    Some(id) => self.follow(ctx, &id, action).await,
                     None => Ok(ExecutionResult {
                         error_code: Some("CEX_WITHDRAWAL_ID_MISSING".into()),
                         error_detail: Some("the node recorded no venue withdrawal id".into()),
@@ -1054,8 +1234,11 @@ mod tests {
                 .parse()
                 .unwrap();
         let config = EntryConfig::parse("exec.cex.withdrawal_action.fake", Some(&table)).unwrap();
-        // Never connected: these paths decide without the key store.
-        let pool = sqlx::postgres::PgPoolOptions::new().connect_lazy("postgres://127.0.0.1:1/none").unwrap();
+        // Recovery reads the key store (a key never recorded: the intent's payload is matched).
+        let url = std::env::var("QTG_TEST_DATABASE_URL")
+            .or_else(|_| std::env::var("DATABASE_URL"))
+            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
+        let pool = sqlx::postgres::PgPoolOptions::new().max_connections(2).connect_lazy(&url).unwrap();
         CexExecutor::new(
             "exec.cex.withdrawal_action.fake",
             Role::WithdrawalAction,
@@ -1064,6 +1247,13 @@ mod tests {
             pool,
             chrono::Duration::seconds(5),
         )
+    }
+
+    /// [`executor`] on a migrated database: recovery reads the key store.
+    async fn ready(venue: Fake, lookback: &str) -> CexExecutor {
+        let e = executor(venue, lookback);
+        qtg_store::migrate(&e.pool).await.expect("the test database (DATABASE_URL) migrates");
+        e
     }
 
     fn ctx(refs: Value) -> ExecutionContext {
@@ -1118,6 +1308,7 @@ mod tests {
             address: address.into(),
             address_tag: tag.map(String::from),
             amount: "10".into(),
+            priced: None,
         };
         let xrp = net("^r[1-9A-HJ-NP-Za-km-z]{25,34}$", "^\\d{1,10}$");
         assert_eq!(format_refusal(&xrp, &pay("rEb8TK3gBgk5auZkwc6sHnwrGVJH8DuaLh", Some("12345"))), None);
@@ -1145,10 +1336,10 @@ mod tests {
     async fn the_client_id_decides_first_and_an_auth_failure_gates() {
         let venue = Fake::default();
         venue.withdrawals.lock().unwrap().extend([row("w1", None, 4), row("w2", Some("n:1"), 4)]);
-        let e = executor(venue, "");
+        let e = ready(venue, "").await;
         let r = e.recover(&ctx(markers(Utc::now())), "n:1").await.unwrap();
         assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (NodeState::Submitted, Some("w2")));
-        let e = executor(Fake { auth_down: true, ..Fake::default() }, "");
+        let e = ready(Fake { auth_down: true, ..Fake::default() }, "").await;
         let r = e.recover(&ctx(markers(Utc::now())), "n:1").await.unwrap();
         assert_eq!(r.next_state, NodeState::Unknown);
         assert_eq!(r.provider_refs[MANUAL_REVIEW_REQUIRED], "reconciliation_auth_failed");
@@ -1167,7 +1358,7 @@ mod tests {
             ]);
             venue
         };
-        let open = executor(two(), "lookback_seconds = 600");
+        let open = ready(two(), "lookback_seconds = 600").await;
         let r = open.recover(&ctx(markers(started)), "n:1").await.unwrap();
         assert_eq!((r.next_state, r.error_code.as_deref()), (NodeState::Unknown, Some("RECONCILIATION_AMBIGUOUS")));
         assert!(r.provider_refs.get(MANUAL_REVIEW_REQUIRED).is_none());
@@ -1176,7 +1367,7 @@ mod tests {
             Some(2),
             "w3 is another client's"
         );
-        let closed = executor(two(), "lookback_seconds = 10");
+        let closed = ready(two(), "lookback_seconds = 10").await;
         let r = closed.recover(&ctx(markers(started)), "n:1").await.unwrap();
         assert_eq!(r.provider_refs[MANUAL_REVIEW_REQUIRED], "reconciliation_ambiguous");
         // One candidate on a venue without client ids: matched by amount, address and memo.
@@ -1185,13 +1376,13 @@ mod tests {
             venue.withdrawals.lock().unwrap().push(row("w9", None, 6));
             venue
         };
-        let r = executor(one(), "client_ids = false").recover(&ctx(markers(started)), "n:1").await.unwrap();
+        let r = ready(one(), "client_ids = false").await.recover(&ctx(markers(started)), "n:1").await.unwrap();
         assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (NodeState::Submitted, Some("w9")));
         assert_eq!(r.provider_refs[RECONCILIATION]["by"], "amount_address");
         // On a venue that keeps client ids (the default), a lone lookalike without ours is never
         // claimed: evidence for a person, not a completion (nor a FAILED that would invite a
         // retry while money may have moved).
-        let r = executor(one(), "lookback_seconds = 10").recover(&ctx(markers(started)), "n:1").await.unwrap();
+        let r = ready(one(), "lookback_seconds = 10").await.recover(&ctx(markers(started)), "n:1").await.unwrap();
         assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (NodeState::Unknown, None));
         assert_eq!(r.provider_refs[MANUAL_REVIEW_REQUIRED], "reconciliation_ambiguous");
         assert_eq!(r.provider_refs[RECONCILIATION]["matching"], "client_id_only");
@@ -1217,15 +1408,43 @@ mod tests {
     }
 
     #[tokio::test]
-    async fn preflight_counts_the_fee_against_the_balance() {
-        let short = executor(Fake { free: "100.5".into(), ..Fake::default() }, "");
-        let r = short.preflight(&ctx(json!({}))).await.unwrap().expect("refused");
-        assert_eq!(r.error_code.as_deref(), Some("CEX_INSUFFICIENT_BALANCE"), "{r:?}");
-        let enough = executor(Fake { free: "101".into(), ..Fake::default() }, "");
-        assert!(enough.preflight(&ctx(json!({}))).await.unwrap().is_none());
+    async fn preflight_counts_what_the_fee_model_debits_against_the_balance() {
+        let with = |free: &str, config: &str| executor(Fake { free: free.into(), ..Fake::default() }, config);
+        let code = |r: Option<ExecutionResult>| r.and_then(|r| r.error_code);
+        // Deducted (the default): 100 applied for debits 100; 99 arrive.
+        assert_eq!(
+            code(with("99.99", "").preflight(&ctx(json!({}))).await.unwrap()).as_deref(),
+            Some("CEX_INSUFFICIENT_BALANCE")
+        );
+        assert_eq!(code(with("100", "").preflight(&ctx(json!({}))).await.unwrap()), None);
+        // Added: 100 applied for debits 101.
+        let added = "fee_model = \"added\"";
+        assert_eq!(
+            code(with("100.5", added).preflight(&ctx(json!({}))).await.unwrap()).as_deref(),
+            Some("CEX_INSUFFICIENT_BALANCE")
+        );
+        assert_eq!(code(with("101", added).preflight(&ctx(json!({}))).await.unwrap()), None);
+        // "Arrive exactly 100" where the fee is deducted: 101 applied for, within the cap only.
+        let mut received = ctx(json!({}));
+        received.intent["amount_is"] = json!("received");
+        let e = with("100.5", "");
+        assert_eq!(code(e.preflight(&received).await.unwrap()).as_deref(), Some("CEX_FEE_CAP_REQUIRED"));
+        received.risk_controls = json!({"max_fee": "0.5"});
+        assert_eq!(code(e.preflight(&received).await.unwrap()).as_deref(), Some("CEX_FEE_OVER_CAP"));
+        received.risk_controls = json!({"max_fee": {"USDT": "1"}});
+        assert_eq!(code(e.preflight(&received).await.unwrap()).as_deref(), Some("CEX_INSUFFICIENT_BALANCE"));
+        let Prepared::Action(a) = with("101", "").prepare(&received).await.unwrap() else { panic!("refused") };
+        let p: WithdrawPayload = serde_json::from_str(&a.payload).unwrap();
+        let priced = p.priced.clone().unwrap();
+        assert_eq!((p.amount.as_str(), priced.debit.as_str(), priced.arrival.as_str()), ("101", "101", "100"));
+        assert!(with("101", "").check_intent(&json!({}), &json!({}), &received.intent).is_err(), "no cap at creation");
+        assert!(
+            with("101", added).check_intent(&json!({}), &json!({}), &received.intent).is_ok(),
+            "nothing to gross up"
+        );
         let mut far = ctx(json!({}));
         far.intent["destination"] = json!("0xdef");
-        let r = enough.preflight(&far).await.unwrap().expect("refused");
+        let r = with("101", "").preflight(&far).await.unwrap().expect("refused");
         assert_eq!(r.error_code.as_deref(), Some("CEX_ADDRESS_NOT_WHITELISTED"));
     }
 }

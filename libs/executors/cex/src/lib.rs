@@ -17,6 +17,7 @@ mod binance;
 mod config;
 mod drill;
 mod executors;
+pub mod fees;
 mod reconcile;
 pub mod venue;
 

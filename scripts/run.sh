@@ -38,11 +38,12 @@ done
 # The sim lanes plus the CEX lane's entries and its two accounts' balance fetchers, pointed at
 # that venue; its accounts' credentials (the simulator's own, from deploy/venue-sim.toml) as a
 # real deployment passes them: by env.
-cat deploy/registry.cex.toml deploy/registry.cex-balances.toml | sed "s|http://127.0.0.1:9400|http://$venue_addr|" \
+cat deploy/registry.cex.toml deploy/registry.cex-kraken.toml deploy/registry.cex-balances.toml | sed "s|http://127.0.0.1:9400|http://$venue_addr|" \
   | cat deploy/registry.sim.toml - > .qtg/registry.toml
 export MG_EXECUTOR_REGISTRY="$here/.qtg/registry.toml"
 export MG_SIM_A_ACCESS_KEY=sim-a-api-key-0001 MG_SIM_A_SECRET=sim-a-secret-0001
 export MG_SIM_B_ACCESS_KEY=sim-b-api-key-0001 MG_SIM_B_SECRET=sim-b-secret-0001
+export MG_SIM_K_ACCESS_KEY=sim-k-api-key-0001 MG_SIM_K_SECRET=c2ltLWstc2VjcmV0LTAwMDEta3Jha2VuLXNoYXBlZC1hY2NvdW50
 
 # The EVM demo: a local anvil (from npm; its chain state kept in .qtg/anvil-state.json across
 # restarts, like the database) with the QTT test token, and the EVM lane's entries.
@@ -232,6 +233,7 @@ install_template() { # key file [text… its latest version must hold, else the 
 }
 install_template demo.sim.transfer deploy/demo-template.json
 install_template demo.cex.a_to_b deploy/cex-demo-template.json
+install_template demo.cex.k_to_b deploy/cex-kraken-demo-template.json
 if [ -n "$token" ]; then
   sed "s|__TOKEN__|$token|" deploy/evm-demo-template.json > .qtg/evm-demo-template.json
   install_template demo.evm.pair .qtg/evm-demo-template.json
@@ -260,8 +262,10 @@ cat <<MSG
 
 qtg is running: API $api, admin http://$MG_ADMIN_ADDR (/healthz /readyz /metrics), log .qtg/qtg.log
 The operator console: $api/console (sign in with a key of .qtg/keys/, e.g. demo-operator)
-qtg-venue-sim (a simulated exchange, accounts sim_a and sim_b) at http://$venue_addr, log .qtg/venue-sim.log
-Templates demo.sim.transfer (sim lane), demo.cex.a_to_b (CEX→CEX through qtg-venue-sim) and, with anvil,
+qtg-venue-sim (a simulated exchange, accounts sim_a and sim_b, and sim_k speaking Kraken's API) at
+http://$venue_addr, log .qtg/venue-sim.log
+Templates demo.sim.transfer (sim lane), demo.cex.a_to_b (CEX→CEX through qtg-venue-sim), demo.cex.k_to_b
+(the same from the Kraken-shaped sim_k, by withdrawal key) and, with anvil,
 demo.evm.pair (ETH then the QTT token on a local anvil at ${anvil_url:-(off)}, log .qtg/anvil.log) and
 usdc.cctp.chain_a_to_b (USDC by CCTP from that anvil, chain A, to a second one, chain B at ${anvil_b_url:-(off)},
 log .qtg/anvil-b.log) are installed. Keys are in .qtg/keys/ (the bootstrap admin key in .qtg/bootstrap.key).
@@ -286,6 +290,9 @@ log .qtg/anvil-b.log) are installed. Keys are in .qtg/keys/ (the bootstrap admin
   # CEX→CEX: withdraw 100 USDT from sim_a to sim_b's deposit address, follow it, see it credited
   curl -s -X POST $api/v3/movements -H "Authorization: Bearer \$REQUESTER" -H 'Content-Type: application/json' \\
     -d '{"template_key":"demo.cex.a_to_b","intent":{"asset":"USDT","amount":"100","source":"sim_a","destination":"0xb0b0000000000000000000000000000000000b0b"},"idempotency_key":"cex-1"}'
+  # the same from the Kraken-shaped account: template demo.cex.k_to_b, source sim_k (Kraken deducts its fee)
+  curl -s -X POST $api/v3/movements -H "Authorization: Bearer \$REQUESTER" -H 'Content-Type: application/json' \\
+    -d '{"template_key":"demo.cex.k_to_b","intent":{"asset":"USDT","amount":"100","source":"sim_k","destination":"0xb0b0000000000000000000000000000000000b0b"},"idempotency_key":"cex-k-1"}'
   curl -s http://$venue_addr/admin/ledger        # the venue's books; /admin/requests: every withdraw request
   MG_EXECUTOR_REGISTRY=.qtg/registry.toml MG_SIM_A_ACCESS_KEY=sim-a-api-key-0001 MG_SIM_A_SECRET=sim-a-secret-0001 \\
     ./target/debug/qtgctl venues drill --venue sim_a --asset USDT

@@ -22,56 +22,30 @@ const ENV: [(&str, &str); 5] = [
 
 const ENTRY: &str = "timeout_ms = 1000, history_lag_seconds = 1";
 
-struct Cex {
-    db: TestDb,
-    venue: VenueSim,
-    api: Api,
-    keys: Keys,
-    env: Vec<(String, String)>,
+/// The bed with the CEX→CEX demo template (sim_a → sim_b).
+struct Cex(CexBed);
+
+impl std::ops::Deref for Cex {
+    type Target = CexBed;
+    fn deref(&self) -> &CexBed {
+        &self.0
+    }
+}
+
+impl std::ops::DerefMut for Cex {
+    fn deref_mut(&mut self) -> &mut CexBed {
+        &mut self.0
+    }
 }
 
 impl Cex {
     async fn start(entry: &str) -> anyhow::Result<Cex> {
-        let db = TestDb::new().await?;
-        let venue = VenueSim::start(&db.name).await?;
-        let registry = venue.registry(&db.name, entry)?;
-        let mut env: Vec<(String, String)> = ENV.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
-        env.extend(VENUE_SIM_CREDENTIALS.iter().map(|(k, v)| (k.to_string(), v.to_string())));
-        env.push(("MG_EXECUTOR_REGISTRY".into(), registry.to_string_lossy().to_string()));
-        let pairs = env_pairs(&env);
-        let api = Api::start(&db.url, &pairs).await?;
-        let keys = Keys::create(&api).await?;
-        let template: Value = serde_json::from_str(&std::fs::read_to_string(
-            std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../deploy/cex-demo-template.json"),
-        )?)?;
-        install_template(&api, &keys, template).await?;
-        Ok(Cex { db, venue, api, keys, env })
-    }
-
-    async fn worker(&self, binary: &str) -> anyhow::Result<Proc> {
-        let pairs = env_pairs(&self.env);
-        Proc::spawn(binary, &self.db.url, &pairs).await
+        Ok(Cex(CexBed::start(&ENV, entry, false, "cex-demo-template.json").await?))
     }
 
     /// Creates and approves a CEX→CEX movement of `amount` USDT from sim_a to sim_b.
     async fn movement(&self, idem: &str, amount: &str) -> anyhow::Result<String> {
-        let body = json!({
-            "template_key": "demo.cex.a_to_b",
-            "intent": {"asset": "USDT", "amount": amount, "source": "sim_a", "destination": SIM_B_DEPOSIT},
-            "idempotency_key": idem,
-        });
-        let m = self.api.ok("POST", "/v3/movements", &self.keys.requester, Some(body), 201).await?;
-        let id = m["id"].as_str().unwrap_or_default().to_string();
-        self.api.ok("POST", &format!("/v3/movements/{id}/approve"), &self.keys.approver, None, 200).await?;
-        Ok(id)
-    }
-
-    async fn node(&self, movement: &str, key: &str) -> anyhow::Result<uuid::Uuid> {
-        Ok(sqlx::query_scalar("SELECT id FROM movement_request_nodes WHERE request_id = $1::uuid AND node_key = $2")
-            .bind(movement)
-            .bind(key)
-            .fetch_one(&self.db.pool)
-            .await?)
+        self.0.movement("demo.cex.a_to_b", "sim_a", idem, amount).await
     }
 
     async fn diagnosis(&self, movement: &str, node: &str) -> anyhow::Result<Value> {
@@ -79,17 +53,6 @@ impl Cex {
             .ok("GET", &format!("/v3/movements/{movement}/nodes/{node}/diagnosis"), &self.keys.operator, None, 200)
             .await
     }
-
-    async fn wait(&self, id: &str, states: &[&str], secs: u64) -> anyhow::Result<Value> {
-        wait_state(&self.api, &self.keys.requester, id, states, Duration::from_secs(secs)).await
-    }
-}
-
-async fn refs(pool: &PgPool, node: uuid::Uuid) -> anyhow::Result<(String, Value, Option<String>)> {
-    Ok(sqlx::query_as("SELECT node_state, provider_refs, error_code FROM movement_request_nodes WHERE id = $1")
-        .bind(node)
-        .fetch_one(pool)
-        .await?)
 }
 
 async fn wait_node(pool: &PgPool, node: uuid::Uuid, condition: &str, secs: u64) -> anyhow::Result<()> {
@@ -107,12 +70,12 @@ async fn a_cex_to_cex_movement_completes_through_separate_workers() -> anyhow::R
     let m = m.map_err(|e| anyhow::anyhow!("{e}\n{}\n{}", dispatcher.log(), observer.log()))?;
     assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
     let withdraw = cex.node(&id, "withdraw").await?;
-    let (_, wrefs, _) = refs(&cex.db.pool, withdraw).await?;
+    let (_, wrefs, _) = cex.refs(withdraw).await?;
     let exchange_id = wrefs["exchange_withdrawal_id"].as_str().expect("the venue's withdrawal id").to_string();
     assert_eq!(wrefs["withdraw_order_id"], format!("{withdraw}:1"), "the client id is qtg's idempotency key");
-    let (_, orefs, _) = refs(&cex.db.pool, cex.node(&id, "withdrawal").await?).await?;
+    let (_, orefs, _) = cex.refs(cex.node(&id, "withdrawal").await?).await?;
     assert!(orefs["txid"].as_str().is_some_and(|t| t.starts_with("0x")), "{orefs}");
-    let (_, drefs, _) = refs(&cex.db.pool, cex.node(&id, "deposit").await?).await?;
+    let (_, drefs, _) = cex.refs(cex.node(&id, "deposit").await?).await?;
     assert_eq!(drefs["deposit_status"], 1, "{drefs}");
     // The venue: one request, one withdrawal, paid once; sim_b credited.
     let requests = cex.venue.requests_for(&withdraw.to_string()).await?;
@@ -136,7 +99,7 @@ async fn a_cex_to_cex_movement_completes_through_separate_workers() -> anyhow::R
     assert_eq!(status, "sent");
     assert!(window.is_some_and(|w| (1000..=3400).contains(&w)), "recvWindow ≤ submit_by − T: {window:?}");
     drop((dispatcher, observer));
-    cex.db.drop_db().await;
+    cex.0.db.drop_db().await;
     Ok(())
 }
 
@@ -158,7 +121,7 @@ async fn preflight_refuses_before_anything_leaves() -> anyhow::Result<()> {
     assert_eq!(node(&m, "withdraw")["error_code"], "CEX_ADDRESS_NOT_WHITELISTED", "{m:#}");
     assert!(cex.venue.requests().await?.is_empty(), "no withdraw request reached the venue");
     drop(dispatcher);
-    cex.db.drop_db().await;
+    cex.0.db.drop_db().await;
     Ok(())
 }
 
@@ -172,14 +135,14 @@ async fn a_response_dropped_after_commit_is_found_by_client_id() -> anyhow::Resu
     let id = cex.movement("cex-drop-1", "100").await?;
     let withdraw = cex.node(&id, "withdraw").await?;
     wait_node(&cex.db.pool, withdraw, "node_state = 'UNKNOWN'", 30).await?;
-    let (_, r, code) = refs(&cex.db.pool, withdraw).await?;
+    let (_, r, code) = cex.refs(withdraw).await?;
     assert_eq!(code.as_deref(), Some("CEX_NO_ANSWER"));
     assert_eq!(r["__submit_attempt_pending"], true, "{r}");
     assert_eq!(cex.diagnosis(&id, "withdraw").await?["case"], "C1", "recovery imminent");
     let recovery = cex.worker("qtg-recovery").await?;
     let m = cex.wait(&id, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], 60).await?;
     assert_eq!(m["request_state"], "COMPLETED", "{m:#}\n{}", recovery.log());
-    let (_, r, _) = refs(&cex.db.pool, withdraw).await?;
+    let (_, r, _) = cex.refs(withdraw).await?;
     assert_eq!(r["__reconciliation"]["by"], "client_id", "{r}");
     assert!(r.get("__submit_attempt_pending").is_none(), "recovery's evidence cleared the marker: {r}");
     let requests = cex.venue.requests_for(&withdraw.to_string()).await?;
@@ -187,7 +150,7 @@ async fn a_response_dropped_after_commit_is_found_by_client_id() -> anyhow::Resu
     assert_eq!(requests[0]["outcome"], "drop_after_commit");
     assert_eq!(cex.venue.paid(&withdraw.to_string()).await?.len(), 1);
     drop((workers, recovery));
-    cex.db.drop_db().await;
+    cex.0.db.drop_db().await;
     Ok(())
 }
 
@@ -204,7 +167,7 @@ async fn a_5xx_before_commit_is_fenced_then_retried_once() -> anyhow::Result<()>
     let withdraw = cex.node(&id, "withdraw").await?;
     let m = cex.wait(&id, &["FAILED", "COMPLETED", "MANUAL_INTERVENTION"], 60).await?;
     assert_eq!(m["request_state"], "FAILED", "{m:#}");
-    let (_, r, code) = refs(&cex.db.pool, withdraw).await?;
+    let (_, r, code) = cex.refs(withdraw).await?;
     assert_eq!(code.as_deref(), Some("CEX_WITHDRAWAL_NOT_FOUND"), "{r}");
     assert_eq!(r["__reconciliation"]["outcome"], "absent_fenced");
     let key: String = sqlx::query_scalar("SELECT status FROM cex_submit_keys WHERE idempotency_key = $1")
@@ -234,7 +197,7 @@ async fn a_5xx_before_commit_is_fenced_then_retried_once() -> anyhow::Result<()>
     );
     assert_eq!(cex.venue.paid(&withdraw.to_string()).await?.len(), 1);
     drop(workers);
-    cex.db.drop_db().await;
+    cex.0.db.drop_db().await;
     Ok(())
 }
 
@@ -258,7 +221,7 @@ async fn auth_failures_fail_a_submit_and_gate_a_reconciliation() -> anyhow::Resu
     let id = cex.movement("cex-401-recover", "100").await?;
     let m = cex.wait(&id, &["MANUAL_INTERVENTION"], 60).await?;
     let withdraw = cex.node(&id, "withdraw").await?;
-    let (state, r, code) = refs(&cex.db.pool, withdraw).await?;
+    let (state, r, code) = cex.refs(withdraw).await?;
     assert_eq!((state.as_str(), code.as_deref()), ("UNKNOWN", Some("RECONCILIATION_AUTH_FAILED")), "{m:#}");
     assert_eq!(r["__legacy_reconciliation_gated"], true);
     assert_eq!(r["__manual_review_required"], "reconciliation_auth_failed");
@@ -285,7 +248,7 @@ async fn auth_failures_fail_a_submit_and_gate_a_reconciliation() -> anyhow::Resu
     assert_eq!(cex.venue.requests_for(&withdraw.to_string()).await?.len(), 1);
     assert_eq!(cex.venue.paid(&withdraw.to_string()).await?.len(), 1);
     drop(workers);
-    cex.db.drop_db().await;
+    cex.0.db.drop_db().await;
     Ok(())
 }
 
@@ -301,12 +264,12 @@ async fn an_ambiguous_match_waits_out_the_lookback_then_calls_a_person() -> anyh
     let id = cex.movement("cex-ambiguous-1", "100").await?;
     let withdraw = cex.node(&id, "withdraw").await?;
     wait_node(&cex.db.pool, withdraw, "error_code = 'RECONCILIATION_AMBIGUOUS'", 30).await?;
-    let (state, r, _) = refs(&cex.db.pool, withdraw).await?;
+    let (state, r, _) = cex.refs(withdraw).await?;
     assert_eq!(state, "UNKNOWN");
     assert!(r.get("__manual_review_required").is_none(), "the window is still open: {r}");
     assert_eq!(request_state(&cex.db.pool, id.parse()?).await?, "EXECUTING");
     let m = cex.wait(&id, &["MANUAL_INTERVENTION"], 30).await?;
-    let (_, r, _) = refs(&cex.db.pool, withdraw).await?;
+    let (_, r, _) = cex.refs(withdraw).await?;
     assert_eq!(r["__manual_review_required"], "reconciliation_ambiguous", "{m:#}");
     let d = cex.diagnosis(&id, "withdraw").await?;
     assert_eq!(d["case"], "C2", "{d:#}");
@@ -316,7 +279,7 @@ async fn an_ambiguous_match_waits_out_the_lookback_then_calls_a_person() -> anyh
     assert_eq!(cex.venue.requests_for(&withdraw.to_string()).await?.len(), 1);
     assert_eq!(cex.venue.paid(&withdraw.to_string()).await?.len(), 1, "one of the two is the other desk's");
     drop(workers);
-    cex.db.drop_db().await;
+    cex.0.db.drop_db().await;
     Ok(())
 }
 
@@ -331,7 +294,7 @@ async fn an_unknown_status_code_keeps_the_node_observing() -> anyhow::Result<()>
     let id = cex.movement("cex-unmapped-1", "100").await?;
     let withdraw = cex.node(&id, "withdraw").await?;
     wait_node(&cex.db.pool, withdraw, "provider_state = 'unmapped_status_99'", 30).await?;
-    let (state, r, code) = refs(&cex.db.pool, withdraw).await?;
+    let (state, r, code) = cex.refs(withdraw).await?;
     assert_eq!((state.as_str(), code.as_deref()), ("OBSERVING", Some("CEX_STATUS_UNMAPPED")));
     assert_eq!(r["__status_unmapped"]["code"], 99);
     assert_eq!(cex.diagnosis(&id, "withdraw").await?["case"], "C5");
@@ -345,7 +308,7 @@ async fn an_unknown_status_code_keeps_the_node_observing() -> anyhow::Result<()>
     assert_eq!(request_state(&cex.db.pool, id.parse()?).await?, "EXECUTING");
     assert_eq!(cex.venue.paid(&withdraw.to_string()).await?.len(), 1);
     drop((dispatcher, observer));
-    cex.db.drop_db().await;
+    cex.0.db.drop_db().await;
     Ok(())
 }
 
@@ -395,7 +358,7 @@ async fn a_dispatcher_frozen_before_its_withdraw_request_is_refused_by_the_venue
     assert_eq!(cex.venue.paid(&withdraw.to_string()).await?.len(), 1);
     assert_eq!(request_state(&cex.db.pool, id.parse()?).await?, "COMPLETED", "the late answer changed nothing");
     drop((frozen, second, workers));
-    cex.db.drop_db().await;
+    cex.0.db.drop_db().await;
     Ok(())
 }
 
@@ -416,17 +379,17 @@ async fn a_dispatcher_killed_after_the_venue_committed_is_reconciled_by_client_i
     .await?;
     killed.signal("KILL");
     killed.wait_exit(Duration::from_secs(10)).await?;
-    let (state, r, _) = refs(&cex.db.pool, withdraw).await?;
+    let (state, r, _) = cex.refs(withdraw).await?;
     assert_eq!(state, "SUBMITTING", "qtg never recorded the answer: {r}");
     let second = cex.worker("qtg-dispatcher").await?;
     let m = cex.wait(&id, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], 60).await?;
     assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
-    let (_, r, _) = refs(&cex.db.pool, withdraw).await?;
+    let (_, r, _) = cex.refs(withdraw).await?;
     assert_eq!(r["__reconciliation"]["by"], "client_id", "{r}");
     assert_eq!(cex.venue.requests_for(&withdraw.to_string()).await?.len(), 1, "no second withdraw request");
     assert_eq!(cex.venue.paid(&withdraw.to_string()).await?.len(), 1);
     drop((second, workers));
-    cex.db.drop_db().await;
+    cex.0.db.drop_db().await;
     Ok(())
 }
 
@@ -495,7 +458,7 @@ async fn what_is_paid_is_the_destination_shown() -> anyhow::Result<()> {
     let n: i64 = sqlx::query_scalar("SELECT count(*) FROM movement_requests").fetch_one(&cex.db.pool).await?;
     assert_eq!(n, 0, "nothing recorded");
     assert!(cex.venue.requests().await?.is_empty(), "nothing reached the venue");
-    cex.db.drop_db().await;
+    cex.0.db.drop_db().await;
     Ok(())
 }
 
@@ -514,7 +477,7 @@ async fn a_lookalike_without_our_client_id_is_never_claimed() -> anyhow::Result<
     let withdraw = cex.node(&id, "withdraw").await?;
     let m = cex.wait(&id, &["MANUAL_INTERVENTION", "COMPLETED", "FAILED"], 60).await?;
     assert_eq!(m["request_state"], "MANUAL_INTERVENTION", "{m:#}");
-    let (state, r, code) = refs(&cex.db.pool, withdraw).await?;
+    let (state, r, code) = cex.refs(withdraw).await?;
     assert_eq!((state.as_str(), code.as_deref()), ("UNKNOWN", Some("RECONCILIATION_AMBIGUOUS")), "{r}");
     assert_eq!(r["__manual_review_required"], "reconciliation_ambiguous", "{r}");
     assert_eq!(r["__reconciliation"]["matching"], "client_id_only", "{r}");
@@ -524,7 +487,7 @@ async fn a_lookalike_without_our_client_id_is_never_claimed() -> anyhow::Result<
     assert_eq!(outcomes, [json!("lookalike")], "one request, never booked");
     assert!(cex.venue.paid(&withdraw.to_string()).await?.is_empty(), "nothing paid for qtg's node");
     drop(workers);
-    cex.db.drop_db().await;
+    cex.0.db.drop_db().await;
     Ok(())
 }
 
@@ -624,7 +587,7 @@ async fn fee_model_end_to_end(model: &str) -> anyhow::Result<()> {
     let (a, b) = if deducted { (a - 51.0 - 30.0, b + 50.0 + 29.0) } else { (a - 51.0 - 31.0, b + 50.0 + 30.0) };
     settled(a, b).await?;
     drop(workers);
-    cex.db.drop_db().await;
+    cex.0.db.drop_db().await;
     Ok(())
 }
 

@@ -26,6 +26,10 @@ pub struct SubmitKey {
     pub void_reason: Option<String>,
     /// The withdraw request as it may have reached the venue (set when the key is marked sent).
     pub request: Option<serde_json::Value>,
+    /// The nonce the request was signed with (a venue fenced by nonce).
+    pub nonce: Option<i64>,
+    /// When a call with a nonce above it was accepted: the request can no longer act.
+    pub fenced_at: Option<DateTime<Utc>>,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,7 +67,7 @@ pub enum Recorded {
 }
 
 const COLUMNS: &str = "idempotency_key, venue, request_node_id, attempt_no, submit_by, status, venue_time, \
-                       recv_window_ms, void_reason, request";
+                       recv_window_ms, void_reason, request, nonce, fenced_at";
 
 fn key_of(row: &sqlx::postgres::PgRow) -> Result<SubmitKey> {
     Ok(SubmitKey {
@@ -77,6 +81,8 @@ fn key_of(row: &sqlx::postgres::PgRow) -> Result<SubmitKey> {
         recv_window_ms: row.try_get("recv_window_ms")?,
         void_reason: row.try_get("void_reason")?,
         request: row.try_get("request")?,
+        nonce: row.try_get("nonce")?,
+        fenced_at: row.try_get("fenced_at")?,
     })
 }
 
@@ -190,6 +196,50 @@ pub async fn note_signature(
         .bind(recv_window_ms)
         .execute(pool)
         .await?;
+    Ok(())
+}
+
+/// A venue fenced by nonce: notes the venue's time and the nonce the request is about to be
+/// signed with — only while recovery has not asked for the fence. `false`: it has; nothing may
+/// be signed with this key.
+pub async fn note_nonce(pool: &PgPool, idempotency_key: &str, venue_time: DateTime<Utc>, nonce: i64) -> Result<bool> {
+    let noted = sqlx::query(
+        "UPDATE cex_submit_keys SET venue_time = $2, nonce = $3, updated_at = now()
+          WHERE idempotency_key = $1 AND status = 'sent' AND fence_requested_at IS NULL",
+    )
+    .bind(idempotency_key)
+    .bind(venue_time)
+    .bind(nonce)
+    .execute(pool)
+    .await?;
+    Ok(noted.rows_affected() == 1)
+}
+
+/// Recovery asks for the fence of a `sent` key: from here on no request is signed with it
+/// ([`note_nonce`] refuses). Answers the key as it is now — with the nonce its request was
+/// signed with, if it got that far.
+pub async fn request_fence(pool: &PgPool, idempotency_key: &str) -> Result<Option<SubmitKey>> {
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "UPDATE cex_submit_keys SET fence_requested_at = COALESCE(fence_requested_at, now()), updated_at = now()
+          WHERE idempotency_key = $1 AND status = 'sent'
+         RETURNING {COLUMNS}"
+    )))
+    .bind(idempotency_key)
+    .fetch_optional(pool)
+    .await?
+    .map(|r| key_of(&r))
+    .transpose()
+}
+
+/// The venue accepted a call with a nonce above the key's at `at` (the venue's time).
+pub async fn note_fenced(pool: &PgPool, idempotency_key: &str, at: DateTime<Utc>) -> Result<()> {
+    sqlx::query(
+        "UPDATE cex_submit_keys SET fenced_at = COALESCE(fenced_at, $2), updated_at = now() WHERE idempotency_key = $1",
+    )
+    .bind(idempotency_key)
+    .bind(at)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 

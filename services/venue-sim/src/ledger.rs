@@ -79,6 +79,19 @@ pub struct AccountSetup {
     /// Binance does).
     #[serde(default)]
     pub fee_model: FeeModel,
+    /// Which API shape this account speaks: `binance` (the default) or `kraken` (its secret is
+    /// then base64, as Kraken issues them).
+    #[serde(default)]
+    pub api: Api,
+}
+
+/// The exchange API an account is reached through.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default, Deserialize, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Api {
+    #[default]
+    Binance,
+    Kraken,
 }
 
 /// How a withdrawal pays the network fee.
@@ -112,6 +125,9 @@ pub struct WhitelistSetup {
     pub address: String,
     #[serde(default)]
     pub address_tag: Option<String>,
+    /// Kraken: the withdrawal key's name (a withdrawal names the key, not the address).
+    #[serde(default)]
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -250,6 +266,9 @@ pub struct Books {
     /// Fee models set at run time (admin), over the accounts' own.
     #[serde(default)]
     pub fee_models: BTreeMap<String, FeeModel>,
+    /// Kraken: the last nonce accepted per account (a nonce not above it is refused).
+    #[serde(default)]
+    pub nonces: BTreeMap<String, u64>,
 }
 
 impl Books {

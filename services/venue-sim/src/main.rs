@@ -5,6 +5,7 @@
 //! `/admin/faults`, and a log of every withdraw request it receives (`/admin/requests`), so a
 //! test can tell a deduplicated blind re-submit from none. For demos and tests, not for money.
 
+mod kraken;
 mod ledger;
 
 use std::collections::HashMap;
@@ -164,7 +165,7 @@ struct Signed {
 /// against the venue's clock.
 fn verify(v: &Venue, headers: &HeaderMap, query: Option<&str>, body: &[u8]) -> Result<Signed, Refusal> {
     let key = headers.get("X-MBX-APIKEY").and_then(|h| h.to_str().ok()).unwrap_or("");
-    let Some(account) = v.setup.account_by_key(key) else {
+    let Some(account) = v.setup.account_by_key(key).filter(|a| a.api == ledger::Api::Binance) else {
         return Err(Refusal(401, -2015, "Invalid API-key, IP, or permissions for action."));
     };
     let query = query.unwrap_or("");
@@ -269,17 +270,23 @@ async fn read(
 fn replace_numbers(v: &mut Value, bad: &str) {
     const NUMBERS: [&str; 7] =
         ["free", "locked", "amount", "transactionFee", "withdrawFee", "withdrawMin", "withdrawMax"];
+    replace_fields(v, bad, &NUMBERS, false);
+}
+
+/// Every string field named in `numbers` (and, with `values`, every string value of an
+/// object's map, as Kraken's `Balance` answers) becomes `bad`.
+fn replace_fields(v: &mut Value, bad: &str, numbers: &[&str], values: bool) {
     match v {
         Value::Object(m) => {
             for (k, x) in m.iter_mut() {
-                if NUMBERS.contains(&k.as_str()) && x.is_string() {
+                if (values || numbers.contains(&k.as_str())) && x.is_string() {
                     *x = Value::String(bad.to_string());
                 } else {
-                    replace_numbers(x, bad);
+                    replace_fields(x, bad, numbers, values);
                 }
             }
         }
-        Value::Array(a) => a.iter_mut().for_each(|x| replace_numbers(x, bad)),
+        Value::Array(a) => a.iter_mut().for_each(|x| replace_fields(x, bad, numbers, values)),
         _ => {}
     }
 }
@@ -495,54 +502,97 @@ async fn apply(
     let (Some(coin), Some(address), Some(amount)) = (p.get("coin"), p.get("address"), p.get("amount")) else {
         return no(400, -1102, "Mandatory parameter missing (coin, address, amount).");
     };
-    let tag = p.get("addressTag").filter(|t| !t.is_empty()).cloned();
-    let Some(net) = v.setup.network(coin, p.get("network").map(String::as_str)) else {
-        return no(400, -4019, "The current currency is not open for withdrawal");
+    let order = Order {
+        coin: coin.clone(),
+        network: p.get("network").cloned(),
+        address: address.clone(),
+        tag: p.get("addressTag").filter(|t| !t.is_empty()).cloned(),
+        amount: amount.clone(),
+        client_id: p.get("withdrawOrderId").filter(|c| !c.is_empty()).cloned(),
+    };
+    match book(v, &signed.account, &order, &fired).await {
+        Booked::Id { id, outcome, hold } => (Json(json!({"id": id})).into_response(), outcome, Some(id), hold),
+        Booked::Refused(status, code, msg) => no(status, code, msg),
+        Booked::Lookalike => {
+            let msg = "Internal error; unable to process your request. Please try again.";
+            (refuse(503, -1001, msg), "lookalike".into(), None, None)
+        }
+    }
+}
+
+/// A withdrawal as either API shape asks for it.
+pub(crate) struct Order {
+    pub coin: String,
+    pub network: Option<String>,
+    pub address: String,
+    pub tag: Option<String>,
+    pub amount: String,
+    pub client_id: Option<String>,
+}
+
+/// What booking an order came to.
+pub(crate) enum Booked {
+    /// Booked (or a client id seen before): the id, the request log's outcome, and how long
+    /// the answer is held (a dropped answer).
+    Id { id: String, outcome: String, hold: Option<u64> },
+    /// Refused before anything was booked: HTTP status, Binance-style code, message.
+    Refused(u16, i64, &'static str),
+    /// The `lookalike` fault: nothing booked for the order, a same-shape withdrawal without a
+    /// client id booked beside it, the order answered 503.
+    Lookalike,
+}
+
+/// Checks and books `order` for `account` (the venue's rules, the fee model, the faults that
+/// fire after the request was accepted).
+pub(crate) async fn book(v: &Venue, account: &str, order: &Order, fired: &[Fault]) -> Booked {
+    let (coin, address) = (&order.coin, &order.address);
+    let tag = order.tag.clone();
+    let Some(net) = v.setup.network(coin, order.network.as_deref()) else {
+        return Booked::Refused(400, -4019, "The current currency is not open for withdrawal");
     };
     if !net.withdraw_enable {
-        return no(400, -4019, "The current currency is not open for withdrawal");
+        return Booked::Refused(400, -4019, "The current currency is not open for withdrawal");
     }
-    let Some(amount_u) = units(amount).filter(|u| *u > 0) else {
-        return no(400, -1100, "Illegal characters found in parameter 'amount'.");
+    let Some(amount_u) = units(&order.amount).filter(|u| *u > 0) else {
+        return Booked::Refused(400, -1100, "Illegal characters found in parameter 'amount'.");
     };
-    let account = v.setup.accounts.iter().find(|a| a.name == signed.account);
-    let listed = account.is_some_and(|a| {
+    let setup_account = v.setup.accounts.iter().find(|a| a.name == account);
+    let listed = setup_account.is_some_and(|a| {
         a.whitelist.is_empty()
             || a.whitelist
                 .iter()
                 .any(|w| w.coin == *coin && w.address.eq_ignore_ascii_case(address) && w.address_tag == tag)
     });
     if !listed {
-        return no(400, -4014, "Withdrawal address is not in the whitelist.");
+        return Booked::Refused(400, -4014, "Withdrawal address is not in the whitelist.");
     }
     if amount_u < units(&net.withdraw_min).unwrap_or(0) || amount_u > units(&net.withdraw_max).unwrap_or(i128::MAX) {
-        return no(400, -4022, "The withdrawal amount is out of range.");
+        return Booked::Refused(400, -4022, "The withdrawal amount is out of range.");
     }
     let fee = units(&net.withdraw_fee).unwrap_or(0);
-    let client_id = p.get("withdrawOrderId").filter(|c| !c.is_empty()).cloned();
+    let client_id = order.client_id.clone();
     let mut books = v.books.lock().await;
     // A client id seen before: the same withdrawal, nothing booked (the request is still in
     // the request log).
     if let Some(c) = &client_id {
         if let Some(w) =
-            books.withdrawals.iter().find(|w| w.account == signed.account && w.requested_client_id.as_ref() == Some(c))
+            books.withdrawals.iter().find(|w| w.account == account && w.requested_client_id.as_ref() == Some(c))
         {
-            let id = w.id.clone();
-            return (Json(json!({"id": id})).into_response(), "duplicate_client_id".into(), Some(id), None);
+            return Booked::Id { id: w.id.clone(), outcome: "duplicate_client_id".into(), hold: None };
         }
     }
-    let Some((debit, arriving)) = books.fee_model(&v.setup, &signed.account).split(amount_u, fee) else {
-        return no(400, -4022, "The withdrawal amount is out of range.");
+    let Some((debit, arriving)) = books.fee_model(&v.setup, account).split(amount_u, fee) else {
+        return Booked::Refused(400, -4022, "The withdrawal amount is out of range.");
     };
-    if books.balance(&signed.account, coin) < debit {
-        return no(400, -4026, "Insufficient balance.");
+    if books.balance(account, coin) < debit {
+        return Booked::Refused(400, -4026, "Insufficient balance.");
     }
     let ambiguous = fired.iter().any(|f| f.kind == "ambiguous");
     let pinned = fired.iter().find(|f| f.kind == "unknown_status").map(|f| f.code.unwrap_or(99));
     let now = v.now();
     let row = |origin: &str, client: Option<String>| WithdrawalRow {
         id: uuid::Uuid::new_v4().simple().to_string(),
-        account: signed.account.clone(),
+        account: account.to_string(),
         client_id: if ambiguous { None } else { client.clone() },
         requested_client_id: client,
         origin: origin.into(),
@@ -562,19 +612,18 @@ async fn apply(
     if fired.iter().any(|f| f.kind == "lookalike") {
         // Someone withdraws the same amount to the same address from the exchange's web UI (no
         // client id), and qtg's own request fails before it is committed (a 503).
-        books.credit(&signed.account, coin, -debit);
+        books.credit(account, coin, -debit);
         books.withdrawals.push(row("external", None));
         v.save(&books).await;
-        let msg = "Internal error; unable to process your request. Please try again.";
-        return (refuse(503, -1001, msg), "lookalike".into(), None, None);
+        return Booked::Lookalike;
     }
     let booked = row("request", client_id.clone());
     let id = booked.id.clone();
-    books.credit(&signed.account, coin, -debit);
+    books.credit(account, coin, -debit);
     books.withdrawals.push(booked);
     if ambiguous {
         // Another desk's withdrawal of the same amount to the same address, without a client id.
-        books.credit(&signed.account, coin, -debit);
+        books.credit(account, coin, -debit);
         books.withdrawals.push(row("external", None));
     }
     v.save(&books).await;
@@ -586,7 +635,7 @@ async fn apply(
         None => "booked".into(),
     };
     let hold = dropped.map(|f| f.ms.unwrap_or(30_000));
-    (Json(json!({"id": id})).into_response(), outcome, Some(id), hold)
+    Booked::Id { id, outcome, hold }
 }
 
 async fn add_faults(State(v): State<Shared>, Json(body): Json<Value>) -> Response {
@@ -703,6 +752,8 @@ async fn main() -> anyhow::Result<()> {
         .route("/sapi/v1/capital/deposit/hisrec", get(deposit_history))
         .route("/sapi/v1/capital/config/getall", get(config_getall))
         .route("/sapi/v1/capital/withdraw/address/list", get(address_list))
+        .route("/0/public/Time", get(kraken::time))
+        .route("/0/private/{method}", post(kraken::private))
         .route("/admin/faults", post(add_faults).get(list_faults))
         .route("/admin/faults", delete(clear_faults))
         .route("/admin/requests", get(requests))

@@ -13,7 +13,9 @@ use hmac::{Hmac, KeyInit, Mac};
 use serde_json::Value;
 use sha2::Sha256;
 
-use crate::venue::{Balance, Deposit, NetworkInfo, Venue, VenueError, WhitelistEntry, WithdrawRequest, Withdrawal};
+use crate::venue::{
+    Balance, Deposit, NetworkInfo, Stamp, Venue, VenueError, WhitelistEntry, WithdrawRequest, Withdrawal,
+};
 
 /// `recvWindow` of the read calls (the venue's default).
 const READ_WINDOW_MS: u32 = 5000;
@@ -48,14 +50,7 @@ impl std::fmt::Debug for BinanceVenue {
 
 impl BinanceVenue {
     pub fn new(name: &str, base_url: &str, credentials: Credentials, timeout: Duration) -> Result<Self, String> {
-        qtg_executor::remote::install_tls_provider();
-        let http = reqwest::Client::builder()
-            .redirect(reqwest::redirect::Policy::none())
-            .no_proxy()
-            .timeout(timeout)
-            .connect_timeout(timeout.min(Duration::from_secs(5)))
-            .build()
-            .map_err(|e| format!("HTTP client: {e}"))?;
+        let http = http_client(timeout)?;
         Ok(BinanceVenue {
             name: name.to_string(),
             base: base_url.trim_end_matches('/').to_string(),
@@ -142,6 +137,19 @@ impl BinanceVenue {
     }
 }
 
+/// The HTTP client of a venue: redirects never followed (a signed request goes where it was
+/// addressed), no proxy from the environment, every call bounded by `timeout`.
+pub(crate) fn http_client(timeout: Duration) -> Result<reqwest::Client, String> {
+    qtg_executor::remote::install_tls_provider();
+    reqwest::Client::builder()
+        .redirect(reqwest::redirect::Policy::none())
+        .no_proxy()
+        .timeout(timeout)
+        .connect_timeout(timeout.min(Duration::from_secs(5)))
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))
+}
+
 /// The venue's error codes that mean the request was refused before it was processed: the
 /// timestamp, signature and parameter checks (-1021, -1022, -11xx) and the withdrawal's own
 /// validations (-4xxx). -1000 (unknown), -1006 / -1007 (execution status unknown) and
@@ -161,7 +169,7 @@ fn encode(params: &[(&str, String)], stamp: DateTime<Utc>, recv_window_ms: u32) 
     s.finish()
 }
 
-fn transport(e: reqwest::Error, path: &str) -> VenueError {
+pub(crate) fn transport(e: reqwest::Error, path: &str) -> VenueError {
     // Never the URL: a signed request's query carries its timestamp and signature.
     let e = e.without_url();
     // A connection never made: the request did not leave.
@@ -172,7 +180,7 @@ fn transport(e: reqwest::Error, path: &str) -> VenueError {
     }
 }
 
-fn clip(s: &str) -> String {
+pub(crate) fn clip(s: &str) -> String {
     s.chars().take(300).collect()
 }
 
@@ -181,7 +189,7 @@ fn array<'a>(v: &'a Value, what: &str) -> Result<&'a Vec<Value>, VenueError> {
 }
 
 /// A string or a number as text (venues send amounts and ids either way).
-fn text(v: &Value, key: &str) -> Option<String> {
+pub(crate) fn text(v: &Value, key: &str) -> Option<String> {
     match v.get(key)? {
         Value::String(s) if !s.is_empty() => Some(s.clone()),
         Value::Number(n) => Some(n.to_string()),
@@ -189,14 +197,14 @@ fn text(v: &Value, key: &str) -> Option<String> {
     }
 }
 
-fn required(v: &Value, key: &str, what: &str) -> Result<String, VenueError> {
+pub(crate) fn required(v: &Value, key: &str, what: &str) -> Result<String, VenueError> {
     text(v, key).ok_or_else(|| VenueError::Protocol(format!("{what}: `{key}` is missing")))
 }
 
 /// A number the venue states (an amount, a fee, a balance, a bound): absent, or a finite
 /// non-negative decimal. Anything else — `"Infinity"`, `"NaN"`, `"-5"`, `"1e400"` — is the
 /// answer's protocol error: nothing built on it moves money.
-fn decimal(v: &Value, key: &str, what: &str) -> Result<Option<String>, VenueError> {
+pub(crate) fn decimal(v: &Value, key: &str, what: &str) -> Result<Option<String>, VenueError> {
     match text(v, key) {
         None => Ok(None),
         Some(t) if qtg_core::risk::Amount::parse(&t).is_some() => Ok(Some(t)),
@@ -206,7 +214,7 @@ fn decimal(v: &Value, key: &str, what: &str) -> Result<Option<String>, VenueErro
     }
 }
 
-fn required_decimal(v: &Value, key: &str, what: &str) -> Result<String, VenueError> {
+pub(crate) fn required_decimal(v: &Value, key: &str, what: &str) -> Result<String, VenueError> {
     decimal(v, key, what)?.ok_or_else(|| VenueError::Protocol(format!("{what}: `{key}` is missing")))
 }
 
@@ -235,6 +243,7 @@ fn withdrawal(v: &Value) -> Result<Withdrawal, VenueError> {
             NaiveDateTime::parse_from_str(&t, "%Y-%m-%d %H:%M:%S").ok().map(|n| Utc.from_utc_datetime(&n))
         }),
         info: text(v, "info"),
+        key: None,
     })
 }
 
@@ -280,12 +289,7 @@ impl Venue for BinanceVenue {
         Ok(t)
     }
 
-    async fn submit_withdrawal(
-        &self,
-        req: &WithdrawRequest,
-        signed_at: DateTime<Utc>,
-        recv_window_ms: u32,
-    ) -> Result<String, VenueError> {
+    async fn submit_withdrawal(&self, req: &WithdrawRequest, stamp: Stamp) -> Result<String, VenueError> {
         let mut params = vec![
             ("coin", req.coin.clone()),
             ("withdrawOrderId", req.client_id.clone()),
@@ -298,7 +302,9 @@ impl Venue for BinanceVenue {
         if let Some(t) = &req.address_tag {
             params.push(("addressTag", t.clone()));
         }
-        let v = self.signed(true, "/sapi/v1/capital/withdraw/apply", &params, signed_at, recv_window_ms).await?;
+        let v = self
+            .signed(true, "/sapi/v1/capital/withdraw/apply", &params, stamp.signed_at, stamp.recv_window_ms)
+            .await?;
         required(&v, "id", "withdraw/apply")
     }
 
@@ -374,6 +380,7 @@ impl Venue for BinanceVenue {
                     network: text(a, "network"),
                     address: text(a, "address")?,
                     address_tag: text(a, "addressTag"),
+                    key: None,
                 })
             })
             .collect())

@@ -10,12 +10,16 @@ use serde::Deserialize;
 
 use crate::binance::{BinanceVenue, Credentials};
 use crate::fees::FeeModel;
+use crate::kraken::KrakenVenue;
 use crate::venue::Venue;
 
 /// The entry's `config` table.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct EntryConfig {
+    /// Which exchange API the venue speaks: `binance` (the default; also `qtg-venue-sim`) or
+    /// `kraken`.
+    pub api: Option<VenueApi>,
     /// The venue account's name: `MG_<VENUE>_ACCESS_KEY` / `MG_<VENUE>_SECRET` (or their
     /// `_FILE` forms) hold its credentials.
     pub venue: String,
@@ -52,6 +56,14 @@ pub struct EntryConfig {
     /// Where the venue differs by asset or network: `{ "USDT" = "added", "BTC/BTC" = "deducted" }`
     /// (`ASSET/NETWORK` before `ASSET` before `fee_model`).
     pub fee_models: Option<std::collections::BTreeMap<String, FeeModel>>,
+}
+
+/// The exchange APIs the lane speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VenueApi {
+    Binance,
+    Kraken,
 }
 
 /// The three executors of the lane.
@@ -107,6 +119,20 @@ impl EntryConfig {
                 return Err(format!("config.{name} must be a number of seconds from 0 to {max}"));
             }
         }
+        if config.api == Some(VenueApi::Kraken) {
+            // Kraken keeps no client id: recovery can only match by amount, key and time.
+            if config.client_ids == Some(true) {
+                return Err(
+                    "config.client_ids: Kraken keeps no client id on a withdrawal; leave it unset (false)".into()
+                );
+            }
+            // Kraken takes its fee out of the amount; its status shows the amount sent.
+            if config.fee_model == Some(FeeModel::Added)
+                || config.fee_models.as_ref().is_some_and(|m| m.values().any(|f| *f == FeeModel::Added))
+            {
+                return Err("config.fee_model: Kraken deducts its fee from the amount (deducted)".into());
+            }
+        }
         if config.max_recv_window_ms.is_some_and(|w| !(1000..=60_000).contains(&w)) {
             return Err("config.max_recv_window_ms must be between 1000 and 60000".into());
         }
@@ -134,8 +160,9 @@ impl EntryConfig {
         network.and_then(|n| find(&format!("{coin}/{n}"))).or_else(|| find(coin)).or(self.fee_model).unwrap_or_default()
     }
 
+    /// Whether the venue keeps qtg's client id (`true` by default; never at Kraken).
     pub fn client_ids(&self) -> bool {
-        self.client_ids.unwrap_or(true)
+        self.client_ids.unwrap_or(self.api != Some(VenueApi::Kraken))
     }
 
     pub fn lookback(&self) -> chrono::Duration {
@@ -167,7 +194,10 @@ impl EntryConfig {
             api_key: credential(setting, &format!("{p}ACCESS_KEY"))?,
             secret: credential(setting, &format!("{p}SECRET"))?,
         };
-        Ok(Arc::new(BinanceVenue::new(&self.venue, &self.base_url, credentials, self.timeout())?))
+        Ok(match self.api.unwrap_or(VenueApi::Binance) {
+            VenueApi::Binance => Arc::new(BinanceVenue::new(&self.venue, &self.base_url, credentials, self.timeout())?),
+            VenueApi::Kraken => Arc::new(KrakenVenue::new(&self.venue, &self.base_url, credentials, self.timeout())?),
+        })
     }
 }
 

@@ -25,7 +25,7 @@ use crate::config::{EntryConfig, Role};
 use crate::fees::{self, AmountIs, FeeModel, Priced};
 use crate::reconcile::{candidates, Candidate, Target};
 use crate::venue::{
-    deposit_phase, withdrawal_phase, DepositPhase, Venue, VenueError, WithdrawRequest, WithdrawalPhase,
+    deposit_phase, withdrawal_phase, DepositPhase, Fencing, Stamp, Venue, VenueError, WithdrawRequest, WithdrawalPhase,
 };
 
 /// Seconds between polls of a withdrawal and of a deposit (the seed's `cex_withdrawal_status`
@@ -110,6 +110,9 @@ pub struct WithdrawPayload {
     /// prepared before fee models, and before pricing).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub priced: Option<Priced>,
+    /// The withdrawal key that pays the address, at a venue that pays by key (Kraken).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
 }
 
 /// A refusal before anything is sent: an error code and why.
@@ -199,6 +202,7 @@ impl WithdrawPayload {
             address_tag: field("address_tag").or_else(|| field("memo")),
             amount,
             priced: None,
+            key: None,
         })
     }
 
@@ -258,6 +262,8 @@ impl WithdrawPayload {
             address_tag: self.address_tag.clone(),
             amount: self.amount.clone(),
             client_id: client_id.to_string(),
+            key: self.key.clone(),
+            max_fee: self.priced.as_ref().map(|p| p.fee.clone()),
         }
     }
 
@@ -268,6 +274,7 @@ impl WithdrawPayload {
             address_tag: self.address_tag.as_deref(),
             amount: &self.amount,
             client_id,
+            key: self.key.as_deref(),
         }
     }
 }
@@ -292,6 +299,14 @@ fn recorded_withdrawal_id(ctx: &ExecutionContext) -> Option<String> {
         .clone()
         .filter(|s| !s.is_empty())
         .or_else(|| ctx.provider_refs.get("exchange_withdrawal_id").and_then(Value::as_str).map(str::to_string))
+}
+
+/// Where the nonce fence of a sent key stands.
+enum NonceFence {
+    /// Fenced before a request was signed with the key: nothing can have left.
+    NeverSigned,
+    /// A call above the request's nonce was accepted at this (venue) time.
+    Fenced(DateTime<Utc>),
 }
 
 /// What one withdraw request on the wire came to.
@@ -364,9 +379,24 @@ impl CexExecutor {
             return Ok(Sent::TooLate { venue_time: t });
         }
         let window = u32::try_from(left).unwrap_or(u32::MAX).min(max_window_ms);
-        keys::note_signature(&pool, &key, t, window as i32).await?;
-        tracing::info!(venue = %name, idempotency_key = %key, venue_time = %t, recv_window_ms = window, "sending withdraw request");
-        match venue.submit_withdrawal(&req, t, window).await {
+        let nonce = match venue.fencing() {
+            Fencing::RecvWindow => {
+                keys::note_signature(&pool, &key, t, window as i32).await?;
+                None
+            }
+            Fencing::Nonce => {
+                // The nonce is noted before the request is signed with it, and only while
+                // recovery has not asked for the fence: recovery then raises the key's nonce
+                // above it, or knows nothing was signed.
+                let n = venue.reserve_nonce().unwrap_or(0);
+                if !keys::note_nonce(&pool, &key, t, i64::try_from(n).unwrap_or(i64::MAX)).await? {
+                    return Ok(Sent::Voided);
+                }
+                Some(n)
+            }
+        };
+        tracing::info!(venue = %name, idempotency_key = %key, venue_time = %t, recv_window_ms = window, nonce, "sending withdraw request");
+        match venue.submit_withdrawal(&req, Stamp { signed_at: t, recv_window_ms: window, nonce }).await {
             Ok(id) => Ok(Sent::Booked { id, signed_at: t, recv_window_ms: window }),
             Err(e) if e.not_executed() => {
                 keys::void(&pool, &key, &name, node, attempt, &format!("the venue refused the request: {e}")).await?;
@@ -560,7 +590,31 @@ impl CexExecutor {
             )));
         };
         let model = self.config.fee_model(&p.coin, Some(&net.network));
-        Ok(p.priced(&net, model, amount_is, &ctx.risk_controls).map(|p| (p, net)))
+        let mut p = match p.priced(&net, model, amount_is, &ctx.risk_controls) {
+            Ok(p) => p,
+            Err(refusal) => return Ok(Err(refusal)),
+        };
+        if self.venue.pays_by_key() {
+            // The venue pays a saved withdrawal key, not an address: the key that holds exactly
+            // this address (and memo) for the asset and network.
+            let saved = self.venue.whitelist().await?;
+            let found = saved.iter().find(|w| {
+                w.address.eq_ignore_ascii_case(&p.address)
+                    && w.address_tag.as_deref().filter(|t| !t.is_empty()) == p.address_tag.as_deref()
+                    && w.coin.as_deref().is_none_or(|c| c.eq_ignore_ascii_case(&p.coin))
+                    && w.network.as_deref().is_none_or(|n| n == net.network)
+            });
+            match found.and_then(|w| w.key.clone()) {
+                Some(key) => p.key = Some(key),
+                None => {
+                    return Ok(Err((
+                        "CEX_ADDRESS_NOT_WHITELISTED",
+                        format!("{} has no withdrawal key for {} {} on {}", p.venue, p.coin, p.address, net.network),
+                    )))
+                }
+            }
+        }
+        Ok(Ok((p, net)))
     }
 
     async fn check_withdrawal(
@@ -843,6 +897,36 @@ impl CexExecutor {
         }
     }
 
+    /// The nonce fence of a sent key (a venue without a deadline on its requests): asked for
+    /// in the key store (nothing is signed with the key after that), then — when a request was
+    /// signed with nonce N — one call accepted with a nonce above N, after which the venue
+    /// refuses that request whenever it arrives.
+    async fn nonce_fence(&self, key: &str, now: DateTime<Utc>, evidence: &mut Value) -> Result<NonceFence, VenueError> {
+        let store = |e: qtg_store::StoreError| VenueError::NoAnswer(format!("the cex key store: {e}"));
+        let Some(k) = keys::request_fence(&self.pool, key).await.map_err(store)? else {
+            return Ok(NonceFence::Fenced(now));
+        };
+        let Some(nonce) = k.nonce else {
+            return Ok(NonceFence::NeverSigned);
+        };
+        evidence["nonce"] = json!(nonce);
+        if let Some(at) = k.fenced_at {
+            evidence["fenced_at"] = json!(at.to_rfc3339());
+            return Ok(NonceFence::Fenced(at));
+        }
+        let above = self.venue.raise_nonce(u64::try_from(nonce).unwrap_or(0)).await?;
+        keys::note_fenced(&self.pool, key, now).await.map_err(store)?;
+        tracing::info!(
+            idempotency_key = key,
+            nonce,
+            fence_nonce = above,
+            "nonce fence: a call above the request's nonce was accepted; the request can no longer act"
+        );
+        evidence["fenced_at"] = json!(now.to_rfc3339());
+        evidence["fence_nonce"] = json!(above);
+        Ok(NonceFence::Fenced(now))
+    }
+
     /// No withdrawal matches. Conclusive (FAILED, key voided) when the key never left, or
     /// once the venue's time is past its `submit_by` + skew + the history lag; until then —
     /// and past the lookback window without that proof — the runbook's C2 path.
@@ -870,7 +954,28 @@ impl CexExecutor {
             r.provider_refs.insert(RECONCILIATION.into(), evidence);
             return Ok(r);
         };
-        let fence_at = sent.submit_by.map(|by| by + self.skew + self.config.history_lag());
+        let fence_at = match self.venue.fencing() {
+            Fencing::RecvWindow => sent.submit_by.map(|by| by + self.skew + self.config.history_lag()),
+            Fencing::Nonce => match self.nonce_fence(key, now, &mut evidence).await? {
+                NonceFence::NeverSigned => {
+                    keys::void_sent(&self.pool, key, "recovery: fenced before the request was signed")
+                        .await
+                        .map_err(store)?;
+                    tracing::info!(
+                        idempotency_key = key,
+                        "the key was fenced before its request was signed: voided, FAILED"
+                    );
+                    evidence["outcome"] = json!("absent_never_sent");
+                    let mut r = self.failed(
+                        "CEX_WITHDRAWAL_NOT_SENT",
+                        "the venue has no such withdrawal and no request was signed with this key; the key is void",
+                    );
+                    r.provider_refs.insert(RECONCILIATION.into(), evidence);
+                    return Ok(r);
+                }
+                NonceFence::Fenced(at) => Some(at + self.config.history_lag()),
+            },
+        };
         evidence["fence_at"] = json!(fence_at.map(|t| t.to_rfc3339()));
         if fence_at.is_some_and(|at| now > at)
             && keys::void_sent(&self.pool, key, "recovery: absent at the venue after its deadline")
@@ -1161,7 +1266,7 @@ mod tests {
         async fn server_time(&self) -> Result<DateTime<Utc>, VenueError> {
             Ok(self.now.unwrap_or_else(Utc::now))
         }
-        async fn submit_withdrawal(&self, _: &WithdrawRequest, _: DateTime<Utc>, _: u32) -> Result<String, VenueError> {
+        async fn submit_withdrawal(&self, _: &WithdrawRequest, _: Stamp) -> Result<String, VenueError> {
             Err(VenueError::Protocol("the tests never send".into()))
         }
         async fn withdrawals_by_client_id(&self, _: &str, client_id: &str) -> Result<Vec<Withdrawal>, VenueError> {
@@ -1204,6 +1309,7 @@ mod tests {
                 network: Some("ETH".into()),
                 address: "0xabc".into(),
                 address_tag: None,
+                key: None,
             }])
         }
         async fn balances(&self) -> Result<Vec<Balance>, VenueError> {
@@ -1225,6 +1331,7 @@ mod tests {
             tx_id: None,
             apply_time: None,
             info: None,
+            key: None,
         }
     }
 
@@ -1309,6 +1416,7 @@ mod tests {
             address_tag: tag.map(String::from),
             amount: "10".into(),
             priced: None,
+            key: None,
         };
         let xrp = net("^r[1-9A-HJ-NP-Za-km-z]{25,34}$", "^\\d{1,10}$");
         assert_eq!(format_refusal(&xrp, &pay("rEb8TK3gBgk5auZkwc6sHnwrGVJH8DuaLh", Some("12345"))), None);

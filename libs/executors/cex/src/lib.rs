@@ -18,6 +18,7 @@ mod config;
 mod drill;
 mod executors;
 pub mod fees;
+mod kraken;
 mod reconcile;
 pub mod venue;
 
@@ -27,9 +28,10 @@ use async_trait::async_trait;
 use qtg_executor::{Balance, BalanceFetcher, Executor, ExecutorError, LaneContext, LanePlugin, Setting};
 
 pub use binance::{BinanceVenue, Credentials};
-pub use config::{EntryConfig, Role};
+pub use config::{EntryConfig, Role, VenueApi};
 pub use drill::{drill, Check};
 pub use executors::{CexExecutor, WithdrawPayload};
+pub use kraken::KrakenVenue;
 
 /// The lane (`impl = "cex"`).
 pub struct CexLane {

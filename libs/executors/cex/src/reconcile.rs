@@ -14,6 +14,8 @@ pub struct Target<'a> {
     pub address_tag: Option<&'a str>,
     pub amount: &'a str,
     pub client_id: &'a str,
+    /// The withdrawal key it paid by (a venue that pays by key).
+    pub key: Option<&'a str>,
 }
 
 fn same_tag(a: Option<&str>, b: Option<&str>) -> bool {
@@ -27,7 +29,8 @@ fn same_amount(a: &str, b: &str) -> bool {
     }
 }
 
-/// Withdrawals of the same coin, address, memo and amount that carry no other client id.
+/// Withdrawals of the same coin, address, memo and amount (and withdrawal key, where both say
+/// one) that carry no other client id.
 pub fn candidates<'a>(history: &'a [Withdrawal], t: &Target<'_>) -> Vec<&'a Withdrawal> {
     history
         .iter()
@@ -35,6 +38,7 @@ pub fn candidates<'a>(history: &'a [Withdrawal], t: &Target<'_>) -> Vec<&'a With
         .filter(|w| w.address.eq_ignore_ascii_case(t.address))
         .filter(|w| same_tag(w.address_tag.as_deref(), t.address_tag))
         .filter(|w| same_amount(&w.amount, t.amount))
+        .filter(|w| w.key.as_deref().zip(t.key).is_none_or(|(a, b)| a == b))
         .filter(|w| w.client_id.as_deref().is_none_or(|c| c.is_empty() || c == t.client_id))
         .collect()
 }
@@ -83,6 +87,7 @@ mod tests {
             tx_id: None,
             apply_time: None,
             info: None,
+            key: None,
         }
     }
 
@@ -95,7 +100,8 @@ mod tests {
             w("4", "100.01", "0xabc", None),
             w("5", "100", "0xdef", None),
         ];
-        let t = Target { coin: "usdt", address: "0xabc", address_tag: None, amount: "100", client_id: "n:1" };
+        let t =
+            Target { coin: "usdt", address: "0xabc", address_tag: None, amount: "100", client_id: "n:1", key: None };
         let ids: Vec<_> = candidates(&history, &t).iter().map(|w| w.id.as_str()).collect();
         assert_eq!(ids, ["1", "2"]);
         let tagged = Target { address_tag: Some("memo"), ..t };

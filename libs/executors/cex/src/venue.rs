@@ -14,8 +14,35 @@ pub struct WithdrawRequest {
     pub address_tag: Option<String>,
     /// Decimal string, as the venue takes it.
     pub amount: String,
-    /// qtg's idempotency key, the venue's client id (`withdrawOrderId`).
+    /// qtg's idempotency key, the venue's client id (`withdrawOrderId`; a venue without
+    /// client ids does not send it).
     pub client_id: String,
+    /// The withdrawal key the venue pays by (Kraken), resolved from the address at prepare.
+    pub key: Option<String>,
+    /// The highest fee the venue may charge, where it takes one (Kraken's `max_fee`): the fee
+    /// priced at prepare.
+    pub max_fee: Option<String>,
+}
+
+/// What a withdraw request is signed with: the venue's time and `recvWindow` (a venue with a
+/// deadline), or a nonce (a venue whose key's nonce only goes up).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Stamp {
+    pub signed_at: DateTime<Utc>,
+    pub recv_window_ms: u32,
+    pub nonce: Option<u64>,
+}
+
+/// How a late withdraw request is made harmless.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fencing {
+    /// The request carries the venue's time and a `recvWindow`: the venue refuses it after
+    /// T + window (Binance).
+    RecvWindow,
+    /// The request carries a nonce and the venue refuses any nonce not above the last it
+    /// accepted for the key (Kraken, nonce window 0): one accepted call with a higher nonce
+    /// kills it.
+    Nonce,
 }
 
 /// A withdrawal as the venue's history shows it.
@@ -34,6 +61,8 @@ pub struct Withdrawal {
     pub tx_id: Option<String>,
     pub apply_time: Option<DateTime<Utc>>,
     pub info: Option<String>,
+    /// The withdrawal key it was paid by (Kraken).
+    pub key: Option<String>,
 }
 
 /// A deposit as the venue's history shows it.
@@ -73,6 +102,8 @@ pub struct WhitelistEntry {
     pub network: Option<String>,
     pub address: String,
     pub address_tag: Option<String>,
+    /// The withdrawal key's name, where the venue pays by key (Kraken).
+    pub key: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize)]
@@ -131,19 +162,33 @@ pub trait Venue: Send + Sync {
     fn name(&self) -> &str;
     /// The venue's clock.
     async fn server_time(&self) -> Result<DateTime<Utc>, VenueError>;
-    /// Sends one withdrawal, signed with the venue's time `signed_at` and valid for
-    /// `recv_window_ms` after it; answers the venue's withdrawal id.
-    async fn submit_withdrawal(
-        &self,
-        req: &WithdrawRequest,
-        signed_at: DateTime<Utc>,
-        recv_window_ms: u32,
-    ) -> Result<String, VenueError>;
-    /// Withdrawals carrying client id `client_id` (normally zero or one).
+    /// How a late withdraw request is made harmless.
+    fn fencing(&self) -> Fencing {
+        Fencing::RecvWindow
+    }
+    /// Whether a withdrawal names a withdrawal key rather than an address (Kraken).
+    fn pays_by_key(&self) -> bool {
+        false
+    }
+    /// A nonce for the next withdraw request, above every one this process used (a
+    /// [`Fencing::Nonce`] venue; `None` otherwise).
+    fn reserve_nonce(&self) -> Option<u64> {
+        None
+    }
+    /// One signed call accepted with a nonce above `above`: from then on the venue refuses any
+    /// request signed with `above` or less ([`Fencing::Nonce`]).
+    async fn raise_nonce(&self, above: u64) -> Result<u64, VenueError> {
+        Err(VenueError::Protocol(format!("{}: no nonce to raise above {above}", self.name())))
+    }
+    /// Sends one withdrawal signed with `stamp`; answers the venue's withdrawal id.
+    async fn submit_withdrawal(&self, req: &WithdrawRequest, stamp: Stamp) -> Result<String, VenueError>;
+    /// Withdrawals carrying client id `client_id` (normally zero or one; none at a venue
+    /// without client ids).
     async fn withdrawals_by_client_id(&self, coin: &str, client_id: &str) -> Result<Vec<Withdrawal>, VenueError>;
     /// The withdrawal with the venue's id `id`.
     async fn withdrawal_by_id(&self, id: &str) -> Result<Option<Withdrawal>, VenueError>;
-    /// Withdrawals of `coin` applied between `from` and `to`.
+    /// Withdrawals of `coin` applied between `from` and `to`. `amount` is what was applied for
+    /// (a venue that shows the amount sent has its fee added back).
     async fn withdrawals(
         &self,
         coin: &str,
@@ -171,6 +216,10 @@ pub enum WithdrawalPhase {
     /// A code the mapping does not know (runbook C5): never guessed.
     Unmapped,
 }
+
+/// A status the venue reported that is not in its documented set: kept as this code (never
+/// mapped, runbook C5), the venue's own words in `info`.
+pub const UNDOCUMENTED_STATUS: i64 = -1;
 
 /// The Binance-compatible withdrawal status codes: 0 email sent, 1 cancelled, 2 awaiting
 /// approval, 3 rejected, 4 processing, 5 failure, 6 completed.

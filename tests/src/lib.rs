@@ -546,6 +546,20 @@ pub async fn start_example(db: &TestDb, timeout_ms: u64, extra: &[(&str, &str)])
     Ok(Remote { proc, registry })
 }
 
+/// The CEX lane tests' settings: call deadline 3 s (submit window 3.4 s), grace 5 s, fast
+/// loops.
+pub const CEX_ENV: [(&str, &str); 5] = [
+    ("MG_EXECUTOR_TIMEOUT_MS", "3000"),
+    ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "5"),
+    ("MG_NODE_DISPATCH_INTERVAL_SECONDS", "0.2"),
+    ("MG_NODE_OBSERVE_INTERVAL_SECONDS", "0.2"),
+    ("MG_NODE_RECOVERY_INTERVAL_SECONDS", "0.3"),
+];
+
+/// The CEX entries' extra config in those tests: the venue answers within 1 s or counts as
+/// silent; its history lags 1 s at most.
+pub const CEX_ENTRY: &str = "timeout_ms = 1000, history_lag_seconds = 1";
+
 /// A CEX lane test bed: its own database, a `qtg-venue-sim`, the API with the CEX registry
 /// (`kraken`: with the Kraken-shaped account's entries too) and `env`, the four keys, and the
 /// demo template `template` (a file of `deploy/`). Workers are spawned with the same env.

@@ -10,17 +10,8 @@ use qtg_tests::*;
 use serde_json::{json, Value};
 use sqlx::PgPool;
 
-/// Call deadline 3 s (submit window 3.4 s), grace 5 s, fast loops; the venue answers within
-/// 1 s or counts as silent; its history lags 1 s at most.
-const ENV: [(&str, &str); 5] = [
-    ("MG_EXECUTOR_TIMEOUT_MS", "3000"),
-    ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "5"),
-    ("MG_NODE_DISPATCH_INTERVAL_SECONDS", "0.2"),
-    ("MG_NODE_OBSERVE_INTERVAL_SECONDS", "0.2"),
-    ("MG_NODE_RECOVERY_INTERVAL_SECONDS", "0.3"),
-];
-
-const ENTRY: &str = "timeout_ms = 1000, history_lag_seconds = 1";
+const ENV: [(&str, &str); 5] = CEX_ENV;
+const ENTRY: &str = CEX_ENTRY;
 
 /// The bed with the CEX→CEX demo template (sim_a → sim_b).
 struct Cex(CexBed);

@@ -10,15 +10,8 @@ use std::time::Duration;
 use qtg_tests::*;
 use serde_json::{json, Value};
 
-const ENV: [(&str, &str); 5] = [
-    ("MG_EXECUTOR_TIMEOUT_MS", "3000"),
-    ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "5"),
-    ("MG_NODE_DISPATCH_INTERVAL_SECONDS", "0.2"),
-    ("MG_NODE_OBSERVE_INTERVAL_SECONDS", "0.2"),
-    ("MG_NODE_RECOVERY_INTERVAL_SECONDS", "0.3"),
-];
-
-const ENTRY: &str = "timeout_ms = 1000, history_lag_seconds = 1";
+const ENV: [(&str, &str); 5] = CEX_ENV;
+const ENTRY: &str = CEX_ENTRY;
 
 /// The bed with the Kraken-shaped account's template (sim_k → sim_b).
 struct Kraken(CexBed);

@@ -189,6 +189,9 @@ export MG_LOG_FORMAT="${MG_LOG_FORMAT:-pretty}"
 # transfers closed within seconds of their movement ending (a tick every 5 s, not 60) and a lost
 # movement created after 30 s untouched (not 300).
 export MG_BALANCE_SNAPSHOT_ENABLED=true MG_CAPITAL_TRANSFER_FOLLOWUP_ENABLED=true
+# cex_transfer_ingest: what moved on the venue accounts, linked to the movements; a withdrawal no
+# movement explains is alerted (GET /v3/venue-transfers?unexplained=true, the console's Balances).
+export MG_CEX_TRANSFER_INGEST_VENUES_CSV=sim_a,sim_b,sim_k
 export MG_CAPITAL_TRANSFER_FOLLOWUP_INTERVAL_SECONDS="${MG_CAPITAL_TRANSFER_FOLLOWUP_INTERVAL_SECONDS:-5}"
 export MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS="${MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS:-30}"
 if [ ! -f .qtg/bootstrap.key ]; then

@@ -171,13 +171,19 @@ async fn an_operator_signs_in_approves_watches_diagnoses_and_cancels_in_the_brow
     let (status, err) = api.call("GET", &q("since=yesterday"), &viewer, None).await?;
     assert_eq!((status, err["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{err}");
 
-    // The other screens.
+    // The other screens; the balances screen leads with a withdrawal no movement explains.
+    sqlx::query(
+        "INSERT INTO venue_transfers (venue_key, account, direction, venue_ref, asset, amount, address, status)
+         VALUES ('sim_a', 'sim_a', 'withdrawal', 'web-1', 'USDT', 77, '0xb0b0000000000000000000000000000000000b0b', '6')",
+    )
+    .execute(&db.pool)
+    .await?;
     for (route, name, needle) in [
         ("callbacks", "05-callbacks-dlq", "Callbacks DLQ"),
         ("workers", "06-workers", "node_dispatcher"),
         ("health", "07-executors-signers", "exec.sim.transfer"),
         ("controls", "08-pauses", "Kill-switch pauses"),
-        ("balances", "09-balances", "Balances"),
+        ("balances", "09-balances", "1 withdrawal(s) no movement explains"),
     ] {
         b.goto(&format!("{}/console#/{route}", api.base)).await?;
         b.wait_text("main", needle, T).await?;

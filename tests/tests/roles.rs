@@ -55,6 +55,7 @@ fn endpoints() -> Vec<Cell> {
         ("GET", "/v3/drift".into(), Some("viewer"), None, 200),
         ("GET", "/v3/balances".into(), Some("viewer"), None, 200),
         ("GET", "/v3/balances/history".into(), Some("viewer"), None, 400),
+        ("GET", "/v3/venue-transfers".into(), Some("viewer"), None, 200),
         ("POST", "/v3/capital-transfers".into(), Some("requester"), Some(json!({})), 400),
         ("GET", "/v3/capital-transfers".into(), Some("viewer"), None, 200),
         ("GET", format!("/v3/capital-transfers/{id}"), Some("viewer"), None, 404),

@@ -14,6 +14,7 @@ pub mod dispatch;
 pub mod drift;
 pub mod health;
 mod hints;
+pub mod ingest;
 pub mod movements;
 pub mod observe;
 pub mod operator;
@@ -106,6 +107,7 @@ pub struct EngineSettings {
     pub drift: drift::DriftSettings,
     pub balances: balances::BalanceSettings,
     pub capital: capital::CapitalSettings,
+    pub ingest: ingest::IngestSettings,
 }
 
 /// The approval gate on bound executors' and signers' health.
@@ -151,6 +153,7 @@ impl Default for EngineSettings {
             drift: drift::DriftSettings::default(),
             balances: balances::BalanceSettings::default(),
             capital: capital::CapitalSettings::default(),
+            ingest: ingest::IngestSettings::default(),
         }
     }
 }

@@ -137,6 +137,42 @@ pub struct Balance {
 #[async_trait]
 pub trait BalanceFetcher: Send + Sync {
     async fn fetch(&self) -> Result<Vec<Balance>, ExecutorError>;
+
+    /// The account's withdrawals and deposits in [`from`, `to`] as the venue's history shows
+    /// them (cex_transfer_ingest). A venue without such a history answers `NotImplemented`.
+    async fn transfers(&self, _from: DateTime<Utc>, _to: DateTime<Utc>) -> Result<Vec<VenueTransfer>, ExecutorError> {
+        Err(ExecutorError::NotImplemented)
+    }
+
+    /// The venue's clock now, which bounds what its history can show (the host's clock by
+    /// default).
+    async fn venue_time(&self) -> Result<DateTime<Utc>, ExecutorError> {
+        Ok(Utc::now())
+    }
+}
+
+/// One withdrawal or deposit of a venue account, as the venue's history shows it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct VenueTransfer {
+    /// The venue account (the lane's `venue`).
+    pub account: String,
+    /// `withdrawal` or `deposit`.
+    pub direction: &'static str,
+    /// The venue's own id of it.
+    pub venue_ref: String,
+    pub asset: String,
+    pub network: Option<String>,
+    /// Decimal string: what was applied for (a withdrawal) or credited (a deposit).
+    pub amount: String,
+    pub fee: Option<String>,
+    pub address: String,
+    pub address_tag: Option<String>,
+    pub tx_id: Option<String>,
+    /// The client id it carries (qtg's idempotency key when qtg sent it), if the venue keeps one.
+    pub client_id: Option<String>,
+    /// The venue's status, as its own code or word.
+    pub status: String,
+    pub occurred_at: Option<DateTime<Utc>>,
 }
 
 /// One fact verify_drift compares: `scope` (a chain: `evm:<chain id>`), `fact` (its name

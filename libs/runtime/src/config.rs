@@ -108,6 +108,18 @@ pub struct Settings {
     pub balance_fresh_min_interval_seconds: f64,
     /// capital_transfer_followup: `MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS` (300).
     pub capital_transfer_stale_seconds: f64,
+    /// cex_transfer_ingest: `MG_CEX_TRANSFER_INGEST_VENUES_CSV` (the `[balances.*]` entries
+    /// to ingest; non-empty enables the worker), `MG_CEX_TRANSFER_INGEST_LOOKBACK_SECONDS`
+    /// (86400, a venue's first read), `MG_CEX_TRANSFER_INGEST_PAGE_SECONDS` (3600, one history
+    /// read's window), `MG_CEX_TRANSFER_INGEST_OVERLAP_SECONDS` (600, re-read behind the
+    /// cursor), `MG_CEX_TRANSFER_UNEXPLAINED_GRACE_SECONDS` (900, before an unexplained
+    /// withdrawal is alerted), `MG_CEX_TRANSFER_ALERT_URL` (else `MG_CALLBACK_DEFAULT_URL`).
+    pub cex_transfer_ingest_venues: Vec<String>,
+    pub cex_transfer_ingest_lookback_seconds: f64,
+    pub cex_transfer_ingest_page_seconds: f64,
+    pub cex_transfer_ingest_overlap_seconds: f64,
+    pub cex_transfer_unexplained_grace_seconds: f64,
+    pub cex_transfer_alert_url: Option<String>,
     /// `MG_STRICT_SETTINGS` (false): an `MG_*` variable no part of the process reads is fatal
     /// at start instead of a warning.
     pub strict_settings: bool,
@@ -257,6 +269,7 @@ impl Source<'_> {
                 None => 1,
             },
             enabled: match w.enabled_by {
+                Some(flag) if flag.list => !self.list(flag.key).is_empty(),
                 Some(flag) => self.flag(flag.key, flag.default)?,
                 None => true,
             },
@@ -376,6 +389,12 @@ impl Settings {
             approval_ttl_seconds: s.seconds("MG_APPROVAL_TTL_SECONDS", 300.0)?,
             template_proposal_ttl_seconds: s.seconds("MG_TEMPLATE_PROPOSAL_TTL_SECONDS", 7.0 * 86400.0)?,
             drift_alert_url: s.url("MG_DRIFT_ALERT_URL")?.or_else(|| callback_default_url.clone()),
+            cex_transfer_alert_url: s.url("MG_CEX_TRANSFER_ALERT_URL")?.or_else(|| callback_default_url.clone()),
+            cex_transfer_ingest_venues: s.list("MG_CEX_TRANSFER_INGEST_VENUES_CSV"),
+            cex_transfer_ingest_lookback_seconds: s.seconds("MG_CEX_TRANSFER_INGEST_LOOKBACK_SECONDS", 86_400.0)?,
+            cex_transfer_ingest_page_seconds: s.seconds("MG_CEX_TRANSFER_INGEST_PAGE_SECONDS", 3_600.0)?,
+            cex_transfer_ingest_overlap_seconds: s.seconds("MG_CEX_TRANSFER_INGEST_OVERLAP_SECONDS", 600.0)?,
+            cex_transfer_unexplained_grace_seconds: s.seconds("MG_CEX_TRANSFER_UNEXPLAINED_GRACE_SECONDS", 900.0)?,
             callback_default_url,
             bootstrap_admin_key: s.secret("MG_API_BOOTSTRAP_ADMIN_KEY"),
             bootstrap_admin_key_ttl_seconds: s.opt_seconds("MG_API_BOOTSTRAP_ADMIN_KEY_TTL_SECONDS")?,
@@ -557,7 +576,7 @@ mod tests {
             concurrency_key: None,
             wake: None,
             group: Group::Core,
-            enabled_by: Some(Flag { key: "MG_EVM_NONCE_REAPER_ENABLED", default: true }),
+            enabled_by: Some(Flag { key: "MG_EVM_NONCE_REAPER_ENABLED", default: true, list: false }),
             requires: Some("MG_EVM_CHAINS"),
             tick: (),
         },

@@ -20,6 +20,9 @@ pub enum Group {
 pub struct Flag {
     pub key: &'static str,
     pub default: bool,
+    /// The key is a comma-separated list, not a boolean: the worker runs when it names
+    /// anything (`MG_CEX_TRANSFER_INGEST_VENUES_CSV`, the seed's "no boolean flag").
+    pub list: bool,
 }
 
 /// One worker: its seed name and everything that is configured per worker. `T` is its tick

@@ -78,7 +78,8 @@ fn from_row(r: &sqlx::postgres::PgRow) -> Result<CallbackRow> {
 
 /// Event types that alert a person rather than report a movement's progress: claimed first
 /// within their receiver, so they never wait behind a requester's backlog.
-const ALERTS: &str = "('drift_detected', 'capital_transfer_attention', 'request_attention')";
+const ALERTS: &str =
+    "('drift_detected', 'capital_transfer_attention', 'request_attention', 'venue_transfer_unexplained')";
 
 /// Dead-letters rows whose last claim's lease ran out without an outcome (the sender died or
 /// hung) once they have used every attempt: a send that never records still ends on schedule.

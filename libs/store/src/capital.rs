@@ -152,8 +152,6 @@ pub async fn list(
     rows.iter().map(row).collect()
 }
 
-/// Moves the request from `from` to `to` (with its movement, outcome, and `closed_at` for a
-/// closed state); `false` when it is no longer in `from`.
 /// What a completed movement's nodes recorded about the money (the CEX lane's refs: the fee
 /// model, what was applied for and debited, the fee priced and charged, what was to arrive and
 /// what did), stored on the request; `None` when no node reports any of it.
@@ -186,6 +184,8 @@ pub async fn record_settlement(
     Ok(settlement)
 }
 
+/// Moves the request from `from` to `to` (with its movement, outcome, and `closed_at` for a
+/// closed state); `false` when it is no longer in `from`.
 pub async fn set_state(
     conn: &mut PgConnection,
     id: Uuid,

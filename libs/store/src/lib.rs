@@ -25,6 +25,7 @@ pub mod signals;
 pub mod sim;
 pub mod templates;
 pub mod transition;
+pub mod venue_transfers;
 
 use std::str::FromStr;
 use std::time::Duration;

@@ -551,7 +551,17 @@ async function controlsScreen(main) {
 async function balancesScreen(main) {
   const load = async () => {
     const b = await api("GET", "/v3/balances");
-    put(main, h("h1", {}, "Balances"),
+    // Withdrawals from a venue account that no movement explains (cex_transfer_ingest): what a
+    // treasury must look at first.
+    const u = await api("GET", "/v3/venue-transfers?unexplained=true&direction=withdrawal&limit=50");
+    const attention = u.items.length === 0 ? [] : [
+      h("section", { class: "attention", role: "alert", "aria-label": "unexplained withdrawals" },
+        h("h2", {}, `Needs attention: ${u.items.length} withdrawal(s) no movement explains`),
+        table(u.items, [["Venue", (t) => val(t.venue_key)], ["Account", (t) => val(t.account)], ["Venue id", (t) => val(t.venue_ref)],
+          ["Asset", (t) => val(t.asset)], ["Amount", (t) => val(t.amount)], ["To", (t) => val(t.address)],
+          ["Status", (t) => val(t.status)], ["Seen", (t) => when(t.first_seen_at)], ["Alerted", (t) => t.alerted_at ? when(t.alerted_at) : "not yet"]],
+          "unexplained withdrawals"))];
+    put(main, h("h1", {}, "Balances"), ...attention,
       table(b.items, [["Venue", (r) => r.venue_key], ["Account", (r) => val(r.account)], ["Asset", (r) => val(r.asset)], ["Free", (r) => val(r.free)], ["Locked", (r) => val(r.locked)],
         ["As of", (r) => when(r.as_of)], ["Source", (r) => r.source], ["", (r) => badge(r.stale ? "stale" : "fresh")]], "balance snapshots (is qtg-balance running?)"));
   };

@@ -253,6 +253,8 @@ pub struct ListQuery {
     pub fresh: Option<String>,
     pub template_key: Option<String>,
     pub created_by: Option<String>,
+    pub direction: Option<String>,
+    pub unexplained: Option<String>,
 }
 
 impl ListQuery {
@@ -280,6 +282,8 @@ impl ListQuery {
             ("fresh", &self.fresh),
             ("template_key", &self.template_key),
             ("created_by", &self.created_by),
+            ("direction", &self.direction),
+            ("unexplained", &self.unexplained),
         ];
         match set.iter().find(|(name, v)| v.is_some() && !filters.contains(name)) {
             Some((name, _)) => Err(ApiError::validation(format!("unknown query parameter {name}"))),

@@ -214,6 +214,14 @@ impl Process {
                     stale_seconds: s.balance_stale_seconds,
                     fetch_timeout: s.balance_fetch_timeout,
                 },
+                ingest: qtg_engine::ingest::IngestSettings {
+                    venues: s.cex_transfer_ingest_venues.clone(),
+                    lookback_seconds: s.cex_transfer_ingest_lookback_seconds,
+                    page_seconds: s.cex_transfer_ingest_page_seconds,
+                    overlap_seconds: s.cex_transfer_ingest_overlap_seconds,
+                    unexplained_grace_seconds: s.cex_transfer_unexplained_grace_seconds,
+                    alert_url: s.cex_transfer_alert_url.clone(),
+                },
                 capital: qtg_engine::capital::CapitalSettings {
                     stale_seconds: s.capital_transfer_stale_seconds,
                     default_callback_url: s.callback_default_url.clone(),

@@ -81,7 +81,7 @@ pub static WORKERS: &[Worker] = &[
         wake: None,
         // The seed: when enabled it joins the core fail-fast group.
         group: Group::Core,
-        enabled_by: Some(Flag { key: "MG_EVM_NONCE_REAPER_ENABLED", default: true }),
+        enabled_by: Some(Flag { key: "MG_EVM_NONCE_REAPER_ENABLED", default: true, list: false }),
         requires: Some("MG_EVM_CHAINS"),
         tick: |e| Box::pin(async move { Ok(e.reap_nonces_tick().await?.into()) }),
     },
@@ -153,7 +153,7 @@ pub static WORKERS: &[Worker] = &[
         concurrency_key: None,
         wake: None,
         group: Group::Sidecar,
-        enabled_by: Some(Flag { key: "MG_CAPITAL_TRANSFER_FOLLOWUP_ENABLED", default: false }),
+        enabled_by: Some(Flag { key: "MG_CAPITAL_TRANSFER_FOLLOWUP_ENABLED", default: false, list: false }),
         requires: None,
         tick: |e| Box::pin(async move { Ok(e.follow_up_capital_transfers_tick().await?.into()) }),
     },
@@ -166,12 +166,31 @@ pub static WORKERS: &[Worker] = &[
         concurrency_key: None,
         wake: None,
         group: Group::Sidecar,
-        enabled_by: Some(Flag { key: "MG_BALANCE_SNAPSHOT_ENABLED", default: false }),
+        enabled_by: Some(Flag { key: "MG_BALANCE_SNAPSHOT_ENABLED", default: false, list: false }),
         requires: None,
         // Every venue each tick: report no work so the loop keeps its pace.
         tick: |e| {
             Box::pin(async move {
                 e.snapshot_balances_tick().await?;
+                Ok(Tick::default())
+            })
+        },
+    },
+    Worker {
+        name: "cex_transfer_ingest",
+        binary: "qtg-balance",
+        summary: "ingests the listed venue accounts' withdrawal and deposit history, links it to the nodes that explain it, alerts an unexplained withdrawal once",
+        interval_key: "MG_CEX_TRANSFER_INGEST_INTERVAL_SECONDS",
+        default_interval_seconds: 60.0,
+        concurrency_key: None,
+        wake: None,
+        group: Group::Sidecar,
+        enabled_by: Some(Flag { key: "MG_CEX_TRANSFER_INGEST_VENUES_CSV", default: false, list: true }),
+        requires: None,
+        // Every venue each tick: report no work so the loop keeps its pace.
+        tick: |e| {
+            Box::pin(async move {
+                e.ingest_venue_transfers_tick().await?;
                 Ok(Tick::default())
             })
         },
@@ -185,7 +204,7 @@ pub static WORKERS: &[Worker] = &[
         concurrency_key: None,
         wake: None,
         group: Group::Sidecar,
-        enabled_by: Some(Flag { key: "MG_VERIFY_DRIFT_ENABLED", default: false }),
+        enabled_by: Some(Flag { key: "MG_VERIFY_DRIFT_ENABLED", default: false, list: false }),
         requires: None,
         // Every scope each tick: report no work so the loop keeps its pace.
         tick: |e| {

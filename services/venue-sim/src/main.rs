@@ -687,6 +687,51 @@ async fn ledger_view(State(v): State<Shared>) -> Response {
 }
 
 #[derive(Deserialize)]
+#[serde(deny_unknown_fields)]
+struct WebWithdrawal {
+    account: String,
+    coin: String,
+    #[serde(default)]
+    network: Option<String>,
+    address: String,
+    #[serde(default)]
+    address_tag: Option<String>,
+    amount: String,
+}
+
+/// Someone withdraws from an account in the exchange's web UI (no API call, no client id):
+/// booked by the venue's own rules, `origin` `external`.
+async fn web_withdrawal(State(v): State<Shared>, Json(w): Json<WebWithdrawal>) -> Response {
+    if !v.setup.accounts.iter().any(|a| a.name == w.account) {
+        return (StatusCode::BAD_REQUEST, Json(json!({"error": format!("no account {:?}", w.account)})))
+            .into_response();
+    }
+    let order = Order {
+        coin: w.coin,
+        network: w.network,
+        address: w.address,
+        tag: w.address_tag,
+        amount: w.amount,
+        client_id: None,
+    };
+    match book(&v, &w.account, &order, &[]).await {
+        Booked::Id { id, .. } => {
+            let mut books = v.books.lock().await;
+            if let Some(row) = books.withdrawals.iter_mut().find(|r| r.id == id) {
+                row.origin = "external".into();
+            }
+            v.save(&books).await;
+            tracing::info!(account = %w.account, id = %id, "withdrawal from the web UI");
+            Json(json!({"id": id})).into_response()
+        }
+        Booked::Refused(_, code, msg) => {
+            (StatusCode::BAD_REQUEST, Json(json!({"error": msg, "code": code}))).into_response()
+        }
+        Booked::Lookalike => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
+    }
+}
+
+#[derive(Deserialize)]
 struct SetFeeModel {
     account: String,
     fee_model: ledger::FeeModel,
@@ -760,6 +805,7 @@ async fn main() -> anyhow::Result<()> {
         .route("/admin/ledger", get(ledger_view))
         .route("/admin/clock", post(set_clock))
         .route("/admin/fee-model", post(set_fee_model))
+        .route("/admin/withdrawals", post(web_withdrawal))
         .with_state(venue);
     let listener = tokio::net::TcpListener::bind(args.addr).await?;
     let addr = listener.local_addr()?;

@@ -131,6 +131,21 @@ impl BinanceVenue {
         }
     }
 
+    async fn deposit_history(
+        &self,
+        coin: Option<&str>,
+        from: DateTime<Utc>,
+        to: DateTime<Utc>,
+    ) -> Result<Vec<Deposit>, VenueError> {
+        let mut params =
+            vec![("startTime", from.timestamp_millis().to_string()), ("endTime", to.timestamp_millis().to_string())];
+        if let Some(c) = coin {
+            params.insert(0, ("coin", c.to_string()));
+        }
+        let v = self.read("/sapi/v1/capital/deposit/hisrec", &params).await?;
+        array(&v, "deposit/hisrec")?.iter().map(deposit).collect()
+    }
+
     async fn history(&self, params: &[(&str, String)]) -> Result<Vec<Withdrawal>, VenueError> {
         let v = self.read("/sapi/v1/capital/withdraw/history", params).await?;
         array(&v, "withdraw/history")?.iter().map(withdrawal).collect()
@@ -334,17 +349,19 @@ impl Venue for BinanceVenue {
     }
 
     async fn deposits(&self, coin: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Deposit>, VenueError> {
-        let v = self
-            .read(
-                "/sapi/v1/capital/deposit/hisrec",
-                &[
-                    ("coin", coin.to_string()),
-                    ("startTime", from.timestamp_millis().to_string()),
-                    ("endTime", to.timestamp_millis().to_string()),
-                ],
-            )
-            .await?;
-        array(&v, "deposit/hisrec")?.iter().map(deposit).collect()
+        self.deposit_history(Some(coin), from, to).await
+    }
+
+    async fn all_withdrawals(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Withdrawal>, VenueError> {
+        self.history(&[
+            ("startTime", from.timestamp_millis().to_string()),
+            ("endTime", to.timestamp_millis().to_string()),
+        ])
+        .await
+    }
+
+    async fn all_deposits(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Deposit>, VenueError> {
+        self.deposit_history(None, from, to).await
     }
 
     async fn networks(&self, coin: &str) -> Result<Vec<NetworkInfo>, VenueError> {

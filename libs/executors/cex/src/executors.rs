@@ -1290,6 +1290,12 @@ mod tests {
         async fn deposits(&self, _: &str, _: DateTime<Utc>, _: DateTime<Utc>) -> Result<Vec<Deposit>, VenueError> {
             Ok(Vec::new())
         }
+        async fn all_withdrawals(&self, _: DateTime<Utc>, _: DateTime<Utc>) -> Result<Vec<Withdrawal>, VenueError> {
+            Ok(self.withdrawals.lock().unwrap().clone())
+        }
+        async fn all_deposits(&self, _: DateTime<Utc>, _: DateTime<Utc>) -> Result<Vec<Deposit>, VenueError> {
+            Ok(Vec::new())
+        }
         async fn networks(&self, coin: &str) -> Result<Vec<NetworkInfo>, VenueError> {
             Ok(vec![NetworkInfo {
                 coin: coin.into(),

@@ -321,6 +321,17 @@ impl Venue for KrakenVenue {
         list(&v, "DepositStatus")?.iter().map(deposit).collect()
     }
 
+    async fn all_withdrawals(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Withdrawal>, VenueError> {
+        let [start, end] = window(from, to);
+        self.status(&[start, end]).await
+    }
+
+    async fn all_deposits(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Deposit>, VenueError> {
+        let [start, end] = window(from, to);
+        let v = self.read("DepositStatus", &[start, end]).await?;
+        list(&v, "DepositStatus")?.iter().map(deposit).collect()
+    }
+
     async fn networks(&self, coin: &str) -> Result<Vec<NetworkInfo>, VenueError> {
         let v = self.read("WithdrawMethods", &[("asset", coin.to_string())]).await?;
         let what = "WithdrawMethods";

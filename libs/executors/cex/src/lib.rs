@@ -25,7 +25,7 @@ pub mod venue;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use qtg_executor::{Balance, BalanceFetcher, Executor, ExecutorError, LaneContext, LanePlugin, Setting};
+use qtg_executor::{Balance, BalanceFetcher, Executor, ExecutorError, LaneContext, LanePlugin, Setting, VenueTransfer};
 
 pub use binance::{BinanceVenue, Credentials};
 pub use config::{EntryConfig, Role, VenueApi};
@@ -83,6 +83,55 @@ struct CexBalances {
 
 #[async_trait]
 impl BalanceFetcher for CexBalances {
+    async fn venue_time(&self) -> Result<chrono::DateTime<chrono::Utc>, ExecutorError> {
+        self.venue.server_time().await.map_err(|e| ExecutorError::Unavailable(e.to_string()))
+    }
+
+    /// The account's withdrawal and deposit history in the window, every asset.
+    async fn transfers(
+        &self,
+        from: chrono::DateTime<chrono::Utc>,
+        to: chrono::DateTime<chrono::Utc>,
+    ) -> Result<Vec<VenueTransfer>, ExecutorError> {
+        let unavailable = |e: venue::VenueError| ExecutorError::Unavailable(e.to_string());
+        let withdrawals = self.venue.all_withdrawals(from, to).await.map_err(unavailable)?;
+        let deposits = self.venue.all_deposits(from, to).await.map_err(unavailable)?;
+        let mut out: Vec<VenueTransfer> = withdrawals
+            .into_iter()
+            .map(|w| VenueTransfer {
+                account: self.account.clone(),
+                direction: "withdrawal",
+                venue_ref: w.id,
+                asset: w.coin,
+                network: w.network,
+                amount: w.amount,
+                fee: w.fee,
+                address: w.address,
+                address_tag: w.address_tag,
+                tx_id: w.tx_id.filter(|t| !t.is_empty()),
+                client_id: w.client_id.filter(|c| !c.is_empty()),
+                status: w.status.to_string(),
+                occurred_at: w.apply_time,
+            })
+            .collect();
+        out.extend(deposits.into_iter().map(|d| VenueTransfer {
+            account: self.account.clone(),
+            direction: "deposit",
+            venue_ref: d.id,
+            asset: d.coin,
+            network: d.network,
+            amount: d.amount,
+            fee: None,
+            address: d.address,
+            address_tag: d.address_tag,
+            tx_id: d.tx_id.filter(|t| !t.is_empty()),
+            client_id: None,
+            status: d.status.to_string(),
+            occurred_at: d.insert_time,
+        }));
+        Ok(out)
+    }
+
     async fn fetch(&self) -> Result<Vec<Balance>, ExecutorError> {
         let balances = self.venue.balances().await.map_err(|e| ExecutorError::Unavailable(e.to_string()))?;
         Ok(balances

@@ -195,6 +195,10 @@ pub trait Venue: Send + Sync {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
     ) -> Result<Vec<Withdrawal>, VenueError>;
+    /// Withdrawals of every asset applied between `from` and `to` (cex_transfer_ingest).
+    async fn all_withdrawals(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Withdrawal>, VenueError>;
+    /// Deposits of every asset credited between `from` and `to` (cex_transfer_ingest).
+    async fn all_deposits(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Deposit>, VenueError>;
     /// Deposits of `coin` credited between `from` and `to`.
     async fn deposits(&self, coin: &str, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Deposit>, VenueError>;
     /// The networks `coin` can move on, with their limits.

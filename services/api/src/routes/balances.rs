@@ -146,3 +146,50 @@ impl AppState {
         Ok(())
     }
 }
+
+#[utoipa::path(
+    get,
+    path = "/v3/venue-transfers",
+    summary = "Withdrawals and deposits cex_transfer_ingest read from the venue accounts' history, newest first, each with the node and movement that explain it (null while none does) and, for a withdrawal nothing explains, when it was alerted",
+    description = "Role: viewer. Query: venue, direction (withdrawal, deposit), unexplained (true: only rows no movement explains), limit, cursor.",
+    params(
+        crate::extract::PageQuery,
+        ("venue" = Option<String>, Query, description = "one venue_key"),
+        ("direction" = Option<String>, Query, description = "withdrawal or deposit"),
+        ("unexplained" = Option<bool>, Query, description = "only rows no movement explains"),
+    ),
+    responses((status = 200, description = "venue transfers", body = crate::extract::Page<qtg_store::venue_transfers::VenueTransfer>)),
+)]
+pub async fn list_venue_transfers(
+    State(s): State<AppState>,
+    _: Viewer,
+    Params(q): Params<ListQuery>,
+) -> Result<Json<crate::extract::Page<qtg_store::venue_transfers::VenueTransfer>>, ApiError> {
+    let q = q.allow(&["venue", "direction", "unexplained"])?;
+    let direction = text(&q.direction);
+    if direction.is_some_and(|d| !["withdrawal", "deposit"].contains(&d)) {
+        return Err(ApiError::validation("direction must be withdrawal or deposit"));
+    }
+    let unexplained = match text(&q.unexplained) {
+        None | Some("false") => false,
+        Some("true") => true,
+        Some(_) => return Err(ApiError::validation("unexplained must be true or false")),
+    };
+    let limit = q.limit()?;
+    let bad = || ApiError::validation("cursor is not one this API returned");
+    let before = match q.cursor.as_deref() {
+        None => None,
+        Some(c) => {
+            let (ts, id) = c.split_once('_').ok_or_else(bad)?;
+            let micros: i64 = ts.parse().map_err(|_| bad())?;
+            Some((
+                chrono::DateTime::from_timestamp_micros(micros).ok_or_else(bad)?,
+                id.parse::<i64>().map_err(|_| bad())?,
+            ))
+        }
+    };
+    let mut conn = s.pool.acquire().await?;
+    let rows =
+        qtg_store::venue_transfers::list(&mut conn, text(&q.venue), direction, unexplained, before, limit + 1).await?;
+    Ok(crate::extract::Page::from_rows(rows, limit, |t| format!("{}_{}", t.first_seen_at.timestamp_micros(), t.id)))
+}

@@ -56,6 +56,7 @@ pub fn all() -> OpenApiRouter<AppState> {
         .routes(routes!(list_drift))
         .routes(routes!(list_balances))
         .routes(routes!(balance_history))
+        .routes(routes!(list_venue_transfers))
         .routes(routes!(create_capital_transfer, list_capital_transfers))
         .routes(routes!(get_capital_transfer))
         .routes(routes!(close_capital_transfer))

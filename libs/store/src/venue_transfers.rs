@@ -1,0 +1,254 @@
+//! venue_transfers (migration 0022): what cex_transfer_ingest read of each venue account's
+//! withdrawal and deposit history — upserted by (venue, direction, venue id), linked to the
+//! qtg node that explains it, and a withdrawal nothing explains alerted once (a
+//! compare-and-set on `alerted_at`).
+
+use chrono::{DateTime, Utc};
+use serde::Serialize;
+use sqlx::{PgConnection, Row};
+use uuid::Uuid;
+
+use crate::Result;
+
+/// One row as the venue's history shows it.
+#[derive(Debug, Clone)]
+pub struct NewTransfer<'a> {
+    pub account: &'a str,
+    pub direction: &'a str,
+    pub venue_ref: &'a str,
+    pub asset: &'a str,
+    pub network: Option<&'a str>,
+    pub amount: &'a str,
+    pub fee: Option<&'a str>,
+    pub address: &'a str,
+    pub address_tag: Option<&'a str>,
+    pub tx_id: Option<&'a str>,
+    pub client_id: Option<&'a str>,
+    pub status: &'a str,
+    pub occurred_at: Option<DateTime<Utc>>,
+}
+
+/// A venue transfer as the API shows it.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct VenueTransfer {
+    pub id: i64,
+    /// The registry's `[balances."<venue_key>"]` entry it was read through.
+    pub venue_key: String,
+    /// The venue account.
+    pub account: String,
+    /// `withdrawal` or `deposit`.
+    pub direction: String,
+    /// The venue's own id of it.
+    pub venue_ref: String,
+    pub asset: String,
+    pub network: Option<String>,
+    /// Decimal string.
+    pub amount: String,
+    pub fee: Option<String>,
+    pub address: String,
+    pub address_tag: Option<String>,
+    pub tx_id: Option<String>,
+    pub client_id: Option<String>,
+    /// The venue's status code or word.
+    pub status: String,
+    pub occurred_at: Option<DateTime<Utc>>,
+    /// The node and movement that explain it, and how they were matched (`client_id`,
+    /// `withdrawal_id`, `deposit_id`, `txid`); null while nothing does.
+    pub request_node_id: Option<Uuid>,
+    pub movement_id: Option<Uuid>,
+    pub linked_by: Option<String>,
+    /// A withdrawal no node explains: when the alert went out.
+    pub alerted_at: Option<DateTime<Utc>>,
+    pub first_seen_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+const COLUMNS: &str = "id, venue_key, account, direction, venue_ref, asset, network, amount::text AS amount,
+    fee::text AS fee, address, address_tag, tx_id, client_id, status, occurred_at, request_node_id, movement_id,
+    linked_by, alerted_at, first_seen_at, updated_at";
+
+fn row(r: &sqlx::postgres::PgRow) -> Result<VenueTransfer> {
+    Ok(VenueTransfer {
+        id: r.try_get("id")?,
+        venue_key: r.try_get("venue_key")?,
+        account: r.try_get("account")?,
+        direction: r.try_get("direction")?,
+        venue_ref: r.try_get("venue_ref")?,
+        asset: r.try_get("asset")?,
+        network: r.try_get("network")?,
+        amount: r.try_get("amount")?,
+        fee: r.try_get("fee")?,
+        address: r.try_get("address")?,
+        address_tag: r.try_get("address_tag")?,
+        tx_id: r.try_get("tx_id")?,
+        client_id: r.try_get("client_id")?,
+        status: r.try_get("status")?,
+        occurred_at: r.try_get("occurred_at")?,
+        request_node_id: r.try_get("request_node_id")?,
+        movement_id: r.try_get("movement_id")?,
+        linked_by: r.try_get("linked_by")?,
+        alerted_at: r.try_get("alerted_at")?,
+        first_seen_at: r.try_get("first_seen_at")?,
+        updated_at: r.try_get("updated_at")?,
+    })
+}
+
+/// Inserts what is new and updates what changed (status, tx id, fee): re-reading a window is
+/// harmless, and two replicas reading the same one write each row once.
+pub async fn upsert(conn: &mut PgConnection, venue_key: &str, rows: &[NewTransfer<'_>]) -> Result<u64> {
+    let mut changed = 0;
+    for t in rows {
+        let done = sqlx::query(
+            "INSERT INTO venue_transfers (venue_key, account, direction, venue_ref, asset, network, amount, fee, address,
+                                          address_tag, tx_id, client_id, status, occurred_at)
+             VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8::numeric, $9, $10, $11, $12, $13, $14)
+             ON CONFLICT (venue_key, direction, venue_ref) DO UPDATE
+                SET status = EXCLUDED.status, tx_id = COALESCE(EXCLUDED.tx_id, venue_transfers.tx_id),
+                    fee = COALESCE(EXCLUDED.fee, venue_transfers.fee), updated_at = now()
+              WHERE (venue_transfers.status, venue_transfers.tx_id, venue_transfers.fee)
+                    IS DISTINCT FROM (EXCLUDED.status, COALESCE(EXCLUDED.tx_id, venue_transfers.tx_id),
+                                      COALESCE(EXCLUDED.fee, venue_transfers.fee))",
+        )
+        .bind(venue_key)
+        .bind(t.account)
+        .bind(t.direction)
+        .bind(t.venue_ref)
+        .bind(t.asset)
+        .bind(t.network)
+        .bind(t.amount)
+        .bind(t.fee)
+        .bind(t.address)
+        .bind(t.address_tag)
+        .bind(t.tx_id)
+        .bind(t.client_id)
+        .bind(t.status)
+        .bind(t.occurred_at)
+        .execute(&mut *conn)
+        .await?;
+        changed += done.rows_affected();
+    }
+    Ok(changed)
+}
+
+/// Up to where the venue's history was read completely; `None` before the first read.
+pub async fn cursor(conn: &mut PgConnection, venue_key: &str) -> Result<Option<DateTime<Utc>>> {
+    Ok(sqlx::query_scalar("SELECT ingested_until FROM venue_transfer_cursors WHERE venue_key = $1")
+        .bind(venue_key)
+        .fetch_optional(&mut *conn)
+        .await?)
+}
+
+/// Moves the cursor forward to `to` (never back: a slower replica's read does not undo a
+/// faster one's).
+pub async fn advance_cursor(conn: &mut PgConnection, venue_key: &str, to: DateTime<Utc>) -> Result<()> {
+    sqlx::query(
+        "INSERT INTO venue_transfer_cursors (venue_key, ingested_until) VALUES ($1, $2)
+         ON CONFLICT (venue_key) DO UPDATE
+            SET ingested_until = GREATEST(venue_transfer_cursors.ingested_until, EXCLUDED.ingested_until),
+                updated_at = now()",
+    )
+    .bind(venue_key)
+    .bind(to)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Links each row no node explains yet (first seen within `within_seconds`) to the node that
+/// does: a withdrawal by qtg's client id (`<request_node_id>:<attempt>`) or by the venue id a
+/// node of the same account recorded (`exchange_withdrawal_id`); a deposit by the deposit id a
+/// node recorded, or by its tx id (the txid a withdrawal node followed). Returns the rows
+/// linked.
+pub async fn link(conn: &mut PgConnection, within_seconds: f64) -> Result<u64> {
+    let done = sqlx::query(
+        "WITH found AS (
+           SELECT t.id AS tid, x.node_id, x.request_id, x.by
+             FROM venue_transfers t
+             CROSS JOIN LATERAL (
+               SELECT n.id AS node_id, n.request_id, 'client_id' AS by
+                 FROM movement_request_nodes n
+                WHERE t.direction = 'withdrawal'
+                  AND n.id = (CASE WHEN t.client_id ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}:[0-9]+$'
+                                   THEN split_part(t.client_id, ':', 1)::uuid END)
+               UNION ALL
+               SELECT n.id, n.request_id, 'withdrawal_id'
+                 FROM movement_request_nodes n
+                WHERE t.direction = 'withdrawal' AND n.provider_refs->>'exchange_withdrawal_id' = t.venue_ref
+                  AND n.provider_refs->>'venue' = t.account
+               UNION ALL
+               SELECT n.id, n.request_id, 'deposit_id'
+                 FROM movement_request_nodes n
+                WHERE t.direction = 'deposit' AND n.provider_refs->>'deposit_id' = t.venue_ref
+                  AND n.provider_refs->>'venue' = t.account
+               UNION ALL
+               SELECT n.id, n.request_id, 'txid'
+                 FROM movement_request_nodes n
+                WHERE t.direction = 'deposit' AND t.tx_id IS NOT NULL AND n.provider_refs->>'txid' = t.tx_id
+               LIMIT 1) x
+            WHERE t.movement_id IS NULL AND t.first_seen_at > now() - make_interval(secs => $1))
+         UPDATE venue_transfers t
+            SET request_node_id = f.node_id, movement_id = f.request_id, linked_by = f.by, updated_at = now()
+           FROM found f
+          WHERE t.id = f.tid AND t.movement_id IS NULL",
+    )
+    .bind(within_seconds)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected())
+}
+
+/// Withdrawals no node explains, first seen more than `grace_seconds` ago, not yet alerted.
+pub async fn unexplained_due(conn: &mut PgConnection, grace_seconds: f64, limit: i64) -> Result<Vec<VenueTransfer>> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM venue_transfers
+          WHERE direction = 'withdrawal' AND movement_id IS NULL AND alerted_at IS NULL
+            AND first_seen_at < now() - make_interval(secs => $1)
+          ORDER BY first_seen_at, id LIMIT $2"
+    )))
+    .bind(grace_seconds)
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(row).collect()
+}
+
+/// Marks the row alerted — `false` when another replica did first, or a node explains it now.
+pub async fn mark_alerted(conn: &mut PgConnection, id: i64) -> Result<bool> {
+    let done = sqlx::query(
+        "UPDATE venue_transfers SET alerted_at = now(), updated_at = now()
+          WHERE id = $1 AND alerted_at IS NULL AND movement_id IS NULL",
+    )
+    .bind(id)
+    .execute(&mut *conn)
+    .await?;
+    Ok(done.rows_affected() == 1)
+}
+
+/// Newest first, after the cursor `(first_seen_at, id)`; filtered by venue key, direction and
+/// `unexplained` (rows no node explains).
+pub async fn list(
+    conn: &mut PgConnection,
+    venue_key: Option<&str>,
+    direction: Option<&str>,
+    unexplained: bool,
+    before: Option<(DateTime<Utc>, i64)>,
+    limit: i64,
+) -> Result<Vec<VenueTransfer>> {
+    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
+        "SELECT {COLUMNS} FROM venue_transfers
+          WHERE ($1::text IS NULL OR venue_key = $1) AND ($2::text IS NULL OR direction = $2)
+            AND (NOT $3 OR movement_id IS NULL)
+            AND ($4::timestamptz IS NULL OR (first_seen_at, id) < ($4, $5))
+          ORDER BY first_seen_at DESC, id DESC LIMIT $6"
+    )))
+    .bind(venue_key)
+    .bind(direction)
+    .bind(unexplained)
+    .bind(before.map(|b| b.0))
+    .bind(before.map(|b| b.1).unwrap_or(0))
+    .bind(limit)
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.iter().map(row).collect()
+}

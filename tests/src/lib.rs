@@ -42,11 +42,79 @@ pub struct TestDb {
     dropped: bool,
 }
 
+/// The name of the migrated template database of this schema: one per set of migrations
+/// (their versions and checksums), so a changed migration gets a template of its own.
+fn template_name() -> String {
+    use sha2::Digest;
+    let mut h = sha2::Sha256::new();
+    for m in qtg_store::MIGRATOR.iter() {
+        h.update(m.version.to_le_bytes());
+        h.update(&m.checksum);
+    }
+    format!("qtg_tpl_{}", &hex::encode(h.finalize())[..16])
+}
+
+/// Creates the template database once per schema, across test processes (an advisory lock on
+/// the server serialises them): migrated under a temporary name, then renamed, so a template
+/// that exists is complete. Templates of other schemas are dropped.
+async fn ensure_template(admin_pool: &PgPool) -> anyhow::Result<String> {
+    let name = template_name();
+    let mut conn = admin_pool.acquire().await?;
+    sqlx::query("SELECT pg_advisory_lock(hashtextextended('qtg-test-template', 0))").execute(&mut *conn).await?;
+    let made = async {
+        let exists: bool = sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)")
+            .bind(&name)
+            .fetch_one(&mut *conn)
+            .await?;
+        if exists {
+            return anyhow::Ok(());
+        }
+        let stale: Vec<String> =
+            sqlx::query_scalar("SELECT datname FROM pg_database WHERE datname LIKE 'qtg\\_tpl\\_%'")
+                .fetch_all(&mut *conn)
+                .await?;
+        for old in stale {
+            sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {old} WITH (FORCE)")))
+                .execute(&mut *conn)
+                .await?;
+        }
+        let building = format!("{name}_building");
+        sqlx::query(sqlx::AssertSqlSafe(format!("DROP DATABASE IF EXISTS {building} WITH (FORCE)")))
+            .execute(&mut *conn)
+            .await?;
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {building}"))).execute(&mut *conn).await?;
+        let pool = qtg_store::connect(&with_db(&admin_url(), &building), 1).await?;
+        qtg_store::migrate(&pool).await?;
+        pool.close().await;
+        sqlx::query(sqlx::AssertSqlSafe(format!("ALTER DATABASE {building} RENAME TO {name}")))
+            .execute(&mut *conn)
+            .await?;
+        Ok(())
+    }
+    .await;
+    sqlx::query("SELECT pg_advisory_unlock(hashtextextended('qtg-test-template', 0))").execute(&mut *conn).await?;
+    made?;
+    Ok(name)
+}
+
 impl TestDb {
+    /// A fresh database with the schema: a copy of the migrated template (migrating every
+    /// test's database from scratch was most of a test's set-up).
     pub async fn new() -> anyhow::Result<TestDb> {
-        let db = Self::empty().await?;
-        qtg_store::migrate(&db.pool).await?;
-        Ok(db)
+        let admin = admin_url();
+        let admin_pool = qtg_store::connect(&admin, 1).await.context("connect to the test Postgres server")?;
+        let template = ensure_template(&admin_pool).await?;
+        let name = format!("qtg_t_{}", uuid::Uuid::new_v4().simple());
+        sqlx::query(sqlx::AssertSqlSafe(format!("CREATE DATABASE {name} TEMPLATE {template}")))
+            .execute(&admin_pool)
+            .await
+            .context("copy the template database")?;
+        admin_pool.close().await;
+        let url = with_db(&admin, &name);
+        let pool = qtg_store::connect(&url, 20).await?;
+        // Already current: this checks the copy against the migrations and applies nothing.
+        qtg_store::migrate(&pool).await?;
+        Ok(TestDb { name, url, pool, dropped: false })
     }
 
     /// A fresh database without the schema.

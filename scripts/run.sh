@@ -191,7 +191,11 @@ export MG_LOG_FORMAT="${MG_LOG_FORMAT:-pretty}"
 export MG_BALANCE_SNAPSHOT_ENABLED=true MG_CAPITAL_TRANSFER_FOLLOWUP_ENABLED=true
 # cex_transfer_ingest: what moved on the venue accounts, linked to the movements; a withdrawal no
 # movement explains is alerted (GET /v3/venue-transfers?unexplained=true, the console's Balances).
+# Read every 10 s, and a withdrawal alerted 60 s after it was first seen unexplained (900 s by
+# default: qtg's own withdrawal must have time to be linked).
 export MG_CEX_TRANSFER_INGEST_VENUES_CSV=sim_a,sim_b,sim_k
+export MG_CEX_TRANSFER_INGEST_INTERVAL_SECONDS="${MG_CEX_TRANSFER_INGEST_INTERVAL_SECONDS:-10}"
+export MG_CEX_TRANSFER_UNEXPLAINED_GRACE_SECONDS="${MG_CEX_TRANSFER_UNEXPLAINED_GRACE_SECONDS:-60}"
 export MG_CAPITAL_TRANSFER_FOLLOWUP_INTERVAL_SECONDS="${MG_CAPITAL_TRANSFER_FOLLOWUP_INTERVAL_SECONDS:-5}"
 export MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS="${MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS:-30}"
 if [ ! -f .qtg/bootstrap.key ]; then

@@ -275,7 +275,16 @@ impl Books {
     pub fn open(path: &Path, setup: &Setup) -> anyhow::Result<Books> {
         if path.exists() {
             let text = std::fs::read_to_string(path)?;
-            return serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()));
+            let mut books: Books =
+                serde_json::from_str(&text).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
+            // An account added to the setup since the ledger was written opens with its balances.
+            for a in &setup.accounts {
+                if !books.balances.contains_key(&a.name) {
+                    let coins = a.balances.iter().map(|(c, v)| (c.clone(), units(v).unwrap_or(0))).collect();
+                    books.balances.insert(a.name.clone(), coins);
+                }
+            }
+            return Ok(books);
         }
         let mut books = Books::default();
         for a in &setup.accounts {
@@ -380,6 +389,19 @@ fn self_seq(id: &str) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn an_account_added_since_the_ledger_was_written_opens_with_its_balances() {
+        let setup = Setup::load(&Path::new(env!("CARGO_MANIFEST_DIR")).join("../../deploy/venue-sim.toml")).unwrap();
+        let path = std::env::temp_dir().join(format!("venue-ledger-{}.json", std::process::id()));
+        let mut old = Books::default();
+        old.balances.insert("sim_a".into(), [("USDT".to_string(), 5)].into_iter().collect());
+        old.save(&path).unwrap();
+        let books = Books::open(&path, &setup).unwrap();
+        std::fs::remove_file(&path).ok();
+        assert_eq!(books.balance("sim_a", "USDT"), 5, "what the ledger holds stays");
+        assert_eq!(books.balance("sim_k", "USDT"), units("1000000").unwrap(), "a new account opens");
+    }
 
     #[test]
     fn amounts_are_exact_to_eight_decimals() {

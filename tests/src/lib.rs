@@ -494,6 +494,13 @@ pub fn fast_recovery() -> HashMap<&'static str, &'static str> {
     HashMap::from([("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "3"), ("MG_EXECUTOR_TIMEOUT_MS", "1500")])
 }
 
+/// The binaries' engine settings (`EngineSettings::default()`), except the approval gate: an
+/// in-process engine runs no health worker, so nothing would vouch for its executors; down-only
+/// refuses only what is known to be down.
+pub fn test_settings() -> qtg_engine::EngineSettings {
+    qtg_engine::EngineSettings { approval_health_gate: qtg_engine::HealthGate::DownOnly, ..Default::default() }
+}
+
 /// An in-process engine over `db` with the sim lanes of `deploy/registry.sim.toml`.
 pub fn sim_engine(db: &TestDb, settings: qtg_engine::EngineSettings) -> anyhow::Result<qtg_engine::Engine> {
     let text = std::fs::read_to_string(registry_file())?;

@@ -6,8 +6,9 @@ use std::sync::Arc;
 use qtg_core::Lane;
 use qtg_engine::movements::NewMovementInput;
 use qtg_engine::templates::Proposal;
-use qtg_engine::{Engine, EngineSettings};
+use qtg_engine::Engine;
 use qtg_executor::Registry;
+use qtg_tests::test_settings;
 use qtg_tests::TestDb;
 use serde_json::json;
 
@@ -23,12 +24,8 @@ async fn each_ready_node_is_claimed_exactly_once() -> anyhow::Result<()> {
         Lane::Other,
         Arc::new(qtg_sim::SimExecutor::new("exec.sim.transfer", db.pool.clone())),
     );
-    let engine = Engine {
-        pool: db.pool.clone(),
-        registry: Arc::new(registry),
-        settings: EngineSettings::default(),
-        actor: "test".into(),
-    };
+    let engine =
+        Engine { pool: db.pool.clone(), registry: Arc::new(registry), settings: test_settings(), actor: "test".into() };
 
     let plan = serde_json::from_value(json!({
         "nodes": [{"node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"}],

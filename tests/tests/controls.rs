@@ -279,7 +279,7 @@ async fn a_pause_that_commits_after_the_claim_still_stops_the_submit() -> anyhow
     let engine = qtg_engine::Engine {
         pool: db.pool.clone(),
         registry: std::sync::Arc::new(registry),
-        settings: qtg_engine::EngineSettings::default(),
+        settings: test_settings(),
         actor: "test".into(),
     };
     install_plan(&engine, "t.p", json!({"nodes": [{"node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"}]})).await?;

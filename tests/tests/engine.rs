@@ -16,7 +16,7 @@ fn one(key: &str, sim: serde_json::Value) -> serde_json::Value {
 #[tokio::test]
 async fn a_submit_without_an_answer_is_unknown_never_failed() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let engine = sim_engine(&db, EngineSettings::default())?;
+    let engine = sim_engine(&db, test_settings())?;
     install_plan(&engine, "t.timeout", one("n", json!({"submit": "timeout"}))).await?;
     let id = create_approved(&engine, "t.timeout", "m1").await?;
     assert_eq!(engine.dispatch_tick().await?, 1);
@@ -35,7 +35,7 @@ async fn a_submit_without_an_answer_is_unknown_never_failed() -> anyhow::Result<
 #[tokio::test]
 async fn an_executor_hand_over_stops_recovery_and_calls_a_person() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let mut settings = EngineSettings::default();
+    let mut settings = test_settings();
     settings.grace.other = 0.0;
     let engine = sim_engine(&db, settings)?;
     install_plan(&engine, "t.review", one("n", json!({"submit": "unknown", "recover": "unknown", "provider_refs": {"__manual_review_required": "reconciliation_ambiguous"}}))).await?;
@@ -59,7 +59,7 @@ async fn observation_timeout_is_enforced_only_when_enabled() -> anyhow::Result<(
     let db = TestDb::new().await?;
     let plan = json!({"nodes": [{"node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
         "timeout_policy": {"observe_seconds": 0.05}, "config": {"sim": {"observe_polls": 1000, "retry_after_seconds": 0}}}]});
-    let off = sim_engine(&db, EngineSettings::default())?;
+    let off = sim_engine(&db, test_settings())?;
     install_plan(&off, "t.slow", plan).await?;
     let id = create_approved(&off, "t.slow", "m1").await?;
     off.dispatch_tick().await?;
@@ -68,7 +68,7 @@ async fn observation_timeout_is_enforced_only_when_enabled() -> anyhow::Result<(
     off.observe_tick().await?;
     assert_eq!(node_row(&db.pool, id, "n").await?.0, "OBSERVING");
 
-    let on = sim_engine(&db, EngineSettings { observe_timeout_enforcement: true, ..EngineSettings::default() })?;
+    let on = sim_engine(&db, EngineSettings { observe_timeout_enforcement: true, ..test_settings() })?;
     on.observe_tick().await?;
     let (state, code, _, _) = node_row(&db.pool, id, "n").await?;
     assert_eq!((state.as_str(), code.as_deref()), ("UNKNOWN", Some("OBSERVATION_TIMEOUT")));
@@ -80,7 +80,7 @@ async fn observation_timeout_is_enforced_only_when_enabled() -> anyhow::Result<(
 #[tokio::test]
 async fn unresolved_refs_and_plan_drift_fail_before_anything_is_sent() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let engine = sim_engine(&db, EngineSettings::default())?;
+    let engine = sim_engine(&db, test_settings())?;
     install_plan(&engine, "t.ref", json!({
         "nodes": [
             {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer", "config": {"sim": {"submit_result": "completed"}}},
@@ -115,7 +115,7 @@ async fn unresolved_refs_and_plan_drift_fail_before_anything_is_sent() -> anyhow
 #[tokio::test]
 async fn manual_nodes_wait_for_a_person_and_are_never_dispatched() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let engine = sim_engine(&db, EngineSettings::default())?;
+    let engine = sim_engine(&db, test_settings())?;
     install_plan(&engine, "t.manual", json!({"nodes": [{"node_key": "m", "node_kind": "manual", "action_type": "manual_bank_wire", "executor_key": "manual"}]})).await?;
     let id = create_approved(&engine, "t.manual", "m1").await?;
     assert_eq!(request_state(&db.pool, id).await?, "WAITING_MANUAL_ACTION");
@@ -128,7 +128,7 @@ async fn manual_nodes_wait_for_a_person_and_are_never_dispatched() -> anyhow::Re
 #[tokio::test]
 async fn the_one_door_refuses_what_the_table_forbids_and_writes_nothing() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let engine = sim_engine(&db, EngineSettings::default())?;
+    let engine = sim_engine(&db, test_settings())?;
     install_plan(&engine, "t.one", one("n", json!({}))).await?;
     let id = create_approved(&engine, "t.one", "m1").await?;
     let node_id: uuid::Uuid = sqlx::query_scalar("SELECT id FROM movement_request_nodes WHERE request_id = $1")
@@ -181,7 +181,7 @@ async fn the_one_door_refuses_what_the_table_forbids_and_writes_nothing() -> any
 #[tokio::test]
 async fn a_worker_only_takes_nodes_whose_executor_it_has() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let full = sim_engine(&db, EngineSettings::default())?;
+    let full = sim_engine(&db, test_settings())?;
     install_plan(&full, "t.one", one("n", json!({}))).await?;
     let id = create_approved(&full, "t.one", "m1").await?;
     // A replica whose registry does not have the key yet (e.g. mid rolling update).
@@ -278,7 +278,7 @@ async fn a_new_attempt_sees_nothing_of_the_previous_one() -> anyhow::Result<()> 
     let engine = qtg_engine::Engine {
         pool: db.pool.clone(),
         registry: std::sync::Arc::new(registry),
-        settings: EngineSettings::default(),
+        settings: test_settings(),
         actor: "test".into(),
     };
     install_plan(&engine, "t.clean", one("n", json!({"observe": "fail", "provider_refs": {"venue_order": "o-1"}})))
@@ -324,7 +324,7 @@ async fn node_row_id(pool: &sqlx::PgPool, request: uuid::Uuid) -> anyhow::Result
 #[tokio::test]
 async fn risk_limits_are_checked_again_before_the_first_submit() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let lax = sim_engine(&db, EngineSettings::default())?;
+    let lax = sim_engine(&db, test_settings())?;
     install_plan(&lax, "t.cap", one("n", json!({}))).await?;
     let id = create_approved(&lax, "t.cap", "cap-1").await?;
     let amount: String = sqlx::query_scalar("SELECT intent ->> 'amount' FROM movement_requests WHERE id = $1")
@@ -335,7 +335,7 @@ async fn risk_limits_are_checked_again_before_the_first_submit() -> anyhow::Resu
     let strict_limits =
         qtg_core::risk::RiskLimits::from_plan(&json!({"hard_cap": "0.000001"})).map_err(anyhow::Error::msg)?;
     assert!(strict_limits.hard_cap.as_ref().is_some_and(|c| &below > c));
-    let strict = sim_engine(&db, EngineSettings { risk: strict_limits, ..EngineSettings::default() })?;
+    let strict = sim_engine(&db, EngineSettings { risk: strict_limits, ..test_settings() })?;
     strict.dispatch_tick().await?;
     let (state, code, _, _) = node_row(&db.pool, id, "n").await?;
     assert_eq!((state.as_str(), code.as_deref()), ("FAILED", Some("RISK_LIMIT_EXCEEDED")));
@@ -353,7 +353,7 @@ async fn risk_limits_are_checked_again_before_the_first_submit() -> anyhow::Resu
 #[tokio::test]
 async fn transitions_wake_the_workers() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let engine = sim_engine(&db, EngineSettings::default())?;
+    let engine = sim_engine(&db, test_settings())?;
     install_plan(&engine, "t.notify", one("n", json!({"observe_polls": 3}))).await?;
     let mut listener = sqlx::postgres::PgListener::connect(&db.url).await?;
     listener.listen_all(["qtg_dispatch", "qtg_observe", "qtg_recover", "qtg_callback"]).await?;
@@ -377,4 +377,40 @@ async fn heard(listener: &mut sqlx::postgres::PgListener, channel: &str) -> anyh
             return Ok(());
         }
     }
+}
+
+/// What is submitted is what was stored for the attempt: a prepared action whose stored hash
+/// differs (the artifact altered between prepare and submit — simulated by a trigger that
+/// rewrites it as it is written) is never sent. The attempt is armed and left to recovery, the
+/// submit call recorded `not_sent` with PAYLOAD_HASH_MISMATCH, and the venue saw nothing.
+#[tokio::test]
+async fn a_prepared_action_unlike_the_stored_one_is_never_submitted() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    sqlx::raw_sql(
+        "CREATE FUNCTION tamper() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN NEW.payload_hash := repeat('0', 64); RETURN NEW; END $$;
+         CREATE TRIGGER tamper BEFORE INSERT ON artifacts FOR EACH ROW
+           WHEN (NEW.kind = 'prepared_action') EXECUTE FUNCTION tamper();",
+    )
+    .execute(&db.pool)
+    .await?;
+    let engine = sim_engine(&db, test_settings())?;
+    install_plan(&engine, "t.tamper", one("n", json!({}))).await?;
+    let id = create_approved(&engine, "t.tamper", "m-tamper").await?;
+    assert_eq!(engine.dispatch_tick().await?, 1);
+    let (state, _, refs, attempt) = node_row(&db.pool, id, "n").await?;
+    assert_eq!((state.as_str(), attempt), ("SUBMITTING", 1), "armed, not sent: recovery decides");
+    assert_eq!(refs["__submit_attempt_pending"], true, "{refs}");
+    let (outcome, code): (String, Option<String>) = sqlx::query_as(
+        "SELECT e.outcome, e.error_code FROM node_events e JOIN movement_request_nodes n ON n.id = e.request_node_id
+          WHERE n.request_id = $1 AND e.method = 'submit'",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await?;
+    assert_eq!((outcome.as_str(), code.as_deref()), ("not_sent", Some("PAYLOAD_HASH_MISMATCH")));
+    let calls: i64 = sqlx::query_scalar("SELECT count(*) FROM sim_submit_calls").fetch_one(&db.pool).await?;
+    assert_eq!(calls, 0, "no submit call reached the venue");
+    db.drop_db().await;
+    Ok(())
 }

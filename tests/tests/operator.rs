@@ -16,7 +16,7 @@ fn one(sim: serde_json::Value) -> serde_json::Value {
 #[tokio::test]
 async fn retry_makes_a_new_attempt_of_a_failed_node_and_refuses_unknown() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let engine = sim_engine(&db, EngineSettings::default())?;
+    let engine = sim_engine(&db, test_settings())?;
     install_plan(&engine, "t.fail", one(json!({"submit": "fail"}))).await?;
     let id = create_approved(&engine, "t.fail", "m1").await?;
     engine.dispatch_tick().await?;
@@ -52,7 +52,7 @@ async fn retry_makes_a_new_attempt_of_a_failed_node_and_refuses_unknown() -> any
 async fn cancel_needs_c6_evidence_while_a_side_effect_may_exist() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
     // A short submit window, so that the armed attempt is fenced within the test.
-    let settings = EngineSettings { submit_window_seconds: 0.6, clock_skew_seconds: 0.1, ..EngineSettings::default() };
+    let settings = EngineSettings { submit_window_seconds: 0.6, clock_skew_seconds: 0.1, ..test_settings() };
     let engine = sim_engine(&db, settings)?;
     install_plan(&engine, "t.unknown", one(json!({"submit": "unknown"}))).await?;
     let id = create_approved(&engine, "t.unknown", "m1").await?;
@@ -118,7 +118,7 @@ async fn cancel_needs_c6_evidence_while_a_side_effect_may_exist() -> anyhow::Res
 #[tokio::test]
 async fn resume_clears_the_hand_off_so_recovery_decides() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let mut settings = EngineSettings::default();
+    let mut settings = test_settings();
     settings.grace.other = 0.0;
     let engine = sim_engine(&db, settings)?;
     install_plan(&engine, "t.review", one(json!({"submit": "unknown", "recover": "completed", "provider_refs": {"__manual_review_required": "reconciliation_ambiguous"}}))).await?;
@@ -158,7 +158,7 @@ async fn resume_clears_the_hand_off_so_recovery_decides() -> anyhow::Result<()> 
 #[tokio::test]
 async fn complete_manual_only_on_manual_nodes_and_a_busy_worker_is_a_409() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let engine = sim_engine(&db, EngineSettings::default())?;
+    let engine = sim_engine(&db, test_settings())?;
     install_plan(&engine, "t.manual", json!({"nodes": [
         {"node_key": "wire", "node_kind": "manual", "action_type": "manual_bank_wire", "executor_key": "manual"},
         {"node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer", "config": {"sim": {"submit_result": "completed"}}}],
@@ -202,7 +202,7 @@ async fn complete_manual_only_on_manual_nodes_and_a_busy_worker_is_a_409() -> an
 async fn diagnosis_names_each_runbook_case() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
     // A short submit window, so that the armed attempt is fenced within the test.
-    let settings = EngineSettings { submit_window_seconds: 0.6, clock_skew_seconds: 0.1, ..EngineSettings::default() };
+    let settings = EngineSettings { submit_window_seconds: 0.6, clock_skew_seconds: 0.1, ..test_settings() };
     let engine = sim_engine(&db, settings)?;
     install_plan(&engine, "t.unknown", one(json!({"submit": "unknown"}))).await?;
     install_plan(&engine, "t.observing", one(json!({"observe_polls": 1000, "retry_after_seconds": 0.01}))).await?;

@@ -180,12 +180,9 @@ impl Engine {
             Some((codes::PLAN_HASH_DRIFT, "the plan changed since the movement was compiled or approved".to_string()))
         } else if item.approved_intent_hash.as_deref().is_some_and(|h| h != item.intent_hash) {
             Some((codes::INTENT_HASH_DRIFT, "the intent changed since it was approved".to_string()))
-        } else if self.registry.executor(&item.executor_key).is_none() {
-            Some((
-                codes::EXECUTOR_NOT_REGISTERED,
-                format!("executor {:?} is not in this worker's registry", item.executor_key),
-            ))
         } else {
+            // (A node of an executor this worker does not serve is never claimed here: the claim
+            // takes only nodes of `served_keys`, so there is no "not registered" case.)
             None
         };
         let built = match refusal {
@@ -389,7 +386,22 @@ impl Engine {
         let window =
             Duration::from_secs_f64((self.settings.submit_window_seconds - self.settings.clock_skew_seconds).max(0.0));
         let key = idempotency_key(&c.ctx.request_node_id, c.attempt_no);
-        if armed_at.elapsed() >= window || expired() || prepared.computed_hash() != prepared.payload_hash {
+        // What is sent is what was stored for the attempt: the prepared action's hash against the
+        // one its artifact holds (written when it was prepared), not against itself.
+        let stored_hash = {
+            let mut conn = self.pool.acquire().await?;
+            qtg_store::artifacts::submission(&mut conn, c.item.node_id, c.attempt_no).await?.0.map(|(_, h)| h)
+        };
+        if stored_hash.as_deref() != Some(prepared.computed_hash().as_str()) {
+            tracing::error!(node_id = %c.item.node_id, attempt_no = c.attempt_no, stored = ?stored_hash,
+                "submit not sent: the prepared action differs from the one stored for the attempt; recovery decides the attempt");
+            let mut conn = self.pool.acquire().await?;
+            let detail = "the prepared action's hash is not the one stored for this attempt; nothing was sent";
+            let call = Call::failed("submit", "not_sent", codes::PAYLOAD_HASH_MISMATCH, detail, 0);
+            record_calls(&mut conn, c.item.request_id, c.item.node_id, c.attempt_no, &[call], &self.actor).await?;
+            return Ok(());
+        }
+        if armed_at.elapsed() >= window || expired() {
             tracing::warn!(node_id = %c.item.node_id, attempt_no = c.attempt_no, elapsed_ms = armed_at.elapsed().as_millis() as u64,
                 "submit not sent: the submit window closed before it could start; recovery decides the attempt");
             let mut conn = self.pool.acquire().await?;

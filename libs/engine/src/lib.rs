@@ -142,11 +142,12 @@ impl Default for EngineSettings {
                 ..Default::default()
             },
             risk: qtg_core::risk::RiskLimits::default(),
-            lease_seconds: 120.0,
+            // The binaries' defaults (services/common `engine_settings` of an empty environment
+            // equals this, a test checks): lease 3 × the call deadline + 2 × the skew margin.
+            lease_seconds: 100.0,
             submit_window_seconds: 40.0,
             clock_skew_seconds: 5.0,
-            // In-process engines (tests, tools) run no health worker; processes take strict.
-            approval_health_gate: HealthGate::DownOnly,
+            approval_health_gate: HealthGate::Strict,
             health_stale_seconds: 180.0,
             key_creation_approvals: 1,
             evm_nonce_reaper_age_seconds: 600.0,

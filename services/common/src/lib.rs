@@ -167,72 +167,76 @@ fn load_registry(
     Ok((registry, read.into_inner().expect("settings read")))
 }
 
+/// The engine's settings from the process' settings: the one place a setting reaches the
+/// engine (an empty environment gives exactly [`EngineSettings::default`], checked below).
+pub fn engine_settings(s: &Settings) -> EngineSettings {
+    EngineSettings {
+        executor_timeout: s.executor_timeout,
+        observe_timeout_enforcement: s.observe_timeout_enforcement,
+        observe_batch: s.observe_batch,
+        recovery_batch: s.recovery_batch,
+        grace: LaneGrace {
+            ccip: s.grace_ccip.unwrap_or(s.grace_default),
+            stargate: s.grace_stargate.unwrap_or(s.grace_default),
+            cex: s.grace_cex.unwrap_or(s.grace_default),
+            other: s.grace_other.unwrap_or(s.grace_default),
+        },
+        call_failure_backoff_seconds: 15.0,
+        callbacks: qtg_engine::callbacks::CallbackSettings {
+            secret: s.callback_secret.clone().map(String::into_bytes),
+            max_attempts: s.callback_max_attempts,
+            timeout: s.callback_timeout,
+            allow_private: s.callback_allow_private,
+            allowed_hosts: s.callback_allowed_hosts.clone(),
+            per_receiver: s.callback_per_receiver,
+            delivery: qtg_engine::callbacks::Delivery::new(s.callback_max_in_flight),
+        },
+        risk: s.risk.clone(),
+        lease_seconds: s.lease_seconds,
+        approval_health_gate: if s.approval_health_gate_strict {
+            qtg_engine::HealthGate::Strict
+        } else {
+            qtg_engine::HealthGate::DownOnly
+        },
+        key_creation_approvals: s.key_creation_approvals,
+        evm_nonce_reaper_age_seconds: s.evm_nonce_reaper_age_seconds,
+        drift: qtg_engine::drift::DriftSettings {
+            pause: s.verify_drift_pause,
+            concurrency: s.verify_drift_concurrency.max(1),
+            timeout: s.verify_drift_timeout,
+            alert_url: s.drift_alert_url.clone(),
+        },
+        balances: qtg_engine::balances::BalanceSettings {
+            retention_seconds: s.balance_retention_seconds,
+            stale_seconds: s.balance_stale_seconds,
+            fetch_timeout: s.balance_fetch_timeout,
+        },
+        ingest: qtg_engine::ingest::IngestSettings {
+            venues: s.cex_transfer_ingest_venues.clone(),
+            lookback_seconds: s.cex_transfer_ingest_lookback_seconds,
+            page_seconds: s.cex_transfer_ingest_page_seconds,
+            overlap_seconds: s.cex_transfer_ingest_overlap_seconds,
+            unexplained_grace_seconds: s.cex_transfer_unexplained_grace_seconds,
+            alert_url: s.cex_transfer_alert_url.clone(),
+        },
+        capital: qtg_engine::capital::CapitalSettings {
+            stale_seconds: s.capital_transfer_stale_seconds,
+            default_callback_url: s.callback_default_url.clone(),
+            approval_ttl_seconds: s.approval_ttl_seconds,
+        },
+        // Three health intervals.
+        health_stale_seconds: 3.0 * s.worker("executor_health").map(|w| w.interval.as_secs_f64()).unwrap_or(60.0),
+        submit_window_seconds: s.submit_window_seconds,
+        clock_skew_seconds: s.clock_skew_seconds,
+    }
+}
+
 impl Process {
     pub fn engine(&self, actor: &str) -> Engine {
-        let s = &self.settings;
         Engine {
             pool: self.pool.clone(),
             registry: self.registry.clone(),
-            settings: EngineSettings {
-                executor_timeout: s.executor_timeout,
-                observe_timeout_enforcement: s.observe_timeout_enforcement,
-                observe_batch: s.observe_batch,
-                recovery_batch: s.recovery_batch,
-                grace: LaneGrace {
-                    ccip: s.grace_ccip.unwrap_or(s.grace_default),
-                    stargate: s.grace_stargate.unwrap_or(s.grace_default),
-                    cex: s.grace_cex.unwrap_or(s.grace_default),
-                    other: s.grace_other.unwrap_or(s.grace_default),
-                },
-                call_failure_backoff_seconds: 15.0,
-                callbacks: qtg_engine::callbacks::CallbackSettings {
-                    secret: s.callback_secret.clone().map(String::into_bytes),
-                    max_attempts: s.callback_max_attempts,
-                    timeout: s.callback_timeout,
-                    allow_private: s.callback_allow_private,
-                    allowed_hosts: s.callback_allowed_hosts.clone(),
-                    per_receiver: s.callback_per_receiver,
-                    delivery: qtg_engine::callbacks::Delivery::new(s.callback_max_in_flight),
-                },
-                risk: s.risk.clone(),
-                lease_seconds: s.lease_seconds,
-                approval_health_gate: if s.approval_health_gate_strict {
-                    qtg_engine::HealthGate::Strict
-                } else {
-                    qtg_engine::HealthGate::DownOnly
-                },
-                key_creation_approvals: s.key_creation_approvals,
-                evm_nonce_reaper_age_seconds: s.evm_nonce_reaper_age_seconds,
-                drift: qtg_engine::drift::DriftSettings {
-                    pause: s.verify_drift_pause,
-                    concurrency: s.verify_drift_concurrency.max(1),
-                    timeout: s.verify_drift_timeout,
-                    alert_url: s.drift_alert_url.clone(),
-                },
-                balances: qtg_engine::balances::BalanceSettings {
-                    retention_seconds: s.balance_retention_seconds,
-                    stale_seconds: s.balance_stale_seconds,
-                    fetch_timeout: s.balance_fetch_timeout,
-                },
-                ingest: qtg_engine::ingest::IngestSettings {
-                    venues: s.cex_transfer_ingest_venues.clone(),
-                    lookback_seconds: s.cex_transfer_ingest_lookback_seconds,
-                    page_seconds: s.cex_transfer_ingest_page_seconds,
-                    overlap_seconds: s.cex_transfer_ingest_overlap_seconds,
-                    unexplained_grace_seconds: s.cex_transfer_unexplained_grace_seconds,
-                    alert_url: s.cex_transfer_alert_url.clone(),
-                },
-                capital: qtg_engine::capital::CapitalSettings {
-                    stale_seconds: s.capital_transfer_stale_seconds,
-                    default_callback_url: s.callback_default_url.clone(),
-                    approval_ttl_seconds: s.approval_ttl_seconds,
-                },
-                // Three health intervals.
-                health_stale_seconds: 3.0
-                    * s.worker("executor_health").map(|w| w.interval.as_secs_f64()).unwrap_or(60.0),
-                submit_window_seconds: s.submit_window_seconds,
-                clock_skew_seconds: s.clock_skew_seconds,
-            },
+            settings: engine_settings(&self.settings),
             actor: actor.to_string(),
         }
     }
@@ -367,4 +371,18 @@ pub async fn run_worker_binary(binary: &'static str) -> anyhow::Result<()> {
         ));
     }
     process.supervise(all, Vec::new()).await
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// One source of defaults: the engine an empty environment configures is exactly the one
+    /// in-process code gets from `EngineSettings::default()`.
+    #[test]
+    fn an_empty_environment_gives_the_engines_defaults() {
+        let vars = HashMap::from([("MG_DATABASE_URL".to_string(), "postgres://u@127.0.0.1:5432/db".to_string())]);
+        let settings = Settings::from_vars(&vars, false, crate::workers::WORKERS).expect("settings");
+        assert_eq!(format!("{:?}", engine_settings(&settings)), format!("{:?}", EngineSettings::default()));
+    }
 }

@@ -26,7 +26,7 @@ use std::time::{Duration, Instant};
 
 use qtg_core::protocol::{idempotency_key, Method};
 use qtg_core::{codes, ExecutionContext, ExecutionResult, NodeState, PreparedAction, RequestState, SignRequest};
-use qtg_executor::{Executor, ExecutorError, Prepared, SignError, Submission};
+use qtg_executor::{Executor, ExecutorError, Prepared, SignError, SignerRequirement, Submission};
 use qtg_store::artifacts::ArtifactKind;
 use qtg_store::claims::{self, Pickup};
 use qtg_store::events::{record_calls, Call};
@@ -241,15 +241,12 @@ impl Engine {
         let deadline = self.settings.executor_timeout;
         let mut calls: Vec<Call> = Vec::new();
 
-        // A burn's caller first (the seed's validate_cctp_burn_caller_alignment): the address
-        // the plan expects to call depositForBurn is the one its signer signs as.
-        let role = c.item.executor_key.split('.').take(3).collect::<Vec<_>>();
-        if c.ctx.action_type.trim().eq_ignore_ascii_case("cctp_burn") || role == ["exec", "cctp", "burn"] {
-            if let Some(why) = self.burn_caller_misaligned(&c).await? {
-                calls.push(Call::failed("preflight", "refused", codes::CCTP_BURN_CALLER_MISMATCH, &why, 0));
-                return self
-                    .fail_claimed(&c, NodeState::Preparing, calls, codes::CCTP_BURN_CALLER_MISMATCH, &why)
-                    .await;
+        // The caller the protocol requires first (the seed's burn-caller alignment, a lane hook):
+        // the address the plan expects to send the action is the one its signer signs as.
+        if let Some(required) = c.executor.required_signer(&c.ctx) {
+            if let Some(why) = self.signer_misaligned(&c, &required).await? {
+                calls.push(Call::failed("preflight", "refused", required.code, &why, 0));
+                return self.fail_claimed(&c, NodeState::Preparing, calls, required.code, &why).await;
             }
         }
 
@@ -418,17 +415,18 @@ impl Engine {
         self.record_submit(&c, res, ms).await
     }
 
-    /// Why a CCTP burn's caller is not aligned, if it is not: the plan's `config.burn_caller`
-    /// must be the address the node's signer signs as — its enrolled identity, else the one its
-    /// health check reported. Nothing is prepared or signed when it is not, or cannot be known.
-    async fn burn_caller_misaligned(&self, c: &Claimed) -> Result<Option<String>> {
-        let Some(caller) = c.ctx.node_config.get("burn_caller").and_then(|v| v.as_str()).map(str::to_string) else {
-            return Ok(Some(
-                "the burn's config names no burn_caller (the address expected to call depositForBurn)".into(),
-            ));
+    /// Why the node's signer is not the caller its action requires, if it is not: the address
+    /// the plan names must be the one the node's signer signs as — its enrolled identity, else
+    /// the one its health check reported. Nothing is prepared or signed when it is not, or
+    /// cannot be known.
+    async fn signer_misaligned(&self, c: &Claimed, required: &SignerRequirement) -> Result<Option<String>> {
+        let role = required.role;
+        let caller = match &required.address {
+            Ok(a) => a.clone(),
+            Err(why) => return Ok(Some(why.clone())),
         };
         let Some(signer_key) = c.item.signer_key.clone().filter(|k| !k.is_empty()) else {
-            return Ok(Some("the burn has no signer_key: its caller cannot be aligned".into()));
+            return Ok(Some(format!("the node has no signer_key: the address to {role} ({caller}) cannot be aligned")));
         };
         let (expected, observed) = {
             let mut conn = self.pool.acquire().await?;
@@ -437,10 +435,10 @@ impl Engine {
         Ok(match expected.or(observed) {
             Some(signs_as) if signs_as.eq_ignore_ascii_case(&caller) => None,
             Some(signs_as) => Some(format!(
-                "the plan expects {caller} to call depositForBurn, but signer {signer_key:?} signs as {signs_as}; nothing was signed"
+                "the plan expects {caller} to {role}, but signer {signer_key:?} signs as {signs_as}; nothing was signed"
             )),
             None => Some(format!(
-                "signer {signer_key:?} has no enrolled or observed address: the burn caller {caller} cannot be aligned; nothing was signed"
+                "signer {signer_key:?} has no enrolled or observed address: {caller}, which must {role}, cannot be aligned; nothing was signed"
             )),
         })
     }

@@ -98,6 +98,18 @@ pub trait Executor: Send + Sync {
         false
     }
 
+    /// The address the node's signer must sign as, where the protocol requires a particular
+    /// caller — checked by dispatch against the signer's enrolled (else observed) identity
+    /// before anything is prepared or signed. By default: a `cctp_burn` action is sent by its
+    /// config's `burn_caller` (the seed's burn-caller alignment), whoever executes it; a lane
+    /// whose action always has such a caller says so itself.
+    fn required_signer(&self, ctx: &ExecutionContext) -> Option<SignerRequirement> {
+        ctx.action_type
+            .trim()
+            .eq_ignore_ascii_case("cctp_burn")
+            .then(|| SignerRequirement::burn_caller(&ctx.node_config))
+    }
+
     /// Refuses, when the movement is created and without any call, an intent this executor
     /// could never run as the node is configured — a destination it cannot pay, in a shape
     /// it cannot use — with a message that says what it expects. An approver is never asked
@@ -119,6 +131,27 @@ pub trait Executor: Send + Sync {
     /// baseline an admin recorded. None by default.
     async fn drift_facts(&self) -> Result<Vec<DriftFact>, ExecutorError> {
         Ok(Vec::new())
+    }
+}
+
+/// Who must sign a node's action ([`Executor::required_signer`]): the address from the node's
+/// config (or why it cannot be known), what that address does, and the error code of a
+/// mismatch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SignerRequirement {
+    pub address: Result<String, String>,
+    /// What the address does, for the operator ("call depositForBurn").
+    pub role: &'static str,
+    pub code: &'static str,
+}
+
+impl SignerRequirement {
+    /// A CCTP burn: `config.burn_caller` calls `depositForBurn`.
+    pub fn burn_caller(node_config: &Value) -> SignerRequirement {
+        let address = node_config.get("burn_caller").and_then(Value::as_str).map(str::to_string).ok_or_else(|| {
+            "the burn's config names no burn_caller (the address expected to call depositForBurn)".to_string()
+        });
+        SignerRequirement { address, role: "call depositForBurn", code: "CCTP_BURN_CALLER_MISMATCH" }
     }
 }
 

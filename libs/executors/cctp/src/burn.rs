@@ -74,6 +74,11 @@ fn destination_domain(ctx: &ExecutionContext) -> Result<u32, Refusal> {
 
 #[async_trait]
 impl EvmCall for Burn {
+    /// A burn is always sent by its `burn_caller`, whatever the action is called.
+    fn required_signer(&self, ctx: &ExecutionContext) -> Option<qtg_executor::SignerRequirement> {
+        Some(qtg_executor::SignerRequirement::burn_caller(&ctx.node_config))
+    }
+
     async fn facts(&self, chains: &Chains) -> Result<Vec<qtg_executor::DriftFact>, RpcError> {
         crate::domains::facts(&self.domains, chains).await
     }

@@ -58,13 +58,22 @@ pub trait EvmCall: Send + Sync + 'static {
         Ok(None)
     }
 
-    /// What the node's own final, successful transaction yields, read from its receipt, added
-    /// to the COMPLETED answer (a CCTP burn's message).
     /// The on-chain facts this call relies on, for verify_drift (none by default).
     async fn facts(&self, _chains: &Chains) -> Result<Vec<qtg_executor::DriftFact>, RpcError> {
         Ok(Vec::new())
     }
 
+    /// The address the node's signer must sign as ([`qtg_executor::Executor::required_signer`]);
+    /// by default the rule by action type.
+    fn required_signer(&self, ctx: &ExecutionContext) -> Option<qtg_executor::SignerRequirement> {
+        ctx.action_type
+            .trim()
+            .eq_ignore_ascii_case("cctp_burn")
+            .then(|| qtg_executor::SignerRequirement::burn_caller(&ctx.node_config))
+    }
+
+    /// What the node's own final, successful transaction yields, read from its receipt, added
+    /// to the COMPLETED answer (a CCTP burn's message).
     fn completed(
         &self,
         _ctx: &ExecutionContext,

@@ -788,6 +788,10 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
         true
     }
 
+    fn required_signer(&self, ctx: &ExecutionContext) -> Option<qtg_executor::SignerRequirement> {
+        self.call.required_signer(ctx)
+    }
+
     /// Every EVM call (a transfer, a CCTP burn or mint) pays `intent.destination`: a strict
     /// address (EIP-55 when mixed-case, not zero or a precompile unless allow-listed).
     fn check_intent(&self, _node_config: &Value, risk_controls: &Value, intent: &Value) -> Result<(), String> {

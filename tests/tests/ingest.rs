@@ -100,3 +100,65 @@ async fn an_unexplained_withdrawal_is_alerted_once_across_two_ingest_replicas() 
     bed.db.drop_db().await;
     Ok(())
 }
+
+/// A venue whose history answers at most 3 rows a read: a read that comes back full is never
+/// stored as complete — the same start is read again over half the window — so every row lands,
+/// and a second tick writes nothing new.
+#[tokio::test]
+async fn a_full_page_is_read_again_narrower_and_nothing_is_lost() -> anyhow::Result<()> {
+    use chrono::{DateTime, Utc};
+    use qtg_executor::{Balance, BalanceFetcher, ExecutorError, TransferPage, VenueTransfer};
+
+    struct Paged {
+        at: DateTime<Utc>,
+    }
+    #[async_trait::async_trait]
+    impl BalanceFetcher for Paged {
+        async fn fetch(&self) -> Result<Vec<Balance>, ExecutorError> {
+            Ok(Vec::new())
+        }
+        async fn transfers(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<TransferPage, ExecutorError> {
+            // Ten withdrawals a minute apart, ending ten minutes before now.
+            let all: Vec<VenueTransfer> = (0..10)
+                .map(|i| VenueTransfer {
+                    account: "paged".into(),
+                    direction: "withdrawal",
+                    venue_ref: format!("w{i}"),
+                    asset: "USDT".into(),
+                    network: None,
+                    amount: "1".into(),
+                    fee: None,
+                    address: "0xabc".into(),
+                    address_tag: None,
+                    tx_id: None,
+                    client_id: None,
+                    status: "6".into(),
+                    occurred_at: Some(self.at - chrono::Duration::minutes(20 - i)),
+                })
+                .filter(|t| t.occurred_at.is_some_and(|o| o >= from && o <= to))
+                .collect();
+            let truncated = all.len() >= 3;
+            Ok(TransferPage { transfers: all.into_iter().take(3).collect(), truncated })
+        }
+    }
+
+    let db = TestDb::new().await?;
+    let mut registry = qtg_executor::Registry::default();
+    registry.insert_balance_fetcher("paged", std::sync::Arc::new(Paged { at: Utc::now() }));
+    let mut settings = test_settings();
+    settings.ingest.venues = vec!["paged".into()];
+    settings.ingest.lookback_seconds = 3600.0;
+    settings.ingest.overlap_seconds = 0.0;
+    let engine = qtg_engine::Engine {
+        pool: db.pool.clone(),
+        registry: std::sync::Arc::new(registry),
+        settings,
+        actor: "test".into(),
+    };
+    assert_eq!(engine.ingest_venue_transfers_tick().await?, 10, "every row, none cut off");
+    let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM venue_transfers").fetch_one(&db.pool).await?;
+    assert_eq!(stored, 10);
+    assert_eq!(engine.ingest_venue_transfers_tick().await?, 0, "read again: nothing new to write");
+    db.drop_db().await;
+    Ok(())
+}

@@ -178,3 +178,24 @@ async fn a_late_request_is_refused_by_the_keys_nonce() -> anyhow::Result<()> {
     k.0.db.drop_db().await;
     Ok(())
 }
+
+/// The drill against the Kraken-shaped account: every read check, and the nonce fence's
+/// precondition — a request signed before a later accepted one is refused (the key's nonce
+/// window is 0). Nothing is withdrawn.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_drill_checks_the_nonce_fence_holds() -> anyhow::Result<()> {
+    let venue = VenueSim::start("kdrill").await?;
+    let registry = venue.kraken_registry(&format!("kdrill-{}", uuid::Uuid::new_v4().simple()), CEX_ENTRY)?;
+    let out = std::process::Command::new(bin_dir().join("qtgctl"))
+        .args(["venues", "drill", "--venue", "sim_k", "--asset", "USDT"])
+        .env_clear()
+        .env("MG_EXECUTOR_REGISTRY", &registry)
+        .envs(VENUE_SIM_CREDENTIALS.iter().copied())
+        .output()?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains("ok   nonce_window") && text.contains("drill passed"), "{text}");
+    assert!(!text.contains("c2ltLWst"), "the secret is never printed");
+    assert!(venue.requests().await?.is_empty(), "the drill sent no withdrawal");
+    Ok(())
+}

@@ -48,7 +48,8 @@ impl Default for IngestSettings {
     }
 }
 
-/// Pages one venue's read takes at most per tick (a long backlog is read over several ticks).
+/// History reads one venue takes at most per tick, narrowed ones included (a long backlog is
+/// read over several ticks).
 const MAX_PAGES: usize = 48;
 /// Alerts one tick raises at most.
 const ALERT_BATCH: i64 = 50;
@@ -98,15 +99,27 @@ impl Engine {
             transfers::cursor(&mut conn, venue_key).await.map_err(|e| e.to_string())?
         };
         let mut from = cursor.unwrap_or(now - secs(settings.lookback_seconds)) - secs(settings.overlap_seconds);
+        let page = secs(settings.page_seconds.max(1.0));
+        let mut span = page;
         let mut written = 0;
         for _ in 0..MAX_PAGES {
             if from >= now {
                 break;
             }
-            let to = (from + secs(settings.page_seconds.max(1.0))).min(now);
-            let rows = bounded(timeout, fetcher.transfers(from, to)).await?;
-            written += self.store_page(venue_key, &rows, to).await.map_err(|e| e.to_string())?;
+            let to = (from + span).min(now);
+            let read = bounded(timeout, fetcher.transfers(from, to)).await?;
+            if read.truncated && to - from > chrono::Duration::seconds(1) {
+                // As many rows as the venue answers in one read: some may be missing. The same
+                // start again, over half the window; the cursor does not move past a cut list.
+                span = (to - from) / 2;
+                continue;
+            }
+            if read.truncated {
+                tracing::warn!(venue_key, %from, %to, "a one-second window fills the venue's page: rows of it may be missing");
+            }
+            written += self.store_page(venue_key, &read.transfers, to).await.map_err(|e| e.to_string())?;
             from = to;
+            span = page;
         }
         Ok(written)
     }

@@ -173,7 +173,7 @@ pub trait BalanceFetcher: Send + Sync {
 
     /// The account's withdrawals and deposits in [`from`, `to`] as the venue's history shows
     /// them (cex_transfer_ingest). A venue without such a history answers `NotImplemented`.
-    async fn transfers(&self, _from: DateTime<Utc>, _to: DateTime<Utc>) -> Result<Vec<VenueTransfer>, ExecutorError> {
+    async fn transfers(&self, _from: DateTime<Utc>, _to: DateTime<Utc>) -> Result<TransferPage, ExecutorError> {
         Err(ExecutorError::NotImplemented)
     }
 
@@ -182,6 +182,14 @@ pub trait BalanceFetcher: Send + Sync {
     async fn venue_time(&self) -> Result<DateTime<Utc>, ExecutorError> {
         Ok(Utc::now())
     }
+}
+
+/// One read of a venue's history: what it answered, and whether a list came back as long as the
+/// venue's page limit (`truncated`: rows may be missing — read a narrower window).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TransferPage {
+    pub transfers: Vec<VenueTransfer>,
+    pub truncated: bool,
 }
 
 /// One withdrawal or deposit of a venue account, as the venue's history shows it.

@@ -154,7 +154,8 @@ pub async fn list(
 
 /// What a completed movement's nodes recorded about the money (the CEX lane's refs: the fee
 /// model, what was applied for and debited, the fee priced and charged, what was to arrive and
-/// what did), stored on the request; `None` when no node reports any of it.
+/// what did), stored on the request; each field from the first node (by node key) that reports
+/// it; `None` when no node reports any of it.
 pub async fn record_settlement(
     conn: &mut PgConnection,
     id: Uuid,
@@ -163,13 +164,13 @@ pub async fn record_settlement(
     let settlement: Option<serde_json::Value> = sqlx::query_scalar(
         "WITH s AS (
            SELECT jsonb_strip_nulls(jsonb_build_object(
-                    'fee_model', max(n.provider_refs->>'fee_model'),
-                    'amount_applied', max(n.provider_refs->>'amount_applied'),
-                    'debit', max(n.provider_refs->>'debit'),
-                    'fee_priced', max(n.provider_refs->>'withdrawal_fee'),
-                    'fee_charged', max(n.provider_refs->>'withdrawal_fee_charged'),
-                    'expected_arrival', max(n.provider_refs->>'expected_arrival'),
-                    'arrived', max(n.provider_refs->>'deposit_amount'))) AS v
+                    'fee_model', (array_agg(n.provider_refs->>'fee_model' ORDER BY n.node_key) FILTER (WHERE n.provider_refs ? 'fee_model'))[1],
+                    'amount_applied', (array_agg(n.provider_refs->>'amount_applied' ORDER BY n.node_key) FILTER (WHERE n.provider_refs ? 'amount_applied'))[1],
+                    'debit', (array_agg(n.provider_refs->>'debit' ORDER BY n.node_key) FILTER (WHERE n.provider_refs ? 'debit'))[1],
+                    'fee_priced', (array_agg(n.provider_refs->>'withdrawal_fee' ORDER BY n.node_key) FILTER (WHERE n.provider_refs ? 'withdrawal_fee'))[1],
+                    'fee_charged', (array_agg(n.provider_refs->>'withdrawal_fee_charged' ORDER BY n.node_key) FILTER (WHERE n.provider_refs ? 'withdrawal_fee_charged'))[1],
+                    'expected_arrival', (array_agg(n.provider_refs->>'expected_arrival' ORDER BY n.node_key) FILTER (WHERE n.provider_refs ? 'expected_arrival'))[1],
+                    'arrived', (array_agg(n.provider_refs->>'deposit_amount' ORDER BY n.node_key) FILTER (WHERE n.provider_refs ? 'deposit_amount'))[1])) AS v
              FROM movement_request_nodes n
             WHERE n.request_id = $2 AND n.node_state = 'COMPLETED')
          UPDATE capital_transfer_requests c SET settlement = s.v

@@ -156,7 +156,8 @@ pub async fn advance_cursor(conn: &mut PgConnection, venue_key: &str, to: DateTi
 }
 
 /// Links each row no node explains yet (first seen within `within_seconds`) to the node that
-/// does: a withdrawal by qtg's client id (`<request_node_id>:<attempt>`) or by the venue id a
+/// does: a withdrawal by qtg's client id (`<request_node_id>:<attempt>`, unless that key is
+/// void — an attempt qtg concluded never left explains nothing) or by the venue id a
 /// node of the same account recorded (`exchange_withdrawal_id`); a deposit by the deposit id a
 /// node recorded, or by its tx id (the txid a withdrawal node followed). Returns the rows
 /// linked.
@@ -171,6 +172,10 @@ pub async fn link(conn: &mut PgConnection, within_seconds: f64) -> Result<u64> {
                 WHERE t.direction = 'withdrawal'
                   AND n.id = (CASE WHEN t.client_id ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}:[0-9]+$'
                                    THEN split_part(t.client_id, ':', 1)::uuid END)
+                  -- An attempt qtg concluded was never sent (its key void) explains nothing: a
+                  -- withdrawal with that key executed anyway is exactly what must be alerted.
+                  AND NOT EXISTS (SELECT 1 FROM cex_submit_keys k
+                                   WHERE k.idempotency_key = t.client_id AND k.status = 'void')
                UNION ALL
                SELECT n.id, n.request_id, 'withdrawal_id'
                  FROM movement_request_nodes n

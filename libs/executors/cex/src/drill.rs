@@ -96,5 +96,19 @@ pub async fn drill(
             Err(e) => Err(e.to_string()),
         },
     );
+    match venue.nonce_window_is_zero().await {
+        Ok(None) => {}
+        Ok(Some(true)) => push(
+            "nonce_window",
+            Ok("a request signed before a later accepted one is refused: the nonce fence holds".into()),
+        ),
+        Ok(Some(false)) => push(
+            "nonce_window",
+            Err("the API key accepts a nonce below the last one: a withdraw request delayed past recovery's fence \
+                 could still execute; set the key's nonce window to 0"
+                .into()),
+        ),
+        Err(e) => push("nonce_window", Err(e.to_string())),
+    }
     out
 }

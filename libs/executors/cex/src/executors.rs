@@ -301,6 +301,16 @@ fn recorded_withdrawal_id(ctx: &ExecutionContext) -> Option<String> {
         .or_else(|| ctx.provider_refs.get("exchange_withdrawal_id").and_then(Value::as_str).map(str::to_string))
 }
 
+/// Where an attempt's key stands against the venue ([`CexExecutor::fence`]).
+enum Fence {
+    /// Never sent, and voided: it never will be.
+    NeverSent,
+    /// It may still reach the venue (or its effect not yet show in the history) until then.
+    Pending(DateTime<Utc>),
+    /// Past this time the venue's history shows whatever the key did.
+    Closed(DateTime<Utc>),
+}
+
 /// Where the nonce fence of a sent key stands.
 enum NonceFence {
     /// Fenced before a request was signed with the key: nothing can have left.
@@ -837,23 +847,76 @@ impl CexExecutor {
         }
         let from = started_at - chrono::Duration::seconds(60);
         let until = started_at + self.config.lookback();
-        let history = if by_id.is_empty() {
-            self.venue.withdrawals(&p.coin, from, now.min(until).max(from)).await?
-        } else {
-            by_id
-        };
-        let found: Vec<Candidate> = candidates(&history, &p.target(key)).into_iter().map(Candidate::from).collect();
         // On a venue that keeps our client id on every withdrawal, one without it is never ours
         // to claim: a lone lookalike goes to a person like several do.
         let claimable = !self.config.client_ids();
         let mut evidence = json!({
             "window_from": from.to_rfc3339(), "window_to": until.to_rfc3339(), "venue_time": now.to_rfc3339(),
             "client_id": key, "amount": p.amount, "address": p.address, "address_tag": p.address_tag,
-            "history_rows": history.len(), "candidates": found,
             "matching": (if claimable { "amount_address" } else { "client_id_only" }),
         });
-        let lookback_closed = now > until;
+        // Without a client id, a withdrawal of the same shape is ours only once ours can no
+        // longer arrive: the fence is decided first (and the history read after it, up to now —
+        // a request that executed late is in it), never a lookalike claimed while ours is in
+        // flight.
+        if claimable && by_id.is_empty() {
+            match self.fence(ctx, key, now, &mut evidence).await? {
+                Fence::NeverSent => {
+                    tracing::info!(
+                        idempotency_key = key,
+                        "the key never left: voided, FAILED (a withdrawal of the same shape is not ours)"
+                    );
+                    evidence["outcome"] = json!("absent_never_sent");
+                    let mut r = self.failed(
+                        "CEX_WITHDRAWAL_NOT_SENT",
+                        "this key was never sent (a withdrawal of the same shape is someone else's); the key is void",
+                    );
+                    r.provider_refs.insert(RECONCILIATION.into(), evidence);
+                    return Ok(r);
+                }
+                Fence::Pending(at) => {
+                    evidence["outcome"] = json!("fencing");
+                    evidence["fence_at"] = json!(at.to_rfc3339());
+                    let mut r = self.result(NodeState::Unknown);
+                    r.error_code = Some("RECONCILIATION_FENCING".into());
+                    r.error_detail = Some(format!(
+                        "the request may still reach the venue until {at}; its history is matched only then"
+                    ));
+                    r.retry_after_seconds = Some(((at - now).num_milliseconds() as f64 / 1000.0).clamp(1.0, 60.0));
+                    r.provider_refs.insert(RECONCILIATION.into(), evidence);
+                    return Ok(r);
+                }
+                Fence::Closed(at) => evidence["fence_at"] = json!(at.to_rfc3339()),
+            }
+        }
+        let history = if by_id.is_empty() {
+            let to = if claimable { now } else { now.min(until) };
+            self.venue.withdrawals(&p.coin, from, to.max(from)).await?
+        } else {
+            by_id
+        };
+        let found: Vec<Candidate> = candidates(&history, &p.target(key)).into_iter().map(Candidate::from).collect();
+        evidence["history_rows"] = json!(history.len());
+        evidence["candidates"] = json!(found);
+        // Past the fence nothing more of ours can appear: decided now.
+        let lookback_closed = now > until || claimable;
         match found.as_slice() {
+            [] if claimable => {
+                let store = |e: qtg_store::StoreError| VenueError::NoAnswer(format!("the cex key store: {e}"));
+                keys::void_sent(&self.pool, key, "recovery: absent at the venue once the request was fenced")
+                    .await
+                    .map_err(store)?;
+                tracing::info!(idempotency_key = key, venue_time = %now, "no withdrawal once the request was fenced: voided, FAILED");
+                evidence["outcome"] = json!("absent_fenced");
+                let mut r = self.failed(
+                    "CEX_WITHDRAWAL_NOT_FOUND",
+                    format!(
+                        "the venue has no withdrawal for {key} and the request can no longer reach it; the key is void"
+                    ),
+                );
+                r.provider_refs.insert(RECONCILIATION.into(), evidence);
+                Ok(r)
+            }
             [one] if claimable => {
                 tracing::info!(idempotency_key = key, withdrawal_id = %one.id, "reconciled by amount/address/memo inside the lookback window");
                 evidence["outcome"] = json!("matched");
@@ -897,13 +960,55 @@ impl CexExecutor {
         }
     }
 
+    /// Where the key of an attempt stands against the venue: never sent (voided now, so it
+    /// never will be), still able to reach the venue until a time, or past that (the history
+    /// read after it shows everything the key can have done). A venue with a deadline: the
+    /// key's `submit_by` + the skew margin + the history lag; a venue fenced by nonce: the
+    /// nonce fence + the history lag.
+    async fn fence(
+        &self,
+        ctx: &ExecutionContext,
+        key: &str,
+        now: DateTime<Utc>,
+        evidence: &mut Value,
+    ) -> Result<Fence, VenueError> {
+        let store = |e: qtg_store::StoreError| VenueError::NoAnswer(format!("the cex key store: {e}"));
+        let node = ctx.request_node_id.parse::<Uuid>().map_err(|_| VenueError::Protocol("request_node_id".into()))?;
+        let reason = "recovery: the key was never sent";
+        let Some(sent) = keys::void_unsent(&self.pool, key, &self.config.venue, node, ctx.attempt_no, reason)
+            .await
+            .map_err(store)?
+        else {
+            return Ok(Fence::NeverSent);
+        };
+        let lag = self.config.history_lag();
+        let at = match self.venue.fencing() {
+            Fencing::RecvWindow => match sent.submit_by {
+                Some(by) => by + self.skew + lag,
+                None => return Ok(Fence::Pending(now + chrono::Duration::seconds(30))),
+            },
+            Fencing::Nonce => match self.nonce_fence(key, now, evidence).await? {
+                NonceFence::NeverSigned => {
+                    keys::void_sent(&self.pool, key, "recovery: fenced before a request was signed with it")
+                        .await
+                        .map_err(store)?;
+                    return Ok(Fence::NeverSent);
+                }
+                NonceFence::Fenced(fenced_at) => fenced_at + lag,
+            },
+        };
+        Ok(if now > at { Fence::Closed(at) } else { Fence::Pending(at) })
+    }
+
     /// The nonce fence of a sent key (a venue without a deadline on its requests): asked for
     /// in the key store (nothing is signed with the key after that), then — when a request was
     /// signed with nonce N — one call accepted with a nonce above N, after which the venue
-    /// refuses that request whenever it arrives.
+    /// refuses that request whenever it arrives; `fenced_at` is the venue's time read after that
+    /// call was accepted.
     async fn nonce_fence(&self, key: &str, now: DateTime<Utc>, evidence: &mut Value) -> Result<NonceFence, VenueError> {
         let store = |e: qtg_store::StoreError| VenueError::NoAnswer(format!("the cex key store: {e}"));
         let Some(k) = keys::request_fence(&self.pool, key).await.map_err(store)? else {
+            // No longer `sent`: voided meanwhile, nothing more can be signed or sent with it.
             return Ok(NonceFence::Fenced(now));
         };
         let Some(nonce) = k.nonce else {
@@ -915,6 +1020,7 @@ impl CexExecutor {
             return Ok(NonceFence::Fenced(at));
         }
         let above = self.venue.raise_nonce(u64::try_from(nonce).unwrap_or(0)).await?;
+        let now = self.venue.server_time().await?;
         keys::note_fenced(&self.pool, key, now).await.map_err(store)?;
         tracing::info!(
             idempotency_key = key,
@@ -1060,6 +1166,24 @@ impl CexExecutor {
             _ => None,
         };
         if let Some(why) = mismatch {
+            // What the sending venue's own record says arrives did arrive: the money moved, at
+            // another fee than was priced. Not a failure (a retry would pay again): a person
+            // decides.
+            let venue_arrival = ctx.provider_context.get("venue_arrival").and_then(Value::as_str);
+            let same_address = address.as_deref().is_none_or(|a| a.eq_ignore_ascii_case(&d.address));
+            if same_address && venue_arrival.and_then(Amount::parse_any) == Amount::parse_any(&d.amount) {
+                let mut r = self.result(NodeState::Unknown);
+                r.error_code = Some("CEX_DEPOSIT_FEE_CHANGED".into());
+                r.error_detail = Some(format!(
+                    "deposit {} with txid {txid}: {why} — the amount the venue's record of the withdrawal says arrives; \
+                     the money moved, at another fee than was priced: a person decides",
+                    d.id
+                ));
+                r.provider_refs.insert(MANUAL_REVIEW_REQUIRED.into(), json!("deposit_fee_changed"));
+                r.provider_refs.insert("deposit_id".into(), json!(d.id));
+                r.provider_refs.insert("deposit_amount".into(), json!(d.amount));
+                return Ok(r);
+            }
             return Ok(self.failed("CEX_DEPOSIT_MISMATCH", format!("deposit {} with txid {txid}: {why}", d.id)));
         }
         let mut r = match deposit_phase(d.status) {
@@ -1484,15 +1608,47 @@ mod tests {
         let closed = ready(two(), "lookback_seconds = 10").await;
         let r = closed.recover(&ctx(markers(started)), "n:1").await.unwrap();
         assert_eq!(r.provider_refs[MANUAL_REVIEW_REQUIRED], "reconciliation_ambiguous");
-        // One candidate on a venue without client ids: matched by amount, address and memo.
+        // One candidate on a venue without client ids: matched by amount, address and memo —
+        // but only once ours can no longer arrive. A key that never left: the candidate is not
+        // ours, the attempt FAILED (and voided).
         let one = || {
             let venue = Fake::default();
             venue.withdrawals.lock().unwrap().push(row("w9", None, 6));
             venue
         };
-        let r = ready(one(), "client_ids = false").await.recover(&ctx(markers(started)), "n:1").await.unwrap();
+        let e = ready(one(), "client_ids = false").await;
+        let fresh = format!("{}:1", Uuid::new_v4());
+        let c = ctx(markers(started));
+        let r = e.recover(&c, &fresh).await.unwrap();
+        assert_eq!((r.next_state, r.error_code.as_deref()), (NodeState::Failed, Some("CEX_WITHDRAWAL_NOT_SENT")));
+        // A key sent whose deadline is past the fence: the lone candidate is claimed.
+        let sent = format!("{}:1", Uuid::new_v4());
+        sqlx::query(
+            "INSERT INTO cex_submit_keys (idempotency_key, venue, request_node_id, attempt_no, submit_by, status)
+             VALUES ($1, 'fake', $2::uuid, 1, now() - interval '1 hour', 'sent')",
+        )
+        .bind(&sent)
+        .bind(&c.request_node_id)
+        .execute(&e.pool)
+        .await
+        .unwrap();
+        let r = e.recover(&c, &sent).await.unwrap();
         assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (NodeState::Submitted, Some("w9")));
         assert_eq!(r.provider_refs[RECONCILIATION]["by"], "amount_address");
+        // Sent and still able to arrive: not matched yet, asked again once it cannot.
+        let pending = format!("{}:1", Uuid::new_v4());
+        sqlx::query(
+            "INSERT INTO cex_submit_keys (idempotency_key, venue, request_node_id, attempt_no, submit_by, status)
+             VALUES ($1, 'fake', $2::uuid, 1, now() + interval '1 minute', 'sent')",
+        )
+        .bind(&pending)
+        .bind(&c.request_node_id)
+        .execute(&e.pool)
+        .await
+        .unwrap();
+        let r = e.recover(&c, &pending).await.unwrap();
+        assert_eq!((r.next_state, r.error_code.as_deref()), (NodeState::Unknown, Some("RECONCILIATION_FENCING")));
+        assert!(r.retry_after_seconds.is_some());
         // On a venue that keeps client ids (the default), a lone lookalike without ours is never
         // claimed: evidence for a person, not a completion (nor a FAILED that would invite a
         // retry while money may have moved).

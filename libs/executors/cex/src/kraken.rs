@@ -118,7 +118,11 @@ impl KrakenVenue {
         let status = resp.status().as_u16();
         let text = resp.text().await.map_err(|e| VenueError::NoAnswer(format!("{path}: reading the answer: {e}")))?;
         let body: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        let first = body.get("error").and_then(Value::as_array).and_then(|e| e.first()).and_then(Value::as_str);
+        // Errors start with `E`; a `W…` entry is a warning beside a result, not a refusal.
+        let first = body
+            .get("error")
+            .and_then(Value::as_array)
+            .and_then(|e| e.iter().filter_map(Value::as_str).find(|m| !m.starts_with('W')));
         match (status, first) {
             (200..=299, None) => body
                 .get("result")
@@ -183,12 +187,15 @@ fn withdrawal_code(status: &str, prop: Option<&str>) -> i64 {
     }
 }
 
-/// Deposits: Pending and Settled 0 (waiting for confirmations), Success 1, Failure 2.
-fn deposit_code(status: &str) -> i64 {
-    match status {
-        "Pending" | "Settled" => 0,
-        "Success" => 1,
-        "Failure" => 2,
+/// Deposits: Pending and Settled 0 (waiting for confirmations), Success 1, Failure 2;
+/// `status-prop` `return` (sent back) 2 and `onhold` 0, whatever the status says.
+fn deposit_code(status: &str, prop: Option<&str>) -> i64 {
+    match (status, prop) {
+        (_, Some("return")) => 2,
+        (_, Some("onhold")) => 0,
+        ("Pending" | "Settled", _) => 0,
+        ("Success", _) => 1,
+        ("Failure", _) => 2,
         _ => UNDOCUMENTED_STATUS,
     }
 }
@@ -229,10 +236,25 @@ fn deposit(v: &Value) -> Result<Deposit, VenueError> {
         address: required(v, "info", what)?,
         address_tag: None,
         amount: required_decimal(v, "amount", what)?,
-        status: deposit_code(&required(v, "status", what)?),
+        status: deposit_code(&required(v, "status", what)?, text(v, "status-prop").as_deref()),
         tx_id: text(v, "txid"),
         insert_time: seconds(v, "time"),
     })
+}
+
+/// Kraken's asset names: `XBT`, and older four-letter forms with an `X`/`Z` class prefix
+/// (`XXBT`, `ZUSD`).
+fn same_asset(kraken: &str, coin: &str) -> bool {
+    let strip = |a: &str| {
+        let a = a.to_ascii_uppercase();
+        if a.len() == 4 && (a.starts_with('X') || a.starts_with('Z')) {
+            a[1..].to_string()
+        } else {
+            a
+        }
+    };
+    let (k, c) = (strip(kraken), strip(coin));
+    k == c || (k == "XBT" && c == "BTC") || (k == "BTC" && c == "XBT")
 }
 
 fn window(from: DateTime<Utc>, to: DateTime<Utc>) -> [(&'static str, String); 2] {
@@ -263,6 +285,11 @@ impl Venue for KrakenVenue {
         true
     }
 
+    /// `WithdrawStatus` / `DepositStatus` answer at most 500 rows a call.
+    fn history_page_limit(&self) -> usize {
+        500
+    }
+
     fn reserve_nonce(&self) -> Option<u64> {
         Some(self.next_nonce(0))
     }
@@ -271,6 +298,19 @@ impl Venue for KrakenVenue {
         let nonce = self.next_nonce(above);
         self.call("BalanceEx", &[], nonce).await?;
         Ok(nonce)
+    }
+
+    /// A read with a nonce two seconds ahead, then one with that nonce less one: the venue must
+    /// refuse the second (`EAPI:Invalid nonce`), or a request delayed past the fence could
+    /// still execute.
+    async fn nonce_window_is_zero(&self) -> Result<Option<bool>, VenueError> {
+        let ahead = self.next_nonce(self.next_nonce(0).saturating_add(2_000_000));
+        self.call("BalanceEx", &[], ahead).await?;
+        match self.call("BalanceEx", &[], ahead - 1).await {
+            Err(VenueError::Rejected { msg, .. }) if msg.starts_with("EAPI:Invalid nonce") => Ok(Some(true)),
+            Ok(_) => Ok(Some(false)),
+            Err(e) => Err(e),
+        }
     }
 
     async fn submit_withdrawal(&self, req: &WithdrawRequest, stamp: Stamp) -> Result<String, VenueError> {
@@ -344,8 +384,12 @@ impl Venue for KrakenVenue {
                 deposit_enable: true,
                 withdraw_min: decimal(m, "minimum", what)?,
                 withdraw_max: None,
+                // A fee charged in another asset is not one the amount pays: none is stated.
                 withdraw_fee: match m.get("fee") {
-                    Some(f @ Value::Object(_)) => decimal(f, "fee", what)?,
+                    Some(f @ Value::Object(_)) if text(f, "asset").is_none_or(|a| same_asset(&a, coin)) => {
+                        decimal(f, "fee", what)?
+                    }
+                    Some(Value::Object(_)) => None,
                     _ => decimal(m, "fee", what)?,
                 },
                 address_regex: None,
@@ -460,5 +504,8 @@ mod tests {
         assert!(matches!(classify(200, "EAPI:Invalid key"), VenueError::Auth { .. }));
         assert!(matches!(classify(200, "EService:Unavailable"), VenueError::Server { .. }));
         assert!(!classify(200, "EGeneral:Internal error").not_executed());
+        assert_eq!(deposit_code("Success", Some("return")), 2, "Kraken's own example: a returned deposit");
+        assert_eq!(deposit_code("Success", None), 1);
+        assert!(same_asset("XXBT", "BTC") && same_asset("USDT", "usdt") && !same_asset("ZUSD", "USDT"));
     }
 }

@@ -25,7 +25,9 @@ pub mod venue;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use qtg_executor::{Balance, BalanceFetcher, Executor, ExecutorError, LaneContext, LanePlugin, Setting, VenueTransfer};
+use qtg_executor::{
+    Balance, BalanceFetcher, Executor, ExecutorError, LaneContext, LanePlugin, Setting, TransferPage, VenueTransfer,
+};
 
 pub use binance::{BinanceVenue, Credentials};
 pub use config::{EntryConfig, Role, VenueApi};
@@ -92,10 +94,12 @@ impl BalanceFetcher for CexBalances {
         &self,
         from: chrono::DateTime<chrono::Utc>,
         to: chrono::DateTime<chrono::Utc>,
-    ) -> Result<Vec<VenueTransfer>, ExecutorError> {
+    ) -> Result<TransferPage, ExecutorError> {
         let unavailable = |e: venue::VenueError| ExecutorError::Unavailable(e.to_string());
         let withdrawals = self.venue.all_withdrawals(from, to).await.map_err(unavailable)?;
         let deposits = self.venue.all_deposits(from, to).await.map_err(unavailable)?;
+        let limit = self.venue.history_page_limit();
+        let truncated = withdrawals.len() >= limit || deposits.len() >= limit;
         let mut out: Vec<VenueTransfer> = withdrawals
             .into_iter()
             .map(|w| VenueTransfer {
@@ -129,7 +133,7 @@ impl BalanceFetcher for CexBalances {
             status: d.status.to_string(),
             occurred_at: d.insert_time,
         }));
-        Ok(out)
+        Ok(TransferPage { transfers: out, truncated })
     }
 
     async fn fetch(&self) -> Result<Vec<Balance>, ExecutorError> {

@@ -36,9 +36,13 @@ pub fn candidates<'a>(history: &'a [Withdrawal], t: &Target<'_>) -> Vec<&'a With
         .iter()
         .filter(|w| w.coin.eq_ignore_ascii_case(t.coin))
         .filter(|w| w.address.eq_ignore_ascii_case(t.address))
-        .filter(|w| same_tag(w.address_tag.as_deref(), t.address_tag))
+        // Where both name a withdrawal key, the key decides (it holds the address and memo;
+        // Kraken's history shows no memo); else the memo must match.
+        .filter(|w| match (w.key.as_deref(), t.key) {
+            (Some(a), Some(b)) => a == b,
+            _ => same_tag(w.address_tag.as_deref(), t.address_tag),
+        })
         .filter(|w| same_amount(&w.amount, t.amount))
-        .filter(|w| w.key.as_deref().zip(t.key).is_none_or(|(a, b)| a == b))
         .filter(|w| w.client_id.as_deref().is_none_or(|c| c.is_empty() || c == t.client_id))
         .collect()
 }

@@ -180,6 +180,11 @@ pub trait Venue: Send + Sync {
     async fn raise_nonce(&self, above: u64) -> Result<u64, VenueError> {
         Err(VenueError::Protocol(format!("{}: no nonce to raise above {above}", self.name())))
     }
+    /// Whether a request signed before a later accepted one is refused ([`Fencing::Nonce`]:
+    /// the API key's nonce window is 0), probed with two reads; `None` where it does not apply.
+    async fn nonce_window_is_zero(&self) -> Result<Option<bool>, VenueError> {
+        Ok(None)
+    }
     /// Sends one withdrawal signed with `stamp`; answers the venue's withdrawal id.
     async fn submit_withdrawal(&self, req: &WithdrawRequest, stamp: Stamp) -> Result<String, VenueError>;
     /// Withdrawals carrying client id `client_id` (normally zero or one; none at a venue
@@ -195,6 +200,10 @@ pub trait Venue: Send + Sync {
         from: DateTime<Utc>,
         to: DateTime<Utc>,
     ) -> Result<Vec<Withdrawal>, VenueError>;
+    /// The most rows one history read answers (a list this long may be cut short).
+    fn history_page_limit(&self) -> usize {
+        1000
+    }
     /// Withdrawals of every asset applied between `from` and `to` (cex_transfer_ingest).
     async fn all_withdrawals(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> Result<Vec<Withdrawal>, VenueError>;
     /// Deposits of every asset credited between `from` and `to` (cex_transfer_ingest).

@@ -23,6 +23,10 @@ pub struct EntryConfig {
     /// The venue account's name: `MG_<VENUE>_ACCESS_KEY` / `MG_<VENUE>_SECRET` (or their
     /// `_FILE` forms) hold its credentials.
     pub venue: String,
+    /// The name of the credentials' variables when they are not the venue's own:
+    /// `MG_<CREDENTIALS>_ACCESS_KEY` / `MG_<CREDENTIALS>_SECRET` (e.g. the withdrawing entries
+    /// of a Kraken account on an API key of their own, while every entry names the same venue).
+    pub credentials: Option<String>,
     /// The venue's API base, e.g. `https://api.binance.com` or `qtg-venue-sim`'s address.
     pub base_url: String,
     /// `withdrawal_action`, `withdrawal_observe` or `deposit_observe`; defaults from the key
@@ -92,6 +96,11 @@ impl EntryConfig {
         let config: EntryConfig = toml::Value::Table(table.clone()).try_into().map_err(|e| format!("config: {e}"))?;
         if config.venue.is_empty() || !config.venue.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
             return Err(format!("config.venue {:?}: letters, digits, '_' and '-' only", config.venue));
+        }
+        if let Some(c) = &config.credentials {
+            if c.is_empty() || !c.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-') {
+                return Err(format!("config.credentials {c:?}: letters, digits, '_' and '-' only"));
+            }
         }
         let shown = qtg_core::urls::redact(&config.base_url);
         let plain = config.base_url.starts_with("http://");
@@ -181,9 +190,10 @@ impl EntryConfig {
         self.max_recv_window_ms.unwrap_or(60_000)
     }
 
-    /// The variable prefix of this venue's credentials: `MG_<VENUE>_`.
+    /// The variable prefix of this entry's credentials: `MG_<CREDENTIALS>_`, else `MG_<VENUE>_`.
     pub fn env_prefix(&self) -> String {
-        format!("MG_{}_", self.venue.to_ascii_uppercase().replace('-', "_"))
+        let name = self.credentials.as_deref().unwrap_or(&self.venue);
+        format!("MG_{}_", name.to_ascii_uppercase().replace('-', "_"))
     }
 
     /// The venue client, with credentials from `MG_<VENUE>_ACCESS_KEY` / `MG_<VENUE>_SECRET`
@@ -243,6 +253,8 @@ mod tests {
         assert_eq!(c.role("exec.cex.withdrawal_action.sim_a").unwrap(), Role::WithdrawalAction);
         assert!(c.role("exec.cex.other").is_err());
         assert_eq!(c.env_prefix(), "MG_SIM_A_");
+        let own = table("venue = \"k\"\nbase_url = \"http://127.0.0.1:1\"\ncredentials = \"k-withdraw\"");
+        assert_eq!(EntryConfig::parse("k", Some(&own)).unwrap().env_prefix(), "MG_K_WITHDRAW_");
         let far = table("venue = \"a\"\nbase_url = \"http://venue.example:80\"");
         assert!(EntryConfig::parse("k", Some(&far)).unwrap_err().contains("clear text"));
         let typo = table("venue = \"a\"\nbase_url = \"https://x\"\nlookback = 3");

@@ -315,11 +315,6 @@ impl Registry {
         self.balances.insert(venue_key.to_string(), fetcher);
     }
 
-    /// The longest deadline a remote entry sets for its own calls.
-    pub fn largest_remote_timeout(&self) -> Option<std::time::Duration> {
-        self.executors.values().filter_map(|e| e.timeout).max()
-    }
-
     /// The lane recovery sweeps a node of `executor_key` in.
     pub fn lane(&self, executor_key: &str) -> Lane {
         self.executors.get(executor_key).map(|e| e.lane).unwrap_or_else(|| Lane::from_executor_key(executor_key))

@@ -494,34 +494,23 @@ mod tests {
         let c = ctx(markers(started));
         let r = e.recover(&c, &fresh).await.unwrap();
         assert_eq!((r.next_state, r.error_code.as_deref()), (NodeState::Failed, Some("CEX_WITHDRAWAL_NOT_SENT")));
-        // A key sent whose deadline is past the fence: the lone candidate is claimed.
+        // A key sent (through the key store, as submit does) whose request can still arrive: not
+        // matched yet, asked again once it cannot; once the venue's clock is past its deadline,
+        // the lone candidate is claimed.
         let sent = format!("{}:1", Uuid::new_v4());
-        sqlx::query(
-            "INSERT INTO cex_submit_keys (idempotency_key, venue, request_node_id, attempt_no, submit_by, status)
-             VALUES ($1, 'fake', $2::uuid, 1, now() - interval '1 hour', 'sent')",
-        )
-        .bind(&sent)
-        .bind(&c.request_node_id)
-        .execute(&e.pool)
-        .await
-        .unwrap();
+        let node: Uuid = c.request_node_id.parse().unwrap();
+        let by = Utc::now() + chrono::Duration::minutes(1);
+        assert_eq!(keys::record(&e.pool, &sent, "fake", node, 1, by).await.unwrap(), Recorded::Fresh);
+        assert!(keys::mark_sent(&e.pool, &sent, &json!({})).await.unwrap());
+        let r = e.recover(&c, &sent).await.unwrap();
+        assert_eq!((r.next_state, r.error_code.as_deref()), (NodeState::Unknown, Some("RECONCILIATION_FENCING")));
+        assert!(r.retry_after_seconds.is_some());
+        let mut later = one();
+        later.now = Some(Utc::now() + chrono::Duration::hours(1));
+        let e = ready(later, "client_ids = false").await;
         let r = e.recover(&c, &sent).await.unwrap();
         assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (NodeState::Submitted, Some("w9")));
         assert_eq!(r.provider_refs[RECONCILIATION]["by"], "amount_address");
-        // Sent and still able to arrive: not matched yet, asked again once it cannot.
-        let pending = format!("{}:1", Uuid::new_v4());
-        sqlx::query(
-            "INSERT INTO cex_submit_keys (idempotency_key, venue, request_node_id, attempt_no, submit_by, status)
-             VALUES ($1, 'fake', $2::uuid, 1, now() + interval '1 minute', 'sent')",
-        )
-        .bind(&pending)
-        .bind(&c.request_node_id)
-        .execute(&e.pool)
-        .await
-        .unwrap();
-        let r = e.recover(&c, &pending).await.unwrap();
-        assert_eq!((r.next_state, r.error_code.as_deref()), (NodeState::Unknown, Some("RECONCILIATION_FENCING")));
-        assert!(r.retry_after_seconds.is_some());
         // On a venue that keeps client ids (the default), a lone lookalike without ours is never
         // claimed: evidence for a person, not a completion (nor a FAILED that would invite a
         // retry while money may have moved).

@@ -117,19 +117,7 @@ impl CexExecutor {
         // flight.
         if claimable && by_id.is_empty() {
             match self.fence(ctx, key, now, &mut evidence).await? {
-                Fence::NeverSent => {
-                    tracing::info!(
-                        idempotency_key = key,
-                        "the key never left: voided, FAILED (a withdrawal of the same shape is not ours)"
-                    );
-                    evidence["outcome"] = json!("absent_never_sent");
-                    let mut r = self.failed(
-                        "CEX_WITHDRAWAL_NOT_SENT",
-                        "this key was never sent (a withdrawal of the same shape is someone else's); the key is void",
-                    );
-                    r.provider_refs.insert(RECONCILIATION.into(), evidence);
-                    return Ok(r);
-                }
+                Fence::NeverSent => return Ok(self.never_sent(key, evidence)),
                 Fence::Pending(at) => {
                     evidence["outcome"] = json!("fencing");
                     evidence["fence_at"] = json!(at.to_rfc3339());
@@ -306,58 +294,28 @@ impl CexExecutor {
         lookback_closed: bool,
     ) -> Result<ExecutionResult, VenueError> {
         let store = |e: qtg_store::StoreError| VenueError::NoAnswer(format!("the cex key store: {e}"));
-        let node = ctx.request_node_id.parse::<Uuid>().map_err(|_| VenueError::Protocol("request_node_id".into()))?;
-        let reason = "recovery: no withdrawal at the venue and the key was never sent";
-        let sent = keys::void_unsent(&self.pool, key, &self.config.venue, node, ctx.attempt_no, reason)
-            .await
-            .map_err(store)?;
-        let Some(sent) = sent else {
-            tracing::info!(idempotency_key = key, "no withdrawal and the key never left: voided, FAILED");
-            evidence["outcome"] = json!("absent_never_sent");
-            let mut r = self.failed(
-                "CEX_WITHDRAWAL_NOT_SENT",
-                "the venue has no such withdrawal and this key was never sent; the key is void",
-            );
-            r.provider_refs.insert(RECONCILIATION.into(), evidence);
-            return Ok(r);
-        };
-        let fence_at = match self.venue.fencing() {
-            Fencing::RecvWindow => sent.submit_by.map(|by| by + self.skew + self.config.history_lag()),
-            Fencing::Nonce => match self.nonce_fence(key, now, &mut evidence).await? {
-                NonceFence::NeverSigned => {
-                    keys::void_sent(&self.pool, key, "recovery: fenced before the request was signed")
-                        .await
-                        .map_err(store)?;
-                    tracing::info!(
-                        idempotency_key = key,
-                        "the key was fenced before its request was signed: voided, FAILED"
-                    );
-                    evidence["outcome"] = json!("absent_never_sent");
+        let fence_at = match self.fence(ctx, key, now, &mut evidence).await? {
+            Fence::NeverSent => return Ok(self.never_sent(key, evidence)),
+            Fence::Pending(at) => at,
+            Fence::Closed(at) => {
+                if keys::void_sent(&self.pool, key, "recovery: absent at the venue after its deadline")
+                    .await
+                    .map_err(store)?
+                {
+                    tracing::info!(idempotency_key = key, venue_time = %now, "no withdrawal and the key's deadline has passed at the venue: voided, FAILED");
+                    evidence["fence_at"] = json!(at.to_rfc3339());
+                    evidence["outcome"] = json!("absent_fenced");
                     let mut r = self.failed(
-                        "CEX_WITHDRAWAL_NOT_SENT",
-                        "the venue has no such withdrawal and no request was signed with this key; the key is void",
+                        "CEX_WITHDRAWAL_NOT_FOUND",
+                        format!("the venue has no withdrawal for {key} and its time {now} is past the request's deadline; the key is void"),
                     );
                     r.provider_refs.insert(RECONCILIATION.into(), evidence);
                     return Ok(r);
                 }
-                NonceFence::Fenced(at) => Some(at + self.config.history_lag()),
-            },
+                at
+            }
         };
-        evidence["fence_at"] = json!(fence_at.map(|t| t.to_rfc3339()));
-        if fence_at.is_some_and(|at| now > at)
-            && keys::void_sent(&self.pool, key, "recovery: absent at the venue after its deadline")
-                .await
-                .map_err(store)?
-        {
-            tracing::info!(idempotency_key = key, venue_time = %now, "no withdrawal and the key's deadline has passed at the venue: voided, FAILED");
-            evidence["outcome"] = json!("absent_fenced");
-            let mut r = self.failed(
-                    "CEX_WITHDRAWAL_NOT_FOUND",
-                    format!("the venue has no withdrawal for {key} and its time {now} is past the request's deadline; the key is void"),
-                );
-            r.provider_refs.insert(RECONCILIATION.into(), evidence);
-            return Ok(r);
-        }
+        evidence["fence_at"] = json!(fence_at.to_rfc3339());
         evidence["outcome"] = json!("no_match");
         let mut r = self.result(NodeState::Unknown);
         r.error_code = Some("RECONCILIATION_NO_MATCH".into());
@@ -366,12 +324,26 @@ impl CexExecutor {
             r.error_detail =
                 Some("no withdrawal matches and the lookback window is closed; a person decides (runbook C2)".into());
         } else {
-            let wait = fence_at.map(|at| (at - now).num_milliseconds() as f64 / 1000.0).unwrap_or(30.0);
+            let wait = (fence_at - now).num_milliseconds() as f64 / 1000.0;
             r.retry_after_seconds = Some(wait.clamp(1.0, 60.0));
             r.error_detail =
                 Some("0 matches: the request may still reach the venue until its deadline; recovery asks again".into());
         }
         r.provider_refs.insert(RECONCILIATION.into(), evidence);
         Ok(r)
+    }
+
+    /// The attempt's key never left (it is void now): FAILED, nothing moved for it — a
+    /// withdrawal of the same shape at the venue is someone else's.
+    fn never_sent(&self, key: &str, mut evidence: Value) -> ExecutionResult {
+        tracing::info!(idempotency_key = key, "the key never left: voided, FAILED");
+        evidence["outcome"] = json!("absent_never_sent");
+        let mut r = self.failed(
+            "CEX_WITHDRAWAL_NOT_SENT",
+            "the venue has no withdrawal of this key and it was never sent (a withdrawal of the same shape is \
+             someone else's); the key is void",
+        );
+        r.provider_refs.insert(RECONCILIATION.into(), evidence);
+        r
     }
 }

@@ -148,7 +148,10 @@ async fn the_one_door_refuses_what_the_table_forbids_and_writes_nothing() -> any
         &Meta::actor("t"),
     )
     .await;
-    assert!(forbidden.is_ok(), "READY -> COMPLETED is complete-manual's path; the table allows it");
+    assert!(
+        matches!(forbidden, Ok(qtg_store::Cas::Applied(_))),
+        "READY -> COMPLETED is complete-manual's path; the table allows it: {forbidden:?}"
+    );
     tx.rollback().await?;
     let mut tx = db.pool.begin().await?;
     let err = transition::transition_node(
@@ -170,7 +173,7 @@ async fn the_one_door_refuses_what_the_table_forbids_and_writes_nothing() -> any
         &Meta::actor("t"),
     )
     .await;
-    assert!(matches!(stale, Err(qtg_store::StoreError::StaleState { .. })), "{stale:?}");
+    assert!(matches!(stale, Ok(qtg_store::Cas::Stale(_))), "a compare-and-set miss is a value: {stale:?}");
     tx.commit().await?;
     assert_eq!(audits().await?, before, "a refused transition writes no audit row");
     assert_eq!(node_row(&db.pool, id, "n").await?.0, "READY");

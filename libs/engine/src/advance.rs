@@ -9,7 +9,9 @@ use qtg_core::plan::{activated_successors, successors};
 use qtg_core::protocol::Method;
 use qtg_core::{derive_request_state, ExecutionResult, NodeState, RequestState};
 use qtg_store::artifacts::ArtifactKind;
-use qtg_store::transition::{self, Guard, Meta, NewArtifact, NodePatch, RequestPatch};
+use qtg_store::transition::{
+    self, Cas, ErrorField, Guard, Meta, NewArtifact, NodePatch, RequestPatch, Schedule, SubmitAccepted,
+};
 use qtg_store::{context as q, NodeBrief, PgConnection, WorkItem};
 use serde_json::json;
 use uuid::Uuid;
@@ -29,23 +31,23 @@ pub struct Answer<'a> {
     pub calls: &'a [qtg_store::events::Call],
 }
 
-/// Records `answer` for `item` (currently `from`) by compare-and-set on its guard (a miss is
-/// `StaleState` and writes nothing), then locks the request (waiting: node before request)
-/// and advances or derives. Returns the node's new state.
+/// Records `answer` for `item` (currently `from`) by compare-and-set on its guard (a miss
+/// writes nothing and is answered as [`Cas::Stale`]), then locks the request (waiting: node
+/// before request) and advances or derives. Answers the node's new state.
 pub async fn apply_result(
     conn: &mut PgConnection,
     item: &WorkItem,
     from: NodeState,
     answer: &Answer<'_>,
     actor: &str,
-) -> Result<NodeState> {
+) -> Result<Cas<NodeState>> {
     let Answer { result, method, guard, calls } = *answer;
     let to = result.next_state;
     let mut patch = NodePatch {
         provider_state: result.provider_state.clone(),
         provider_ref_id: result.provider_ref_id.clone(),
         merge_refs: result.provider_refs.clone(),
-        error: Some((result.error_code.clone(), result.error_detail.clone())),
+        error: ErrorField::Set { code: result.error_code.clone(), detail: result.error_detail.clone() },
         observed: method == Method::Observe,
         guard,
         calls: calls.to_vec(),
@@ -58,31 +60,31 @@ pub async fn apply_result(
             patch.remove_refs.push(SUBMIT_ATTEMPT_PENDING.to_string());
         }
         if matches!(to, NodeState::Submitted | NodeState::Observing | NodeState::Completed | NodeState::Unknown) {
-            patch.submit_accepted = Some(true);
+            patch.submit_accepted = SubmitAccepted::Mark;
         }
         // A Recover FAILED is the contract's proof of absence (the key is void): the attempt
         // that was UNKNOWN had no effect, so the node fails like one that sent nothing.
         if method == Method::Recover && to == NodeState::Failed {
-            patch.submit_accepted = Some(false);
+            patch.submit_accepted = SubmitAccepted::Clear;
         }
     }
-    patch.next_observe_in = match to {
+    patch.next_observe = match to {
         NodeState::Submitted | NodeState::Observing => {
-            Some(Some(next_observe_delay(&item.action_type, result.retry_after_seconds)))
+            Schedule::In(secs(next_observe_delay(&item.action_type, result.retry_after_seconds)))
         }
         // When recovery asks (again): the executor's hint, else a pause, so an answer that
         // keeps coming back UNKNOWN never spins.
-        NodeState::Unknown => Some(Some(
+        NodeState::Unknown => Schedule::In(secs(
             result
                 .retry_after_seconds
                 .unwrap_or(UNKNOWN_RECHECK_SECONDS)
                 .clamp(0.0, qtg_core::observe::MAX_BACKOFF_SECONDS),
         )),
-        _ => None,
+        _ => Schedule::Keep,
     };
     if to == NodeState::Submitted && result.retry_after_seconds.is_none() {
         // First observation as soon as an observer is free.
-        patch.next_observe_in = Some(Some(0.0));
+        patch.next_observe = Schedule::In(std::time::Duration::ZERO);
     }
     // Generated artifacts and, for a decision from observe/recover, the proof are written in
     // the same statement as the node.
@@ -95,10 +97,13 @@ pub async fn apply_result(
         let proof = serde_json::to_value(result).unwrap_or_else(|_| json!({}));
         patch.artifacts.push(NewArtifact { kind: ArtifactKind::Proof, payload: proof, payload_hash: None });
     }
-    if from == to {
-        transition::poll_node(conn, item.node_id, from, &patch).await?;
+    let written = if from == to {
+        transition::poll_node(conn, item.node_id, from, &patch).await?
     } else {
-        transition::transition_node(conn, item.node_id, from, to, &patch, &Meta::actor(actor)).await?;
+        transition::transition_node(conn, item.node_id, from, to, &patch, &Meta::actor(actor)).await?
+    };
+    if let Cas::Stale(stale) = written {
+        return Ok(Cas::Stale(stale));
     }
     match to {
         NodeState::Completed => {
@@ -107,7 +112,12 @@ pub async fn apply_result(
         NodeState::Observing if from == NodeState::Observing => {}
         _ => apply_request_state(conn, item.request_id, actor).await?,
     }
-    Ok(to)
+    Ok(Cas::Applied(to))
+}
+
+/// Seconds as a `Duration` (negative or non-finite is zero).
+fn secs(s: f64) -> std::time::Duration {
+    std::time::Duration::try_from_secs_f64(s.max(0.0)).unwrap_or_default()
 }
 
 /// After `completed_key` reached COMPLETED: successors whose predecessors are all done become
@@ -135,7 +145,9 @@ pub async fn advance_after_completion(
                     &NodePatch::default(),
                     &Meta::actor(actor),
                 )
-                .await?;
+                .await?
+                // The request is locked: no other writer activates its nodes.
+                .or_stale()?;
                 node.node_state = NodeState::Ready;
             }
             let data = json!({"completed": completed_key, "frontier": activated});
@@ -176,7 +188,9 @@ async fn derive_and_apply(
                 &RequestPatch::default(),
                 &Meta::actor(actor),
             )
-            .await?;
+            .await?
+            // Read under the row's lock: a miss would be a lost lock, not a race to settle.
+            .or_stale()?;
         }
     }
     Ok(())
@@ -228,7 +242,8 @@ pub async fn stale_answer(
         0,
     );
     qtg_store::events::record_calls(conn, item.request_id, item.node_id, item.attempt_no, &[call], actor).await?;
-    let patch = NodePatch { merge_refs: refs, submit_accepted: Some(true), ..Default::default() };
-    transition::poll_node(conn, item.node_id, now.node_state, &patch).await?;
+    let patch = NodePatch { merge_refs: refs, submit_accepted: SubmitAccepted::Mark, ..Default::default() };
+    // A node that moves again meanwhile rolls the whole answer back (the worker tries again).
+    transition::poll_node(conn, item.node_id, now.node_state, &patch).await?.or_stale()?;
     apply_request_state(conn, item.request_id, actor).await
 }

@@ -30,7 +30,7 @@ use qtg_executor::{Executor, ExecutorError, Prepared, SignError, SignerRequireme
 use qtg_store::artifacts::ArtifactKind;
 use qtg_store::claims::{self, Pickup};
 use qtg_store::events::{record_calls, Call};
-use qtg_store::transition::{self, Guard, Lease, Meta, NewArtifact, NodePatch, RequestPatch};
+use qtg_store::transition::{self, Cas, Guard, Lease, Meta, NewArtifact, NodePatch, RequestPatch};
 use qtg_store::{PgConnection, StoreError, WorkItem};
 use serde_json::json;
 use tracing::Instrument;
@@ -39,7 +39,7 @@ use uuid::Uuid;
 use crate::advance::{apply_request_state, apply_result, Answer};
 use crate::calls::{self, with_deadline};
 use crate::context::{build_execution_context, ContextError};
-use crate::{Engine, EngineError, Result};
+use crate::{Engine, Result};
 
 /// How many READY candidates one claim pass lists.
 const CANDIDATE_SCAN: i64 = 16;
@@ -126,7 +126,7 @@ impl Engine {
         let token = Uuid::new_v4();
         let attempt_no = item.attempt_no + 1;
         let lease = NodePatch {
-            lease: Some(Lease { token, seconds: Some(self.settings.lease_seconds) }),
+            lease: Some(Lease { token, expires_in: Some(Duration::from_secs_f64(self.settings.lease_seconds)) }),
             ..Default::default()
         };
         match item.node_state {
@@ -139,7 +139,9 @@ impl Engine {
                     &lease,
                     &meta,
                 )
-                .await?;
+                .await?
+                // The claim holds the node's row lock: nobody else moved it.
+                .or_stale()?;
             }
             expired => {
                 // Its dispatcher died or froze before arming: nothing was sent for attempt N.
@@ -149,10 +151,11 @@ impl Engine {
                 let call = Call::failed("claim", "lease_expired", "LEASE_EXPIRED", &detail, 0);
                 record_calls(&mut tx, item.request_id, item.node_id, attempt_no, &[call], &self.actor).await?;
                 if expired == NodeState::Preparing {
-                    transition::poll_node(&mut tx, item.node_id, expired, &lease).await?;
+                    transition::poll_node(&mut tx, item.node_id, expired, &lease).await?.or_stale()?;
                 } else {
                     transition::transition_node(&mut tx, item.node_id, expired, NodeState::Preparing, &lease, &meta)
-                        .await?;
+                        .await?
+                        .or_stale()?;
                 }
             }
         }
@@ -165,7 +168,8 @@ impl Engine {
                 &RequestPatch::default(),
                 &meta,
             )
-            .await?;
+            .await?
+            .or_stale()?;
         }
         // The movement's first claim: its risk limits again, against what is in flight now
         // (a lowered limit or what was approved meanwhile); nothing is sent if they refuse.
@@ -213,7 +217,8 @@ impl Engine {
                     &NodePatch::error(code, &detail),
                     &meta,
                 )
-                .await?;
+                .await?
+                .or_stale()?;
                 apply_request_state(&mut tx, item.request_id, &self.actor).await?;
                 tx.commit().await?;
                 Ok(Claim::Ended)
@@ -482,14 +487,13 @@ impl Engine {
             &Meta::actor(&self.actor),
         )
         .await;
-        match moved {
-            Ok(_) => Ok(true),
-            Err(StoreError::StaleState { .. }) => {
+        match moved? {
+            Cas::Applied(_) => Ok(true),
+            Cas::Stale(_) => {
                 record_calls(&mut conn, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
                 self.claim_lost(&mut conn, c, "sign").await?;
                 Ok(false)
             }
-            Err(e) => Err(e.into()),
         }
     }
 
@@ -518,7 +522,7 @@ impl Engine {
         }
         let patch = NodePatch {
             begin_attempt: true,
-            submit_window_seconds: self.settings.submit_window_seconds,
+            submit_window: Duration::from_secs_f64(self.settings.submit_window_seconds),
             guard: Guard { dispatchable: true, ..self.claim_guard(c) },
             calls: calls.clone(),
             calls_attempt: Some(c.attempt_no),
@@ -531,13 +535,13 @@ impl Engine {
             transition::write_transition(&mut conn, c.item.node_id, from, NodeState::Submitting, &patch, &meta).await;
         match armed {
             // An unconfirmed commit (an error) sends nothing: recovery decides from what is stored.
-            Ok(written) => {
+            Ok(Cas::Applied(written)) => {
                 let submit_by = written
                     .submit_by
                     .ok_or_else(|| StoreError::corrupt("an armed attempt has no submit_by".to_string()))?;
                 Ok(Some(submit_by))
             }
-            Err(StoreError::StaleState { .. }) => {
+            Ok(Cas::Stale(_)) => {
                 let mut tx = sqlx::Acquire::begin(&mut *conn).await?;
                 record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
                 let now = claims::node_now(&mut tx, c.item.node_id).await?;
@@ -564,8 +568,10 @@ impl Engine {
                     Some((code, detail)) => {
                         tracing::warn!(node_id = %c.item.node_id, attempt_no = c.attempt_no, code, %detail, "submit not sent");
                         let patch = NodePatch { guard: self.claim_guard(c), ..NodePatch::error(code, &detail) };
+                        // Read in this transaction as still ours: a miss now is a race to retry.
                         transition::transition_node(&mut tx, c.item.node_id, from, NodeState::Failed, &patch, &meta)
-                            .await?;
+                            .await?
+                            .or_stale()?;
                         apply_request_state(&mut tx, c.item.request_id, &self.actor).await?;
                     }
                     None => self.claim_lost(&mut tx, c, "arm").await?,
@@ -623,21 +629,17 @@ impl Engine {
         item.attempt_no = c.attempt_no;
         let calls = [call];
         let answer = Answer { result: &result, method: Method::Submit, guard, calls: &calls };
-        let mut applied = apply_result(&mut tx, &item, NodeState::Submitting, &answer, &self.actor).await;
-        if is_stale(&applied) {
+        let mut applied = apply_result(&mut tx, &item, NodeState::Submitting, &answer, &self.actor).await?;
+        if applied.is_stale() {
             // Recovery may have moved the armed attempt to UNKNOWN meanwhile: still ours to decide.
             let now = claims::node_now(&mut tx, c.item.node_id).await?;
             if now.is_some_and(|n| n.node_state == NodeState::Unknown && n.attempt_no == c.attempt_no) {
-                applied = apply_result(&mut tx, &item, NodeState::Unknown, &answer, &self.actor).await;
+                applied = apply_result(&mut tx, &item, NodeState::Unknown, &answer, &self.actor).await?;
             }
         }
-        match applied {
-            Ok(_) => {}
-            Err(EngineError::Store(StoreError::StaleState { .. })) => {
-                record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
-                crate::advance::stale_answer(&mut tx, &item, "submit", &result, from_executor, &self.actor).await?;
-            }
-            Err(e) => return Err(e),
+        if applied.is_stale() {
+            record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
+            crate::advance::stale_answer(&mut tx, &item, "submit", &result, from_executor, &self.actor).await?;
         }
         tx.commit().await?;
         Ok(())
@@ -684,8 +686,8 @@ impl Engine {
             ..NodePatch::error(code, detail)
         };
         let meta = Meta::actor(&self.actor);
-        match transition::transition_node(&mut tx, c.item.node_id, from, NodeState::Failed, &patch, &meta).await {
-            Ok(_) => {
+        match transition::transition_node(&mut tx, c.item.node_id, from, NodeState::Failed, &patch, &meta).await? {
+            Cas::Applied(_) => {
                 // Nothing was broadcast: a nonce the node reserved goes back in the same
                 // transaction, unless a signature for it may exist (the signer was asked and
                 // gave no answer that rules one out).
@@ -701,11 +703,10 @@ impl Engine {
                 }
                 apply_request_state(&mut tx, c.item.request_id, &self.actor).await?
             }
-            Err(StoreError::StaleState { .. }) => {
+            Cas::Stale(_) => {
                 record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
                 self.claim_lost(&mut tx, c, "claim").await?
             }
-            Err(e) => return Err(e.into()),
         }
         tx.commit().await?;
         Ok(())
@@ -737,10 +738,6 @@ fn prepared_artifact(prepared: &PreparedAction) -> NewArtifact {
         payload: serde_json::to_value(prepared).unwrap_or_else(|_| json!({})),
         payload_hash: Some(prepared.payload_hash.clone()),
     }
-}
-
-pub(crate) fn is_stale<T>(res: &Result<T>) -> bool {
-    matches!(res, Err(EngineError::Store(StoreError::StaleState { .. })))
 }
 
 enum SignFailure {

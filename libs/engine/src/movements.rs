@@ -360,7 +360,9 @@ impl Engine {
                 approved_by: Some(actor.to_string()),
                 ..Default::default()
             };
-            transition::transition_request(&mut tx, id, state, RequestState::Approved, &patch, &meta).await?;
+            transition::transition_request(&mut tx, id, state, RequestState::Approved, &patch, &meta)
+                .await?
+                .or_stale()?;
             let nodes = mq::nodes(&mut tx, id).await?;
             let roots: Vec<String> = pv.plan.roots().into_iter().map(String::from).collect();
             for n in nodes.iter().filter(|n| roots.contains(&n.node_key) && n.node_state == NodeState::Blocked) {
@@ -372,7 +374,8 @@ impl Engine {
                     &NodePatch::default(),
                     &meta,
                 )
-                .await?;
+                .await?
+                .or_stale()?;
             }
             transition::set_frontier(&mut tx, id, &roots).await?;
             apply_request_state(&mut tx, id, actor).await?;
@@ -396,7 +399,9 @@ impl Engine {
                 ..Default::default()
             };
             let meta = Meta { actor, reason };
-            transition::transition_request(&mut tx, id, state, RequestState::Rejected, &patch, &meta).await?;
+            transition::transition_request(&mut tx, id, state, RequestState::Rejected, &patch, &meta)
+                .await?
+                .or_stale()?;
 
             Ok(())
         }

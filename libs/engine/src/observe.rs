@@ -9,7 +9,9 @@ use qtg_core::NodeState;
 use qtg_executor::ExecutorError;
 use qtg_store::claims::{self, Pickup};
 use qtg_store::events::{record_calls, Call};
-use qtg_store::transition::{self, Guard, Lease, Meta, NodePatch};
+use std::time::Duration;
+
+use qtg_store::transition::{self, Guard, Lease, Meta, NodePatch, Schedule, SubmitAccepted};
 use qtg_store::{PgConnection, WorkItem};
 use tracing::Instrument;
 
@@ -85,17 +87,12 @@ impl Engine {
                     };
                     let calls = [call];
                     // Re-derives too: an executor may have handed the node to a person.
-                    let applied =
-                        apply_result(&mut tx, &item, item.node_state, &Answer { result: &result, method, guard, calls: &calls }, &self.actor)
-                            .await;
-                    match applied {
-                        Ok(_) => {}
-                        Err(crate::EngineError::Store(qtg_store::StoreError::StaleState { .. })) => {
-                            record_calls(&mut tx, item.request_id, item.node_id, item.attempt_no, &calls, &self.actor)
-                                .await?;
-                            stale_answer(&mut tx, &item, name, &result, true, &self.actor).await?
-                        }
-                        Err(e) => return Err(e),
+                    let answer = Answer { result: &result, method, guard, calls: &calls };
+                    let applied = apply_result(&mut tx, &item, item.node_state, &answer, &self.actor).await?;
+                    if applied.is_stale() {
+                        record_calls(&mut tx, item.request_id, item.node_id, item.attempt_no, &calls, &self.actor)
+                            .await?;
+                        stale_answer(&mut tx, &item, name, &result, true, &self.actor).await?
                     }
                 }
                 Err(e) => self.call_failed_no_change(&mut tx, &item, name, &e, ms, guard).await?,
@@ -121,7 +118,7 @@ impl Engine {
         if method == Method::Observe && self.settings.observe_timeout_enforcement && item.observe_timed_out {
             // No executor call; a person decides (derivation escalates).
             let patch = NodePatch {
-                submit_accepted: Some(true),
+                submit_accepted: SubmitAccepted::Mark,
                 ..NodePatch::error(codes::OBSERVATION_TIMEOUT, "timeout_policy.observe_seconds passed since started_at")
             };
             transition::transition_node(
@@ -132,7 +129,8 @@ impl Engine {
                 &patch,
                 &Meta::actor(&self.actor),
             )
-            .await?;
+            .await?
+            .or_stale()?;
             apply_request_state(conn, item.request_id, &self.actor).await?;
             return Ok(None);
         }
@@ -155,11 +153,12 @@ impl Engine {
         let token = uuid::Uuid::new_v4();
         // The lease: no other worker takes the node before the call's deadline has passed.
         let patch = NodePatch {
-            lease: Some(Lease { token, seconds: None }),
-            next_observe_in: Some(Some(self.settings.call_lease_seconds())),
+            lease: Some(Lease { token, expires_in: None }),
+            next_observe: Schedule::In(Duration::from_secs_f64(self.settings.call_lease_seconds())),
             ..Default::default()
         };
-        transition::poll_node(conn, item.node_id, from, &patch).await?;
+        // Taken under the claim's row lock.
+        transition::poll_node(conn, item.node_id, from, &patch).await?.or_stale()?;
         Ok(Some((entry.executor.clone(), ctx, token)))
     }
 
@@ -180,14 +179,15 @@ impl Engine {
         calls::record(conn, item, item.attempt_no, method, calls::outcome(e), Some((code, &detail)), ms, &self.actor)
             .await?;
         let patch = NodePatch {
-            next_observe_in: Some(Some(self.settings.call_failure_backoff_seconds)),
+            next_observe: Schedule::In(Duration::from_secs_f64(self.settings.call_failure_backoff_seconds)),
             guard,
             ..Default::default()
         };
-        match transition::poll_node(conn, item.node_id, item.node_state, &patch).await {
-            Ok(_) | Err(qtg_store::StoreError::StaleState { .. }) => Ok(()),
-            Err(e) => Err(e.into()),
+        if transition::poll_node(conn, item.node_id, item.node_state, &patch).await?.is_stale() {
+            // The node moved on meanwhile and needs no backoff; the event stays.
+            tracing::debug!(node_id = %item.node_id, "no backoff written: the node moved on");
         }
+        Ok(())
     }
 }
 

@@ -7,7 +7,7 @@ use qtg_core::markers::{LATE_EFFECT, MANUAL_REVIEW_REQUIRED, SUBMIT_ATTEMPT_PEND
 use qtg_core::{codes, derive_request_state, NodeKind, NodeState, RequestState};
 use qtg_store::artifacts::{self, ArtifactKind};
 use qtg_store::audit::{self, AuditRecord};
-use qtg_store::transition::{self, Meta, NodePatch, RequestPatch};
+use qtg_store::transition::{self, ErrorField, Meta, NodePatch, RequestPatch, Schedule, SubmitAccepted};
 use qtg_store::{claims, movements as mq, NodeBrief, PgConnection};
 use serde_json::{json, Value};
 use uuid::Uuid;
@@ -102,7 +102,7 @@ impl Engine {
                 &NodePatch::default(),
                 &meta,
             )
-            .await?;
+            .await?.or_stale()?;
         }
         transition::transition_request(
             &mut tx,
@@ -112,7 +112,7 @@ impl Engine {
             &RequestPatch { review_reason: Some(input.reason.to_string()), ..Default::default() },
             &meta,
         )
-        .await?;
+        .await?.or_stale()?;
         audit::record(
             &mut tx,
             &AuditRecord {
@@ -149,11 +149,11 @@ impl Engine {
                 if timed_out || review.is_some() {
                     let patch = NodePatch {
                         remove_refs: vec![MANUAL_REVIEW_REQUIRED.to_string()],
-                        error: timed_out.then_some((None, None)),
-                        next_observe_in: Some(None),
+                        error: if timed_out { ErrorField::CLEAR } else { ErrorField::Keep },
+                        next_observe: Schedule::Clear,
                         ..Default::default()
                     };
-                    transition::poll_node(&mut tx, n.id, NodeState::Unknown, &patch).await?;
+                    transition::poll_node(&mut tx, n.id, NodeState::Unknown, &patch).await?.or_stale()?;
                     cleared.push(
                         json!({"node_key": n.node_key, "error_code": n.error_code, MANUAL_REVIEW_REQUIRED: review}),
                     );
@@ -175,7 +175,8 @@ impl Engine {
                 &RequestPatch::default(),
                 &meta,
             )
-            .await?;
+            .await?
+            .or_stale()?;
             audit::record(
                 &mut tx,
                 &AuditRecord {
@@ -232,8 +233,11 @@ impl Engine {
                 return Err(OpError::InvalidState(format!("movement is {state}")));
             }
             let meta = Meta { actor, reason: Some(reason) };
-            let patch = NodePatch { submit_accepted: Some(false), error: Some((None, None)), ..Default::default() };
-            transition::transition_node(&mut tx, node.id, NodeState::Failed, NodeState::Ready, &patch, &meta).await?;
+            let patch =
+                NodePatch { submit_accepted: SubmitAccepted::Clear, error: ErrorField::CLEAR, ..Default::default() };
+            transition::transition_node(&mut tx, node.id, NodeState::Failed, NodeState::Ready, &patch, &meta)
+                .await?
+                .or_stale()?;
             if state != RequestState::Executing {
                 transition::transition_request(
                     &mut tx,
@@ -243,7 +247,8 @@ impl Engine {
                     &RequestPatch::default(),
                     &meta,
                 )
-                .await?;
+                .await?
+                .or_stale()?;
             }
             audit::record(
                 &mut tx,
@@ -295,7 +300,8 @@ impl Engine {
                 &NodePatch::default(),
                 &meta,
             )
-            .await?;
+            .await?
+            .or_stale()?;
             artifacts::insert(
                 &mut tx,
                 id,

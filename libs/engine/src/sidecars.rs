@@ -31,7 +31,8 @@ impl Engine {
                 &patch,
                 &meta,
             )
-            .await?;
+            .await?
+            .or_stale()?;
             tracing::info!(movement_id = %id, "movement expired before approval");
         }
         tx.commit().await?;

@@ -20,6 +20,7 @@ pub mod expiry;
 pub mod health;
 pub mod heartbeats;
 pub mod movements;
+mod params;
 pub mod rows;
 pub mod signals;
 pub mod sim;
@@ -34,6 +35,7 @@ pub use error::StoreError;
 pub use rows::*;
 pub use sqlx::postgres::{PgConnection, PgListener, PgPool};
 pub use sqlx::{Acquire, Connection, Postgres, Transaction};
+pub use transition::{Cas, Stale};
 
 pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 

@@ -9,6 +9,9 @@ use serde_json::{Map, Value};
 use sqlx::{PgConnection, Row};
 use uuid::Uuid;
 
+use std::time::Duration;
+
+use crate::params::Params;
 use crate::{Result, StoreError};
 
 /// Who changes state, and why.
@@ -41,16 +44,13 @@ pub struct NodePatch {
     pub merge_refs: Map<String, Value>,
     /// Removed from `provider_refs` after the merge.
     pub remove_refs: Vec<String>,
-    /// `Some` sets (`error_code`, `error_detail`), possibly to NULL.
-    pub error: Option<(Option<String>, Option<String>)>,
-    /// `Some(true)`: the venue may hold a side effect; `Some(false)`: clear (operator retry).
-    pub submit_accepted: Option<bool>,
-    /// `Some(Some(s))`: next observation in `s` seconds; `Some(None)`: no schedule.
-    pub next_observe_in: Option<Option<f64>>,
+    pub error: ErrorField,
+    pub submit_accepted: SubmitAccepted,
+    pub next_observe: Schedule,
     /// An observation happened: `last_observed_at`, `observe_count + 1`.
     pub observed: bool,
-    /// With `begin_attempt` (the arm): `submit_by = started_at + submit_window` seconds.
-    pub submit_window_seconds: f64,
+    /// With `begin_attempt` (the arm): `submit_by = started_at + submit_window`.
+    pub submit_window: Duration,
     /// A claim: a fresh `claim_token`, and for dispatch `lease_expires_at`.
     pub lease: Option<Lease>,
     /// The compare-and-set the write is conditional on, beside the `from` state.
@@ -63,6 +63,54 @@ pub struct NodePatch {
     pub artifacts: Vec<NewArtifact>,
 }
 
+/// `error_code` / `error_detail`.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum ErrorField {
+    /// Unchanged (cleared by `begin_attempt`).
+    #[default]
+    Keep,
+    /// Both columns written, NULL included.
+    Set { code: Option<String>, detail: Option<String> },
+}
+
+impl ErrorField {
+    pub const CLEAR: ErrorField = ErrorField::Set { code: None, detail: None };
+}
+
+/// `submit_accepted_at`: whether the venue may hold a side effect of the attempt.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum SubmitAccepted {
+    /// Unchanged (cleared by `begin_attempt`).
+    #[default]
+    Keep,
+    /// The venue may hold a side effect (kept at its first time).
+    Mark,
+    /// Proven without effect (an operator's retry, a recovery's proof of absence).
+    Clear,
+}
+
+impl SubmitAccepted {
+    fn as_sql(self) -> &'static str {
+        match self {
+            SubmitAccepted::Keep => "keep",
+            SubmitAccepted::Mark => "mark",
+            SubmitAccepted::Clear => "clear",
+        }
+    }
+}
+
+/// `next_observe_at`: when observe or recover takes the node next.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Schedule {
+    /// Unchanged (cleared by `begin_attempt`).
+    #[default]
+    Keep,
+    /// Due this long after the write.
+    In(Duration),
+    /// Not scheduled.
+    Clear,
+}
+
 /// An artifact written with a node's state.
 #[derive(Debug, Clone)]
 pub struct NewArtifact {
@@ -71,16 +119,16 @@ pub struct NewArtifact {
     pub payload_hash: Option<String>,
 }
 
-/// A claim's token and how long it holds (docs/architecture.md §6.1, §6.2). `seconds: None` writes the token
-/// only (observe and recover lease through `next_observe_at`).
+/// A claim's token and how long it holds (docs/architecture.md §6.1, §6.2). `expires_in:
+/// None` writes the token only (observe and recover lease through `next_observe_at`).
 #[derive(Debug, Clone, Copy)]
 pub struct Lease {
     pub token: Uuid,
-    pub seconds: Option<f64>,
+    pub expires_in: Option<Duration>,
 }
 
-/// Conditions a write matches beside the node's state; a write that matches nothing fails
-/// with `StaleState` and changes nothing.
+/// Conditions a write matches beside the node's state; a write that matches nothing is
+/// [`Cas::Stale`] and changes nothing.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Guard {
     /// `claim_token` is this one.
@@ -97,7 +145,57 @@ impl NodePatch {
     /// The node's error; texts from outside are made storable.
     pub fn error(code: &str, detail: impl Into<String>) -> Self {
         let detail = crate::events::storable_text(&detail.into());
-        NodePatch { error: Some((Some(crate::events::storable_text(code)), Some(detail))), ..Default::default() }
+        let code = crate::events::storable_text(code);
+        NodePatch { error: ErrorField::Set { code: Some(code), detail: Some(detail) }, ..Default::default() }
+    }
+}
+
+/// What a compare-and-set write did: it matched and wrote, or the row had moved on and
+/// nothing was written. A miss is an answer the caller must decide on (the type is
+/// `must_use`), not an error that travels up until someone picks it out.
+#[must_use = "a write that matched nothing changed nothing: decide what that means here"]
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Cas<T> {
+    Applied(T),
+    Stale(Stale),
+}
+
+/// The row a compare-and-set missed, and the state the write expected.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Stale {
+    pub entity: &'static str,
+    pub id: Uuid,
+    pub expected: String,
+}
+
+impl<T> Cas<T> {
+    pub fn applied(self) -> Option<T> {
+        match self {
+            Cas::Applied(t) => Some(t),
+            Cas::Stale(_) => None,
+        }
+    }
+
+    pub fn is_stale(&self) -> bool {
+        matches!(self, Cas::Stale(_))
+    }
+
+    /// Where a miss leaves nothing sensible to do but stop (the caller's transaction rolls
+    /// back; the API answers 409): the miss as [`StoreError::StaleState`].
+    pub fn or_stale(self) -> Result<T> {
+        match self {
+            Cas::Applied(t) => Ok(t),
+            Cas::Stale(Stale { entity, id, expected }) => {
+                Err(StoreError::StaleState { entity, id: id.to_string(), expected })
+            }
+        }
+    }
+
+    pub fn map<U>(self, f: impl FnOnce(T) -> U) -> Cas<U> {
+        match self {
+            Cas::Applied(t) => Cas::Applied(f(t)),
+            Cas::Stale(s) => Cas::Stale(s),
+        }
     }
 }
 
@@ -116,58 +214,66 @@ pub const CHANNEL_OBSERVE: &str = "qtg_observe";
 pub const CHANNEL_RECOVER: &str = "qtg_recover";
 pub const CHANNEL_CALLBACK: &str = "qtg_callback";
 
-static NODE_WRITE: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| NODE_WRITE_TEMPLATE.replace("{PAUSED}", crate::controls::PAUSED));
-
-const NODE_WRITE_TEMPLATE: &str = r#"
-WITH clk AS (SELECT clock_timestamp() AS ts), upd AS (
+/// The node write after the `arg` CTE of [`Params`] (every `arg.<name>` is declared in
+/// [`write_node`]).
+const NODE_WRITE: &str = r#"clk AS (SELECT clock_timestamp() AS ts), upd AS (
     UPDATE movement_request_nodes n SET
-        node_state = $3,
-        attempt_no = attempt_no + CASE WHEN $4 THEN 1 ELSE 0 END,
+        node_state = arg.to_state,
+        attempt_no = n.attempt_no + CASE WHEN arg.begin_attempt THEN 1 ELSE 0 END,
         -- clock_timestamp(), not now(): recovery's grace and the submit window count from
         -- the moment the attempt was recorded, whenever the transaction began.
-        started_at = CASE WHEN $4 THEN clk.ts ELSE started_at END,
-        submit_by = CASE WHEN $4 THEN clk.ts + make_interval(secs => $21) ELSE submit_by END,
-        claim_token = COALESCE($22::uuid, claim_token),
-        lease_expires_at = CASE WHEN $23::float8 IS NOT NULL THEN clk.ts + make_interval(secs => $23)
-                                WHEN $4 OR $3 NOT IN ('PREPARING', 'AWAITING_SIGNATURE') THEN NULL
-                                ELSE lease_expires_at END,
-        completed_at = CASE WHEN $3 = 'COMPLETED' THEN now() ELSE completed_at END,
+        started_at = CASE WHEN arg.begin_attempt THEN clk.ts ELSE n.started_at END,
+        submit_by = CASE WHEN arg.begin_attempt THEN clk.ts + make_interval(secs => arg.submit_window_secs)
+                         ELSE n.submit_by END,
+        claim_token = COALESCE(arg.lease_token, n.claim_token),
+        lease_expires_at = CASE
+            WHEN arg.lease_secs IS NOT NULL THEN clk.ts + make_interval(secs => arg.lease_secs)
+            WHEN arg.begin_attempt OR arg.to_state NOT IN ('PREPARING', 'AWAITING_SIGNATURE') THEN NULL
+            ELSE n.lease_expires_at END,
+        completed_at = CASE WHEN arg.to_state = 'COMPLETED' THEN now() ELSE n.completed_at END,
         -- A new attempt starts clean: nothing of the previous attempt's venue references
         -- may steer observe or recover (the history keeps them).
-        provider_state = CASE WHEN $4 THEN $5 ELSE COALESCE($5, provider_state) END,
-        provider_ref_id = CASE WHEN $4 THEN $6 ELSE COALESCE($6, provider_ref_id) END,
-        provider_refs = CASE WHEN $4 THEN
+        provider_state = CASE WHEN arg.begin_attempt THEN arg.provider_state
+                              ELSE COALESCE(arg.provider_state, n.provider_state) END,
+        provider_ref_id = CASE WHEN arg.begin_attempt THEN arg.provider_ref_id
+                               ELSE COALESCE(arg.provider_ref_id, n.provider_ref_id) END,
+        provider_refs = CASE WHEN arg.begin_attempt THEN
             jsonb_build_object(
                 '__submit_attempt_pending', true,
                 '__submit_attempt_started_at',
                 to_char(clk.ts AT TIME ZONE 'UTC', 'YYYY-MM-DD"T"HH24:MI:SS.US"Z"'))
-            ELSE (provider_refs || $7::jsonb) - $8::text[] END,
-        error_code = CASE WHEN $9 THEN $10 WHEN $4 THEN NULL ELSE error_code END,
-        error_detail = CASE WHEN $9 THEN $11 WHEN $4 THEN NULL ELSE error_detail END,
+            ELSE (n.provider_refs || arg.merge_refs) - arg.remove_refs END,
+        error_code = CASE WHEN arg.set_error THEN arg.error_code
+                          WHEN arg.begin_attempt THEN NULL ELSE n.error_code END,
+        error_detail = CASE WHEN arg.set_error THEN arg.error_detail
+                            WHEN arg.begin_attempt THEN NULL ELSE n.error_detail END,
         submit_accepted_at = CASE
-            WHEN $12 = 1 THEN COALESCE(submit_accepted_at, now())
-            WHEN $12 = -1 OR $4 THEN NULL
-            ELSE submit_accepted_at END,
-        next_observe_at = CASE WHEN $13 THEN clk.ts + make_interval(secs => $14)
-                               WHEN $4 THEN NULL ELSE next_observe_at END,
-        last_observed_at = CASE WHEN $15 THEN now() WHEN $4 THEN NULL ELSE last_observed_at END,
-        observe_count = CASE WHEN $4 THEN 0 ELSE observe_count END + CASE WHEN $15 THEN 1 ELSE 0 END,
+            WHEN arg.accepted = 'mark' THEN COALESCE(n.submit_accepted_at, now())
+            WHEN arg.accepted = 'clear' OR arg.begin_attempt THEN NULL
+            ELSE n.submit_accepted_at END,
+        next_observe_at = CASE WHEN arg.schedule = 'in' THEN clk.ts + make_interval(secs => arg.observe_in_secs)
+                               WHEN arg.schedule = 'clear' OR arg.begin_attempt THEN NULL
+                               ELSE n.next_observe_at END,
+        last_observed_at = CASE WHEN arg.observed THEN now()
+                                WHEN arg.begin_attempt THEN NULL ELSE n.last_observed_at END,
+        observe_count = CASE WHEN arg.begin_attempt THEN 0 ELSE n.observe_count END
+            + CASE WHEN arg.observed THEN 1 ELSE 0 END,
         updated_at = now()
-    FROM clk
-    WHERE n.id = $1 AND n.node_state = $2
-      AND ($24::uuid IS NULL OR n.claim_token = $24)
-      AND ($25::int IS NULL OR n.attempt_no = $25)
-      AND (NOT $26 OR n.provider_refs ? '__submit_attempt_pending')
-      AND (NOT $27 OR (
-          EXISTS (SELECT 1 FROM movement_requests r WHERE r.id = n.request_id AND r.request_state = 'EXECUTING' FOR SHARE)
+    FROM clk, arg
+    WHERE n.id = arg.node_id AND n.node_state = arg.from_state
+      AND (arg.guard_token IS NULL OR n.claim_token = arg.guard_token)
+      AND (arg.guard_attempt IS NULL OR n.attempt_no = arg.guard_attempt)
+      AND (NOT arg.guard_submit_pending OR n.provider_refs ? '__submit_attempt_pending')
+      AND (NOT arg.guard_dispatchable OR (
+          EXISTS (SELECT 1 FROM movement_requests r
+                  WHERE r.id = n.request_id AND r.request_state = 'EXECUTING' FOR SHARE)
           AND NOT EXISTS (SELECT 1 FROM plan_nodes p WHERE p.id = n.plan_node_id AND {PAUSED})))
     RETURNING n.id, n.request_id, n.node_key, n.node_state, n.attempt_no, n.provider_state, n.error_code,
         n.error_detail, n.submit_by
 ), req AS (
     UPDATE movement_requests r SET callback_sequence = r.callback_sequence + 1
-    FROM upd
-    WHERE $16 AND r.id = upd.request_id AND r.callback_url IS NOT NULL
+    FROM upd, arg
+    WHERE arg.transition AND r.id = upd.request_id AND r.callback_url IS NOT NULL
     RETURNING r.id, r.callback_sequence, r.callback_url, r.request_state
 ), cb AS (
     INSERT INTO movement_callback_outbox
@@ -177,50 +283,54 @@ WITH clk AS (SELECT clock_timestamp() AS ts), upd AS (
         qtg_callback_envelope(ev.event_id, 'node_state_changed', req.id,
             jsonb_build_object('sequence', req.callback_sequence, 'request_state', req.request_state,
                 'node_key', upd.node_key, 'node_state', upd.node_state),
-            jsonb_build_object('from', $2::text, 'to', upd.node_state,
+            jsonb_build_object('from', arg.from_state, 'to', upd.node_state,
                 'attempt_no', upd.attempt_no, 'provider_state', upd.provider_state,
                 'error_code', upd.error_code)),
-        req.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text, $20::text
-    FROM req CROSS JOIN upd CROSS JOIN (SELECT gen_random_uuid() AS event_id) ev
+        req.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text, arg.traceparent
+    FROM req CROSS JOIN upd CROSS JOIN arg CROSS JOIN (SELECT gen_random_uuid() AS event_id) ev
 ), aud AS (
     INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
-    SELECT gen_random_uuid(), $17, 'node.transition', 'node', upd.id::text, upd.request_id,
-        jsonb_build_object('node_key', upd.node_key, 'from', $2::text, 'to', upd.node_state,
-            'attempt_no', upd.attempt_no, 'error_code', upd.error_code, 'reason', $18::text)
-    FROM upd WHERE $16
+    SELECT gen_random_uuid(), arg.actor, 'node.transition', 'node', upd.id::text, upd.request_id,
+        jsonb_build_object('node_key', upd.node_key, 'from', arg.from_state, 'to', upd.node_state,
+            'attempt_no', upd.attempt_no, 'error_code', upd.error_code, 'reason', arg.reason)
+    FROM upd, arg WHERE arg.transition
 ), hist AS (
     -- The calls first, then the transition: one INSERT, so ids follow this order.
     INSERT INTO node_events (request_id, request_node_id, attempt_no, kind, method, outcome,
         from_state, to_state, error_code, error_detail, duration_ms, actor)
     SELECT upd.request_id, upd.id, ev.attempt_no, ev.kind, ev.method, ev.outcome, ev.from_state,
-        ev.to_state, ev.error_code, left(ev.error_detail, 2000), ev.duration_ms, $17
-    FROM upd CROSS JOIN LATERAL (
-        SELECT c.i AS ord, COALESCE($33::int, upd.attempt_no) AS attempt_no, 'call' AS kind, c.m AS method,
-            c.o AS outcome, NULL::text AS from_state, NULL::text AS to_state, c.cd AS error_code,
-            c.d AS error_detail, c.ms AS duration_ms
-        FROM unnest($28::text[], $29::text[], $30::text[], $31::text[], $32::int[]) WITH ORDINALITY
-            AS c(m, o, cd, d, ms, i)
+        ev.to_state, ev.error_code, left(ev.error_detail, 2000), ev.duration_ms, arg.actor
+    FROM upd CROSS JOIN arg CROSS JOIN LATERAL (
+        SELECT c.i AS ord, COALESCE(arg.calls_attempt, upd.attempt_no) AS attempt_no, 'call' AS kind,
+            c.m AS method, c.o AS outcome, NULL::text AS from_state, NULL::text AS to_state,
+            c.cd AS error_code, c.d AS error_detail, c.ms AS duration_ms
+        FROM unnest(arg.call_methods, arg.call_outcomes, arg.call_codes, arg.call_details, arg.call_ms)
+            WITH ORDINALITY AS c(m, o, cd, d, ms, i)
         UNION ALL
-        SELECT 2147483647, upd.attempt_no, 'transition', NULL, NULL, $2, upd.node_state,
+        SELECT 2147483647, upd.attempt_no, 'transition', NULL, NULL, arg.from_state, upd.node_state,
             upd.error_code, upd.error_detail, NULL
-        WHERE $16
+        WHERE arg.transition
     ) ev
     ORDER BY ev.ord
 ), art AS (
     INSERT INTO artifacts (id, request_id, request_node_id, attempt_no, kind, payload, payload_hash)
-    SELECT gen_random_uuid(), upd.request_id, upd.id, COALESCE($33::int, upd.attempt_no), a->>'kind', a->'payload', a->>'payload_hash'
-    FROM upd CROSS JOIN jsonb_array_elements($34::jsonb) AS a
+    SELECT gen_random_uuid(), upd.request_id, upd.id, COALESCE(arg.calls_attempt, upd.attempt_no), a->>'kind',
+        a->'payload', a->>'payload_hash'
+    FROM upd CROSS JOIN arg CROSS JOIN jsonb_array_elements(arg.artifacts) AS a
 ), ntf AS (
     -- The wake-ups (the node's worker channel, the callback worker). A CTE runs only when the
     -- statement reads it: `notified` below exists so that it does. Removing that "unused"
     -- column silently stops the NOTIFYs (the interval poll would hide it; tests/tests/engine.rs
     -- `transitions_wake_the_workers` LISTENs and fails).
-    SELECT pg_notify($19::text, '') FROM upd WHERE $19::text IS NOT NULL
+    SELECT pg_notify(arg.channel, '') FROM upd, arg WHERE arg.channel IS NOT NULL
     UNION ALL
     SELECT pg_notify('qtg_callback', '') FROM req
 )
 SELECT upd.attempt_no, upd.submit_by, (SELECT count(*) FROM ntf) AS notified FROM upd
 "#;
+
+static NODE_WRITE_REST: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| NODE_WRITE.replace("{PAUSED}", crate::controls::PAUSED));
 
 /// What a node write left: the attempt, and the armed attempt's `submit_by`.
 #[derive(Debug, Clone, Copy)]
@@ -237,80 +347,72 @@ async fn write_node(
     patch: &NodePatch,
     transition: bool,
     meta: &Meta<'_>,
-) -> Result<Written> {
+) -> Result<Cas<Written>> {
     let (set_error, error_code, error_detail) = match &patch.error {
-        Some((c, d)) => (true, c.clone(), d.clone()),
-        None => (false, None, None),
+        ErrorField::Set { code, detail } => (true, code.clone(), detail.clone()),
+        ErrorField::Keep => (false, None, None),
     };
-    let accepted: i16 = match patch.submit_accepted {
-        Some(true) => 1,
-        Some(false) => -1,
-        None => 0,
+    let (schedule, observe_in) = match patch.next_observe {
+        Schedule::Keep => ("keep", None),
+        Schedule::In(d) => ("in", Some(d.as_secs_f64())),
+        Schedule::Clear => ("clear", None),
     };
-    let (set_next, next_secs) = match patch.next_observe_in {
-        Some(s) => (true, s),
-        None => (false, None),
-    };
-    let channel = if transition { wake_channel(to) } else { None };
-    let row = sqlx::query(sqlx::AssertSqlSafe(NODE_WRITE.as_str()))
-        .bind(node_id)
-        .bind(from.as_str())
-        .bind(to.as_str())
-        .bind(patch.begin_attempt)
-        .bind(&patch.provider_state)
-        .bind(&patch.provider_ref_id)
-        .bind(Value::Object(patch.merge_refs.clone()))
-        .bind(&patch.remove_refs)
-        .bind(set_error)
-        .bind(error_code)
-        .bind(error_detail)
-        .bind(accepted)
-        .bind(set_next)
-        .bind(next_secs)
-        .bind(patch.observed)
-        .bind(transition)
-        .bind(meta.actor)
-        .bind(meta.reason)
-        .bind(channel)
+    let calls = &patch.calls;
+    let artifacts: Vec<Value> = patch
+        .artifacts
+        .iter()
+        .map(|a| serde_json::json!({"kind": a.kind.as_str(), "payload": a.payload, "payload_hash": a.payload_hash}))
+        .collect();
+    let params = Params::default()
+        .with("node_id", "uuid", node_id)
+        .with("from_state", "text", from.as_str())
+        .with("to_state", "text", to.as_str())
+        .with("transition", "bool", transition)
+        .with("begin_attempt", "bool", patch.begin_attempt)
+        .with("submit_window_secs", "float8", patch.submit_window.as_secs_f64())
+        .with("provider_state", "text", patch.provider_state.clone())
+        .with("provider_ref_id", "text", patch.provider_ref_id.clone())
+        .with("merge_refs", "jsonb", Value::Object(patch.merge_refs.clone()))
+        .with("remove_refs", "text[]", patch.remove_refs.clone())
+        .with("set_error", "bool", set_error)
+        .with("error_code", "text", error_code)
+        .with("error_detail", "text", error_detail)
+        .with("accepted", "text", patch.submit_accepted.as_sql())
+        .with("schedule", "text", schedule)
+        .with("observe_in_secs", "float8", observe_in)
+        .with("observed", "bool", patch.observed)
+        .with("lease_token", "uuid", patch.lease.map(|l| l.token))
+        .with("lease_secs", "float8", patch.lease.and_then(|l| l.expires_in).map(|d| d.as_secs_f64()))
+        .with("guard_token", "uuid", patch.guard.claim_token)
+        .with("guard_attempt", "int4", patch.guard.attempt_no)
+        .with("guard_submit_pending", "bool", patch.guard.submit_pending)
+        .with("guard_dispatchable", "bool", patch.guard.dispatchable)
+        .with("call_methods", "text[]", calls.iter().map(|c| c.method).collect::<Vec<_>>())
+        .with("call_outcomes", "text[]", calls.iter().map(|c| c.outcome.clone()).collect::<Vec<_>>())
+        .with("call_codes", "text[]", calls.iter().map(|c| c.error_code.clone()).collect::<Vec<_>>())
+        .with("call_details", "text[]", calls.iter().map(|c| c.error_detail.clone()).collect::<Vec<_>>())
+        .with("call_ms", "int4[]", calls.iter().map(|c| c.duration_ms).collect::<Vec<_>>())
+        .with("calls_attempt", "int4", patch.calls_attempt)
+        .with("artifacts", "jsonb", Value::Array(artifacts))
+        .with("actor", "text", meta.actor.to_string())
+        .with("reason", "text", meta.reason.map(str::to_string))
+        .with("channel", "text", if transition { wake_channel(to) } else { None })
         // Only a transition enqueues a callback that could carry it.
-        .bind(if transition { qtg_telemetry::traceparent() } else { None })
-        .bind(patch.submit_window_seconds)
-        .bind(patch.lease.map(|l| l.token))
-        .bind(patch.lease.and_then(|l| l.seconds))
-        .bind(patch.guard.claim_token)
-        .bind(patch.guard.attempt_no)
-        .bind(patch.guard.submit_pending)
-        .bind(patch.guard.dispatchable)
-        .bind(patch.calls.iter().map(|c| c.method).collect::<Vec<_>>())
-        .bind(patch.calls.iter().map(|c| c.outcome.as_str()).collect::<Vec<_>>())
-        .bind(patch.calls.iter().map(|c| c.error_code.as_deref()).collect::<Vec<_>>())
-        .bind(patch.calls.iter().map(|c| c.error_detail.as_deref()).collect::<Vec<_>>())
-        .bind(patch.calls.iter().map(|c| c.duration_ms).collect::<Vec<_>>())
-        .bind(patch.calls_attempt)
-        .bind(Value::Array(
-            patch
-                .artifacts
-                .iter()
-                .map(|a| {
-                    serde_json::json!({"kind": a.kind.as_str(), "payload": a.payload, "payload_hash": a.payload_hash})
-                })
-                .collect(),
-        ))
-        .fetch_optional(&mut *conn)
-        .await?;
-    match row {
-        Some(row) => {
-            if transition {
-                qtg_telemetry::sink().node_transition(from.as_str(), to.as_str());
-            }
-            Ok(Written { attempt_no: row.try_get("attempt_no")?, submit_by: row.try_get("submit_by")? })
-        }
-        None => Err(StoreError::StaleState { entity: "node", id: node_id.to_string(), expected: from.to_string() }),
+        .with("traceparent", "text", if transition { qtg_telemetry::traceparent() } else { None });
+    let sql = params.statement(&NODE_WRITE_REST);
+    let row = sqlx::query_with(sqlx::AssertSqlSafe(sql), params.into_arguments()?).fetch_optional(&mut *conn).await?;
+    let Some(row) = row else {
+        return Ok(Cas::Stale(Stale { entity: "node", id: node_id, expected: from.to_string() }));
+    };
+    if transition {
+        qtg_telemetry::sink().node_transition(from.as_str(), to.as_str());
     }
+    Ok(Cas::Applied(Written { attempt_no: row.try_get("attempt_no")?, submit_by: row.try_get("submit_by")? }))
 }
 
-/// Moves a node `from` → `to` (checked against the table) with `patch`. Returns the node's
-/// `attempt_no` after the write. Fails with `StaleState` if the node is no longer in `from`.
+/// Moves a node `from` → `to` (checked against the table) with `patch`. Answers the node's
+/// `attempt_no` after the write, or [`Cas::Stale`] if the node is no longer in `from` (or
+/// the guard no longer holds).
 pub async fn transition_node(
     conn: &mut PgConnection,
     node_id: Uuid,
@@ -318,8 +420,8 @@ pub async fn transition_node(
     to: NodeState,
     patch: &NodePatch,
     meta: &Meta<'_>,
-) -> Result<i32> {
-    Ok(write_transition(conn, node_id, from, to, patch, meta).await?.attempt_no)
+) -> Result<Cas<i32>> {
+    Ok(write_transition(conn, node_id, from, to, patch, meta).await?.map(|w| w.attempt_no))
 }
 
 /// [`transition_node`], answering what was written (the arm needs its `submit_by`).
@@ -330,15 +432,20 @@ pub async fn write_transition(
     to: NodeState,
     patch: &NodePatch,
     meta: &Meta<'_>,
-) -> Result<Written> {
+) -> Result<Cas<Written>> {
     from.check_transition(to)?;
     write_node(conn, node_id, from, to, patch, true, meta).await
 }
 
 /// Updates a node's fields without changing its state (an OBSERVING poll, a recovery that
 /// stays UNKNOWN, a backoff). No audit row, no callback.
-pub async fn poll_node(conn: &mut PgConnection, node_id: Uuid, state: NodeState, patch: &NodePatch) -> Result<i32> {
-    Ok(write_node(conn, node_id, state, state, patch, false, &Meta::actor("-")).await?.attempt_no)
+pub async fn poll_node(
+    conn: &mut PgConnection,
+    node_id: Uuid,
+    state: NodeState,
+    patch: &NodePatch,
+) -> Result<Cas<i32>> {
+    Ok(write_node(conn, node_id, state, state, patch, false, &Meta::actor("-")).await?.map(|w| w.attempt_no))
 }
 
 /// Field changes written with a request's state.
@@ -350,28 +457,32 @@ pub struct RequestPatch {
     pub review_reason: Option<String>,
 }
 
-const REQUEST_WRITE: &str = r#"
-WITH upd AS (
-    UPDATE movement_requests SET
-        request_state = $3,
-        approval_status = COALESCE($4, approval_status),
-        approved_by = COALESCE($5, approved_by),
-        approved_at = CASE WHEN $5 IS NOT NULL THEN now() ELSE approved_at END,
-        approved_intent_hash = CASE WHEN $5 IS NOT NULL THEN intent_hash ELSE approved_intent_hash END,
-        approved_plan_hash = CASE WHEN $5 IS NOT NULL THEN compiled_plan_hash ELSE approved_plan_hash END,
-        review_reason = COALESCE($6, review_reason),
-        completed_at = CASE WHEN $3 IN ('COMPLETED', 'FAILED', 'EXPIRED', 'REJECTED', 'CANCELLED')
+/// The request write after the `arg` CTE (declared in [`transition_request`]).
+const REQUEST_WRITE: &str = r#"upd AS (
+    UPDATE movement_requests r SET
+        request_state = arg.to_state,
+        approval_status = COALESCE(arg.approval_status, r.approval_status),
+        approved_by = COALESCE(arg.approved_by, r.approved_by),
+        approved_at = CASE WHEN arg.approved_by IS NOT NULL THEN now() ELSE r.approved_at END,
+        approved_intent_hash = CASE WHEN arg.approved_by IS NOT NULL THEN r.intent_hash
+                                    ELSE r.approved_intent_hash END,
+        approved_plan_hash = CASE WHEN arg.approved_by IS NOT NULL THEN r.compiled_plan_hash
+                                  ELSE r.approved_plan_hash END,
+        review_reason = COALESCE(arg.review_reason, r.review_reason),
+        completed_at = CASE WHEN arg.to_state IN ('COMPLETED', 'FAILED', 'EXPIRED', 'REJECTED', 'CANCELLED')
                             THEN now() ELSE NULL END,
-        callback_sequence = callback_sequence
-            + CASE WHEN callback_url IS NULL THEN 0 WHEN $7 THEN 2 ELSE 1 END,
+        callback_sequence = r.callback_sequence
+            + CASE WHEN r.callback_url IS NULL THEN 0 WHEN arg.attention THEN 2 ELSE 1 END,
         updated_at = now()
-    WHERE id = $1 AND request_state = $2
-    RETURNING id, callback_url, callback_sequence, request_state
+    FROM arg
+    WHERE r.id = arg.request_id AND r.request_state = arg.from_state
+    RETURNING r.id, r.callback_url, r.callback_sequence, r.request_state
 ), events AS (
     SELECT upd.*, e.event_type, upd.callback_sequence - e.back AS seq, gen_random_uuid() AS event_id
-    FROM upd CROSS JOIN (VALUES ($8::text, CASE WHEN $7 THEN 1 ELSE 0 END),
-                                ('request_attention', 0)) AS e(event_type, back)
-    WHERE upd.callback_url IS NOT NULL AND (e.event_type <> 'request_attention' OR $7)
+    FROM upd CROSS JOIN arg
+    CROSS JOIN LATERAL (VALUES (arg.event_type, CASE WHEN arg.attention THEN 1 ELSE 0 END),
+                               ('request_attention', 0)) AS e(event_type, back)
+    WHERE upd.callback_url IS NOT NULL AND (e.event_type <> 'request_attention' OR arg.attention)
 ), cb AS (
     INSERT INTO movement_callback_outbox
         (id, request_id, event_id, event_type, sequence, payload, callback_url,
@@ -379,24 +490,25 @@ WITH upd AS (
     SELECT gen_random_uuid(), ev.id, ev.event_id, ev.event_type, ev.seq,
         qtg_callback_envelope(ev.event_id, ev.event_type, ev.id,
             jsonb_build_object('sequence', ev.seq, 'request_state', ev.request_state),
-            jsonb_build_object('from', $2::text, 'to', ev.request_state, 'reason', $10::text)),
-        ev.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text, $11::text
-    FROM events ev
+            jsonb_build_object('from', arg.from_state, 'to', ev.request_state, 'reason', arg.reason)),
+        ev.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text, arg.traceparent
+    FROM events ev CROSS JOIN arg
 ), aud AS (
     INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
-    SELECT gen_random_uuid(), $9, 'movement.transition', 'movement', upd.id::text, upd.id,
-        jsonb_build_object('from', $2::text, 'to', upd.request_state, 'reason', $10::text)
-    FROM upd
+    SELECT gen_random_uuid(), arg.actor, 'movement.transition', 'movement', upd.id::text, upd.id,
+        jsonb_build_object('from', arg.from_state, 'to', upd.request_state, 'reason', arg.reason)
+    FROM upd CROSS JOIN arg
 ), ntf AS (
     -- Read by `notified` below, or the NOTIFYs never run (see the node write above).
     SELECT pg_notify('qtg_callback', '') FROM upd WHERE upd.callback_url IS NOT NULL
     UNION ALL
-    SELECT pg_notify('qtg_dispatch', '') FROM upd WHERE $3 = 'EXECUTING'
+    SELECT pg_notify('qtg_dispatch', '') FROM upd, arg WHERE arg.to_state = 'EXECUTING'
 )
 SELECT upd.id, (SELECT count(*) FROM ntf) AS notified FROM upd
 "#;
 
-/// Moves a request `from` → `to` (checked against the table) with `patch`.
+/// Moves a request `from` → `to` (checked against the table) with `patch`; [`Cas::Stale`]
+/// if the request is no longer in `from`.
 pub async fn transition_request(
     conn: &mut PgConnection,
     request_id: Uuid,
@@ -404,30 +516,28 @@ pub async fn transition_request(
     to: RequestState,
     patch: &RequestPatch,
     meta: &Meta<'_>,
-) -> Result<()> {
+) -> Result<Cas<()>> {
     from.check_transition(to)?;
     let attention = matches!(to, RequestState::ManualIntervention | RequestState::WaitingManualAction);
     let event_type = if to == RequestState::Expired { "request_expired" } else { "request_state_changed" };
-    let row = sqlx::query(REQUEST_WRITE)
-        .bind(request_id)
-        .bind(from.as_str())
-        .bind(to.as_str())
-        .bind(patch.approval_status)
-        .bind(&patch.approved_by)
-        .bind(&patch.review_reason)
-        .bind(attention)
-        .bind(event_type)
-        .bind(meta.actor)
-        .bind(meta.reason)
-        .bind(qtg_telemetry::traceparent())
-        .fetch_optional(&mut *conn)
-        .await?;
-    match row {
-        Some(_) => Ok(()),
-        None => {
-            Err(StoreError::StaleState { entity: "movement", id: request_id.to_string(), expected: from.to_string() })
-        }
-    }
+    let params = Params::default()
+        .with("request_id", "uuid", request_id)
+        .with("from_state", "text", from.as_str())
+        .with("to_state", "text", to.as_str())
+        .with("approval_status", "text", patch.approval_status)
+        .with("approved_by", "text", patch.approved_by.clone())
+        .with("review_reason", "text", patch.review_reason.clone())
+        .with("attention", "bool", attention)
+        .with("event_type", "text", event_type)
+        .with("actor", "text", meta.actor.to_string())
+        .with("reason", "text", meta.reason.map(str::to_string))
+        .with("traceparent", "text", qtg_telemetry::traceparent());
+    let sql = params.statement(REQUEST_WRITE);
+    let row = sqlx::query_with(sqlx::AssertSqlSafe(sql), params.into_arguments()?).fetch_optional(&mut *conn).await?;
+    Ok(match row {
+        Some(_) => Cas::Applied(()),
+        None => Cas::Stale(Stale { entity: "movement", id: request_id, expected: from.to_string() }),
+    })
 }
 
 /// Enqueues one callback event that is not a state change (e.g. `frontier_advanced`), and

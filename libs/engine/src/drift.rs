@@ -1,5 +1,5 @@
-//! verify_drift: re-reads the on-chain facts the lanes rely on (each local executor's
-//! [`Executor::drift_facts`], each signer's address) with bounded concurrency and a deadline
+//! verify_drift: re-reads the on-chain facts the lanes rely on (each registry entry's
+//! [`DriftSource`], each signer's address) with bounded concurrency and a deadline
 //! per executor, groups them by scope (a chain, `evm:<id>`, or `signers`) and compares each
 //! scope with the baseline an admin recorded. A new set of differences writes, in one
 //! transaction, the check, an audit row (`drift.detected`), a `drift_detected` callback and —
@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use qtg_executor::{DriftFact, Executor};
+use qtg_executor::{DriftFact, DriftSource};
 use qtg_store::audit::{self, AuditRecord};
 use qtg_store::drift::{self, Observation};
 use serde_json::{json, Value};
@@ -114,10 +114,11 @@ impl Engine {
         let gate = Arc::new(tokio::sync::Semaphore::new(settings.concurrency.max(1)));
         let mut reads = tokio::task::JoinSet::new();
         for e in self.registry.executors() {
-            let (key, executor, gate, timeout) = (e.key.clone(), e.executor.clone(), gate.clone(), settings.timeout);
+            let Some(source) = e.drift.clone() else { continue };
+            let (key, gate, timeout) = (e.key.clone(), gate.clone(), settings.timeout);
             reads.spawn(async move {
                 let _permit = gate.acquire_owned().await;
-                let res = match tokio::time::timeout(timeout, executor_facts(executor)).await {
+                let res = match tokio::time::timeout(timeout, read_facts(source)).await {
                     Ok(r) => r,
                     Err(_) => Err(format!("no answer within {} s", timeout.as_secs_f64())),
                 };
@@ -262,8 +263,8 @@ impl Engine {
     }
 }
 
-async fn executor_facts(executor: Arc<dyn Executor>) -> std::result::Result<Vec<DriftFact>, String> {
-    executor.drift_facts().await.map_err(|e| e.to_string())
+async fn read_facts(source: Arc<dyn DriftSource>) -> std::result::Result<Vec<DriftFact>, String> {
+    source.facts().await.map_err(|e| e.to_string())
 }
 
 impl Engine {

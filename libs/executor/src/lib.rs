@@ -9,6 +9,7 @@ use async_trait::async_trait;
 use chrono::{DateTime, Utc};
 use qtg_core::{ExecutionContext, ExecutionResult, PreparedAction, SignRequest, SignResult};
 use serde_json::Value;
+use std::sync::Arc;
 
 pub use registry::{
     EntrySpec, ExecutorEntry, Fence, LaneContext, LaneFactory, LanePlugin, LaneShared, Registry, RegistryError,
@@ -125,12 +126,34 @@ pub trait Executor: Send + Sync {
     fn paying_account(&self, _node_config: &Value) -> Option<String> {
         None
     }
+}
 
-    /// The on-chain facts this executor relies on (code hashes of its contracts, a token's
-    /// decimals, a messenger's configuration…), read now, for verify_drift to compare with the
-    /// baseline an admin recorded. None by default.
-    async fn drift_facts(&self) -> Result<Vec<DriftFact>, ExecutorError> {
-        Ok(Vec::new())
+/// The on-chain facts an entry relies on (code hashes of its contracts, a token's decimals, a
+/// messenger's configuration…), read now, for verify_drift to compare with the baseline an
+/// admin recorded. A capability beside [`BalanceFetcher`]: a lane that has facts to watch
+/// builds one with the entry's executor ([`LaneExecutor`]); the others have none.
+#[async_trait]
+pub trait DriftSource: Send + Sync {
+    async fn facts(&self) -> Result<Vec<DriftFact>, ExecutorError>;
+}
+
+/// What a lane builds for one registry entry: its executor and, where the lane watches facts,
+/// the entry's [`DriftSource`].
+#[derive(Clone)]
+pub struct LaneExecutor {
+    pub executor: Arc<dyn Executor>,
+    pub drift: Option<Arc<dyn DriftSource>>,
+}
+
+impl LaneExecutor {
+    /// An executor with no facts to watch.
+    pub fn new(executor: Arc<dyn Executor>) -> Self {
+        LaneExecutor { executor, drift: None }
+    }
+
+    /// An executor that is its own source of facts.
+    pub fn watched<E: Executor + DriftSource + 'static>(executor: Arc<E>) -> Self {
+        LaneExecutor { executor: executor.clone(), drift: Some(executor) }
     }
 }
 

@@ -143,13 +143,14 @@ pub trait LanePlugin: Send + Sync {
     fn name(&self) -> &'static str;
     /// The executor of entry `key` (`config` = the entry's `config` table; `setting` = the
     /// process' key → value source, for what an entry names by variable, e.g. a venue's
-    /// credentials). An error is the entry's: the registry refuses to load.
+    /// credentials), with its drift source where the lane watches facts. An error is the
+    /// entry's: the registry refuses to load.
     fn executor(
         &self,
         key: &str,
         config: Option<&toml::Table>,
         setting: Setting<'_>,
-    ) -> Result<Arc<dyn Executor>, String>;
+    ) -> Result<crate::LaneExecutor, String>;
     /// How this lane's venue fences a stale attempt, for entries that declare no `fence`.
     fn fence(&self) -> Fence {
         Fence::VenueDeadline
@@ -182,6 +183,8 @@ pub struct ExecutorEntry {
     /// A remote entry's own per-call deadline (`timeout_ms`).
     pub timeout: Option<std::time::Duration>,
     pub executor: Arc<dyn Executor>,
+    /// The facts verify_drift watches for this entry (a local lane's, where it has any).
+    pub drift: Option<Arc<dyn crate::DriftSource>>,
 }
 
 #[derive(Clone)]
@@ -220,23 +223,29 @@ impl Registry {
                 Transport::Local => None,
                 _ => Some(std::time::Duration::from_millis(spec.timeout_ms.unwrap_or(DEFAULT_REMOTE_TIMEOUT_MS))),
             };
-            let executor: Arc<dyn Executor> = match spec.transport {
+            let built = match spec.transport {
                 Transport::Local => lane_of(key, spec, lanes)?
                     .executor(key, spec.config.as_ref(), secret)
                     .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
-                Transport::Grpc => Arc::new(
+                Transport::Grpc => crate::LaneExecutor::new(Arc::new(
                     RemoteExecutor::grpc(key, endpoint(key, spec, secret)?)
                         .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
-                ),
-                Transport::Http => Arc::new(
+                )),
+                Transport::Http => crate::LaneExecutor::new(Arc::new(
                     RemoteExecutor::http(key, endpoint(key, spec, secret)?)
                         .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
-                ),
+                )),
             };
-            registry.executors.insert(
-                key.clone(),
-                ExecutorEntry { key: key.clone(), transport: spec.transport, lane, fence, timeout, executor },
-            );
+            let entry = ExecutorEntry {
+                key: key.clone(),
+                transport: spec.transport,
+                lane,
+                fence,
+                timeout,
+                executor: built.executor,
+                drift: built.drift,
+            };
+            registry.executors.insert(key.clone(), entry);
         }
         for (key, spec) in &file.signers {
             if spec.fence.is_some() {
@@ -286,6 +295,7 @@ impl Registry {
                 fence: Fence::VenueDeadline,
                 timeout: None,
                 executor,
+                drift: None,
             },
         );
     }

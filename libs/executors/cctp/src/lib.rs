@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use alloy::primitives::Address;
 use qtg_evm::{Chains, EvmExecutor, LocalSigners};
-use qtg_executor::{Executor, Fence, LaneContext, LanePlugin, Setting};
+use qtg_executor::{Fence, LaneContext, LaneExecutor, LanePlugin, Setting};
 use serde::Deserialize;
 
 pub use attestation::{AttestationConfig, AttestationObserver};
@@ -98,25 +98,25 @@ impl LanePlugin for CctpLane {
         Fence::Sequence
     }
 
-    fn executor(&self, key: &str, table: Option<&toml::Table>, _: Setting<'_>) -> Result<Arc<dyn Executor>, String> {
+    fn executor(&self, key: &str, table: Option<&toml::Table>, _: Setting<'_>) -> Result<LaneExecutor, String> {
         let (pool, chains, signers) = (self.pool.clone(), self.chains.clone(), self.signers.clone());
         match key.split('.').nth(2) {
             Some("burn") => {
                 let from = self.sender(key, table)?;
                 let call = Burn { domains: self.domains.clone() };
-                Ok(Arc::new(EvmExecutor::new(key, from, chains, pool, signers, call)))
+                Ok(LaneExecutor::watched(Arc::new(EvmExecutor::new(key, from, chains, pool, signers, call))))
             }
             Some("mint") => {
                 let from = self.sender(key, table)?;
                 let call = Mint { domains: self.domains.clone() };
-                Ok(Arc::new(EvmExecutor::new(key, from, chains, pool, signers, call)))
+                Ok(LaneExecutor::watched(Arc::new(EvmExecutor::new(key, from, chains, pool, signers, call))))
             }
             Some("attestation") => {
                 let table = table
                     .ok_or_else(|| format!("entry {key:?} needs a `config` table (attestation_url, source_domain)"))?;
                 let config: AttestationConfig =
                     toml::Value::Table(table.clone()).try_into().map_err(|e| format!("config: {e}"))?;
-                Ok(Arc::new(AttestationObserver::new(config)?))
+                Ok(LaneExecutor::new(Arc::new(AttestationObserver::new(config)?)))
             }
             other => Err(format!(
                 "entry {key:?}: the cctp lane serves exec.cctp.burn, exec.cctp.attestation and exec.cctp.mint[.<suffix>]; not {other:?}"

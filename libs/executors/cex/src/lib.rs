@@ -26,7 +26,7 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use qtg_executor::{
-    Balance, BalanceFetcher, Executor, ExecutorError, LaneContext, LanePlugin, Setting, TransferPage, VenueTransfer,
+    Balance, BalanceFetcher, ExecutorError, LaneContext, LaneExecutor, LanePlugin, Setting, TransferPage, VenueTransfer,
 };
 
 pub use binance::{BinanceVenue, Credentials};
@@ -51,16 +51,11 @@ impl LanePlugin for CexLane {
         "cex"
     }
 
-    fn executor(
-        &self,
-        key: &str,
-        config: Option<&toml::Table>,
-        setting: Setting<'_>,
-    ) -> Result<Arc<dyn Executor>, String> {
+    fn executor(&self, key: &str, config: Option<&toml::Table>, setting: Setting<'_>) -> Result<LaneExecutor, String> {
         let config = EntryConfig::parse(key, config)?;
         let role = config.role(key)?;
         let venue = config.venue(setting)?;
-        Ok(Arc::new(CexExecutor::new(key, role, config, venue, self.pool.clone(), self.skew)))
+        Ok(LaneExecutor::new(Arc::new(CexExecutor::new(key, role, config, venue, self.pool.clone(), self.skew))))
     }
 
     /// `[balances."<venue_key>"]` with `config = { venue, base_url, … }` (the entries'

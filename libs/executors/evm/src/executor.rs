@@ -624,6 +624,14 @@ impl<C: EvmCall> EvmExecutor<C> {
     }
 }
 
+/// The facts of the lane's contracts on every configured chain (verify_drift).
+#[async_trait]
+impl<C: EvmCall> qtg_executor::DriftSource for EvmExecutor<C> {
+    async fn facts(&self) -> Result<Vec<qtg_executor::DriftFact>, ExecutorError> {
+        self.call.facts(&self.chains).await.map_err(rpc_down)
+    }
+}
+
 #[async_trait]
 impl<C: EvmCall> Executor for EvmExecutor<C> {
     async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
@@ -811,10 +819,6 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
     async fn recover(&self, ctx: &ExecutionContext, _idempotency_key: &str) -> Result<ExecutionResult, ExecutorError> {
         let t = self.action(ctx).map_err(|(_, why)| ExecutorError::Protocol(why))?;
         self.follow(ctx, &t, true).await
-    }
-
-    async fn drift_facts(&self) -> Result<Vec<qtg_executor::DriftFact>, ExecutorError> {
-        self.call.facts(&self.chains).await.map_err(rpc_down)
     }
 
     async fn health(&self) -> Result<Option<Value>, ExecutorError> {

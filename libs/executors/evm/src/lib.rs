@@ -25,7 +25,7 @@ pub mod tx;
 use std::sync::Arc;
 
 use alloy::primitives::Address;
-use qtg_executor::{Executor, LaneContext, LanePlugin, Setting, Signer};
+use qtg_executor::{LaneContext, LaneExecutor, LanePlugin, Setting, Signer};
 use serde::Deserialize;
 
 pub use call::{Action, EvmCall, Refusal, Transfer};
@@ -150,7 +150,7 @@ impl LanePlugin for EvmLane {
         qtg_executor::Fence::Sequence
     }
 
-    fn executor(&self, key: &str, table: Option<&toml::Table>, _: Setting<'_>) -> Result<Arc<dyn Executor>, String> {
+    fn executor(&self, key: &str, table: Option<&toml::Table>, _: Setting<'_>) -> Result<LaneExecutor, String> {
         let c: ExecutorConfig = config(key, table)?;
         let from: Address = c.from.parse().map_err(|_| format!("config.from {:?} is not an address", c.from))?;
         if self.chains.is_empty() {
@@ -159,14 +159,9 @@ impl LanePlugin for EvmLane {
         if key.split('.').nth(2) != Some("transfer") {
             return Err(format!("entry {key:?}: the evm lane serves exec.evm.transfer[.<suffix>]"));
         }
-        Ok(Arc::new(TransferExecutor::new(
-            key,
-            from,
-            self.chains.clone(),
-            self.pool.clone(),
-            self.signers.clone(),
-            Transfer,
-        )))
+        let executor =
+            TransferExecutor::new(key, from, self.chains.clone(), self.pool.clone(), self.signers.clone(), Transfer);
+        Ok(LaneExecutor::watched(Arc::new(executor)))
     }
 
     fn balance_fetcher(

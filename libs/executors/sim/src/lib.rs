@@ -12,7 +12,7 @@ use async_trait::async_trait;
 use qtg_core::hash::{canonical_json, sha256_hex};
 use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction, SignRequest, SignResult};
 use qtg_executor::{
-    Executor, ExecutorError, LaneContext, LanePlugin, Prepared, Setting, SignError, Signer, Submission,
+    Executor, ExecutorError, LaneContext, LaneExecutor, LanePlugin, Prepared, Setting, SignError, Signer, Submission,
 };
 use qtg_store::sim::SimSubmit;
 use serde::Deserialize;
@@ -296,9 +296,9 @@ impl LanePlugin for SimLane {
         "sim"
     }
 
-    fn executor(&self, key: &str, config: Option<&toml::Table>, _: Setting<'_>) -> Result<Arc<dyn Executor>, String> {
+    fn executor(&self, key: &str, config: Option<&toml::Table>, _: Setting<'_>) -> Result<LaneExecutor, String> {
         no_config(config)?;
-        Ok(Arc::new(SimExecutor::new(key, self.venue.clone())))
+        Ok(LaneExecutor::new(Arc::new(SimExecutor::new(key, self.venue.clone()))))
     }
 
     fn signer(&self, key: &str, config: Option<&toml::Table>, _: Setting<'_>) -> Result<Arc<dyn Signer>, String> {

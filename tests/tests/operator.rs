@@ -59,13 +59,14 @@ async fn cancel_needs_c6_evidence_while_a_side_effect_may_exist() -> anyhow::Res
     engine.dispatch_tick().await?;
     let plain = CancelInput { reason: "customer asked", runbook_case: None, evidence: None };
     assert!(matches!(engine.cancel_movement("ops", id, plain).await, Err(OpError::Conflict(_))));
-    let no_evidence = CancelInput { reason: "not found", runbook_case: Some("C6"), evidence: None };
+    let no_evidence =
+        CancelInput { reason: "not found", runbook_case: Some(qtg_core::codes::RunbookCase::C6), evidence: None };
     assert!(matches!(engine.cancel_movement("ops", id, no_evidence).await, Err(OpError::Conflict(_))));
     assert_eq!(request_state(&db.pool, id).await?, "EXECUTING", "a refused cancel changes nothing");
     let evidence = json!({"exchange_console": "no withdrawal with client id", "checked_by": "ops"});
     let c6 = || CancelInput {
         reason: "C6: never reached the exchange",
-        runbook_case: Some("C6"),
+        runbook_case: Some(qtg_core::codes::RunbookCase::C6),
         evidence: Some(&evidence),
     };
     // Until submit_by + skew has passed the venue could still accept the attempt: wait for the fence.

@@ -5,6 +5,7 @@
 use serde::Serialize;
 use serde_json::Value;
 
+use crate::codes::RunbookCase;
 use crate::markers::{LEGACY_RECONCILIATION_GATED, MANUAL_REVIEW_REQUIRED, STATUS_UNMAPPED, SUBMIT_ATTEMPT_PENDING};
 use crate::state::{NodeState, RequestState};
 
@@ -32,6 +33,9 @@ pub struct Diagnosis {
     pub also_consider: Vec<&'static str>,
 }
 
+/// The `case` of a node that is not stuck.
+pub const NOT_STUCK: &str = "none";
+
 /// Past the grace plus this (recovery's poll, backoff and venue lookback), a C1 node that
 /// recovery has not decided is overdue: recovery is not doing its job for it.
 pub const RECOVERY_OVERDUE_AFTER_GRACE_SECONDS: f64 = 300.0;
@@ -52,64 +56,58 @@ pub fn diagnose(f: &NodeFacts) -> Diagnosis {
     let review = refs.get(MANUAL_REVIEW_REQUIRED).and_then(Value::as_str);
     let within_grace = f.seconds_since_started.is_some_and(|s| s <= f.grace_seconds);
     let never_persisted = f.provider_ref_id.is_none();
-    let d = |case, title, required_action| Diagnosis { case, title, required_action, also_consider: Vec::new() };
+    let d = |case: RunbookCase| Diagnosis {
+        case: case.as_str(),
+        title: case.title(),
+        required_action: case.action(),
+        also_consider: Vec::new(),
+    };
     let mut out = match f.node_state {
-        NodeState::Submitting if pending && (within_grace || f.request_state == RequestState::Executing) => d(
-            "C1",
-            "Recovery imminent",
-            "Wait: recovery reconciles this attempt by idempotency key after the lane's grace.",
-        ),
-        NodeState::Unknown if gated && review == Some("reconciliation_auth_failed") => d(
-            "C3b",
-            "AUTH failure, then escalated",
-            "Fix the venue credentials first (rotate key, update env, restart the worker), then escalate to the on-call operator.",
-        ),
-        NodeState::Unknown if pending && within_grace && review.is_none() && f.request_state == RequestState::Executing => d(
-            "C1",
-            "Recovery imminent",
-            "Wait: the submit's outcome is unknown and recovery asks the venue after the lane's grace.",
-        ),
-        NodeState::Unknown if pending => d(
-            "C2",
-            "Lookback or matcher issue",
-            "Escalate: check the venue by client order id / amount / address; there is no automatic resolution.",
-        ),
+        NodeState::Submitting if pending && (within_grace || f.request_state == RequestState::Executing) => {
+            d(RunbookCase::C1)
+        }
+        NodeState::Unknown if gated && review == Some("reconciliation_auth_failed") => d(RunbookCase::C3b),
+        NodeState::Unknown
+            if pending && within_grace && review.is_none() && f.request_state == RequestState::Executing =>
+        {
+            Diagnosis {
+                required_action:
+                    "Wait: the submit's outcome is unknown and recovery asks the venue after the lane's grace.",
+                ..d(RunbookCase::C1)
+            }
+        }
+        NodeState::Unknown if pending => d(RunbookCase::C2),
         // Gated without the auth case: markers missing (an executor may hand it over with a
         // review marker of its own, e.g. `reconciliation_markers_missing`).
-        NodeState::Unknown if gated => d(
-            "C3a",
-            "Legacy entry",
-            "Escalate and preserve an incident artifact (markers, logs, venue console).",
-        ),
+        NodeState::Unknown if gated => d(RunbookCase::C3a),
         NodeState::Observing
             if flag(refs, STATUS_UNMAPPED)
                 || f.observe_count >= PERPETUAL_OBSERVE_COUNT
                 || f.seconds_since_started.is_some_and(|s| s >= PERPETUAL_OBSERVE_SECONDS) =>
         {
-            d("C5", "Perpetual observing", "File a bug with a fixture of the venue's status, then escalate the node.")
+            d(RunbookCase::C5)
         }
-        NodeState::Unknown if never_persisted => d(
-            "C6",
-            "Not found",
-            "Confirm in the venue console that nothing was created; then cancel with runbook_case C6 and that evidence.",
-        ),
-        NodeState::Unknown | NodeState::Observing | NodeState::Submitted => d(
-            "C7",
-            "Processing",
-            "Wait: the venue is still processing; observation continues at its normal cadence.",
-        ),
-        _ => d("none", "Not stuck", "Nothing to do: the node is not in a stuck state."),
+        NodeState::Unknown if never_persisted => d(RunbookCase::C6),
+        NodeState::Unknown | NodeState::Observing | NodeState::Submitted => d(RunbookCase::C7),
+        _ => Diagnosis {
+            case: NOT_STUCK,
+            title: "Not stuck",
+            required_action: "Nothing to do: the node is not in a stuck state.",
+            also_consider: Vec::new(),
+        },
     };
-    if matches!(out.case, "C2" | "C7") && f.node_state == NodeState::Unknown && never_persisted {
+    let case = RunbookCase::parse(out.case);
+    if matches!(case, Some(RunbookCase::C2 | RunbookCase::C7)) && f.node_state == NodeState::Unknown && never_persisted
+    {
         out.also_consider
             .push("C6: no venue reference was ever persisted — check the console; if absent, cancel with C6 evidence");
     }
-    if f.submit_transport_failures > 0 && out.case == "C2" {
+    if f.submit_transport_failures > 0 && case == Some(RunbookCase::C2) {
         out.also_consider.push("C6: the submit call itself failed in transport; the venue may never have received it");
     }
     // C1 "imminent" only while recovery could still be on its way.
     let overdue = f.seconds_since_started.is_some_and(|s| s > f.grace_seconds + RECOVERY_OVERDUE_AFTER_GRACE_SECONDS);
-    if out.case == "C1" && overdue {
+    if case == Some(RunbookCase::C1) && overdue {
         out.title = "Recovery overdue";
         out.required_action = "Recovery should have decided this attempt by now: check that qtg-recovery is \
             running, healthy and serving this executor key (its registry), and read its logs. Do not act on the \

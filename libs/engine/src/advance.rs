@@ -222,7 +222,7 @@ pub async fn stale_answer(
             result.next_state, item.attempt_no, now.node_state, now.attempt_no
         );
         tracing::info!(node_id = %item.node_id, method, %detail, "stale answer");
-        let call = qtg_store::events::Call::failed(method, "stale", "STALE_ANSWER", &detail, 0);
+        let call = qtg_store::events::Call::failed(method, "stale", qtg_core::codes::STALE_ANSWER, &detail, 0);
         qtg_store::events::record_calls(conn, item.request_id, item.node_id, item.attempt_no, &[call], actor).await?;
         return Ok(());
     }
@@ -237,7 +237,7 @@ pub async fn stale_answer(
     let call = qtg_store::events::Call::failed(
         method,
         &format!("late:{}", result.next_state),
-        "LATE_EFFECT",
+        qtg_core::codes::LATE_EFFECT,
         &format!("{} answered {} after the node was {}", method, result.next_state, now.node_state),
         0,
     );

@@ -148,7 +148,7 @@ impl Engine {
                 tracing::warn!(node_id = %item.node_id, node_key = %item.node_key, state = %expired,
                     "lease expired before the arm; re-claiming the node");
                 let detail = format!("the lease of a {expired} node expired before it was armed; re-claimed");
-                let call = Call::failed("claim", "lease_expired", "LEASE_EXPIRED", &detail, 0);
+                let call = Call::failed("claim", "lease_expired", codes::LEASE_EXPIRED, &detail, 0);
                 record_calls(&mut tx, item.request_id, item.node_id, attempt_no, &[call], &self.actor).await?;
                 if expired == NodeState::Preparing {
                     transition::poll_node(&mut tx, item.node_id, expired, &lease).await?.or_stale()?;
@@ -262,7 +262,7 @@ impl Engine {
             Ok(Some(result)) => {
                 let (code, detail) = match result.validate(Method::Preflight) {
                     Ok(()) => (
-                        result.error_code.clone().unwrap_or_else(|| "PREFLIGHT_FAILED".into()),
+                        result.error_code.clone().unwrap_or_else(|| codes::PREFLIGHT_FAILED.into()),
                         result.error_detail.clone().unwrap_or_default(),
                     ),
                     Err(v) => (codes::EXECUTOR_PROTOCOL_ERROR.to_string(), v.to_string()),
@@ -280,7 +280,7 @@ impl Engine {
             Ok(Prepared::Refused(result)) => {
                 let (code, detail) = match result.validate(Method::Prepare) {
                     Ok(()) => (
-                        result.error_code.clone().unwrap_or_else(|| "PREPARE_FAILED".into()),
+                        result.error_code.clone().unwrap_or_else(|| codes::PREPARE_FAILED.into()),
                         result.error_detail.clone().unwrap_or_default(),
                     ),
                     Err(v) => (codes::EXECUTOR_PROTOCOL_ERROR.to_string(), v.to_string()),
@@ -408,7 +408,7 @@ impl Engine {
                 "submit not sent: the submit window closed before it could start; recovery decides the attempt");
             let mut conn = self.pool.acquire().await?;
             let detail = "the submit window closed before the submit could start; nothing was sent";
-            let call = Call::failed("submit", "not_sent", "SUBMIT_WINDOW_CLOSED", detail, 0);
+            let call = Call::failed("submit", "not_sent", codes::SUBMIT_WINDOW_CLOSED, detail, 0);
             record_calls(&mut conn, c.item.request_id, c.item.node_id, c.attempt_no, &[call], &self.actor).await?;
             return Ok(());
         }
@@ -662,7 +662,7 @@ impl Engine {
             None => format!("the node is gone; nothing was sent at the {step}"),
         };
         tracing::warn!(node_id = %c.item.node_id, node_key = %c.item.node_key, step, %detail, "claim lost");
-        let call = Call::failed(step, "claim_lost", "CLAIM_LOST", &detail, 0);
+        let call = Call::failed(step, "claim_lost", codes::CLAIM_LOST, &detail, 0);
         record_calls(conn, c.item.request_id, c.item.node_id, c.attempt_no, &[call], &self.actor).await?;
         Ok(())
     }

@@ -12,6 +12,8 @@ use qtg_store::{claims, movements as mq, NodeBrief, PgConnection};
 use serde_json::{json, Value};
 use uuid::Uuid;
 
+use qtg_core::codes::RunbookCase;
+
 use crate::advance::advance_after_completion;
 use crate::movements::{finish, OpError};
 use crate::Engine;
@@ -20,7 +22,7 @@ use crate::Engine;
 /// reached the venue), with the operator's evidence.
 pub struct CancelInput<'a> {
     pub reason: &'a str,
-    pub runbook_case: Option<&'a str>,
+    pub runbook_case: Option<RunbookCase>,
     pub evidence: Option<&'a Value>,
 }
 
@@ -74,7 +76,7 @@ impl Engine {
         if state.is_terminal() {
             return Err(OpError::InvalidState(format!("movement is {state}")));
         }
-        let c6 = input.runbook_case == Some("C6")
+        let c6 = input.runbook_case == Some(RunbookCase::C6)
             && input.evidence.is_some_and(|e| !e.is_null() && e != &json!({}) && e != &json!(""));
         // A node being prepared or signed has sent nothing: the cancel wins and its
         // dispatcher's arm then matches nothing. Only an UNKNOWN or SUBMITTING node can be C6
@@ -121,7 +123,8 @@ impl Engine {
                 entity_type: "movement",
                 entity_id: id.to_string(),
                 movement_id: Some(id),
-                data: json!({"reason": input.reason, "runbook_case": input.runbook_case, "evidence": input.evidence}),
+                data: json!({"reason": input.reason, "runbook_case": input.runbook_case.map(RunbookCase::as_str),
+                             "evidence": input.evidence}),
             },
         )
         .await?;

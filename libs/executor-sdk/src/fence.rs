@@ -328,21 +328,21 @@ impl<H: Handler> Handler for Fenced<H> {
             Admission::Late => {
                 tracing::warn!(idempotency_key = call.idempotency_key, submit_by = %call.submit_by, "submit refused: past submit_by");
                 Ok(refused(
-                    "SUBMIT_BY_PASSED",
+                    qtg_core::codes::SUBMIT_BY_PASSED,
                     format!("received at {now}, after submit_by {}; nothing was sent, the key is void", call.submit_by),
                 ))
             }
             Admission::Void => {
                 tracing::warn!(idempotency_key = call.idempotency_key, "submit refused: the key is void");
                 Ok(refused(
-                    "IDEMPOTENCY_KEY_VOID",
+                    qtg_core::codes::IDEMPOTENCY_KEY_VOID,
                     "the key was voided (recover found nothing); nothing was sent".into(),
                 ))
             }
             Admission::Superseded => {
                 tracing::warn!(idempotency_key = call.idempotency_key, "submit refused: a newer attempt was seen");
                 Ok(refused(
-                    "IDEMPOTENCY_KEY_SUPERSEDED",
+                    qtg_core::codes::IDEMPOTENCY_KEY_SUPERSEDED,
                     "a newer attempt of this node was already seen; nothing was sent, the key is void".into(),
                 ))
             }
@@ -375,10 +375,13 @@ impl<H: Handler> Handler for Fenced<H> {
             None => {
                 // Never recorded, so never sent: void it, so no later Submit executes it.
                 self.keys.void(node, attempt, idempotency_key).await.map_err(unavailable)?;
-                Ok(refused("IDEMPOTENCY_KEY_UNKNOWN", "this executor never sent the key; it is now void".into()))
+                Ok(refused(
+                    qtg_core::codes::IDEMPOTENCY_KEY_UNKNOWN,
+                    "this executor never sent the key; it is now void".into(),
+                ))
             }
             Some(KeyRecord { state: KeyState::Void, .. }) => {
-                Ok(refused("IDEMPOTENCY_KEY_VOID", "the key is void; nothing was executed".into()))
+                Ok(refused(qtg_core::codes::IDEMPOTENCY_KEY_VOID, "the key is void; nothing was executed".into()))
             }
             Some(KeyRecord { state: KeyState::Sent, submit_by }) => {
                 let r = self.inner.recover(executor_key, ctx, idempotency_key).await?;
@@ -400,7 +403,7 @@ impl<H: Handler> Handler for Fenced<H> {
                             "recover answered FAILED for a sent key before its submit_by passed; answering UNKNOWN"
                         );
                         let mut unknown = ExecutionResult::new(NodeState::Unknown);
-                        unknown.error_code = Some("ABSENCE_NOT_YET_CONCLUSIVE".into());
+                        unknown.error_code = Some(qtg_core::codes::ABSENCE_NOT_YET_CONCLUSIVE.into());
                         unknown.error_detail = Some(format!(
                             "the key was sent with submit_by {submit_by:?}; the venue may still accept it; ask again later"
                         ));

@@ -396,7 +396,10 @@ fn error_response(e: HandlerError) -> Response {
         HandlerError::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
         HandlerError::Invalid(_) => StatusCode::BAD_REQUEST,
     };
-    (status, axum::Json(serde_json::json!({"error": {"code": "EXECUTOR_ERROR", "message": e.to_string()}})))
+    (
+        status,
+        axum::Json(serde_json::json!({"error": {"code": qtg_core::codes::EXECUTOR_ERROR, "message": e.to_string()}})),
+    )
         .into_response()
 }
 
@@ -540,7 +543,7 @@ async fn http_sign(State(s): State<SignerState>, headers: HeaderMap, body: Bytes
         Ok(r) => json_response(&r),
         Err(SignerError::Refused(m)) => (
             StatusCode::UNPROCESSABLE_ENTITY,
-            axum::Json(serde_json::json!({"error": {"code": "SIGNER_REFUSED", "message": m}})),
+            axum::Json(serde_json::json!({"error": {"code": qtg_core::codes::SIGNER_REFUSED, "message": m}})),
         )
             .into_response(),
         Err(SignerError::Unavailable(m)) => error_response(HandlerError::Unavailable(m)),

@@ -174,7 +174,7 @@ impl SignerRequirement {
         let address = node_config.get("burn_caller").and_then(Value::as_str).map(str::to_string).ok_or_else(|| {
             "the burn's config names no burn_caller (the address expected to call depositForBurn)".to_string()
         });
-        SignerRequirement { address, role: "call depositForBurn", code: "CCTP_BURN_CALLER_MISMATCH" }
+        SignerRequirement { address, role: "call depositForBurn", code: qtg_core::codes::CCTP_BURN_CALLER_MISMATCH }
     }
 }
 

@@ -4,6 +4,7 @@
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
+use qtg_core::codes;
 use qtg_engine::movements::OpError;
 use serde_json::json;
 
@@ -17,33 +18,41 @@ pub struct ApiError {
 }
 
 impl ApiError {
-    pub fn new(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+    /// `code` (a constant of `qtg_core::codes`) with the HTTP status the registry gives it.
+    pub fn of(code: &'static str, message: impl Into<String>) -> Self {
+        let status = codes::lookup(code)
+            .and_then(|c| c.status)
+            .and_then(|s| StatusCode::from_u16(s).ok())
+            .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        debug_assert!(status != StatusCode::INTERNAL_SERVER_ERROR || code == codes::INTERNAL, "{code}: no status");
         ApiError { status, code, message: message.into(), limit: None }
     }
 
+    /// `code` answered with another status than its usual one (a body too large is a
+    /// `VALIDATION_ERROR` with 413).
+    pub fn with_status(status: StatusCode, code: &'static str, message: impl Into<String>) -> Self {
+        ApiError { status, ..Self::of(code, message) }
+    }
+
     pub fn validation(message: impl Into<String>) -> Self {
-        Self::new(StatusCode::BAD_REQUEST, "VALIDATION_ERROR", message)
+        Self::of(codes::VALIDATION_ERROR, message)
     }
 
     pub fn not_found(what: &str) -> Self {
-        Self::new(StatusCode::NOT_FOUND, "NOT_FOUND", format!("{what} not found"))
+        Self::of(codes::NOT_FOUND, format!("{what} not found"))
     }
 
     pub fn unauthenticated() -> Self {
-        Self::new(
-            StatusCode::UNAUTHORIZED,
-            "UNAUTHENTICATED",
-            "a valid API key is required (Authorization: Bearer <key>)",
-        )
+        Self::of(codes::UNAUTHENTICATED, "a valid API key is required (Authorization: Bearer <key>)")
     }
 
     pub fn forbidden(role: &str) -> Self {
-        Self::new(StatusCode::FORBIDDEN, "FORBIDDEN", format!("this operation needs the {role} role"))
+        Self::of(codes::FORBIDDEN, format!("this operation needs the {role} role"))
     }
 
     pub fn internal(e: impl std::fmt::Display) -> Self {
         tracing::error!(error = %e, "internal error");
-        Self::new(StatusCode::INTERNAL_SERVER_ERROR, "INTERNAL", "internal error; see the server log")
+        Self::of(codes::INTERNAL, "internal error; see the server log")
     }
 }
 
@@ -62,34 +71,29 @@ impl From<OpError> for ApiError {
         match e {
             OpError::NotFound(what) => ApiError::not_found(what),
             OpError::Validation(m) => ApiError::validation(m),
-            OpError::InvalidState(m) => ApiError::new(StatusCode::CONFLICT, "INVALID_STATE", m),
-            OpError::SelfApproval(m) => ApiError::new(StatusCode::FORBIDDEN, "SELF_APPROVAL", m),
-            OpError::IdempotencyConflict => ApiError::new(StatusCode::CONFLICT, "IDEMPOTENCY_CONFLICT", e.to_string()),
-            OpError::ExecutorDown(keys) => ApiError::new(
-                StatusCode::CONFLICT,
-                "EXECUTOR_DOWN",
-                format!("bound executor/signer is down: {}", keys.join(", ")),
-            ),
-            OpError::ExecutorHealthUnknown(keys) => ApiError::new(
-                StatusCode::CONFLICT,
-                "EXECUTOR_HEALTH_UNKNOWN",
+            OpError::InvalidState(m) => ApiError::of(codes::INVALID_STATE, m),
+            OpError::SelfApproval(m) => ApiError::of(codes::SELF_APPROVAL, m),
+            OpError::IdempotencyConflict => ApiError::of(codes::IDEMPOTENCY_CONFLICT, e.to_string()),
+            OpError::ExecutorDown(keys) => {
+                ApiError::of(codes::EXECUTOR_DOWN, format!("bound executor/signer is down: {}", keys.join(", ")))
+            }
+            OpError::ExecutorHealthUnknown(keys) => ApiError::of(
+                codes::EXECUTOR_HEALTH_UNKNOWN,
                 format!(
                     "no known health for bound executor/signer (qtg-health has not vouched for it): {}",
                     keys.join(", ")
                 ),
             ),
-            OpError::ExecutorHealthStale(keys) => ApiError::new(
-                StatusCode::CONFLICT,
-                "EXECUTOR_HEALTH_STALE",
+            OpError::ExecutorHealthStale(keys) => ApiError::of(
+                codes::EXECUTOR_HEALTH_STALE,
                 format!("the last health check of bound executor/signer is too old: {}", keys.join(", ")),
             ),
-            OpError::Conflict(m) => ApiError::new(StatusCode::CONFLICT, "CONFLICT", m),
-            OpError::InsufficientBalance(m) => ApiError::new(StatusCode::CONFLICT, "INSUFFICIENT_BALANCE", m),
-            OpError::SubmitAttemptPending(m) => ApiError::new(StatusCode::CONFLICT, "SUBMIT_ATTEMPT_PENDING", m),
-            OpError::Risk(v) => ApiError {
-                limit: Some(v.limit),
-                ..ApiError::new(StatusCode::UNPROCESSABLE_ENTITY, "RISK_LIMIT_EXCEEDED", v.message)
-            },
+            OpError::Conflict(m) => ApiError::of(codes::CONFLICT, m),
+            OpError::InsufficientBalance(m) => ApiError::of(codes::INSUFFICIENT_BALANCE, m),
+            OpError::SubmitAttemptPending(m) => ApiError::of(codes::SUBMIT_ATTEMPT_PENDING, m),
+            OpError::Risk(v) => {
+                ApiError { limit: Some(v.limit), ..ApiError::of(codes::RISK_LIMIT_EXCEEDED, v.message) }
+            }
             OpError::Store(e) => ApiError::internal(e),
         }
     }

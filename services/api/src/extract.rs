@@ -59,9 +59,9 @@ impl<T: DeserializeOwned, S: Send + Sync> FromRequest<S> for Body<T> {
 
     async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
         let Json(raw): Json<Value> = Json::from_request(req, state).await.map_err(|e: JsonRejection| match e {
-            JsonRejection::MissingJsonContentType(_) => ApiError::new(
+            JsonRejection::MissingJsonContentType(_) => ApiError::with_status(
                 StatusCode::UNSUPPORTED_MEDIA_TYPE,
-                "VALIDATION_ERROR",
+                qtg_core::codes::VALIDATION_ERROR,
                 "Content-Type must be application/json",
             ),
             JsonRejection::BytesRejection(_) => too_large(),
@@ -92,9 +92,9 @@ impl<T: DeserializeOwned + Default, S: Send + Sync> FromRequest<S> for OptBody<T
 }
 
 fn too_large() -> ApiError {
-    ApiError::new(
+    ApiError::with_status(
         StatusCode::PAYLOAD_TOO_LARGE,
-        "VALIDATION_ERROR",
+        qtg_core::codes::VALIDATION_ERROR,
         format!("body is larger than {} bytes", crate::BODY_LIMIT),
     )
 }

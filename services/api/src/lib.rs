@@ -64,11 +64,7 @@ pub fn router(state: AppState) -> Router {
         .merge(console::routes())
         .fallback(|| async { error::ApiError::not_found("route") })
         .method_not_allowed_fallback(|| async {
-            error::ApiError::new(
-                axum::http::StatusCode::METHOD_NOT_ALLOWED,
-                "METHOD_NOT_ALLOWED",
-                "this path does not take this method",
-            )
+            error::ApiError::of(qtg_core::codes::METHOD_NOT_ALLOWED, "this path does not take this method")
         })
         .layer(axum::middleware::from_fn(refuse_nul))
         .layer(axum::middleware::from_fn(trace_request))

@@ -10,6 +10,7 @@
 
 use std::collections::BTreeMap;
 
+use qtg_core::codes;
 use serde_json::Value;
 use utoipa::openapi::security::{HttpAuthScheme, HttpBuilder, SecurityScheme};
 use utoipa::{IntoResponses, Modify, OpenApi, ToSchema};
@@ -68,6 +69,16 @@ pub fn served(doc: &utoipa::openapi::OpenApi) -> Value {
             }
         }
     }
+    // The codes an error answer carries: the API's part of the one registry.
+    if let Some(code) = v.pointer_mut("/components/schemas/ErrorDetail/properties/code") {
+        let api = || codes::CATALOGUE.iter().filter(|c| c.source == codes::Source::Api);
+        let mut text = String::from("What went wrong (docs/error-codes.md):");
+        for c in api() {
+            text.push_str(&format!("\n- `{}` ({}): {}", c.code, c.status.unwrap_or(500), c.meaning));
+        }
+        code["enum"] = api().map(|c| c.code).collect::<Vec<_>>().into();
+        code["description"] = text.into();
+    }
     // Each form of a pause request takes no other field.
     for form in v["components"]["schemas"]["PauseRequest"]["oneOf"].as_array_mut().into_iter().flatten() {
         form["additionalProperties"] = Value::Bool(false);
@@ -106,9 +117,7 @@ pub struct ErrorBody {
 
 #[derive(ToSchema)]
 pub struct ErrorDetail {
-    /// UNAUTHENTICATED, FORBIDDEN, SELF_APPROVAL, NOT_FOUND, VALIDATION_ERROR, INVALID_STATE,
-    /// IDEMPOTENCY_CONFLICT, EXECUTOR_DOWN, SUBMIT_ATTEMPT_PENDING, CONFLICT,
-    /// RISK_LIMIT_EXCEEDED
+    /// One of the API's codes (the list is added from `qtg_core::codes` when served).
     code: String,
     message: String,
     /// For RISK_LIMIT_EXCEEDED: hard_cap, velocity_limit or destination_allowlist.

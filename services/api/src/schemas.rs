@@ -36,8 +36,6 @@ pub enum RunbookCase {
     C7,
 }
 
-pub const RUNBOOK_CASES: [&str; 7] = ["C1", "C2", "C3a", "C3b", "C5", "C6", "C7"];
-
 /// A role; each includes the ones before it.
 #[derive(ToSchema)]
 #[schema(rename_all = "lowercase")]

@@ -153,7 +153,7 @@ impl AttestationObserver {
             if !want.eq_ignore_ascii_case(&keccak256(&message).to_string()) {
                 tracing::error!(source_domain = domain, burn_tx_hash = %hash, "the attestation service answered another message than the burn's");
                 return Ok(ExecutionResult::failed(
-                    "CCTP_ATTESTATION_MISMATCH",
+                    qtg_core::codes::CCTP_ATTESTATION_MISMATCH,
                     format!(
                         "the service attested message {} for this burn, whose message is {want}",
                         keccak256(&message)
@@ -176,7 +176,7 @@ impl AttestationObserver {
 #[async_trait]
 impl Executor for AttestationObserver {
     async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
-        Ok(self.target(ctx).err().map(|why| ExecutionResult::failed("CCTP_BURN_REFERENCE_MISSING", why)))
+        Ok(self.target(ctx).err().map(|why| ExecutionResult::failed(qtg_core::codes::CCTP_BURN_REFERENCE_MISSING, why)))
     }
 
     async fn prepare(&self, ctx: &ExecutionContext) -> Result<Prepared, ExecutorError> {
@@ -187,7 +187,9 @@ impl Executor for AttestationObserver {
                 canonical_json(&json!({"source_domain": domain, "burn_tx_hash": hash})),
                 false,
             ))),
-            Err(why) => Ok(Prepared::Refused(ExecutionResult::failed("CCTP_BURN_REFERENCE_MISSING", why))),
+            Err(why) => {
+                Ok(Prepared::Refused(ExecutionResult::failed(qtg_core::codes::CCTP_BURN_REFERENCE_MISSING, why)))
+            }
         }
     }
 

@@ -34,20 +34,24 @@ pub(crate) fn deployment<'a>(
     what: &str,
 ) -> Result<&'a Domain, Refusal> {
     let d = domains.of_chain(chain_id).ok_or_else(|| {
-        refusal("CCTP_CHAIN_NOT_CONFIGURED", format!("chain {chain_id} has no domain in MG_CCTP_DOMAINS"))
+        refusal(
+            qtg_core::codes::CCTP_CHAIN_NOT_CONFIGURED,
+            format!("chain {chain_id} has no domain in MG_CCTP_DOMAINS"),
+        )
     })?;
-    let contract = config_address(ctx, "contract")?
-        .ok_or_else(|| refusal("CCTP_CONFIG_INVALID", format!("the node's config names no contract (the {what})")))?;
+    let contract = config_address(ctx, "contract")?.ok_or_else(|| {
+        refusal(qtg_core::codes::CCTP_CONFIG_INVALID, format!("the node's config names no contract (the {what})"))
+    })?;
     if contract != want(d) {
         return Err(refusal(
-            "CCTP_CONTRACT_MISMATCH",
+            qtg_core::codes::CCTP_CONTRACT_MISMATCH,
             format!("the plan's contract {contract} is not the {what} {} of domain {}", want(d), d.domain),
         ));
     }
     if let Some(token) = config_address(ctx, "token_contract")? {
         if token != d.usdc {
             return Err(refusal(
-                "CCTP_TOKEN_MISMATCH",
+                qtg_core::codes::CCTP_TOKEN_MISMATCH,
                 format!("the plan's token {token} is not the USDC {} of domain {}", d.usdc, d.domain),
             ));
         }
@@ -59,7 +63,7 @@ pub(crate) fn deployment<'a>(
 /// approved plan, so neither side may assume one.
 pub(crate) fn usdc_decimals(ctx: &ExecutionContext) -> Result<u32, Refusal> {
     match ctx.node_config.get("decimals") {
-        None => Err(refusal("CCTP_CONFIG_INVALID", "the node's config names no decimals (6 for USDC)")),
+        None => Err(refusal(qtg_core::codes::CCTP_CONFIG_INVALID, "the node's config names no decimals (6 for USDC)")),
         Some(_) => qtg_evm::call::decimals_of(ctx),
     }
 }
@@ -69,7 +73,7 @@ fn destination_domain(ctx: &ExecutionContext) -> Result<u32, Refusal> {
         .get("destination_domain")
         .and_then(Value::as_u64)
         .and_then(|d| u32::try_from(d).ok())
-        .ok_or_else(|| refusal("CCTP_CONFIG_INVALID", "the node's config names no destination_domain"))
+        .ok_or_else(|| refusal(qtg_core::codes::CCTP_CONFIG_INVALID, "the node's config names no destination_domain"))
 }
 
 #[async_trait]
@@ -87,7 +91,10 @@ impl EvmCall for Burn {
         let chain = chain_of(ctx, chains)?;
         let d = deployment(&self.domains, ctx, chain.spec.chain_id, |d| d.token_messenger, "token messenger")?;
         if config_address(ctx, "token_contract")?.is_none() {
-            return Err(refusal("CCTP_CONFIG_INVALID", "the node's config names no token_contract (the USDC burned)"));
+            return Err(refusal(
+                qtg_core::codes::CCTP_CONFIG_INVALID,
+                "the node's config names no token_contract (the USDC burned)",
+            ));
         }
         let decimals = usdc_decimals(ctx)?;
         let (recipient, amount) = intent_of(ctx, decimals)?;
@@ -113,19 +120,22 @@ impl EvmCall for Burn {
     async fn check(&self, ctx: &ExecutionContext, from: Address, a: &Action) -> Result<Option<Refusal>, RpcError> {
         let rpc = &a.chain.rpc;
         let Ok(to_domain) = destination_domain(ctx) else {
-            return Ok(Some(refusal("CCTP_CONFIG_INVALID", "the node's config names no destination_domain")));
+            return Ok(Some(refusal(
+                qtg_core::codes::CCTP_CONFIG_INVALID,
+                "the node's config names no destination_domain",
+            )));
         };
         let here = self.domains.of_chain(a.chain.spec.chain_id).map(|d| d.domain);
         if here == Some(to_domain) || self.domains.get(to_domain).is_none() {
             return Ok(Some(refusal(
-                "CCTP_DESTINATION_DOMAIN_NOT_ALLOWED",
+                qtg_core::codes::CCTP_DESTINATION_DOMAIN_NOT_ALLOWED,
                 format!("domain {to_domain} is not another domain of MG_CCTP_DOMAINS"),
             )));
         }
         if let Some(allowed) = ctx.risk_controls.get("allowed_destination_domains").and_then(Value::as_array) {
             if !allowed.iter().any(|d| d.as_u64() == Some(u64::from(to_domain))) {
                 return Ok(Some(refusal(
-                    "CCTP_DESTINATION_DOMAIN_NOT_ALLOWED",
+                    qtg_core::codes::CCTP_DESTINATION_DOMAIN_NOT_ALLOWED,
                     format!("domain {to_domain} is not in risk_controls.allowed_destination_domains"),
                 )));
             }
@@ -137,17 +147,22 @@ impl EvmCall for Burn {
             Ok(Some(caller)) if caller == from => {}
             Ok(Some(caller)) => {
                 return Ok(Some(refusal(
-                    "CCTP_BURN_CALLER_MISMATCH",
+                    qtg_core::codes::CCTP_BURN_CALLER_MISMATCH,
                     format!("the plan expects {caller} to call depositForBurn; this executor sends from {from}"),
                 )))
             }
-            Ok(None) => return Ok(Some(refusal("CCTP_CONFIG_INVALID", "the node's config names no burn_caller"))),
+            Ok(None) => {
+                return Ok(Some(refusal(
+                    qtg_core::codes::CCTP_CONFIG_INVALID,
+                    "the node's config names no burn_caller",
+                )))
+            }
             Err(r) => return Ok(Some(r)),
         }
         let remote = call_word(rpc, a.to, remote_messenger_calldata(to_domain)).await?;
         if remote.is_zero() {
             return Ok(Some(refusal(
-                "CCTP_DESTINATION_DOMAIN_NOT_ALLOWED",
+                qtg_core::codes::CCTP_DESTINATION_DOMAIN_NOT_ALLOWED,
                 format!("the token messenger {} has no remote messenger for domain {to_domain}", a.to),
             )));
         }
@@ -161,7 +176,7 @@ impl EvmCall for Burn {
         let allowance = call_word(rpc, token, allowance_calldata(from, a.to)).await?;
         if allowance < a.amount {
             return Ok(Some(refusal(
-                "CCTP_ALLOWANCE_INSUFFICIENT",
+                qtg_core::codes::CCTP_ALLOWANCE_INSUFFICIENT,
                 format!(
                     "{from} allows the token messenger {} {allowance} of {token}; the burn needs {} (approve it first)",
                     a.to, a.amount

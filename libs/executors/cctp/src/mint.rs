@@ -35,7 +35,7 @@ fn bytes(ctx: &ExecutionContext, key: &str) -> Result<Bytes, Refusal> {
         .filter(|b| !b.is_empty())
         .ok_or_else(|| {
             refusal(
-                "CCTP_MESSAGE_MISSING",
+                qtg_core::codes::CCTP_MESSAGE_MISSING,
                 format!("the node's config has no hex {key} (a $ref to the attestation step)"),
             )
         })
@@ -54,18 +54,18 @@ impl Mint {
             .and_then(|h| h.parse::<alloy::primitives::B256>().ok())
             .ok_or_else(|| {
                 refusal(
-                    "CCTP_CONFIG_INVALID",
+                    qtg_core::codes::CCTP_CONFIG_INVALID,
                     "the node's config names no burn_message_hash (a $ref to the burn's message_hash)",
                 )
             })?;
         if keccak256(&raw) != want {
             return Err(refusal(
-                "CCTP_MESSAGE_MISMATCH",
+                qtg_core::codes::CCTP_MESSAGE_MISMATCH,
                 format!("the message's hash {} is not the burn's {want}", keccak256(&raw)),
             ));
         }
-        let m =
-            Message::parse(&raw).ok_or_else(|| refusal("CCTP_MESSAGE_INVALID", "the message is not a CCTP message"))?;
+        let m = Message::parse(&raw)
+            .ok_or_else(|| refusal(qtg_core::codes::CCTP_MESSAGE_INVALID, "the message is not a CCTP message"))?;
         Ok((raw, m))
     }
 }
@@ -81,11 +81,13 @@ impl EvmCall for Mint {
         let d = deployment(&self.domains, ctx, chain.spec.chain_id, |d| d.message_transmitter, "message transmitter")?;
         let (raw, m) = Self::message(ctx)?;
         let attestation = bytes(ctx, "attestation")?;
-        let burn = m.burn().ok_or_else(|| refusal("CCTP_MESSAGE_INVALID", "the message body is not a burn message"))?;
+        let burn = m
+            .burn()
+            .ok_or_else(|| refusal(qtg_core::codes::CCTP_MESSAGE_INVALID, "the message body is not a burn message"))?;
         // The route: from another configured domain's messenger, for its USDC, to ours.
         let source = self.domains.get(m.source_domain).filter(|s| s.domain != d.domain).ok_or_else(|| {
             refusal(
-                "CCTP_MESSAGE_MISMATCH",
+                qtg_core::codes::CCTP_MESSAGE_MISMATCH,
                 format!("the message comes from domain {}, not another configured one", m.source_domain),
             )
         })?;
@@ -94,7 +96,7 @@ impl EvmCall for Mint {
             || burn.burn_token != source.usdc.into_word()
         {
             return Err(refusal(
-                "CCTP_MESSAGE_MISMATCH",
+                qtg_core::codes::CCTP_MESSAGE_MISMATCH,
                 format!(
                     "the message is not from domain {}'s token messenger for its USDC to this domain's token messenger",
                     source.domain
@@ -108,7 +110,7 @@ impl EvmCall for Mint {
             || burn.amount != amount
         {
             return Err(refusal(
-                "CCTP_MESSAGE_MISMATCH",
+                qtg_core::codes::CCTP_MESSAGE_MISMATCH,
                 format!(
                     "the message mints {} to {} on domain {}; the movement is {amount} to {recipient} on domain {}",
                     burn.amount, burn.mint_recipient, m.destination_domain, d.domain
@@ -136,12 +138,15 @@ impl EvmCall for Mint {
             return Ok(Some(r));
         }
         if bytes(ctx, "attestation").map(|b| b.len()) != Ok(65) {
-            return Ok(Some(refusal("CCTP_ATTESTATION_INVALID", "the attestation is not a 65-byte signature")));
+            return Ok(Some(refusal(
+                qtg_core::codes::CCTP_ATTESTATION_INVALID,
+                "the attestation is not a 65-byte signature",
+            )));
         }
         if let Ok((_, m)) = Self::message(ctx) {
             if !m.destination_caller.is_zero() && address_of(&m.destination_caller) != Some(from) {
                 return Ok(Some(refusal(
-                    "CCTP_MINT_CALLER_MISMATCH",
+                    qtg_core::codes::CCTP_MINT_CALLER_MISMATCH,
                     format!(
                         "the message may be received only by {}; this executor sends from {from}",
                         m.destination_caller

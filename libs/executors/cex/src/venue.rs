@@ -240,9 +240,9 @@ pub fn withdrawal_phase(status: i64) -> WithdrawalPhase {
     match status {
         0 | 2 | 4 => WithdrawalPhase::Pending,
         6 => WithdrawalPhase::Completed,
-        1 => WithdrawalPhase::Ended("CEX_WITHDRAWAL_CANCELLED"),
-        3 => WithdrawalPhase::Ended("CEX_WITHDRAWAL_REJECTED"),
-        5 => WithdrawalPhase::Ended("CEX_WITHDRAWAL_FAILED"),
+        1 => WithdrawalPhase::Ended(qtg_core::codes::CEX_WITHDRAWAL_CANCELLED),
+        3 => WithdrawalPhase::Ended(qtg_core::codes::CEX_WITHDRAWAL_REJECTED),
+        5 => WithdrawalPhase::Ended(qtg_core::codes::CEX_WITHDRAWAL_FAILED),
         _ => WithdrawalPhase::Unmapped,
     }
 }
@@ -263,8 +263,8 @@ pub fn deposit_phase(status: i64) -> DepositPhase {
     match status {
         0 | 8 => DepositPhase::Pending,
         1 | 6 => DepositPhase::Credited,
-        7 => DepositPhase::Ended("CEX_DEPOSIT_WRONG"),
-        2 => DepositPhase::Ended("CEX_DEPOSIT_REJECTED"),
+        7 => DepositPhase::Ended(qtg_core::codes::CEX_DEPOSIT_WRONG),
+        2 => DepositPhase::Ended(qtg_core::codes::CEX_DEPOSIT_REJECTED),
         _ => DepositPhase::Unmapped,
     }
 }

@@ -116,29 +116,29 @@ pub fn chain_of(ctx: &ExecutionContext, chains: &Chains) -> Result<Arc<Chain>, R
         .node_config
         .get("chain_id")
         .and_then(Value::as_u64)
-        .ok_or_else(|| refusal("EVM_CHAIN_MISSING", "the node's config names no chain_id"))?;
-    chains
-        .get(&id)
-        .cloned()
-        .ok_or_else(|| refusal("EVM_CHAIN_NOT_CONFIGURED", format!("chain {id} is not in MG_EVM_CHAINS")))
+        .ok_or_else(|| refusal(qtg_core::codes::EVM_CHAIN_MISSING, "the node's config names no chain_id"))?;
+    chains.get(&id).cloned().ok_or_else(|| {
+        refusal(qtg_core::codes::EVM_CHAIN_NOT_CONFIGURED, format!("chain {id} is not in MG_EVM_CHAINS"))
+    })
 }
 
 /// Node config `decimals` (18 when absent).
 pub fn decimals_of(ctx: &ExecutionContext) -> Result<u32, Refusal> {
     match ctx.node_config.get("decimals") {
         None => Ok(18),
-        Some(d) => d
-            .as_u64()
-            .filter(|d| *d <= 77)
-            .map(|d| d as u32)
-            .ok_or_else(|| refusal("EVM_CONFIG_INVALID", format!("decimals {d} is not an integer from 0 to 77"))),
+        Some(d) => d.as_u64().filter(|d| *d <= 77).map(|d| d as u32).ok_or_else(|| {
+            refusal(qtg_core::codes::EVM_CONFIG_INVALID, format!("decimals {d} is not an integer from 0 to 77"))
+        }),
     }
 }
 
 /// An address in the node's config, if the key is present.
 pub fn config_address(ctx: &ExecutionContext, key: &str) -> Result<Option<Address>, Refusal> {
     match ctx.node_config.get(key).and_then(Value::as_str) {
-        Some(t) => t.parse::<Address>().map(Some).map_err(|_| refusal("EVM_CONFIG_INVALID", format!("{key} {t:?}"))),
+        Some(t) => t
+            .parse::<Address>()
+            .map(Some)
+            .map_err(|_| refusal(qtg_core::codes::EVM_CONFIG_INVALID, format!("{key} {t:?}"))),
         None => Ok(None),
     }
 }
@@ -197,10 +197,10 @@ pub fn check_destination(intent: &Value, risk_controls: &Value) -> Result<(), St
 pub fn intent_of(ctx: &ExecutionContext, decimals: u32) -> Result<(Address, U256), Refusal> {
     let text = |k: &str| ctx.intent.get(k).and_then(Value::as_str).map(str::trim).unwrap_or("").to_string();
     let recipient = recipient(&text("destination"), &ctx.risk_controls)
-        .map_err(|e| refusal("EVM_INTENT_INVALID", format!("destination {e}")))?;
+        .map_err(|e| refusal(qtg_core::codes::EVM_INTENT_INVALID, format!("destination {e}")))?;
     let amount = base_units(&text("amount"), decimals).filter(|a| !a.is_zero()).ok_or_else(|| {
         refusal(
-            "EVM_INTENT_INVALID",
+            qtg_core::codes::EVM_INTENT_INVALID,
             format!("amount {:?} is not a positive amount with {decimals} decimals", text("amount")),
         )
     })?;
@@ -212,7 +212,10 @@ pub fn destination_allowed(ctx: &ExecutionContext, recipient: Address) -> Option
     let allowed = ctx.risk_controls.get("allowed_destinations").and_then(Value::as_array)?;
     let ok = allowed.iter().filter_map(Value::as_str).any(|a| a.parse::<Address>().ok() == Some(recipient));
     (!ok).then(|| {
-        refusal("EVM_DESTINATION_NOT_ALLOWED", format!("{recipient} is not in risk_controls.allowed_destinations"))
+        refusal(
+            qtg_core::codes::EVM_DESTINATION_NOT_ALLOWED,
+            format!("{recipient} is not in risk_controls.allowed_destinations"),
+        )
     })
 }
 
@@ -222,7 +225,7 @@ pub async fn token_decimals_match(rpc: &Rpc, token: Address, decimals: u32) -> R
     let on_chain = v.as_str().and_then(|h| u64::from_str_radix(h.trim_start_matches("0x"), 16).ok());
     Ok((on_chain != Some(u64::from(decimals))).then(|| {
         refusal(
-            "EVM_TOKEN_DECIMALS_MISMATCH",
+            qtg_core::codes::EVM_TOKEN_DECIMALS_MISMATCH,
             format!("token {token} reports decimals {on_chain:?}, the plan says {decimals}"),
         )
     }))
@@ -236,8 +239,12 @@ pub async fn token_balance_covers(
     amount: U256,
 ) -> Result<Option<Refusal>, RpcError> {
     let balance = call_word(rpc, token, balance_of_calldata(owner)).await?;
-    Ok((balance < amount)
-        .then(|| refusal("EVM_INSUFFICIENT_BALANCE", format!("{owner} holds {balance}, the transfer needs {amount}"))))
+    Ok((balance < amount).then(|| {
+        refusal(
+            qtg_core::codes::EVM_INSUFFICIENT_BALANCE,
+            format!("{owner} holds {balance}, the transfer needs {amount}"),
+        )
+    }))
 }
 
 /// The scope of `chain_id`'s facts.
@@ -296,7 +303,7 @@ impl EvmCall for Transfer {
                 let balance = U256::from(rpc.quantity("eth_getBalance", json!([hex_address(from), "latest"])).await?);
                 Ok((balance < a.amount).then(|| {
                     refusal(
-                        "EVM_INSUFFICIENT_BALANCE",
+                        qtg_core::codes::EVM_INSUFFICIENT_BALANCE,
                         format!("{from} holds {balance}, the transfer needs {}", a.amount),
                     )
                 }))

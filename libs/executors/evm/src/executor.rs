@@ -130,7 +130,7 @@ impl<C: EvmCall> EvmExecutor<C> {
         let id = a.chain.rpc.quantity("eth_chainId", json!([])).await?;
         if id != u128::from(a.chain.spec.chain_id) {
             return Ok(Some((
-                "EVM_CHAIN_MISMATCH".into(),
+                qtg_core::codes::EVM_CHAIN_MISMATCH.into(),
                 format!("the RPC serves chain {id}, the plan names {}", a.chain.spec.chain_id),
             )));
         }
@@ -154,7 +154,7 @@ impl<C: EvmCall> EvmExecutor<C> {
             // An earlier attempt holds a nonce of another address: its transaction could still
             // be mined, so this one must not go out from a new address.
             return Ok(Err((
-                "EVM_FROM_CHANGED".into(),
+                qtg_core::codes::EVM_FROM_CHANGED.into(),
                 format!("the node holds nonce {} of {}, not of {from}; a person decides", r.nonce, r.address),
             )));
         }
@@ -172,7 +172,7 @@ impl<C: EvmCall> EvmExecutor<C> {
                     Ok(g) => u64::try_from(g).unwrap_or(u64::MAX).saturating_mul(12) / 10,
                     Err(RpcError::Node { message, .. }) => {
                         return Ok(Err((
-                            "EVM_ESTIMATE_FAILED".into(),
+                            qtg_core::codes::EVM_ESTIMATE_FAILED.into(),
                             format!("the transaction would fail: {message}"),
                         )))
                     }
@@ -190,19 +190,19 @@ impl<C: EvmCall> EvmExecutor<C> {
         let max_fee = (base.saturating_mul(2).saturating_add(tip)).min(t.chain.max_fee);
         if max_fee < base {
             return Ok(Err((
-                "EVM_FEE_CAP".into(),
+                qtg_core::codes::EVM_FEE_CAP.into(),
                 format!("the base fee {base} wei is above the chain's cap {} wei", t.chain.max_fee),
             )));
         }
         let cap = match fee_cap(&ctx.risk_controls) {
             Ok(c) => c,
-            Err(why) => return Ok(Err(("EVM_CONFIG_INVALID".into(), format!("risk_controls.{why}")))),
+            Err(why) => return Ok(Err((qtg_core::codes::EVM_CONFIG_INVALID.into(), format!("risk_controls.{why}")))),
         };
         if let Some(cap) = cap {
             let worst = u128::from(gas_limit).saturating_mul(max_fee);
             if worst > cap {
                 return Ok(Err((
-                    "EVM_FEE_CAP".into(),
+                    qtg_core::codes::EVM_FEE_CAP.into(),
                     format!("the fee could reach {worst} wei, above risk_controls.max_fee_wei {cap}"),
                 )));
             }
@@ -364,7 +364,7 @@ impl<C: EvmCall> EvmExecutor<C> {
         let mut r = ExecutionResult::new(NodeState::Unknown);
         r.provider_state = Some("forcing_nonce".into());
         r.provider_refs.insert("cancel_tx_hash".into(), json!(hash));
-        r.error_code = Some("EVM_FORCING_NONCE".into());
+        r.error_code = Some(qtg_core::codes::EVM_FORCING_NONCE.into());
         r.error_detail = Some(format!(
             "nothing of this attempt is known to the chain: nonce {nonce} is being consumed by a zero-value send ({hash}); \
              once it is final the attempt is FAILED and a retry uses a new nonce"
@@ -544,7 +544,7 @@ impl<C: EvmCall> EvmExecutor<C> {
                     r
                 } else {
                     consumed(&hash).await?;
-                    failed("EVM_REVERTED", format!("transaction {hash} reverted in block {block}"))
+                    failed(qtg_core::codes::EVM_REVERTED, format!("transaction {hash} reverted in block {block}"))
                 };
                 r.provider_ref_id = Some(hash.clone());
                 // The call's own word (a burn's `burned`) wins over the generic one.
@@ -576,7 +576,7 @@ impl<C: EvmCall> EvmExecutor<C> {
             }
             Onchain::ConsumedByOther => {
                 consumed("other").await?;
-                failed("EVM_NONCE_CONSUMED", "a final transaction that is not this node's consumed its nonce; none of its transactions can be mined")
+                failed(qtg_core::codes::EVM_NONCE_CONSUMED, "a final transaction that is not this node's consumed its nonce; none of its transactions can be mined")
             }
             Onchain::Absent if recovering => match self.force_nonce(ctx, chain, node).await? {
                 Some(r) => r,
@@ -584,7 +584,7 @@ impl<C: EvmCall> EvmExecutor<C> {
                     // Nothing of the attempt is known, its nonce is free, and no local signer can
                     // force it: a signed transaction may still be held somewhere. A person decides.
                     let mut r = ExecutionResult::new(NodeState::Unknown);
-                    r.error_code = Some("EVM_NOT_FOUND".into());
+                    r.error_code = Some(qtg_core::codes::EVM_NOT_FOUND.into());
                     r.error_detail = Some(
                         "no transaction of this node is known to the chain and its nonce is not consumed, and no local \
                          signer of this lane can force the nonce: a person decides (consume the nonce, then retry)"
@@ -611,7 +611,10 @@ impl<C: EvmCall> EvmExecutor<C> {
         // The node's own transaction failed or lost its nonce: the effect may still have
         // happened by another hand (a message received by another caller), proven on chain.
         if r.next_state == NodeState::Failed
-            && matches!(r.error_code.as_deref(), Some("EVM_REVERTED" | "EVM_NONCE_CONSUMED"))
+            && matches!(
+                r.error_code.as_deref(),
+                Some(qtg_core::codes::EVM_REVERTED | qtg_core::codes::EVM_NONCE_CONSUMED)
+            )
         {
             if let Some(mut done) = self.call.settled(ctx, t).await.map_err(rpc_down)? {
                 tracing::info!(executor_key = %self.key, code = ?r.error_code, "the node's transaction did not do it, but the chain shows the effect: completed by evidence");
@@ -666,7 +669,10 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
             .cloned()
             .ok_or_else(|| ExecutorError::Protocol(format!("chain {} is not configured", payload.chain_id)))?;
         let Some(raw) = s.signed.and_then(|r| r.signed_payload.clone()) else {
-            return Ok(failed("EVM_NOT_SIGNED", "the signer returned no signed transaction; nothing was sent"));
+            return Ok(failed(
+                qtg_core::codes::EVM_NOT_SIGNED,
+                "the signer returned no signed transaction; nothing was sent",
+            ));
         };
         // What is broadcast is what was prepared, signed by the from-address.
         let bytes = alloy::primitives::hex::decode(raw.trim_start_matches("0x"))
@@ -674,11 +680,14 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
         let envelope = TxEnvelope::decode_2718(&mut bytes.as_slice())
             .map_err(|e| ExecutorError::Protocol(format!("the signed transaction does not decode: {e}")))?;
         let Some(signed) = envelope.as_eip1559() else {
-            return Ok(failed("EVM_SIGNED_MISMATCH", "the signed transaction is not EIP-1559; nothing was sent"));
+            return Ok(failed(
+                qtg_core::codes::EVM_SIGNED_MISMATCH,
+                "the signed transaction is not EIP-1559; nothing was sent",
+            ));
         };
         if signed.tx().encoded_for_signing() != payload.unsigned_tx.as_ref() {
             return Ok(failed(
-                "EVM_SIGNED_MISMATCH",
+                qtg_core::codes::EVM_SIGNED_MISMATCH,
                 "the signed transaction is not the prepared one; nothing was sent",
             ));
         }
@@ -697,7 +706,7 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
                     .map_err(|e| unavailable(e.to_string()))?;
                 tx.commit().await.map_err(|e| unavailable(e.to_string()))?;
                 return Ok(failed(
-                    "EVM_SIGNED_MISMATCH",
+                    qtg_core::codes::EVM_SIGNED_MISMATCH,
                     format!("signed by {a}, not {}; nothing was sent", payload.from),
                 ));
             }
@@ -738,7 +747,7 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
             .map_err(|e| ExecutorError::Unavailable(format!("nonce reservation: {e}")))?;
         if !owned {
             return Ok(failed(
-                "EVM_NONCE_NOT_OWNED",
+                qtg_core::codes::EVM_NONCE_NOT_OWNED,
                 format!("nonce {} is no longer this node's reservation; nothing was sent", payload.nonce),
             ));
         }
@@ -763,7 +772,7 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
             Err(RpcError::Node { message, .. }) if message.to_ascii_lowercase().contains("nonce too low") => {
                 // Its nonce is used: by one of this node's transactions, or by another one.
                 r.next_state = NodeState::Unknown;
-                r.error_code = Some("EVM_NONCE_TOO_LOW".into());
+                r.error_code = Some(qtg_core::codes::EVM_NONCE_TOO_LOW.into());
                 r.error_detail = Some(format!(
                     "the chain says nonce {} is used; recovery looks up the node's transactions",
                     payload.nonce
@@ -771,21 +780,21 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
                 Ok(r)
             }
             Err(RpcError::Node { message, code, .. }) if earlier == 0 && certainly_refused(&message) => Ok(failed(
-                "EVM_BROADCAST_REJECTED",
+                qtg_core::codes::EVM_BROADCAST_REJECTED,
                 format!("the node refused the transaction: {message} (code {code})"),
             )),
             Err(RpcError::Node { message, .. }) => {
                 // Not a refusal that proves the transaction is out (or an earlier one of this
                 // node with the same nonce may still be mined): recovery decides.
                 r.next_state = NodeState::Unknown;
-                r.error_code = Some("EVM_BROADCAST_REJECTED".into());
+                r.error_code = Some(qtg_core::codes::EVM_BROADCAST_REJECTED.into());
                 r.error_detail =
                     Some(format!("the node answered {message:?}; whether the transaction is out is not certain"));
                 Ok(r)
             }
             Err(e) => {
                 r.next_state = NodeState::Unknown;
-                r.error_code = Some("EVM_BROADCAST_NO_ANSWER".into());
+                r.error_code = Some(qtg_core::codes::EVM_BROADCAST_NO_ANSWER.into());
                 r.error_detail = Some(e.to_string());
                 Ok(r)
             }

@@ -109,7 +109,7 @@ impl Executor for SimExecutor {
     async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
         let script = Script::of(ctx)?;
         Ok(match script.preflight.as_str() {
-            "fail" => Some(script.failed("SIM_PREFLIGHT_FAILED", "scripted preflight failure")),
+            "fail" => Some(script.failed(qtg_core::codes::SIM_PREFLIGHT_FAILED, "scripted preflight failure")),
             _ => None,
         })
     }
@@ -151,12 +151,14 @@ impl Executor for SimExecutor {
         let outcome = call.await.map_err(Self::unavailable)?.map_err(Self::unavailable)?;
         let refused = |code: &str, detail: &str| Ok(script.failed(code, detail));
         match outcome {
-            SimSubmit::Failed => return refused("SIM_SUBMIT_FAILED", "scripted submit failure"),
-            SimSubmit::RefusedVoid => return refused("SIM_KEY_VOID", "the idempotency key was voided by recover"),
-            SimSubmit::RefusedOlder => {
-                return refused("SIM_KEY_SUPERSEDED", "a newer attempt of this node was already seen")
+            SimSubmit::Failed => return refused(qtg_core::codes::SIM_SUBMIT_FAILED, "scripted submit failure"),
+            SimSubmit::RefusedVoid => {
+                return refused(qtg_core::codes::SIM_KEY_VOID, "the idempotency key was voided by recover")
             }
-            SimSubmit::RefusedLate => return refused("SIM_SUBMIT_LATE", "received after submit_by"),
+            SimSubmit::RefusedOlder => {
+                return refused(qtg_core::codes::SIM_KEY_SUPERSEDED, "a newer attempt of this node was already seen")
+            }
+            SimSubmit::RefusedLate => return refused(qtg_core::codes::SIM_SUBMIT_LATE, "received after submit_by"),
             SimSubmit::Executed | SimSubmit::Repeat => {}
         }
         if script.delay_ms > 0 {
@@ -179,7 +181,7 @@ impl Executor for SimExecutor {
     async fn observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
         let script = Script::of(ctx)?;
         match script.observe.as_str() {
-            "fail" => return Ok(script.failed("SIM_OBSERVE_FAILED", "scripted observe failure")),
+            "fail" => return Ok(script.failed(qtg_core::codes::SIM_OBSERVE_FAILED, "scripted observe failure")),
             "unknown" => return Ok(script.result(NodeState::Unknown)),
             _ => {}
         }
@@ -229,7 +231,7 @@ impl Executor for SimExecutor {
         let mut r = script.result(state);
         r.provider_refs.insert("sim_recovered_by".into(), json!(idempotency_key));
         if state == NodeState::Failed {
-            r.error_code = Some("SIM_NOT_FOUND".into());
+            r.error_code = Some(qtg_core::codes::SIM_NOT_FOUND.into());
             r.error_detail = Some("the venue has no order with this idempotency key; the key is now void".into());
         }
         Ok(r)

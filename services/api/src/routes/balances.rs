@@ -6,7 +6,6 @@
 use std::time::Instant;
 
 use axum::extract::State;
-use axum::http::StatusCode;
 use axum::Json;
 use qtg_store::balances::Snapshot;
 use serde::Serialize;
@@ -129,9 +128,8 @@ impl AppState {
         let now = Instant::now();
         if let Some(at) = last.get(principal).filter(|at| now.duration_since(**at) < min) {
             let wait = (min - now.duration_since(*at)).as_secs_f64();
-            return Err(ApiError::new(
-                StatusCode::TOO_MANY_REQUESTS,
-                "RATE_LIMITED",
+            return Err(ApiError::of(
+                qtg_core::codes::RATE_LIMITED,
                 format!(
                     "a fresh read was made {:.1} s ago; try again in {wait:.1} s",
                     now.duration_since(*at).as_secs_f64()

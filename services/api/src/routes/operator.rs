@@ -4,6 +4,7 @@
 
 use axum::extract::State;
 use axum::Json;
+use qtg_core::codes::RunbookCase;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -60,16 +61,14 @@ pub async fn cancel_movement(
 ) -> Result<Json<Value>, ApiError> {
     let b = body.value;
     let reason = required_reason(&b.reason)?;
-    if let Some(c) = &b.runbook_case {
-        if !crate::openapi::RUNBOOK_CASES.contains(&c.as_str()) {
-            return Err(ApiError::validation("runbook_case must be one of C1, C2, C3a, C3b, C5, C6, C7"));
-        }
-    }
-    let input = qtg_engine::operator::CancelInput {
-        reason,
-        runbook_case: b.runbook_case.as_deref(),
-        evidence: b.evidence.as_ref(),
+    let runbook_case = match b.runbook_case.as_deref() {
+        None => None,
+        Some(c) => Some(RunbookCase::parse(c).ok_or_else(|| {
+            let cases: Vec<&str> = RunbookCase::ALL.iter().map(|c| c.as_str()).collect();
+            ApiError::validation(format!("runbook_case must be one of {}", cases.join(", ")))
+        })?),
     };
+    let input = qtg_engine::operator::CancelInput { reason, runbook_case, evidence: b.evidence.as_ref() };
     s.engine.cancel_movement(&who.name, id, input).await?;
     full_movement(&s, id).await
 }

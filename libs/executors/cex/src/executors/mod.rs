@@ -88,7 +88,7 @@ impl CexExecutor {
         r.provider_refs.insert(STATUS_UNMAPPED.into(), json!({"kind": kind, "code": code}));
         r.provider_state = Some(format!("unmapped_status_{code}"));
         r.retry_after_seconds = Some(WITHDRAWAL_POLL_SECONDS * 6.0);
-        r.error_code = Some("CEX_STATUS_UNMAPPED".into());
+        r.error_code = Some(qtg_core::codes::CEX_STATUS_UNMAPPED.into());
         r.error_detail = Some(format!("the venue reports {kind} status {code}, which qtg does not map (runbook C5)"));
         r
     }
@@ -161,7 +161,9 @@ impl Executor for CexExecutor {
     async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
         match self.role {
             Role::WithdrawalAction => self.preflight_withdrawal(ctx).await,
-            _ => Ok(self.observe_payload(ctx).err().map(|why| self.failed("CEX_REFERENCE_MISSING", why))),
+            _ => {
+                Ok(self.observe_payload(ctx).err().map(|why| self.failed(qtg_core::codes::CEX_REFERENCE_MISSING, why)))
+            }
         }
     }
 
@@ -172,13 +174,13 @@ impl Executor for CexExecutor {
                 Ok(Ok((p, _))) => serde_json::to_value(p).unwrap_or(Value::Null),
                 Ok(Err((code, why))) => return Ok(Prepared::Refused(self.failed(code, why))),
                 Err(e @ VenueError::Auth { .. }) => {
-                    return Ok(Prepared::Refused(self.failed("CEX_AUTH_FAILED", e.to_string())))
+                    return Ok(Prepared::Refused(self.failed(qtg_core::codes::CEX_AUTH_FAILED, e.to_string())))
                 }
                 Err(e) => return Err(self.unavailable(e)),
             },
             _ => match self.observe_payload(ctx) {
                 Ok(p) => Value::Object(p),
-                Err(why) => return Ok(Prepared::Refused(self.failed("CEX_REFERENCE_MISSING", why))),
+                Err(why) => return Ok(Prepared::Refused(self.failed(qtg_core::codes::CEX_REFERENCE_MISSING, why))),
             },
         };
         Ok(Prepared::Action(PreparedAction::new(&ctx.action_type, "json", canonical_json(&payload), false)))

@@ -94,13 +94,14 @@ impl CexExecutor {
     /// address name.
     pub(super) async fn find_deposit(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
         let Some(txid) = carried(ctx, "txid", "txid") else {
-            return Ok(self.failed("CEX_TXID_MISSING", "no txid in the node's config or its predecessors' refs"));
+            return Ok(self
+                .failed(qtg_core::codes::CEX_TXID_MISSING, "no txid in the node's config or its predecessors' refs"));
         };
         let coin = match carried(ctx, "asset", "asset")
             .or_else(|| ctx.intent.get("asset").and_then(Value::as_str).map(str::to_string))
         {
             Some(c) => c,
-            None => return Ok(self.failed("CEX_INTENT_INVALID", "the intent has no asset")),
+            None => return Ok(self.failed(qtg_core::codes::CEX_INTENT_INVALID, "the intent has no asset")),
         };
         // What must arrive: the node's own `amount`, else what the withdrawal before it priced
         // (amount − fee where the venue deducts it), else the intent's amount.
@@ -149,7 +150,7 @@ impl CexExecutor {
             let same_address = address.as_deref().is_none_or(|a| a.eq_ignore_ascii_case(&d.address));
             if same_address && venue_arrival.and_then(Amount::parse_any) == Amount::parse_any(&d.amount) {
                 let mut r = self.result(NodeState::Unknown);
-                r.error_code = Some("CEX_DEPOSIT_FEE_CHANGED".into());
+                r.error_code = Some(qtg_core::codes::CEX_DEPOSIT_FEE_CHANGED.into());
                 r.error_detail = Some(format!(
                     "deposit {} with txid {txid}: {why} — the amount the venue's record of the withdrawal says arrives; \
                      the money moved, at another fee than was priced: a person decides",
@@ -160,7 +161,9 @@ impl CexExecutor {
                 r.provider_refs.insert("deposit_amount".into(), json!(d.amount));
                 return Ok(r);
             }
-            return Ok(self.failed("CEX_DEPOSIT_MISMATCH", format!("deposit {} with txid {txid}: {why}", d.id)));
+            return Ok(
+                self.failed(qtg_core::codes::CEX_DEPOSIT_MISMATCH, format!("deposit {} with txid {txid}: {why}", d.id))
+            );
         }
         let mut r = match deposit_phase(d.status) {
             DepositPhase::Unmapped => return Ok(self.unknown_status("deposit", d.status, &d.id)),
@@ -217,7 +220,7 @@ impl CexExecutor {
                 match id {
                     Some(id) => self.follow(ctx, &id, action).await,
                     None => Ok(ExecutionResult {
-                        error_code: Some("CEX_WITHDRAWAL_ID_MISSING".into()),
+                        error_code: Some(qtg_core::codes::CEX_WITHDRAWAL_ID_MISSING.into()),
                         error_detail: Some("the node recorded no venue withdrawal id".into()),
                         ..self.result(NodeState::Unknown)
                     }),

@@ -48,7 +48,7 @@ impl CexExecutor {
             let mut r = self.result(NodeState::Unknown);
             r.provider_refs.insert(LEGACY_RECONCILIATION_GATED.into(), json!(true));
             r.provider_refs.insert(MANUAL_REVIEW_REQUIRED.into(), json!("reconciliation_markers_missing"));
-            r.error_code = Some("RECONCILIATION_GATED".into());
+            r.error_code = Some(qtg_core::codes::RECONCILIATION_GATED.into());
             r.error_detail = Some(
                 "the submit markers are missing: recovery cannot tell what was sent; a person decides (runbook C3a)"
                     .into(),
@@ -60,11 +60,12 @@ impl CexExecutor {
         match self.reconcile(ctx, key, payload, started_at).await {
             Err(e @ VenueError::Auth { .. }) => {
                 // C3b: stuck on purpose; the key stays as it is (never voided on an auth failure).
-                tracing::error!(node_id = %ctx.request_node_id, idempotency_key = key, error = %e, "RECONCILIATION_AUTH_FAILED");
+                tracing::error!(node_id = %ctx.request_node_id, idempotency_key = key, error = %e,
+                    code = qtg_core::codes::RECONCILIATION_AUTH_FAILED, "reconciliation: the venue refused the credentials");
                 let mut r = self.result(NodeState::Unknown);
                 r.provider_refs.insert(LEGACY_RECONCILIATION_GATED.into(), json!(true));
                 r.provider_refs.insert(MANUAL_REVIEW_REQUIRED.into(), json!("reconciliation_auth_failed"));
-                r.error_code = Some("RECONCILIATION_AUTH_FAILED".into());
+                r.error_code = Some(qtg_core::codes::RECONCILIATION_AUTH_FAILED.into());
                 r.error_detail = Some(format!(
                     "{e}; fix the credentials (qtgctl venues drill), then a person decides (runbook C3b)"
                 ));
@@ -122,7 +123,7 @@ impl CexExecutor {
                     evidence["outcome"] = json!("fencing");
                     evidence["fence_at"] = json!(at.to_rfc3339());
                     let mut r = self.result(NodeState::Unknown);
-                    r.error_code = Some("RECONCILIATION_FENCING".into());
+                    r.error_code = Some(qtg_core::codes::RECONCILIATION_FENCING.into());
                     r.error_detail = Some(format!(
                         "the request may still reach the venue until {at}; its history is matched only then"
                     ));
@@ -153,7 +154,7 @@ impl CexExecutor {
                 tracing::info!(idempotency_key = key, venue_time = %now, "no withdrawal once the request was fenced: voided, FAILED");
                 evidence["outcome"] = json!("absent_fenced");
                 let mut r = self.failed(
-                    "CEX_WITHDRAWAL_NOT_FOUND",
+                    qtg_core::codes::CEX_WITHDRAWAL_NOT_FOUND,
                     format!(
                         "the venue has no withdrawal for {key} and the request can no longer reach it; the key is void"
                     ),
@@ -175,11 +176,12 @@ impl CexExecutor {
                     idempotency_key = key,
                     candidates = many.len(),
                     lookback_closed,
-                    "RECONCILIATION_AMBIGUOUS"
+                    code = qtg_core::codes::RECONCILIATION_AMBIGUOUS,
+                    "reconciliation: more than one venue withdrawal matches the attempt"
                 );
                 evidence["outcome"] = json!("ambiguous");
                 let mut r = self.result(NodeState::Unknown);
-                r.error_code = Some("RECONCILIATION_AMBIGUOUS".into());
+                r.error_code = Some(qtg_core::codes::RECONCILIATION_AMBIGUOUS.into());
                 r.error_detail = Some(format!(
                     "{} withdrawal(s) match amount {} to {} inside the lookback window; none carries client id {key}{}{}",
                     many.len(),
@@ -306,7 +308,7 @@ impl CexExecutor {
                     evidence["fence_at"] = json!(at.to_rfc3339());
                     evidence["outcome"] = json!("absent_fenced");
                     let mut r = self.failed(
-                        "CEX_WITHDRAWAL_NOT_FOUND",
+                        qtg_core::codes::CEX_WITHDRAWAL_NOT_FOUND,
                         format!("the venue has no withdrawal for {key} and its time {now} is past the request's deadline; the key is void"),
                     );
                     r.provider_refs.insert(RECONCILIATION.into(), evidence);
@@ -318,7 +320,7 @@ impl CexExecutor {
         evidence["fence_at"] = json!(fence_at.to_rfc3339());
         evidence["outcome"] = json!("no_match");
         let mut r = self.result(NodeState::Unknown);
-        r.error_code = Some("RECONCILIATION_NO_MATCH".into());
+        r.error_code = Some(qtg_core::codes::RECONCILIATION_NO_MATCH.into());
         if lookback_closed {
             r.provider_refs.insert(MANUAL_REVIEW_REQUIRED.into(), json!("reconciliation_no_match"));
             r.error_detail =
@@ -339,7 +341,7 @@ impl CexExecutor {
         tracing::info!(idempotency_key = key, "the key never left: voided, FAILED");
         evidence["outcome"] = json!("absent_never_sent");
         let mut r = self.failed(
-            "CEX_WITHDRAWAL_NOT_SENT",
+            qtg_core::codes::CEX_WITHDRAWAL_NOT_SENT,
             "the venue has no withdrawal of this key and it was never sent (a withdrawal of the same shape is \
              someone else's); the key is void",
         );

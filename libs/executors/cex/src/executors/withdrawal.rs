@@ -36,14 +36,14 @@ pub(super) fn format_refusal(net: &crate::venue::NetworkInfo, p: &WithdrawPayloa
         match regex::RegexBuilder::new(pattern).size_limit(1 << 20).build() {
             Ok(re) if re.is_match(value) => None,
             Ok(_) => Some((
-                "CEX_ADDRESS_INVALID",
+                qtg_core::codes::CEX_ADDRESS_INVALID,
                 format!(
                     "{what} {value:?} is not in {}'s format for {} on {} ({pattern})",
                     p.venue, p.coin, net.network
                 ),
             )),
             Err(e) => Some((
-                "CEX_ADDRESS_INVALID",
+                qtg_core::codes::CEX_ADDRESS_INVALID,
                 format!(
                     "{}'s {what} format for {} ({pattern:?}) does not compile ({e}); nothing is sent",
                     p.venue, net.network
@@ -127,18 +127,18 @@ impl WithdrawPayload {
     ) -> Result<WithdrawPayload, Refusal> {
         let fee = net.withdraw_fee.as_deref().and_then(Amount::parse_any).ok_or_else(|| {
             (
-                "CEX_FEE_UNKNOWN",
+                qtg_core::codes::CEX_FEE_UNKNOWN,
                 format!(
                     "{} states no withdrawal fee for {} on {}: what would arrive cannot be known; nothing is sent",
                     self.venue, self.coin, net.network
                 ),
             )
         })?;
-        let cap = fees::fee_cap(risk_controls, &self.coin).map_err(|e| ("CEX_INTENT_INVALID", e))?;
+        let cap = fees::fee_cap(risk_controls, &self.coin).map_err(|e| (qtg_core::codes::CEX_INTENT_INVALID, e))?;
         match &cap {
             Some(cap) if &fee > cap => {
                 return Err((
-                    "CEX_FEE_OVER_CAP",
+                    qtg_core::codes::CEX_FEE_OVER_CAP,
                     format!(
                         "{}'s fee for {} on {} is {fee}, over the template's cap of {cap} (risk_controls.max_fee)",
                         self.venue, self.coin, net.network
@@ -147,7 +147,7 @@ impl WithdrawPayload {
             }
             None if amount_is == AmountIs::Received && model == FeeModel::Deducted => {
                 return Err((
-                    "CEX_FEE_CAP_REQUIRED",
+                    qtg_core::codes::CEX_FEE_CAP_REQUIRED,
                     "an amount that must arrive is grossed up by the venue's fee: the template must cap the fee \
                      (risk_controls.max_fee)"
                         .to_string(),
@@ -156,7 +156,8 @@ impl WithdrawPayload {
             _ => {}
         }
         let requested = Amount::parse_any(&self.amount).unwrap_or(Amount::ZERO);
-        let priced = fees::price(model, amount_is, &requested, &fee).map_err(|e| ("CEX_AMOUNT_BELOW_FEE", e))?;
+        let priced =
+            fees::price(model, amount_is, &requested, &fee).map_err(|e| (qtg_core::codes::CEX_AMOUNT_BELOW_FEE, e))?;
         self.network = Some(net.network.clone());
         self.amount = priced.applied.clone();
         self.priced = Some(priced);
@@ -316,7 +317,7 @@ impl CexExecutor {
             .map_err(|e| ExecutorError::Protocol(format!("the prepared withdrawal does not parse: {e}")))?;
         if payload.venue != self.config.venue {
             return Ok(self.failed(
-                "CEX_VENUE_MISMATCH",
+                qtg_core::codes::CEX_VENUE_MISMATCH,
                 format!("prepared for venue {:?}, this entry is {:?}", payload.venue, self.config.venue),
             ));
         }
@@ -329,20 +330,21 @@ impl CexExecutor {
             Recorded::Fresh => {}
             Recorded::Void(reason) => {
                 return Ok(self.failed(
-                    "CEX_KEY_VOID",
+                    qtg_core::codes::CEX_KEY_VOID,
                     format!("the idempotency key is void ({}); nothing was sent", reason.unwrap_or_default()),
                 ))
             }
             Recorded::Superseded { newest } => {
                 return Ok(self.failed(
-                    "CEX_KEY_SUPERSEDED",
+                    qtg_core::codes::CEX_KEY_SUPERSEDED,
                     format!("attempt {newest} of this node was already seen; nothing was sent"),
                 ))
             }
             Recorded::Late => {
-                return Ok(
-                    self.failed("CEX_SUBMIT_LATE", "received after submit_by; the key is void and nothing was sent")
-                )
+                return Ok(self.failed(
+                    qtg_core::codes::CEX_SUBMIT_LATE,
+                    "received after submit_by; the key is void and nothing was sent",
+                ))
             }
             Recorded::AlreadySent(_) => {
                 // Never sent twice: what the venue has under this key is the answer.
@@ -351,7 +353,7 @@ impl CexExecutor {
                 return Ok(match found.as_slice() {
                     [w] => self.booked(&w.id, key, &payload),
                     _ => ExecutionResult {
-                        error_code: Some("CEX_KEY_ALREADY_SENT".into()),
+                        error_code: Some(qtg_core::codes::CEX_KEY_ALREADY_SENT.into()),
                         error_detail: Some(
                             "this key was sent before and the venue does not show it (yet); recovery decides".into(),
                         ),
@@ -381,22 +383,22 @@ impl CexExecutor {
                 r
             }
             Sent::TooLate { venue_time } => self.failed(
-                "CEX_SUBMIT_LATE",
+                qtg_core::codes::CEX_SUBMIT_LATE,
                 format!(
                     "the venue's time {venue_time} is within 1 s of submit_by {}; nothing was sent, the key is void",
                     s.submit_by
                 ),
             ),
-            Sent::Voided => self.failed("CEX_KEY_VOID", "the key was voided before the request left; nothing was sent"),
-            Sent::NoTime(e) => {
-                self.failed("CEX_VENUE_TIME_UNAVAILABLE", format!("{e}; nothing was sent, the key is void"))
-            }
+            Sent::Voided => self
+                .failed(qtg_core::codes::CEX_KEY_VOID, "the key was voided before the request left; nothing was sent"),
+            Sent::NoTime(e) => self
+                .failed(qtg_core::codes::CEX_VENUE_TIME_UNAVAILABLE, format!("{e}; nothing was sent, the key is void")),
             Sent::Refused(e) => {
                 let code = match e {
-                    VenueError::Auth { .. } => "CEX_AUTH_FAILED",
-                    VenueError::RateLimited { .. } => "CEX_RATE_LIMITED",
-                    VenueError::Unreachable(_) => "CEX_VENUE_UNREACHABLE",
-                    _ => "CEX_WITHDRAWAL_REFUSED",
+                    VenueError::Auth { .. } => qtg_core::codes::CEX_AUTH_FAILED,
+                    VenueError::RateLimited { .. } => qtg_core::codes::CEX_RATE_LIMITED,
+                    VenueError::Unreachable(_) => qtg_core::codes::CEX_VENUE_UNREACHABLE,
+                    _ => qtg_core::codes::CEX_WITHDRAWAL_REFUSED,
                 };
                 self.failed(code, e.to_string())
             }
@@ -404,8 +406,8 @@ impl CexExecutor {
                 tracing::warn!(venue = %self.config.venue, idempotency_key = %key, error = %e, "withdraw request without an answer; recovery reconciles it");
                 ExecutionResult {
                     error_code: Some(match e {
-                        VenueError::Server { .. } => "CEX_VENUE_ERROR".into(),
-                        _ => "CEX_NO_ANSWER".into(),
+                        VenueError::Server { .. } => qtg_core::codes::CEX_VENUE_ERROR.into(),
+                        _ => qtg_core::codes::CEX_NO_ANSWER.into(),
                     }),
                     error_detail: Some(e.to_string()),
                     ..self.result(NodeState::Unknown)
@@ -429,7 +431,7 @@ impl CexExecutor {
         match checked {
             Ok(None) => Ok(None),
             Ok(Some((code, detail))) => Ok(Some(self.failed(code, detail))),
-            Err(e @ VenueError::Auth { .. }) => Ok(Some(self.failed("CEX_AUTH_FAILED", e.to_string()))),
+            Err(e @ VenueError::Auth { .. }) => Ok(Some(self.failed(qtg_core::codes::CEX_AUTH_FAILED, e.to_string()))),
             Err(e) => Err(self.unavailable(e)),
         }
     }
@@ -442,27 +444,33 @@ impl CexExecutor {
     ) -> Result<Result<(WithdrawPayload, crate::venue::NetworkInfo), Refusal>, VenueError> {
         let p = match WithdrawPayload::of(ctx, &self.config) {
             Ok(p) => p,
-            Err(why) => return Ok(Err(("CEX_INTENT_INVALID", why))),
+            Err(why) => return Ok(Err((qtg_core::codes::CEX_INTENT_INVALID, why))),
         };
         let amount_is = match AmountIs::of_intent(&ctx.intent) {
             Ok(a) => a,
-            Err(why) => return Ok(Err(("CEX_INTENT_INVALID", why))),
+            Err(why) => return Ok(Err((qtg_core::codes::CEX_INTENT_INVALID, why))),
         };
         let networks = self.venue.networks(&p.coin).await?;
         if networks.is_empty() {
-            return Ok(Err(("CEX_ASSET_UNAVAILABLE", format!("{} does not list asset {}", p.venue, p.coin))));
+            return Ok(Err((
+                qtg_core::codes::CEX_ASSET_UNAVAILABLE,
+                format!("{} does not list asset {}", p.venue, p.coin),
+            )));
         }
         let net = match &p.network {
             Some(n) => networks.iter().find(|x| &x.network == n),
             None if networks.len() == 1 => networks.first(),
             None => {
                 let names: Vec<_> = networks.iter().map(|n| n.network.as_str()).collect();
-                return Ok(Err(("CEX_NETWORK_REQUIRED", format!("{} moves on {names:?}: name the network", p.coin))));
+                return Ok(Err((
+                    qtg_core::codes::CEX_NETWORK_REQUIRED,
+                    format!("{} moves on {names:?}: name the network", p.coin),
+                )));
             }
         };
         let Some(net) = net.filter(|n| n.withdraw_enable).cloned() else {
             return Ok(Err((
-                "CEX_NETWORK_UNAVAILABLE",
+                qtg_core::codes::CEX_NETWORK_UNAVAILABLE,
                 format!(
                     "{} on {} is not open for withdrawals at {}",
                     p.coin,
@@ -490,7 +498,7 @@ impl CexExecutor {
                 Some(key) => p.key = Some(key),
                 None => {
                     return Ok(Err((
-                        "CEX_ADDRESS_NOT_WHITELISTED",
+                        qtg_core::codes::CEX_ADDRESS_NOT_WHITELISTED,
                         format!("{} has no withdrawal key for {} {} on {}", p.venue, p.coin, p.address, net.network),
                     )))
                 }
@@ -513,7 +521,7 @@ impl CexExecutor {
         });
         if !listed {
             return Ok(Some((
-                "CEX_ADDRESS_NOT_WHITELISTED",
+                qtg_core::codes::CEX_ADDRESS_NOT_WHITELISTED,
                 format!("{} is not on the withdrawal whitelist of {}", p.address, p.venue),
             )));
         }
@@ -526,7 +534,7 @@ impl CexExecutor {
             || bound(&net.withdraw_max).is_some_and(|max| amount > max)
         {
             return Ok(Some((
-                "CEX_AMOUNT_OUT_OF_RANGE",
+                qtg_core::codes::CEX_AMOUNT_OUT_OF_RANGE,
                 format!(
                     "{} {} is outside the venue's limits [{}, {}]",
                     p.amount,
@@ -537,7 +545,7 @@ impl CexExecutor {
             )));
         }
         let Some(priced) = &p.priced else {
-            return Ok(Some(("CEX_INTENT_INVALID", "the withdrawal was not priced".into())));
+            return Ok(Some((qtg_core::codes::CEX_INTENT_INVALID, "the withdrawal was not priced".into())));
         };
         let needed = Amount::parse_any(&priced.debit).unwrap_or(Amount::ZERO);
         let balances = self.venue.balances().await?;
@@ -548,7 +556,7 @@ impl CexExecutor {
             .unwrap_or(Amount::ZERO);
         if free < needed {
             return Ok(Some((
-                "CEX_INSUFFICIENT_BALANCE",
+                qtg_core::codes::CEX_INSUFFICIENT_BALANCE,
                 format!(
                     "{} has {free} {} free; the withdrawal debits {needed} ({} applied for, fee {} {})",
                     p.venue,

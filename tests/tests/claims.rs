@@ -101,3 +101,65 @@ async fn each_ready_node_is_claimed_exactly_once() -> anyhow::Result<()> {
     db.drop_db().await;
     Ok(())
 }
+
+/// The "handed to a person" rule is written twice: in Rust (`NodeView::handed_to_person`,
+/// which derivation uses) and in SQL (`claims::HANDED_TO_PERSON`, which keeps recovery away).
+/// For any marker value and error code, an UNKNOWN node is handed over in both or in neither.
+#[tokio::test]
+async fn the_sql_and_rust_forms_of_handed_to_a_person_agree() -> anyhow::Result<()> {
+    use proptest::prelude::*;
+    use proptest::strategy::ValueTree;
+    use proptest::test_runner::{Config, TestRunner};
+
+    let db = TestDb::new().await?;
+    let marker = prop_oneof![
+        Just(None),
+        Just(Some(json!(null))),
+        Just(Some(json!(false))),
+        Just(Some(json!(true))),
+        Just(Some(json!(0))),
+        Just(Some(json!(""))),
+        Just(Some(json!({}))),
+        "[a-z_]{0,12}".prop_map(|s| Some(json!(s))),
+    ];
+    let code = prop_oneof![
+        Just(None),
+        Just(Some(qtg_core::codes::OBSERVATION_TIMEOUT.to_string())),
+        "[A-Z_]{1,20}".prop_map(Some),
+    ];
+    // Drawn by proptest's generators (the database is async, so the cases are drawn first).
+    let mut runner = TestRunner::new(Config::default());
+    let strategy = (marker, code);
+    let mut cases = Vec::new();
+    for _ in 0..200 {
+        cases.push(strategy.new_tree(&mut runner).map_err(|e| anyhow::anyhow!("{e}"))?.current());
+    }
+    let sql = format!(
+        "SELECT {} FROM (SELECT $1::jsonb AS provider_refs, $2::text AS error_code) n",
+        qtg_store::claims::HANDED_TO_PERSON
+    );
+    for (marker, error_code) in cases {
+        let mut refs = serde_json::Map::new();
+        if let Some(m) = &marker {
+            refs.insert(qtg_core::markers::MANUAL_REVIEW_REQUIRED.into(), m.clone());
+        }
+        let refs = serde_json::Value::Object(refs);
+        let in_sql: bool = sqlx::query_scalar(sqlx::AssertSqlSafe(sql.as_str()))
+            .bind(&refs)
+            .bind(&error_code)
+            .fetch_one(&db.pool)
+            .await?;
+        let node = qtg_store::NodeBrief {
+            id: uuid::Uuid::nil(),
+            node_key: "n".into(),
+            node_kind: qtg_core::plan::NodeKind::Action,
+            node_state: qtg_core::NodeState::Unknown,
+            provider_refs: refs.clone(),
+            error_code: error_code.clone(),
+            submit_accepted: true,
+        };
+        assert_eq!(in_sql, node.view().handed_to_person(), "marker {marker:?}, error_code {error_code:?}");
+    }
+    db.drop_db().await;
+    Ok(())
+}

@@ -195,7 +195,7 @@ impl Engine {
     /// How soon the earliest scheduled observation falls due (for the idle pause).
     pub async fn observe_due_in(&self) -> Result<Option<std::time::Duration>> {
         let mut conn = self.pool.acquire().await?;
-        let due = claims::next_due_in(&mut conn, Pickup::Observe, [0.0; 4]).await?;
+        let due = claims::next_due_in(&mut conn, Pickup::Observe, &[]).await?;
         Ok(due.map(std::time::Duration::from_secs_f64))
     }
 }

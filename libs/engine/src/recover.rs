@@ -46,7 +46,7 @@ impl Engine {
         let due = claims::next_due_in(
             &mut conn,
             Pickup::Recover { lane: Lane::Other, grace_seconds: 0.0, skew_seconds: 0.0 },
-            [g.ccip, g.stargate, g.cex, g.other],
+            &Lane::ALL.map(|lane| (lane, g.of(lane))),
         )
         .await?;
         Ok(due.map(std::time::Duration::from_secs_f64))

@@ -24,7 +24,10 @@ pub enum Pickup {
     Recover { lane: Lane, grace_seconds: f64, skew_seconds: f64 },
 }
 
-const HANDED_TO_PERSON: &str =
+/// The SQL form of `qtg_core::NodeView::handed_to_person` for an UNKNOWN node `n` (an
+/// observation timeout, or an executor's review marker that is neither null nor false):
+/// recovery leaves such a node to a person. `tests/tests/claims.rs` checks both forms agree.
+pub const HANDED_TO_PERSON: &str =
     "(n.error_code IS NOT DISTINCT FROM 'OBSERVATION_TIMEOUT' OR COALESCE(n.provider_refs->'__manual_review_required', 'false'::jsonb) NOT IN ('false'::jsonb, 'null'::jsonb))";
 
 impl Pickup {
@@ -197,7 +200,8 @@ pub async fn lock_request_nowait(conn: &mut PgConnection, request_id: Uuid) -> R
 /// Seconds until the earliest node of `pickup` that is scheduled but not yet due becomes
 /// due (observe: `next_observe_at`; recover: the later of `next_observe_at` and the lane's
 /// grace after `started_at`). `None` when nothing is scheduled.
-pub async fn next_due_in(conn: &mut PgConnection, pickup: Pickup, grace: [f64; 4]) -> Result<Option<f64>> {
+/// `grace` names each lane's grace by the lane (a lane it does not name has none).
+pub async fn next_due_in(conn: &mut PgConnection, pickup: Pickup, grace: &[(Lane, f64)]) -> Result<Option<f64>> {
     let sql = match pickup {
         Pickup::Dispatch => return Ok(None),
         Pickup::Observe => {
@@ -209,8 +213,9 @@ pub async fn next_due_in(conn: &mut PgConnection, pickup: Pickup, grace: [f64; 4
         Pickup::Recover { .. } => {
             "SELECT extract(epoch FROM min(d) - now())::float8 FROM (
                  SELECT GREATEST(COALESCE(n.next_observe_at, '-infinity'),
-                     n.started_at + make_interval(secs => (CASE n.lane WHEN 'ccip' THEN $1[1]
-                         WHEN 'stargate' THEN $1[2] WHEN 'cex' THEN $1[3] ELSE $1[4] END))) AS d
+                     n.started_at + make_interval(secs => COALESCE(
+                         (SELECT g.secs FROM unnest($1::text[], $2::float8[]) AS g(lane, secs) WHERE g.lane = n.lane),
+                         0))) AS d
                  FROM movement_request_nodes n JOIN movement_requests r ON r.id = n.request_id
                  WHERE n.node_state IN ('UNKNOWN', 'SUBMITTING') AND r.request_state = 'EXECUTING'
                    AND n.started_at IS NOT NULL) s
@@ -218,7 +223,13 @@ pub async fn next_due_in(conn: &mut PgConnection, pickup: Pickup, grace: [f64; 4
         }
     };
     let query = sqlx::query_scalar(sql);
-    let query = if matches!(pickup, Pickup::Recover { .. }) { query.bind(grace.to_vec()) } else { query };
+    let query = if matches!(pickup, Pickup::Recover { .. }) {
+        query
+            .bind(grace.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>())
+            .bind(grace.iter().map(|(_, s)| *s).collect::<Vec<_>>())
+    } else {
+        query
+    };
     let due: Option<f64> = query.fetch_one(&mut *conn).await?;
     Ok(due.map(|s| s.max(0.0)))
 }

@@ -340,17 +340,18 @@ mod tests {
         }
     }
 
+    /// An executor whose key store is never read (observe, preflight).
     fn executor(venue: Fake, lookback: &str) -> CexExecutor {
+        let nowhere = sqlx::postgres::PgPoolOptions::new().connect_lazy("postgres://nowhere.invalid/none").unwrap();
+        with_pool(venue, lookback, nowhere)
+    }
+
+    fn with_pool(venue: Fake, lookback: &str, pool: sqlx::PgPool) -> CexExecutor {
         let table: toml::Table =
             format!("venue = \"fake\"\nbase_url = \"http://127.0.0.1:1\"\nnetwork = \"ETH\"\n{lookback}")
                 .parse()
                 .unwrap();
         let config = EntryConfig::parse("exec.cex.withdrawal_action.fake", Some(&table)).unwrap();
-        // Recovery reads the key store (a key never recorded: the intent's payload is matched).
-        let url = std::env::var("QTG_TEST_DATABASE_URL")
-            .or_else(|_| std::env::var("DATABASE_URL"))
-            .unwrap_or_else(|_| "postgres://postgres@127.0.0.1:5432/postgres".into());
-        let pool = sqlx::postgres::PgPoolOptions::new().max_connections(2).connect_lazy(&url).unwrap();
         CexExecutor::new(
             "exec.cex.withdrawal_action.fake",
             Role::WithdrawalAction,
@@ -359,13 +360,6 @@ mod tests {
             pool,
             chrono::Duration::seconds(5),
         )
-    }
-
-    /// [`executor`] on a migrated database: recovery reads the key store.
-    async fn ready(venue: Fake, lookback: &str) -> CexExecutor {
-        let e = executor(venue, lookback);
-        qtg_store::migrate(&e.pool).await.expect("the test database (DATABASE_URL) migrates");
-        e
     }
 
     fn ctx(refs: Value) -> ExecutionContext {
@@ -445,22 +439,25 @@ mod tests {
         assert_eq!(r.error_code.as_deref(), Some("RECONCILIATION_GATED"));
     }
 
-    #[tokio::test]
-    async fn the_client_id_decides_first_and_an_auth_failure_gates() {
+    /// Recovery reads the key store: a database of its own, migrated (`#[sqlx::test]`).
+    #[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+    async fn the_client_id_decides_first_and_an_auth_failure_gates(pool: sqlx::PgPool) {
+        let ready = |venue: Fake, lookback: &str| with_pool(venue, lookback, pool.clone());
         let venue = Fake::default();
         venue.withdrawals.lock().unwrap().extend([row("w1", None, 4), row("w2", Some("n:1"), 4)]);
-        let e = ready(venue, "").await;
+        let e = ready(venue, "");
         let r = e.recover(&ctx(markers(Utc::now())), "n:1").await.unwrap();
         assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (NodeState::Submitted, Some("w2")));
-        let e = ready(Fake { auth_down: true, ..Fake::default() }, "").await;
+        let e = ready(Fake { auth_down: true, ..Fake::default() }, "");
         let r = e.recover(&ctx(markers(Utc::now())), "n:1").await.unwrap();
         assert_eq!(r.next_state, NodeState::Unknown);
         assert_eq!(r.provider_refs[MANUAL_REVIEW_REQUIRED], "reconciliation_auth_failed");
         assert_eq!(r.provider_refs[LEGACY_RECONCILIATION_GATED], true);
     }
 
-    #[tokio::test]
-    async fn two_candidates_wait_while_the_lookback_is_open_then_call_a_person() {
+    #[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+    async fn two_candidates_wait_while_the_lookback_is_open_then_call_a_person(pool: sqlx::PgPool) {
+        let ready = |venue: Fake, lookback: &str| with_pool(venue, lookback, pool.clone());
         let started = Utc::now() - chrono::Duration::seconds(30);
         let two = || {
             let venue = Fake::default();
@@ -471,7 +468,7 @@ mod tests {
             ]);
             venue
         };
-        let open = ready(two(), "lookback_seconds = 600").await;
+        let open = ready(two(), "lookback_seconds = 600");
         let r = open.recover(&ctx(markers(started)), "n:1").await.unwrap();
         assert_eq!((r.next_state, r.error_code.as_deref()), (NodeState::Unknown, Some("RECONCILIATION_AMBIGUOUS")));
         assert!(r.provider_refs.get(MANUAL_REVIEW_REQUIRED).is_none());
@@ -480,7 +477,7 @@ mod tests {
             Some(2),
             "w3 is another client's"
         );
-        let closed = ready(two(), "lookback_seconds = 10").await;
+        let closed = ready(two(), "lookback_seconds = 10");
         let r = closed.recover(&ctx(markers(started)), "n:1").await.unwrap();
         assert_eq!(r.provider_refs[MANUAL_REVIEW_REQUIRED], "reconciliation_ambiguous");
         // One candidate on a venue without client ids: matched by amount, address and memo —
@@ -491,7 +488,7 @@ mod tests {
             venue.withdrawals.lock().unwrap().push(row("w9", None, 6));
             venue
         };
-        let e = ready(one(), "client_ids = false").await;
+        let e = ready(one(), "client_ids = false");
         let fresh = format!("{}:1", Uuid::new_v4());
         let c = ctx(markers(started));
         let r = e.recover(&c, &fresh).await.unwrap();
@@ -509,14 +506,14 @@ mod tests {
         assert!(r.retry_after_seconds.is_some());
         let mut later = one();
         later.now = Some(Utc::now() + chrono::Duration::hours(1));
-        let e = ready(later, "client_ids = false").await;
+        let e = ready(later, "client_ids = false");
         let r = e.recover(&c, &sent).await.unwrap();
         assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (NodeState::Submitted, Some("w9")));
         assert_eq!(r.provider_refs[RECONCILIATION]["by"], "amount_address");
         // On a venue that keeps client ids (the default), a lone lookalike without ours is never
         // claimed: evidence for a person, not a completion (nor a FAILED that would invite a
         // retry while money may have moved).
-        let r = ready(one(), "lookback_seconds = 10").await.recover(&ctx(markers(started)), "n:1").await.unwrap();
+        let r = ready(one(), "lookback_seconds = 10").recover(&ctx(markers(started)), "n:1").await.unwrap();
         assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (NodeState::Unknown, None));
         assert_eq!(r.provider_refs[MANUAL_REVIEW_REQUIRED], "reconciliation_ambiguous");
         assert_eq!(r.provider_refs[RECONCILIATION]["matching"], "client_id_only");

@@ -242,3 +242,79 @@ async fn hostile_answers_stay_with_their_node_and_the_worker_goes_on() -> anyhow
     db.drop_db().await;
     Ok(())
 }
+
+/// A signer that refuses every request, with its reason.
+struct Refuses;
+
+#[async_trait]
+impl qtg_executor_sdk::SignerHandler for Refuses {
+    async fn sign(&self, _: &qtg_core::SignRequest) -> Result<qtg_core::SignResult, qtg_executor_sdk::SignerError> {
+        Err(qtg_executor_sdk::SignerError::Refused("destination is not on the treasury allowlist".into()))
+    }
+
+    async fn signer_address(&self, _: &str) -> Result<Option<String>, qtg_executor_sdk::SignerError> {
+        Ok(None)
+    }
+}
+
+/// A remote signer's refusal is told by its status (gRPC FAILED_PRECONDITION, HTTP 422) and
+/// carries the signer's reason; another status, whatever its body says, is a failed call (the
+/// node is then not proven unsigned), never a refusal.
+#[tokio::test]
+async fn a_remote_signers_refusal_is_told_by_its_status_not_its_text() -> anyhow::Result<()> {
+    use qtg_executor::remote::{Endpoint, RemoteSigner};
+    use qtg_executor::{SignError, Signer};
+
+    let shutdown = CancellationToken::new();
+    let running = serve(
+        Arc::new(GrpcHostile),
+        ServeConfig {
+            signer: Some(Arc::new(Refuses)),
+            grpc_addr: Some("127.0.0.1:0".parse()?),
+            http_addr: Some("127.0.0.1:0".parse()?),
+            ..Default::default()
+        },
+        shutdown.clone(),
+    )
+    .await?;
+    let endpoint =
+        |url: String| Endpoint { url, timeout: Duration::from_secs(10), auth: Default::default(), tls: None };
+    let payload = "{\"to\":\"0xabc\"}".to_string();
+    let hash = qtg_core::hash::sha256_hex(payload.as_bytes());
+    let mut req: qtg_core::SignRequest = serde_json::from_value(json!({
+        "protocol_version": qtg_core::protocol::PROTOCOL_VERSION, "request_id": "r", "request_node_id": "n",
+        "signer_key": "signer.ex", "payload_format": "json", "payload": payload, "payload_hash": hash,
+        "metadata": {},
+        "signing_intent": {"action": "transfer", "asset": "USDC", "amount": "1", "destination": "0xabc",
+                           "chain_family": "evm", "allowed_payload_hash": hash},
+    }))?;
+    let http = RemoteSigner::http(endpoint(format!("http://{}/signer", running.http_addr.expect("http"))))
+        .map_err(anyhow::Error::msg)?;
+    let grpc = RemoteSigner::grpc(endpoint(format!("http://{}", running.grpc_addr.expect("grpc"))))
+        .map_err(anyhow::Error::msg)?;
+    for (transport, signer) in [("http", &http), ("grpc", &grpc)] {
+        match signer.sign(&req).await {
+            Err(SignError::Refused(why)) => {
+                assert!(why.contains("treasury allowlist"), "{transport}: the signer's reason is kept: {why}")
+            }
+            other => panic!("{transport}: expected a refusal, got {other:?}"),
+        }
+    }
+    // The SDK's own hash rule refuses too (422), before the signer sees the request.
+    req.payload_hash = "0".repeat(64);
+    assert!(matches!(http.sign(&req).await, Err(SignError::Refused(_))));
+
+    // A 400 whose text reads like a refusal is not one.
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+    let addr = listener.local_addr()?;
+    let liar = axum::Router::new().route(
+        "/signer/sign",
+        axum::routing::post(|| async { (StatusCode::BAD_REQUEST, "x: HTTP 422 Unprocessable Entity").into_response() }),
+    );
+    tokio::spawn(async move { axum::serve(listener, liar).await });
+    let liar = RemoteSigner::http(endpoint(format!("http://{addr}/signer"))).map_err(anyhow::Error::msg)?;
+    let answer = liar.sign(&req).await;
+    assert!(matches!(answer, Err(SignError::Call(_))), "{answer:?}");
+    shutdown.cancel();
+    running.wait().await
+}

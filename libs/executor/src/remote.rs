@@ -181,6 +181,42 @@ fn grpc_request<T: prost::Message + Serialize>(msg: T, endpoint: &Endpoint, targ
     req
 }
 
+/// A failed HTTP call, with the status that answered it when one did: what a status means
+/// (a signer's 422 is a refusal) is decided on the status, never on a message's text.
+#[derive(Debug)]
+struct HttpFailure {
+    status: Option<u16>,
+    error: ExecutorError,
+}
+
+impl From<ExecutorError> for HttpFailure {
+    fn from(error: ExecutorError) -> Self {
+        HttpFailure { status: None, error }
+    }
+}
+
+impl From<HttpFailure> for ExecutorError {
+    fn from(f: HttpFailure) -> Self {
+        f.error
+    }
+}
+
+/// The `message` of an error answer's JSON body (`{"error": {"message"}}`, as the SDK's
+/// servers answer), read up to a few KiB.
+async fn error_message(mut resp: reqwest::Response) -> Option<String> {
+    const LIMIT: usize = 4096;
+    let mut body = Vec::new();
+    while let Ok(Some(chunk)) = resp.chunk().await {
+        body.extend_from_slice(&chunk);
+        if body.len() > LIMIT {
+            return None;
+        }
+    }
+    let v: serde_json::Value = serde_json::from_slice(&body).ok()?;
+    let m = v.pointer("/error/message").and_then(serde_json::Value::as_str)?;
+    Some(m.chars().take(500).collect())
+}
+
 /// POSTs (or GETs, without a body) JSON; `Ok(None)` on 204.
 async fn http_call<Req: Serialize, Resp: DeserializeOwned>(
     client: &reqwest::Client,
@@ -189,7 +225,7 @@ async fn http_call<Req: Serialize, Resp: DeserializeOwned>(
     body: Option<&Req>,
     endpoint: &Endpoint,
     service: &str,
-) -> Result<Option<Resp>, ExecutorError> {
+) -> Result<Option<Resp>, HttpFailure> {
     let url = format!("{}/{}", base.trim_end_matches('/'), path);
     let bytes = match body {
         Some(b) => serde_json::to_vec(b).map_err(|e| ExecutorError::Request(e.to_string()))?,
@@ -224,14 +260,17 @@ async fn http_call<Req: Serialize, Resp: DeserializeOwned>(
     }
     if status.is_server_error() || matches!(status.as_u16(), 401 | 403 | 408 | 429) {
         let hint = if status.as_u16() == 401 { v4_hint(endpoint) } else { String::new() };
-        return Err(ExecutorError::Unavailable(format!("{url}: HTTP {status}{hint}")));
+        let error = ExecutorError::Unavailable(format!("{url}: HTTP {status}{hint}"));
+        return Err(HttpFailure { status: Some(status.as_u16()), error });
     }
     if !status.is_success() {
-        return Err(ExecutorError::Protocol(format!("{url}: HTTP {status}")));
+        let said = error_message(resp).await.map(|m| format!(": {m}")).unwrap_or_default();
+        let error = ExecutorError::Protocol(format!("{url}: HTTP {status}{said}"));
+        return Err(HttpFailure { status: Some(status.as_u16()), error });
     }
     let too_large = || ExecutorError::Protocol(format!("{url}: body over {MAX_RESULT_BYTES} bytes"));
     if resp.content_length().is_some_and(|l| l as usize > MAX_RESULT_BYTES) {
-        return Err(too_large());
+        return Err(too_large().into());
     }
     // Read with a hard limit while streaming (a chunked or dripped body has no length to
     // check first); the request's timeout bounds the whole read.
@@ -247,11 +286,11 @@ async fn http_call<Req: Serialize, Resp: DeserializeOwned>(
         })?;
         let Some(chunk) = chunk else { break };
         if body.len() + chunk.len() > MAX_RESULT_BYTES {
-            return Err(too_large());
+            return Err(too_large().into());
         }
         body.extend_from_slice(&chunk);
     }
-    serde_json::from_slice(&body).map(Some).map_err(|e| ExecutorError::Protocol(format!("{url}: {e}")))
+    serde_json::from_slice(&body).map(Some).map_err(|e| ExecutorError::Protocol(format!("{url}: {e}")).into())
 }
 
 fn wire<T>(r: Result<T, convert::WireError>) -> Result<T, ExecutorError> {
@@ -514,10 +553,9 @@ impl Signer for RemoteSigner {
                 {
                     Ok(Some(r)) => r,
                     Ok(None) => return Err(SignError::Call(ExecutorError::Protocol("sign answered 204".into()))),
-                    Err(ExecutorError::Protocol(m)) if m.ends_with(": HTTP 422 Unprocessable Entity") => {
-                        return Err(SignError::Refused(m))
-                    }
-                    Err(e) => return Err(SignError::Call(e)),
+                    // The contract's refusal (docs/executors.md): 422, whatever the text says.
+                    Err(HttpFailure { status: Some(422), error }) => return Err(SignError::Refused(error.to_string())),
+                    Err(f) => return Err(SignError::Call(f.into())),
                 }
             }
         };

@@ -107,7 +107,7 @@ impl Engine {
                     out.failed.push((key, format!("its balances could not be stored: {e}")));
                 }
                 // The database itself: the tick fails as a whole.
-                Err(e) => return Err(e.into()),
+                Err(e) => return Err(e),
             }
         }
         out.stored.sort();

@@ -299,7 +299,6 @@ impl Engine {
                     callbacks::record_failed(&mut conn, row.id, token, s.max_attempts, &f.error, f.retry_after).await
                 }
             }
-            .map_err(crate::EngineError::from)
         };
         match (recorded.await, &outcome) {
             (Ok(Some(_)), Ok(())) => {

@@ -194,7 +194,7 @@ impl Engine {
             None => match build_execution_context(&mut tx, &item, attempt_no).await {
                 Ok(ctx) => Ok(ctx),
                 Err(ContextError::Ref(e)) => Err((codes::CONFIG_REF_UNRESOLVED, e.to_string())),
-                Err(ContextError::Store(e)) => return Err(e.into()),
+                Err(ContextError::Store(e)) => return Err(e),
             },
         };
         match built {
@@ -236,7 +236,7 @@ impl Engine {
         match checked {
             Ok(()) => Ok(None),
             Err(crate::movements::OpError::Risk(v)) => Ok(Some(v.message)),
-            Err(crate::movements::OpError::Store(e)) => Err(e.into()),
+            Err(crate::movements::OpError::Store(e)) => Err(e),
             Err(other) => Ok(Some(other.to_string())),
         }
     }
@@ -579,7 +579,7 @@ impl Engine {
                 tx.commit().await?;
                 Ok(None)
             }
-            Err(e) => Err(e.into()),
+            Err(e) => Err(e),
         }
     }
 

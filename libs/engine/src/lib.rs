@@ -33,13 +33,10 @@ use qtg_store::PgPool;
 
 pub use qtg_store::StoreError;
 
-#[derive(Debug, thiserror::Error)]
-pub enum EngineError {
-    #[error(transparent)]
-    Store(#[from] StoreError),
-    #[error("database error: {0}")]
-    Sqlx(#[from] sqlx::Error),
-}
+/// The engine's error: what the database or the store refused, in one shape (the store's).
+/// A compare-and-set miss is not an error (`qtg_store::Cas`); an executor's failure is the
+/// node's, recorded on it, never this.
+pub type EngineError = StoreError;
 
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 

@@ -68,15 +68,6 @@ impl From<sqlx::Error> for OpError {
     }
 }
 
-impl From<crate::EngineError> for OpError {
-    fn from(e: crate::EngineError) -> Self {
-        match e {
-            crate::EngineError::Store(s) => s.into(),
-            crate::EngineError::Sqlx(s) => s.into(),
-        }
-    }
-}
-
 pub struct NewMovementInput {
     pub template_key: String,
     pub template_version: Option<i32>,

@@ -524,8 +524,13 @@ fn templates() -> anyhow::Result<Vec<Value>> {
         json!({"template_key": "chaos.sim.chain", "nodes": [sim("a", json!({"observe_polls": 2})), sim("b", json!({}))],
                "edges": [{"from": "a", "to": "b"}]}),
         json!({"template_key": "chaos.sim.fanout",
-               "nodes": [sim("a", json!({})), sim("b", json!({"observe_polls": 1})), sim("c", json!({})), sim("d", json!({}))],
-               "edges": [{"from": "a", "to": "b"}, {"from": "a", "to": "c"}, {"from": "b", "to": "d"}, {"from": "c", "to": "d"}]}),
+        "nodes": [
+            sim("a", json!({})), sim("b", json!({"observe_polls": 1})), sim("c", json!({})), sim("d", json!({}))
+        ],
+        "edges": [
+            {"from": "a", "to": "b"}, {"from": "a", "to": "c"}, {"from": "b", "to": "d"},
+            {"from": "c", "to": "d"}
+        ]}),
         // A slow prepare: where a pause "while preparing" lands.
         json!({"template_key": "chaos.sim.prepare", "nodes": [sim("prep", json!({"prepare_delay_ms": 2500}))]}),
         // The submit call is on the wire 1.5 s after the arm: where a pause "right after the
@@ -533,10 +538,14 @@ fn templates() -> anyhow::Result<Vec<Value>> {
         json!({"template_key": "chaos.sim.hold", "nodes": [sim("hold", json!({"submit_hold_ms": 1500}))]}),
         // Scripted faults: the venue executed it but answered UNKNOWN, or no answer in time.
         json!({"template_key": "chaos.sim.unknown", "nodes": [sim("u", json!({"submit": "unknown"}))]}),
-        json!({"template_key": "chaos.sim.timeout", "nodes": [sim("t", json!({"submit": "timeout", "delay_ms": 3500}))]}),
+        json!({
+            "template_key": "chaos.sim.timeout", "nodes": [sim("t", json!({"submit": "timeout", "delay_ms": 3500}))]
+        }),
         json!({"template_key": "chaos.sim.refused", "nodes": [sim("r", json!({"preflight": "fail"}))]}),
         json!({"template_key": "chaos.remote",
-               "nodes": [remote("g", "exec.ex.grpc", json!({"observe_polls": 1})), remote("h", "exec.ex.http", json!({}))],
+               "nodes": [
+                   remote("g", "exec.ex.grpc", json!({"observe_polls": 1})), remote("h", "exec.ex.http", json!({}))
+               ],
                "edges": [{"from": "g", "to": "h"}]}),
         json!({"template_key": "chaos.evm", "nodes": [{
             "node_key": "send", "node_kind": "action", "action_type": "evm_transfer",
@@ -577,14 +586,23 @@ fn body(lane: Lane, i: usize, callback_url: &str) -> Value {
         }
         Lane::Cex => (
             "demo.cex.a_to_b",
-            json!({"asset": "USDT", "amount": format!("20.{:04}", i % 10_000), "source": "sim_a", "destination": SIM_B_DEPOSIT}),
+            json!({
+                "asset": "USDT", "amount": format!("20.{:04}", i % 10_000), "source": "sim_a",
+                "destination": SIM_B_DEPOSIT
+            }),
         ),
         Lane::Evm | Lane::EvmRefused => (
             if lane == Lane::Evm { "chaos.evm" } else { "chaos.evm.refused" },
-            json!({"asset": "ETH", "amount": format!("0.{:018}", evm_wei(i)), "source": ANVIL_ADDR_0, "destination": ANVIL_ADDR_2}),
+            json!({
+                "asset": "ETH", "amount": format!("0.{:018}", evm_wei(i)), "source": ANVIL_ADDR_0,
+                "destination": ANVIL_ADDR_2
+            }),
         ),
     };
-    json!({"template_key": template, "intent": intent, "idempotency_key": format!("chaos-{i}"), "callback_url": callback_url})
+    json!({
+        "template_key": template, "intent": intent, "idempotency_key": format!("chaos-{i}"),
+        "callback_url": callback_url
+    })
 }
 
 /// The API replicas as the movement stream sees them: fixed addresses (a restarted replica
@@ -742,11 +760,16 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
     std::fs::write(
         &registry,
         format!(
-            "{}\n{cex}\n[executors.\"exec.evm.transfer\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ from = \"{ANVIL_ADDR_0}\" }}\n\n\
-             [signers.\"signer.evm.local\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ account = \"anvil0\" }}\n\n\
-             [signers.\"signer.evm.other\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ account = \"anvil1\" }}\n\n\
-             [executors.\"exec.ex.grpc\"]\ntransport = \"grpc\"\nendpoint = \"http://{grpc}\"\ntimeout_ms = 3000\nauth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n\
-             [executors.\"exec.ex.http\"]\ntransport = \"http\"\nendpoint = \"http://{http}\"\ntimeout_ms = 3000\nauth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n",
+            "{}\n{cex}\n[executors.\"exec.evm.transfer\"]\ntransport = \"local\"\nimpl = \"evm\"\n\
+             config = {{ from = \"{ANVIL_ADDR_0}\" }}\n\n\
+             [signers.\"signer.evm.local\"]\ntransport = \"local\"\nimpl = \"evm\"\n\
+             config = {{ account = \"anvil0\" }}\n\n\
+             [signers.\"signer.evm.other\"]\ntransport = \"local\"\nimpl = \"evm\"\n\
+             config = {{ account = \"anvil1\" }}\n\n\
+             [executors.\"exec.ex.grpc\"]\ntransport = \"grpc\"\nendpoint = \"http://{grpc}\"\ntimeout_ms = 3000\n\
+             auth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n\
+             [executors.\"exec.ex.http\"]\ntransport = \"http\"\nendpoint = \"http://{http}\"\ntimeout_ms = 3000\n\
+             auth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n",
             std::fs::read_to_string(registry_file())?
         ),
     )?;
@@ -1140,7 +1163,8 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         let open: Option<i64> = sqlx::query_scalar(
             "SELECT (SELECT count(*) FROM movement_requests WHERE id = ANY($1) AND NOT request_state = ANY($2))
                   + (SELECT count(*) FROM movement_callback_outbox WHERE status = 'pending')
-                  + (SELECT count(*) FROM audit_outbox o WHERE NOT EXISTS (SELECT 1 FROM audit_events e WHERE e.outbox_id = o.id))",
+                  + (SELECT count(*) FROM audit_outbox o WHERE NOT EXISTS (SELECT 1 FROM audit_events e WHERE \
+                      e.outbox_id = o.id))",
         )
         .bind(&ids)
         .bind(TERMINAL.map(String::from).to_vec())
@@ -1153,7 +1177,8 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         }
         if quiet_from.elapsed() > p.quiesce_timeout {
             let stuck: Vec<(String, String)> = sqlx::query_as(
-                "SELECT id::text, request_state FROM movement_requests WHERE id = ANY($1) AND NOT request_state = ANY($2) LIMIT 20",
+                "SELECT id::text, request_state FROM movement_requests WHERE id = ANY($1) AND NOT request_state = \
+                 ANY($2) LIMIT 20",
             )
             .bind(&ids)
             .bind(TERMINAL.map(String::from).to_vec())
@@ -1181,7 +1206,8 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
             .fetch_one(&db)
             .await?;
         let events: Vec<(String,)> = sqlx::query_as(
-            "SELECT attempt_no || ' ' || coalesce(method, kind) || ' ' || coalesce(outcome, '') || coalesce(' ' || to_state, '')
+            "SELECT attempt_no || ' ' || coalesce(method, kind) || ' ' || coalesce(outcome, '') || coalesce(' ' \
+             || to_state, '')
              FROM node_events WHERE request_node_id::text = $1 ORDER BY id",
         )
         .bind(node)
@@ -1261,7 +1287,8 @@ async fn check(
 
     // A movement with a person: each of its unfinished nodes has a runbook case.
     let held: Vec<(String, String)> = sqlx::query_as(
-        "SELECT n.request_id::text, n.node_key FROM movement_request_nodes n JOIN movement_requests r ON r.id = n.request_id
+        "SELECT n.request_id::text, n.node_key FROM movement_request_nodes n JOIN movement_requests r ON \
+         r.id = n.request_id
          WHERE r.id = ANY($1) AND r.request_state = 'MANUAL_INTERVENTION'
            AND n.node_state NOT IN ('COMPLETED', 'SKIPPED', 'CANCELLED')",
     )
@@ -1535,7 +1562,8 @@ async fn check(
         .collect();
     let pids: Vec<i32> = live.iter().map(|(_, p)| *p).collect();
     let beats: Vec<(i32, f64)> = sqlx::query_as(
-        "SELECT pid, extract(epoch FROM now() - max(last_beat_at))::float8 FROM worker_heartbeats WHERE pid = ANY($1) GROUP BY pid",
+        "SELECT pid, extract(epoch FROM now() - max(last_beat_at))::float8 FROM worker_heartbeats WHERE pid = \
+         ANY($1) GROUP BY pid",
     )
     .bind(&pids)
     .fetch_all(db)

@@ -136,9 +136,12 @@ pub fn evm_registry(tag: &str) -> anyhow::Result<PathBuf> {
     std::fs::write(
         &path,
         format!(
-            "{sim}\n[executors.\"exec.evm.transfer\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ from = \"{ANVIL_ADDR_0}\" }}\n\n\
-             [signers.\"signer.evm.local\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ account = \"anvil0\" }}\n\n\
-             [signers.\"signer.evm.other\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ account = \"anvil1\" }}\n"
+            "{sim}\n[executors.\"exec.evm.transfer\"]\ntransport = \"local\"\nimpl = \"evm\"\n\
+             config = {{ from = \"{ANVIL_ADDR_0}\" }}\n\n\
+             [signers.\"signer.evm.local\"]\ntransport = \"local\"\nimpl = \"evm\"\n\
+             config = {{ account = \"anvil0\" }}\n\n\
+             [signers.\"signer.evm.other\"]\ntransport = \"local\"\nimpl = \"evm\"\n\
+             config = {{ account = \"anvil1\" }}\n"
         ),
     )?;
     Ok(path)

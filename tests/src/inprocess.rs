@@ -80,11 +80,14 @@ pub async fn node_row(
     id: uuid::Uuid,
     key: &str,
 ) -> anyhow::Result<(String, Option<String>, Value, i32)> {
-    let r = sqlx::query("SELECT node_state, error_code, provider_refs, attempt_no FROM movement_request_nodes WHERE request_id = $1 AND node_key = $2")
-        .bind(id)
-        .bind(key)
-        .fetch_one(pool)
-        .await?;
+    let r = sqlx::query(
+        "SELECT node_state, error_code, provider_refs, attempt_no FROM movement_request_nodes WHERE request_id = \
+         $1 AND node_key = $2",
+    )
+    .bind(id)
+    .bind(key)
+    .fetch_one(pool)
+    .await?;
     Ok((r.get(0), r.get(1), r.get(2), r.get(3)))
 }
 

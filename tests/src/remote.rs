@@ -34,9 +34,11 @@ pub async fn start_example(db: &TestDb, timeout_ms: u64, extra: &[(&str, &str)])
     std::fs::write(
         &registry,
         format!(
-            "{sim}\n[executors.\"exec.ex.grpc\"]\ntransport = \"grpc\"\nendpoint = \"http://{grpc}\"\ntimeout_ms = {timeout_ms}\n\
+            "{sim}\n[executors.\"exec.ex.grpc\"]\ntransport = \"grpc\"\nendpoint = \"http://{grpc}\"\n\
+             timeout_ms = {timeout_ms}\n\
              auth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n\
-             [executors.\"exec.ex.http\"]\ntransport = \"http\"\nendpoint = \"http://{http}\"\ntimeout_ms = {timeout_ms}\n\
+             [executors.\"exec.ex.http\"]\ntransport = \"http\"\nendpoint = \"http://{http}\"\n\
+             timeout_ms = {timeout_ms}\n\
              auth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n\
              [signers.\"signer.ex.grpc\"]\ntransport = \"grpc\"\nendpoint = \"http://{grpc}\"\n\
              auth = {{ hmac_env = \"QTG_EXAMPLE_SECRET\" }}\n\

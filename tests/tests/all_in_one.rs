@@ -17,10 +17,17 @@ async fn the_all_in_one_binary_runs_a_movement_and_serves_admin() -> anyhow::Res
     let mut api =
         Api { proc: qtg, base: format!("http://{addr}"), http: http_client(), admin_key: BOOTSTRAP_KEY.into() };
     let keys = Keys::create(&api).await?;
-    install_template(&api, &keys, json!({"template_key": "t.aio", "nodes": [
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "t.aio", "nodes": [
         {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"},
-        {"node_key": "b", "node_kind": "observe", "action_type": "deposit_observe", "executor_key": "exec.sim.observe", "config": {"sim": {"submit_result": "completed"}}},
-    ], "edges": [{"from": "a", "to": "b"}]}))
+        {
+            "node_key": "b", "node_kind": "observe", "action_type": "deposit_observe",
+            "executor_key": "exec.sim.observe", "config": {"sim": {"submit_result": "completed"}}
+        },
+    ], "edges": [{"from": "a", "to": "b"}]}),
+    )
     .await?;
     let id = start_movement(&api, &keys, "t.aio", "aio-1", None).await?;
     let m = wait_state(
@@ -83,7 +90,8 @@ async fn migrate_only_applies_the_schema_and_exits() -> anyhow::Result<()> {
     assert_eq!(applied, files, "applied migrations vs migrations/");
     // And the schema of the last one is there.
     let lease_column: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM information_schema.columns WHERE table_name = 'movement_request_nodes' AND column_name = 'claim_token'",
+        "SELECT count(*) FROM information_schema.columns WHERE table_name = 'movement_request_nodes' AND \
+         column_name = 'claim_token'",
     )
     .fetch_one(&db.pool)
     .await?;

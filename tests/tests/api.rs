@@ -24,16 +24,26 @@ async fn the_front_door_guards_every_mutation() -> anyhow::Result<()> {
     assert_eq!(s, 403);
 
     // Proposals: validated DAGs only; the proposer cannot approve their own.
-    let node = |k: &str| json!({"node_key": k, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"});
+    let node = |k: &str| {
+        json!({
+            "node_key": k, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"
+        })
+    };
     for (bad, why) in [
         (
-            json!({"template_key": "t", "nodes": [node("a"), node("b")], "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "a"}]}),
+            json!({
+                "template_key": "t", "nodes": [node("a"), node("b")],
+                "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "a"}]
+            }),
             "cycle",
         ),
         (json!({"template_key": "t", "nodes": [node("a"), node("a")]}), "duplicate"),
         (json!({"template_key": "t", "nodes": [node("a")], "edges": [{"from": "a", "to": "zz"}]}), "unknown"),
         (
-            json!({"template_key": "t", "nodes": [{"node_key": "a", "node_kind": "action", "action_type": "t", "executor_key": "exec.nope"}]}),
+            json!({
+                "template_key": "t",
+                "nodes": [{"node_key": "a", "node_kind": "action", "action_type": "t", "executor_key": "exec.nope"}]
+            }),
             "not registered",
         ),
         (json!({"template_key": "t", "nodes": [node("a")], "surprise": 1}), "unknown field"),
@@ -61,7 +71,11 @@ async fn the_front_door_guards_every_mutation() -> anyhow::Result<()> {
     assert_eq!(t["versions"][0]["compiled_plan_hash"], p["compiled_plan_hash"]);
 
     // Movements: validation, idempotency, four-eyes.
-    let body = |amount: &str, idem: &str| json!({"template_key": "t.api", "intent": {"asset": "USDC", "amount": amount}, "idempotency_key": idem});
+    let body = |amount: &str, idem: &str| {
+        json!({
+            "template_key": "t.api", "intent": {"asset": "USDC", "amount": amount}, "idempotency_key": idem
+        })
+    };
     for bad in [
         body("0", "k"),
         body("-5", "k"),
@@ -71,7 +85,17 @@ async fn the_front_door_guards_every_mutation() -> anyhow::Result<()> {
         let (s, b) = api.call("POST", "/v3/movements", &keys.requester, Some(bad)).await?;
         assert_eq!((s, b["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{b}");
     }
-    let (s, b) = api.call("POST", "/v3/movements", &keys.requester, Some(json!({"template_key": "t.api", "intent": {"asset": "USDC", "amount": "1"}, "idempotency_key": "k", "callback_url": "ftp://x"}))).await?;
+    let (s, b) = api
+        .call(
+            "POST",
+            "/v3/movements",
+            &keys.requester,
+            Some(json!({
+                "template_key": "t.api", "intent": {"asset": "USDC", "amount": "1"}, "idempotency_key": "k",
+                "callback_url": "ftp://x"
+            })),
+        )
+        .await?;
     assert_eq!(s, 400, "{b}");
     let (s, _) = api
         .call(

@@ -39,10 +39,14 @@ impl Treasury {
         let registry = venue.registry(&db.name, "")?;
         let mut text = std::fs::read_to_string(&registry)?;
         text.push_str(&format!(
-            "\n[balances.\"sim_a\"]\ntransport = \"local\"\nimpl = \"cex\"\nconfig = {{ venue = \"sim_a\", base_url = \"{b}\" }}\n\n\
-             [balances.\"sim_b\"]\ntransport = \"local\"\nimpl = \"cex\"\nconfig = {{ venue = \"sim_b\", base_url = \"{b}\" }}\n\n\
-             [balances.\"broken\"]\ntransport = \"local\"\nimpl = \"cex\"\nconfig = {{ venue = \"broken\", base_url = \"http://127.0.0.1:9\" }}\n\n\
-             [balances.\"evm:31337\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ chain_id = 31337, addresses = [\"{ANVIL_ADDR_0}\", \"{ANVIL_ADDR_2}\"] }}\n",
+            "\n[balances.\"sim_a\"]\ntransport = \"local\"\nimpl = \"cex\"\n\
+             config = {{ venue = \"sim_a\", base_url = \"{b}\" }}\n\n\
+             [balances.\"sim_b\"]\ntransport = \"local\"\nimpl = \"cex\"\n\
+             config = {{ venue = \"sim_b\", base_url = \"{b}\" }}\n\n\
+             [balances.\"broken\"]\ntransport = \"local\"\nimpl = \"cex\"\n\
+             config = {{ venue = \"broken\", base_url = \"http://127.0.0.1:9\" }}\n\n\
+             [balances.\"evm:31337\"]\ntransport = \"local\"\nimpl = \"evm\"\n\
+             config = {{ chain_id = 31337, addresses = [\"{ANVIL_ADDR_0}\", \"{ANVIL_ADDR_2}\"] }}\n",
             b = venue.base
         ));
         std::fs::write(&registry, text)?;
@@ -218,8 +222,10 @@ async fn a_capital_transfer_runs_end_to_end_and_is_closed_by_the_follow_up() -> 
         t.free("", "sim_a", "sim_a", "USDT").await?.unwrap_or(0.0),
         t.free("", "sim_b", "sim_b", "USDT").await?.unwrap_or(0.0),
     );
-    let body = json!({"from": "sim_a", "to": SIM_B_DEPOSIT, "asset": "USDT", "amount": "250", "reason": "rebalance to sim_b",
-                      "template_key": "demo.cex.a_to_b", "idempotency_key": "ct-1"});
+    let body = json!({
+        "from": "sim_a", "to": SIM_B_DEPOSIT, "asset": "USDT", "amount": "250", "reason": "rebalance to sim_b",
+        "template_key": "demo.cex.a_to_b", "idempotency_key": "ct-1"
+    });
     let ct = t.transfer(body.clone(), 201).await?;
     assert_eq!(ct["state"], "MOVEMENT_CREATED", "{ct:#}");
     let id = ct["id"].as_str().unwrap_or_default().to_string();
@@ -258,8 +264,10 @@ async fn a_capital_transfer_runs_end_to_end_and_is_closed_by_the_follow_up() -> 
     // More than sim_a holds: refused at creation, nothing recorded.
     let before: i64 =
         sqlx::query_scalar("SELECT count(*) FROM capital_transfer_requests").fetch_one(&t.db.pool).await?;
-    let too_much = json!({"from": "sim_a", "to": SIM_B_DEPOSIT, "asset": "USDT", "amount": "5000000", "reason": "too much",
-                          "template_key": "demo.cex.a_to_b", "idempotency_key": "ct-2"});
+    let too_much = json!({
+        "from": "sim_a", "to": SIM_B_DEPOSIT, "asset": "USDT", "amount": "5000000", "reason": "too much",
+        "template_key": "demo.cex.a_to_b", "idempotency_key": "ct-2"
+    });
     let refused = t.transfer(too_much, 409).await?;
     assert_eq!(refused["error"]["code"], "INSUFFICIENT_BALANCE", "{refused}");
     let after: i64 = sqlx::query_scalar("SELECT count(*) FROM capital_transfer_requests").fetch_one(&t.db.pool).await?;
@@ -368,7 +376,8 @@ async fn rejected_and_expired_movements_leave_the_transfer_needing_attention_onc
         "INSERT INTO capital_transfer_requests
              (id, requested_by, idempotency_key, body_hash, source, destination, asset, amount, reason, template_key,
               state, updated_at)
-         VALUES (gen_random_uuid(), 'treasury-bot', 'ct-lost', 'x', 'venue-a', '0xabc', 'USDC', 5, 'lost', 'demo.sim.transfer',
+         VALUES (gen_random_uuid(), 'treasury-bot', 'ct-lost', 'x', 'venue-a', '0xabc', 'USDC', 5, 'lost', \
+             'demo.sim.transfer',
                  'PENDING', now() - interval '1 minute') RETURNING id",
     )
     .fetch_one(&t.db.pool)
@@ -446,8 +455,10 @@ async fn numbers_from_a_venue_are_numbers_and_the_payer_is_the_account_checked()
     t.venue.admin("DELETE", "/admin/faults", None).await?;
 
     // The balance check still holds a huge transfer to the last real number.
-    let huge = json!({"from": "sim_a", "to": SIM_B_DEPOSIT, "asset": "USDT", "amount": "1000000000000000000000000000000",
-                      "reason": "more than there is", "template_key": "demo.cex.a_to_b", "idempotency_key": "huge"});
+    let huge = json!({
+        "from": "sim_a", "to": SIM_B_DEPOSIT, "asset": "USDT", "amount": "1000000000000000000000000000000",
+        "reason": "more than there is", "template_key": "demo.cex.a_to_b", "idempotency_key": "huge"
+    });
     let b = t.transfer(huge, 409).await?;
     assert_eq!(b["error"]["code"], "INSUFFICIENT_BALANCE", "{b}");
     // `from` names another account than the template pays from: refused, nothing recorded.

@@ -88,7 +88,10 @@ async fn callbacks_are_signed_retried_dead_lettered_and_replayed() -> anyhow::Re
 
     // The guard at creation: an API that does not allow private hosts refuses the URL.
     let strict = Api::start(&db.url, &[("MG_MIGRATE", "false")]).await?;
-    let body = json!({"template_key": "t.cb", "intent": {"asset": "USDC", "amount": "1"}, "idempotency_key": "cb-0", "callback_url": hook});
+    let body = json!({
+        "template_key": "t.cb", "intent": {"asset": "USDC", "amount": "1"}, "idempotency_key": "cb-0",
+        "callback_url": hook
+    });
     let (s, b) = strict.call("POST", "/v3/movements", &keys.requester, Some(body)).await?;
     assert_eq!((s, b["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{b}");
     drop(strict);
@@ -137,7 +140,8 @@ async fn callbacks_are_signed_retried_dead_lettered_and_replayed() -> anyhow::Re
         })
         .await?;
         let (status, delay): (String, f64) = sqlx::query_as(
-            "SELECT status, extract(epoch FROM next_attempt_at - updated_at)::float8 FROM movement_callback_outbox WHERE id = $1",
+            "SELECT status, extract(epoch FROM next_attempt_at - updated_at)::float8 FROM \
+             movement_callback_outbox WHERE id = $1",
         )
         .bind(first)
         .fetch_one(&db.pool)

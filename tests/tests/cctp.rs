@@ -21,7 +21,9 @@ sol! {
     function approve(address spender, uint256 value) returns (bool);
     function balanceOf(address owner) returns (uint256);
     function addRemoteTokenMessenger(uint32 domain, bytes32 tokenMessenger);
-    function depositForBurn(uint256 amount, uint32 destinationDomain, bytes32 mintRecipient, address burnToken) returns (uint64);
+    function depositForBurn(
+        uint256 amount, uint32 destinationDomain, bytes32 mintRecipient, address burnToken
+    ) returns (uint64);
     function receiveMessage(bytes message, bytes attestation) returns (bool);
     function usedNonces(bytes32 key) returns (uint256);
 }
@@ -359,10 +361,14 @@ impl Bridge {
         std::fs::write(
             &registry,
             format!(
-                "{sim_registry}\n[executors.\"exec.cctp.burn\"]\ntransport = \"local\"\nimpl = \"cctp\"\nconfig = {{ from = \"{ANVIL_ADDR_0}\" }}\n\n\
-                 [executors.\"exec.cctp.attestation\"]\ntransport = \"local\"\nimpl = \"cctp\"\nconfig = {{ attestation_url = \"{sim_url}\", source_domain = 0, poll_seconds = 0.5 }}\n\n\
-                 [executors.\"exec.cctp.mint\"]\ntransport = \"local\"\nimpl = \"cctp\"\nconfig = {{ from = \"{ANVIL_ADDR_0}\" }}\n\n\
-                 [signers.\"signer.evm.local\"]\ntransport = \"local\"\nimpl = \"evm\"\nconfig = {{ account = \"anvil0\" }}\n"
+                "{sim_registry}\n[executors.\"exec.cctp.burn\"]\ntransport = \"local\"\nimpl = \"cctp\"\n\
+                 config = {{ from = \"{ANVIL_ADDR_0}\" }}\n\n\
+                 [executors.\"exec.cctp.attestation\"]\ntransport = \"local\"\nimpl = \"cctp\"\n\
+                 config = {{ attestation_url = \"{sim_url}\", source_domain = 0, poll_seconds = 0.5 }}\n\n\
+                 [executors.\"exec.cctp.mint\"]\ntransport = \"local\"\nimpl = \"cctp\"\n\
+                 config = {{ from = \"{ANVIL_ADDR_0}\" }}\n\n\
+                 [signers.\"signer.evm.local\"]\ntransport = \"local\"\nimpl = \"evm\"\n\
+                 config = {{ account = \"anvil0\" }}\n"
             ),
         )?;
         let chain = |id: u64, url: &str| {
@@ -370,8 +376,14 @@ impl Bridge {
                    "max_fee_per_gas_wei": "100000000000", "max_priority_fee_per_gas_wei": "2000000000"})
         };
         let domains = json!([
-            {"domain": 0, "chain_id": 31337, "token_messenger": a.messenger, "message_transmitter": a.transmitter, "usdc": a.usdc},
-            {"domain": 1, "chain_id": 31338, "token_messenger": b.messenger, "message_transmitter": b.transmitter, "usdc": b.usdc},
+            {
+                "domain": 0, "chain_id": 31337, "token_messenger": a.messenger, "message_transmitter": a.transmitter,
+                "usdc": a.usdc
+            },
+            {
+                "domain": 1, "chain_id": 31338, "token_messenger": b.messenger, "message_transmitter": b.transmitter,
+                "usdc": b.usdc
+            },
         ]);
         let mut env: Vec<(String, String)> = [
             ("MG_EXECUTOR_REGISTRY", registry.to_string_lossy().to_string()),
@@ -476,7 +488,8 @@ impl Bridge {
 
     async fn events(&self, movement: &str, node_key: &str) -> anyhow::Result<Vec<(String, String)>> {
         Ok(sqlx::query_as(
-            "SELECT e.kind, COALESCE(e.method, '') FROM node_events e JOIN movement_request_nodes n ON n.id = e.request_node_id
+            "SELECT e.kind, COALESCE(e.method, '') FROM node_events e JOIN movement_request_nodes n ON n.id = \
+             e.request_node_id
               WHERE n.request_id = $1::uuid AND n.node_key = $2 ORDER BY e.id",
         )
         .bind(movement)
@@ -662,7 +675,8 @@ async fn a_message_received_by_another_caller_completes_the_mint_without_a_send(
         let (pool, id) = (bridge.db.pool.clone(), id.clone());
         async move {
             let v: Option<Value> = sqlx::query_scalar(
-                "SELECT provider_refs FROM movement_request_nodes WHERE request_id = $1::uuid AND node_key = $2 AND node_state = 'COMPLETED'",
+                "SELECT provider_refs FROM movement_request_nodes WHERE request_id = $1::uuid AND node_key = $2 \
+                 AND node_state = 'COMPLETED'",
             )
             .bind(&id)
             .bind(key)
@@ -781,7 +795,8 @@ async fn changed_code_on_a_configured_contract_is_drift_and_pauses_the_lane() ->
     assert_eq!(check("evm:31337").await?["status"], "ok", "chain A did not change");
     // One audit row and one callback for the new differences, however many checks saw them.
     let audits: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM audit_outbox WHERE action = 'drift.detected' AND entity_type = 'chain' AND entity_id = 'evm:31338'",
+        "SELECT count(*) FROM audit_outbox WHERE action = 'drift.detected' AND entity_type = 'chain' AND \
+         entity_id = 'evm:31338'",
     )
     .fetch_one(&bridge.db.pool)
     .await?;

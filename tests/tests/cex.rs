@@ -104,7 +104,10 @@ async fn preflight_refuses_before_anything_leaves() -> anyhow::Result<()> {
     let m = cex.wait(&low, &["FAILED"], 30).await?;
     assert_eq!(node(&m, "withdraw")["error_code"], "CEX_AMOUNT_OUT_OF_RANGE", "{m:#}");
     let body = json!({"template_key": "demo.cex.a_to_b", "idempotency_key": "cex-pre-wl",
-        "intent": {"asset": "USDT", "amount": "100", "source": "sim_a", "destination": "0x000000000000000000000000000000000000dead"}});
+    "intent": {
+        "asset": "USDT", "amount": "100", "source": "sim_a",
+        "destination": "0x000000000000000000000000000000000000dead"
+    }});
     let m = cex.api.ok("POST", "/v3/movements", &cex.keys.requester, Some(body), 201).await?;
     let wl = m["id"].as_str().unwrap_or_default().to_string();
     cex.api.ok("POST", &format!("/v3/movements/{wl}/approve"), &cex.keys.approver, None, 200).await?;
@@ -429,7 +432,10 @@ async fn what_is_paid_is_the_destination_shown() -> anyhow::Result<()> {
         |intent: Value| json!({"template_key": "demo.cex.a_to_b", "idempotency_key": "shown", "intent": intent});
     for (intent, expect) in [
         (
-            json!({"asset": "USDT", "amount": "100", "source": "sim_a", "destination": {"address": SIM_B_DEPOSIT, "memo": "1"}}),
+            json!({
+                "asset": "USDT", "amount": "100", "source": "sim_a",
+                "destination": {"address": SIM_B_DEPOSIT, "memo": "1"}
+            }),
             "as a string",
         ),
         (

@@ -28,7 +28,9 @@ async fn each_ready_node_is_claimed_exactly_once() -> anyhow::Result<()> {
         Engine { pool: db.pool.clone(), registry: Arc::new(registry), settings: test_settings(), actor: "test".into() };
 
     let plan = serde_json::from_value(json!({
-        "nodes": [{"node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"}],
+        "nodes": [{
+            "node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"
+        }],
     }))?;
     let proposal = engine
         .propose_template("ops", Proposal { template_key: "t.one".into(), description: None, plan }, 3600.0)

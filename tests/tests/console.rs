@@ -45,14 +45,19 @@ async fn an_operator_signs_in_approves_watches_diagnoses_and_cancels_in_the_brow
     install_template(
         &api,
         &keys,
-        json!({"template_key": "console.live", "nodes": [sim("prepare", json!({})), sim("send", json!({"observe_polls": 6, "retry_after_seconds": 1.0}))],
-               "edges": [{"from": "prepare", "to": "send"}]}),
+        json!({
+            "template_key": "console.live",
+            "nodes": [sim("prepare", json!({})), sim("send", json!({"observe_polls": 6, "retry_after_seconds": 1.0}))],
+            "edges": [{"from": "prepare", "to": "send"}]
+        }),
     )
     .await?;
     install_template(
         &api,
         &keys,
-        json!({"template_key": "console.stuck", "nodes": [sim("u", json!({"submit": "unknown", "recover": "unknown"}))]}),
+        json!({
+            "template_key": "console.stuck", "nodes": [sim("u", json!({"submit": "unknown", "recover": "unknown"}))]
+        }),
     )
     .await?;
     install_template(
@@ -174,7 +179,8 @@ async fn an_operator_signs_in_approves_watches_diagnoses_and_cancels_in_the_brow
     // The other screens; the balances screen leads with a withdrawal no movement explains.
     sqlx::query(
         "INSERT INTO venue_transfers (venue_key, account, direction, venue_ref, asset, amount, address, status)
-         VALUES ('sim_a', 'sim_a', 'withdrawal', 'web-1', 'USDT', 77, '0xb0b0000000000000000000000000000000000b0b', '6')",
+         VALUES ('sim_a', 'sim_a', 'withdrawal', 'web-1', 'USDT', 77, \
+             '0xb0b0000000000000000000000000000000000b0b', '6')",
     )
     .execute(&db.pool)
     .await?;
@@ -257,11 +263,14 @@ async fn the_approver_sees_each_value_as_stored_and_routes_are_data() -> anyhow:
     let keys = Keys::create(&api).await?;
     install_template(&api, &keys, json!({"template_key": "console.shown", "nodes": [sim("a", json!({}))]})).await?;
     let id = create(&api, &keys.requester, "console.shown", "shown-1").await?;
-    sqlx::query("UPDATE movement_requests SET intent = jsonb_set(intent, '{destination}', to_jsonb($2::text)) WHERE id = $1::uuid")
-        .bind(&id)
-        .bind("0xabc\u{202E}fed")
-        .execute(&db.pool)
-        .await?;
+    sqlx::query(
+        "UPDATE movement_requests SET intent = jsonb_set(intent, '{destination}', to_jsonb($2::text)) \
+         WHERE id = $1::uuid",
+    )
+    .bind(&id)
+    .bind("0xabc\u{202E}fed")
+    .execute(&db.pool)
+    .await?;
     let b = Browser::start().await?;
     sign_in(&b, &api.base, &keys.approver).await?;
     b.goto(&format!("{}/console#/movements/{id}", api.base)).await?;
@@ -270,7 +279,8 @@ async fn the_approver_sees_each_value_as_stored_and_routes_are_data() -> anyhow:
     assert!(shown.contains("0xabc⟨U+202E⟩fed") && !shown.contains('\u{202E}'), "{shown}");
     let layout: Value = b
         .eval(
-            "return [...document.querySelectorAll('#approve-what dd bdi.val')].map(e => [e.dir, getComputedStyle(e).unicodeBidi, getComputedStyle(e).direction]);",
+            "return [...document.querySelectorAll('#approve-what dd bdi.val')].map(e => [e.dir, \
+             getComputedStyle(e).unicodeBidi, getComputedStyle(e).direction]);",
             json!([]),
         )
         .await?;
@@ -280,7 +290,8 @@ async fn the_approver_sees_each_value_as_stored_and_routes_are_data() -> anyhow:
     // The raw value, one click away.
     let raw: Value = b
         .eval(
-            "const e = [...document.querySelectorAll('#approve-what dd bdi.val')].find(e => e.textContent.includes('U+202E')); e.click(); return e.textContent;",
+            "const e = [...document.querySelectorAll('#approve-what dd bdi.val')].find(e => \
+             e.textContent.includes('U+202E')); e.click(); return e.textContent;",
             json!([]),
         )
         .await?;
@@ -297,7 +308,11 @@ async fn the_approver_sees_each_value_as_stored_and_routes_are_data() -> anyhow:
         b.goto(&format!("{}/console{route}", api.base)).await?;
         b.wait_text("main", says, T).await?;
         let fetched: Value = b
-            .eval("return performance.getEntriesByType('resource').map(e => e.name).filter(n => n.includes('/v3/') && !n.endsWith('/v3/me'));", json!([]))
+            .eval(
+                "return performance.getEntriesByType('resource').map(e => e.name).filter(n => n.includes('/v3/') \
+                 && !n.endsWith('/v3/me'));",
+                json!([]),
+            )
             .await?;
         assert_eq!(fetched, json!([]), "{route}: {fetched}");
     }

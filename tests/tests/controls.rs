@@ -233,10 +233,13 @@ impl qtg_executor::Executor for PausedDuringPrepare {
         &self,
         ctx: &qtg_core::ExecutionContext,
     ) -> Result<qtg_executor::Prepared, qtg_executor::ExecutorError> {
-        sqlx::query("INSERT INTO dispatch_pauses (scope, target, reason, paused_by) VALUES ('global', '', 'incident', 'ops') ON CONFLICT DO NOTHING")
-            .execute(&self.pool)
-            .await
-            .map_err(|e| qtg_executor::ExecutorError::Unavailable(e.to_string()))?;
+        sqlx::query(
+            "INSERT INTO dispatch_pauses (scope, target, reason, paused_by) VALUES ('global', '', 'incident', \
+             'ops') ON CONFLICT DO NOTHING",
+        )
+        .execute(&self.pool)
+        .await
+        .map_err(|e| qtg_executor::ExecutorError::Unavailable(e.to_string()))?;
         self.inner.prepare(ctx).await
     }
 
@@ -282,7 +285,16 @@ async fn a_pause_that_commits_after_the_claim_still_stops_the_submit() -> anyhow
         settings: test_settings(),
         actor: "test".into(),
     };
-    install_plan(&engine, "t.p", json!({"nodes": [{"node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"}]})).await?;
+    install_plan(
+        &engine,
+        "t.p",
+        json!({
+            "nodes": [{
+                "node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"
+            }]
+        }),
+    )
+    .await?;
     let id = create_approved(&engine, "t.p", "p-1").await?;
     assert_eq!(engine.dispatch_tick().await?, 1, "claimed before the pause existed");
     let (state, code, refs, attempt) = node_row(&db.pool, id, "n").await?;

@@ -31,11 +31,15 @@ async fn slow_template(delay_ms: u64) -> anyhow::Result<(TestDb, Api, Keys)> {
     let db = TestDb::new().await?;
     let api = Api::start(&db.url, &[]).await?;
     let keys = Keys::create(&api).await?;
-    install_template(&api, &keys, json!({
-        "template_key": "t.slow",
-        "nodes": [{"node_key": "w", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
-                   "config": {"sim": {"delay_ms": delay_ms}}}],
-    }))
+    install_template(
+        &api,
+        &keys,
+        json!({
+            "template_key": "t.slow",
+            "nodes": [{"node_key": "w", "node_kind": "action", "action_type": "transfer",
+                       "executor_key": "exec.sim.transfer", "config": {"sim": {"delay_ms": delay_ms}}}],
+        }),
+    )
     .await?;
     Ok((db, api, keys))
 }

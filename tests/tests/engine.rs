@@ -10,7 +10,12 @@ use qtg_tests::*;
 use serde_json::json;
 
 fn one(key: &str, sim: serde_json::Value) -> serde_json::Value {
-    json!({"nodes": [{"node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer", "config": {"sim": sim}}]})
+    json!({
+        "nodes": [{
+            "node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+            "config": {"sim": sim}
+        }]
+    })
 }
 
 #[tokio::test]
@@ -38,7 +43,18 @@ async fn an_executor_hand_over_stops_recovery_and_calls_a_person() -> anyhow::Re
     let mut settings = test_settings();
     settings.grace.other = 0.0;
     let engine = sim_engine(&db, settings)?;
-    install_plan(&engine, "t.review", one("n", json!({"submit": "unknown", "recover": "unknown", "provider_refs": {"__manual_review_required": "reconciliation_ambiguous"}}))).await?;
+    install_plan(
+        &engine,
+        "t.review",
+        one(
+            "n",
+            json!({
+                "submit": "unknown", "recover": "unknown",
+                "provider_refs": {"__manual_review_required": "reconciliation_ambiguous"}
+            }),
+        ),
+    )
+    .await?;
     let id = create_approved(&engine, "t.review", "m1").await?;
     engine.dispatch_tick().await?;
     // submit's own UNKNOWN already carries the marker: handed over at once.
@@ -57,13 +73,19 @@ async fn an_executor_hand_over_stops_recovery_and_calls_a_person() -> anyhow::Re
 #[tokio::test]
 async fn observation_timeout_is_enforced_only_when_enabled() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let plan = json!({"nodes": [{"node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
-        "timeout_policy": {"observe_seconds": 0.05}, "config": {"sim": {"observe_polls": 1000, "retry_after_seconds": 0}}}]});
+    let plan = json!({
+        "nodes": [{
+            "node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+            "timeout_policy": {"observe_seconds": 0.05},
+            "config": {"sim": {"observe_polls": 1000, "retry_after_seconds": 0}}
+        }]
+    });
     let off = sim_engine(&db, test_settings())?;
     install_plan(&off, "t.slow", plan).await?;
     let id = create_approved(&off, "t.slow", "m1").await?;
     off.dispatch_tick().await?;
-    let past = "SELECT bool_and(now() > started_at + interval '0.05 seconds') FROM movement_request_nodes WHERE request_id = $1";
+    let past = "SELECT bool_and(now() > started_at + interval '0.05 seconds') FROM movement_request_nodes WHERE \
+                request_id = $1";
     wait_db(&db.pool, past, id, Duration::from_secs(10)).await?;
     off.observe_tick().await?;
     assert_eq!(node_row(&db.pool, id, "n").await?.0, "OBSERVING");
@@ -83,8 +105,14 @@ async fn unresolved_refs_and_plan_drift_fail_before_anything_is_sent() -> anyhow
     let engine = sim_engine(&db, test_settings())?;
     install_plan(&engine, "t.ref", json!({
         "nodes": [
-            {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer", "config": {"sim": {"submit_result": "completed"}}},
-            {"node_key": "b", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer", "config": {"x": "$ref:a.no_such_field"}},
+            {
+                "node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+                "config": {"sim": {"submit_result": "completed"}}
+            },
+            {
+                "node_key": "b", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+                "config": {"x": "$ref:a.no_such_field"}
+            },
         ],
         "edges": [{"from": "a", "to": "b"}],
     }))
@@ -98,10 +126,13 @@ async fn unresolved_refs_and_plan_drift_fail_before_anything_is_sent() -> anyhow
 
     install_plan(&engine, "t.drift", one("n", json!({}))).await?;
     let id = create_approved(&engine, "t.drift", "m2").await?;
-    sqlx::query("UPDATE plan_versions SET compiled_plan_hash = repeat('0', 64) WHERE id = (SELECT plan_version_id FROM movement_requests WHERE id = $1)")
-        .bind(id)
-        .execute(&db.pool)
-        .await?;
+    sqlx::query(
+        "UPDATE plan_versions SET compiled_plan_hash = repeat('0', 64) WHERE id = (SELECT plan_version_id FROM \
+         movement_requests WHERE id = $1)",
+    )
+    .bind(id)
+    .execute(&db.pool)
+    .await?;
     engine.dispatch_tick().await?;
     let (state, code, _, _) = node_row(&db.pool, id, "n").await?;
     assert_eq!((state.as_str(), code.as_deref()), ("FAILED", Some("PLAN_HASH_DRIFT")));
@@ -116,7 +147,9 @@ async fn unresolved_refs_and_plan_drift_fail_before_anything_is_sent() -> anyhow
 async fn manual_nodes_wait_for_a_person_and_are_never_dispatched() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
     let engine = sim_engine(&db, test_settings())?;
-    install_plan(&engine, "t.manual", json!({"nodes": [{"node_key": "m", "node_kind": "manual", "action_type": "manual_bank_wire", "executor_key": "manual"}]})).await?;
+    install_plan(&engine, "t.manual", json!({
+        "nodes": [{"node_key": "m", "node_kind": "manual", "action_type": "manual_bank_wire", "executor_key": "manual"}]
+    })).await?;
     let id = create_approved(&engine, "t.manual", "m1").await?;
     assert_eq!(request_state(&db.pool, id).await?, "WAITING_MANUAL_ACTION");
     assert_eq!(engine.dispatch_tick().await?, 0);

@@ -112,7 +112,8 @@ impl Evm {
 
     async fn reservation(&self, movement: &str) -> anyhow::Result<(i64, String)> {
         Ok(sqlx::query_as(
-            "SELECT r.nonce, r.status FROM evm_nonce_reservation r JOIN movement_request_nodes n ON n.id = r.request_node_id
+            "SELECT r.nonce, r.status FROM evm_nonce_reservation r JOIN movement_request_nodes n ON n.id = \
+             r.request_node_id
               WHERE n.request_id = $1::uuid ORDER BY r.id DESC LIMIT 1",
         )
         .bind(movement)
@@ -277,7 +278,8 @@ async fn the_reaper_reclaims_an_abandoned_nonce_and_leaves_a_used_one_alone() ->
     .map_err(|e| anyhow::anyhow!("{e}\n{}", reaper.log()))?;
     assert_eq!(evm.reservation(&used).await?.1, "consumed", "a used nonce is never reclaimed");
     let audits: i64 = sqlx::query_scalar(
-        "SELECT count(*) FROM audit_outbox WHERE action = 'evm.nonce.reclaim' AND movement_id = $1::uuid AND (data->>'nonce')::bigint = $2",
+        "SELECT count(*) FROM audit_outbox WHERE action = 'evm.nonce.reclaim' AND movement_id = $1::uuid AND \
+         (data->>'nonce')::bigint = $2",
     )
     .bind(&abandoned)
     .bind(gap)
@@ -590,10 +592,15 @@ async fn a_signature_by_another_address_than_the_enrolled_one_is_not_sent() -> a
 async fn addresses_are_read_strictly_at_creation() -> anyhow::Result<()> {
     let evm = Evm::start().await?;
     evm.template("evm.eth", json!({"chain_id": 31337})).await?;
-    let burn = json!({"template_key": "evm.burn", "risk_controls": {"allowed_destinations": ["0x000000000000000000000000000000000000dEaD"]},
-        "nodes": [{"node_key": "send", "node_kind": "action", "action_type": "evm_transfer",
-                   "executor_key": "exec.evm.transfer", "signer_key": "signer.evm.local", "signing_required": true,
-                   "config": {"chain_id": 31337}}]});
+    let burn = json!({
+        "template_key": "evm.burn",
+        "risk_controls": {"allowed_destinations": ["0x000000000000000000000000000000000000dEaD"]},
+        "nodes": [{
+            "node_key": "send", "node_kind": "action", "action_type": "evm_transfer",
+            "executor_key": "exec.evm.transfer", "signer_key": "signer.evm.local", "signing_required": true,
+            "config": {"chain_id": 31337}
+        }]
+    });
     install_template(&evm.api, &evm.keys, burn).await?;
     let create = |template: &str, destination: Value, source: &str, idem: &str| {
         json!({"template_key": template, "idempotency_key": idem,

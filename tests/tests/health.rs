@@ -61,9 +61,12 @@ async fn health_drives_the_roster_and_the_approval_gate() -> anyhow::Result<()> 
     let keys = Keys::create(&api).await?;
     let viewer = api.key("auditor", "viewer").await?;
     // A row for an executor no registry knows any more.
-    sqlx::query("INSERT INTO executors (executor_key, transport, lane, health_state) VALUES ('exec.gone', 'local', 'other', 'up')")
-        .execute(&db.pool)
-        .await?;
+    sqlx::query(
+        "INSERT INTO executors (executor_key, transport, lane, health_state) VALUES ('exec.gone', 'local', \
+         'other', 'up')",
+    )
+    .execute(&db.pool)
+    .await?;
     let _health = Proc::spawn("qtg-health", &db.url, &env).await?;
 
     let roster = roster_until(&api, &viewer, "/v3/executors", "executors up", |r| {
@@ -174,7 +177,11 @@ async fn the_approval_gate_fails_closed_on_unknown_and_stale_health() -> anyhow:
         {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"}]}),
     )
     .await?;
-    let create = |idem: &str| json!({"template_key": "t.gate", "intent": {"asset": "USDC", "amount": "1"}, "idempotency_key": idem});
+    let create = |idem: &str| {
+        json!({
+            "template_key": "t.gate", "intent": {"asset": "USDC", "amount": "1"}, "idempotency_key": idem
+        })
+    };
     let m = api.ok("POST", "/v3/movements", &keys.requester, Some(create("g-1")), 201).await?;
     let id = m["id"].as_str().unwrap().to_string();
     let approve = format!("/v3/movements/{id}/approve");

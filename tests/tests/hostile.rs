@@ -137,7 +137,8 @@ struct Target {
 fn payload(valid: Value) -> impl Strategy<Value = Payload> {
     prop_oneof![
         4 => json_value().prop_map(Payload::Json),
-        6 => (any::<usize>(), any::<u8>(), json_value()).prop_map(move |(p, op, with)| Payload::Json(mutate(valid.clone(), p, op, with))),
+        6 => (any::<usize>(), any::<u8>(), json_value())
+            .prop_map(move |(p, op, with)| Payload::Json(mutate(valid.clone(), p, op, with))),
         1 => prop::collection::vec(any::<u8>(), 0..64).prop_map(Payload::Raw),
         1 => ".{0,16}".prop_map(Payload::WrongType),
         1 => Just(Payload::Huge),
@@ -201,10 +202,19 @@ fn hostile_bodies_never_5xx_and_a_4xx_changes_nothing() -> anyhow::Result<()> {
         let api = Api::start(&db.url, &[]).await?;
         let keys = Keys::create(&api).await?;
         let admin = api.key("fuzz-admin", "admin").await?;
-        let node = json!({"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"});
+        let node = json!({
+            "node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"
+        });
         install_template(&api, &keys, json!({"template_key": "t.fuzz", "nodes": [node.clone()]})).await?;
-        let proposal =
-            api.ok("POST", "/v3/template-proposals", &keys.operator, Some(json!({"template_key": "t.fuzz2", "nodes": [node.clone()]})), 201).await?;
+        let proposal = api
+            .ok(
+                "POST",
+                "/v3/template-proposals",
+                &keys.operator,
+                Some(json!({"template_key": "t.fuzz2", "nodes": [node.clone()]})),
+                201,
+            )
+            .await?;
         let pid = proposal["id"].as_str().unwrap_or_default().to_string();
         let movement = json!({"template_key": "t.fuzz", "idempotency_key": "fz-1",
                               "intent": {"asset": "USDC", "amount": "10", "source": "a", "destination": "b"}});
@@ -213,24 +223,60 @@ fn hostile_bodies_never_5xx_and_a_4xx_changes_nothing() -> anyhow::Result<()> {
         let mp = format!("/v3/movements/{mid}");
         let reason = json!({"reason": "fuzz"});
         let targets = vec![
-            Target { method: "POST", path: "/v3/template-proposals".into(), valid: json!({"template_key": "t.fz", "nodes": [node.clone()], "edges": []}) },
+            Target {
+                method: "POST",
+                path: "/v3/template-proposals".into(),
+                valid: json!({"template_key": "t.fz", "nodes": [node.clone()], "edges": []}),
+            },
             Target { method: "POST", path: format!("/v3/template-proposals/{pid}/approve"), valid: reason.clone() },
             Target { method: "POST", path: format!("/v3/template-proposals/{pid}/reject"), valid: reason.clone() },
             Target { method: "POST", path: "/v3/movements".into(), valid: movement },
             Target { method: "POST", path: format!("{mp}/approve"), valid: reason.clone() },
             Target { method: "POST", path: format!("{mp}/reject"), valid: reason.clone() },
-            Target { method: "POST", path: format!("{mp}/actions/cancel"), valid: json!({"reason": "x", "runbook_case": "C6", "evidence": {"a": 1}}) },
+            Target {
+                method: "POST",
+                path: format!("{mp}/actions/cancel"),
+                valid: json!({"reason": "x", "runbook_case": "C6", "evidence": {"a": 1}}),
+            },
             Target { method: "POST", path: format!("{mp}/actions/resume"), valid: reason.clone() },
             Target { method: "POST", path: format!("{mp}/nodes/a/actions/retry"), valid: reason.clone() },
-            Target { method: "POST", path: format!("{mp}/nodes/a/actions/complete-manual"), valid: json!({"evidence": "done"}) },
+            Target {
+                method: "POST",
+                path: format!("{mp}/nodes/a/actions/complete-manual"),
+                valid: json!({"evidence": "done"}),
+            },
             Target { method: "POST", path: format!("{mp}/nodes/%00%27;--/actions/retry"), valid: reason.clone() },
             Target { method: "POST", path: "/v3/movements/not-a-uuid/approve".into(), valid: reason.clone() },
-            Target { method: "PUT", path: "/v3/signers/signer.sim/expected-identity".into(), valid: json!({"address": format!("0x{}", "a".repeat(40))}) },
-            Target { method: "POST", path: "/v3/controls/pause".into(), valid: json!({"scope": "lane", "target": "cex", "reason": "x"}) },
-            Target { method: "POST", path: "/v3/controls/resume".into(), valid: json!({"scope": "lane", "target": "cex", "reason": "x"}) },
-            Target { method: "POST", path: "/v3/api-keys".into(), valid: json!({"principal": "p", "roles": ["viewer"]}) },
-            Target { method: "DELETE", path: "/v3/api-keys/00000000-0000-4000-8000-000000000001".into(), valid: json!({}) },
-            Target { method: "POST", path: "/v3/callbacks/00000000-0000-4000-8000-000000000001/actions/replay".into(), valid: json!({}) },
+            Target {
+                method: "PUT",
+                path: "/v3/signers/signer.sim/expected-identity".into(),
+                valid: json!({"address": format!("0x{}", "a".repeat(40))}),
+            },
+            Target {
+                method: "POST",
+                path: "/v3/controls/pause".into(),
+                valid: json!({"scope": "lane", "target": "cex", "reason": "x"}),
+            },
+            Target {
+                method: "POST",
+                path: "/v3/controls/resume".into(),
+                valid: json!({"scope": "lane", "target": "cex", "reason": "x"}),
+            },
+            Target {
+                method: "POST",
+                path: "/v3/api-keys".into(),
+                valid: json!({"principal": "p", "roles": ["viewer"]}),
+            },
+            Target {
+                method: "DELETE",
+                path: "/v3/api-keys/00000000-0000-4000-8000-000000000001".into(),
+                valid: json!({}),
+            },
+            Target {
+                method: "POST",
+                path: "/v3/callbacks/00000000-0000-4000-8000-000000000001/actions/replay".into(),
+                valid: json!({}),
+            },
         ];
         anyhow::Ok((db, api, admin, targets))
     })?;

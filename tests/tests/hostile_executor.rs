@@ -153,8 +153,10 @@ async fn hostile_answers_stay_with_their_node_and_the_worker_goes_on() -> anyhow
     std::fs::write(
         &registry,
         format!(
-            "{sim}\n[executors.\"exec.bad.http\"]\ntransport = \"http\"\nendpoint = \"http://{http_addr}\"\ntimeout_ms = 1500\n\
-             [executors.\"exec.bad.grpc\"]\ntransport = \"grpc\"\nendpoint = \"http://{grpc_addr}\"\ntimeout_ms = 1500\n"
+            "{sim}\n[executors.\"exec.bad.http\"]\ntransport = \"http\"\nendpoint = \"http://{http_addr}\"\n\
+             timeout_ms = 1500\n\
+             [executors.\"exec.bad.grpc\"]\ntransport = \"grpc\"\nendpoint = \"http://{grpc_addr}\"\n\
+             timeout_ms = 1500\n"
         ),
     )?;
     let registry_path = registry.to_string_lossy().to_string();

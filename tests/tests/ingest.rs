@@ -19,7 +19,8 @@ async fn an_unexplained_withdrawal_is_alerted_once_across_two_ingest_replicas() 
     let mut text = std::fs::read_to_string(&registry)?;
     for account in ["sim_a", "sim_b"] {
         text.push_str(&format!(
-            "\n[balances.\"{account}\"]\ntransport = \"local\"\nimpl = \"cex\"\nconfig = {{ venue = \"{account}\", base_url = \"{}\" }}\n",
+            "\n[balances.\"{account}\"]\ntransport = \"local\"\nimpl = \"cex\"\n\
+             config = {{ venue = \"{account}\", base_url = \"{}\" }}\n",
             bed.venue.base
         ));
     }

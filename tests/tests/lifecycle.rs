@@ -11,7 +11,10 @@ use sqlx::Row;
 const CALLBACK: &str = "http://callbacks.invalid/callbacks";
 
 fn action(key: &str, sim: Value) -> Value {
-    json!({"node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer", "config": {"sim": sim}})
+    json!({
+        "node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+        "config": {"sim": sim}
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -33,16 +36,25 @@ async fn movements_run_to_their_end_states_across_separate_workers() -> anyhow::
 
     let mut d = action("d", json!({}));
     d["config"]["from_b"] = json!("$ref:b.txid");
-    install_template(&api, &keys, json!({
-        "template_key": "t.diamond",
-        "nodes": [
-            action("a", json!({"provider_refs": {"txid": "0xa"}})),
-            action("b", json!({"provider_refs": {"txid": "0xb", "b_only": 1}, "observe_polls": 2, "retry_after_seconds": 0.2})),
-            action("c", json!({"provider_refs": {"c_only": 2}})),
-            d,
-        ],
-        "edges": [{"from": "a", "to": "b"}, {"from": "a", "to": "c"}, {"from": "b", "to": "d"}, {"from": "c", "to": "d"}],
-    })).await?;
+    install_template(
+        &api,
+        &keys,
+        json!({
+            "template_key": "t.diamond",
+            "nodes": [
+                action("a", json!({"provider_refs": {"txid": "0xa"}})),
+                action("b", json!({
+                    "provider_refs": {"txid": "0xb", "b_only": 1}, "observe_polls": 2, "retry_after_seconds": 0.2
+                })),
+                action("c", json!({"provider_refs": {"c_only": 2}})),
+                d,
+            ],
+            "edges": [
+                {"from": "a", "to": "b"}, {"from": "a", "to": "c"}, {"from": "b", "to": "d"}, {"from": "c", "to": "d"}
+            ],
+        }),
+    )
+    .await?;
     install_template(
         &api,
         &keys,
@@ -55,14 +67,22 @@ async fn movements_run_to_their_end_states_across_separate_workers() -> anyhow::
         json!({"template_key": "t.fail", "nodes": [action("f", json!({"preflight": "fail"}))]}),
     )
     .await?;
-    install_template(&api, &keys, json!({
-        "template_key": "t.after_effect",
-        "nodes": [
-            action("x", json!({})),
-            {"node_key": "y", "node_kind": "observe", "action_type": "deposit_observe", "executor_key": "exec.sim.observe", "config": {"sim": {"observe": "fail"}}},
-        ],
-        "edges": [{"from": "x", "to": "y"}],
-    })).await?;
+    install_template(
+        &api,
+        &keys,
+        json!({
+            "template_key": "t.after_effect",
+            "nodes": [
+                action("x", json!({})),
+                {
+                    "node_key": "y", "node_kind": "observe", "action_type": "deposit_observe",
+                    "executor_key": "exec.sim.observe", "config": {"sim": {"observe": "fail"}}
+                },
+            ],
+            "edges": [{"from": "x", "to": "y"}],
+        }),
+    )
+    .await?;
     let mut signed = action("s", json!({}));
     signed["signing_required"] = json!(true);
     signed["signer_key"] = json!("signer.sim");
@@ -80,7 +100,8 @@ async fn movements_run_to_their_end_states_across_separate_workers() -> anyhow::
     let m = wait_state(&api, r, &diamond, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], t).await?;
     assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
     let times = sqlx::query(
-        "SELECT node_key, started_at, completed_at FROM movement_request_nodes WHERE request_id = $1::uuid ORDER BY node_key",
+        "SELECT node_key, started_at, completed_at FROM movement_request_nodes WHERE request_id = $1::uuid \
+         ORDER BY node_key",
     )
     .bind(&diamond)
     .fetch_all(&db.pool)
@@ -150,11 +171,16 @@ async fn movements_run_to_their_end_states_across_separate_workers() -> anyhow::
     for id in [&diamond, &unknown, &fail, &after, &sign] {
         let row = sqlx::query(
             "SELECT
-               (SELECT count(*) FROM node_events WHERE request_id = $1::uuid AND kind = 'transition') AS node_transitions,
-               (SELECT count(*) FROM audit_outbox WHERE movement_id = $1::uuid AND action = 'node.transition') AS node_audits,
-               (SELECT count(*) FROM movement_callback_outbox WHERE request_id = $1::uuid AND event_type = 'node_state_changed') AS node_callbacks,
-               (SELECT count(*) FROM audit_outbox WHERE movement_id = $1::uuid AND action = 'movement.transition') AS request_audits,
-               (SELECT count(*) FROM movement_callback_outbox WHERE request_id = $1::uuid AND event_type = 'request_state_changed') AS request_callbacks,
+               (SELECT count(*) FROM node_events WHERE request_id = $1::uuid AND kind = 'transition') AS \
+                   node_transitions,
+               (SELECT count(*) FROM audit_outbox WHERE movement_id = $1::uuid AND action = \
+                   'node.transition') AS node_audits,
+               (SELECT count(*) FROM movement_callback_outbox WHERE request_id = $1::uuid AND event_type = \
+                   'node_state_changed') AS node_callbacks,
+               (SELECT count(*) FROM audit_outbox WHERE movement_id = $1::uuid AND action = 'movement.transition') \
+                   AS request_audits,
+               (SELECT count(*) FROM movement_callback_outbox WHERE request_id = $1::uuid AND event_type = \
+                   'request_state_changed') AS request_callbacks,
                (SELECT count(*) FROM movement_callback_outbox WHERE request_id = $1::uuid) AS callbacks,
                (SELECT count(DISTINCT sequence) FROM movement_callback_outbox WHERE request_id = $1::uuid) AS sequences,
                (SELECT max(sequence) FROM movement_callback_outbox WHERE request_id = $1::uuid) AS max_sequence",
@@ -171,10 +197,13 @@ async fn movements_run_to_their_end_states_across_separate_workers() -> anyhow::
         assert_eq!(n("callbacks"), n("sequences"), "movement {id}: sequences are unique");
         assert_eq!(n("callbacks"), n("max_sequence"), "movement {id}: sequences are 1..N");
     }
-    let attention: i64 = sqlx::query_scalar("SELECT count(*) FROM movement_callback_outbox WHERE request_id = $1::uuid AND event_type = 'request_attention'")
-        .bind(&after)
-        .fetch_one(&db.pool)
-        .await?;
+    let attention: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM movement_callback_outbox WHERE request_id = $1::uuid AND event_type = \
+         'request_attention'",
+    )
+    .bind(&after)
+    .fetch_one(&db.pool)
+    .await?;
     assert_eq!(attention, 1, "MANUAL_INTERVENTION sends request_attention");
 
     // Never more than one venue execution per node, across all its attempts (retries

@@ -72,9 +72,9 @@ async fn live_answers_conform_to_the_openapi_document() -> anyhow::Result<()> {
         "/v3/movements",
         "/v3/movements",
         &keys.requester,
-        Some(
-            json!({"template_key": "t.doc", "idempotency_key": "doc-2", "intent": {"asset": "USDC", "amount": "1000.01"}})
-        )
+        Some(json!({
+            "template_key": "t.doc", "idempotency_key": "doc-2", "intent": {"asset": "USDC", "amount": "1000.01"}
+        }))
     );
     sample!("POST", "/v3/movements/{id}/approve", format!("/v3/movements/{id}/approve"), &keys.requester, None);
     sample!("POST", "/v3/movements/{id}/approve", format!("/v3/movements/{id}/approve"), &keys.approver, None);

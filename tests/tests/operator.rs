@@ -10,7 +10,12 @@ use qtg_tests::*;
 use serde_json::json;
 
 fn one(sim: serde_json::Value) -> serde_json::Value {
-    json!({"nodes": [{"node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer", "config": {"sim": sim}}]})
+    json!({
+        "nodes": [{
+            "node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+            "config": {"sim": sim}
+        }]
+    })
 }
 
 #[tokio::test]
@@ -33,10 +38,13 @@ async fn retry_makes_a_new_attempt_of_a_failed_node_and_refuses_unknown() -> any
             .fetch_one(&db.pool)
             .await?;
     assert_eq!(submits, 2);
-    let audit: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_outbox WHERE movement_id = $1 AND action = 'node.retry' AND data->>'reason' = 'venue fixed'")
-        .bind(id)
-        .fetch_one(&db.pool)
-        .await?;
+    let audit: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_outbox WHERE movement_id = $1 AND action = 'node.retry' AND data->>'reason' \
+         = 'venue fixed'",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await?;
     assert_eq!(audit, 1);
 
     install_plan(&engine, "t.unknown", one(json!({"submit": "unknown"}))).await?;
@@ -122,7 +130,15 @@ async fn resume_clears_the_hand_off_so_recovery_decides() -> anyhow::Result<()> 
     let mut settings = test_settings();
     settings.grace.other = 0.0;
     let engine = sim_engine(&db, settings)?;
-    install_plan(&engine, "t.review", one(json!({"submit": "unknown", "recover": "completed", "provider_refs": {"__manual_review_required": "reconciliation_ambiguous"}}))).await?;
+    install_plan(
+        &engine,
+        "t.review",
+        one(json!({
+            "submit": "unknown", "recover": "completed",
+            "provider_refs": {"__manual_review_required": "reconciliation_ambiguous"}
+        })),
+    )
+    .await?;
     let id = create_approved(&engine, "t.review", "m1").await?;
     engine.dispatch_tick().await?;
     assert_eq!(request_state(&db.pool, id).await?, "MANUAL_INTERVENTION");
@@ -140,10 +156,21 @@ async fn resume_clears_the_hand_off_so_recovery_decides() -> anyhow::Result<()> 
     assert_eq!(request_state(&db.pool, id).await?, "COMPLETED");
 
     // A FAILED node after a completed action: resume has nothing to sweep, retry does.
-    install_plan(&engine, "t.after", json!({"nodes": [
-        {"node_key": "x", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer", "config": {"sim": {"submit_result": "completed"}}},
-        {"node_key": "y", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer", "config": {"sim": {"submit": "fail"}}}],
-        "edges": [{"from": "x", "to": "y"}]})).await?;
+    install_plan(
+        &engine,
+        "t.after",
+        json!({"nodes": [
+        {
+            "node_key": "x", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+            "config": {"sim": {"submit_result": "completed"}}
+        },
+        {
+            "node_key": "y", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+            "config": {"sim": {"submit": "fail"}}
+        }],
+        "edges": [{"from": "x", "to": "y"}]}),
+    )
+    .await?;
     let id = create_approved(&engine, "t.after", "m2").await?;
     engine.dispatch_tick().await?;
     engine.dispatch_tick().await?;
@@ -160,10 +187,18 @@ async fn resume_clears_the_hand_off_so_recovery_decides() -> anyhow::Result<()> 
 async fn complete_manual_only_on_manual_nodes_and_a_busy_worker_is_a_409() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
     let engine = sim_engine(&db, test_settings())?;
-    install_plan(&engine, "t.manual", json!({"nodes": [
+    install_plan(
+        &engine,
+        "t.manual",
+        json!({"nodes": [
         {"node_key": "wire", "node_kind": "manual", "action_type": "manual_bank_wire", "executor_key": "manual"},
-        {"node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer", "config": {"sim": {"submit_result": "completed"}}}],
-        "edges": [{"from": "wire", "to": "n"}]})).await?;
+        {
+            "node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+            "config": {"sim": {"submit_result": "completed"}}
+        }],
+        "edges": [{"from": "wire", "to": "n"}]}),
+    )
+    .await?;
     let id = create_approved(&engine, "t.manual", "m1").await?;
     assert_eq!(request_state(&db.pool, id).await?, "WAITING_MANUAL_ACTION");
     let evidence = json!({"bank_ref": "WIRE-123"});
@@ -222,12 +257,18 @@ async fn diagnosis_names_each_runbook_case() -> anyhow::Result<()> {
         (
             "C3a",
             "t.unknown",
-            Some("provider_refs = provider_refs - '__submit_attempt_pending' || '{\"__legacy_reconciliation_gated\": true}'"),
+            Some(
+                "provider_refs = provider_refs - '__submit_attempt_pending' || \
+                 '{\"__legacy_reconciliation_gated\": true}'",
+            ),
         ),
         (
             "C3b",
             "t.unknown",
-            Some("provider_refs = provider_refs || '{\"__legacy_reconciliation_gated\": true, \"__manual_review_required\": \"reconciliation_auth_failed\"}'"),
+            Some(
+                "provider_refs = provider_refs || '{\"__legacy_reconciliation_gated\": \
+                 true, \"__manual_review_required\": \"reconciliation_auth_failed\"}'",
+            ),
         ),
         ("C5", "t.observing", Some("observe_count = 60")),
         ("C6", "t.unknown", Some("provider_refs = '{}'::jsonb, provider_ref_id = NULL")),

@@ -123,8 +123,15 @@ async fn qtg_with(db: &TestDb, py: &PyExecutor, auth: &str, secret: &str) -> any
 /// Runs a one-node movement through `exec.py.transfer` with node config `config` to a final
 /// state, and returns it.
 async fn movement_through_py(api: &Api, keys: &Keys, config: Value, idempotency_key: &str) -> anyhow::Result<Value> {
-    install_template(api, keys, json!({"template_key": "t.py", "nodes": [
-        {"node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.py.transfer", "config": config}]}))
+    install_template(
+        api,
+        keys,
+        json!({"template_key": "t.py", "nodes": [
+        {
+            "node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.py.transfer",
+            "config": config
+        }]}),
+    )
     .await?;
     let id = start_movement(api, keys, "t.py", idempotency_key, None).await?;
     wait_state(api, &keys.requester, &id, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], Duration::from_secs(30))
@@ -142,7 +149,8 @@ async fn a_python_grpc_executor_verifies_qtgs_signature_and_completes_a_movement
     // reads, issue 26.)
     let config: Value = serde_json::from_str(
         r#"{"fee": 0.00001, "big": 1e21, "whole": 2.0, "neg_zero": -0.0, "small": 1e-7, "e": 123456789012.345,
-            "keys": {"é": 1, "e": 2, "E": 3, "😀": 4, "！": 5}, "text": "a \"quote\", a \\ and ü", "amount": "1000000000000000000"}"#,
+            "keys": {"é": 1, "e": 2, "E": 3, "😀": 4, "！": 5}, "text": "a \"quote\", a \\ and ü",
+            "amount": "1000000000000000000"}"#,
     )?;
     let m = movement_through_py(&api, &keys, config, "py-1").await?;
     assert_eq!(m["request_state"], "COMPLETED", "{m:#}\npython executor:\n{}", py.log());

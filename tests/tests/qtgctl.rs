@@ -70,8 +70,8 @@ async fn qtgctl_drives_a_movement_end_to_end() -> anyhow::Result<()> {
         &file,
         json!({"template_key": "t.cli", "nodes": [
             {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"},
-            {"node_key": "b", "node_kind": "observe", "action_type": "deposit_observe", "executor_key": "exec.sim.observe",
-             "config": {"sim": {"submit_result": "completed"}}}],
+            {"node_key": "b", "node_kind": "observe", "action_type": "deposit_observe",
+             "executor_key": "exec.sim.observe", "config": {"sim": {"submit_result": "completed"}}}],
             "edges": [{"from": "a", "to": "b"}]})
         .to_string(),
     )?;

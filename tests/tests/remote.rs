@@ -25,7 +25,10 @@ async fn start_system(db: &TestDb, remote: &Remote) -> anyhow::Result<(Api, Vec<
 }
 
 fn remote_node(key: &str, executor: &str, example: Value) -> Value {
-    json!({"node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": executor, "config": {"example": example}})
+    json!({
+        "node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": executor,
+        "config": {"example": example}
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -36,20 +39,55 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
     let keys = Keys::create(&api).await?;
 
     // One node over gRPC, its successor over HTTP JSON, with observation polls on both.
-    install_template(&api, &keys, json!({
-        "template_key": "t.remote",
-        "nodes": [remote_node("g", "exec.ex.grpc", json!({"observe_polls": 2})), remote_node("h", "exec.ex.http", json!({"observe_polls": 2}))],
-        "edges": [{"from": "g", "to": "h"}],
-    }))
+    install_template(
+        &api,
+        &keys,
+        json!({
+            "template_key": "t.remote",
+            "nodes": [
+                remote_node("g", "exec.ex.grpc", json!({"observe_polls": 2})),
+                remote_node("h", "exec.ex.http", json!({"observe_polls": 2}))
+            ],
+            "edges": [{"from": "g", "to": "h"}],
+        }),
+    )
     .await?;
     // Submit slower than the 1 s deadline: UNKNOWN, then recovery finds the order.
-    install_template(&api, &keys, json!({"template_key": "t.slow", "nodes": [remote_node("s", "exec.ex.grpc", json!({"submit_delay_ms": 2500}))]})).await?;
+    install_template(
+        &api,
+        &keys,
+        json!({
+            "template_key": "t.slow", "nodes": [remote_node("s", "exec.ex.grpc", json!({"submit_delay_ms": 2500}))]
+        }),
+    )
+    .await?;
     // Observe answers garbage: no state change, a protocol_error event, the worker lives on.
-    install_template(&api, &keys, json!({"template_key": "t.garbage", "nodes": [remote_node("x", "exec.ex.http", json!({"garbage": "observe"}))]})).await?;
+    install_template(
+        &api,
+        &keys,
+        json!({
+            "template_key": "t.garbage", "nodes": [remote_node("x", "exec.ex.http", json!({"garbage": "observe"}))]
+        }),
+    )
+    .await?;
     // Prepare answers a payload whose hash is wrong: FAILED, nothing was sent.
-    install_template(&api, &keys, json!({"template_key": "t.badhash", "nodes": [remote_node("p", "exec.ex.grpc", json!({"garbage": "prepare"}))]})).await?;
+    install_template(
+        &api,
+        &keys,
+        json!({
+            "template_key": "t.badhash", "nodes": [remote_node("p", "exec.ex.grpc", json!({"garbage": "prepare"}))]
+        }),
+    )
+    .await?;
     // Submit answers garbage: UNKNOWN (the venue may have it), then recovery finds the order.
-    install_template(&api, &keys, json!({"template_key": "t.badsubmit", "nodes": [remote_node("b", "exec.ex.http", json!({"garbage": "submit"}))]})).await?;
+    install_template(
+        &api,
+        &keys,
+        json!({
+            "template_key": "t.badsubmit", "nodes": [remote_node("b", "exec.ex.http", json!({"garbage": "submit"}))]
+        }),
+    )
+    .await?;
     // Signing through remote signers on both transports.
     let signed = |key: &str, signer: &str| {
         let mut n = remote_node(key, "exec.ex.http", json!({}));
@@ -93,7 +131,8 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
     let m = wait_state(&api, r, &slow, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], t).await?;
     assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
     let path: Vec<(String, Option<String>)> = sqlx::query_as(
-        "SELECT e.to_state, e.error_code FROM node_events e WHERE e.request_id = $1::uuid AND e.kind = 'transition' ORDER BY e.id",
+        "SELECT e.to_state, e.error_code FROM node_events e WHERE e.request_id = $1::uuid AND e.kind = \
+         'transition' ORDER BY e.id",
     )
     .bind(&slow)
     .fetch_all(&db.pool)
@@ -112,7 +151,8 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
     let m = wait_state(&api, r, &badsubmit, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], t).await?;
     assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
     let unknown_code: Option<String> = sqlx::query_scalar(
-        "SELECT error_code FROM node_events WHERE request_id = $1::uuid AND kind = 'transition' AND to_state = 'UNKNOWN'",
+        "SELECT error_code FROM node_events WHERE request_id = $1::uuid AND kind = 'transition' AND \
+         to_state = 'UNKNOWN'",
     )
     .bind(&badsubmit)
     .fetch_one(&db.pool)
@@ -140,7 +180,8 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
         assert_eq!((*n, *executed), (1, 1), "node {node}: {n} submit call(s), {executed} execution(s)");
     }
     let addresses: Vec<Option<String>> = sqlx::query_scalar(
-        "SELECT payload->>'signer_address' FROM artifacts WHERE request_id = $1::uuid AND kind = 'sign_result' ORDER BY created_at",
+        "SELECT payload->>'signer_address' FROM artifacts WHERE request_id = $1::uuid AND kind = 'sign_result' \
+         ORDER BY created_at",
     )
     .bind(&signed_id)
     .fetch_all(&db.pool)
@@ -154,10 +195,13 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
     // The garbage observer: the node stays SUBMITTED and every observe is a protocol error.
     let deadline = std::time::Instant::now() + t;
     loop {
-        let errors: i64 = sqlx::query_scalar("SELECT count(*) FROM node_events WHERE request_id = $1::uuid AND method = 'observe' AND outcome = 'protocol_error'")
-            .bind(&garbage)
-            .fetch_one(&db.pool)
-            .await?;
+        let errors: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM node_events WHERE request_id = $1::uuid AND method = 'observe' AND outcome = \
+             'protocol_error'",
+        )
+        .bind(&garbage)
+        .fetch_one(&db.pool)
+        .await?;
         if errors >= 1 {
             break;
         }
@@ -171,7 +215,14 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
     // The remote executor goes away mid-movement: a node it is observing stays OBSERVING
     // (transport errors, no state change), and a new movement fails at preflight with
     // EXECUTOR_UNAVAILABLE.
-    install_template(&api, &keys, json!({"template_key": "t.long", "nodes": [remote_node("l", "exec.ex.http", json!({"observe_polls": 100000}))]})).await?;
+    install_template(
+        &api,
+        &keys,
+        json!({
+            "template_key": "t.long", "nodes": [remote_node("l", "exec.ex.http", json!({"observe_polls": 100000}))]
+        }),
+    )
+    .await?;
     let long = start_movement(&api, &keys, "t.long", "r-9", None).await?;
     let deadline = std::time::Instant::now() + t;
     loop {
@@ -187,10 +238,13 @@ async fn remote_nodes_over_grpc_and_http_complete_and_fail_by_the_contract() -> 
     example.wait_exit(Duration::from_secs(10)).await?;
     let deadline = std::time::Instant::now() + t;
     loop {
-        let n: i64 = sqlx::query_scalar("SELECT count(*) FROM node_events WHERE request_id = $1::uuid AND method = 'observe' AND outcome = 'transport_error'")
-            .bind(&long)
-            .fetch_one(&db.pool)
-            .await?;
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM node_events WHERE request_id = $1::uuid AND method = 'observe' AND outcome = \
+             'transport_error'",
+        )
+        .bind(&long)
+        .fetch_one(&db.pool)
+        .await?;
         if n > 0 {
             break;
         }
@@ -408,7 +462,8 @@ async fn each_remote_failure_has_its_protocol_semantics() -> anyhow::Result<()> 
     let m = api.ok("GET", &format!("/v3/movements/{id}"), r, None, 200).await?;
     assert_eq!(node(&m, "n")["node_state"], "SUBMITTED");
     let backoff: f64 = sqlx::query_scalar(
-        "SELECT extract(epoch FROM next_observe_at - now())::float8 FROM movement_request_nodes WHERE request_id = $1::uuid",
+        "SELECT extract(epoch FROM next_observe_at - now())::float8 FROM movement_request_nodes WHERE \
+         request_id = $1::uuid",
     )
     .bind(id)
     .fetch_one(&db.pool)

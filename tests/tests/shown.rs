@@ -99,7 +99,10 @@ async fn text_an_approver_reads_holds_nothing_hidden() -> anyhow::Result<()> {
             "U+202E",
         ),
         (
-            json!({"template_key": "t.hidden", "nodes": [node.clone()], "risk_controls": {"destination_allowlist": ["0xab\u{200B}c"]}}),
+            json!({
+                "template_key": "t.hidden", "nodes": [node.clone()],
+                "risk_controls": {"destination_allowlist": ["0xab\u{200B}c"]}
+            }),
             "risk_controls.destination_allowlist[0]",
             "U+200B",
         ),
@@ -143,7 +146,8 @@ async fn lookalike_principals_are_refused_and_count_as_one() -> anyhow::Result<(
     // A lookalike key from before the rule (written directly) is still rita to four-eyes.
     let secret = "qtg_legacy_lookalike_key_0001";
     sqlx::query(
-        "INSERT INTO api_keys (id, principal, roles, key_hash, created_by) VALUES (gen_random_uuid(), $1, ARRAY['approver'], $2, 'legacy')",
+        "INSERT INTO api_keys (id, principal, roles, key_hash, created_by) VALUES (gen_random_uuid(), $1, \
+         ARRAY['approver'], $2, 'legacy')",
     )
     .bind("r\u{0456}ta")
     .bind(qtg_engine::access::key_hash(secret))
@@ -175,7 +179,8 @@ async fn credentials_in_urls_are_never_shown() -> anyhow::Result<()> {
     std::fs::write(
         &registry,
         format!(
-            "{}\n[executors.\"exec.leaky\"]\ntransport = \"http\"\nendpoint = \"https://svc:s3cr3t-token@executor.example/\"\n",
+            "{}\n[executors.\"exec.leaky\"]\ntransport = \"http\"\n\
+             endpoint = \"https://svc:s3cr3t-token@executor.example/\"\n",
             std::fs::read_to_string(registry_file())?
         ),
     )?;
@@ -249,11 +254,14 @@ async fn qtgctl_spells_out_what_a_terminal_would_hide() -> anyhow::Result<()> {
         .await?;
     let id = m["id"].as_str().expect("id");
     // A value stored before the rules (written directly): a destination with an override.
-    sqlx::query("UPDATE movement_requests SET intent = jsonb_set(intent, '{destination}', to_jsonb($2::text)) WHERE id = $1::uuid")
-        .bind(id)
-        .bind("0xabc\u{202E}fed")
-        .execute(&db.pool)
-        .await?;
+    sqlx::query(
+        "UPDATE movement_requests SET intent = jsonb_set(intent, '{destination}', to_jsonb($2::text)) \
+         WHERE id = $1::uuid",
+    )
+    .bind(id)
+    .bind("0xabc\u{202E}fed")
+    .execute(&db.pool)
+    .await?;
     let run = |args: &[&str]| {
         std::process::Command::new(bin_dir().join("qtgctl"))
             .args(args)

@@ -28,8 +28,10 @@ async fn expiry_and_audit_promotion_are_exactly_once_under_replicas() -> anyhow:
         .await?;
     let mut ids = Vec::new();
     for i in 0..12 {
-        let body = json!({"template_key": "t.exp", "intent": {"asset": "USDC", "amount": "1"}, "idempotency_key": format!("e-{i}"),
-                          "callback_url": "http://callbacks.invalid/cb"});
+        let body = json!({
+            "template_key": "t.exp", "intent": {"asset": "USDC", "amount": "1"}, "idempotency_key": format!("e-{i}"),
+            "callback_url": "http://callbacks.invalid/cb"
+        });
         let m = api.ok("POST", "/v3/movements", &keys.requester, Some(body), 201).await?;
         ids.push(m["id"].as_str().unwrap().to_string());
     }
@@ -64,8 +66,10 @@ async fn expiry_and_audit_promotion_are_exactly_once_under_replicas() -> anyhow:
         assert_eq!(m["approval_status"], "rejected");
     }
     let per_movement: Vec<(i64, i64)> = sqlx::query_as(
-        "SELECT (SELECT count(*) FROM movement_callback_outbox c WHERE c.request_id = r.id AND c.event_type = 'request_expired'),
-                (SELECT count(*) FROM audit_outbox a WHERE a.movement_id = r.id AND a.action = 'movement.transition' AND a.data->>'to' = 'EXPIRED')
+        "SELECT (SELECT count(*) FROM movement_callback_outbox c WHERE c.request_id = r.id AND c.event_type = \
+         'request_expired'),
+                (SELECT count(*) FROM audit_outbox a WHERE a.movement_id = r.id AND a.action = 'movement.transition' \
+                    AND a.data->>'to' = 'EXPIRED')
          FROM movement_requests r",
     )
     .fetch_all(&db.pool)

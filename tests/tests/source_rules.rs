@@ -109,3 +109,38 @@ fn the_rule_sees_a_spelled_code() {
     let commented = vec![(root().join("libs/x/src/lib.rs"), "// \"PLAN_HASH_DRIFT\"\n".into())];
     assert!(code_like_literals(&commented).is_empty());
 }
+
+/// rustfmt formats a statement only if every line of it fits in `max_width` (120): a longer
+/// line (a long string, most often) makes it skip the whole statement silently while
+/// `cargo fmt --check` passes. So no line of the workspace's Rust is longer.
+#[test]
+fn every_line_fits_so_rustfmt_formats_every_statement() {
+    fn walk(dir: &Path, out: &mut Vec<String>) {
+        let Ok(entries) = std::fs::read_dir(dir) else { return };
+        for e in entries.flatten() {
+            let p = e.path();
+            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+            if p.is_dir() {
+                if !matches!(name, "target" | "node_modules") && !name.starts_with('.') {
+                    walk(&p, out);
+                }
+            } else if name.ends_with(".rs") {
+                let text = std::fs::read_to_string(&p).unwrap_or_default();
+                for (i, line) in text.lines().enumerate() {
+                    if line.chars().count() > 120 {
+                        out.push(format!("{}:{}", p.strip_prefix(root()).unwrap_or(&p).display(), i + 1));
+                    }
+                }
+            }
+        }
+    }
+    let mut long = Vec::new();
+    for dir in ["libs", "services", "tests"] {
+        walk(&root().join(dir), &mut long);
+    }
+    assert!(
+        long.is_empty(),
+        "lines over 120 characters (split the string with a `\\` continuation):\n{}",
+        long.join("\n")
+    );
+}

@@ -114,10 +114,20 @@ async fn traces_reach_an_otlp_receiver_executors_and_callbacks_and_every_worker_
         workers.insert(bin, Proc::spawn(bin, &db.url, &env).await?);
     }
     let keys = Keys::create(&api).await?;
-    install_template(&api, &keys, json!({"template_key": "t.otel", "nodes": [
-        {"node_key": "over_http", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.ex.http", "config": {"example": {"observe_polls": 1}}},
-        {"node_key": "over_grpc", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.ex.grpc", "config": {"example": {"observe_polls": 1}}}],
-        "edges": [{"from": "over_http", "to": "over_grpc"}]}))
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "t.otel", "nodes": [
+        {
+            "node_key": "over_http", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.ex.http",
+            "config": {"example": {"observe_polls": 1}}
+        },
+        {
+            "node_key": "over_grpc", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.ex.grpc",
+            "config": {"example": {"observe_polls": 1}}
+        }],
+        "edges": [{"from": "over_http", "to": "over_grpc"}]}),
+    )
     .await?;
     let id = start_movement(&api, &keys, "t.otel", "otel-1", Some(&hook_url)).await?;
     let m = wait_state(

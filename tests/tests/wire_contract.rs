@@ -88,7 +88,8 @@ fn digest(version: &str) -> anyhow::Result<String> {
         other => anyhow::bail!("no signature version {other}"),
     };
     let text = format!(
-        "protocol_version={PROTOCOL_VERSION}\nsignature_version={version}\nsigned_bytes_sha256={}\nmessage={message}\n{}",
+        "protocol_version={PROTOCOL_VERSION}\nsignature_version={version}\n\
+         signed_bytes_sha256={}\nmessage={message}\n{}",
         hex::encode(Sha256::digest(&bytes)),
         result_semantics()
     );

@@ -221,9 +221,12 @@ pub async fn run(target: &Target) -> Report {
     report.record(
         "repeated submit, same key",
         match checked(exec.call_submit(&ctx, &in_window(&prepared, &idem)).await, Method::Submit) {
-            Ok(r) if r.provider_ref_id.as_deref() == Some(first_ref.as_str()) => Ok(format!("same provider_ref_id {first_ref}")),
+            Ok(r) if r.provider_ref_id.as_deref() == Some(first_ref.as_str()) => {
+                Ok(format!("same provider_ref_id {first_ref}"))
+            }
             Ok(r) => Err(format!(
-                "the same idempotency key gave provider_ref_id {:?}, first {first_ref:?}: a repeated submit executed again",
+                "the same idempotency key gave provider_ref_id {:?}, first {first_ref:?}: a repeated submit \
+                 executed again",
                 r.provider_ref_id
             )),
             Err(e) => Err(e),

@@ -187,7 +187,9 @@ mod tests {
         }
 
         #[test]
-        fn a_late_effect_calls_a_person_once_nothing_is_in_flight(nodes in proptest::collection::vec(arb_node(), 1..8)) {
+        fn a_late_effect_calls_a_person_once_nothing_is_in_flight(
+            nodes in proptest::collection::vec(arb_node(), 1..8)
+        ) {
             let in_flight = nodes.iter().any(NodeView::in_flight);
             let all_done = nodes.iter().all(|n| matches!(n.state, Completed | Skipped));
             if nodes.iter().any(|n| n.late_effect) && !in_flight && !all_done {

@@ -149,10 +149,15 @@ mod tests {
         let mut late = facts(NodeState::Unknown, pending.clone());
         late.seconds_since_started = Some(1000.0);
         assert_eq!(diagnose(&late).case, "C2");
-        let auth = json!({"__legacy_reconciliation_gated": true, "__manual_review_required": "reconciliation_auth_failed", "__submit_attempt_pending": true});
+        let auth = json!({
+            "__legacy_reconciliation_gated": true, "__manual_review_required": "reconciliation_auth_failed",
+            "__submit_attempt_pending": true
+        });
         assert_eq!(diagnose(&facts(NodeState::Unknown, auth)).case, "C3b");
         assert_eq!(diagnose(&facts(NodeState::Unknown, json!({"__legacy_reconciliation_gated": true}))).case, "C3a");
-        let handed = json!({"__legacy_reconciliation_gated": true, "__manual_review_required": "reconciliation_markers_missing"});
+        let handed = json!({
+            "__legacy_reconciliation_gated": true, "__manual_review_required": "reconciliation_markers_missing"
+        });
         assert_eq!(diagnose(&facts(NodeState::Unknown, handed)).case, "C3a");
         let mut perpetual = facts(NodeState::Observing, json!({}));
         perpetual.observe_count = 60;

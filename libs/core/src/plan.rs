@@ -458,7 +458,8 @@ mod tests {
         #[test]
         fn running_in_topological_order_activates_every_node_once(p in arb_dag()) {
             // Simulate: roots READY, complete nodes as they become READY.
-            let mut states: HashMap<&str, NodeState> = p.nodes.iter().map(|n| (n.node_key.as_str(), NodeState::Blocked)).collect();
+            let mut states: HashMap<&str, NodeState> =
+                p.nodes.iter().map(|n| (n.node_key.as_str(), NodeState::Blocked)).collect();
             let mut ready: Vec<&str> = p.roots();
             let mut activations = 0usize;
             for r in &ready { states.insert(r, NodeState::Ready); }

@@ -525,7 +525,12 @@ mod tests {
 
     proptest! {
         #[test]
-        fn add_and_cmp_agree_with_integers(x in 0u64..u64::MAX / 4, y in 0u64..u64::MAX / 4, sx in 0u32..6, sy in 0u32..6) {
+        fn add_and_cmp_agree_with_integers(
+            x in 0u64..u64::MAX / 4,
+            y in 0u64..u64::MAX / 4,
+            sx in 0u32..6,
+            sy in 0u32..6
+        ) {
             // x / 10^sx as a decimal string
             let dec = |v: u128, s: u32| {
                 let digits = format!("{v:0>width$}", width = s as usize + 1);

@@ -226,8 +226,11 @@ pub async fn stale_answer(
         qtg_store::events::record_calls(conn, item.request_id, item.node_id, item.attempt_no, &[call], actor).await?;
         return Ok(());
     }
-    tracing::error!(node_id = %item.node_id, node_key = %item.node_key, method, answer = %result.next_state,
-        node_state = %now.node_state, "late effect: an executor reports an effect for a node qtg already ended; a person must decide");
+    tracing::error!(
+        node_id = %item.node_id, node_key = %item.node_key, method, answer = %result.next_state,
+        node_state = %now.node_state,
+        "late effect: an executor reports an effect for a node qtg already ended; a person must decide"
+    );
     let mut refs = serde_json::Map::new();
     refs.insert(
         qtg_core::markers::LATE_EFFECT.into(),

@@ -103,7 +103,10 @@ impl Engine {
                 Err(qtg_store::StoreError::Sqlx(sqlx::Error::Database(e))) => {
                     // This venue's numbers only (e.g. not a decimal): rolled back, the others land.
                     tx.rollback().await?;
-                    tracing::warn!(venue_key = %key, error = %e, "the venue's balances were refused; the other venues are stored");
+                    tracing::warn!(
+                        venue_key = %key, error = %e,
+                        "the venue's balances were refused; the other venues are stored"
+                    );
                     out.failed.push((key, format!("its balances could not be stored: {e}")));
                 }
                 // The database itself: the tick fails as a whole.

@@ -303,17 +303,31 @@ impl Engine {
         match (recorded.await, &outcome) {
             (Ok(Some(_)), Ok(())) => {
                 qtg_telemetry::sink().callback_delivery("delivered");
-                tracing::info!(callback_id = %row.id, movement_id = ?row.request_id, event_type = %row.event_type, sequence = row.sequence, receiver = %host, "callback delivered");
+                tracing::info!(
+                    callback_id = %row.id, movement_id = ?row.request_id, event_type = %row.event_type,
+                    sequence = row.sequence, receiver = %host,
+                    "callback delivered"
+                );
             }
             (Ok(Some(status)), Err(f)) => {
                 qtg_telemetry::sink().callback_delivery(if status == "dlq" { "dlq" } else { "retry" });
-                tracing::warn!(callback_id = %row.id, movement_id = ?row.request_id, attempt = row.attempts, status = %status, receiver = %host, error = %f.error, "callback delivery failed");
+                tracing::warn!(
+                    callback_id = %row.id, movement_id = ?row.request_id, attempt = row.attempts, status = %status,
+                    receiver = %host, error = %f.error,
+                    "callback delivery failed"
+                );
             }
             (Ok(None), _) => {
-                tracing::warn!(callback_id = %row.id, receiver = %host, "callback outcome not recorded: its lease ran out and another claim holds the row");
+                tracing::warn!(
+                    callback_id = %row.id, receiver = %host,
+                    "callback outcome not recorded: its lease ran out and another claim holds the row"
+                );
             }
             (Err(e), _) => {
-                tracing::error!(callback_id = %row.id, receiver = %host, error = %e, "could not record a callback's outcome; it is retried after its lease");
+                tracing::error!(
+                    callback_id = %row.id, receiver = %host, error = %e,
+                    "could not record a callback's outcome; it is retried after its lease"
+                );
             }
         }
     }

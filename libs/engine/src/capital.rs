@@ -164,7 +164,10 @@ impl Engine {
         match self.movement_for(actor, &t).await {
             Ok(t) => Ok((t, fresh)),
             Err(OpError::Store(e)) => {
-                tracing::warn!(capital_transfer_id = %t.id, error = %e, "the movement could not be created now; the follow-up creates it");
+                tracing::warn!(
+                    capital_transfer_id = %t.id, error = %e,
+                    "the movement could not be created now; the follow-up creates it"
+                );
                 Ok((t, fresh))
             }
             Err(refused) => {
@@ -252,10 +255,18 @@ impl Engine {
                 Ok((m, _)) => {
                     if capital::set_state(&mut tx, t.id, "PENDING", "MOVEMENT_CREATED", Some(m.id), None).await? {
                         let t = CapitalTransfer { movement_id: Some(m.id), ..t.clone() };
-                        audit_row(actor, "capital_transfer.movement_created", &t, json!({"movement_id": m.id, "by": "followup"}))
-                            .record(&mut tx)
-                            .await?;
-                        tracing::info!(capital_transfer_id = %t.id, movement_id = %m.id, "created the movement whose creation was lost");
+                        audit_row(
+                            actor,
+                            "capital_transfer.movement_created",
+                            &t,
+                            json!({"movement_id": m.id, "by": "followup"}),
+                        )
+                        .record(&mut tx)
+                        .await?;
+                        tracing::info!(
+                            capital_transfer_id = %t.id, movement_id = %m.id,
+                            "created the movement whose creation was lost"
+                        );
                     }
                     Ok(())
                 }
@@ -315,7 +326,10 @@ impl Engine {
                 None => tracing::warn!(capital_transfer_id = %t.id, "needs attention; no callback URL to tell"),
             }
         }
-        tracing::info!(capital_transfer_id = %t.id, movement_id = %movement, to, movement_state = state, "capital transfer followed up");
+        tracing::info!(
+            capital_transfer_id = %t.id, movement_id = %movement, to, movement_state = state,
+            "capital transfer followed up"
+        );
         Ok(())
     }
 

@@ -200,7 +200,10 @@ impl Engine {
         match built {
             Ok(ctx) => {
                 tx.commit().await?;
-                tracing::info!(node_id = %item.node_id, node_key = %item.node_key, attempt_no, "node claimed; preparing");
+                tracing::info!(
+                    node_id = %item.node_id, node_key = %item.node_key, attempt_no,
+                    "node claimed; preparing"
+                );
                 let executor =
                     self.registry.executor(&item.executor_key).map(|e| e.executor.clone()).ok_or_else(|| {
                         StoreError::corrupt(format!("executor {:?} left the registry", item.executor_key))
@@ -208,7 +211,10 @@ impl Engine {
                 Ok(Claim::Held(Box::new(Claimed { item, token, attempt_no, executor, ctx }), span))
             }
             Err((code, detail)) => {
-                tracing::info!(node_id = %item.node_id, node_key = %item.node_key, code, %detail, "node failed before any call");
+                tracing::info!(
+                    node_id = %item.node_id, node_key = %item.node_key, code, %detail,
+                    "node failed before any call"
+                );
                 transition::transition_node(
                     &mut tx,
                     item.node_id,
@@ -395,8 +401,11 @@ impl Engine {
             qtg_store::artifacts::submission(&mut conn, c.item.node_id, c.attempt_no).await?.0.map(|(_, h)| h)
         };
         if stored_hash.as_deref() != Some(prepared.computed_hash().as_str()) {
-            tracing::error!(node_id = %c.item.node_id, attempt_no = c.attempt_no, stored = ?stored_hash,
-                "submit not sent: the prepared action differs from the one stored for the attempt; recovery decides the attempt");
+            tracing::error!(
+                node_id = %c.item.node_id, attempt_no = c.attempt_no, stored = ?stored_hash,
+                "submit not sent: the prepared action differs from the one stored for the attempt; recovery \
+                 decides the attempt"
+            );
             let mut conn = self.pool.acquire().await?;
             let detail = "the prepared action's hash is not the one stored for this attempt; nothing was sent";
             let call = Call::failed("submit", "not_sent", codes::PAYLOAD_HASH_MISMATCH, detail, 0);
@@ -404,8 +413,11 @@ impl Engine {
             return Ok(());
         }
         if armed_at.elapsed() >= window || expired() {
-            tracing::warn!(node_id = %c.item.node_id, attempt_no = c.attempt_no, elapsed_ms = armed_at.elapsed().as_millis() as u64,
-                "submit not sent: the submit window closed before it could start; recovery decides the attempt");
+            tracing::warn!(
+                node_id = %c.item.node_id, attempt_no = c.attempt_no,
+                elapsed_ms = armed_at.elapsed().as_millis() as u64,
+                "submit not sent: the submit window closed before it could start; recovery decides the attempt"
+            );
             let mut conn = self.pool.acquire().await?;
             let detail = "the submit window closed before the submit could start; nothing was sent";
             let call = Call::failed("submit", "not_sent", codes::SUBMIT_WINDOW_CLOSED, detail, 0);
@@ -443,7 +455,8 @@ impl Engine {
                 "the plan expects {caller} to {role}, but signer {signer_key:?} signs as {signs_as}; nothing was signed"
             )),
             None => Some(format!(
-                "signer {signer_key:?} has no enrolled or observed address: {caller}, which must {role}, cannot be aligned; nothing was signed"
+                "signer {signer_key:?} has no enrolled or observed address: {caller}, which must {role}, cannot be \
+                 aligned; nothing was signed"
             )),
         })
     }
@@ -555,7 +568,8 @@ impl Engine {
                     (Some(pause), _) => Some((
                         codes::DISPATCH_PAUSED,
                         format!(
-                            "dispatch paused ({pause}) before the submit was sent; nothing reached the venue; retry after resume"
+                            "dispatch paused ({pause}) before the submit was sent; nothing reached the venue; \
+                             retry after resume"
                         ),
                     )),
                     (None, RequestState::Executing) => None,
@@ -566,7 +580,10 @@ impl Engine {
                 });
                 match refusal {
                     Some((code, detail)) => {
-                        tracing::warn!(node_id = %c.item.node_id, attempt_no = c.attempt_no, code, %detail, "submit not sent");
+                        tracing::warn!(
+                            node_id = %c.item.node_id, attempt_no = c.attempt_no, code, %detail,
+                            "submit not sent"
+                        );
                         let patch = NodePatch { guard: self.claim_guard(c), ..NodePatch::error(code, &detail) };
                         // Read in this transaction as still ours: a miss now is a race to retry.
                         transition::transition_node(&mut tx, c.item.node_id, from, NodeState::Failed, &patch, &meta)
@@ -612,7 +629,10 @@ impl Engine {
                 // The venue may have it: UNKNOWN, never FAILED, never retried blind.
                 let code = calls::error_code(&e);
                 let detail = e.to_string();
-                tracing::warn!(node_id = %c.item.node_id, attempt_no = c.attempt_no, error = %detail, "submit gave no answer; node is UNKNOWN");
+                tracing::warn!(
+                    node_id = %c.item.node_id, attempt_no = c.attempt_no, error = %detail,
+                    "submit gave no answer; node is UNKNOWN"
+                );
                 let call = Call::failed("submit", calls::outcome(&e), code, &detail, ms);
                 let result = ExecutionResult {
                     error_code: Some(code.into()),
@@ -677,7 +697,10 @@ impl Engine {
         code: &str,
         detail: &str,
     ) -> Result<()> {
-        tracing::info!(node_id = %c.item.node_id, node_key = %c.item.node_key, code, detail, "node failed before submit");
+        tracing::info!(
+            node_id = %c.item.node_id, node_key = %c.item.node_key, code, detail,
+            "node failed before submit"
+        );
         let mut tx = self.pool.begin().await?;
         let patch = NodePatch {
             guard: self.claim_guard(c),
@@ -698,8 +721,10 @@ impl Engine {
                     qtg_store::evm::release_before_broadcast(&mut tx, c.item.node_id, cleared, &why, &self.actor)
                         .await?;
                 for r in &released {
-                    tracing::info!(node_id = %c.item.node_id, chain_id = r.chain_id, address = %r.address, nonce = r.nonce,
-                        "nonce given back: the node failed before anything was broadcast");
+                    tracing::info!(
+                        node_id = %c.item.node_id, chain_id = r.chain_id, address = %r.address, nonce = r.nonce,
+                        "nonce given back: the node failed before anything was broadcast"
+                    );
                 }
                 apply_request_state(&mut tx, c.item.request_id, &self.actor).await?
             }

@@ -41,7 +41,10 @@ impl Engine {
                     Some(a) => {
                         let c = canonical_address(a);
                         if c.is_none() {
-                            tracing::warn!(signer_key = %s.key, address = %a, "signer reports an invalid address; not recorded");
+                            tracing::warn!(
+                                signer_key = %s.key, address = %a,
+                                "signer reports an invalid address; not recorded"
+                            );
                         }
                         c
                     }

@@ -67,7 +67,10 @@ impl Engine {
             match self.ingest_venue(key).await {
                 Ok(n) => written += n,
                 Err(why) => {
-                    tracing::warn!(venue_key = %key, error = %why, "cex_transfer_ingest: the venue's history was not read; the other venues are")
+                    tracing::warn!(
+                        venue_key = %key, error = %why,
+                        "cex_transfer_ingest: the venue's history was not read; the other venues are"
+                    )
                 }
             }
         }
@@ -89,7 +92,8 @@ impl Engine {
         let timeout = self.settings.balances.fetch_timeout;
         let Some((_, fetcher)) = self.registry.balance_fetchers().find(|(k, _)| k.as_str() == venue_key) else {
             return Err(format!(
-                "MG_CEX_TRANSFER_INGEST_VENUES_CSV names {venue_key:?}, which is no [balances.\"{venue_key}\"] entry of the registry"
+                "MG_CEX_TRANSFER_INGEST_VENUES_CSV names {venue_key:?}, which is no [balances.\"{venue_key}\"] \
+                 entry of the registry"
             ));
         };
         let fetcher = fetcher.clone();
@@ -115,7 +119,10 @@ impl Engine {
                 continue;
             }
             if read.truncated {
-                tracing::warn!(venue_key, %from, %to, "a one-second window fills the venue's page: rows of it may be missing");
+                tracing::warn!(
+                    venue_key, %from, %to,
+                    "a one-second window fills the venue's page: rows of it may be missing"
+                );
             }
             written += self.store_page(venue_key, &read.transfers, to).await.map_err(|e| e.to_string())?;
             from = to;

@@ -68,7 +68,11 @@ impl Engine {
                 with_deadline("observe", deadline, executor.observe(&ctx)).await
             } else {
                 let key = idempotency_key(&ctx.request_node_id, item.attempt_no);
-                tracing::info!(node_id = %item.node_id, node_key = %item.node_key, state = %item.node_state, idempotency_key = %key, "recovering node");
+                tracing::info!(
+                    node_id = %item.node_id, node_key = %item.node_key, state = %item.node_state,
+                    idempotency_key = %key,
+                    "recovering node"
+                );
                 with_deadline("recover", deadline, executor.recover(&ctx, &key)).await
             };
             let res = res.and_then(|r| {
@@ -175,7 +179,10 @@ impl Engine {
     ) -> Result<()> {
         let code = calls::error_code(e);
         let detail = e.to_string();
-        tracing::warn!(node_id = %item.node_id, node_key = %item.node_key, method, code, error = %detail, "executor call failed; node unchanged, backing off");
+        tracing::warn!(
+            node_id = %item.node_id, node_key = %item.node_key, method, code, error = %detail,
+            "executor call failed; node unchanged, backing off"
+        );
         calls::record(conn, item, item.attempt_no, method, calls::outcome(e), Some((code, &detail)), ms, &self.actor)
             .await?;
         let patch = NodePatch {

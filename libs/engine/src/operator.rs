@@ -72,64 +72,67 @@ impl Engine {
     pub async fn cancel_movement(&self, actor: &str, id: Uuid, input: CancelInput<'_>) -> Result<(), OpError> {
         let mut tx = self.pool.begin().await?;
         let res: Result<_, OpError> = async {
-        let (state, nodes) = self.lock_movement(&mut tx, id).await?;
-        if state.is_terminal() {
-            return Err(OpError::InvalidState(format!("movement is {state}")));
-        }
-        let c6 = input.runbook_case == Some(RunbookCase::C6)
-            && input.evidence.is_some_and(|e| !e.is_null() && e != &json!({}) && e != &json!(""));
-        // A node being prepared or signed has sent nothing: the cancel wins and its
-        // dispatcher's arm then matches nothing. Only an UNKNOWN or SUBMITTING node can be C6
-        // ("never reached the venue"), and only once its attempt is fenced; a node the venue
-        // accepted (SUBMITTED/OBSERVING) blocks any cancel.
-        for n in nodes.iter().filter(|n| in_flight(n)) {
-            match n.node_state {
-                NodeState::Preparing | NodeState::AwaitingSignature => {}
-                NodeState::Unknown | NodeState::Submitting if c6 => self.check_fenced(&mut tx, n).await?,
-                _ => {
-                    return Err(OpError::Conflict(format!(
-                        "node {} is {}: a side effect may be in flight; cancel only with runbook_case C6 and evidence that it never reached the venue",
-                        n.node_key, n.node_state
-                    )))
+            let (state, nodes) = self.lock_movement(&mut tx, id).await?;
+            if state.is_terminal() {
+                return Err(OpError::InvalidState(format!("movement is {state}")));
+            }
+            let c6 = input.runbook_case == Some(RunbookCase::C6)
+                && input.evidence.is_some_and(|e| !e.is_null() && e != &json!({}) && e != &json!(""));
+            // A node being prepared or signed has sent nothing: the cancel wins and its
+            // dispatcher's arm then matches nothing. Only an UNKNOWN or SUBMITTING node can be C6
+            // ("never reached the venue"), and only once its attempt is fenced; a node the venue
+            // accepted (SUBMITTED/OBSERVING) blocks any cancel.
+            for n in nodes.iter().filter(|n| in_flight(n)) {
+                match n.node_state {
+                    NodeState::Preparing | NodeState::AwaitingSignature => {}
+                    NodeState::Unknown | NodeState::Submitting if c6 => self.check_fenced(&mut tx, n).await?,
+                    _ => {
+                        return Err(OpError::Conflict(format!(
+                            "node {} is {}: a side effect may be in flight; cancel only with runbook_case C6 and \
+                             evidence that it never reached the venue",
+                            n.node_key, n.node_state
+                        )))
+                    }
                 }
             }
-        }
-        let meta = Meta { actor, reason: Some(input.reason) };
-        for n in nodes.iter().filter(|n| n.node_state.can_transition_to(NodeState::Cancelled)) {
-            transition::transition_node(
+            let meta = Meta { actor, reason: Some(input.reason) };
+            for n in nodes.iter().filter(|n| n.node_state.can_transition_to(NodeState::Cancelled)) {
+                transition::transition_node(
+                    &mut tx,
+                    n.id,
+                    n.node_state,
+                    NodeState::Cancelled,
+                    &NodePatch::default(),
+                    &meta,
+                )
+                .await?
+                .or_stale()?;
+            }
+            transition::transition_request(
                 &mut tx,
-                n.id,
-                n.node_state,
-                NodeState::Cancelled,
-                &NodePatch::default(),
+                id,
+                state,
+                RequestState::Cancelled,
+                &RequestPatch { review_reason: Some(input.reason.to_string()), ..Default::default() },
                 &meta,
             )
-            .await?.or_stale()?;
-        }
-        transition::transition_request(
-            &mut tx,
-            id,
-            state,
-            RequestState::Cancelled,
-            &RequestPatch { review_reason: Some(input.reason.to_string()), ..Default::default() },
-            &meta,
-        )
-        .await?.or_stale()?;
-        audit::record(
-            &mut tx,
-            &AuditRecord {
-                actor,
-                action: "movement.cancel",
-                entity_type: "movement",
-                entity_id: id.to_string(),
-                movement_id: Some(id),
-                data: json!({"reason": input.reason, "runbook_case": input.runbook_case.map(RunbookCase::as_str),
+            .await?
+            .or_stale()?;
+            audit::record(
+                &mut tx,
+                &AuditRecord {
+                    actor,
+                    action: "movement.cancel",
+                    entity_type: "movement",
+                    entity_id: id.to_string(),
+                    movement_id: Some(id),
+                    data: json!({"reason": input.reason, "runbook_case": input.runbook_case.map(RunbookCase::as_str),
                              "evidence": input.evidence}),
-            },
-        )
-        .await?;
+                },
+            )
+            .await?;
 
-        Ok(())
+            Ok(())
         }
         .await;
         finish(tx, res).await
@@ -404,7 +407,8 @@ impl Engine {
             "evidence": {
                 "request_state": ev.request_state,
                 "node": ev.node,
-                "reconciliation": ev.provider_refs.get(qtg_core::markers::RECONCILIATION).cloned().unwrap_or(Value::Null),
+                "reconciliation":
+                    ev.provider_refs.get(qtg_core::markers::RECONCILIATION).cloned().unwrap_or(Value::Null),
                 "markers": markers,
                 "seconds_since_started": ev.seconds_since_started,
                 "lane": ev.lane,

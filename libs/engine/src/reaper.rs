@@ -15,8 +15,10 @@ impl Engine {
                 .await?;
         tx.commit().await?;
         for r in &reclaimed {
-            tracing::info!(chain_id = r.chain_id, address = %r.address, nonce = r.nonce, request_node_id = ?r.request_node_id,
-                "reclaimed an EVM nonce reservation nothing was signed or broadcast with");
+            tracing::info!(
+                chain_id = r.chain_id, address = %r.address, nonce = r.nonce, request_node_id = ?r.request_node_id,
+                "reclaimed an EVM nonce reservation nothing was signed or broadcast with"
+            );
         }
         Ok(reclaimed.len())
     }

@@ -64,7 +64,10 @@ impl Engine {
             let execs: Vec<String> = p.plan.nodes.iter().map(|n| n.executor_key.clone()).collect();
             let signers: Vec<String> = p.plan.nodes.iter().filter_map(|n| n.signer_key.clone()).collect();
             for (key, state) in qtg_store::health::not_up(&mut conn, &execs, &signers).await? {
-                tracing::warn!(template_key = %p.template_key, binding = %key, health_state = %state, "template binds an executor/signer that is not up");
+                tracing::warn!(
+                    template_key = %p.template_key, binding = %key, health_state = %state,
+                    "template binds an executor/signer that is not up"
+                );
             }
         }
         let definition = serde_json::to_value(&p.plan).map_err(|e| OpError::Validation(e.to_string()))?;

@@ -326,7 +326,10 @@ impl<H: Handler> Handler for Fenced<H> {
         let now = (self.now)();
         match self.keys.admit(node, attempt, call.idempotency_key, call.submit_by, now).await.map_err(unavailable)? {
             Admission::Late => {
-                tracing::warn!(idempotency_key = call.idempotency_key, submit_by = %call.submit_by, "submit refused: past submit_by");
+                tracing::warn!(
+                    idempotency_key = call.idempotency_key, submit_by = %call.submit_by,
+                    "submit refused: past submit_by"
+                );
                 Ok(refused(
                     qtg_core::codes::SUBMIT_BY_PASSED,
                     format!("received at {now}, after submit_by {}; nothing was sent, the key is void", call.submit_by),
@@ -405,7 +408,8 @@ impl<H: Handler> Handler for Fenced<H> {
                         let mut unknown = ExecutionResult::new(NodeState::Unknown);
                         unknown.error_code = Some(qtg_core::codes::ABSENCE_NOT_YET_CONCLUSIVE.into());
                         unknown.error_detail = Some(format!(
-                            "the key was sent with submit_by {submit_by:?}; the venue may still accept it; ask again later"
+                            "the key was sent with submit_by {submit_by:?}; the venue may still accept it; \
+                             ask again later"
                         ));
                         unknown.retry_after_seconds = Some(self.skew.num_seconds().max(1) as f64);
                         Ok(unknown)

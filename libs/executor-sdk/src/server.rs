@@ -124,7 +124,10 @@ pub async fn serve<H: Handler>(
     let keys: Arc<dyn KeyStore> = match config.key_store.clone() {
         Some(k) => k,
         None => {
-            tracing::warn!("no key store configured: idempotency keys are kept in memory and a restart forgets them (not a fence across restarts)");
+            tracing::warn!(
+                "no key store configured: idempotency keys are kept in memory and a restart forgets them (not a \
+                 fence across restarts)"
+            );
             Arc::new(MemoryKeyStore::default())
         }
     };

@@ -554,18 +554,48 @@ endpoint = "http://127.0.0.1:1"
         for (text, why) in [
             ("[executors.x]\ntransport = \"grpc\"", "needs `endpoint`"),
             ("[executors.x]\ntransport = \"http\"\nendpoint = \"ftp://h\"", "must start with"),
-            ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://h\"\nauth = { bearer_env = \"MISSING\" }", "MISSING is not set"),
-            ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://h\"\nauth = { bearer_env = \"SOL_TOKEN\", hmac_env = \"SOL_TOKEN\" }", "exactly one"),
+            (
+                "[executors.x]\ntransport = \"http\"\nendpoint = \"http://h\"\nauth = { bearer_env = \"MISSING\" }",
+                "MISSING is not set",
+            ),
+            (
+                "[executors.x]\ntransport = \"http\"\nendpoint = \"http://h\"\n\
+                 auth = { bearer_env = \"SOL_TOKEN\", hmac_env = \"SOL_TOKEN\" }",
+                "exactly one",
+            ),
             ("[executors.x]\ntransport = \"local\"", "needs `impl`"),
-            ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://venue.example:80/x\"\nauth = { bearer_env = \"SOL_TOKEN\" }", "plain http://"),
+            (
+                "[executors.x]\ntransport = \"http\"\nendpoint = \"http://venue.example:80/x\"\n\
+                 auth = { bearer_env = \"SOL_TOKEN\" }",
+                "plain http://",
+            ),
             ("[executors.x]\ntransport = \"local\"\nimpl = \"cex\"", "no compiled-in lane \"cex\""),
             ("[executors.x]\ntransport = \"grpc\"\nendpoint = \"https://h\"", "needs tls"),
-            ("[executors.x]\ntransport = \"grpc\"\nendpoint = \"http://h\"\ntls = { ca_file = \"/x\" }", "needs an https"),
-            ("[executors.x]\ntransport = \"http\"\nendpoint = \"https://h\"\ntls = { ca_file = \"/nonexistent/ca.pem\" }", "cannot read"),
+            (
+                "[executors.x]\ntransport = \"grpc\"\nendpoint = \"http://h\"\ntls = { ca_file = \"/x\" }",
+                "needs an https",
+            ),
+            (
+                "[executors.x]\ntransport = \"http\"\nendpoint = \"https://h\"\n\
+                 tls = { ca_file = \"/nonexistent/ca.pem\" }",
+                "cannot read",
+            ),
             ("[executors.x]\ntransport = \"http\"\nendpoint = \"https://h\"\ntls = { ca = \"/x\" }", "needs ca_file"),
-            ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://127.0.0.1:1\"\nauth = { hmac_env = \"SOL_TOKEN\", signature = \"v5\" }", "v4 (the default) or v3"),
-            ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://127.0.0.1:1\"\nauth = { bearer_env = \"SOL_TOKEN\", signature = \"v3\" }", "v4 (the default) or v3"),
-            ("[executors.x]\ntransport = \"http\"\nendpoint = \"http://127.0.0.1:1\"\nauth = { hmac_env = \"SOL_TOKEN\", sig = \"v3\" }", "unknown field"),
+            (
+                "[executors.x]\ntransport = \"http\"\nendpoint = \"http://127.0.0.1:1\"\n\
+                 auth = { hmac_env = \"SOL_TOKEN\", signature = \"v5\" }",
+                "v4 (the default) or v3",
+            ),
+            (
+                "[executors.x]\ntransport = \"http\"\nendpoint = \"http://127.0.0.1:1\"\n\
+                 auth = { bearer_env = \"SOL_TOKEN\", signature = \"v3\" }",
+                "v4 (the default) or v3",
+            ),
+            (
+                "[executors.x]\ntransport = \"http\"\nendpoint = \"http://127.0.0.1:1\"\n\
+                 auth = { hmac_env = \"SOL_TOKEN\", sig = \"v3\" }",
+                "unknown field",
+            ),
             ("[executors.x]\ntransport = \"http\"\nendpoint = \"https://u:p@h\"", "credentials in the URL"),
         ] {
             let e = build(text).err().unwrap_or_else(|| panic!("{text} should fail"));

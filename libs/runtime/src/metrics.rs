@@ -178,7 +178,8 @@ impl Metrics {
         );
         registry.register(
             "executor_call_duration_seconds",
-            "Executor and signer call latency by method and outcome (ok, timeout, transport_error, protocol_error, refused)",
+            "Executor and signer call latency by method and outcome (ok, timeout, transport_error, \
+             protocol_error, refused)",
             executor_calls.clone(),
         );
         registry.register(
@@ -200,7 +201,8 @@ impl Metrics {
         let deprecated_signatures = Family::<SignatureLabel, Counter>::default();
         registry.register(
             "deprecated_signature_calls",
-            "Calls to executors and signers signed with a deprecated signature version (auth.signature = \"v3\"), by operation",
+            "Calls to executors and signers signed with a deprecated signature version (auth.signature \
+             = \"v3\"), by operation",
             deprecated_signatures.clone(),
         );
         Metrics {

@@ -116,7 +116,10 @@ pub async fn run_loop<F, Fut>(
             Err(e) => {
                 consecutive_errors += 1;
                 metrics.tick_error(&spec.name);
-                tracing::error!(worker = %spec.name, consecutive_errors, error = format!("{e:#}"), "worker tick failed");
+                tracing::error!(
+                    worker = %spec.name, consecutive_errors, error = format!("{e:#}"),
+                    "worker tick failed"
+                );
                 Err(())
             }
         };
@@ -144,7 +147,12 @@ pub async fn run_loop<F, Fut>(
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep(pause) => {}
-                    _ = async { match &wake { Some(n) => n.notified().await, None => std::future::pending().await } } => {}
+                    _ = async {
+                        match &wake {
+                            Some(n) => n.notified().await,
+                            None => std::future::pending().await,
+                        }
+                    } => {}
                 }
             }
         }

@@ -42,8 +42,15 @@ pub async fn run_groups(
             }
             Some(done) = side_set.join_next() => {
                 match done {
-                    Ok((name, Ok(()))) if !shutdown.is_cancelled() => tracing::error!(worker = %name, "sidecar worker exited; others continue"),
-                    Ok((name, Err(e))) => tracing::error!(worker = %name, error = format!("{e:#}"), "sidecar worker failed; others continue"),
+                    Ok((name, Ok(()))) if !shutdown.is_cancelled() => {
+                        tracing::error!(worker = %name, "sidecar worker exited; others continue")
+                    }
+                    Ok((name, Err(e))) => {
+                        tracing::error!(
+                            worker = %name, error = format!("{e:#}"),
+                            "sidecar worker failed; others continue"
+                        )
+                    }
                     Err(e) => tracing::error!(error = %e, "sidecar worker panicked; others continue"),
                     _ => {}
                 }

@@ -102,8 +102,10 @@ pub async fn promote(conn: &mut PgConnection, limit: i64) -> Result<u64> {
              UPDATE audit_outbox SET promoted_at = now() WHERE id = ANY($1)
              RETURNING id, event_id, actor, action, entity_type, entity_id, movement_id, data, created_at
          )
-         INSERT INTO audit_events (outbox_id, event_id, actor, action, entity_type, entity_id, movement_id, data, occurred_at)
-         SELECT id, event_id, actor, action, entity_type, entity_id, movement_id, data, created_at FROM batch ORDER BY id
+         INSERT INTO audit_events (outbox_id, event_id, actor, action, entity_type, entity_id, movement_id, \
+             data, occurred_at)
+         SELECT id, event_id, actor, action, entity_type, entity_id, movement_id, data, created_at FROM \
+             batch ORDER BY id
          ON CONFLICT (outbox_id) DO NOTHING",
     )
     .bind(&take)

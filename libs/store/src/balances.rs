@@ -55,7 +55,8 @@ pub async fn append(conn: &mut PgConnection, venue_key: &str, rows: &[NewBalance
     let locked: Vec<&str> = rows.iter().map(|r| r.3).collect();
     let done = sqlx::query(
         "INSERT INTO balance_snapshots (venue_key, account, asset, free, locked, source)
-         SELECT $1, a, s, f::numeric, l::numeric, $6 FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) AS t(a, s, f, l)",
+         SELECT $1, a, s, f::numeric, l::numeric, $6 FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) \
+             AS t(a, s, f, l)",
     )
     .bind(venue_key)
     .bind(accounts)

@@ -164,13 +164,20 @@ pub async fn record_settlement(
     let settlement: Option<serde_json::Value> = sqlx::query_scalar(
         "WITH s AS (
            SELECT jsonb_strip_nulls(jsonb_build_object(
-                    'fee_model', (array_agg(n.provider_refs->>'fee_model' ORDER BY n.node_key) FILTER (WHERE n.provider_refs ? 'fee_model'))[1],
-                    'amount_applied', (array_agg(n.provider_refs->>'amount_applied' ORDER BY n.node_key) FILTER (WHERE n.provider_refs ? 'amount_applied'))[1],
-                    'debit', (array_agg(n.provider_refs->>'debit' ORDER BY n.node_key) FILTER (WHERE n.provider_refs ? 'debit'))[1],
-                    'fee_priced', (array_agg(n.provider_refs->>'withdrawal_fee' ORDER BY n.node_key) FILTER (WHERE n.provider_refs ? 'withdrawal_fee'))[1],
-                    'fee_charged', (array_agg(n.provider_refs->>'withdrawal_fee_charged' ORDER BY n.node_key) FILTER (WHERE n.provider_refs ? 'withdrawal_fee_charged'))[1],
-                    'expected_arrival', (array_agg(n.provider_refs->>'expected_arrival' ORDER BY n.node_key) FILTER (WHERE n.provider_refs ? 'expected_arrival'))[1],
-                    'arrived', (array_agg(n.provider_refs->>'deposit_amount' ORDER BY n.node_key) FILTER (WHERE n.provider_refs ? 'deposit_amount'))[1])) AS v
+                    'fee_model', (array_agg(n.provider_refs->>'fee_model' ORDER BY n.node_key) FILTER (WHERE \
+                        n.provider_refs ? 'fee_model'))[1],
+                    'amount_applied', (array_agg(n.provider_refs->>'amount_applied' ORDER BY n.node_key) FILTER (WHERE \
+                        n.provider_refs ? 'amount_applied'))[1],
+                    'debit', (array_agg(n.provider_refs->>'debit' ORDER BY n.node_key) FILTER (WHERE \
+                        n.provider_refs ? 'debit'))[1],
+                    'fee_priced', (array_agg(n.provider_refs->>'withdrawal_fee' ORDER BY n.node_key) FILTER (WHERE \
+                        n.provider_refs ? 'withdrawal_fee'))[1],
+                    'fee_charged', (array_agg(n.provider_refs->>'withdrawal_fee_charged' ORDER BY n.node_key) FILTER \
+                        (WHERE n.provider_refs ? 'withdrawal_fee_charged'))[1],
+                    'expected_arrival', (array_agg(n.provider_refs->>'expected_arrival' ORDER BY n.node_key) FILTER \
+                        (WHERE n.provider_refs ? 'expected_arrival'))[1],
+                    'arrived', (array_agg(n.provider_refs->>'deposit_amount' ORDER BY n.node_key) FILTER (WHERE \
+                        n.provider_refs ? 'deposit_amount'))[1])) AS v
              FROM movement_request_nodes n
             WHERE n.request_id = $2 AND n.node_state = 'COMPLETED')
          UPDATE capital_transfer_requests c SET settlement = s.v

@@ -190,12 +190,15 @@ pub async fn note_signature(
     venue_time: DateTime<Utc>,
     recv_window_ms: i32,
 ) -> Result<()> {
-    sqlx::query("UPDATE cex_submit_keys SET venue_time = $2, recv_window_ms = $3, updated_at = now() WHERE idempotency_key = $1")
-        .bind(idempotency_key)
-        .bind(venue_time)
-        .bind(recv_window_ms)
-        .execute(pool)
-        .await?;
+    sqlx::query(
+        "UPDATE cex_submit_keys SET venue_time = $2, recv_window_ms = $3, updated_at = now() WHERE \
+         idempotency_key = $1",
+    )
+    .bind(idempotency_key)
+    .bind(venue_time)
+    .bind(recv_window_ms)
+    .execute(pool)
+    .await?;
     Ok(())
 }
 

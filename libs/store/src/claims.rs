@@ -27,8 +27,9 @@ pub enum Pickup {
 /// The SQL form of `qtg_core::NodeView::handed_to_person` for an UNKNOWN node `n` (an
 /// observation timeout, or an executor's review marker that is neither null nor false):
 /// recovery leaves such a node to a person. `tests/tests/claims.rs` checks both forms agree.
-pub const HANDED_TO_PERSON: &str =
-    "(n.error_code IS NOT DISTINCT FROM 'OBSERVATION_TIMEOUT' OR COALESCE(n.provider_refs->'__manual_review_required', 'false'::jsonb) NOT IN ('false'::jsonb, 'null'::jsonb))";
+pub const HANDED_TO_PERSON: &str = "(n.error_code IS NOT DISTINCT FROM 'OBSERVATION_TIMEOUT' OR \
+                                    COALESCE(n.provider_refs->'__manual_review_required', 'false'::jsonb) NOT IN \
+                                    ('false'::jsonb, 'null'::jsonb))";
 
 impl Pickup {
     /// The predicate both the listing and the claim re-check. `$first` is the list of executor

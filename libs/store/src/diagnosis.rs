@@ -30,9 +30,11 @@ pub async fn node_evidence(conn: &mut PgConnection, request_id: Uuid, node_key: 
         "SELECT n.id, n.lane, n.node_state, r.request_state, n.provider_refs, n.provider_ref_id, n.observe_count,
                 extract(epoch FROM now() - n.started_at)::float8 AS since_started,
                 jsonb_build_object('node_key', n.node_key, 'node_state', n.node_state, 'attempt_no', n.attempt_no,
-                    'provider_state', n.provider_state, 'provider_ref_id', n.provider_ref_id, 'provider_refs', n.provider_refs,
+                    'provider_state', n.provider_state, 'provider_ref_id', n.provider_ref_id, 'provider_refs', \
+                        n.provider_refs,
                     'error_code', n.error_code, 'error_detail', n.error_detail, 'started_at', n.started_at,
-                    'updated_at', n.updated_at, 'last_observed_at', n.last_observed_at, 'next_observe_at', n.next_observe_at,
+                    'updated_at', n.updated_at, 'last_observed_at', n.last_observed_at, 'next_observe_at', \
+                        n.next_observe_at,
                     'observe_count', n.observe_count) AS node,
                 (SELECT count(*) FROM node_events e WHERE e.request_node_id = n.id AND e.attempt_no = n.attempt_no
                    AND e.method = 'submit' AND e.outcome IN ('transport_error', 'timeout')) AS submit_failures

@@ -119,7 +119,8 @@ pub async fn history(
     newest_first: bool,
 ) -> Result<Vec<serde_json::Value>> {
     Ok(sqlx::query_scalar(
-        "SELECT jsonb_build_object('at', created_at, 'kind', kind, 'method', method, 'outcome', outcome, 'from', from_state,
+        "SELECT jsonb_build_object('at', created_at, 'kind', kind, 'method', method, 'outcome', outcome, \
+         'from', from_state,
                     'to', to_state, 'error_code', error_code, 'error_detail', error_detail, 'attempt_no', attempt_no,
                     'duration_ms', duration_ms, 'actor', actor)
          FROM (SELECT * FROM node_events WHERE request_node_id = $1 ORDER BY id DESC LIMIT $2) e

@@ -127,7 +127,8 @@ pub async fn mark_cancel(pool: &PgPool, id: i64, node: Uuid, hash: &str) -> Resu
     let moved = sqlx::query(
         "UPDATE evm_nonce_reservation
             SET updated_at = now(),
-                cancel_hashes = CASE WHEN cancel_hashes ? $3 THEN cancel_hashes ELSE cancel_hashes || to_jsonb($3::text) END
+                cancel_hashes = CASE WHEN cancel_hashes ? $3 THEN cancel_hashes ELSE cancel_hashes || \
+                    to_jsonb($3::text) END
           WHERE id = $1 AND request_node_id = $2 AND status IN ('reserved', 'broadcast')",
     )
     .bind(id)
@@ -286,13 +287,15 @@ pub async fn reclaim(
                JOIN movement_request_nodes n ON n.id = r.request_node_id
               WHERE r.status = 'reserved' AND r.tx_hashes = '[]'::jsonb AND r.cancel_hashes = '[]'::jsonb
                 AND r.updated_at < now() - make_interval(secs => $1)
-                AND n.node_state NOT IN ('PREPARING', 'AWAITING_SIGNATURE', 'SUBMITTING', 'SUBMITTED', 'OBSERVING', 'UNKNOWN')
+                AND n.node_state NOT IN ('PREPARING', 'AWAITING_SIGNATURE', 'SUBMITTING', 'SUBMITTED', \
+                    'OBSERVING', 'UNKNOWN')
                 -- Never after a signer may have signed: a signature stored at the arm, or a prepared
                 -- action handed to a signer that did not answer (a refusal proves none exists).
                 AND NOT EXISTS (SELECT 1 FROM artifacts a
                                  WHERE a.request_node_id = n.id AND a.created_at >= r.created_at
                                    AND (a.kind = 'sign_result'
-                                        OR (a.kind = 'prepared_action' AND n.error_code IS DISTINCT FROM 'SIGNER_REFUSED')))
+                                        OR (a.kind = 'prepared_action' AND n.error_code IS DISTINCT FROM \
+                                            'SIGNER_REFUSED')))
               ORDER BY r.id
               LIMIT $2
               FOR UPDATE OF r, n SKIP LOCKED)

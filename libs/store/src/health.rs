@@ -44,7 +44,8 @@ pub async fn record_signer(
     observed_address: Option<&str>,
 ) -> Result<()> {
     sqlx::query(
-        "INSERT INTO signers (signer_key, transport, health_state, last_health_checked_at, last_error, observed_signer_address)
+        "INSERT INTO signers (signer_key, transport, health_state, last_health_checked_at, last_error, \
+         observed_signer_address)
          VALUES ($1, $2, $3, now(), $4, $5)
          ON CONFLICT (signer_key) DO UPDATE SET transport = EXCLUDED.transport, health_state = EXCLUDED.health_state,
              last_health_checked_at = now(), last_error = EXCLUDED.last_error,
@@ -71,7 +72,8 @@ pub async fn mark_orphans(conn: &mut PgConnection, executor_keys: &[String], sig
     .execute(&mut *conn)
     .await?;
     let b = sqlx::query(
-        "UPDATE signers SET health_state = 'orphan', observed_signer_address = NULL, last_health_checked_at = now(), updated_at = now()
+        "UPDATE signers SET health_state = 'orphan', observed_signer_address = NULL, last_health_checked_at = \
+         now(), updated_at = now()
          WHERE NOT (signer_key = ANY($1)) AND health_state <> 'orphan'",
     )
     .bind(signer_keys)
@@ -124,9 +126,12 @@ pub struct ExecutorHealth {
 }
 
 pub async fn list_executors(conn: &mut PgConnection) -> Result<Vec<ExecutorHealth>> {
-    let rows = sqlx::query("SELECT executor_key, transport, lane, health_state, last_health_checked_at, last_error FROM executors ORDER BY executor_key")
-        .fetch_all(&mut *conn)
-        .await?;
+    let rows = sqlx::query(
+        "SELECT executor_key, transport, lane, health_state, last_health_checked_at, last_error FROM executors \
+         ORDER BY executor_key",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
     rows.iter()
         .map(|r| {
             Ok(ExecutorHealth {
@@ -193,7 +198,8 @@ pub async fn not_up(
     signer_keys: &[String],
 ) -> Result<Vec<(String, String)>> {
     let rows = sqlx::query(
-        "SELECT k, COALESCE(e.health_state, 'unknown') FROM unnest($1::text[]) k LEFT JOIN executors e ON e.executor_key = k
+        "SELECT k, COALESCE(e.health_state, 'unknown') FROM unnest($1::text[]) k LEFT JOIN executors e ON \
+         e.executor_key = k
          WHERE COALESCE(e.health_state, 'unknown') <> 'up'
          UNION ALL
          SELECT k, COALESCE(s.health_state, 'unknown') FROM unnest($2::text[]) k LEFT JOIN signers s ON s.signer_key = k

@@ -68,7 +68,8 @@ pub(crate) const WORK_ITEM_COLUMNS: &str = "
     COALESCE(jsonb_typeof(p.timeout_policy->'observe_seconds') = 'number'
              AND (p.timeout_policy->>'observe_seconds')::float8 > 0
              AND n.started_at IS NOT NULL
-             AND n.started_at + make_interval(secs => LEAST((p.timeout_policy->>'observe_seconds')::float8, 31536000)) < now(),
+             AND n.started_at + make_interval(secs => LEAST((p.timeout_policy->>'observe_seconds')::float8, \
+                 31536000)) < now(),
              false) AS observe_timed_out,
     p.id AS plan_node_id, p.action_type, p.executor_key, p.signer_key, p.signing_required,
     p.config, p.timeout_policy,

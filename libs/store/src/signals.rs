@@ -32,7 +32,8 @@ pub async fn read(pool: &PgPool, stale_after_seconds: f64) -> Result<Signals> {
            COALESCE((SELECT extract(epoch FROM now() - min(started_at))::float8 FROM movement_request_nodes
                      WHERE node_state = 'UNKNOWN'), 0) AS unknown_age,
            COALESCE((SELECT extract(epoch FROM now() - min(started_at))::float8 FROM movement_request_nodes
-                     WHERE node_state = 'SUBMITTING' AND started_at < now() - make_interval(secs => $1)), 0) AS stale_submitting_age,
+                     WHERE node_state = 'SUBMITTING' AND started_at < now() - make_interval(secs => $1)), 0) AS \
+                         stale_submitting_age,
            COALESCE((SELECT extract(epoch FROM now() - min(updated_at))::float8 FROM movement_requests
                      WHERE request_state IN ('MANUAL_INTERVENTION', 'WAITING_MANUAL_ACTION')), 0) AS manual_age,
            (SELECT count(*) FROM movement_callback_outbox WHERE status = 'dlq') AS dlq,
@@ -61,7 +62,8 @@ pub async fn read(pool: &PgPool, stale_after_seconds: f64) -> Result<Signals> {
     .fetch_one(pool)
     .await?;
     let beats = sqlx::query(
-        "SELECT worker, extract(epoch FROM now() - max(last_beat_at))::float8 FROM worker_heartbeats GROUP BY worker ORDER BY worker",
+        "SELECT worker, extract(epoch FROM now() - max(last_beat_at))::float8 FROM worker_heartbeats GROUP BY \
+         worker ORDER BY worker",
     )
     .fetch_all(pool)
     .await?;

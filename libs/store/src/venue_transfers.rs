@@ -100,7 +100,8 @@ pub async fn upsert(conn: &mut PgConnection, venue_key: &str, rows: &[NewTransfe
     let mut changed = 0;
     for t in rows {
         let done = sqlx::query(
-            "INSERT INTO venue_transfers (venue_key, account, direction, venue_ref, asset, network, amount, fee, address,
+            "INSERT INTO venue_transfers (venue_key, account, direction, venue_ref, asset, network, \
+             amount, fee, address,
                                           address_tag, tx_id, client_id, status, occurred_at)
              VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8::numeric, $9, $10, $11, $12, $13, $14)
              ON CONFLICT (venue_key, direction, venue_ref) DO UPDATE
@@ -170,7 +171,8 @@ pub async fn link(conn: &mut PgConnection, within_seconds: f64) -> Result<u64> {
                SELECT n.id AS node_id, n.request_id, 'client_id' AS by
                  FROM movement_request_nodes n
                 WHERE t.direction = 'withdrawal'
-                  AND n.id = (CASE WHEN t.client_id ~ '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}:[0-9]+$'
+                  AND n.id = (CASE WHEN t.client_id ~ \
+                      '^[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}:[0-9]+$'
                                    THEN split_part(t.client_id, ':', 1)::uuid END)
                   -- An attempt qtg concluded was never sent (its key void) explains nothing: a
                   -- withdrawal with that key executed anyway is exactly what must be alerted.

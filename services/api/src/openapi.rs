@@ -19,9 +19,24 @@ pub use crate::schemas::*;
 
 #[derive(OpenApi)]
 #[openapi(
-    info(title = "qtg", version = "3", description = "Fund-movement orchestrator: templates (DAGs of plan nodes), movements, approvals, operator actions, controls. Every call needs `Authorization: Bearer <key>`; roles viewer < requester < approver < operator < admin. Errors are `{\"error\": {\"code\", \"message\"}}`. Beyond what the schemas say, a request is refused (400) when a string or key holds the NUL character (U+0000, which the database cannot store), when a template names an executor or signer key the deployment's registry lacks, or when a callback URL points to a private, loopback or link-local address the deployment does not allow."),
+    info(
+        title = "qtg",
+        version = "3",
+        description = "Fund-movement orchestrator: templates (DAGs of plan nodes), movements, approvals, operator \
+                       actions, controls. Every call needs `Authorization: Bearer <key>`; roles viewer < requester < \
+                       approver < operator < admin. Errors are `{\"error\": {\"code\", \"message\"}}`. Beyond what the \
+                       schemas say, a request is refused (400) when a string or key holds the NUL character (U+0000, \
+                       which the database cannot store), when a template names an executor or signer key the \
+                       deployment's registry lacks, or when a callback URL points to a private, loopback or link-local \
+                       address the deployment does not allow."
+    ),
     modifiers(&BearerAuth),
-    components(schemas(ErrorBody, ErrorDetail, Movement, ApiKeyCreated, PlanNodeDoc, PlanEdgeDoc, RiskControlsDoc, VelocityDoc, IntentDoc, MovementState, RunbookCase, RoleName, CallbackStatus, PauseRequest, LaneName, KeyDecisionDoc, ProposalReview, Template, TemplateVersion, Diagnosis, DiagnosisEvidence, Me, NodeDetail, NodeEventDoc, ArtifactDoc))
+    components(schemas(
+        ErrorBody, ErrorDetail, Movement, ApiKeyCreated, PlanNodeDoc, PlanEdgeDoc, RiskControlsDoc, VelocityDoc,
+        IntentDoc, MovementState, RunbookCase, RoleName, CallbackStatus, PauseRequest, LaneName, KeyDecisionDoc,
+        ProposalReview, Template, TemplateVersion, Diagnosis, DiagnosisEvidence, Me, NodeDetail, NodeEventDoc,
+        ArtifactDoc
+    ))
 )]
 pub struct ApiDoc;
 

@@ -199,8 +199,10 @@ async fn answer(s: &Shared, domain: u32, q: MessagesQuery) -> Response {
         .map(|m| {
             let nonce = m.get(12..20).map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8]))).unwrap_or(0);
             let decoded = json!({
-                "sourceDomain": m.get(4..8).map(|b| u32::from_be_bytes(b.try_into().unwrap_or([0; 4]))).unwrap_or(0).to_string(),
-                "destinationDomain": m.get(8..12).map(|b| u32::from_be_bytes(b.try_into().unwrap_or([0; 4]))).unwrap_or(0).to_string(),
+                "sourceDomain":
+                    m.get(4..8).map(|b| u32::from_be_bytes(b.try_into().unwrap_or([0; 4]))).unwrap_or(0).to_string(),
+                "destinationDomain":
+                    m.get(8..12).map(|b| u32::from_be_bytes(b.try_into().unwrap_or([0; 4]))).unwrap_or(0).to_string(),
                 "nonce": nonce.to_string(),
             });
             if complete {

@@ -60,7 +60,10 @@ pub async fn boot(binary: &'static str, migrate_default: bool) -> anyhow::Result
         }
     };
     if let Some(o) = &otlp {
-        tracing::info!(endpoint = %qtg_core::urls::redact(&o.endpoint), service_name = %o.service_name, "exporting traces over OTLP/gRPC");
+        tracing::info!(
+            endpoint = %qtg_core::urls::redact(&o.endpoint), service_name = %o.service_name,
+            "exporting traces over OTLP/gRPC"
+        );
     }
     tracing::info!(binary, settings = ?settings, "starting");
     // Executor latency, transitions, claim misses and callback outcomes reach /metrics.

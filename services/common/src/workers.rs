@@ -179,7 +179,8 @@ pub static WORKERS: &[Worker] = &[
     Worker {
         name: "cex_transfer_ingest",
         binary: "qtg-balance",
-        summary: "ingests the listed venue accounts' withdrawal and deposit history, links it to the nodes that explain it, alerts an unexplained withdrawal once",
+        summary: "ingests the listed venue accounts' withdrawal and deposit history, links it to the nodes that \
+                  explain it, alerts an unexplained withdrawal once",
         interval_key: "MG_CEX_TRANSFER_INGEST_INTERVAL_SECONDS",
         default_interval_seconds: 60.0,
         concurrency_key: None,

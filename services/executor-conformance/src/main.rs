@@ -8,7 +8,8 @@ use qtg_conformance::{run, Target, Transport};
 use qtg_executor::remote::TlsClient;
 use qtg_wire_auth::Credentials;
 
-const USAGE: &str = "usage: qtg-executor-conformance --endpoint URL --transport grpc|http [--executor-key KEY] [--bearer-env VAR | --hmac-env VAR] [--timeout-ms N] [--ca-file PEM [--tls-domain NAME]]";
+const USAGE: &str = "usage: qtg-executor-conformance --endpoint URL --transport grpc|http [--executor-key KEY] \
+                     [--bearer-env VAR | --hmac-env VAR] [--timeout-ms N] [--ca-file PEM [--tls-domain NAME]]";
 
 fn parse() -> Result<Target, String> {
     let mut args = std::env::args().skip(1);

@@ -387,7 +387,8 @@ mod tests {
         assert_eq!(t, "A    BB\nxxx  1\n");
         let m = json!({"id": "m1", "request_state": "EXECUTING", "template_key": "t", "template_version": 1,
             "intent": {"asset": "USDC", "amount": "5"}, "approvals": [], "approvals_required": 1,
-            "nodes": [{"node_key": "b", "node_state": "READY", "attempt_no": 0, "dispatch_hold": {"scope": "global", "target": "", "reason": "incident"}},
+            "nodes": [{"node_key": "b", "node_state": "READY", "attempt_no": 0,
+                       "dispatch_hold": {"scope": "global", "target": "", "reason": "incident"}},
                       {"node_key": "a", "node_state": "COMPLETED", "attempt_no": 1}]});
         let out = movement(&m, Some(&json!([{"from": "a", "to": "b"}])));
         let a = out.find("\na ").expect("a first");

@@ -5,8 +5,10 @@
 //! (answer that method with a contract violation), `fail: [<method>…]` (answer UNAVAILABLE),
 //! `slow: {<method>: ms}`, `oversize: "observe"` (an answer over qtg's size limit).
 //!
-//! Env: `EXAMPLE_SIGN_DELAY_MS` (the stand-in signer's latency), `EXAMPLE_KEY_STORE` (the file that keeps the fence's idempotency keys across restarts;
-//! default `$HOME/.local/state/qtg-example/keys.jsonl`; `memory`: in memory, with a warning), `EXAMPLE_GRPC_ADDR` (default 0.0.0.0:50051), `EXAMPLE_HTTP_ADDR` (0.0.0.0:8081),
+//! Env: `EXAMPLE_SIGN_DELAY_MS` (the stand-in signer's latency), `EXAMPLE_KEY_STORE` (the file that
+//! keeps the fence's idempotency keys across restarts; default
+//! `$HOME/.local/state/qtg-example/keys.jsonl`; `memory`: in memory, with a warning),
+//! `EXAMPLE_GRPC_ADDR` (default 0.0.0.0:50051), `EXAMPLE_HTTP_ADDR` (0.0.0.0:8081),
 //! `EXAMPLE_BEARER_TOKEN` or `EXAMPLE_HMAC_SECRET` (optional), `EXAMPLE_BROKEN=double-submit` (a deliberately broken
 //! executor that executes a repeated idempotency key twice) or `late-replay` (answers FAILED for an executed key
 //! replayed after its `submit_by`) — for the conformance suite to fail.
@@ -288,7 +290,8 @@ async fn main() -> anyhow::Result<()> {
         None => {
             let home = var("HOME").filter(|h| !h.is_empty()).ok_or_else(|| {
                 anyhow::anyhow!(
-                    "no key store: set EXAMPLE_KEY_STORE to a writable file (or to `memory`, not a fence across restarts)"
+                    "no key store: set EXAMPLE_KEY_STORE to a writable file (or to `memory`, not a fence \
+                     across restarts)"
                 )
             })?;
             format!("{home}/.local/state/qtg-example/keys.jsonl")

@@ -379,8 +379,8 @@ async fn config_getall(State(v): State<Shared>, headers: HeaderMap, RawQuery(q):
             coins
                 .iter()
                 .map(|c| {
-                    json!({"coin": c.coin, "name": c.coin, "free": ledger::text(books.balance(&s.account, &c.coin)), "locked": "0",
-                           "depositAllEnable": true, "withdrawAllEnable": true,
+                    json!({"coin": c.coin, "name": c.coin, "free": ledger::text(books.balance(&s.account, &c.coin)),
+                           "locked": "0", "depositAllEnable": true, "withdrawAllEnable": true,
                            "networkList": c.networks.iter().map(|n| json!({
                                "network": n.network, "coin": c.coin, "withdrawEnable": n.withdraw_enable,
                                "depositEnable": n.deposit_enable, "withdrawMin": n.withdraw_min,

@@ -108,9 +108,12 @@ async fn main() -> anyhow::Result<()> {
         anyhow::ensure!(r?? == 200, "approve failed");
     }
     loop {
-        let done: i64 = sqlx::query_scalar("SELECT count(*) FROM movement_requests WHERE request_state = 'COMPLETED' AND idempotency_key LIKE 'load-%'")
-            .fetch_one(&db.pool)
-            .await?;
+        let done: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM movement_requests WHERE request_state = 'COMPLETED' AND \
+             idempotency_key LIKE 'load-%'",
+        )
+        .fetch_one(&db.pool)
+        .await?;
         if done as usize == n {
             break;
         }
@@ -119,7 +122,8 @@ async fn main() -> anyhow::Result<()> {
     }
 
     let window: Option<f64> = sqlx::query_scalar(
-        "SELECT extract(epoch FROM max(completed_at) - min(approved_at))::float8 FROM movement_requests WHERE idempotency_key LIKE 'load-%'",
+        "SELECT extract(epoch FROM max(completed_at) - min(approved_at))::float8 FROM movement_requests WHERE \
+         idempotency_key LIKE 'load-%'",
     )
     .fetch_one(&db.pool)
     .await?;
@@ -129,7 +133,8 @@ async fn main() -> anyhow::Result<()> {
            (SELECT count(*) FROM node_events e JOIN movement_requests r ON r.id = e.request_id
              WHERE e.kind = 'transition' AND r.idempotency_key LIKE 'load-%') AS node_transitions,
            (SELECT count(*) FROM audit_outbox a JOIN movement_requests r ON r.id = a.movement_id
-             WHERE a.action IN ('node.transition', 'movement.transition') AND r.idempotency_key LIKE 'load-%') AS audited",
+             WHERE a.action IN ('node.transition', 'movement.transition') AND r.idempotency_key LIKE \
+                 'load-%') AS audited",
     )
     .fetch_one(&db.pool)
     .await?;
@@ -140,8 +145,10 @@ async fn main() -> anyhow::Result<()> {
         let pool = db.pool.clone();
         async move {
             let v: Vec<Option<f64>> = sqlx::query_scalar(
-                "SELECT extract(epoch FROM n.completed_at - lag(n.completed_at) OVER (PARTITION BY n.request_id ORDER BY n.node_key))::float8 * 1000
-                 FROM movement_request_nodes n JOIN movement_requests r ON r.id = n.request_id WHERE r.idempotency_key LIKE $1",
+                "SELECT extract(epoch FROM n.completed_at - lag(n.completed_at) OVER (PARTITION BY n.request_id \
+                 ORDER BY n.node_key))::float8 * 1000
+                 FROM movement_request_nodes n JOIN movement_requests r ON r.id = n.request_id WHERE \
+                     r.idempotency_key LIKE $1",
             )
             .bind(pattern)
             .fetch_all(&pool)
@@ -172,7 +179,10 @@ async fn main() -> anyhow::Result<()> {
     let best_tps = ["1", "2", "4", "8"].iter().filter_map(|c| pg[c]["tps"].as_f64()).fold(f64::NAN, f64::max);
     println!();
     println!("qtg bench — {k}-node sequential sim chain (submit completes), release build, seed default intervals");
-    println!("workers: {dispatchers} x qtg-dispatcher (concurrency {concurrency}), 1 x qtg-observer (concurrency 2), 1 x qtg-recovery, qtg-api; 2 cores");
+    println!(
+        "workers: {dispatchers} x qtg-dispatcher (concurrency {concurrency}), 1 x qtg-observer (concurrency 2), 1 \
+         x qtg-recovery, qtg-api; 2 cores"
+    );
     println!();
     println!("raw Postgres ceiling (pgbench: SKIP LOCKED claim + update + two inserts, commit):");
     for c in ["1", "2", "4", "8"] {
@@ -221,7 +231,10 @@ async fn main() -> anyhow::Result<()> {
     println!(
         "idle: {idle_procs} processes (API, {dispatchers} dispatchers, observer, recovery) on a fresh database, 20 s"
     );
-    println!("  transactions/s per idle process {idle_per_proc:>6.2}   (aim <= 1; every idle statement is its own transaction)");
+    println!(
+        "  transactions/s per idle process {idle_per_proc:>6.2}   (aim <= 1; every idle statement is its \
+         own transaction)"
+    );
     println!();
 
     let fan = fan_out().await?;
@@ -256,7 +269,8 @@ async fn main() -> anyhow::Result<()> {
     println!("| pgbench best (tx/s) | {best_tps:.0} | 1.00 |");
     println!("| pgbench 1-client transition (ms) | {pg1_ms:.2} | 1.00 |");
     println!(
-        "| sequential per-step overhead p50 (ms) | {seq_p50:.1} | {:.1} x one transition = {:.2} x (transition x {commits_per_step:.0} commits); target <= 3 |",
+        "| sequential per-step overhead p50 (ms) | {seq_p50:.1} | {:.1} x one transition = {:.2} x (transition x \
+         {commits_per_step:.0} commits); target <= 3 |",
         seq_p50 / pg1_ms,
         seq_p50 / (pg1_ms * commits_per_step)
     );
@@ -380,7 +394,8 @@ async fn fan_out() -> anyhow::Result<FanOut> {
                        AND node_state IN ('PREPARING', 'AWAITING_SIGNATURE')),
                     (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
                        AND application_name = 'qtg-dispatcher' AND state <> 'idle'),
-                    (SELECT count(*) FROM movement_request_nodes WHERE request_id = $1::uuid AND started_at IS NOT NULL)",
+                    (SELECT count(*) FROM movement_request_nodes WHERE request_id = $1::uuid AND \
+                        started_at IS NOT NULL)",
         )
         .bind(&id)
         .fetch_one(&db.pool)

@@ -1,7 +1,8 @@
-//! `exec.cctp.attestation[.<suffix>]`, the observe step between a burn and its mint. It polls an attestation service in the shape
-//! of Circle's API (`GET /v2/messages/{sourceDomain}?transactionHash=0x…`) by the burn's
-//! transaction hash until the attestation is `complete`, honouring a 429's `Retry-After`, and
-//! hands the message and attestation to the mint as provider refs.
+//! `exec.cctp.attestation[.<suffix>]`, the observe step between a burn and its mint. It polls an
+//! attestation service in the shape of Circle's API
+//! (`GET /v2/messages/{sourceDomain}?transactionHash=0x…`) by the burn's transaction hash until
+//! the attestation is `complete`, honouring a 429's `Retry-After`, and hands the message and
+//! attestation to the mint as provider refs.
 //!
 //! ```toml
 //! [executors."exec.cctp.attestation"]
@@ -125,7 +126,10 @@ impl AttestationObserver {
             404 => return Ok(self.waiting("not_seen", self.poll())),
             429 => {
                 let wait = retry_after.unwrap_or(self.poll()).clamp(0.0, 3600.0);
-                tracing::info!(source_domain = domain, burn_tx_hash = %hash, retry_after_seconds = wait, "attestation service rate-limited; waiting as told");
+                tracing::info!(
+                    source_domain = domain, burn_tx_hash = %hash, retry_after_seconds = wait,
+                    "attestation service rate-limited; waiting as told"
+                );
                 return Ok(self.waiting("rate_limited", wait));
             }
             200..=299 => {}
@@ -151,7 +155,10 @@ impl AttestationObserver {
         // predecessor: the service may not attest another one for this transaction.
         if let Some(want) = ctx.provider_context.get("message_hash").and_then(Value::as_str) {
             if !want.eq_ignore_ascii_case(&keccak256(&message).to_string()) {
-                tracing::error!(source_domain = domain, burn_tx_hash = %hash, "the attestation service answered another message than the burn's");
+                tracing::error!(
+                    source_domain = domain, burn_tx_hash = %hash,
+                    "the attestation service answered another message than the burn's"
+                );
                 return Ok(ExecutionResult::failed(
                     qtg_core::codes::CCTP_ATTESTATION_MISMATCH,
                     format!(

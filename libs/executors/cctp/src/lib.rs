@@ -119,7 +119,8 @@ impl LanePlugin for CctpLane {
                 Ok(LaneExecutor::new(Arc::new(AttestationObserver::new(config)?)))
             }
             other => Err(format!(
-                "entry {key:?}: the cctp lane serves exec.cctp.burn, exec.cctp.attestation and exec.cctp.mint[.<suffix>]; not {other:?}"
+                "entry {key:?}: the cctp lane serves exec.cctp.burn, exec.cctp.attestation and \
+                 exec.cctp.mint[.<suffix>]; not {other:?}"
             )),
         }
     }

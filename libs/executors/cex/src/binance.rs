@@ -441,7 +441,8 @@ mod tests {
             Duration::from_secs(1),
         )
         .unwrap();
-        let payload = "symbol=LTCBTC&side=BUY&type=LIMIT&timeInForce=GTC&quantity=1&price=0.1&recvWindow=5000&timestamp=1499827319559";
+        let payload = "symbol=LTCBTC&side=BUY&type=LIMIT&timeInForce=GTC&quantity=1&price=0.1&recvWindow=5000&\
+                       timestamp=1499827319559";
         assert_eq!(v.signature(payload), "c8db56825ae71d6d79447849e617115f4a920fa2acdcab2b053c4b2838bd6b71");
         assert!(!format!("{v:?}").contains("NhqPtmd"), "the secret never reaches Debug");
     }
@@ -450,7 +451,8 @@ mod tests {
     fn history_rows_parse_as_the_venue_sends_them() {
         let v: Value = serde_json::from_str(
             r#"{"id":"b6ae22b3aa844210a7041aee7589627c","amount":"8.91000000","transactionFee":"0.004","coin":"USDT",
-                "status":6,"address":"0x94df8b352de7f46f64b01d3666bf6e936e44ce60","txId":"0xb5ef","applyTime":"2019-10-12 11:12:02",
+                "status":6,"address":"0x94df8b352de7f46f64b01d3666bf6e936e44ce60","txId":"0xb5ef",
+                "applyTime":"2019-10-12 11:12:02",
                 "network":"ETH","transferType":0,"withdrawOrderId":"WITHDRAWtest123","info":"","confirmNo":3}"#,
         )
         .unwrap();

@@ -36,7 +36,10 @@ pub async fn drill(
             Ok(t) => {
                 let off = (*t - host).num_milliseconds();
                 if off.abs() > skew.num_milliseconds() {
-                    Err(format!("the venue's clock is {off} ms from this host's, beyond the skew margin (requests are signed with the venue's time, but recovery's margins assume it)"))
+                    Err(format!(
+                        "the venue's clock is {off} ms from this host's, beyond the skew margin (requests are \
+                         signed with the venue's time, but recovery's margins assume it)"
+                    ))
                 } else {
                     Ok(format!("{t} (offset {off} ms)"))
                 }

@@ -125,7 +125,10 @@ pub enum VenueError {
     #[error("refused by the venue (HTTP {status}, code {code}): {msg}")]
     Rejected { status: u16, code: i64, msg: String },
     /// Rate-limited (HTTP 429/418): the request was not processed.
-    #[error("rate-limited by the venue (HTTP {status}){}", retry_after.map(|s| format!(", retry after {s} s")).unwrap_or_default())]
+    #[error(
+        "rate-limited by the venue (HTTP {status}){}",
+        retry_after.map(|s| format!(", retry after {s} s")).unwrap_or_default()
+    )]
     RateLimited { status: u16, retry_after: Option<u64> },
     /// HTTP 5xx: the venue's side failed; whether it acted is unknown.
     #[error("venue error (HTTP {status}): {body}")]

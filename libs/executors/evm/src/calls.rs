@@ -7,7 +7,9 @@ use alloy::sol;
 use alloy::sol_types::SolCall;
 
 sol! {
-    function depositForBurn(uint256 amount, uint32 destinationDomain, bytes32 mintRecipient, address burnToken) returns (uint64);
+    function depositForBurn(
+        uint256 amount, uint32 destinationDomain, bytes32 mintRecipient, address burnToken
+    ) returns (uint64);
     function receiveMessage(bytes message, bytes attestation) returns (bool);
     function usedNonces(bytes32 key) returns (uint256);
     function allowance(address owner, address spender) returns (uint256);

@@ -96,7 +96,8 @@ mod tests {
 
     #[test]
     fn chains_are_checked() {
-        let ok = r#"[{"chain_id": 1, "rpc_urls": ["http://127.0.0.1:8545"], "max_fee_per_gas_wei": "100", "max_priority_fee_per_gas_wei": "2"}]"#;
+        let ok = r#"[{"chain_id": 1, "rpc_urls": ["http://127.0.0.1:8545"],
+                      "max_fee_per_gas_wei": "100", "max_priority_fee_per_gas_wei": "2"}]"#;
         let c = parse(ok).unwrap();
         assert_eq!(c[&1].spec.confirmations, 1);
         assert!(parse(&ok.replace("\"2\"", "\"200\"")).is_err());

@@ -276,7 +276,10 @@ impl<C: EvmCall> EvmExecutor<C> {
             return Ok(None);
         };
         let Some((max_fee, tip)) = self.bumped_fees(chain, (last_fee, last_tip)).await? else {
-            tracing::warn!(executor_key = %self.key, nonce, "the transaction is unmined and the fee caps leave no room to replace it");
+            tracing::warn!(
+                executor_key = %self.key, nonce,
+                "the transaction is unmined and the fee caps leave no room to replace it"
+            );
             return Ok(None);
         };
         let gas_limit = ctx.provider_refs.get("gas_limit").and_then(Value::as_u64).unwrap_or(NATIVE_GAS);
@@ -315,7 +318,10 @@ impl<C: EvmCall> EvmExecutor<C> {
         {
             return Ok(None);
         }
-        tracing::info!(executor_key = %self.key, nonce, tx_hash = %hash, max_fee_per_gas = max_fee, "replacing an unmined transaction with raised fees");
+        tracing::info!(
+            executor_key = %self.key, nonce, tx_hash = %hash, max_fee_per_gas = max_fee,
+            "replacing an unmined transaction with raised fees"
+        );
         if let Err(e) = chain.rpc.call("eth_sendRawTransaction", json!([raw])).await {
             tracing::warn!(executor_key = %self.key, tx_hash = %hash, error = %e, "the replacement was not accepted");
         }
@@ -357,17 +363,23 @@ impl<C: EvmCall> EvmExecutor<C> {
         {
             return Ok(None);
         }
-        tracing::warn!(executor_key = %self.key, nonce, tx_hash = %hash, "forcing the nonce with a zero-value send: nothing of this attempt is known to the chain");
+        tracing::warn!(
+            executor_key = %self.key, nonce, tx_hash = %hash,
+            "forcing the nonce with a zero-value send: nothing of this attempt is known to the chain"
+        );
         if let Err(e) = chain.rpc.call("eth_sendRawTransaction", json!([raw])).await {
-            tracing::warn!(executor_key = %self.key, tx_hash = %hash, error = %e, "the nonce-forcing send was not accepted");
+            tracing::warn!(
+                executor_key = %self.key, tx_hash = %hash, error = %e,
+                "the nonce-forcing send was not accepted"
+            );
         }
         let mut r = ExecutionResult::new(NodeState::Unknown);
         r.provider_state = Some("forcing_nonce".into());
         r.provider_refs.insert("cancel_tx_hash".into(), json!(hash));
         r.error_code = Some(qtg_core::codes::EVM_FORCING_NONCE.into());
         r.error_detail = Some(format!(
-            "nothing of this attempt is known to the chain: nonce {nonce} is being consumed by a zero-value send ({hash}); \
-             once it is final the attempt is FAILED and a retry uses a new nonce"
+            "nothing of this attempt is known to the chain: nonce {nonce} is being consumed by a zero-value \
+             send ({hash}); once it is final the attempt is FAILED and a retry uses a new nonce"
         ));
         r.retry_after_seconds = Some(POLL_SECONDS);
         Ok(Some(r))
@@ -576,7 +588,11 @@ impl<C: EvmCall> EvmExecutor<C> {
             }
             Onchain::ConsumedByOther => {
                 consumed("other").await?;
-                failed(qtg_core::codes::EVM_NONCE_CONSUMED, "a final transaction that is not this node's consumed its nonce; none of its transactions can be mined")
+                failed(
+                    qtg_core::codes::EVM_NONCE_CONSUMED,
+                    "a final transaction that is not this node's consumed its nonce; none of its \
+                     transactions can be mined",
+                )
             }
             Onchain::Absent if recovering => match self.force_nonce(ctx, chain, node).await? {
                 Some(r) => r,
@@ -600,7 +616,10 @@ impl<C: EvmCall> EvmExecutor<C> {
                 r.provider_state = Some(if had_block { "reorged".into() } else { "not_found".into() });
                 if had_block {
                     // Its block is gone (a reorg): observing again until it is mined anew.
-                    tracing::warn!(executor_key = %self.key, "the transaction's block is gone (reorg); observing again");
+                    tracing::warn!(
+                        executor_key = %self.key,
+                        "the transaction's block is gone (reorg); observing again"
+                    );
                     r.provider_refs.insert("block_number".into(), Value::Null);
                     r.provider_refs.insert("confirmations".into(), Value::Null);
                 }
@@ -617,7 +636,10 @@ impl<C: EvmCall> EvmExecutor<C> {
             )
         {
             if let Some(mut done) = self.call.settled(ctx, t).await.map_err(rpc_down)? {
-                tracing::info!(executor_key = %self.key, code = ?r.error_code, "the node's transaction did not do it, but the chain shows the effect: completed by evidence");
+                tracing::info!(
+                    executor_key = %self.key, code = ?r.error_code,
+                    "the node's transaction did not do it, but the chain shows the effect: completed by evidence"
+                );
                 done.provider_refs.insert("own_transaction".into(), json!(r.error_code));
                 r = done;
             }
@@ -727,17 +749,26 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
                         self.live_reservation(node, &chain).await?.is_some_and(|(id, _)| id == payload.reservation_id);
                     if released || !live {
                         // Given back now, or no longer the node's to send with at all.
-                        tracing::info!(executor_key = %self.key, nonce = payload.nonce, "the chain already shows the effect; nothing was sent");
+                        tracing::info!(
+                            executor_key = %self.key, nonce = payload.nonce,
+                            "the chain already shows the effect; nothing was sent"
+                        );
                         done.provider_refs.insert("sent".into(), json!(false));
                         return Ok(done);
                     }
                     // An earlier attempt broadcast with this nonce: it is sent so the nonce is
                     // consumed (no gap for the address); the call reverts, the evidence decides.
-                    tracing::info!(executor_key = %self.key, nonce = payload.nonce, "the effect is done; sending anyway to consume a nonce an earlier attempt used");
+                    tracing::info!(
+                        executor_key = %self.key, nonce = payload.nonce,
+                        "the effect is done; sending anyway to consume a nonce an earlier attempt used"
+                    );
                 }
                 Ok(None) => {}
                 Err(e) => {
-                    tracing::warn!(executor_key = %self.key, error = %e, "could not read whether the effect already happened; sending")
+                    tracing::warn!(
+                        executor_key = %self.key, error = %e,
+                        "could not read whether the effect already happened; sending"
+                    )
                 }
             }
         }
@@ -765,7 +796,10 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
         r.provider_refs.insert("tx_hashes".into(), json!(all));
         r.provider_ref_id = Some(hash.clone());
         r.retry_after_seconds = Some(1.0);
-        tracing::info!(executor_key = %self.key, chain_id = payload.chain_id, nonce = payload.nonce, tx_hash = %hash, "broadcasting");
+        tracing::info!(
+            executor_key = %self.key, chain_id = payload.chain_id, nonce = payload.nonce, tx_hash = %hash,
+            "broadcasting"
+        );
         match chain.rpc.call("eth_sendRawTransaction", json!([raw])).await {
             Ok(_) => Ok(r),
             Err(RpcError::Node { message, .. }) if already_known(&message) => Ok(r),

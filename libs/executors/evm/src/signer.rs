@@ -60,7 +60,10 @@ impl LocalSigner {
         };
         let signature = self.wallet.sign_hash_sync(&tx.signature_hash()).map_err(|e| format!("signing failed: {e}"))?;
         let envelope = TxEnvelope::from(tx.into_signed(signature));
-        tracing::info!(signer_key = %self.key, chain_id, nonce, tx_hash = %envelope.tx_hash(), "signed a zero-value send to force the nonce");
+        tracing::info!(
+            signer_key = %self.key, chain_id, nonce, tx_hash = %envelope.tx_hash(),
+            "signed a zero-value send to force the nonce"
+        );
         Ok((format!("0x{}", alloy::primitives::hex::encode(envelope.encoded_2718())), envelope.tx_hash().to_string()))
     }
 
@@ -90,7 +93,8 @@ impl LocalSigner {
             (None, None) => {
                 if p.to != destination || tx.value != amount || !tx.input.is_empty() {
                     return Err(format!(
-                        "a native transfer of {} wei to {} with {} bytes of data is not the approved {amount} wei to {destination}",
+                        "a native transfer of {} wei to {} with {} bytes of data is not the approved {amount} wei \
+                         to {destination}",
                         tx.value,
                         p.to,
                         tx.input.len()
@@ -103,7 +107,8 @@ impl LocalSigner {
                     decode_transfer(&tx.input).ok_or("the call is not an ERC-20 transfer(address,uint256)")?;
                 if p.to != token || tx.value != U256::ZERO || to != destination || sent != amount {
                     return Err(format!(
-                        "transfer({to}, {sent}) on {} with value {} is not the approved {amount} to {destination} on {token}",
+                        "transfer({to}, {sent}) on {} with value {} is not the approved {amount} to \
+                         {destination} on {token}",
                         p.to, tx.value
                     ));
                 }
@@ -145,7 +150,8 @@ impl LocalSigner {
                 || burn.destinationDomain != domain
             {
                 return Err(format!(
-                    "depositForBurn({}, domain {}, {}, {}) is not the approved {amount} of {token} to {destination} on domain {domain}",
+                    "depositForBurn({}, domain {}, {}, {}) is not the approved {amount} of {token} to \
+                     {destination} on domain {domain}",
                     burn.amount, burn.destinationDomain, burn.mintRecipient, burn.burnToken
                 ));
             }
@@ -159,7 +165,8 @@ impl LocalSigner {
                 || address_of(&b.mint_recipient) != Some(destination)
             {
                 return Err(format!(
-                    "receiveMessage of {} to {} on domain {} is not the approved {amount} to {destination} on domain {domain}",
+                    "receiveMessage of {} to {} on domain {} is not the approved {amount} to {destination} on \
+                     domain {domain}",
                     b.amount, b.mint_recipient, m.destination_domain
                 ));
             }

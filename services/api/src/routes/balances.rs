@@ -36,7 +36,8 @@ fn text(v: &Option<String>) -> Option<&str> {
 #[utoipa::path(
     get,
     path = "/v3/balances",
-    summary = "The latest balance per venue, account and asset, with as_of and stale; fresh=true reads the venues now (429 RATE_LIMITED when the caller asked too recently)",
+    summary = "The latest balance per venue, account and asset, with as_of and stale; fresh=true reads the venues \
+               now (429 RATE_LIMITED when the caller asked too recently)",
     description = "Role: viewer. Query: venue, asset, fresh.",
     params(
         ("venue" = Option<String>, Query, description = "one venue_key"),
@@ -45,7 +46,11 @@ fn text(v: &Option<String>) -> Option<&str> {
     ),
     responses(
         (status = 200, description = "balances", body = Balances),
-        (status = 429, description = "RATE_LIMITED: this caller asked for fresh=true within MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS", body = crate::openapi::ErrorBody),
+        (
+            status = 429,
+            description = "RATE_LIMITED: this caller asked for fresh=true within MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS",
+            body = crate::openapi::ErrorBody
+        ),
     ),
 )]
 pub async fn list_balances(
@@ -148,15 +153,22 @@ impl AppState {
 #[utoipa::path(
     get,
     path = "/v3/venue-transfers",
-    summary = "Withdrawals and deposits cex_transfer_ingest read from the venue accounts' history, newest first, each with the node and movement that explain it (null while none does) and, for a withdrawal nothing explains, when it was alerted",
-    description = "Role: viewer. Query: venue, direction (withdrawal, deposit), unexplained (true: only rows no movement explains), limit, cursor.",
+    summary = "Withdrawals and deposits cex_transfer_ingest read from the venue accounts' history, newest first, \
+               each with the node and movement that explain it (null while none does) and, for a withdrawal nothing \
+               explains, when it was alerted",
+    description = "Role: viewer. Query: venue, direction (withdrawal, deposit), unexplained (true: only rows no \
+                   movement explains), limit, cursor.",
     params(
         crate::extract::PageQuery,
         ("venue" = Option<String>, Query, description = "one venue_key"),
         ("direction" = Option<String>, Query, description = "withdrawal or deposit"),
         ("unexplained" = Option<bool>, Query, description = "only rows no movement explains"),
     ),
-    responses((status = 200, description = "venue transfers", body = crate::extract::Page<qtg_store::venue_transfers::VenueTransfer>)),
+    responses((
+        status = 200,
+        description = "venue transfers",
+        body = crate::extract::Page<qtg_store::venue_transfers::VenueTransfer>
+    )),
 )]
 pub async fn list_venue_transfers(
     State(s): State<AppState>,

@@ -20,7 +20,11 @@ use crate::AppState;
         TimePageQuery
     ),
     responses((status = 200, description = "a page of callbacks", body = Page<CallbackRow>, links(
-        ("ReplayCallback" = (operation_id = "replay_callback", parameters(("id" = "$response.body#/items/0/id")), description = "replay a dead letter of the page")),
+        ("ReplayCallback" = (
+            operation_id = "replay_callback",
+            parameters(("id" = "$response.body#/items/0/id")),
+            description = "replay a dead letter of the page"
+        )),
     ))),
 )]
 pub async fn list_callbacks(

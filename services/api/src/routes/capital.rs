@@ -39,7 +39,9 @@ pub struct CreateCapitalTransfer {
 #[utoipa::path(
     post,
     path = "/v3/capital-transfers",
-    summary = "Request a capital transfer: recorded, and its movement created (PENDING_APPROVAL). Same idempotency_key + same body answers 200; another body 409 IDEMPOTENCY_CONFLICT; a source balance below the amount 409 INSUFFICIENT_BALANCE",
+    summary = "Request a capital transfer: recorded, and its movement created (PENDING_APPROVAL). Same \
+               idempotency_key + same body answers 200; another body 409 IDEMPOTENCY_CONFLICT; a source balance below \
+               the amount 409 INSUFFICIENT_BALANCE",
     description = "Role: requester.",
     request_body = CreateCapitalTransfer,
     responses(
@@ -93,7 +95,11 @@ pub async fn create_capital_transfer(
     path = "/v3/capital-transfers",
     summary = "Capital transfers, newest first, with their movement's state and outcome",
     description = "Role: viewer. Query: state, limit, cursor.",
-    params(PageQuery, ("state" = Option<String>, Query, description = "PENDING, MOVEMENT_CREATED, COMPLETED, FAILED or NEEDS_ATTENTION")),
+    params(
+        PageQuery,
+        ("state" = Option<String>, Query, description = "PENDING, MOVEMENT_CREATED, COMPLETED, FAILED or \
+                                                         NEEDS_ATTENTION")
+    ),
     responses((status = 200, description = "requests", body = Page<CapitalTransfer>)),
 )]
 pub async fn list_capital_transfers(
@@ -134,7 +140,8 @@ pub async fn get_capital_transfer(
 #[utoipa::path(
     post,
     path = "/v3/capital-transfers/{id}/actions/close",
-    summary = "Close a capital transfer that needs attention (FAILED, with the operator's reason); 409 INVALID_STATE in any other state",
+    summary = "Close a capital transfer that needs attention (FAILED, with the operator's reason); 409 \
+               INVALID_STATE in any other state",
     description = "Role: operator.",
     params(("id" = uuid::Uuid, Path, description = "the request's id")),
     request_body = crate::routes::operator::ActionBody,

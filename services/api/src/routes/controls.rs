@@ -34,7 +34,11 @@ impl ControlBody {
     description = "Role: admin.",
     request_body = crate::openapi::PauseRequest,
     responses((status = 200, description = "the pause", body = Pause, links(
-        ("ResumeDispatch" = (operation_id = "resume_dispatch", request_body = "$request.body", description = "lift it (same scope and target, with a reason)")),
+        ("ResumeDispatch" = (
+            operation_id = "resume_dispatch",
+            request_body = "$request.body",
+            description = "lift it (same scope and target, with a reason)"
+        )),
         ("ListControls" = (operation_id = "list_controls", description = "the active pauses")),
     ))),
 )]

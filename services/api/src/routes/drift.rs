@@ -15,7 +15,8 @@ use crate::AppState;
 #[utoipa::path(
     get,
     path = "/v3/drift",
-    summary = "The last verify_drift check per scope (a chain, the signers): status, observed facts, differences from the baseline",
+    summary = "The last verify_drift check per scope (a chain, the signers): status, observed facts, differences \
+               from the baseline",
     description = "Role: viewer.",
     params(PageQuery),
     responses((status = 200, description = "checks", body = Page<Check>)),
@@ -51,7 +52,8 @@ pub struct Baseline {
 #[utoipa::path(
     post,
     path = "/v3/drift/baseline",
-    summary = "Record a scope's baseline: the given facts, or what its last check observed (404 when it was never checked)",
+    summary = "Record a scope's baseline: the given facts, or what its last check observed (404 when it was \
+               never checked)",
     description = "Role: admin.",
     request_body = BaselineRequest,
     responses((status = 200, description = "the baseline", body = Baseline)),

@@ -27,17 +27,35 @@ pub struct CreateKeyBody {
 #[utoipa::path(
     post,
     path = "/v3/api-keys",
-    summary = "Create an API key; the secret is shown once and stored only as a hash. With MG_API_KEY_CREATION_APPROVALS=2, 202 and a request a second admin approves",
+    summary = "Create an API key; the secret is shown once and stored only as a hash. With \
+               MG_API_KEY_CREATION_APPROVALS=2, 202 and a request a second admin approves",
     description = "Role: admin.",
     request_body = CreateKeyBody,
     responses(
         (status = 201, description = "the key with its secret", body = crate::openapi::ApiKeyCreated, links(
-            ("RevokeApiKey" = (operation_id = "revoke_api_key", parameters(("id" = "$response.body#/id")), description = "revoke it")),
+            ("RevokeApiKey" = (
+                operation_id = "revoke_api_key",
+                parameters(("id" = "$response.body#/id")),
+                description = "revoke it"
+            )),
         )),
-        (status = 202, description = "with MG_API_KEY_CREATION_APPROVALS=2: a request a second admin approves", body = KeyRequest, links(
-            ("ApproveKeyRequest" = (operation_id = "approve_key_request", parameters(("id" = "$response.body#/id")), description = "a second admin approves it")),
-            ("RejectKeyRequest" = (operation_id = "reject_key_request", parameters(("id" = "$response.body#/id")), description = "a second admin rejects it")),
-        )),
+        (
+            status = 202,
+            description = "with MG_API_KEY_CREATION_APPROVALS=2: a request a second admin approves",
+            body = KeyRequest,
+            links(
+                ("ApproveKeyRequest" = (
+                    operation_id = "approve_key_request",
+                    parameters(("id" = "$response.body#/id")),
+                    description = "a second admin approves it"
+                )),
+                ("RejectKeyRequest" = (
+                    operation_id = "reject_key_request",
+                    parameters(("id" = "$response.body#/id")),
+                    description = "a second admin rejects it"
+                )),
+            )
+        ),
     ),
 )]
 pub async fn create_api_key(
@@ -61,10 +79,15 @@ pub async fn create_api_key(
 #[utoipa::path(
     post,
     path = "/v3/api-key-requests/{id}/approve",
-    summary = "A second admin (not the requester) approves a key request: the key is created and its secret shown once, to this admin",
+    summary = "A second admin (not the requester) approves a key request: the key is created and its secret shown \
+               once, to this admin",
     description = "Role: admin.",
     params(("id" = uuid::Uuid, Path, description = "the key request id")),
-    responses((status = 201, description = "the decided request and the new key with its secret", body = crate::openapi::KeyDecisionDoc)),
+    responses((
+        status = 201,
+        description = "the decided request and the new key with its secret",
+        body = crate::openapi::KeyDecisionDoc
+    )),
 )]
 pub async fn approve_key_request(
     State(s): State<AppState>,

@@ -109,21 +109,63 @@ impl CreateMovementBody {
 #[utoipa::path(
     post,
     path = "/v3/movements",
-    summary = "Create a movement: PENDING_APPROVAL, nodes BLOCKED. Same idempotency_key + same body answers 200 with the same movement; another body 409 IDEMPOTENCY_CONFLICT. Risk limits answer 422 RISK_LIMIT_EXCEEDED naming the limit",
+    summary = "Create a movement: PENDING_APPROVAL, nodes BLOCKED. Same idempotency_key + same body answers 200 \
+               with the same movement; another body 409 IDEMPOTENCY_CONFLICT. Risk limits answer 422 \
+               RISK_LIMIT_EXCEEDED naming the limit",
     description = "Role: requester.",
     request_body = CreateMovementBody,
     responses(
         (status = 201, description = "the new movement", body = Movement, links(
-            ("GetMovement" = (operation_id = "get_movement", parameters(("id" = "$response.body#/id")), description = "follow it")),
-            ("ApproveMovement" = (operation_id = "approve_movement", parameters(("id" = "$response.body#/id")), description = "another principal approves it")),
-            ("RejectMovement" = (operation_id = "reject_movement", parameters(("id" = "$response.body#/id")), description = "another principal rejects it")),
-            ("CancelMovement" = (operation_id = "cancel_movement", parameters(("id" = "$response.body#/id")), description = "an operator cancels it")),
-            ("ResumeMovement" = (operation_id = "resume_movement", parameters(("id" = "$response.body#/id")), description = "an operator resumes it from MANUAL_INTERVENTION")),
-            ("DiagnoseNode" = (operation_id = "diagnose_node", parameters(("id" = "$response.body#/id"), ("node_key" = "$response.body#/nodes/0/node_key")), description = "the runbook diagnosis of a node")),
-            ("RetryNode" = (operation_id = "retry_node", parameters(("id" = "$response.body#/id"), ("node_key" = "$response.body#/nodes/0/node_key")), description = "retry a FAILED node")),
-            ("CompleteManual" = (operation_id = "complete_manual", parameters(("id" = "$response.body#/id"), ("node_key" = "$response.body#/nodes/0/node_key")), description = "complete a manual node")),
-            ("MovementAudit" = (operation_id = "list_audit_events", parameters(("movement_id" = "$response.body#/id")), description = "its audit trail")),
-            ("MovementCallbacks" = (operation_id = "list_callbacks", parameters(("movement_id" = "$response.body#/id")), description = "its callbacks")),
+            ("GetMovement" = (
+                operation_id = "get_movement",
+                parameters(("id" = "$response.body#/id")),
+                description = "follow it"
+            )),
+            ("ApproveMovement" = (
+                operation_id = "approve_movement",
+                parameters(("id" = "$response.body#/id")),
+                description = "another principal approves it"
+            )),
+            ("RejectMovement" = (
+                operation_id = "reject_movement",
+                parameters(("id" = "$response.body#/id")),
+                description = "another principal rejects it"
+            )),
+            ("CancelMovement" = (
+                operation_id = "cancel_movement",
+                parameters(("id" = "$response.body#/id")),
+                description = "an operator cancels it"
+            )),
+            ("ResumeMovement" = (
+                operation_id = "resume_movement",
+                parameters(("id" = "$response.body#/id")),
+                description = "an operator resumes it from MANUAL_INTERVENTION"
+            )),
+            ("DiagnoseNode" = (
+                operation_id = "diagnose_node",
+                parameters(("id" = "$response.body#/id"), ("node_key" = "$response.body#/nodes/0/node_key")),
+                description = "the runbook diagnosis of a node"
+            )),
+            ("RetryNode" = (
+                operation_id = "retry_node",
+                parameters(("id" = "$response.body#/id"), ("node_key" = "$response.body#/nodes/0/node_key")),
+                description = "retry a FAILED node"
+            )),
+            ("CompleteManual" = (
+                operation_id = "complete_manual",
+                parameters(("id" = "$response.body#/id"), ("node_key" = "$response.body#/nodes/0/node_key")),
+                description = "complete a manual node"
+            )),
+            ("MovementAudit" = (
+                operation_id = "list_audit_events",
+                parameters(("movement_id" = "$response.body#/id")),
+                description = "its audit trail"
+            )),
+            ("MovementCallbacks" = (
+                operation_id = "list_callbacks",
+                parameters(("movement_id" = "$response.body#/id")),
+                description = "its callbacks"
+            )),
         )),
         (status = 200, description = "the movement this idempotency_key already created", body = Movement),
     ),
@@ -218,7 +260,11 @@ pub async fn get_movement(
         ("state" = Option<crate::openapi::MovementState>, Query, description = "only movements in this state"),
         ("template_key" = Option<String>, Query, description = "only movements of this template"),
         ("created_by" = Option<String>, Query, description = "only movements created by this principal"),
-        ("since" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "only movements created at or after this RFC 3339 time"),
+        (
+            "since" = Option<chrono::DateTime<chrono::Utc>>,
+            Query,
+            description = "only movements created at or after this RFC 3339 time"
+        ),
         TimePageQuery
     ),
     responses((status = 200, description = "a page of movements (without nodes)", body = Page<Movement>)),
@@ -252,7 +298,9 @@ pub async fn list_movements(
 #[utoipa::path(
     post,
     path = "/v3/movements/{id}/approve",
-    summary = "Approve (not your own; bound to the intent and plan hashes shown). Risk limits are checked again; above the template's threshold m distinct approvers are needed (the movement stays PENDING_APPROVAL until then). 409 EXECUTOR_DOWN when a bound executor or signer is down",
+    summary = "Approve (not your own; bound to the intent and plan hashes shown). Risk limits are checked again; \
+               above the template's threshold m distinct approvers are needed (the movement stays PENDING_APPROVAL \
+               until then). 409 EXECUTOR_DOWN when a bound executor or signer is down",
     description = "Role: approver.",
     request_body = Option<ReasonBody>,
     params(("id" = uuid::Uuid, Path, description = "the movement id")),

@@ -47,7 +47,8 @@ pub struct EvidenceBody {
 #[utoipa::path(
     post,
     path = "/v3/movements/{id}/actions/cancel",
-    summary = "Cancel; refused (409) while a node may have a side effect in flight unless runbook_case C6 with evidence",
+    summary = "Cancel; refused (409) while a node may have a side effect in flight unless runbook_case \
+               C6 with evidence",
     description = "Role: operator.",
     request_body = CancelBody,
     params(("id" = uuid::Uuid, Path, description = "the movement id")),
@@ -95,10 +96,14 @@ pub async fn resume_movement(
 #[utoipa::path(
     post,
     path = "/v3/movements/{id}/nodes/{node_key}/actions/retry",
-    summary = "Retry a FAILED node as a new attempt; 409 SUBMIT_ATTEMPT_PENDING on UNKNOWN/SUBMITTING with the pending marker",
+    summary = "Retry a FAILED node as a new attempt; 409 SUBMIT_ATTEMPT_PENDING on UNKNOWN/SUBMITTING with the \
+               pending marker",
     description = "Role: operator.",
     request_body = ActionBody,
-    params(("id" = uuid::Uuid, Path, description = "the movement id"), ("node_key" = String, Path, description = "the node's key in the plan")),
+    params(
+        ("id" = uuid::Uuid, Path, description = "the movement id"),
+        ("node_key" = String, Path, description = "the node's key in the plan")
+    ),
     responses((status = 200, description = "the movement", body = Movement)),
 )]
 pub async fn retry_node(
@@ -117,7 +122,10 @@ pub async fn retry_node(
     summary = "Complete a manual_* node waiting for a person, with evidence",
     description = "Role: operator.",
     request_body = EvidenceBody,
-    params(("id" = uuid::Uuid, Path, description = "the movement id"), ("node_key" = String, Path, description = "the node's key in the plan")),
+    params(
+        ("id" = uuid::Uuid, Path, description = "the movement id"),
+        ("node_key" = String, Path, description = "the node's key in the plan")
+    ),
     responses((status = 200, description = "the movement", body = Movement)),
 )]
 pub async fn complete_manual(
@@ -137,9 +145,13 @@ pub async fn complete_manual(
 #[utoipa::path(
     get,
     path = "/v3/movements/{id}/nodes/{node_key}/diagnosis",
-    summary = "Runbook case (C1, C2, C3a, C3b, C5, C6, C7) of a stuck node with its evidence and the required action; never resolves anything",
+    summary = "Runbook case (C1, C2, C3a, C3b, C5, C6, C7) of a stuck node with its evidence and the required \
+               action; never resolves anything",
     description = "Role: operator.",
-    params(("id" = uuid::Uuid, Path, description = "the movement id"), ("node_key" = String, Path, description = "the node's key in the plan")),
+    params(
+        ("id" = uuid::Uuid, Path, description = "the movement id"),
+        ("node_key" = String, Path, description = "the node's key in the plan")
+    ),
     responses((status = 200, description = "the diagnosis", body = crate::openapi::Diagnosis)),
 )]
 pub async fn diagnose_node(
@@ -153,9 +165,13 @@ pub async fn diagnose_node(
 #[utoipa::path(
     get,
     path = "/v3/movements/{id}/nodes/{node_key}",
-    summary = "A node: its row (state, markers, provider refs), its whole history of calls and transitions from node_events (oldest first, the newest 1000) and its artifacts (a signature's payload left out)",
+    summary = "A node: its row (state, markers, provider refs), its whole history of calls and transitions from \
+               node_events (oldest first, the newest 1000) and its artifacts (a signature's payload left out)",
     description = "Role: viewer.",
-    params(("id" = uuid::Uuid, Path, description = "the movement id"), ("node_key" = String, Path, description = "the node's key in the plan")),
+    params(
+        ("id" = uuid::Uuid, Path, description = "the movement id"),
+        ("node_key" = String, Path, description = "the node's key in the plan")
+    ),
     responses((status = 200, description = "the node", body = crate::openapi::NodeDetail)),
 )]
 pub async fn get_node(

@@ -42,9 +42,21 @@ pub struct ProposeBody {
     description = "Role: operator.",
     request_body = ProposeBody,
     responses((status = 201, description = "the proposal", body = ProposalRow, links(
-        ("GetProposal" = (operation_id = "get_proposal", parameters(("id" = "$response.body#/id")), description = "read it")),
-        ("ApproveProposal" = (operation_id = "approve_proposal", parameters(("id" = "$response.body#/id")), description = "an admin approves it")),
-        ("RejectProposal" = (operation_id = "reject_proposal", parameters(("id" = "$response.body#/id")), description = "an admin rejects it")),
+        ("GetProposal" = (
+            operation_id = "get_proposal",
+            parameters(("id" = "$response.body#/id")),
+            description = "read it"
+        )),
+        ("ApproveProposal" = (
+            operation_id = "approve_proposal",
+            parameters(("id" = "$response.body#/id")),
+            description = "an admin approves it"
+        )),
+        ("RejectProposal" = (
+            operation_id = "reject_proposal",
+            parameters(("id" = "$response.body#/id")),
+            description = "an admin rejects it"
+        )),
     ))),
 )]
 pub async fn propose_template(
@@ -102,7 +114,11 @@ pub async fn get_proposal(
     request_body = Option<ReasonBody>,
     params(("id" = uuid::Uuid, Path, description = "the proposal id")),
     responses((status = 200, description = "the new template version", body = crate::openapi::ProposalReview, links(
-        ("GetTemplate" = (operation_id = "get_template", parameters(("key" = "$response.body#/template_key")), description = "the template with its versions")),
+        ("GetTemplate" = (
+            operation_id = "get_template",
+            parameters(("key" = "$response.body#/template_key")),
+            description = "the template with its versions"
+        )),
     ))),
 )]
 pub async fn approve_proposal(

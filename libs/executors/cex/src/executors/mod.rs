@@ -82,7 +82,10 @@ impl CexExecutor {
 
     fn unknown_status(&self, kind: &'static str, code: i64, id: &str) -> ExecutionResult {
         // Runbook C5: never guess a status; a person adds it to the mapping.
-        tracing::warn!(venue = %self.config.venue, executor_key = %self.key, kind, code, id, "unknown_code: the venue reported a status the mapping does not know; still observing");
+        tracing::warn!(
+            venue = %self.config.venue, executor_key = %self.key, kind, code, id,
+            "unknown_code: the venue reported a status the mapping does not know; still observing"
+        );
         qtg_telemetry::sink().venue_unknown_status(&self.config.venue, kind, code);
         let mut r = self.result(NodeState::Observing);
         r.provider_refs.insert(STATUS_UNMAPPED.into(), json!({"kind": kind, "code": code}));

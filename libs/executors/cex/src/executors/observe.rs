@@ -152,8 +152,8 @@ impl CexExecutor {
                 let mut r = self.result(NodeState::Unknown);
                 r.error_code = Some(qtg_core::codes::CEX_DEPOSIT_FEE_CHANGED.into());
                 r.error_detail = Some(format!(
-                    "deposit {} with txid {txid}: {why} — the amount the venue's record of the withdrawal says arrives; \
-                     the money moved, at another fee than was priced: a person decides",
+                    "deposit {} with txid {txid}: {why} — the amount the venue's record of the withdrawal says \
+                     arrives; the money moved, at another fee than was priced: a person decides",
                     d.id
                 ));
                 r.provider_refs.insert(MANUAL_REVIEW_REQUIRED.into(), json!("deposit_fee_changed"));

@@ -44,7 +44,10 @@ impl CexExecutor {
             .map(|t| t.with_timezone(&Utc));
         let (true, Some(started_at)) = (pending, started) else {
             // C3a: without both markers the matcher is never entered.
-            tracing::warn!(node_id = %ctx.request_node_id, idempotency_key = key, "legacy UNKNOWN gate: submit markers missing; the matcher is not entered");
+            tracing::warn!(
+                node_id = %ctx.request_node_id, idempotency_key = key,
+                "legacy UNKNOWN gate: submit markers missing; the matcher is not entered"
+            );
             let mut r = self.result(NodeState::Unknown);
             r.provider_refs.insert(LEGACY_RECONCILIATION_GATED.into(), json!(true));
             r.provider_refs.insert(MANUAL_REVIEW_REQUIRED.into(), json!("reconciliation_markers_missing"));
@@ -60,8 +63,11 @@ impl CexExecutor {
         match self.reconcile(ctx, key, payload, started_at).await {
             Err(e @ VenueError::Auth { .. }) => {
                 // C3b: stuck on purpose; the key stays as it is (never voided on an auth failure).
-                tracing::error!(node_id = %ctx.request_node_id, idempotency_key = key, error = %e,
-                    code = qtg_core::codes::RECONCILIATION_AUTH_FAILED, "reconciliation: the venue refused the credentials");
+                tracing::error!(
+                    node_id = %ctx.request_node_id, idempotency_key = key, error = %e,
+                    code = qtg_core::codes::RECONCILIATION_AUTH_FAILED,
+                    "reconciliation: the venue refused the credentials"
+                );
                 let mut r = self.result(NodeState::Unknown);
                 r.provider_refs.insert(LEGACY_RECONCILIATION_GATED.into(), json!(true));
                 r.provider_refs.insert(MANUAL_REVIEW_REQUIRED.into(), json!("reconciliation_auth_failed"));
@@ -151,7 +157,10 @@ impl CexExecutor {
                 keys::void_sent(&self.pool, key, "recovery: absent at the venue once the request was fenced")
                     .await
                     .map_err(store)?;
-                tracing::info!(idempotency_key = key, venue_time = %now, "no withdrawal once the request was fenced: voided, FAILED");
+                tracing::info!(
+                    idempotency_key = key, venue_time = %now,
+                    "no withdrawal once the request was fenced: voided, FAILED"
+                );
                 evidence["outcome"] = json!("absent_fenced");
                 let mut r = self.failed(
                     qtg_core::codes::CEX_WITHDRAWAL_NOT_FOUND,
@@ -163,7 +172,10 @@ impl CexExecutor {
                 Ok(r)
             }
             [one] if claimable => {
-                tracing::info!(idempotency_key = key, withdrawal_id = %one.id, "reconciled by amount/address/memo inside the lookback window");
+                tracing::info!(
+                    idempotency_key = key, withdrawal_id = %one.id,
+                    "reconciled by amount/address/memo inside the lookback window"
+                );
                 evidence["outcome"] = json!("matched");
                 evidence["by"] = json!("amount_address");
                 let mut r = self.booked(&one.id, key, p);
@@ -183,7 +195,8 @@ impl CexExecutor {
                 let mut r = self.result(NodeState::Unknown);
                 r.error_code = Some(qtg_core::codes::RECONCILIATION_AMBIGUOUS.into());
                 r.error_detail = Some(format!(
-                    "{} withdrawal(s) match amount {} to {} inside the lookback window; none carries client id {key}{}{}",
+                    "{} withdrawal(s) match amount {} to {} inside the lookback window; none carries \
+                     client id {key}{}{}",
                     many.len(),
                     p.amount,
                     p.address,
@@ -304,12 +317,18 @@ impl CexExecutor {
                     .await
                     .map_err(store)?
                 {
-                    tracing::info!(idempotency_key = key, venue_time = %now, "no withdrawal and the key's deadline has passed at the venue: voided, FAILED");
+                    tracing::info!(
+                        idempotency_key = key, venue_time = %now,
+                        "no withdrawal and the key's deadline has passed at the venue: voided, FAILED"
+                    );
                     evidence["fence_at"] = json!(at.to_rfc3339());
                     evidence["outcome"] = json!("absent_fenced");
                     let mut r = self.failed(
                         qtg_core::codes::CEX_WITHDRAWAL_NOT_FOUND,
-                        format!("the venue has no withdrawal for {key} and its time {now} is past the request's deadline; the key is void"),
+                        format!(
+                            "the venue has no withdrawal for {key} and its time {now} is past the request's \
+                             deadline; the key is void"
+                        ),
                     );
                     r.provider_refs.insert(RECONCILIATION.into(), evidence);
                     return Ok(r);

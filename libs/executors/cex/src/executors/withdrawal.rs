@@ -275,7 +275,10 @@ impl CexExecutor {
                 Some(n)
             }
         };
-        tracing::info!(venue = %name, idempotency_key = %key, venue_time = %t, recv_window_ms = window, nonce, "sending withdraw request");
+        tracing::info!(
+            venue = %name, idempotency_key = %key, venue_time = %t, recv_window_ms = window, nonce,
+            "sending withdraw request"
+        );
         match venue.submit_withdrawal(&req, Stamp { signed_at: t, recv_window_ms: window, nonce }).await {
             Ok(id) => Ok(Sent::Booked { id, signed_at: t, recv_window_ms: window }),
             Err(e) if e.not_executed() => {
@@ -403,7 +406,10 @@ impl CexExecutor {
                 self.failed(code, e.to_string())
             }
             Sent::Unknown(e) => {
-                tracing::warn!(venue = %self.config.venue, idempotency_key = %key, error = %e, "withdraw request without an answer; recovery reconciles it");
+                tracing::warn!(
+                    venue = %self.config.venue, idempotency_key = %key, error = %e,
+                    "withdraw request without an answer; recovery reconciles it"
+                );
                 ExecutionResult {
                     error_code: Some(match e {
                         VenueError::Server { .. } => qtg_core::codes::CEX_VENUE_ERROR.into(),

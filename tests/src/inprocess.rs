@@ -25,7 +25,7 @@ pub fn sim_engine(db: &TestDb, settings: qtg_engine::EngineSettings) -> anyhow::
     let sim = qtg_sim::lane(&qtg_executor::LaneContext {
         pool: &db.pool,
         setting: &none,
-        clock_skew_seconds: settings.clock_skew_seconds,
+        clock_skew: settings.clock_skew,
         shared: &Default::default(),
     })
     .map_err(anyhow::Error::msg)?;

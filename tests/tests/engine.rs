@@ -41,7 +41,7 @@ async fn a_submit_without_an_answer_is_unknown_never_failed() -> anyhow::Result<
 async fn an_executor_hand_over_stops_recovery_and_calls_a_person() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
     let mut settings = test_settings();
-    settings.grace.other = 0.0;
+    settings.grace.other = std::time::Duration::ZERO;
     let engine = sim_engine(&db, settings)?;
     install_plan(
         &engine,

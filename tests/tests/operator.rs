@@ -8,6 +8,7 @@ use qtg_engine::operator::CancelInput;
 use qtg_engine::EngineSettings;
 use qtg_tests::*;
 use serde_json::json;
+use std::time::Duration;
 
 fn one(sim: serde_json::Value) -> serde_json::Value {
     json!({
@@ -60,7 +61,11 @@ async fn retry_makes_a_new_attempt_of_a_failed_node_and_refuses_unknown() -> any
 async fn cancel_needs_c6_evidence_while_a_side_effect_may_exist() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
     // A short submit window, so that the armed attempt is fenced within the test.
-    let settings = EngineSettings { submit_window_seconds: 0.6, clock_skew_seconds: 0.1, ..test_settings() };
+    let settings = EngineSettings {
+        submit_window: Duration::from_millis(600),
+        clock_skew: Duration::from_millis(100),
+        ..test_settings()
+    };
     let engine = sim_engine(&db, settings)?;
     install_plan(&engine, "t.unknown", one(json!({"submit": "unknown"}))).await?;
     let id = create_approved(&engine, "t.unknown", "m1").await?;
@@ -128,7 +133,7 @@ async fn cancel_needs_c6_evidence_while_a_side_effect_may_exist() -> anyhow::Res
 async fn resume_clears_the_hand_off_so_recovery_decides() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
     let mut settings = test_settings();
-    settings.grace.other = 0.0;
+    settings.grace.other = Duration::ZERO;
     let engine = sim_engine(&db, settings)?;
     install_plan(
         &engine,
@@ -238,7 +243,11 @@ async fn complete_manual_only_on_manual_nodes_and_a_busy_worker_is_a_409() -> an
 async fn diagnosis_names_each_runbook_case() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
     // A short submit window, so that the armed attempt is fenced within the test.
-    let settings = EngineSettings { submit_window_seconds: 0.6, clock_skew_seconds: 0.1, ..test_settings() };
+    let settings = EngineSettings {
+        submit_window: Duration::from_millis(600),
+        clock_skew: Duration::from_millis(100),
+        ..test_settings()
+    };
     let engine = sim_engine(&db, settings)?;
     install_plan(&engine, "t.unknown", one(json!({"submit": "unknown"}))).await?;
     install_plan(&engine, "t.observing", one(json!({"observe_polls": 1000, "retry_after_seconds": 0.01}))).await?;

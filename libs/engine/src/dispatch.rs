@@ -22,7 +22,7 @@
 
 use chrono::{DateTime, Utc};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 use qtg_core::protocol::{idempotency_key, Method};
 use qtg_core::{codes, ExecutionContext, ExecutionResult, NodeState, PreparedAction, RequestState, SignRequest};
@@ -125,10 +125,8 @@ impl Engine {
         let meta = Meta::actor(&self.actor);
         let token = Uuid::new_v4();
         let attempt_no = item.attempt_no + 1;
-        let lease = NodePatch {
-            lease: Some(Lease { token, expires_in: Some(Duration::from_secs_f64(self.settings.lease_seconds)) }),
-            ..Default::default()
-        };
+        let lease =
+            NodePatch { lease: Some(Lease { token, expires_in: Some(self.settings.lease) }), ..Default::default() };
         match item.node_state {
             NodeState::Ready => {
                 transition::transition_node(
@@ -391,8 +389,7 @@ impl Engine {
         tracing::info!(node_id = %c.item.node_id, attempt_no = c.attempt_no, %submit_by, "armed; submitting");
 
         // Submit, only while the window (less the skew margin) is still open.
-        let window =
-            Duration::from_secs_f64((self.settings.submit_window_seconds - self.settings.clock_skew_seconds).max(0.0));
+        let window = self.settings.submit_window.saturating_sub(self.settings.clock_skew);
         let key = idempotency_key(&c.ctx.request_node_id, c.attempt_no);
         // What is sent is what was stored for the attempt: the prepared action's hash against the
         // one its artifact holds (written when it was prepared), not against itself.
@@ -535,7 +532,7 @@ impl Engine {
         }
         let patch = NodePatch {
             begin_attempt: true,
-            submit_window: Duration::from_secs_f64(self.settings.submit_window_seconds),
+            submit_window: self.settings.submit_window,
             guard: Guard { dispatchable: true, ..self.claim_guard(c) },
             calls: calls.clone(),
             calls_attempt: Some(c.attempt_no),
@@ -609,7 +606,8 @@ impl Engine {
     ) -> Result<()> {
         // An UNKNOWN from submit gets the lane's grace counted from now, the end of the call:
         // the venue may still be processing what it received.
-        let grace = self.settings.grace.of(c.item.lane);
+        // (seconds: the wire's `retry_after_seconds`)
+        let grace = self.settings.grace.of(c.item.lane).as_secs_f64();
         let from_executor = res.is_ok();
         let (result, call) = match res {
             Ok(mut result) => {

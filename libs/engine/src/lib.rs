@@ -44,20 +44,21 @@ pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 /// a submit) is left alone before `recover()` (the venue may still be processing).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct LaneGrace {
-    pub ccip: f64,
-    pub stargate: f64,
-    pub cex: f64,
-    pub other: f64,
+    pub ccip: Duration,
+    pub stargate: Duration,
+    pub cex: Duration,
+    pub other: Duration,
 }
 
 impl Default for LaneGrace {
     fn default() -> Self {
-        LaneGrace { ccip: 90.0, stargate: 90.0, cex: 90.0, other: 90.0 }
+        let seed = Duration::from_secs(90);
+        LaneGrace { ccip: seed, stargate: seed, cex: seed, other: seed }
     }
 }
 
 impl LaneGrace {
-    pub fn of(&self, lane: Lane) -> f64 {
+    pub fn of(&self, lane: Lane) -> Duration {
         match lane {
             Lane::Ccip => self.ccip,
             Lane::Stargate => self.stargate,
@@ -78,29 +79,29 @@ pub struct EngineSettings {
     /// Nodes per recovery tick, split over four lanes (`MG_NODE_RECOVERY_BATCH_SIZE`, 10).
     pub recovery_batch: i64,
     pub grace: LaneGrace,
-    /// Seconds before re-trying an observe/recover whose call failed.
-    pub call_failure_backoff_seconds: f64,
+    /// Before re-trying an observe/recover whose call failed.
+    pub call_failure_backoff: Duration,
     pub callbacks: callbacks::CallbackSettings,
     /// Global risk limits (`MG_RISK_*`); each template's `risk_controls` can only tighten them.
     pub risk: qtg_core::risk::RiskLimits,
     /// How long a dispatch claim holds a node through preflight, prepare and sign
     /// (`MG_DISPATCH_LEASE_SECONDS`); an expired lease is re-claimable.
-    pub lease_seconds: f64,
+    pub lease: Duration,
     /// `submit_by = started_at + submit_window` (`MG_SUBMIT_WINDOW_SECONDS`).
-    pub submit_window_seconds: f64,
+    pub submit_window: Duration,
     /// Margin for clocks and the network (`MG_CLOCK_SKEW_MARGIN_SECONDS`): a submit starts
     /// only within `submit_window` minus it; recovery takes a SUBMITTING node only after
     /// `submit_by` plus it.
-    pub clock_skew_seconds: f64,
+    pub clock_skew: Duration,
     /// What an approval needs of the movement's executors and signers
     /// (`MG_APPROVAL_HEALTH_GATE`).
     pub approval_health_gate: HealthGate,
     /// A health check older than this does not vouch for an approval (three health intervals).
-    pub health_stale_seconds: f64,
+    pub health_stale: Duration,
     /// Admins a new API key needs (`MG_API_KEY_CREATION_APPROVALS`, 1 or 2).
     pub key_creation_approvals: u32,
     /// How old an untouched EVM nonce reservation must be before the reaper reclaims it.
-    pub evm_nonce_reaper_age_seconds: f64,
+    pub evm_nonce_reaper_age: Duration,
     pub drift: drift::DriftSettings,
     pub balances: balances::BalanceSettings,
     pub capital: capital::CapitalSettings,
@@ -110,7 +111,7 @@ pub struct EngineSettings {
 /// The approval gate on bound executors' and signers' health.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum HealthGate {
-    /// Fails closed: each must be `up`, checked within `health_stale_seconds`.
+    /// Fails closed: each must be `up`, checked within `health_stale`.
     Strict,
     /// Refuses only what is known to be `down`.
     DownOnly,
@@ -118,8 +119,8 @@ pub enum HealthGate {
 
 impl EngineSettings {
     /// How long an observe or recover claim holds its node: the call's deadline plus margin.
-    pub fn call_lease_seconds(&self) -> f64 {
-        self.executor_timeout.as_secs_f64() + 2.0 * self.clock_skew_seconds + 1.0
+    pub fn call_lease(&self) -> Duration {
+        self.executor_timeout + 2 * self.clock_skew + Duration::from_secs(1)
     }
 }
 
@@ -131,7 +132,7 @@ impl Default for EngineSettings {
             observe_batch: 10,
             recovery_batch: 10,
             grace: LaneGrace::default(),
-            call_failure_backoff_seconds: 15.0,
+            call_failure_backoff: Duration::from_secs(15),
             callbacks: callbacks::CallbackSettings {
                 max_attempts: 5,
                 timeout: Duration::from_secs(10),
@@ -141,13 +142,13 @@ impl Default for EngineSettings {
             risk: qtg_core::risk::RiskLimits::default(),
             // The binaries' defaults (services/common `engine_settings` of an empty environment
             // equals this, a test checks): lease 3 × the call deadline + 2 × the skew margin.
-            lease_seconds: 100.0,
-            submit_window_seconds: 40.0,
-            clock_skew_seconds: 5.0,
+            lease: Duration::from_secs(100),
+            submit_window: Duration::from_secs(40),
+            clock_skew: Duration::from_secs(5),
             approval_health_gate: HealthGate::Strict,
-            health_stale_seconds: 180.0,
+            health_stale: Duration::from_secs(180),
             key_creation_approvals: 1,
-            evm_nonce_reaper_age_seconds: 600.0,
+            evm_nonce_reaper_age: Duration::from_secs(600),
             drift: drift::DriftSettings::default(),
             balances: balances::BalanceSettings::default(),
             capital: capital::CapitalSettings::default(),
@@ -195,7 +196,7 @@ impl Engine {
         tracing::error!(%node_id, step = method, error = %error, "could not handle this node; held back, going on");
         let detail = format!("qtg could not handle this node's {method} step: {error}");
         let event = qtg_store::events::Call::failed(method, "engine_error", qtg_core::codes::ENGINE_ERROR, &detail, 0);
-        let backoff = self.settings.call_failure_backoff_seconds;
+        let backoff = self.settings.call_failure_backoff.as_secs_f64();
         let held = match self.pool.acquire().await {
             Ok(mut conn) => qtg_store::claims::hold_back(&mut conn, node_id, backoff, &event, &self.actor).await,
             Err(e) => Err(e.into()),

@@ -229,7 +229,7 @@ impl Engine {
         executor_keys: &[String],
         signer_keys: &[String],
     ) -> Result<(), OpError> {
-        let stale = self.settings.health_stale_seconds;
+        let stale = self.settings.health_stale.as_secs_f64();
         let unhealthy = mq::unhealthy_bindings(conn, executor_keys, signer_keys, stale).await?;
         let of = |why: &[&str]| -> Vec<String> {
             unhealthy.iter().filter(|(_, w)| why.contains(&w.as_str())).map(|(k, w)| format!("{k} ({w})")).collect()

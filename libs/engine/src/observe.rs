@@ -9,7 +9,6 @@ use qtg_core::NodeState;
 use qtg_executor::ExecutorError;
 use qtg_store::claims::{self, Pickup};
 use qtg_store::events::{record_calls, Call};
-use std::time::Duration;
 
 use qtg_store::transition::{self, Guard, Lease, Meta, NodePatch, Schedule, SubmitAccepted};
 use qtg_store::{PgConnection, WorkItem};
@@ -158,7 +157,7 @@ impl Engine {
         // The lease: no other worker takes the node before the call's deadline has passed.
         let patch = NodePatch {
             lease: Some(Lease { token, expires_in: None }),
-            next_observe: Schedule::In(Duration::from_secs_f64(self.settings.call_lease_seconds())),
+            next_observe: Schedule::In(self.settings.call_lease()),
             ..Default::default()
         };
         // Taken under the claim's row lock.
@@ -185,11 +184,8 @@ impl Engine {
         );
         calls::record(conn, item, item.attempt_no, method, calls::outcome(e), Some((code, &detail)), ms, &self.actor)
             .await?;
-        let patch = NodePatch {
-            next_observe: Schedule::In(Duration::from_secs_f64(self.settings.call_failure_backoff_seconds)),
-            guard,
-            ..Default::default()
-        };
+        let patch =
+            NodePatch { next_observe: Schedule::In(self.settings.call_failure_backoff), guard, ..Default::default() };
         if transition::poll_node(conn, item.node_id, item.node_state, &patch).await?.is_stale() {
             // The node moved on meanwhile and needs no backoff; the event stays.
             tracing::debug!(node_id = %item.node_id, "no backoff written: the node moved on");

@@ -350,7 +350,7 @@ impl Engine {
     /// executor's venue refuses the key after `submit_by`, and `submit_by` plus the skew
     /// margin has passed. Otherwise 409, saying what to wait for.
     async fn check_fenced(&self, conn: &mut PgConnection, n: &NodeBrief) -> Result<(), OpError> {
-        let (executor_key, past) = claims::past_submit_by(conn, n.id, self.settings.clock_skew_seconds).await?;
+        let (executor_key, past) = claims::past_submit_by(conn, n.id, self.settings.clock_skew.as_secs_f64()).await?;
         let fence = self.registry.executor(&executor_key).map(|e| e.fence);
         if past && fence == Some(qtg_executor::Fence::VenueDeadline) {
             return Ok(());
@@ -383,7 +383,7 @@ impl Engine {
             provider_refs: ev.provider_refs.clone(),
             provider_ref_id: ev.provider_ref_id.clone(),
             seconds_since_started: ev.seconds_since_started,
-            grace_seconds: grace,
+            grace_seconds: grace.as_secs_f64(),
             observe_count: ev.observe_count,
             submit_transport_failures: ev.submit_transport_failures,
         };

@@ -11,7 +11,7 @@ impl Engine {
     pub async fn reap_nonces_tick(&self) -> Result<usize> {
         let mut tx = self.pool.begin().await?;
         let reclaimed =
-            qtg_store::evm::reclaim(&mut tx, self.settings.evm_nonce_reaper_age_seconds, &self.actor, REAP_BATCH)
+            qtg_store::evm::reclaim(&mut tx, self.settings.evm_nonce_reaper_age.as_secs_f64(), &self.actor, REAP_BATCH)
                 .await?;
         tx.commit().await?;
         for r in &reclaimed {

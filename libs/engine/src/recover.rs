@@ -16,8 +16,8 @@ impl Engine {
         for lane in Lane::ALL {
             let pickup = Pickup::Recover {
                 lane,
-                grace_seconds: self.settings.grace.of(lane),
-                skew_seconds: self.settings.clock_skew_seconds,
+                grace_seconds: self.settings.grace.of(lane).as_secs_f64(),
+                skew_seconds: self.settings.clock_skew.as_secs_f64(),
             };
             let ids = {
                 let mut conn = self.pool.acquire().await?;
@@ -46,7 +46,7 @@ impl Engine {
         let due = claims::next_due_in(
             &mut conn,
             Pickup::Recover { lane: Lane::Other, grace_seconds: 0.0, skew_seconds: 0.0 },
-            &Lane::ALL.map(|lane| (lane, g.of(lane))),
+            &Lane::ALL.map(|lane| (lane, g.of(lane).as_secs_f64())),
         )
         .await?;
         Ok(due.map(std::time::Duration::from_secs_f64))

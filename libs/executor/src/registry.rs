@@ -107,7 +107,7 @@ pub struct LaneContext<'a> {
     pub pool: &'a sqlx::PgPool,
     pub setting: &'a dyn Fn(&str) -> Option<String>,
     /// `MG_CLOCK_SKEW_MARGIN_SECONDS`, as the process' settings read it.
-    pub clock_skew_seconds: f64,
+    pub clock_skew: std::time::Duration,
     /// State the lanes of one registry share (see [`LaneShared`]).
     pub shared: &'a LaneShared,
 }

@@ -8,6 +8,7 @@ pub mod workers;
 
 use std::collections::HashMap;
 use std::sync::Arc;
+use std::time::Duration;
 
 use anyhow::Context;
 use qtg_engine::{Engine, EngineSettings, LaneGrace};
@@ -158,7 +159,7 @@ fn load_registry(
         &LaneContext {
             pool,
             setting: &setting,
-            clock_skew_seconds: settings.clock_skew_seconds,
+            clock_skew: secs(settings.clock_skew_seconds),
             shared: &Default::default(),
         },
     )?;
@@ -179,12 +180,12 @@ pub fn engine_settings(s: &Settings) -> EngineSettings {
         observe_batch: s.observe_batch,
         recovery_batch: s.recovery_batch,
         grace: LaneGrace {
-            ccip: s.grace_ccip.unwrap_or(s.grace_default),
-            stargate: s.grace_stargate.unwrap_or(s.grace_default),
-            cex: s.grace_cex.unwrap_or(s.grace_default),
-            other: s.grace_other.unwrap_or(s.grace_default),
+            ccip: secs(s.grace_ccip.unwrap_or(s.grace_default)),
+            stargate: secs(s.grace_stargate.unwrap_or(s.grace_default)),
+            cex: secs(s.grace_cex.unwrap_or(s.grace_default)),
+            other: secs(s.grace_other.unwrap_or(s.grace_default)),
         },
-        call_failure_backoff_seconds: 15.0,
+        call_failure_backoff: EngineSettings::default().call_failure_backoff,
         callbacks: qtg_engine::callbacks::CallbackSettings {
             secret: s.callback_secret.clone().map(String::into_bytes),
             max_attempts: s.callback_max_attempts,
@@ -195,14 +196,14 @@ pub fn engine_settings(s: &Settings) -> EngineSettings {
             delivery: qtg_engine::callbacks::Delivery::new(s.callback_max_in_flight),
         },
         risk: s.risk.clone(),
-        lease_seconds: s.lease_seconds,
+        lease: secs(s.lease_seconds),
         approval_health_gate: if s.approval_health_gate_strict {
             qtg_engine::HealthGate::Strict
         } else {
             qtg_engine::HealthGate::DownOnly
         },
         key_creation_approvals: s.key_creation_approvals,
-        evm_nonce_reaper_age_seconds: s.evm_nonce_reaper_age_seconds,
+        evm_nonce_reaper_age: secs(s.evm_nonce_reaper_age_seconds),
         drift: qtg_engine::drift::DriftSettings {
             pause: s.verify_drift_pause,
             concurrency: s.verify_drift_concurrency.max(1),
@@ -228,9 +229,9 @@ pub fn engine_settings(s: &Settings) -> EngineSettings {
             approval_ttl_seconds: s.approval_ttl_seconds,
         },
         // Three health intervals.
-        health_stale_seconds: 3.0 * s.worker("executor_health").map(|w| w.interval.as_secs_f64()).unwrap_or(60.0),
-        submit_window_seconds: s.submit_window_seconds,
-        clock_skew_seconds: s.clock_skew_seconds,
+        health_stale: 3 * s.worker("executor_health").map(|w| w.interval).unwrap_or(Duration::from_secs(60)),
+        submit_window: secs(s.submit_window_seconds),
+        clock_skew: secs(s.clock_skew_seconds),
     }
 }
 
@@ -374,6 +375,11 @@ pub async fn run_worker_binary(binary: &'static str) -> anyhow::Result<()> {
         ));
     }
     process.supervise(all, Vec::new()).await
+}
+
+/// Seconds as read from the environment (validated there: finite, not negative) as a `Duration`.
+fn secs(s: f64) -> Duration {
+    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
 }
 
 #[cfg(test)]

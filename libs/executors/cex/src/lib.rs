@@ -43,7 +43,10 @@ pub struct CexLane {
 
 /// The lane's factory (listed in `services/common/src/lanes.rs`).
 pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, String> {
-    Ok(Box::new(CexLane { pool: ctx.pool.clone(), skew: config::secs(ctx.clock_skew_seconds) }))
+    Ok(Box::new(CexLane {
+        pool: ctx.pool.clone(),
+        skew: chrono::Duration::from_std(ctx.clock_skew).unwrap_or(chrono::Duration::MAX),
+    }))
 }
 
 impl LanePlugin for CexLane {

@@ -38,6 +38,14 @@ impl Lane {
     }
 }
 
+/// A `lane` column as the store reads it.
+impl TryFrom<String> for Lane {
+    type Error = crate::state::UnknownName;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        Lane::parse(&s).ok_or(crate::state::UnknownName("lane", s))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

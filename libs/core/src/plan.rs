@@ -40,6 +40,14 @@ impl NodeKind {
     }
 }
 
+/// A `node_kind` column as the store reads it.
+impl TryFrom<String> for NodeKind {
+    type Error = crate::state::UnknownName;
+    fn try_from(s: String) -> Result<Self, Self::Error> {
+        NodeKind::parse(&s).ok_or(crate::state::UnknownName("node_kind", s))
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct PlanNode {

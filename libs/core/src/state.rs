@@ -38,12 +38,25 @@ macro_rules! string_enum {
                 }
             }
         }
+
+        /// A state column as the store reads it (`#[sqlx(try_from = "String")]`).
+        impl TryFrom<String> for $name {
+            type Error = UnknownState;
+            fn try_from(s: String) -> Result<Self, Self::Error> {
+                s.parse()
+            }
+        }
     };
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown state {0:?}")]
 pub struct UnknownState(pub String);
+
+/// A stored name (a node kind, a lane) that is none of the known ones.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("unknown {0} {1:?}")]
+pub struct UnknownName(pub &'static str, pub String);
 
 string_enum!(NodeState {
     Blocked => "BLOCKED",

@@ -412,7 +412,7 @@ impl Engine {
                 "markers": markers,
                 "seconds_since_started": ev.seconds_since_started,
                 "lane": ev.lane,
-                "grace_seconds": grace,
+                "grace_seconds": grace.as_secs_f64(),
                 "submit_transport_failures": ev.submit_transport_failures,
                 "recent_events": ev.recent_events,
             },

@@ -79,7 +79,7 @@ pub async fn revoke(conn: &mut PgConnection, id: Uuid) -> Result<bool> {
 }
 
 /// A key as an admin lists it: never the hash.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ApiKeyInfo {
     pub id: Uuid,
@@ -111,24 +111,11 @@ pub async fn list(
     .bind(limit)
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(ApiKeyInfo {
-                id: r.try_get("id")?,
-                principal: r.try_get("principal")?,
-                roles: r.try_get("roles")?,
-                created_by: r.try_get("created_by")?,
-                created_at: r.try_get("created_at")?,
-                revoked_at: r.try_get("revoked_at")?,
-                expires_at: r.try_get("expires_at")?,
-                bootstrap: r.try_get("bootstrap")?,
-            })
-        })
-        .collect()
+    rows.iter().map(|r| Ok(<ApiKeyInfo as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)).collect()
 }
 
 /// A request for a key awaiting a second admin (`MG_API_KEY_CREATION_APPROVALS=2`).
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct KeyRequest {
     pub id: Uuid,
@@ -143,16 +130,7 @@ pub struct KeyRequest {
 }
 
 fn key_request(r: &sqlx::postgres::PgRow) -> Result<KeyRequest> {
-    Ok(KeyRequest {
-        id: r.try_get("id")?,
-        principal: r.try_get("principal")?,
-        roles: r.try_get("roles")?,
-        requested_by: r.try_get("requested_by")?,
-        status: r.try_get("status")?,
-        decided_by: r.try_get("decided_by")?,
-        key_id: r.try_get("key_id")?,
-        created_at: r.try_get("created_at")?,
-    })
+    Ok(<KeyRequest as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)
 }
 
 const KEY_REQUEST_COLUMNS: &str = "id, principal, roles, requested_by, status, decided_by, key_id, created_at";

@@ -120,7 +120,7 @@ pub const HOLE_GRACE_SECONDS: f64 = 5.0;
 /// The advisory-lock key of the audit promoter ("qtgaudit").
 const AUDIT_PROMOTER_LOCK: i64 = 0x7174_6761_7564_6974;
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditEvent {
     pub id: i64,
@@ -148,7 +148,6 @@ pub struct AuditFilter {
 
 /// Promoted audit events in order, filtered, at most `limit`.
 pub async fn list(conn: &mut PgConnection, f: &AuditFilter, limit: i64) -> Result<Vec<AuditEvent>> {
-    use sqlx::Row;
     let rows = sqlx::query(
         "SELECT id, event_id, actor, action, entity_type, entity_id, movement_id, data, occurred_at FROM audit_events
          WHERE ($1::uuid IS NULL OR movement_id = $1) AND ($2::text IS NULL OR actor = $2)
@@ -165,19 +164,5 @@ pub async fn list(conn: &mut PgConnection, f: &AuditFilter, limit: i64) -> Resul
     .bind(limit)
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(AuditEvent {
-                id: r.try_get("id")?,
-                event_id: r.try_get("event_id")?,
-                actor: r.try_get("actor")?,
-                action: r.try_get("action")?,
-                entity_type: r.try_get("entity_type")?,
-                entity_id: r.try_get("entity_id")?,
-                movement_id: r.try_get("movement_id")?,
-                data: r.try_get("data")?,
-                occurred_at: r.try_get("occurred_at")?,
-            })
-        })
-        .collect()
+    rows.iter().map(|r| Ok(<AuditEvent as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)).collect()
 }

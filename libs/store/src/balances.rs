@@ -10,7 +10,7 @@ use sqlx::{PgConnection, Row};
 use crate::Result;
 
 /// One stored balance, as the API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Snapshot {
     pub venue_key: String,
@@ -28,16 +28,7 @@ pub struct Snapshot {
 }
 
 fn snapshot(r: &sqlx::postgres::PgRow) -> Result<Snapshot> {
-    Ok(Snapshot {
-        venue_key: r.try_get("venue_key")?,
-        account: r.try_get("account")?,
-        asset: r.try_get("asset")?,
-        free: r.try_get("free")?,
-        locked: r.try_get("locked")?,
-        source: r.try_get("source")?,
-        as_of: r.try_get("as_of")?,
-        stale: r.try_get("stale")?,
-    })
+    Ok(<Snapshot as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)
 }
 
 const COLUMNS: &str = "venue_key, account, asset, free::text AS free, locked::text AS locked, source, as_of,

@@ -4,12 +4,12 @@
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::Value;
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::Result;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CallbackRow {
     pub id: Uuid,
@@ -38,8 +38,9 @@ pub struct CallbackRow {
     /// The movement's own signing secret, if it has one (never serialized).
     #[serde(skip)]
     pub movement_secret: Option<String>,
-    /// The claim this row was read under (only from [`claim`]).
+    /// The claim this row was read under (only from [`claim`]; absent from other reads).
     #[serde(skip)]
+    #[sqlx(default)]
     pub claim_token: Option<Uuid>,
 }
 
@@ -52,28 +53,7 @@ const COLUMNS: &str = "id, request_id, event_id, event_type, sequence, payload, 
     traceparent, (SELECT r.callback_secret FROM movement_requests r WHERE r.id = request_id) AS movement_secret";
 
 fn from_row(r: &sqlx::postgres::PgRow) -> Result<CallbackRow> {
-    Ok(CallbackRow {
-        id: r.try_get("id")?,
-        request_id: r.try_get("request_id")?,
-        event_id: r.try_get("event_id")?,
-        event_type: r.try_get("event_type")?,
-        sequence: r.try_get("sequence")?,
-        payload: r.try_get("payload")?,
-        callback_url: r.try_get("callback_url")?,
-        status: r.try_get("status")?,
-        attempts: r.try_get("attempts")?,
-        max_attempts: r.try_get("max_attempts")?,
-        next_attempt_at: r.try_get("next_attempt_at")?,
-        last_error: r.try_get("last_error")?,
-        callback_timestamp: r.try_get("callback_timestamp")?,
-        callback_nonce: r.try_get("callback_nonce")?,
-        replay_of: r.try_get("replay_of")?,
-        sent_at: r.try_get("sent_at")?,
-        created_at: r.try_get("created_at")?,
-        traceparent: r.try_get("traceparent")?,
-        movement_secret: r.try_get("movement_secret")?,
-        claim_token: r.try_get("claim_token").ok().flatten(),
-    })
+    Ok(<CallbackRow as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)
 }
 
 /// Event types that alert a person rather than report a movement's progress: claimed first

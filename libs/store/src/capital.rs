@@ -4,12 +4,12 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::Result;
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CapitalTransfer {
     pub id: Uuid,
@@ -49,28 +49,7 @@ const COLUMNS: &str = "c.id, c.requested_by, c.idempotency_key, c.body_hash, c.s
     c.outcome, c.settlement, c.created_at, c.updated_at, c.closed_at";
 
 fn row(r: &sqlx::postgres::PgRow) -> Result<CapitalTransfer> {
-    Ok(CapitalTransfer {
-        id: r.try_get("id")?,
-        requested_by: r.try_get("requested_by")?,
-        idempotency_key: r.try_get("idempotency_key")?,
-        body_hash: r.try_get("body_hash")?,
-        source: r.try_get("source")?,
-        destination: r.try_get("destination")?,
-        asset: r.try_get("asset")?,
-        amount: r.try_get("amount")?,
-        reason: r.try_get("reason")?,
-        template_key: r.try_get("template_key")?,
-        template_version: r.try_get("template_version")?,
-        callback_url: r.try_get("callback_url")?,
-        state: r.try_get("state")?,
-        movement_id: r.try_get("movement_id")?,
-        movement_state: r.try_get("movement_state")?,
-        outcome: r.try_get("outcome")?,
-        settlement: r.try_get("settlement")?,
-        created_at: r.try_get("created_at")?,
-        updated_at: r.try_get("updated_at")?,
-        closed_at: r.try_get("closed_at")?,
-    })
+    Ok(<CapitalTransfer as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)
 }
 
 /// A new request (PENDING).

@@ -132,7 +132,7 @@ pub async fn claim_first(
     let row =
         bind_lane(sqlx::query(AssertSqlSafe(sql)).bind(node_id).bind(served), pickup).fetch_optional(&mut *tx).await?;
     match row {
-        Some(row) => Ok(Some(WorkItem::from_row(&row)?)),
+        Some(row) => Ok(Some(<WorkItem as sqlx::FromRow<_>>::from_row(&row)?)),
         None => {
             qtg_telemetry::sink().claim_miss(pickup.name());
             Ok(None)

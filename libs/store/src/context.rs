@@ -4,12 +4,12 @@
 
 use qtg_core::PlanEdge;
 use serde_json::Value;
-use sqlx::{PgConnection, Row};
+use sqlx::{FromRow, PgConnection, Row};
 use uuid::Uuid;
 
 use qtg_core::RequestState;
 
-use crate::rows::{parse_kind, parse_node_state, parse_request_state};
+use crate::rows::parse_request_state;
 use crate::{NodeBrief, Result};
 
 /// Every node of a request (keys, kinds, states, refs).
@@ -56,20 +56,7 @@ async fn snapshot(
         Some(r) => parse_request_state(r.try_get("request_state")?)?,
         None => return Err(crate::StoreError::corrupt(format!("movement {request_id} has no nodes"))),
     };
-    let nodes = rows
-        .iter()
-        .map(|r| {
-            Ok(NodeBrief {
-                id: r.try_get("id")?,
-                node_key: r.try_get("node_key")?,
-                node_kind: parse_kind(r.try_get("node_kind")?)?,
-                node_state: parse_node_state(r.try_get("node_state")?)?,
-                provider_refs: r.try_get("provider_refs")?,
-                error_code: r.try_get("error_code")?,
-                submit_accepted: r.try_get("submit_accepted")?,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let nodes = rows.iter().map(NodeBrief::from_row).collect::<Result<Vec<_>, _>>()?;
     Ok((state, nodes))
 }
 

@@ -31,7 +31,7 @@ pub(crate) const PAUSED: &str = concat!("EXISTS (", holding_pauses!("1"), ")");
 /// `scope:target` of the pause that holds the node, or NULL.
 pub(crate) const HELD_BY: &str = concat!("(", holding_pauses!("c.scope || ':' || c.target"), ")");
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Pause {
     /// `global`, `lane` or `executor`.
@@ -95,11 +95,5 @@ pub async fn list(conn: &mut PgConnection) -> Result<Vec<Pause>> {
 }
 
 fn from_row(row: &sqlx::postgres::PgRow) -> Result<Pause> {
-    Ok(Pause {
-        scope: row.try_get("scope")?,
-        target: row.try_get("target")?,
-        reason: row.try_get("reason")?,
-        paused_by: row.try_get("paused_by")?,
-        paused_at: row.try_get("paused_at")?,
-    })
+    Ok(<Pause as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(row)?)
 }

@@ -12,7 +12,7 @@ use sqlx::{PgConnection, Row};
 use crate::Result;
 
 /// The last check of one scope.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Check {
     pub scope: String,
@@ -35,17 +35,7 @@ const CHECK_COLUMNS: &str = "c.scope, c.status, c.checked_at, c.observed, c.diff
     c.alerted_at, (SELECT count(*) FROM drift_baselines b WHERE b.scope = c.scope) AS baseline_facts";
 
 fn check(r: &sqlx::postgres::PgRow) -> Result<Check> {
-    Ok(Check {
-        scope: r.try_get("scope")?,
-        status: r.try_get("status")?,
-        checked_at: r.try_get("checked_at")?,
-        observed: r.try_get("observed")?,
-        differences: r.try_get("differences")?,
-        executor_keys: r.try_get("executor_keys")?,
-        error: r.try_get("error")?,
-        alerted_at: r.try_get("alerted_at")?,
-        baseline_facts: r.try_get("baseline_facts")?,
-    })
+    Ok(<Check as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)
 }
 
 /// The baseline of `scope`: fact → value.

@@ -105,11 +105,8 @@ pub async fn insert(conn: &mut PgConnection, m: &NewMovement<'_>, nodes: &[NewNo
 }
 
 pub async fn get(conn: &mut PgConnection, id: Uuid) -> Result<Option<RequestRow>> {
-    let row = sqlx::query(AssertSqlSafe(format!("SELECT {REQUEST_COLUMNS} FROM movement_requests WHERE id = $1")))
-        .bind(id)
-        .fetch_optional(&mut *conn)
-        .await?;
-    row.as_ref().map(RequestRow::from_row).transpose()
+    let sql = format!("SELECT {REQUEST_COLUMNS} FROM movement_requests WHERE id = $1");
+    Ok(sqlx::query_as::<_, RequestRow>(AssertSqlSafe(sql)).bind(id).fetch_optional(&mut *conn).await?)
 }
 
 pub async fn nodes(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<NodeRow>> {
@@ -150,7 +147,7 @@ pub async fn list(
     limit: i64,
 ) -> Result<Vec<RequestRow>> {
     let (at, id) = after.map_or((None, None), |(a, i)| (Some(a), Some(i)));
-    let rows = sqlx::query(AssertSqlSafe(format!(
+    let rows = sqlx::query_as::<_, RequestRow>(AssertSqlSafe(format!(
         "SELECT {REQUEST_COLUMNS} FROM movement_requests
          WHERE ($1::text IS NULL OR request_state = $1)
            AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
@@ -168,7 +165,7 @@ pub async fn list(
     .bind(filter.since)
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter().map(RequestRow::from_row).collect()
+    Ok(rows)
 }
 
 /// Executor and signer keys among `keys` whose recorded health is `down`.
@@ -264,7 +261,7 @@ pub async fn velocity_used(
 }
 
 /// One approval of a movement.
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Approval {
     pub approver: String,
@@ -303,17 +300,7 @@ pub async fn approvals(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<
     .bind(request_id)
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(Approval {
-                approver: r.try_get("approver")?,
-                intent_hash: r.try_get("intent_hash")?,
-                plan_hash: r.try_get("plan_hash")?,
-                reason: r.try_get("reason")?,
-                approved_at: r.try_get("approved_at")?,
-            })
-        })
-        .collect()
+    rows.iter().map(|r| Ok(<Approval as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)).collect()
 }
 
 /// Raises the approvals a movement needs (limits tightened since it was created).

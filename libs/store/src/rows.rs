@@ -22,14 +22,17 @@ pub(crate) fn parse_kind(s: &str) -> Result<NodeKind, StoreError> {
 }
 
 /// A claimed node with everything a worker needs to build its execution context: the node,
-/// its plan node, its request and the request's plan version.
-#[derive(Debug, Clone)]
+/// its plan node, its request and the request's plan version ([`WORK_ITEM_COLUMNS`]).
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct WorkItem {
     pub node_id: Uuid,
     pub request_id: Uuid,
     pub node_key: String,
+    #[sqlx(try_from = "String")]
     pub node_kind: NodeKind,
+    #[sqlx(try_from = "String")]
     pub lane: Lane,
+    #[sqlx(try_from = "String")]
     pub node_state: NodeState,
     pub attempt_no: i32,
     pub provider_state: Option<String>,
@@ -47,6 +50,7 @@ pub struct WorkItem {
     pub signing_required: bool,
     pub config: Value,
     pub timeout_policy: Value,
+    #[sqlx(try_from = "String")]
     pub request_state: RequestState,
     pub compiled_plan_hash: String,
     pub current_plan_hash: String,
@@ -83,53 +87,14 @@ pub(crate) const WORK_ITEM_FROM: &str = "
     JOIN plan_nodes p ON p.id = n.plan_node_id
     JOIN plan_versions v ON v.id = r.plan_version_id";
 
-impl WorkItem {
-    pub(crate) fn from_row(row: &PgRow) -> Result<Self, StoreError> {
-        let lane: String = row.try_get("lane")?;
-        Ok(WorkItem {
-            node_id: row.try_get("node_id")?,
-            request_id: row.try_get("request_id")?,
-            node_key: row.try_get("node_key")?,
-            node_kind: parse_kind(row.try_get("node_kind")?)?,
-            lane: Lane::parse(&lane).ok_or_else(|| StoreError::corrupt(format!("lane {lane:?}")))?,
-            node_state: parse_node_state(row.try_get("node_state")?)?,
-            attempt_no: row.try_get("attempt_no")?,
-            provider_state: row.try_get("provider_state")?,
-            provider_refs: row.try_get("provider_refs")?,
-            provider_ref_id: row.try_get("provider_ref_id")?,
-            error_code: row.try_get("error_code")?,
-            submit_accepted: row.try_get("submit_accepted")?,
-            observe_count: row.try_get("observe_count")?,
-            observe_timed_out: row.try_get("observe_timed_out")?,
-            plan_node_id: row.try_get("plan_node_id")?,
-            action_type: row.try_get("action_type")?,
-            executor_key: row.try_get("executor_key")?,
-            signer_key: row.try_get("signer_key")?,
-            signing_required: row.try_get("signing_required")?,
-            config: row.try_get("config")?,
-            timeout_policy: row.try_get("timeout_policy")?,
-            request_state: parse_request_state(row.try_get("request_state")?)?,
-            compiled_plan_hash: row.try_get("compiled_plan_hash")?,
-            current_plan_hash: row.try_get("current_plan_hash")?,
-            approved_plan_hash: row.try_get("approved_plan_hash")?,
-            intent_hash: row.try_get("intent_hash")?,
-            approved_intent_hash: row.try_get("approved_intent_hash")?,
-            plan_version_id: row.try_get("plan_version_id")?,
-            template_key: row.try_get("template_key")?,
-            template_version: row.try_get("template_version")?,
-            intent: row.try_get("intent")?,
-            input_params: row.try_get("input_params")?,
-            risk_controls: row.try_get("risk_controls")?,
-        })
-    }
-}
-
 /// One node of a request as derivation, advance and context building see it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct NodeBrief {
     pub id: Uuid,
     pub node_key: String,
+    #[sqlx(try_from = "String")]
     pub node_kind: NodeKind,
+    #[sqlx(try_from = "String")]
     pub node_state: NodeState,
     pub provider_refs: Value,
     pub error_code: Option<String>,
@@ -152,7 +117,8 @@ impl NodeBrief {
     }
 }
 
-#[derive(Debug, Clone, serde::Serialize)]
+/// A movement ([`REQUEST_COLUMNS`]).
+#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
 pub struct RequestRow {
     pub id: Uuid,
     pub template_id: Uuid,
@@ -163,6 +129,7 @@ pub struct RequestRow {
     pub intent: Value,
     pub intent_hash: String,
     pub input_params: Value,
+    #[sqlx(try_from = "String")]
     pub request_state: RequestState,
     pub approval_status: String,
     pub approved_by: Option<String>,
@@ -189,38 +156,6 @@ pub(crate) const REQUEST_COLUMNS: &str = "
     review_reason, created_by, idempotency_key, body_hash, callback_url, current_frontier,
     expires_at, COALESCE(expires_at <= now(), false) AS expired, completed_at, created_at,
     updated_at, approvals_required";
-
-impl RequestRow {
-    pub(crate) fn from_row(row: &PgRow) -> Result<Self, StoreError> {
-        Ok(RequestRow {
-            id: row.try_get("id")?,
-            template_id: row.try_get("template_id")?,
-            plan_version_id: row.try_get("plan_version_id")?,
-            template_key: row.try_get("template_key")?,
-            template_version: row.try_get("template_version")?,
-            compiled_plan_hash: row.try_get("compiled_plan_hash")?,
-            intent: row.try_get("intent")?,
-            intent_hash: row.try_get("intent_hash")?,
-            input_params: row.try_get("input_params")?,
-            request_state: parse_request_state(row.try_get("request_state")?)?,
-            approval_status: row.try_get("approval_status")?,
-            approved_by: row.try_get("approved_by")?,
-            approved_at: row.try_get("approved_at")?,
-            review_reason: row.try_get("review_reason")?,
-            created_by: row.try_get("created_by")?,
-            idempotency_key: row.try_get("idempotency_key")?,
-            body_hash: row.try_get("body_hash")?,
-            callback_url: row.try_get("callback_url")?,
-            current_frontier: row.try_get("current_frontier")?,
-            expires_at: row.try_get("expires_at")?,
-            expired: row.try_get("expired")?,
-            completed_at: row.try_get("completed_at")?,
-            created_at: row.try_get("created_at")?,
-            updated_at: row.try_get("updated_at")?,
-            approvals_required: row.try_get("approvals_required")?,
-        })
-    }
-}
 
 /// A node as the API shows it.
 #[derive(Debug, Clone, serde::Serialize)]

@@ -10,7 +10,7 @@ use uuid::Uuid;
 use crate::rows::parse_kind;
 use crate::{Result, StoreError};
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ProposalRow {
     pub id: Uuid,
@@ -34,21 +34,7 @@ const PROPOSAL_COLUMNS: &str = "id, template_key, description, definition, compi
     (expires_at <= now()) AS expired, created_at";
 
 fn proposal_from_row(r: &sqlx::postgres::PgRow) -> Result<ProposalRow> {
-    Ok(ProposalRow {
-        id: r.try_get("id")?,
-        template_key: r.try_get("template_key")?,
-        description: r.try_get("description")?,
-        definition: r.try_get("definition")?,
-        compiled_plan_hash: r.try_get("compiled_plan_hash")?,
-        status: r.try_get("status")?,
-        proposed_by: r.try_get("proposed_by")?,
-        reviewed_by: r.try_get("reviewed_by")?,
-        review_reason: r.try_get("review_reason")?,
-        plan_version_id: r.try_get("plan_version_id")?,
-        expires_at: r.try_get("expires_at")?,
-        expired: r.try_get("expired")?,
-        created_at: r.try_get("created_at")?,
-    })
+    Ok(<ProposalRow as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)
 }
 
 #[allow(clippy::too_many_arguments)]

@@ -5,7 +5,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::Result;
@@ -29,7 +29,7 @@ pub struct NewTransfer<'a> {
 }
 
 /// A venue transfer as the API shows it.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VenueTransfer {
     pub id: i64,
@@ -69,29 +69,7 @@ const COLUMNS: &str = "id, venue_key, account, direction, venue_ref, asset, netw
     linked_by, alerted_at, first_seen_at, updated_at";
 
 fn row(r: &sqlx::postgres::PgRow) -> Result<VenueTransfer> {
-    Ok(VenueTransfer {
-        id: r.try_get("id")?,
-        venue_key: r.try_get("venue_key")?,
-        account: r.try_get("account")?,
-        direction: r.try_get("direction")?,
-        venue_ref: r.try_get("venue_ref")?,
-        asset: r.try_get("asset")?,
-        network: r.try_get("network")?,
-        amount: r.try_get("amount")?,
-        fee: r.try_get("fee")?,
-        address: r.try_get("address")?,
-        address_tag: r.try_get("address_tag")?,
-        tx_id: r.try_get("tx_id")?,
-        client_id: r.try_get("client_id")?,
-        status: r.try_get("status")?,
-        occurred_at: r.try_get("occurred_at")?,
-        request_node_id: r.try_get("request_node_id")?,
-        movement_id: r.try_get("movement_id")?,
-        linked_by: r.try_get("linked_by")?,
-        alerted_at: r.try_get("alerted_at")?,
-        first_seen_at: r.try_get("first_seen_at")?,
-        updated_at: r.try_get("updated_at")?,
-    })
+    Ok(<VenueTransfer as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)
 }
 
 /// Inserts what is new and updates what changed (status, tx id, fee): re-reading a window is

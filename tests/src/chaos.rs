@@ -1185,9 +1185,24 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
             .fetch_all(&db)
             .await
             .unwrap_or_default();
-            report
-                .problems
-                .push(format!("not quiescent after {:?}: {open:?} open items; movements {stuck:?}", p.quiesce_timeout));
+            // What each open movement's unfinished nodes are doing, for whoever reads the failure.
+            let nodes: Vec<String> = sqlx::query_scalar(
+                "SELECT concat_ws(' ', n.request_id, n.node_key, n.node_state, 'attempt', n.attempt_no,
+                                  'error', n.error_code, 'next_observe_at', n.next_observe_at,
+                                  'lease_expires_at', n.lease_expires_at, 'refs', n.provider_refs)
+                 FROM movement_request_nodes n
+                 WHERE n.request_id = ANY($1)
+                   AND n.node_state NOT IN ('COMPLETED', 'FAILED', 'CANCELLED', 'SKIPPED')
+                 ORDER BY n.request_id LIMIT 20",
+            )
+            .bind(&ids)
+            .fetch_all(&db)
+            .await
+            .unwrap_or_default();
+            report.problems.push(format!(
+                "not quiescent after {:?}: {open:?} open items; movements {stuck:?}; unfinished nodes: {nodes:?}",
+                p.quiesce_timeout
+            ));
             break;
         }
         tokio::time::sleep(Duration::from_secs(1)).await;

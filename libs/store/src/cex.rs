@@ -6,19 +6,20 @@
 //! — atomically against a submit that is about to send it.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::Result;
 
 /// One key as the store holds it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct SubmitKey {
     pub idempotency_key: String,
     pub venue: String,
     pub request_node_id: Uuid,
     pub attempt_no: i32,
     pub submit_by: Option<DateTime<Utc>>,
+    #[sqlx(try_from = "String")]
     pub status: KeyStatus,
     /// The venue's time the withdraw request was signed with.
     pub venue_time: Option<DateTime<Utc>>,
@@ -39,9 +40,11 @@ pub enum KeyStatus {
     Void,
 }
 
-impl KeyStatus {
-    fn parse(s: &str) -> Result<KeyStatus> {
-        match s {
+/// `cex_submit_keys.status` as the store reads it.
+impl TryFrom<String> for KeyStatus {
+    type Error = crate::StoreError;
+    fn try_from(s: String) -> Result<KeyStatus> {
+        match s.as_str() {
             "recorded" => Ok(KeyStatus::Recorded),
             "sent" => Ok(KeyStatus::Sent),
             "void" => Ok(KeyStatus::Void),
@@ -70,20 +73,7 @@ const COLUMNS: &str = "idempotency_key, venue, request_node_id, attempt_no, subm
                        recv_window_ms, void_reason, request, nonce, fenced_at";
 
 fn key_of(row: &sqlx::postgres::PgRow) -> Result<SubmitKey> {
-    Ok(SubmitKey {
-        idempotency_key: row.try_get("idempotency_key")?,
-        venue: row.try_get("venue")?,
-        request_node_id: row.try_get("request_node_id")?,
-        attempt_no: row.try_get("attempt_no")?,
-        submit_by: row.try_get("submit_by")?,
-        status: KeyStatus::parse(row.try_get::<&str, _>("status")?)?,
-        venue_time: row.try_get("venue_time")?,
-        recv_window_ms: row.try_get("recv_window_ms")?,
-        void_reason: row.try_get("void_reason")?,
-        request: row.try_get("request")?,
-        nonce: row.try_get("nonce")?,
-        fenced_at: row.try_get("fenced_at")?,
-    })
+    Ok(<SubmitKey as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(row)?)
 }
 
 /// Serialises the key store's decisions for one node (its attempts share one lock).

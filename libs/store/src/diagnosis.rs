@@ -2,31 +2,36 @@
 //! database's clock, and its recent history.
 
 use serde_json::Value;
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::rows::{parse_node_state, parse_request_state};
 use crate::Result;
 
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct NodeEvidence {
+    #[sqlx(rename = "id")]
     pub node_id: Uuid,
     pub lane: String,
+    #[sqlx(rename = "node_state", try_from = "String")]
     pub facts_state: qtg_core::NodeState,
+    #[sqlx(try_from = "String")]
     pub request_state: qtg_core::RequestState,
     /// The node row as JSON (state, attempt, refs, error, timestamps).
     pub node: Value,
     pub provider_refs: Value,
     pub provider_ref_id: Option<String>,
+    #[sqlx(rename = "since_started")]
     pub seconds_since_started: Option<f64>,
     pub observe_count: i32,
+    #[sqlx(rename = "submit_failures")]
     pub submit_transport_failures: i64,
-    /// The last node events, newest first.
+    /// The last node events, newest first (read apart).
+    #[sqlx(skip)]
     pub recent_events: Vec<Value>,
 }
 
 pub async fn node_evidence(conn: &mut PgConnection, request_id: Uuid, node_key: &str) -> Result<Option<NodeEvidence>> {
-    let row = sqlx::query(
+    let evidence = sqlx::query_as::<_, NodeEvidence>(
         "SELECT n.id, n.lane, n.node_state, r.request_state, n.provider_refs, n.provider_ref_id, n.observe_count,
                 extract(epoch FROM now() - n.started_at)::float8 AS since_started,
                 jsonb_build_object('node_key', n.node_key, 'node_state', n.node_state, 'attempt_no', n.attempt_no,
@@ -45,20 +50,7 @@ pub async fn node_evidence(conn: &mut PgConnection, request_id: Uuid, node_key: 
     .bind(node_key)
     .fetch_optional(&mut *conn)
     .await?;
-    let Some(row) = row else { return Ok(None) };
-    let node_id: Uuid = row.try_get("id")?;
-    let recent_events = crate::events::history(&mut *conn, node_id, 25, true).await?;
-    Ok(Some(NodeEvidence {
-        node_id,
-        lane: row.try_get("lane")?,
-        facts_state: parse_node_state(row.try_get("node_state")?)?,
-        request_state: parse_request_state(row.try_get("request_state")?)?,
-        node: row.try_get("node")?,
-        provider_refs: row.try_get("provider_refs")?,
-        provider_ref_id: row.try_get("provider_ref_id")?,
-        seconds_since_started: row.try_get("since_started")?,
-        observe_count: row.try_get("observe_count")?,
-        submit_transport_failures: row.try_get("submit_failures")?,
-        recent_events,
-    }))
+    let Some(mut evidence) = evidence else { return Ok(None) };
+    evidence.recent_events = crate::events::history(&mut *conn, evidence.node_id, 25, true).await?;
+    Ok(Some(evidence))
 }

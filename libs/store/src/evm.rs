@@ -172,7 +172,7 @@ pub async fn release_unsent(pool: &PgPool, id: i64, node: Uuid) -> Result<bool> 
 /// A reservation given back — by a node that failed before anything was broadcast
 /// ([`release_before_broadcast`]) or by the reaper ([`reclaim`]) — and the node and movement
 /// that held it.
-#[derive(Debug, Clone, PartialEq)]
+#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
 pub struct GivenBack {
     pub id: i64,
     pub chain_id: i64,
@@ -193,14 +193,7 @@ async fn audit_given_back(
 ) -> Result<Vec<GivenBack>> {
     let mut out = Vec::with_capacity(rows.len());
     for row in rows {
-        let r = GivenBack {
-            id: row.try_get("id")?,
-            chain_id: row.try_get("chain_id")?,
-            address: row.try_get("address")?,
-            nonce: row.try_get("nonce")?,
-            request_node_id: row.try_get("request_node_id")?,
-            request_id: row.try_get("request_id")?,
-        };
+        let r = <GivenBack as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(&row)?;
         let mut data = serde_json::json!({
             "reservation_id": r.id, "chain_id": r.chain_id, "address": r.address, "nonce": r.nonce,
         });

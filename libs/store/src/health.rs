@@ -114,7 +114,7 @@ pub async fn identities(conn: &mut PgConnection, key: &str) -> Result<(Option<St
     Ok((expected.filter(|a| !a.is_empty()), observed.filter(|a| !a.is_empty())))
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ExecutorHealth {
     pub executor_key: String,
@@ -126,24 +126,12 @@ pub struct ExecutorHealth {
 }
 
 pub async fn list_executors(conn: &mut PgConnection) -> Result<Vec<ExecutorHealth>> {
-    let rows = sqlx::query(
+    Ok(sqlx::query_as::<_, ExecutorHealth>(
         "SELECT executor_key, transport, lane, health_state, last_health_checked_at, last_error FROM executors \
          ORDER BY executor_key",
     )
     .fetch_all(&mut *conn)
-    .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(ExecutorHealth {
-                executor_key: r.try_get(0)?,
-                transport: r.try_get(1)?,
-                lane: r.try_get(2)?,
-                health_state: r.try_get(3)?,
-                last_health_checked_at: r.try_get(4)?,
-                last_error: r.try_get(5)?,
-            })
-        })
-        .collect()
+    .await?)
 }
 
 #[derive(Debug, Clone, Serialize)]

@@ -319,7 +319,7 @@ pub async fn plan_version(
     }))
 }
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct TemplateSummary {
     pub template_key: String,
@@ -330,8 +330,9 @@ pub struct TemplateSummary {
 
 /// Templates by key, after `cursor` (a template_key), at most `limit`.
 pub async fn list_templates(conn: &mut PgConnection, cursor: Option<&str>, limit: i64) -> Result<Vec<TemplateSummary>> {
-    let rows = sqlx::query(
-        "SELECT DISTINCT ON (t.template_key) t.template_key, v.version, v.compiled_plan_hash, t.created_at
+    Ok(sqlx::query_as::<_, TemplateSummary>(
+        "SELECT DISTINCT ON (t.template_key) t.template_key, v.version AS latest_version, v.compiled_plan_hash,
+                t.created_at
          FROM templates t JOIN plan_versions v ON v.template_id = t.id
          WHERE ($1::text IS NULL OR t.template_key > $1)
          ORDER BY t.template_key, v.version DESC LIMIT $2",
@@ -339,17 +340,7 @@ pub async fn list_templates(conn: &mut PgConnection, cursor: Option<&str>, limit
     .bind(cursor)
     .bind(limit)
     .fetch_all(&mut *conn)
-    .await?;
-    rows.iter()
-        .map(|r| {
-            Ok(TemplateSummary {
-                template_key: r.try_get(0)?,
-                latest_version: r.try_get(1)?,
-                compiled_plan_hash: r.try_get(2)?,
-                created_at: r.try_get(3)?,
-            })
-        })
-        .collect()
+    .await?)
 }
 
 /// Version numbers of a template, newest first.

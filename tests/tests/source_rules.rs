@@ -27,29 +27,39 @@ fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
 }
 
+/// Every `.rs` file under `dir` with its text, but those under a directory named in `skip`
+/// (and build output, dependencies and hidden directories).
+fn rust_files(dir: &Path, skip: &[&str], out: &mut Vec<(PathBuf, String)>) {
+    let Ok(entries) = std::fs::read_dir(dir) else { return };
+    for e in entries.flatten() {
+        let p = e.path();
+        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
+        if p.is_dir() {
+            if !matches!(name, "target" | "node_modules") && !name.starts_with('.') && !skip.contains(&name) {
+                rust_files(&p, skip, out);
+            }
+        } else if name.ends_with(".rs") {
+            out.push((p.clone(), std::fs::read_to_string(&p).unwrap_or_default()));
+        }
+    }
+}
+
 /// The production part of every source file of `libs/` and `services/` (up to its first
 /// `#[cfg(test)]`), but the registry itself and the example remote executor (a stand-in for
 /// a third party's code, with codes of its own).
 fn sources() -> Vec<(PathBuf, String)> {
-    fn walk(dir: &Path, out: &mut Vec<(PathBuf, String)>) {
-        let Ok(entries) = std::fs::read_dir(dir) else { return };
-        for e in entries.flatten() {
-            let p = e.path();
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            if p.is_dir() {
-                if !matches!(name, "target" | "node_modules" | "remote-executor-example" | "codes") {
-                    walk(&p, out);
-                }
-            } else if name.ends_with(".rs") && p.components().any(|c| c.as_os_str() == "src") {
-                let text = std::fs::read_to_string(&p).unwrap_or_default();
-                let production = text.split("#[cfg(test)]").next().unwrap_or_default().to_string();
-                out.push((p, production));
-            }
-        }
-    }
-    let mut out = Vec::new();
-    walk(&root().join("libs"), &mut out);
-    walk(&root().join("services"), &mut out);
+    let skip = ["remote-executor-example", "codes"];
+    let mut files = Vec::new();
+    rust_files(&root().join("libs"), &skip, &mut files);
+    rust_files(&root().join("services"), &skip, &mut files);
+    let out: Vec<_> = files
+        .into_iter()
+        .filter(|(p, _)| p.components().any(|c| c.as_os_str() == "src"))
+        .map(|(p, text)| {
+            let production = text.split("#[cfg(test)]").next().unwrap_or_default().to_string();
+            (p, production)
+        })
+        .collect();
     assert!(out.len() > 100, "found only {} source files under {}", out.len(), root().display());
     out
 }
@@ -115,32 +125,38 @@ fn the_rule_sees_a_spelled_code() {
 /// `cargo fmt --check` passes. So no line of the workspace's Rust is longer.
 #[test]
 fn every_line_fits_so_rustfmt_formats_every_statement() {
-    fn walk(dir: &Path, out: &mut Vec<String>) {
-        let Ok(entries) = std::fs::read_dir(dir) else { return };
-        for e in entries.flatten() {
-            let p = e.path();
-            let name = p.file_name().and_then(|n| n.to_str()).unwrap_or_default();
-            if p.is_dir() {
-                if !matches!(name, "target" | "node_modules") && !name.starts_with('.') {
-                    walk(&p, out);
-                }
-            } else if name.ends_with(".rs") {
-                let text = std::fs::read_to_string(&p).unwrap_or_default();
-                for (i, line) in text.lines().enumerate() {
-                    if line.chars().count() > 120 {
-                        out.push(format!("{}:{}", p.strip_prefix(root()).unwrap_or(&p).display(), i + 1));
-                    }
-                }
-            }
-        }
-    }
-    let mut long = Vec::new();
+    let mut files = Vec::new();
     for dir in ["libs", "services", "tests"] {
-        walk(&root().join(dir), &mut long);
+        rust_files(&root().join(dir), &[], &mut files);
     }
+    let long: Vec<String> = files
+        .iter()
+        .flat_map(|(p, text)| {
+            text.lines()
+                .enumerate()
+                .filter(|(_, line)| line.chars().count() > 120)
+                .map(move |(i, _)| format!("{}:{}", p.strip_prefix(root()).unwrap_or(p).display(), i + 1))
+        })
+        .collect();
     assert!(
         long.is_empty(),
         "lines over 120 characters (split the string with a `\\` continuation):\n{}",
         long.join("\n")
+    );
+}
+
+/// docs/error-codes.md is the registry's page (`qtg_core::codes::reference_page`);
+/// `QTG_UPDATE_DOCS=1` writes it.
+#[test]
+fn the_error_code_page_is_current() {
+    let path = root().join("docs/error-codes.md");
+    let page = qtg_core::codes::reference_page();
+    if std::env::var_os("QTG_UPDATE_DOCS").is_some() {
+        std::fs::write(&path, &page).unwrap();
+    }
+    let on_disk = std::fs::read_to_string(&path).unwrap_or_default();
+    assert!(
+        on_disk == page,
+        "docs/error-codes.md is stale: run QTG_UPDATE_DOCS=1 cargo test -p qtg-tests --test source_rules"
     );
 }

@@ -45,6 +45,15 @@ impl Params {
         sql
     }
 
+    /// [`Params::statement`], built once for a call site (`cache`): its declarations are the same
+    /// on every call, so is its text — the hot path does not rebuild it (checked in debug
+    /// builds).
+    pub fn statement_once(&self, cache: &'static std::sync::OnceLock<String>, rest: &str) -> &'static str {
+        let sql = cache.get_or_init(|| self.statement(rest));
+        debug_assert_eq!(*sql, self.statement(rest), "a statement's declarations changed between calls");
+        sql
+    }
+
     /// The encoded values, or the first value that could not be encoded.
     pub fn into_arguments(self) -> Result<PgArguments, sqlx::Error> {
         match self.error {

@@ -399,8 +399,9 @@ async fn write_node(
         .with("channel", "text", if transition { wake_channel(to) } else { None })
         // Only a transition enqueues a callback that could carry it.
         .with("traceparent", "text", if transition { qtg_telemetry::traceparent() } else { None });
-    let sql = params.statement(&NODE_WRITE_REST);
-    let row = sqlx::query_with(sqlx::AssertSqlSafe(sql), params.into_arguments()?).fetch_optional(&mut *conn).await?;
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let sql = params.statement_once(&SQL, &NODE_WRITE_REST);
+    let row = sqlx::query_with(sql, params.into_arguments()?).fetch_optional(&mut *conn).await?;
     let Some(row) = row else {
         return Ok(Cas::Stale(Stale { entity: "node", id: node_id, expected: from.to_string() }));
     };
@@ -532,8 +533,9 @@ pub async fn transition_request(
         .with("actor", "text", meta.actor.to_string())
         .with("reason", "text", meta.reason.map(str::to_string))
         .with("traceparent", "text", qtg_telemetry::traceparent());
-    let sql = params.statement(REQUEST_WRITE);
-    let row = sqlx::query_with(sqlx::AssertSqlSafe(sql), params.into_arguments()?).fetch_optional(&mut *conn).await?;
+    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let sql = params.statement_once(&SQL, REQUEST_WRITE);
+    let row = sqlx::query_with(sql, params.into_arguments()?).fetch_optional(&mut *conn).await?;
     Ok(match row {
         Some(_) => Cas::Applied(()),
         None => Cas::Stale(Stale { entity: "movement", id: request_id, expected: from.to_string() }),

@@ -84,6 +84,10 @@ pub fn served(doc: &utoipa::openapi::OpenApi) -> Value {
             }
         }
     }
+    // The runbook's cases, from the same registry.
+    if let Some(case) = v.pointer_mut("/components/schemas/RunbookCase") {
+        case["enum"] = codes::RunbookCase::ALL.iter().map(|c| c.as_str()).collect::<Vec<_>>().into();
+    }
     // The codes an error answer carries: the API's part of the one registry.
     if let Some(code) = v.pointer_mut("/components/schemas/ErrorDetail/properties/code") {
         let api = || codes::CATALOGUE.iter().filter(|c| c.source == codes::Source::Api);

@@ -26,15 +26,7 @@ pub enum MovementState {
 
 /// The stuck-node runbook's cases (docs/architecture.md §13).
 #[derive(ToSchema)]
-pub enum RunbookCase {
-    C1,
-    C2,
-    C3a,
-    C3b,
-    C5,
-    C6,
-    C7,
-}
+pub struct RunbookCase(String);
 
 /// A role; each includes the ones before it.
 #[derive(ToSchema)]

@@ -1,5 +1,6 @@
 // Every error code qtg writes or answers: what it means and what an operator does about it.
-// docs/error-codes.md is generated from this table (`QTG_UPDATE_DOCS=1 cargo test -p qtg-core`).
+// docs/error-codes.md is generated from this table
+// (`QTG_UPDATE_DOCS=1 cargo test -p qtg-tests --test source_rules`).
 
 catalogue! {
     CONFLICT {

@@ -291,7 +291,7 @@ async fn the_attestation_step_waits_honours_the_hint_and_hands_over_the_attestat
     let unseen = observer.observe(&attestation_ctx(&format!("0x{}", "cd".repeat(32)))).await?;
     assert_eq!(
         (unseen.next_state, unseen.provider_state.as_deref()),
-        (qtg_core::NodeState::Observing, Some("not_seen"))
+        (qtg_core::AfterObserve::Observing, Some("not_seen"))
     );
     assert_eq!(unseen.retry_after_seconds, Some(0.5));
     // Burned, not final: pending.
@@ -307,11 +307,11 @@ async fn the_attestation_step_waits_honours_the_hint_and_hands_over_the_attestat
         .send()
         .await?;
     let limited = observer.observe(&ctx).await?;
-    assert_eq!((limited.next_state, limited.retry_after_seconds), (qtg_core::NodeState::Observing, Some(7.0)));
+    assert_eq!((limited.next_state, limited.retry_after_seconds), (qtg_core::AfterObserve::Observing, Some(7.0)));
     // Final: complete, with what the mint needs.
     a.anvil.rpc("evm_mine", json!([])).await?;
     let done = observer.observe(&ctx).await?;
-    assert_eq!(done.next_state, qtg_core::NodeState::Completed, "{done:?}");
+    assert_eq!(done.next_state, qtg_core::AfterObserve::Completed, "{done:?}");
     let message: Bytes = done.provider_refs["message"].as_str().unwrap_or("0x").parse()?;
     let attestation: Bytes = done.provider_refs["attestation"].as_str().unwrap_or("0x").parse()?;
     assert_eq!(done.provider_refs["message_hash"], json!(keccak256(&message).to_string()));

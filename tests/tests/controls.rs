@@ -225,7 +225,7 @@ impl qtg_executor::Executor for PausedDuringPrepare {
     async fn preflight(
         &self,
         ctx: &qtg_core::ExecutionContext,
-    ) -> Result<Option<qtg_core::ExecutionResult>, qtg_executor::ExecutorError> {
+    ) -> Result<Option<qtg_core::Refusal>, qtg_executor::ExecutorError> {
         self.inner.preflight(ctx).await
     }
 
@@ -247,14 +247,14 @@ impl qtg_executor::Executor for PausedDuringPrepare {
         &self,
         ctx: &qtg_core::ExecutionContext,
         submission: &qtg_executor::Submission<'_>,
-    ) -> Result<qtg_core::ExecutionResult, qtg_executor::ExecutorError> {
+    ) -> Result<qtg_core::SubmitOutcome, qtg_executor::ExecutorError> {
         self.inner.submit(ctx, submission).await
     }
 
     async fn observe(
         &self,
         ctx: &qtg_core::ExecutionContext,
-    ) -> Result<qtg_core::ExecutionResult, qtg_executor::ExecutorError> {
+    ) -> Result<qtg_core::ObserveOutcome, qtg_executor::ExecutorError> {
         self.inner.observe(ctx).await
     }
 
@@ -262,7 +262,7 @@ impl qtg_executor::Executor for PausedDuringPrepare {
         &self,
         ctx: &qtg_core::ExecutionContext,
         key: &str,
-    ) -> Result<qtg_core::ExecutionResult, qtg_executor::ExecutorError> {
+    ) -> Result<qtg_core::SubmitOutcome, qtg_executor::ExecutorError> {
         self.inner.recover(ctx, key).await
     }
 }

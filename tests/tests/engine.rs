@@ -256,7 +256,7 @@ impl qtg_executor::Executor for Recording {
     async fn preflight(
         &self,
         ctx: &qtg_core::ExecutionContext,
-    ) -> Result<Option<qtg_core::ExecutionResult>, qtg_executor::ExecutorError> {
+    ) -> Result<Option<qtg_core::Refusal>, qtg_executor::ExecutorError> {
         self.saw("preflight", ctx);
         self.inner.preflight(ctx).await
     }
@@ -273,7 +273,7 @@ impl qtg_executor::Executor for Recording {
         &self,
         ctx: &qtg_core::ExecutionContext,
         submission: &qtg_executor::Submission<'_>,
-    ) -> Result<qtg_core::ExecutionResult, qtg_executor::ExecutorError> {
+    ) -> Result<qtg_core::SubmitOutcome, qtg_executor::ExecutorError> {
         self.saw("submit", ctx);
         self.inner.submit(ctx, submission).await
     }
@@ -281,7 +281,7 @@ impl qtg_executor::Executor for Recording {
     async fn observe(
         &self,
         ctx: &qtg_core::ExecutionContext,
-    ) -> Result<qtg_core::ExecutionResult, qtg_executor::ExecutorError> {
+    ) -> Result<qtg_core::ObserveOutcome, qtg_executor::ExecutorError> {
         self.saw("observe", ctx);
         self.inner.observe(ctx).await
     }
@@ -290,7 +290,7 @@ impl qtg_executor::Executor for Recording {
         &self,
         ctx: &qtg_core::ExecutionContext,
         key: &str,
-    ) -> Result<qtg_core::ExecutionResult, qtg_executor::ExecutorError> {
+    ) -> Result<qtg_core::SubmitOutcome, qtg_executor::ExecutorError> {
         self.saw("recover", ctx);
         self.inner.recover(ctx, key).await
     }

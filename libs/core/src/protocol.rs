@@ -6,7 +6,7 @@ use serde_json::{Map, Value};
 
 use crate::hash::sha256_hex;
 use crate::markers;
-use crate::state::NodeState;
+use crate::state::{AfterObserve, AfterSubmit, NextState, NodeState, Refused};
 
 pub const PROTOCOL_VERSION: &str = "1.0";
 
@@ -196,9 +196,12 @@ impl SignResult {
     }
 }
 
+/// An executor's answer. `S` is the state it moves the node to: any [`NodeState`] on the wire
+/// (the default), the method's own type in process — [`Refusal`] for preflight and prepare,
+/// [`SubmitOutcome`] for submit and recover, [`ObserveOutcome`] for observe.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct ExecutionResult {
-    pub next_state: NodeState,
+pub struct ExecutionResult<S = NodeState> {
+    pub next_state: S,
     #[serde(default)]
     pub provider_state: Option<String>,
     #[serde(default)]
@@ -215,8 +218,15 @@ pub struct ExecutionResult {
     pub error_detail: Option<String>,
 }
 
-impl ExecutionResult {
-    pub fn new(next_state: NodeState) -> Self {
+/// What preflight and prepare answer when they refuse: FAILED with a code and a detail.
+pub type Refusal = ExecutionResult<Refused>;
+/// What submit and recover answer.
+pub type SubmitOutcome = ExecutionResult<AfterSubmit>;
+/// What observe answers.
+pub type ObserveOutcome = ExecutionResult<AfterObserve>;
+
+impl<S: NextState> ExecutionResult<S> {
+    pub fn new(next_state: S) -> Self {
         ExecutionResult {
             next_state,
             provider_state: None,
@@ -233,16 +243,68 @@ impl ExecutionResult {
         ExecutionResult {
             error_code: Some(code.to_string()),
             error_detail: Some(detail.into()),
-            ..ExecutionResult::new(NodeState::Failed)
+            ..ExecutionResult::new(S::FAILED)
         }
+    }
+
+    /// The same answer with its state in another type that holds it (an observe answer as a
+    /// recover answer; any answer as the wire's [`NodeState`]).
+    pub fn widen<T: From<S>>(self) -> ExecutionResult<T> {
+        ExecutionResult {
+            next_state: T::from(self.next_state),
+            provider_state: self.provider_state,
+            provider_refs: self.provider_refs,
+            provider_ref_id: self.provider_ref_id,
+            generated_artifacts: self.generated_artifacts,
+            retry_after_seconds: self.retry_after_seconds,
+            error_code: self.error_code,
+            error_detail: self.error_detail,
+        }
+    }
+
+    /// The answer as the wire carries it.
+    pub fn erase(self) -> ExecutionResult {
+        ExecutionResult {
+            next_state: self.next_state.into(),
+            provider_state: self.provider_state,
+            provider_refs: self.provider_refs,
+            provider_ref_id: self.provider_ref_id,
+            generated_artifacts: self.generated_artifacts,
+            retry_after_seconds: self.retry_after_seconds,
+            error_code: self.error_code,
+            error_detail: self.error_detail,
+        }
+    }
+}
+
+impl ExecutionResult {
+    /// An answer from the wire to `method`, checked against the contract ([`validate`]) and
+    /// typed as that method's answer: where a remote executor's answer enters.
+    ///
+    /// [`validate`]: Self::validate
+    pub fn narrow<S: NextState>(self, method: Method) -> Result<ExecutionResult<S>, ProtocolViolation> {
+        self.validate(method)?;
+        let state = self.next_state;
+        let next_state = S::try_from(state)
+            .map_err(|_| ProtocolViolation(format!("{} may not answer next_state {state}", method.as_str())))?;
+        Ok(ExecutionResult {
+            next_state,
+            provider_state: self.provider_state,
+            provider_refs: self.provider_refs,
+            provider_ref_id: self.provider_ref_id,
+            generated_artifacts: self.generated_artifacts,
+            retry_after_seconds: self.retry_after_seconds,
+            error_code: self.error_code,
+            error_detail: self.error_detail,
+        })
     }
 
     /// Checks an executor's answer against the contract for `method`.
     pub fn validate(&self, method: Method) -> Result<(), ProtocolViolation> {
         let allowed = match method {
-            Method::Preflight | Method::Prepare => self.next_state == NodeState::Failed,
-            Method::Submit | Method::Recover => self.next_state.allowed_from_submit_or_recover(),
-            Method::Observe => self.next_state.allowed_from_observe(),
+            Method::Preflight | Method::Prepare => Refused::try_from(self.next_state).is_ok(),
+            Method::Submit | Method::Recover => AfterSubmit::try_from(self.next_state).is_ok(),
+            Method::Observe => AfterObserve::try_from(self.next_state).is_ok(),
         };
         if !allowed {
             return Err(ProtocolViolation(format!(

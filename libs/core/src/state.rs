@@ -53,6 +53,91 @@ macro_rules! string_enum {
 #[error("unknown state {0:?}")]
 pub struct UnknownState(pub String);
 
+/// The state an executor's answer moves its node to. On the wire it is any [`NodeState`]; in
+/// process each method has its own, narrower type (docs/architecture.md §7.6), so a local
+/// executor cannot even spell an answer the contract forbids, and a remote one is checked once,
+/// where its answer enters ([`crate::ExecutionResult::narrow`]).
+pub trait NextState: Copy + fmt::Debug + PartialEq + Into<NodeState> + TryFrom<NodeState> {
+    /// Every method may answer FAILED.
+    const FAILED: Self;
+}
+
+impl NextState for NodeState {
+    const FAILED: Self = NodeState::Failed;
+}
+
+macro_rules! next_state {
+    ($(#[$doc:meta])* $name:ident { $($variant:ident),+ $(,)? }) => {
+        $(#[$doc])*
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        pub enum $name {
+            $($variant),+
+        }
+
+        impl From<$name> for NodeState {
+            fn from(s: $name) -> NodeState {
+                match s {
+                    $($name::$variant => NodeState::$variant),+
+                }
+            }
+        }
+
+        /// The state an answer carries, if this method may answer it (else the state back).
+        impl TryFrom<NodeState> for $name {
+            type Error = NodeState;
+            fn try_from(s: NodeState) -> Result<Self, NodeState> {
+                match s {
+                    $(NodeState::$variant => Ok($name::$variant),)+
+                    other => Err(other),
+                }
+            }
+        }
+
+        impl NextState for $name {
+            const FAILED: Self = $name::Failed;
+        }
+    };
+}
+
+next_state!(
+    /// What a refusal of preflight or prepare answers: FAILED, and nothing else.
+    Refused { Failed }
+);
+
+next_state!(
+    /// What submit and recover may answer.
+    AfterSubmit { Submitted, Observing, Completed, Failed, Unknown }
+);
+
+next_state!(
+    /// What observe may answer.
+    AfterObserve { Observing, Completed, Failed, Unknown }
+);
+
+/// An observe answer is also one submit or recover may give (an executor shares the code).
+impl From<AfterObserve> for AfterSubmit {
+    fn from(s: AfterObserve) -> AfterSubmit {
+        match s {
+            AfterObserve::Observing => AfterSubmit::Observing,
+            AfterObserve::Completed => AfterSubmit::Completed,
+            AfterObserve::Failed => AfterSubmit::Failed,
+            AfterObserve::Unknown => AfterSubmit::Unknown,
+        }
+    }
+}
+
+impl From<Refused> for AfterSubmit {
+    fn from(_: Refused) -> AfterSubmit {
+        AfterSubmit::Failed
+    }
+}
+
+impl From<Refused> for AfterObserve {
+    fn from(_: Refused) -> AfterObserve {
+        AfterObserve::Failed
+    }
+}
+
 /// A stored name (a node kind, a lane) that is none of the known ones.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("unknown {0} {1:?}")]
@@ -111,18 +196,6 @@ impl NodeState {
                 | NodeState::Submitted
                 | NodeState::Observing
         )
-    }
-
-    /// States an executor may answer with, per method (docs/architecture.md §7.6).
-    pub fn allowed_from_submit_or_recover(self) -> bool {
-        matches!(
-            self,
-            NodeState::Submitted | NodeState::Observing | NodeState::Completed | NodeState::Failed | NodeState::Unknown
-        )
-    }
-
-    pub fn allowed_from_observe(self) -> bool {
-        matches!(self, NodeState::Observing | NodeState::Completed | NodeState::Failed | NodeState::Unknown)
     }
 
     /// The allowed-transition table. Same-state pairs are polls, not transitions.

@@ -263,7 +263,10 @@ impl Engine {
         let (res, ms) = with_deadline("preflight", deadline, c.executor.preflight(&c.ctx)).await;
         match res {
             Ok(None) => calls.push(Call::ok("preflight", "pass", ms)),
-            Ok(Some(result)) => {
+            Ok(Some(refusal)) => {
+                // Checked again here for its bounds (a long detail), not its state: the type
+                // allows only FAILED.
+                let result = refusal.erase();
                 let (code, detail) = match result.validate(Method::Preflight) {
                     Ok(()) => (
                         result.error_code.clone().unwrap_or_else(|| codes::PREFLIGHT_FAILED.into()),
@@ -281,7 +284,8 @@ impl Engine {
         let (res, ms) = with_deadline("prepare", deadline, c.executor.prepare(&c.ctx)).await;
         let mut prepared = match res {
             Ok(Prepared::Action(p)) => p,
-            Ok(Prepared::Refused(result)) => {
+            Ok(Prepared::Refused(refusal)) => {
+                let result = refusal.erase();
                 let (code, detail) = match result.validate(Method::Prepare) {
                     Ok(()) => (
                         result.error_code.clone().unwrap_or_else(|| codes::PREPARE_FAILED.into()),
@@ -423,7 +427,7 @@ impl Engine {
         }
         let submission = Submission { prepared: &prepared, signed: signed.as_ref(), idempotency_key: &key, submit_by };
         let (res, ms) = with_deadline("submit", deadline, c.executor.submit(&c.ctx, &submission)).await;
-        let res = res.and_then(|r| {
+        let res = res.map(ExecutionResult::erase).and_then(|r| {
             r.validate_merged(Method::Submit, &c.ctx.provider_refs).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0))
         });
         self.record_submit(&c, res, ms).await

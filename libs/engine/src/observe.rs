@@ -5,7 +5,7 @@
 
 use qtg_core::codes;
 use qtg_core::protocol::{idempotency_key, Method};
-use qtg_core::NodeState;
+use qtg_core::{ExecutionResult, NodeState};
 use qtg_executor::ExecutorError;
 use qtg_store::claims::{self, Pickup};
 use qtg_store::events::{record_calls, Call};
@@ -63,8 +63,10 @@ impl Engine {
             };
             tx.commit().await?;
             let deadline = self.settings.executor_timeout;
+            // Both answers are stored alike, as the wire's result.
             let (res, ms) = if method == Method::Observe {
-                with_deadline("observe", deadline, executor.observe(&ctx)).await
+                let (res, ms) = with_deadline("observe", deadline, executor.observe(&ctx)).await;
+                (res.map(ExecutionResult::erase), ms)
             } else {
                 let key = idempotency_key(&ctx.request_node_id, item.attempt_no);
                 tracing::info!(
@@ -72,7 +74,8 @@ impl Engine {
                     idempotency_key = %key,
                     "recovering node"
                 );
-                with_deadline("recover", deadline, executor.recover(&ctx, &key)).await
+                let (res, ms) = with_deadline("recover", deadline, executor.recover(&ctx, &key)).await;
+                (res.map(ExecutionResult::erase), ms)
             };
             let res = res.and_then(|r| {
                 r.validate_merged(method, &ctx.provider_refs).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0))

@@ -7,7 +7,7 @@ pub mod remote;
 
 use async_trait::async_trait;
 use chrono::{DateTime, Utc};
-use qtg_core::{ExecutionContext, ExecutionResult, PreparedAction, SignRequest, SignResult};
+use qtg_core::{ExecutionContext, ObserveOutcome, PreparedAction, Refusal, SignRequest, SignResult, SubmitOutcome};
 use serde_json::Value;
 use std::sync::Arc;
 
@@ -44,7 +44,7 @@ pub enum ExecutorError {
 pub enum Prepared {
     Action(PreparedAction),
     /// The executor refuses to prepare (a FAILED result).
-    Refused(ExecutionResult),
+    Refused(Refusal),
     /// Nothing to submit: the node fails with `PREPARE_EMPTY`.
     Empty,
 }
@@ -67,25 +67,26 @@ pub struct Submission<'a> {
 /// nonce reservation) uses its own pool and short transactions.
 #[async_trait]
 pub trait Executor: Send + Sync {
-    /// `Ok(None)` = pass; `Ok(Some(FAILED result))` = refused.
-    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError>;
+    /// `Ok(None)` = pass; `Ok(Some(refusal))` = refused.
+    ///
+    /// Each method answers its own type ([`Refusal`], [`SubmitOutcome`], [`ObserveOutcome`]): the
+    /// states the contract allows it are the only ones it can name. A remote executor's answer
+    /// is checked and narrowed where it enters ([`qtg_core::ExecutionResult::narrow`]).
+    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<Refusal>, ExecutorError>;
 
     async fn prepare(&self, ctx: &ExecutionContext) -> Result<Prepared, ExecutorError>;
 
     /// The same idempotency key must always yield the same `provider_ref_id` and never a
     /// second effect; a key that is void, older than one already seen for the node, or
     /// received after `submit_by` is refused without a venue call (the fence).
-    async fn submit(
-        &self,
-        ctx: &ExecutionContext,
-        submission: &Submission<'_>,
-    ) -> Result<ExecutionResult, ExecutorError>;
+    async fn submit(&self, ctx: &ExecutionContext, submission: &Submission<'_>)
+        -> Result<SubmitOutcome, ExecutorError>;
 
-    async fn observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError>;
+    async fn observe(&self, ctx: &ExecutionContext) -> Result<ObserveOutcome, ExecutorError>;
 
     /// Decides an UNKNOWN (or stale SUBMITTING) node by idempotency key / lookback — never by
     /// a blind retry. A FAILED answer voids the key: a later Submit with it is refused.
-    async fn recover(&self, ctx: &ExecutionContext, idempotency_key: &str) -> Result<ExecutionResult, ExecutorError>;
+    async fn recover(&self, ctx: &ExecutionContext, idempotency_key: &str) -> Result<SubmitOutcome, ExecutorError>;
 
     /// A small status object, or `NotImplemented`.
     async fn health(&self) -> Result<Option<Value>, ExecutorError> {

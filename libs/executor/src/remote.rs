@@ -10,7 +10,9 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use qtg_core::protocol::{Method, MAX_RESULT_BYTES};
-use qtg_core::{ExecutionContext, ExecutionResult, SignRequest, SignResult};
+use qtg_core::{
+    ExecutionContext, ExecutionResult, NextState, ObserveOutcome, Refusal, SignRequest, SignResult, SubmitOutcome,
+};
 use qtg_proto::convert;
 use qtg_proto::executor::v1 as pb;
 use qtg_proto::executor::v1::executor_service_client::ExecutorServiceClient;
@@ -399,7 +401,8 @@ impl RemoteExecutor {
         match resp.outcome {
             Some(Outcome::Action(a)) => Ok(Prepared::Action(wire(convert::prepared_from_wire(&a))?)),
             Some(Outcome::Refused(r)) => {
-                Ok(Prepared::Refused(required(wire(convert::result_from_wire(&r, Method::Prepare))?, Method::Prepare)?))
+                let refusal = required(wire(convert::result_from_wire(&r, Method::Prepare))?, Method::Prepare)?;
+                Ok(Prepared::Refused(narrow(refusal, Method::Prepare)?))
             }
             None => Ok(Prepared::Empty),
         }
@@ -470,10 +473,17 @@ impl RemoteExecutor {
     }
 }
 
+/// A wire answer to `method`, checked against the contract and typed as that method's answer:
+/// where a remote executor's answer enters qtg. A forbidden state is the executor's protocol
+/// error, handled as every other one for the method.
+fn narrow<S: NextState>(r: ExecutionResult, method: Method) -> Result<ExecutionResult<S>, ExecutorError> {
+    r.narrow(method).map_err(|v| ExecutorError::Protocol(v.0))
+}
+
 #[async_trait]
 impl Executor for RemoteExecutor {
-    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
-        self.call_preflight(ctx).await
+    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<Refusal>, ExecutorError> {
+        self.call_preflight(ctx).await?.map(|r| narrow(r, Method::Preflight)).transpose()
     }
 
     async fn prepare(&self, ctx: &ExecutionContext) -> Result<Prepared, ExecutorError> {
@@ -484,16 +494,16 @@ impl Executor for RemoteExecutor {
         &self,
         ctx: &ExecutionContext,
         submission: &Submission<'_>,
-    ) -> Result<ExecutionResult, ExecutorError> {
-        self.call_submit(ctx, submission).await
+    ) -> Result<SubmitOutcome, ExecutorError> {
+        narrow(self.call_submit(ctx, submission).await?, Method::Submit)
     }
 
-    async fn observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
-        self.call_observe(ctx).await
+    async fn observe(&self, ctx: &ExecutionContext) -> Result<ObserveOutcome, ExecutorError> {
+        narrow(self.call_observe(ctx).await?, Method::Observe)
     }
 
-    async fn recover(&self, ctx: &ExecutionContext, idempotency_key: &str) -> Result<ExecutionResult, ExecutorError> {
-        self.call_recover(ctx, idempotency_key).await
+    async fn recover(&self, ctx: &ExecutionContext, idempotency_key: &str) -> Result<SubmitOutcome, ExecutorError> {
+        narrow(self.call_recover(ctx, idempotency_key).await?, Method::Recover)
     }
 
     async fn health(&self) -> Result<Option<Value>, ExecutorError> {

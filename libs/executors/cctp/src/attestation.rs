@@ -16,7 +16,10 @@ use std::time::Duration;
 use alloy::primitives::{keccak256, Bytes};
 use async_trait::async_trait;
 use qtg_core::hash::canonical_json;
-use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction};
+use qtg_core::{
+    AfterObserve, AfterSubmit, ExecutionContext, ExecutionResult, ObserveOutcome, PreparedAction, Refusal,
+    SubmitOutcome,
+};
 use qtg_executor::{Executor, ExecutorError, Prepared, Submission};
 use serde::Deserialize;
 use serde_json::{json, Value};
@@ -91,8 +94,8 @@ impl AttestationObserver {
         Ok((domain, hash.to_ascii_lowercase()))
     }
 
-    fn waiting(&self, state: &str, retry_after: f64) -> ExecutionResult {
-        let mut r = ExecutionResult::new(NodeState::Observing);
+    fn waiting(&self, state: &str, retry_after: f64) -> ObserveOutcome {
+        let mut r = ExecutionResult::new(AfterObserve::Observing);
         r.provider_state = Some(state.into());
         r.retry_after_seconds = Some(retry_after);
         r
@@ -112,7 +115,7 @@ impl AttestationObserver {
             .map_err(|e| ExecutorError::Unavailable(format!("attestation service: {}", e.without_url())))
     }
 
-    async fn look(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
+    async fn look(&self, ctx: &ExecutionContext) -> Result<ObserveOutcome, ExecutorError> {
         let (domain, hash) = self.target(ctx).map_err(ExecutorError::Protocol)?;
         let resp = self.lookup(domain, &hash).await?;
         let status = resp.status().as_u16();
@@ -168,7 +171,7 @@ impl AttestationObserver {
                 ));
             }
         }
-        let mut r = ExecutionResult::new(NodeState::Completed);
+        let mut r = ExecutionResult::new(AfterObserve::Completed);
         r.provider_state = Some("complete".into());
         r.provider_ref_id = Some(keccak256(&message).to_string());
         r.provider_refs.insert("message".into(), json!(message.to_string()));
@@ -182,7 +185,7 @@ impl AttestationObserver {
 
 #[async_trait]
 impl Executor for AttestationObserver {
-    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
+    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<Refusal>, ExecutorError> {
         Ok(self.target(ctx).err().map(|why| ExecutionResult::failed(qtg_core::codes::CCTP_BURN_REFERENCE_MISSING, why)))
     }
 
@@ -201,18 +204,18 @@ impl Executor for AttestationObserver {
     }
 
     /// Observing moves nothing: its submit starts the watch.
-    async fn submit(&self, _: &ExecutionContext, _: &Submission<'_>) -> Result<ExecutionResult, ExecutorError> {
-        let mut r = ExecutionResult::new(NodeState::Submitted);
+    async fn submit(&self, _: &ExecutionContext, _: &Submission<'_>) -> Result<SubmitOutcome, ExecutorError> {
+        let mut r = ExecutionResult::new(AfterSubmit::Submitted);
         r.retry_after_seconds = Some(1.0);
         Ok(r)
     }
 
-    async fn observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
+    async fn observe(&self, ctx: &ExecutionContext) -> Result<ObserveOutcome, ExecutorError> {
         self.look(ctx).await
     }
 
-    async fn recover(&self, ctx: &ExecutionContext, _: &str) -> Result<ExecutionResult, ExecutorError> {
-        self.look(ctx).await
+    async fn recover(&self, ctx: &ExecutionContext, _: &str) -> Result<SubmitOutcome, ExecutorError> {
+        Ok(self.look(ctx).await?.widen())
     }
 
     /// Up when the service answers a lookup (a 404 for an unknown burn is an answer; a 5xx or

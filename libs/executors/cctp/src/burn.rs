@@ -10,7 +10,7 @@ use std::sync::Arc;
 use alloy::primitives::{keccak256, Address, Bytes, U256};
 use alloy::sol_types::SolValue;
 use async_trait::async_trait;
-use qtg_core::{ExecutionContext, ExecutionResult};
+use qtg_core::{ExecutionContext, ObserveOutcome};
 use qtg_evm::call::{
     call_word, chain_of, config_address, destination_allowed, hex_address, intent_of, refusal, token_balance_covers,
     token_decimals_match, Action, EvmCall, Refusal,
@@ -192,7 +192,7 @@ impl EvmCall for Burn {
         _: &ExecutionContext,
         a: &Action,
         receipt: &Value,
-        r: &mut ExecutionResult,
+        r: &mut ObserveOutcome,
     ) -> Result<(), String> {
         let d = self.domains.of_chain(a.chain.spec.chain_id).ok_or("the burn's chain has no domain")?;
         let transmitter = hex_address(d.message_transmitter);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 
 use alloy::primitives::{keccak256, Address, Bytes, U256};
 use async_trait::async_trait;
-use qtg_core::{ExecutionContext, ExecutionResult, NodeState};
+use qtg_core::{AfterObserve, ExecutionContext, ObserveOutcome};
 use qtg_evm::call::{call_word, chain_of, destination_allowed, intent_of, refusal, Action, EvmCall, Refusal};
 use qtg_evm::calls::{address_of, receive_calldata, used_nonces_calldata, Message};
 use qtg_evm::{Chains, RpcError};
@@ -158,7 +158,7 @@ impl EvmCall for Mint {
     }
 
     /// The transmitter already received the message (whoever sent it): the mint happened.
-    async fn settled(&self, ctx: &ExecutionContext, a: &Action) -> Result<Option<ExecutionResult>, RpcError> {
+    async fn settled(&self, ctx: &ExecutionContext, a: &Action) -> Result<Option<ObserveOutcome>, RpcError> {
         let Ok((raw, m)) = Self::message(ctx) else { return Ok(None) };
         let used = call_word(&a.chain.rpc, a.to, used_nonces_calldata(m.used_key())).await?;
         if used.is_zero() {
@@ -169,7 +169,7 @@ impl EvmCall for Mint {
             message_nonce = m.nonce,
             "the message transmitter already received this message"
         );
-        let mut r = ExecutionResult::new(NodeState::Completed);
+        let mut r = ObserveOutcome::new(AfterObserve::Completed);
         r.provider_state = Some("received".into());
         r.provider_ref_id = Some(keccak256(&raw).to_string());
         r.provider_refs.insert("message_hash".into(), json!(keccak256(&raw).to_string()));
@@ -185,7 +185,7 @@ impl EvmCall for Mint {
         Ok(Some(r))
     }
 
-    fn completed(&self, ctx: &ExecutionContext, _: &Action, _: &Value, r: &mut ExecutionResult) -> Result<(), String> {
+    fn completed(&self, ctx: &ExecutionContext, _: &Action, _: &Value, r: &mut ObserveOutcome) -> Result<(), String> {
         if let Ok((raw, m)) = Self::message(ctx) {
             r.provider_refs.insert("message_hash".into(), json!(keccak256(&raw).to_string()));
             r.provider_refs.insert("message_nonce".into(), json!(m.nonce.to_string()));

@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use alloy::primitives::{Address, Bytes, U256};
 use async_trait::async_trait;
-use qtg_core::{ExecutionContext, ExecutionResult};
+use qtg_core::{ExecutionContext, ObserveOutcome};
 use serde_json::{json, Value};
 
 use crate::chains::{Chain, Chains};
@@ -54,7 +54,7 @@ pub trait EvmCall: Send + Sync + 'static {
     /// Evidence on chain that the call's effect already happened, whoever caused it (a CCTP
     /// message already received): read before a broadcast, and when the node's own
     /// transaction reverted or its nonce went to another. `Some` is the COMPLETED answer.
-    async fn settled(&self, _ctx: &ExecutionContext, _a: &Action) -> Result<Option<ExecutionResult>, RpcError> {
+    async fn settled(&self, _ctx: &ExecutionContext, _a: &Action) -> Result<Option<ObserveOutcome>, RpcError> {
         Ok(None)
     }
 
@@ -79,7 +79,7 @@ pub trait EvmCall: Send + Sync + 'static {
         _ctx: &ExecutionContext,
         _a: &Action,
         _receipt: &Value,
-        _r: &mut ExecutionResult,
+        _r: &mut ObserveOutcome,
     ) -> Result<(), String> {
         Ok(())
     }

@@ -13,7 +13,10 @@ use alloy::primitives::{Address, TxKind};
 use async_trait::async_trait;
 use qtg_core::hash::canonical_json;
 use qtg_core::markers::MANUAL_REVIEW_REQUIRED;
-use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction};
+use qtg_core::{
+    AfterObserve, AfterSubmit, ExecutionContext, ExecutionResult, NextState, ObserveOutcome, PreparedAction, Refusal,
+    SubmitOutcome,
+};
 use qtg_executor::{Executor, ExecutorError, Prepared, Submission};
 use qtg_store::evm as nonces;
 use serde_json::{json, Value};
@@ -95,8 +98,26 @@ fn certainly_refused(message: &str) -> bool {
     .any(|k| m.contains(k))
 }
 
-fn failed(code: &str, detail: impl Into<String>) -> ExecutionResult {
+fn failed<S: NextState>(code: &str, detail: impl Into<String>) -> ExecutionResult<S> {
     ExecutionResult::failed(code, detail)
+}
+
+/// Whom [`EvmExecutor::follow`] answers, by the state its answer is typed in: observe, whose
+/// transaction sent and not yet final is OBSERVING, or recover, whose is SUBMITTED (and which
+/// may force a nonce nothing of the attempt is known to have used, but never replaces).
+trait Follower: NextState + From<AfterObserve> {
+    const PENDING: Self;
+    const RECOVERING: bool;
+}
+
+impl Follower for AfterObserve {
+    const PENDING: Self = AfterObserve::Observing;
+    const RECOVERING: bool = false;
+}
+
+impl Follower for AfterSubmit {
+    const PENDING: Self = AfterSubmit::Submitted;
+    const RECOVERING: bool = true;
 }
 
 impl<C: EvmCall> EvmExecutor<C> {
@@ -267,7 +288,7 @@ impl<C: EvmCall> EvmExecutor<C> {
         ctx: &ExecutionContext,
         t: &Action,
         node: Uuid,
-    ) -> Result<Option<ExecutionResult>, ExecutorError> {
+    ) -> Result<Option<ObserveOutcome>, ExecutorError> {
         let chain = &t.chain;
         let Some(signer) = self.local_signer(ctx).filter(|s| s.address() == self.from) else { return Ok(None) };
         let Some((reservation, nonce)) = self.live_reservation(node, chain).await? else { return Ok(None) };
@@ -325,7 +346,7 @@ impl<C: EvmCall> EvmExecutor<C> {
         if let Err(e) = chain.rpc.call("eth_sendRawTransaction", json!([raw])).await {
             tracing::warn!(executor_key = %self.key, tx_hash = %hash, error = %e, "the replacement was not accepted");
         }
-        let mut r = ExecutionResult::new(NodeState::Observing);
+        let mut r = ObserveOutcome::new(AfterObserve::Observing);
         r.provider_ref_id = Some(hash.clone());
         r.provider_state = Some("replaced".into());
         r.provider_refs.insert("tx_hash".into(), json!(hash));
@@ -346,7 +367,7 @@ impl<C: EvmCall> EvmExecutor<C> {
         ctx: &ExecutionContext,
         chain: &Chain,
         node: Uuid,
-    ) -> Result<Option<ExecutionResult>, ExecutorError> {
+    ) -> Result<Option<ObserveOutcome>, ExecutorError> {
         let Some(signer) = self.local_signer(ctx).filter(|s| s.address() == self.from) else { return Ok(None) };
         let Some((reservation, nonce)) = self.live_reservation(node, chain).await? else { return Ok(None) };
         let num = |k: &str| ctx.provider_refs.get(k).and_then(Value::as_str).and_then(|v| v.parse::<u128>().ok());
@@ -373,7 +394,7 @@ impl<C: EvmCall> EvmExecutor<C> {
                 "the nonce-forcing send was not accepted"
             );
         }
-        let mut r = ExecutionResult::new(NodeState::Unknown);
+        let mut r = ObserveOutcome::new(AfterObserve::Unknown);
         r.provider_state = Some("forcing_nonce".into());
         r.provider_refs.insert("cancel_tx_hash".into(), json!(hash));
         r.error_code = Some(qtg_core::codes::EVM_FORCING_NONCE.into());
@@ -492,13 +513,13 @@ impl<C: EvmCall> EvmExecutor<C> {
             })
     }
 
-    /// What observe and recover answer for the node's transactions.
-    async fn follow(
+    /// What observe and recover answer for the node's transactions ([`Follower`]).
+    async fn follow<S: Follower>(
         &self,
         ctx: &ExecutionContext,
         t: &Action,
-        recovering: bool,
-    ) -> Result<ExecutionResult, ExecutorError> {
+    ) -> Result<ExecutionResult<S>, ExecutorError> {
+        let recovering = S::RECOVERING;
         let node: Uuid = ctx.request_node_id.parse().map_err(|_| ExecutorError::Protocol("request_node_id".into()))?;
         let chain = &t.chain;
         let (where_, reservation) = self.locate(node, chain).await?;
@@ -526,7 +547,7 @@ impl<C: EvmCall> EvmExecutor<C> {
                 }
                 done.provider_refs.insert("sent".into(), json!(false));
                 done.provider_refs.insert("chain_id".into(), json!(chain.spec.chain_id));
-                return Ok(done);
+                return Ok(done.widen());
             }
         }
         // Dropped (or gone with a reorg) for a while: the same transfer again, fees raised.
@@ -535,25 +556,24 @@ impl<C: EvmCall> EvmExecutor<C> {
                 r.provider_refs.insert("block_number".into(), Value::Null);
                 r.provider_refs.insert("confirmations".into(), Value::Null);
                 r.provider_refs.insert("chain_id".into(), json!(chain.spec.chain_id));
-                return Ok(r);
+                return Ok(r.widen());
             }
         }
-        let mut r = match where_ {
+        let mut r: ExecutionResult<S> = match where_ {
             Onchain::Mined { hash, block, confirmations, ok, receipt } => {
                 let final_ = confirmations >= chain.spec.confirmations;
                 let mut r = if !final_ {
-                    let mut r =
-                        ExecutionResult::new(if recovering { NodeState::Submitted } else { NodeState::Observing });
+                    let mut r = ExecutionResult::new(S::PENDING);
                     r.retry_after_seconds = Some(POLL_SECONDS);
                     r
                 } else if ok {
-                    let mut r = ExecutionResult::new(NodeState::Completed);
+                    let mut r = ObserveOutcome::new(AfterObserve::Completed);
                     // What the call yields first: a receipt it cannot read leaves the nonce live.
                     self.call.completed(ctx, t, &receipt, &mut r).map_err(ExecutorError::Unavailable)?;
                     consumed(&hash).await?;
                     r.generated_artifacts
                         .push(json!({"kind": "evm_receipt", "tx_hash": hash, "block_number": block.to_string()}));
-                    r
+                    r.widen()
                 } else {
                     consumed(&hash).await?;
                     failed(qtg_core::codes::EVM_REVERTED, format!("transaction {hash} reverted in block {block}"))
@@ -568,9 +588,9 @@ impl<C: EvmCall> EvmExecutor<C> {
             }
             Onchain::Pending { hash } if !recovering && self.stale(ctx, chain) => {
                 match self.replace(ctx, t, node).await? {
-                    Some(r) => r,
+                    Some(r) => r.widen(),
                     None => {
-                        let mut r = ExecutionResult::new(NodeState::Observing);
+                        let mut r = ExecutionResult::new(S::from(AfterObserve::Observing));
                         r.provider_ref_id = Some(hash.clone());
                         r.provider_state = Some("pending_unreplaceable".into());
                         r.retry_after_seconds = Some(POLL_SECONDS * 5.0);
@@ -579,7 +599,7 @@ impl<C: EvmCall> EvmExecutor<C> {
                 }
             }
             Onchain::Pending { hash } => {
-                let mut r = ExecutionResult::new(if recovering { NodeState::Submitted } else { NodeState::Observing });
+                let mut r = ExecutionResult::new(S::PENDING);
                 r.provider_ref_id = Some(hash.clone());
                 r.provider_state = Some("pending".into());
                 r.provider_refs.insert("tx_hash".into(), json!(hash));
@@ -595,11 +615,11 @@ impl<C: EvmCall> EvmExecutor<C> {
                 )
             }
             Onchain::Absent if recovering => match self.force_nonce(ctx, chain, node).await? {
-                Some(r) => r,
+                Some(r) => r.widen(),
                 None => {
                     // Nothing of the attempt is known, its nonce is free, and no local signer can
                     // force it: a signed transaction may still be held somewhere. A person decides.
-                    let mut r = ExecutionResult::new(NodeState::Unknown);
+                    let mut r = ExecutionResult::new(S::from(AfterObserve::Unknown));
                     r.error_code = Some(qtg_core::codes::EVM_NOT_FOUND.into());
                     r.error_detail = Some(
                         "no transaction of this node is known to the chain and its nonce is not consumed, and no local \
@@ -612,7 +632,7 @@ impl<C: EvmCall> EvmExecutor<C> {
             },
             Onchain::Absent => {
                 let had_block = ctx.provider_refs.get("block_number").is_some_and(|b| !b.is_null());
-                let mut r = ExecutionResult::new(NodeState::Observing);
+                let mut r = ExecutionResult::new(S::from(AfterObserve::Observing));
                 r.provider_state = Some(if had_block { "reorged".into() } else { "not_found".into() });
                 if had_block {
                     // Its block is gone (a reorg): observing again until it is mined anew.
@@ -629,7 +649,7 @@ impl<C: EvmCall> EvmExecutor<C> {
         };
         // The node's own transaction failed or lost its nonce: the effect may still have
         // happened by another hand (a message received by another caller), proven on chain.
-        if r.next_state == NodeState::Failed
+        if r.next_state == S::FAILED
             && matches!(
                 r.error_code.as_deref(),
                 Some(qtg_core::codes::EVM_REVERTED | qtg_core::codes::EVM_NONCE_CONSUMED)
@@ -641,7 +661,7 @@ impl<C: EvmCall> EvmExecutor<C> {
                     "the node's transaction did not do it, but the chain shows the effect: completed by evidence"
                 );
                 done.provider_refs.insert("own_transaction".into(), json!(r.error_code));
-                r = done;
+                r = done.widen();
             }
         }
         r.provider_refs.insert("chain_id".into(), json!(chain.spec.chain_id));
@@ -659,7 +679,7 @@ impl<C: EvmCall> qtg_executor::DriftSource for EvmExecutor<C> {
 
 #[async_trait]
 impl<C: EvmCall> Executor for EvmExecutor<C> {
-    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
+    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<Refusal>, ExecutorError> {
         let t = match self.action(ctx) {
             Ok(t) => t,
             Err((code, why)) => return Ok(Some(failed(&code, why))),
@@ -681,7 +701,7 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
         }
     }
 
-    async fn submit(&self, ctx: &ExecutionContext, s: &Submission<'_>) -> Result<ExecutionResult, ExecutorError> {
+    async fn submit(&self, ctx: &ExecutionContext, s: &Submission<'_>) -> Result<SubmitOutcome, ExecutorError> {
         let node: Uuid = ctx.request_node_id.parse().map_err(|_| ExecutorError::Protocol("request_node_id".into()))?;
         let payload: TxPayload = serde_json::from_str(&s.prepared.payload)
             .map_err(|e| ExecutorError::Protocol(format!("the prepared transaction does not parse: {e}")))?;
@@ -754,7 +774,7 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
                             "the chain already shows the effect; nothing was sent"
                         );
                         done.provider_refs.insert("sent".into(), json!(false));
-                        return Ok(done);
+                        return Ok(done.widen());
                     }
                     // An earlier attempt broadcast with this nonce: it is sent so the nonce is
                     // consumed (no gap for the address); the call reverts, the evidence decides.
@@ -784,7 +804,7 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
         }
         let all = self.all_hashes(node, &chain).await?;
         let earlier = all.iter().filter(|h| **h != hash).count();
-        let mut r = ExecutionResult::new(NodeState::Submitted);
+        let mut r = SubmitOutcome::new(AfterSubmit::Submitted);
         r.provider_refs.insert("tx_hash".into(), json!(hash));
         r.provider_refs.insert("nonce".into(), json!(payload.nonce));
         r.provider_refs.insert("from".into(), json!(Self::address(payload.from)));
@@ -805,7 +825,7 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
             Err(RpcError::Node { message, .. }) if already_known(&message) => Ok(r),
             Err(RpcError::Node { message, .. }) if message.to_ascii_lowercase().contains("nonce too low") => {
                 // Its nonce is used: by one of this node's transactions, or by another one.
-                r.next_state = NodeState::Unknown;
+                r.next_state = AfterSubmit::Unknown;
                 r.error_code = Some(qtg_core::codes::EVM_NONCE_TOO_LOW.into());
                 r.error_detail = Some(format!(
                     "the chain says nonce {} is used; recovery looks up the node's transactions",
@@ -820,14 +840,14 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
             Err(RpcError::Node { message, .. }) => {
                 // Not a refusal that proves the transaction is out (or an earlier one of this
                 // node with the same nonce may still be mined): recovery decides.
-                r.next_state = NodeState::Unknown;
+                r.next_state = AfterSubmit::Unknown;
                 r.error_code = Some(qtg_core::codes::EVM_BROADCAST_REJECTED.into());
                 r.error_detail =
                     Some(format!("the node answered {message:?}; whether the transaction is out is not certain"));
                 Ok(r)
             }
             Err(e) => {
-                r.next_state = NodeState::Unknown;
+                r.next_state = AfterSubmit::Unknown;
                 r.error_code = Some(qtg_core::codes::EVM_BROADCAST_NO_ANSWER.into());
                 r.error_detail = Some(e.to_string());
                 Ok(r)
@@ -854,14 +874,14 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
         Some(crate::call::hex_address(self.from))
     }
 
-    async fn observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
+    async fn observe(&self, ctx: &ExecutionContext) -> Result<ObserveOutcome, ExecutorError> {
         let t = self.action(ctx).map_err(|(_, why)| ExecutorError::Protocol(why))?;
-        self.follow(ctx, &t, false).await
+        self.follow(ctx, &t).await
     }
 
-    async fn recover(&self, ctx: &ExecutionContext, _idempotency_key: &str) -> Result<ExecutionResult, ExecutorError> {
+    async fn recover(&self, ctx: &ExecutionContext, _idempotency_key: &str) -> Result<SubmitOutcome, ExecutorError> {
         let t = self.action(ctx).map_err(|(_, why)| ExecutorError::Protocol(why))?;
-        self.follow(ctx, &t, true).await
+        self.follow(ctx, &t).await
     }
 
     async fn health(&self) -> Result<Option<Value>, ExecutorError> {

@@ -10,7 +10,10 @@ use std::time::Duration;
 
 use async_trait::async_trait;
 use qtg_core::hash::{canonical_json, sha256_hex};
-use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction, SignRequest, SignResult};
+use qtg_core::{
+    AfterObserve, AfterSubmit, ExecutionContext, ExecutionResult, NextState, ObserveOutcome, PreparedAction, Refusal,
+    SignRequest, SignResult, SubmitOutcome,
+};
 use qtg_executor::{
     Executor, ExecutorError, LaneContext, LaneExecutor, LanePlugin, Prepared, Setting, SignError, Signer, Submission,
 };
@@ -68,15 +71,15 @@ impl Script {
         }
     }
 
-    fn result(&self, state: NodeState) -> ExecutionResult {
+    fn result<S: NextState>(&self, state: S) -> ExecutionResult<S> {
         let mut r = ExecutionResult::new(state);
         r.provider_refs = self.provider_refs.clone();
-        r.provider_state = Some(format!("sim_{}", state.as_str().to_ascii_lowercase()));
+        r.provider_state = Some(format!("sim_{}", state.into().as_str().to_ascii_lowercase()));
         r
     }
 
-    fn failed(&self, code: &str, detail: &str) -> ExecutionResult {
-        let mut r = self.result(NodeState::Failed);
+    fn failed<S: NextState>(&self, code: &str, detail: &str) -> ExecutionResult<S> {
+        let mut r = self.result(S::FAILED);
         r.error_code = Some(code.into());
         r.error_detail = Some(detail.into());
         r
@@ -106,7 +109,7 @@ impl SimExecutor {
 
 #[async_trait]
 impl Executor for SimExecutor {
-    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
+    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<Refusal>, ExecutorError> {
         let script = Script::of(ctx)?;
         Ok(match script.preflight.as_str() {
             "fail" => Some(script.failed(qtg_core::codes::SIM_PREFLIGHT_FAILED, "scripted preflight failure")),
@@ -129,7 +132,7 @@ impl Executor for SimExecutor {
         Ok(Prepared::Action(PreparedAction::new(&ctx.action_type, "json", payload, false)))
     }
 
-    async fn submit(&self, ctx: &ExecutionContext, s: &Submission<'_>) -> Result<ExecutionResult, ExecutorError> {
+    async fn submit(&self, ctx: &ExecutionContext, s: &Submission<'_>) -> Result<SubmitOutcome, ExecutorError> {
         let script = Script::of(ctx)?;
         let key = s.idempotency_key;
         // The venue honours client order ids (a repeated key is the same order) and the fence:
@@ -165,11 +168,11 @@ impl Executor for SimExecutor {
             tokio::time::sleep(Duration::from_millis(script.delay_ms)).await;
         }
         match script.submit.as_str() {
-            "unknown" => Ok(script.result(NodeState::Unknown)),
+            "unknown" => Ok(script.result(AfterSubmit::Unknown)),
             "timeout" => Err(ExecutorError::Timeout(script.delay_ms)),
             _ => {
                 let state =
-                    if script.submit_result == "completed" { NodeState::Completed } else { NodeState::Submitted };
+                    if script.submit_result == "completed" { AfterSubmit::Completed } else { AfterSubmit::Submitted };
                 let mut r = script.result(state);
                 r.provider_ref_id = Some(format!("sim-{}", sha256_hex(key.as_bytes()).get(..16).unwrap_or("")));
                 r.provider_refs.insert("sim_order_id".into(), json!(key));
@@ -178,43 +181,43 @@ impl Executor for SimExecutor {
         }
     }
 
-    async fn observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
+    async fn observe(&self, ctx: &ExecutionContext) -> Result<ObserveOutcome, ExecutorError> {
         let script = Script::of(ctx)?;
         match script.observe.as_str() {
             "fail" => return Ok(script.failed(qtg_core::codes::SIM_OBSERVE_FAILED, "scripted observe failure")),
-            "unknown" => return Ok(script.result(NodeState::Unknown)),
+            "unknown" => return Ok(script.result(AfterObserve::Unknown)),
             _ => {}
         }
         let polls = ctx.provider_refs.get(POLLS_KEY).and_then(Value::as_u64).unwrap_or(0);
         if polls < u64::from(script.observe_polls) {
-            let mut r = script.result(NodeState::Observing);
+            let mut r = script.result(AfterObserve::Observing);
             r.provider_refs.insert(POLLS_KEY.into(), json!(polls + 1));
             r.retry_after_seconds = script.retry_after_seconds;
             return Ok(r);
         }
-        let mut r = script.result(NodeState::Completed);
+        let mut r = script.result(AfterObserve::Completed);
         r.generated_artifacts.push(json!({"kind": "sim_receipt", "polls": polls}));
         Ok(r)
     }
 
-    async fn recover(&self, ctx: &ExecutionContext, idempotency_key: &str) -> Result<ExecutionResult, ExecutorError> {
+    async fn recover(&self, ctx: &ExecutionContext, idempotency_key: &str) -> Result<SubmitOutcome, ExecutorError> {
         let script = Script::of(ctx)?;
         let node_id = Self::node_id(ctx)?;
         let scripted = match script.recover.as_deref() {
             None => None,
-            Some("completed") => Some(NodeState::Completed),
-            Some("failed") => Some(NodeState::Failed),
-            Some("submitted") => Some(NodeState::Submitted),
-            Some("unknown") => Some(NodeState::Unknown),
+            Some("completed") => Some(AfterSubmit::Completed),
+            Some("failed") => Some(AfterSubmit::Failed),
+            Some("submitted") => Some(AfterSubmit::Submitted),
+            Some("unknown") => Some(AfterSubmit::Unknown),
             Some(other) => return Err(ExecutorError::Protocol(format!("config.sim.recover {other:?}"))),
         };
         // FAILED only by voiding the key (the fence): a later submit with it is refused.
         let state = match scripted {
-            Some(NodeState::Failed) => {
+            Some(AfterSubmit::Failed) => {
                 qtg_store::sim::recover(&self.venue, idempotency_key, node_id, ctx.attempt_no, true)
                     .await
                     .map_err(Self::unavailable)?;
-                NodeState::Failed
+                AfterSubmit::Failed
             }
             Some(state) => state,
             None => {
@@ -222,15 +225,15 @@ impl Executor for SimExecutor {
                     .await
                     .map_err(Self::unavailable)?;
                 if found {
-                    NodeState::Submitted
+                    AfterSubmit::Submitted
                 } else {
-                    NodeState::Failed
+                    AfterSubmit::Failed
                 }
             }
         };
         let mut r = script.result(state);
         r.provider_refs.insert("sim_recovered_by".into(), json!(idempotency_key));
-        if state == NodeState::Failed {
+        if state == AfterSubmit::Failed {
             r.error_code = Some(qtg_core::codes::SIM_NOT_FOUND.into());
             r.error_detail = Some("the venue has no order with this idempotency key; the key is now void".into());
         }

@@ -20,7 +20,10 @@ use qtg_core::markers::{
     SUBMIT_ATTEMPT_STARTED_AT,
 };
 use qtg_core::risk::Amount;
-use qtg_core::{ExecutionContext, ExecutionResult, NodeState, PreparedAction};
+use qtg_core::{
+    AfterObserve, AfterSubmit, ExecutionContext, ExecutionResult, NextState, ObserveOutcome, PreparedAction, Refusal,
+    SubmitOutcome,
+};
 use qtg_executor::{Executor, ExecutorError, Prepared, Submission};
 use qtg_store::cex::{self as keys, Recorded};
 use serde::{Deserialize, Serialize};
@@ -66,28 +69,24 @@ impl CexExecutor {
         CexExecutor { key: key.to_string(), role, config, venue, pool, skew }
     }
 
-    fn result(&self, state: NodeState) -> ExecutionResult {
+    fn result<S: NextState>(&self, state: S) -> ExecutionResult<S> {
         let mut r = ExecutionResult::new(state);
         r.provider_refs.insert("venue".into(), json!(self.config.venue));
         r
     }
 
-    fn failed(&self, code: &str, detail: impl Into<String>) -> ExecutionResult {
-        ExecutionResult {
-            error_code: Some(code.into()),
-            error_detail: Some(detail.into()),
-            ..self.result(NodeState::Failed)
-        }
+    fn failed<S: NextState>(&self, code: &str, detail: impl Into<String>) -> ExecutionResult<S> {
+        ExecutionResult { error_code: Some(code.into()), error_detail: Some(detail.into()), ..self.result(S::FAILED) }
     }
 
-    fn unknown_status(&self, kind: &'static str, code: i64, id: &str) -> ExecutionResult {
+    fn unknown_status(&self, kind: &'static str, code: i64, id: &str) -> ObserveOutcome {
         // Runbook C5: never guess a status; a person adds it to the mapping.
         tracing::warn!(
             venue = %self.config.venue, executor_key = %self.key, kind, code, id,
             "unknown_code: the venue reported a status the mapping does not know; still observing"
         );
         qtg_telemetry::sink().venue_unknown_status(&self.config.venue, kind, code);
-        let mut r = self.result(NodeState::Observing);
+        let mut r = self.result(AfterObserve::Observing);
         r.provider_refs.insert(STATUS_UNMAPPED.into(), json!({"kind": kind, "code": code}));
         r.provider_state = Some(format!("unmapped_status_{code}"));
         r.retry_after_seconds = Some(WITHDRAWAL_POLL_SECONDS * 6.0);
@@ -161,7 +160,7 @@ impl Executor for CexExecutor {
         (self.role == Role::WithdrawalAction).then(|| self.config.venue.clone())
     }
 
-    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<ExecutionResult>, ExecutorError> {
+    async fn preflight(&self, ctx: &ExecutionContext) -> Result<Option<Refusal>, ExecutorError> {
         match self.role {
             Role::WithdrawalAction => self.preflight_withdrawal(ctx).await,
             _ => {
@@ -189,14 +188,14 @@ impl Executor for CexExecutor {
         Ok(Prepared::Action(PreparedAction::new(&ctx.action_type, "json", canonical_json(&payload), false)))
     }
 
-    async fn submit(&self, ctx: &ExecutionContext, s: &Submission<'_>) -> Result<ExecutionResult, ExecutorError> {
+    async fn submit(&self, ctx: &ExecutionContext, s: &Submission<'_>) -> Result<SubmitOutcome, ExecutorError> {
         match self.role {
             Role::WithdrawalAction => self.submit_withdrawal(ctx, s).await,
             // An observe node moves nothing: its submit starts the watch.
             _ => {
                 let p: Map<String, Value> = serde_json::from_str(&s.prepared.payload)
                     .map_err(|e| ExecutorError::Protocol(format!("the prepared payload does not parse: {e}")))?;
-                let mut r = self.result(NodeState::Submitted);
+                let mut r = self.result(AfterSubmit::Submitted);
                 r.retry_after_seconds = Some(1.0);
                 if let Some(id) = p.get("withdrawal_id").and_then(Value::as_str) {
                     r.provider_ref_id = Some(id.to_string());
@@ -207,7 +206,7 @@ impl Executor for CexExecutor {
         }
     }
 
-    async fn observe(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
+    async fn observe(&self, ctx: &ExecutionContext) -> Result<ObserveOutcome, ExecutorError> {
         let mut r = self.observe_once(ctx).await?;
         // A status that maps again clears the C5 mark.
         if !r.provider_refs.contains_key(STATUS_UNMAPPED)
@@ -218,11 +217,11 @@ impl Executor for CexExecutor {
         Ok(r)
     }
 
-    async fn recover(&self, ctx: &ExecutionContext, idempotency_key: &str) -> Result<ExecutionResult, ExecutorError> {
+    async fn recover(&self, ctx: &ExecutionContext, idempotency_key: &str) -> Result<SubmitOutcome, ExecutorError> {
         match self.role {
             Role::WithdrawalAction => self.recover_withdrawal(ctx, idempotency_key).await,
             // Observing moves nothing: recovering is looking again.
-            _ => self.observe(ctx).await,
+            _ => Ok(self.observe(ctx).await?.widen()),
         }
     }
 
@@ -436,7 +435,7 @@ mod tests {
         venue.withdrawals.lock().unwrap().push(row("w1", None, 4));
         let e = executor(venue, "");
         let r = e.recover(&ctx(json!({SUBMIT_ATTEMPT_PENDING: true})), "n:1").await.unwrap();
-        assert_eq!(r.next_state, NodeState::Unknown);
+        assert_eq!(r.next_state, AfterSubmit::Unknown);
         assert_eq!(r.provider_refs[LEGACY_RECONCILIATION_GATED], true);
         assert_eq!(r.provider_refs[MANUAL_REVIEW_REQUIRED], "reconciliation_markers_missing");
         assert_eq!(r.error_code.as_deref(), Some("RECONCILIATION_GATED"));
@@ -450,10 +449,10 @@ mod tests {
         venue.withdrawals.lock().unwrap().extend([row("w1", None, 4), row("w2", Some("n:1"), 4)]);
         let e = ready(venue, "");
         let r = e.recover(&ctx(markers(Utc::now())), "n:1").await.unwrap();
-        assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (NodeState::Submitted, Some("w2")));
+        assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (AfterSubmit::Submitted, Some("w2")));
         let e = ready(Fake { auth_down: true, ..Fake::default() }, "");
         let r = e.recover(&ctx(markers(Utc::now())), "n:1").await.unwrap();
-        assert_eq!(r.next_state, NodeState::Unknown);
+        assert_eq!(r.next_state, AfterSubmit::Unknown);
         assert_eq!(r.provider_refs[MANUAL_REVIEW_REQUIRED], "reconciliation_auth_failed");
         assert_eq!(r.provider_refs[LEGACY_RECONCILIATION_GATED], true);
     }
@@ -473,7 +472,7 @@ mod tests {
         };
         let open = ready(two(), "lookback_seconds = 600");
         let r = open.recover(&ctx(markers(started)), "n:1").await.unwrap();
-        assert_eq!((r.next_state, r.error_code.as_deref()), (NodeState::Unknown, Some("RECONCILIATION_AMBIGUOUS")));
+        assert_eq!((r.next_state, r.error_code.as_deref()), (AfterSubmit::Unknown, Some("RECONCILIATION_AMBIGUOUS")));
         assert!(r.provider_refs.get(MANUAL_REVIEW_REQUIRED).is_none());
         assert_eq!(
             r.provider_refs[RECONCILIATION]["candidates"].as_array().map(Vec::len),
@@ -495,7 +494,7 @@ mod tests {
         let fresh = format!("{}:1", Uuid::new_v4());
         let c = ctx(markers(started));
         let r = e.recover(&c, &fresh).await.unwrap();
-        assert_eq!((r.next_state, r.error_code.as_deref()), (NodeState::Failed, Some("CEX_WITHDRAWAL_NOT_SENT")));
+        assert_eq!((r.next_state, r.error_code.as_deref()), (AfterSubmit::Failed, Some("CEX_WITHDRAWAL_NOT_SENT")));
         // A key sent (through the key store, as submit does) whose request can still arrive: not
         // matched yet, asked again once it cannot; once the venue's clock is past its deadline,
         // the lone candidate is claimed.
@@ -505,19 +504,19 @@ mod tests {
         assert_eq!(keys::record(&e.pool, &sent, "fake", node, 1, by).await.unwrap(), Recorded::Fresh);
         assert!(keys::mark_sent(&e.pool, &sent, &json!({})).await.unwrap());
         let r = e.recover(&c, &sent).await.unwrap();
-        assert_eq!((r.next_state, r.error_code.as_deref()), (NodeState::Unknown, Some("RECONCILIATION_FENCING")));
+        assert_eq!((r.next_state, r.error_code.as_deref()), (AfterSubmit::Unknown, Some("RECONCILIATION_FENCING")));
         assert!(r.retry_after_seconds.is_some());
         let mut later = one();
         later.now = Some(Utc::now() + chrono::Duration::hours(1));
         let e = ready(later, "client_ids = false");
         let r = e.recover(&c, &sent).await.unwrap();
-        assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (NodeState::Submitted, Some("w9")));
+        assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (AfterSubmit::Submitted, Some("w9")));
         assert_eq!(r.provider_refs[RECONCILIATION]["by"], "amount_address");
         // On a venue that keeps client ids (the default), a lone lookalike without ours is never
         // claimed: evidence for a person, not a completion (nor a FAILED that would invite a
         // retry while money may have moved).
         let r = ready(one(), "lookback_seconds = 10").recover(&ctx(markers(started)), "n:1").await.unwrap();
-        assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (NodeState::Unknown, None));
+        assert_eq!((r.next_state, r.provider_ref_id.as_deref()), (AfterSubmit::Unknown, None));
         assert_eq!(r.provider_refs[MANUAL_REVIEW_REQUIRED], "reconciliation_ambiguous");
         assert_eq!(r.provider_refs[RECONCILIATION]["matching"], "client_id_only");
     }
@@ -530,21 +529,21 @@ mod tests {
         let mut c = ctx(json!({}));
         c.provider_ref_id = Some("w1".into());
         let r = e.observe(&c).await.unwrap();
-        assert_eq!(r.next_state, NodeState::Observing);
+        assert_eq!(r.next_state, AfterObserve::Observing);
         assert_eq!(r.provider_refs[STATUS_UNMAPPED]["code"], 42);
         c.provider_refs = json!({STATUS_UNMAPPED: {"kind": "withdrawal", "code": 42}});
         let mapped = Fake::default();
         mapped.withdrawals.lock().unwrap().push(row("w1", None, 4));
         let e = executor(mapped, "");
         let r = e.observe(&c).await.unwrap();
-        assert_eq!(r.next_state, NodeState::Completed, "the action node completes once the venue holds it");
+        assert_eq!(r.next_state, AfterObserve::Completed, "the action node completes once the venue holds it");
         assert_eq!(r.provider_refs[STATUS_UNMAPPED], Value::Null);
     }
 
     #[tokio::test]
     async fn preflight_counts_what_the_fee_model_debits_against_the_balance() {
         let with = |free: &str, config: &str| executor(Fake { free: free.into(), ..Fake::default() }, config);
-        let code = |r: Option<ExecutionResult>| r.and_then(|r| r.error_code);
+        let code = |r: Option<Refusal>| r.and_then(|r| r.error_code);
         // Deducted (the default): 100 applied for debits 100; 99 arrive.
         assert_eq!(
             code(with("99.99", "").preflight(&ctx(json!({}))).await.unwrap()).as_deref(),

@@ -11,10 +11,10 @@ impl CexExecutor {
         ctx: &ExecutionContext,
         id: &str,
         action: bool,
-    ) -> Result<ExecutionResult, ExecutorError> {
+    ) -> Result<ObserveOutcome, ExecutorError> {
         let Some(w) = self.venue.withdrawal_by_id(id).await.map_err(|e| self.unavailable(e))? else {
             // The venue gave this id; its history may lag.
-            let mut r = self.result(NodeState::Observing);
+            let mut r = self.result(AfterObserve::Observing);
             r.provider_state = Some("not_in_history_yet".into());
             r.retry_after_seconds = Some(WITHDRAWAL_POLL_SECONDS);
             return Ok(r);
@@ -31,18 +31,18 @@ impl CexExecutor {
                 ),
             ),
             WithdrawalPhase::Pending if !action => {
-                let mut r = self.result(NodeState::Observing);
+                let mut r = self.result(AfterObserve::Observing);
                 r.retry_after_seconds = Some(WITHDRAWAL_POLL_SECONDS);
                 r
             }
             WithdrawalPhase::Completed if !action && w.tx_id.as_deref().is_none_or(str::is_empty) => {
-                let mut r = self.result(NodeState::Observing);
+                let mut r = self.result(AfterObserve::Observing);
                 r.provider_state = Some("completed_without_txid".into());
                 r.retry_after_seconds = Some(WITHDRAWAL_POLL_SECONDS);
                 r
             }
             _ => {
-                let mut r = self.result(NodeState::Completed);
+                let mut r = self.result(AfterObserve::Completed);
                 if let Some(tx) = w.tx_id.clone().filter(|t| !t.is_empty()) {
                     r.provider_refs.insert("txid".into(), json!(tx));
                 }
@@ -68,7 +68,7 @@ impl CexExecutor {
     /// withdrawal — the amount it booked, the fee it charged — says arrives under the fee model.
     /// When the two differ (the venue's fee changed after prepare) the deposit check fails on the
     /// priced amount and a person sees both: never a silent tolerance.
-    pub(super) fn arrival_refs(&self, ctx: &ExecutionContext, w: &crate::venue::Withdrawal, r: &mut ExecutionResult) {
+    pub(super) fn arrival_refs(&self, ctx: &ExecutionContext, w: &crate::venue::Withdrawal, r: &mut ObserveOutcome) {
         let carried_model = ctx.provider_context.get("fee_model").cloned().and_then(|v| serde_json::from_value(v).ok());
         let model = carried_model.unwrap_or_else(|| self.config.fee_model(&w.coin, w.network.as_deref()));
         let charged = w.fee.as_deref().and_then(Amount::parse_any);
@@ -92,7 +92,7 @@ impl CexExecutor {
 
     /// The deposit on this (destination) account that the withdrawal's txid, amount and
     /// address name.
-    pub(super) async fn find_deposit(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
+    pub(super) async fn find_deposit(&self, ctx: &ExecutionContext) -> Result<ObserveOutcome, ExecutorError> {
         let Some(txid) = carried(ctx, "txid", "txid") else {
             return Ok(self
                 .failed(qtg_core::codes::CEX_TXID_MISSING, "no txid in the node's config or its predecessors' refs"));
@@ -118,7 +118,7 @@ impl CexExecutor {
             .map_err(|e| self.unavailable(e))?;
         let Some(d) = deposits.iter().find(|d| d.tx_id.as_deref().is_some_and(|t| t.eq_ignore_ascii_case(&txid)))
         else {
-            let mut r = self.result(NodeState::Observing);
+            let mut r = self.result(AfterObserve::Observing);
             r.provider_state = Some("not_arrived".into());
             r.retry_after_seconds = Some(DEPOSIT_POLL_SECONDS);
             return Ok(r);
@@ -149,7 +149,7 @@ impl CexExecutor {
             let venue_arrival = ctx.provider_context.get("venue_arrival").and_then(Value::as_str);
             let same_address = address.as_deref().is_none_or(|a| a.eq_ignore_ascii_case(&d.address));
             if same_address && venue_arrival.and_then(Amount::parse_any) == Amount::parse_any(&d.amount) {
-                let mut r = self.result(NodeState::Unknown);
+                let mut r = self.result(AfterObserve::Unknown);
                 r.error_code = Some(qtg_core::codes::CEX_DEPOSIT_FEE_CHANGED.into());
                 r.error_detail = Some(format!(
                     "deposit {} with txid {txid}: {why} — the amount the venue's record of the withdrawal says \
@@ -171,12 +171,12 @@ impl CexExecutor {
                 self.failed(code, format!("the venue reports deposit {} with status {}", d.id, d.status))
             }
             DepositPhase::Pending => {
-                let mut r = self.result(NodeState::Observing);
+                let mut r = self.result(AfterObserve::Observing);
                 r.retry_after_seconds = Some(DEPOSIT_POLL_SECONDS);
                 r
             }
             DepositPhase::Credited => {
-                let mut r = self.result(NodeState::Completed);
+                let mut r = self.result(AfterObserve::Completed);
                 r.generated_artifacts.push(json!({"kind": "cex_deposit", "venue": self.config.venue, "deposit": d}));
                 r
             }
@@ -208,7 +208,7 @@ impl CexExecutor {
         Ok(p)
     }
 
-    pub(super) async fn observe_once(&self, ctx: &ExecutionContext) -> Result<ExecutionResult, ExecutorError> {
+    pub(super) async fn observe_once(&self, ctx: &ExecutionContext) -> Result<ObserveOutcome, ExecutorError> {
         match self.role {
             Role::WithdrawalAction | Role::WithdrawalObserve => {
                 let action = self.role == Role::WithdrawalAction;
@@ -222,7 +222,7 @@ impl CexExecutor {
                     None => Ok(ExecutionResult {
                         error_code: Some(qtg_core::codes::CEX_WITHDRAWAL_ID_MISSING.into()),
                         error_detail: Some("the node recorded no venue withdrawal id".into()),
-                        ..self.result(NodeState::Unknown)
+                        ..self.result(AfterObserve::Unknown)
                     }),
                 }
             }

@@ -31,9 +31,9 @@ impl CexExecutor {
         &self,
         ctx: &ExecutionContext,
         key: &str,
-    ) -> Result<ExecutionResult, ExecutorError> {
+    ) -> Result<SubmitOutcome, ExecutorError> {
         if let Some(id) = recorded_withdrawal_id(ctx) {
-            return self.follow(ctx, &id, true).await;
+            return Ok(self.follow(ctx, &id, true).await?.widen());
         }
         let refs = &ctx.provider_refs;
         let pending = refs.get(SUBMIT_ATTEMPT_PENDING).is_some_and(|v| v == &Value::Bool(true));
@@ -48,7 +48,7 @@ impl CexExecutor {
                 node_id = %ctx.request_node_id, idempotency_key = key,
                 "legacy UNKNOWN gate: submit markers missing; the matcher is not entered"
             );
-            let mut r = self.result(NodeState::Unknown);
+            let mut r = self.result(AfterSubmit::Unknown);
             r.provider_refs.insert(LEGACY_RECONCILIATION_GATED.into(), json!(true));
             r.provider_refs.insert(MANUAL_REVIEW_REQUIRED.into(), json!("reconciliation_markers_missing"));
             r.error_code = Some(qtg_core::codes::RECONCILIATION_GATED.into());
@@ -68,7 +68,7 @@ impl CexExecutor {
                     code = qtg_core::codes::RECONCILIATION_AUTH_FAILED,
                     "reconciliation: the venue refused the credentials"
                 );
-                let mut r = self.result(NodeState::Unknown);
+                let mut r = self.result(AfterSubmit::Unknown);
                 r.provider_refs.insert(LEGACY_RECONCILIATION_GATED.into(), json!(true));
                 r.provider_refs.insert(MANUAL_REVIEW_REQUIRED.into(), json!("reconciliation_auth_failed"));
                 r.error_code = Some(qtg_core::codes::RECONCILIATION_AUTH_FAILED.into());
@@ -88,7 +88,7 @@ impl CexExecutor {
         key: &str,
         intended: WithdrawPayload,
         started_at: DateTime<Utc>,
-    ) -> Result<ExecutionResult, VenueError> {
+    ) -> Result<SubmitOutcome, VenueError> {
         // The venue's time before its history: absence is judged by a history read after it.
         let now = self.venue.server_time().await?;
         // What may have reached the venue is what the history is matched against: the request
@@ -128,7 +128,7 @@ impl CexExecutor {
                 Fence::Pending(at) => {
                     evidence["outcome"] = json!("fencing");
                     evidence["fence_at"] = json!(at.to_rfc3339());
-                    let mut r = self.result(NodeState::Unknown);
+                    let mut r = self.result(AfterSubmit::Unknown);
                     r.error_code = Some(qtg_core::codes::RECONCILIATION_FENCING.into());
                     r.error_detail = Some(format!(
                         "the request may still reach the venue until {at}; its history is matched only then"
@@ -192,7 +192,7 @@ impl CexExecutor {
                     "reconciliation: more than one venue withdrawal matches the attempt"
                 );
                 evidence["outcome"] = json!("ambiguous");
-                let mut r = self.result(NodeState::Unknown);
+                let mut r = self.result(AfterSubmit::Unknown);
                 r.error_code = Some(qtg_core::codes::RECONCILIATION_AMBIGUOUS.into());
                 r.error_detail = Some(format!(
                     "{} withdrawal(s) match amount {} to {} inside the lookback window; none carries \
@@ -307,7 +307,7 @@ impl CexExecutor {
         mut evidence: Value,
         now: DateTime<Utc>,
         lookback_closed: bool,
-    ) -> Result<ExecutionResult, VenueError> {
+    ) -> Result<SubmitOutcome, VenueError> {
         let store = |e: qtg_store::StoreError| VenueError::NoAnswer(format!("the cex key store: {e}"));
         let fence_at = match self.fence(ctx, key, now, &mut evidence).await? {
             Fence::NeverSent => return Ok(self.never_sent(key, evidence)),
@@ -338,7 +338,7 @@ impl CexExecutor {
         };
         evidence["fence_at"] = json!(fence_at.to_rfc3339());
         evidence["outcome"] = json!("no_match");
-        let mut r = self.result(NodeState::Unknown);
+        let mut r = self.result(AfterSubmit::Unknown);
         r.error_code = Some(qtg_core::codes::RECONCILIATION_NO_MATCH.into());
         if lookback_closed {
             r.provider_refs.insert(MANUAL_REVIEW_REQUIRED.into(), json!("reconciliation_no_match"));
@@ -356,7 +356,7 @@ impl CexExecutor {
 
     /// The attempt's key never left (it is void now): FAILED, nothing moved for it — a
     /// withdrawal of the same shape at the venue is someone else's.
-    fn never_sent(&self, key: &str, mut evidence: Value) -> ExecutionResult {
+    fn never_sent(&self, key: &str, mut evidence: Value) -> SubmitOutcome {
         tracing::info!(idempotency_key = key, "the key never left: voided, FAILED");
         evidence["outcome"] = json!("absent_never_sent");
         let mut r = self.failed(

@@ -25,7 +25,7 @@ pub struct WithdrawPayload {
 }
 
 /// A refusal before anything is sent: an error code and why.
-pub(super) type Refusal = (&'static str, String);
+pub(super) type Reason = (&'static str, String);
 
 /// The destination (and memo) against the formats the venue documents for the network
 /// (`addressRegex`, `memoRegex`), before anything is sent. A venue format that does not compile
@@ -124,7 +124,7 @@ impl WithdrawPayload {
         model: FeeModel,
         amount_is: AmountIs,
         risk_controls: &Value,
-    ) -> Result<WithdrawPayload, Refusal> {
+    ) -> Result<WithdrawPayload, Reason> {
         let fee = net.withdraw_fee.as_deref().and_then(Amount::parse_any).ok_or_else(|| {
             (
                 qtg_core::codes::CEX_FEE_UNKNOWN,
@@ -292,8 +292,8 @@ impl CexExecutor {
     /// The venue holds withdrawal `id` for key `key`: its refs carry what was priced (the fee
     /// model, the fee, what was applied for, what leaves the account and what must arrive),
     /// which the observe nodes after it check the venue against.
-    pub(super) fn booked(&self, id: &str, key: &str, p: &WithdrawPayload) -> ExecutionResult {
-        let mut r = self.result(NodeState::Submitted);
+    pub(super) fn booked(&self, id: &str, key: &str, p: &WithdrawPayload) -> SubmitOutcome {
+        let mut r = self.result(AfterSubmit::Submitted);
         r.provider_state = Some("accepted".into());
         r.provider_ref_id = Some(id.to_string());
         r.provider_refs.insert("exchange_withdrawal_id".into(), json!(id));
@@ -314,7 +314,7 @@ impl CexExecutor {
         &self,
         ctx: &ExecutionContext,
         s: &Submission<'_>,
-    ) -> Result<ExecutionResult, ExecutorError> {
+    ) -> Result<SubmitOutcome, ExecutorError> {
         // What was prepared is what is sent.
         let payload: WithdrawPayload = serde_json::from_str(&s.prepared.payload)
             .map_err(|e| ExecutorError::Protocol(format!("the prepared withdrawal does not parse: {e}")))?;
@@ -360,7 +360,7 @@ impl CexExecutor {
                         error_detail: Some(
                             "this key was sent before and the venue does not show it (yet); recovery decides".into(),
                         ),
-                        ..self.result(NodeState::Unknown)
+                        ..self.result(AfterSubmit::Unknown)
                     },
                 });
             }
@@ -416,7 +416,7 @@ impl CexExecutor {
                         _ => qtg_core::codes::CEX_NO_ANSWER.into(),
                     }),
                     error_detail: Some(e.to_string()),
-                    ..self.result(NodeState::Unknown)
+                    ..self.result(AfterSubmit::Unknown)
                 }
             }
         })
@@ -428,7 +428,7 @@ impl CexExecutor {
     pub(super) async fn preflight_withdrawal(
         &self,
         ctx: &ExecutionContext,
-    ) -> Result<Option<ExecutionResult>, ExecutorError> {
+    ) -> Result<Option<qtg_core::Refusal>, ExecutorError> {
         let checked = match self.quote(ctx).await {
             Ok(Ok((p, net))) => self.check_withdrawal(&p, &net).await,
             Ok(Err(refusal)) => Ok(Some(refusal)),
@@ -447,7 +447,7 @@ impl CexExecutor {
     pub(super) async fn quote(
         &self,
         ctx: &ExecutionContext,
-    ) -> Result<Result<(WithdrawPayload, crate::venue::NetworkInfo), Refusal>, VenueError> {
+    ) -> Result<Result<(WithdrawPayload, crate::venue::NetworkInfo), Reason>, VenueError> {
         let p = match WithdrawPayload::of(ctx, &self.config) {
             Ok(p) => p,
             Err(why) => return Ok(Err((qtg_core::codes::CEX_INTENT_INVALID, why))),
@@ -517,7 +517,7 @@ impl CexExecutor {
         &self,
         p: &WithdrawPayload,
         net: &crate::venue::NetworkInfo,
-    ) -> Result<Option<Refusal>, VenueError> {
+    ) -> Result<Option<Reason>, VenueError> {
         let whitelist = self.venue.whitelist().await?;
         let listed = whitelist.iter().any(|w| {
             w.address.eq_ignore_ascii_case(&p.address)

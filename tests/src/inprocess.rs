@@ -45,7 +45,7 @@ pub async fn install_plan(engine: &qtg_engine::Engine, key: &str, plan: Value) -
         .propose_template(
             "ops",
             qtg_engine::templates::Proposal { template_key: key.into(), description: None, plan },
-            3600.0,
+            Duration::from_secs(3600),
         )
         .await?;
     engine.review_template_proposal("admin", p.id, true, None).await?;
@@ -67,7 +67,7 @@ pub async fn create_approved(engine: &qtg_engine::Engine, template: &str, idem: 
                 idempotency_key: idem.into(),
                 body_hash: idem.into(),
             },
-            300.0,
+            Duration::from_secs(300),
         )
         .await?;
     engine.approve_movement("alice", row.id, None).await?;

@@ -2,6 +2,7 @@
 //! exactly once (the real dispatch path, in-process, against real Postgres).
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use qtg_core::Lane;
 use qtg_engine::movements::NewMovementInput;
@@ -32,9 +33,8 @@ async fn each_ready_node_is_claimed_exactly_once() -> anyhow::Result<()> {
             "node_key": "n", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"
         }],
     }))?;
-    let proposal = engine
-        .propose_template("ops", Proposal { template_key: "t.one".into(), description: None, plan }, 3600.0)
-        .await?;
+    let proposal = Proposal { template_key: "t.one".into(), description: None, plan };
+    let proposal = engine.propose_template("ops", proposal, Duration::from_secs(3600)).await?;
     engine.review_template_proposal("admin", proposal.id, true, None).await?;
     for i in 0..MOVEMENTS {
         let (row, _) = engine
@@ -50,7 +50,7 @@ async fn each_ready_node_is_claimed_exactly_once() -> anyhow::Result<()> {
                     idempotency_key: format!("k{i}"),
                     body_hash: format!("{i}"),
                 },
-                300.0,
+                Duration::from_secs(300),
             )
             .await?;
         engine.approve_movement("alice", row.id, None).await?;

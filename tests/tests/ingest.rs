@@ -148,8 +148,8 @@ async fn a_full_page_is_read_again_narrower_and_nothing_is_lost() -> anyhow::Res
     registry.insert_balance_fetcher("paged", std::sync::Arc::new(Paged { at: Utc::now() }));
     let mut settings = test_settings();
     settings.ingest.venues = vec!["paged".into()];
-    settings.ingest.lookback_seconds = 3600.0;
-    settings.ingest.overlap_seconds = 0.0;
+    settings.ingest.lookback = Duration::from_secs(3600);
+    settings.ingest.overlap = Duration::ZERO;
     let engine = qtg_engine::Engine {
         pool: db.pool.clone(),
         registry: std::sync::Arc::new(registry),

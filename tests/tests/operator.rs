@@ -118,7 +118,7 @@ async fn cancel_needs_c6_evidence_while_a_side_effect_may_exist() -> anyhow::Res
                 idempotency_key: "p".into(),
                 body_hash: "p".into(),
             },
-            300.0,
+            Duration::from_secs(300),
         )
         .await?;
     engine

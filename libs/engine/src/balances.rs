@@ -16,9 +16,9 @@ use crate::{Engine, Result};
 #[derive(Debug, Clone)]
 pub struct BalanceSettings {
     /// `MG_BALANCE_SNAPSHOT_RETENTION_SECONDS`: snapshots older than this are deleted.
-    pub retention_seconds: f64,
+    pub retention: Duration,
     /// `MG_BALANCE_STALE_THRESHOLD_SECONDS`: older is `stale`, and no evidence at creation.
-    pub stale_seconds: f64,
+    pub stale: Duration,
     /// `MG_BALANCE_FETCH_TIMEOUT_SECONDS`: one fetcher's read.
     pub fetch_timeout: Duration,
 }
@@ -26,8 +26,8 @@ pub struct BalanceSettings {
 impl Default for BalanceSettings {
     fn default() -> Self {
         BalanceSettings {
-            retention_seconds: 7.0 * 86_400.0,
-            stale_seconds: 120.0,
+            retention: Duration::from_secs(7 * 86_400),
+            stale: Duration::from_secs(120),
             fetch_timeout: Duration::from_secs(10),
         }
     }
@@ -45,7 +45,7 @@ impl Engine {
     pub async fn snapshot_balances_tick(&self) -> Result<usize> {
         let fetched = self.fetch_balances(None, "worker", self.settings.balances.fetch_timeout).await?;
         let mut conn = self.pool.acquire().await?;
-        let deleted = balances::delete_older_than(&mut conn, self.settings.balances.retention_seconds).await?;
+        let deleted = balances::delete_older_than(&mut conn, self.settings.balances.retention.as_secs_f64()).await?;
         if deleted > 0 {
             tracing::info!(deleted, "balance snapshots past the retention deleted");
         }
@@ -181,7 +181,8 @@ impl Engine {
         let (Some(source), Some(asset), Some(amount)) = (source, text("asset"), text("amount")) else {
             return Ok(());
         };
-        match balances::source_covers(conn, source, asset, amount, self.settings.balances.stale_seconds).await? {
+        let max_age = self.settings.balances.stale.as_secs_f64();
+        match balances::source_covers(conn, source, asset, amount, max_age).await? {
             Some((free, false, as_of)) => Err(OpError::InsufficientBalance(format!(
                 "{source} holds {free} {asset} (snapshot of {}), less than {amount}",
                 as_of.to_rfc3339()

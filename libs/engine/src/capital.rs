@@ -6,6 +6,8 @@
 //! MANUAL_INTERVENTION. Each step is audited and a compare-and-set under the row lock the
 //! pickup took (`SKIP LOCKED`), so several replicas decide each request once.
 
+use std::time::Duration;
+
 use qtg_core::hash::canonical_hash;
 use qtg_store::audit::AuditRecord;
 use qtg_store::capital::{self, CapitalTransfer, NewTransfer};
@@ -17,16 +19,20 @@ use crate::{Engine, Result};
 #[derive(Debug, Clone)]
 pub struct CapitalSettings {
     /// `MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS`: untouched this long, a request is followed up.
-    pub stale_seconds: f64,
+    pub stale: Duration,
     /// `MG_CALLBACK_DEFAULT_URL`: where an attention callback goes when the request names none.
     pub default_callback_url: Option<String>,
     /// The approval window of the movements it creates (`MG_APPROVAL_TTL_SECONDS`).
-    pub approval_ttl_seconds: f64,
+    pub approval_ttl: Duration,
 }
 
 impl Default for CapitalSettings {
     fn default() -> Self {
-        CapitalSettings { stale_seconds: 300.0, default_callback_url: None, approval_ttl_seconds: 300.0 }
+        CapitalSettings {
+            stale: Duration::from_secs(300),
+            default_callback_url: None,
+            approval_ttl: Duration::from_secs(300),
+        }
     }
 }
 
@@ -179,9 +185,8 @@ impl Engine {
 
     /// Creates the request's movement as its requester (idempotent) and records it.
     async fn movement_for(&self, actor: &str, t: &CapitalTransfer) -> std::result::Result<CapitalTransfer, OpError> {
-        let (movement, _) = self
-            .create_movement(&t.requested_by, movement_input(t), self.settings.capital.approval_ttl_seconds)
-            .await?;
+        let (movement, _) =
+            self.create_movement(&t.requested_by, movement_input(t), self.settings.capital.approval_ttl).await?;
         let mut tx = self.pool.begin().await?;
         let res = async {
             if capital::set_state(&mut tx, t.id, "PENDING", "MOVEMENT_CREATED", Some(movement.id), None).await? {
@@ -212,12 +217,12 @@ impl Engine {
     pub async fn follow_up_capital_transfers_tick(&self) -> Result<usize> {
         let ids = {
             let mut conn = self.pool.acquire().await?;
-            capital::due(&mut conn, self.settings.capital.stale_seconds, FOLLOWUP_BATCH).await?
+            capital::due(&mut conn, self.settings.capital.stale.as_secs_f64(), FOLLOWUP_BATCH).await?
         };
         let mut decided = 0;
         for id in ids {
             let mut tx = self.pool.begin().await?;
-            let Some(t) = capital::lock_due(&mut tx, id, self.settings.capital.stale_seconds).await? else {
+            let Some(t) = capital::lock_due(&mut tx, id, self.settings.capital.stale.as_secs_f64()).await? else {
                 tx.rollback().await?;
                 continue;
             };
@@ -248,7 +253,7 @@ impl Engine {
     async fn create_lost_movement(&self, t: &CapitalTransfer) -> std::result::Result<(), OpError> {
         let actor = self.actor.as_str();
         let created =
-            self.create_movement(&t.requested_by, movement_input(t), self.settings.capital.approval_ttl_seconds).await;
+            self.create_movement(&t.requested_by, movement_input(t), self.settings.capital.approval_ttl).await;
         let mut tx = self.pool.begin().await?;
         let res = async {
             match created {

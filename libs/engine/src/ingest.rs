@@ -21,16 +21,16 @@ pub struct IngestSettings {
     /// `MG_CEX_TRANSFER_INGEST_VENUES_CSV`: the `[balances."<venue_key>"]` entries to ingest.
     pub venues: Vec<String>,
     /// `MG_CEX_TRANSFER_INGEST_LOOKBACK_SECONDS`: how far back the first read of a venue goes.
-    pub lookback_seconds: f64,
+    pub lookback: Duration,
     /// `MG_CEX_TRANSFER_INGEST_PAGE_SECONDS`: the window of one history read.
-    pub page_seconds: f64,
+    pub page: Duration,
     /// `MG_CEX_TRANSFER_INGEST_OVERLAP_SECONDS`: how much behind the cursor each read starts
     /// again (a venue's history lags; statuses change).
-    pub overlap_seconds: f64,
+    pub overlap: Duration,
     /// `MG_CEX_TRANSFER_UNEXPLAINED_GRACE_SECONDS`: how long a withdrawal may stay unexplained
     /// before it is alerted (qtg's own withdrawal is linked once its node records its id, which
     /// recovery may take a while to do).
-    pub unexplained_grace_seconds: f64,
+    pub unexplained_grace: Duration,
     /// `MG_CEX_TRANSFER_ALERT_URL`, else `MG_CALLBACK_DEFAULT_URL`.
     pub alert_url: Option<String>,
 }
@@ -39,10 +39,10 @@ impl Default for IngestSettings {
     fn default() -> Self {
         IngestSettings {
             venues: Vec::new(),
-            lookback_seconds: 86_400.0,
-            page_seconds: 3_600.0,
-            overlap_seconds: 600.0,
-            unexplained_grace_seconds: 900.0,
+            lookback: Duration::from_secs(86_400),
+            page: Duration::from_secs(3_600),
+            overlap: Duration::from_secs(600),
+            unexplained_grace: Duration::from_secs(900),
             alert_url: None,
         }
     }
@@ -54,8 +54,9 @@ const MAX_PAGES: usize = 48;
 /// Alerts one tick raises at most.
 const ALERT_BATCH: i64 = 50;
 
-fn secs(s: f64) -> chrono::Duration {
-    chrono::Duration::milliseconds((s * 1000.0) as i64)
+/// `d` as a `chrono::Duration`, to the millisecond (saturating).
+fn chrono_of(d: Duration) -> chrono::Duration {
+    chrono::Duration::milliseconds(i64::try_from(d.as_millis()).unwrap_or(i64::MAX))
 }
 
 impl Engine {
@@ -75,8 +76,8 @@ impl Engine {
             }
         }
         let mut conn = self.pool.acquire().await?;
-        let linked =
-            transfers::link(&mut conn, settings.lookback_seconds.max(settings.unexplained_grace_seconds) * 2.0).await?;
+        let within = settings.lookback.max(settings.unexplained_grace).as_secs_f64() * 2.0;
+        let linked = transfers::link(&mut conn, within).await?;
         if linked > 0 {
             tracing::info!(linked, "venue transfers linked to the nodes that explain them");
         }
@@ -102,8 +103,8 @@ impl Engine {
             let mut conn = self.pool.acquire().await.map_err(|e| e.to_string())?;
             transfers::cursor(&mut conn, venue_key).await.map_err(|e| e.to_string())?
         };
-        let mut from = cursor.unwrap_or(now - secs(settings.lookback_seconds)) - secs(settings.overlap_seconds);
-        let page = secs(settings.page_seconds.max(1.0));
+        let mut from = cursor.unwrap_or(now - chrono_of(settings.lookback)) - chrono_of(settings.overlap);
+        let page = chrono_of(settings.page.max(Duration::from_secs(1)));
         let mut span = page;
         let mut written = 0;
         for _ in 0..MAX_PAGES {
@@ -163,7 +164,7 @@ impl Engine {
         let settings = &self.settings.ingest;
         let due = {
             let mut conn = self.pool.acquire().await?;
-            transfers::unexplained_due(&mut conn, settings.unexplained_grace_seconds, ALERT_BATCH).await?
+            transfers::unexplained_due(&mut conn, settings.unexplained_grace.as_secs_f64(), ALERT_BATCH).await?
         };
         for t in due {
             let mut tx = self.pool.begin().await?;

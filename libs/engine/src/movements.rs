@@ -1,6 +1,8 @@
 //! The movement operations the API performs: create (idempotent), approve (four-eyes, the
 //! availability gate, frontier activation), reject, read.
 
+use std::time::Duration;
+
 use qtg_core::hash::canonical_hash;
 use qtg_core::risk::{Amount, RiskLimits, RiskViolation};
 use qtg_core::{NodeState, RequestState};
@@ -102,7 +104,7 @@ impl Engine {
         &self,
         actor: &str,
         input: NewMovementInput,
-        ttl_seconds: f64,
+        ttl: Duration,
     ) -> Result<(RequestRow, bool), OpError> {
         let mut tx = self.pool.begin().await?;
         let pv = tq::plan_version(&mut tx, &input.template_key, input.template_version)
@@ -140,7 +142,7 @@ impl Engine {
                 body_hash: &input.body_hash,
                 callback_url: input.callback_url.as_deref(),
                 callback_secret: input.callback_secret.as_deref(),
-                ttl_seconds,
+                ttl_seconds: ttl.as_secs_f64(),
                 approvals_required,
             },
             &nodes,

@@ -1,6 +1,8 @@
 //! Template proposals and their review: a proposal carries a validated plan; approving it
 //! (by someone other than the proposer) makes the template's next version.
 
+use std::time::Duration;
+
 use qtg_core::PlanDefinition;
 use qtg_executor::Registry;
 use qtg_store::audit::{self, AuditRecord};
@@ -51,7 +53,7 @@ pub fn check_bindings(plan: &PlanDefinition, registry: &Registry) -> Result<(), 
 }
 
 impl Engine {
-    pub async fn propose_template(&self, actor: &str, p: Proposal, ttl_seconds: f64) -> Result<ProposalRow, OpError> {
+    pub async fn propose_template(&self, actor: &str, p: Proposal, ttl: Duration) -> Result<ProposalRow, OpError> {
         if !valid_template_key(&p.template_key) {
             return Err(OpError::Validation("template_key must be 1-128 characters of [A-Za-z0-9_.-]".into()));
         }
@@ -80,7 +82,7 @@ impl Engine {
             &definition,
             &hash,
             actor,
-            ttl_seconds,
+            ttl.as_secs_f64(),
         )
         .await?;
         audit::record(

@@ -33,7 +33,7 @@ pub struct Settings {
     pub heartbeat_interval: Duration,
     /// `MG_WORKER_STALE_SECONDS` (3 heartbeat intervals): a heartbeat older than this is
     /// `stale` in `GET /v3/workers`, and `/readyz` answers 503.
-    pub worker_stale_seconds: f64,
+    pub worker_stale: Duration,
     /// Secret: never printed.
     pub callback_secret: Option<String>,
     pub callback_max_attempts: i32,
@@ -48,35 +48,35 @@ pub struct Settings {
     pub recovery_batch: i64,
     pub observe_batch: i64,
     /// Default and per-lane overrides (`MG_RECOVERY_SUBMITTING_GRACE_SECONDS[_<LANE>]`).
-    pub grace_default: f64,
-    pub grace_ccip: Option<f64>,
-    pub grace_stargate: Option<f64>,
-    pub grace_cex: Option<f64>,
-    pub grace_other: Option<f64>,
+    pub grace_default: Duration,
+    pub grace_ccip: Option<Duration>,
+    pub grace_stargate: Option<Duration>,
+    pub grace_cex: Option<Duration>,
+    pub grace_other: Option<Duration>,
     pub executor_timeout: Duration,
     /// `MG_CLOCK_SKEW_MARGIN_SECONDS` (5): margin for clocks and the network around
     /// `submit_by`.
-    pub clock_skew_seconds: f64,
+    pub clock_skew: Duration,
     /// `MG_SUBMIT_WINDOW_SECONDS` (the executor deadline + 2 × skew): an armed attempt's
     /// `submit_by = started_at + submit_window`.
-    pub submit_window_seconds: f64,
+    pub submit_window: Duration,
     /// `MG_DISPATCH_LEASE_SECONDS` (3 × the executor deadline + 2 × skew): how long a
     /// dispatch claim holds its node through preflight, prepare and sign.
-    pub lease_seconds: f64,
+    pub lease: Duration,
     /// `MG_DB_LOCK_TIMEOUT_MS` (5000): `lock_timeout` of every connection.
     pub db_lock_timeout: Duration,
     /// `MG_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS` (half the lease, at most 60):
     /// `idle_in_transaction_session_timeout` of every connection; must be below the lease.
     pub db_idle_in_transaction_timeout: Duration,
     pub observe_timeout_enforcement: bool,
-    pub approval_ttl_seconds: f64,
-    pub template_proposal_ttl_seconds: f64,
+    pub approval_ttl: Duration,
+    pub template_proposal_ttl: Duration,
     pub callback_default_url: Option<String>,
     /// Secret: never printed.
     pub bootstrap_admin_key: Option<String>,
     /// `MG_API_BOOTSTRAP_ADMIN_KEY_TTL_SECONDS`: the bootstrap key stops working this long after
     /// it was first registered (unset: it works until revoked).
-    pub bootstrap_admin_key_ttl_seconds: Option<f64>,
+    pub bootstrap_admin_key_ttl: Option<Duration>,
     pub shutdown_grace: Duration,
     /// `MG_WORKERS_ENABLED` (the all-in-one `qtg`): run the workers, not only the API.
     pub workers_enabled: bool,
@@ -89,7 +89,7 @@ pub struct Settings {
     pub key_creation_approvals: u32,
     /// `MG_EVM_NONCE_REAPER_AGE_SECONDS` (600): how old an untouched EVM nonce reservation
     /// must be before the reaper may reclaim it.
-    pub evm_nonce_reaper_age_seconds: f64,
+    pub evm_nonce_reaper_age: Duration,
     /// verify_drift: `MG_VERIFY_DRIFT_PAUSE` (false) pauses the executors of a drifted scope
     /// through the kill switch; `MG_VERIFY_DRIFT_CONCURRENCY` (4) executors read at once;
     /// `MG_VERIFY_DRIFT_TIMEOUT_SECONDS` (30) per executor; `MG_DRIFT_ALERT_URL` (else
@@ -102,12 +102,12 @@ pub struct Settings {
     /// (604800), `MG_BALANCE_STALE_THRESHOLD_SECONDS` (120), `MG_BALANCE_FETCH_TIMEOUT_SECONDS`
     /// (10, one fetcher's read, `fresh=true`'s included), `MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS`
     /// (5, per caller between `fresh=true` reads).
-    pub balance_retention_seconds: f64,
-    pub balance_stale_seconds: f64,
+    pub balance_retention: Duration,
+    pub balance_stale: Duration,
     pub balance_fetch_timeout: Duration,
-    pub balance_fresh_min_interval_seconds: f64,
+    pub balance_fresh_min_interval: Duration,
     /// capital_transfer_followup: `MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS` (300).
-    pub capital_transfer_stale_seconds: f64,
+    pub capital_transfer_stale: Duration,
     /// cex_transfer_ingest: `MG_CEX_TRANSFER_INGEST_VENUES_CSV` (the `[balances.*]` entries
     /// to ingest; non-empty enables the worker), `MG_CEX_TRANSFER_INGEST_LOOKBACK_SECONDS`
     /// (86400, a venue's first read), `MG_CEX_TRANSFER_INGEST_PAGE_SECONDS` (3600, one history
@@ -115,10 +115,10 @@ pub struct Settings {
     /// cursor), `MG_CEX_TRANSFER_UNEXPLAINED_GRACE_SECONDS` (900, before an unexplained
     /// withdrawal is alerted), `MG_CEX_TRANSFER_ALERT_URL` (else `MG_CALLBACK_DEFAULT_URL`).
     pub cex_transfer_ingest_venues: Vec<String>,
-    pub cex_transfer_ingest_lookback_seconds: f64,
-    pub cex_transfer_ingest_page_seconds: f64,
-    pub cex_transfer_ingest_overlap_seconds: f64,
-    pub cex_transfer_unexplained_grace_seconds: f64,
+    pub cex_transfer_ingest_lookback: Duration,
+    pub cex_transfer_ingest_page: Duration,
+    pub cex_transfer_ingest_overlap: Duration,
+    pub cex_transfer_unexplained_grace: Duration,
     pub cex_transfer_alert_url: Option<String>,
     /// `MG_STRICT_SETTINGS` (false): an `MG_*` variable no part of the process reads is fatal
     /// at start instead of a warning.
@@ -217,16 +217,18 @@ impl Source<'_> {
         Ok(v)
     }
 
-    fn opt_seconds(&self, key: &str) -> Result<Option<f64>, ConfigError> {
-        let v = self.get(key).map(|_| self.seconds(key, 0.0)).transpose()?;
+    /// A number of seconds (recorded as given) as a `Duration`; one past `Duration::MAX`
+    /// saturates there.
+    fn interval(&self, key: &str, default: f64) -> Result<Duration, ConfigError> {
+        Ok(Duration::try_from_secs_f64(self.seconds(key, default)?).unwrap_or(Duration::MAX))
+    }
+
+    fn opt_interval(&self, key: &str) -> Result<Option<Duration>, ConfigError> {
+        let v = self.get(key).map(|_| self.interval(key, 0.0)).transpose()?;
         if v.is_none() {
             self.note(key, UNSET);
         }
         Ok(v)
-    }
-
-    fn interval(&self, key: &str, default: f64) -> Result<Duration, ConfigError> {
-        Ok(Duration::from_secs_f64(self.seconds(key, default)?))
     }
 
     fn millis(&self, key: &str, default: u64) -> Result<Duration, ConfigError> {
@@ -263,7 +265,7 @@ impl Source<'_> {
 
     fn worker<T>(&self, w: &Worker<T>) -> Result<WorkerSettings, ConfigError> {
         Ok(WorkerSettings {
-            interval: self.interval(w.interval_key, w.default_interval_seconds)?,
+            interval: self.interval(w.interval_key, w.default_interval.as_secs_f64())?,
             concurrency: match w.concurrency_key {
                 Some(key) => self.count(key, 1, MAX_CONCURRENCY)?,
                 None => 1,
@@ -363,7 +365,7 @@ impl Settings {
             log_format,
             workers,
             heartbeat_interval: Duration::ZERO,
-            worker_stale_seconds: 0.0,
+            worker_stale: Duration::ZERO,
             callback_secret: s.secret("MG_CALLBACK_SECRET"),
             callback_max_attempts: s.count("MG_CALLBACK_MAX_ATTEMPTS", 5, 100)? as i32,
             callback_timeout: s.interval("MG_CALLBACK_TIMEOUT_SECONDS", 10.0)?,
@@ -373,44 +375,44 @@ impl Settings {
             callback_per_receiver: s.count("MG_CALLBACK_MAX_IN_FLIGHT_PER_RECEIVER", 2, 1024)? as i64,
             recovery_batch: s.count("MG_NODE_RECOVERY_BATCH_SIZE", 10, 1000)? as i64,
             observe_batch: s.count("MG_NODE_OBSERVE_BATCH_SIZE", 10, 1000)? as i64,
-            grace_default: s.seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", 90.0)?,
-            grace_ccip: s.opt_seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CCIP")?,
-            grace_stargate: s.opt_seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_STARGATE")?,
-            grace_cex: s.opt_seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CEX")?,
-            grace_other: s.opt_seconds("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_OTHER")?,
+            grace_default: s.interval("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", 90.0)?,
+            grace_ccip: s.opt_interval("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CCIP")?,
+            grace_stargate: s.opt_interval("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_STARGATE")?,
+            grace_cex: s.opt_interval("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CEX")?,
+            grace_other: s.opt_interval("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_OTHER")?,
             executor_timeout: s.millis("MG_EXECUTOR_TIMEOUT_MS", 30_000)?,
             // Set (and checked) by fence_times below.
-            clock_skew_seconds: 0.0,
-            submit_window_seconds: 0.0,
-            lease_seconds: 0.0,
+            clock_skew: Duration::ZERO,
+            submit_window: Duration::ZERO,
+            lease: Duration::ZERO,
             db_lock_timeout: s.millis("MG_DB_LOCK_TIMEOUT_MS", 5_000)?,
             db_idle_in_transaction_timeout: Duration::ZERO,
             observe_timeout_enforcement: s.flag("MG_OBSERVE_TIMEOUT_ENFORCEMENT_ENABLED", false)?,
-            approval_ttl_seconds: s.seconds("MG_APPROVAL_TTL_SECONDS", 300.0)?,
-            template_proposal_ttl_seconds: s.seconds("MG_TEMPLATE_PROPOSAL_TTL_SECONDS", 7.0 * 86400.0)?,
+            approval_ttl: s.interval("MG_APPROVAL_TTL_SECONDS", 300.0)?,
+            template_proposal_ttl: s.interval("MG_TEMPLATE_PROPOSAL_TTL_SECONDS", 7.0 * 86400.0)?,
             drift_alert_url: s.url("MG_DRIFT_ALERT_URL")?.or_else(|| callback_default_url.clone()),
             cex_transfer_alert_url: s.url("MG_CEX_TRANSFER_ALERT_URL")?.or_else(|| callback_default_url.clone()),
             cex_transfer_ingest_venues: s.list("MG_CEX_TRANSFER_INGEST_VENUES_CSV"),
-            cex_transfer_ingest_lookback_seconds: s.seconds("MG_CEX_TRANSFER_INGEST_LOOKBACK_SECONDS", 86_400.0)?,
-            cex_transfer_ingest_page_seconds: s.seconds("MG_CEX_TRANSFER_INGEST_PAGE_SECONDS", 3_600.0)?,
-            cex_transfer_ingest_overlap_seconds: s.seconds("MG_CEX_TRANSFER_INGEST_OVERLAP_SECONDS", 600.0)?,
-            cex_transfer_unexplained_grace_seconds: s.seconds("MG_CEX_TRANSFER_UNEXPLAINED_GRACE_SECONDS", 900.0)?,
+            cex_transfer_ingest_lookback: s.interval("MG_CEX_TRANSFER_INGEST_LOOKBACK_SECONDS", 86_400.0)?,
+            cex_transfer_ingest_page: s.interval("MG_CEX_TRANSFER_INGEST_PAGE_SECONDS", 3_600.0)?,
+            cex_transfer_ingest_overlap: s.interval("MG_CEX_TRANSFER_INGEST_OVERLAP_SECONDS", 600.0)?,
+            cex_transfer_unexplained_grace: s.interval("MG_CEX_TRANSFER_UNEXPLAINED_GRACE_SECONDS", 900.0)?,
             callback_default_url,
             bootstrap_admin_key: s.secret("MG_API_BOOTSTRAP_ADMIN_KEY"),
-            bootstrap_admin_key_ttl_seconds: s.opt_seconds("MG_API_BOOTSTRAP_ADMIN_KEY_TTL_SECONDS")?,
+            bootstrap_admin_key_ttl: s.opt_interval("MG_API_BOOTSTRAP_ADMIN_KEY_TTL_SECONDS")?,
             shutdown_grace: s.interval("MG_SHUTDOWN_GRACE_SECONDS", 30.0)?,
             workers_enabled: s.flag("MG_WORKERS_ENABLED", true)?,
             strict_settings: s.flag("MG_STRICT_SETTINGS", false)?,
             key_creation_approvals: s.count("MG_API_KEY_CREATION_APPROVALS", 1, 2)? as u32,
-            evm_nonce_reaper_age_seconds: s.seconds("MG_EVM_NONCE_REAPER_AGE_SECONDS", 600.0)?,
+            evm_nonce_reaper_age: s.interval("MG_EVM_NONCE_REAPER_AGE_SECONDS", 600.0)?,
             verify_drift_pause: s.flag("MG_VERIFY_DRIFT_PAUSE", false)?,
             verify_drift_concurrency: s.count("MG_VERIFY_DRIFT_CONCURRENCY", 4, 64)?,
             verify_drift_timeout: s.interval("MG_VERIFY_DRIFT_TIMEOUT_SECONDS", 30.0)?,
-            balance_retention_seconds: s.seconds("MG_BALANCE_SNAPSHOT_RETENTION_SECONDS", 7.0 * 86_400.0)?,
-            balance_stale_seconds: s.seconds("MG_BALANCE_STALE_THRESHOLD_SECONDS", 120.0)?,
+            balance_retention: s.interval("MG_BALANCE_SNAPSHOT_RETENTION_SECONDS", 7.0 * 86_400.0)?,
+            balance_stale: s.interval("MG_BALANCE_STALE_THRESHOLD_SECONDS", 120.0)?,
             balance_fetch_timeout: s.interval("MG_BALANCE_FETCH_TIMEOUT_SECONDS", 10.0)?,
-            balance_fresh_min_interval_seconds: s.seconds("MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS", 5.0)?,
-            capital_transfer_stale_seconds: s.seconds("MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS", 300.0)?,
+            balance_fresh_min_interval: s.interval("MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS", 5.0)?,
+            capital_transfer_stale: s.interval("MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS", 300.0)?,
             approval_health_gate_strict: match s.text("MG_APPROVAL_HEALTH_GATE").as_deref() {
                 None | Some("strict") => true,
                 Some("down-only") => false,
@@ -461,12 +463,13 @@ impl Settings {
     /// The heartbeat period and the stale threshold that follows it: a process that dies is
     /// stale after a few periods, and one that lives is never stale between them.
     fn heartbeat_times(&mut self, s: &Source<'_>) -> Result<(), ConfigError> {
-        let period = s.seconds("MG_HEARTBEAT_INTERVAL_SECONDS", 10.0)?;
-        if period < 0.1 {
+        let period = s.interval("MG_HEARTBEAT_INTERVAL_SECONDS", 10.0)?;
+        if period < Duration::from_millis(100) {
             return Err(Source::err("MG_HEARTBEAT_INTERVAL_SECONDS", "must be at least 0.1 s"));
         }
-        let stale = s.seconds("MG_WORKER_STALE_SECONDS", 3.0 * period)?;
-        if stale < 2.0 * period {
+        let stale = s.interval("MG_WORKER_STALE_SECONDS", period.saturating_mul(3).as_secs_f64())?;
+        if stale < period.saturating_mul(2) {
+            let (stale, period) = (stale.as_secs_f64(), period.as_secs_f64());
             return Err(Source::err(
                 "MG_WORKER_STALE_SECONDS",
                 format!(
@@ -475,8 +478,8 @@ impl Settings {
                 ),
             ));
         }
-        self.heartbeat_interval = Duration::from_secs_f64(period);
-        self.worker_stale_seconds = stale;
+        self.heartbeat_interval = period;
+        self.worker_stale = stale;
         Ok(())
     }
 
@@ -486,17 +489,23 @@ impl Settings {
     /// lease > preflight + prepare + sign deadlines + skew; idle-in-transaction timeout <
     /// lease. A binary refuses to start otherwise, naming the numbers.
     fn fence_times(&mut self, s: &Source<'_>) -> Result<(), ConfigError> {
-        let deadline = self.executor_timeout.as_secs_f64();
-        let skew = s.seconds("MG_CLOCK_SKEW_MARGIN_SECONDS", 5.0)?;
-        let window = s.seconds("MG_SUBMIT_WINDOW_SECONDS", deadline + 2.0 * skew)?;
-        let lease = s.seconds("MG_DISPATCH_LEASE_SECONDS", 3.0 * deadline + 2.0 * skew)?;
-        let idle = s.seconds("MG_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", (lease / 2.0).min(60.0))?;
-        if window <= deadline + skew {
+        let deadline = self.executor_timeout;
+        let skew = s.interval("MG_CLOCK_SKEW_MARGIN_SECONDS", 5.0)?;
+        let window_default = deadline.saturating_add(skew.saturating_mul(2));
+        let window = s.interval("MG_SUBMIT_WINDOW_SECONDS", window_default.as_secs_f64())?;
+        let lease_default = (deadline * 3).saturating_add(skew.saturating_mul(2));
+        let lease = s.interval("MG_DISPATCH_LEASE_SECONDS", lease_default.as_secs_f64())?;
+        let idle_default = (lease / 2).min(Duration::from_secs(60));
+        let idle = s.interval("MG_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS", idle_default.as_secs_f64())?;
+        // The numbers as the messages name them, in seconds.
+        let (deadline_s, skew_s, window_s, lease_s) =
+            (deadline.as_secs_f64(), skew.as_secs_f64(), window.as_secs_f64(), lease.as_secs_f64());
+        if window <= deadline.saturating_add(skew) {
             return Err(Source::err(
                 "MG_SUBMIT_WINDOW_SECONDS",
                 format!(
-                    "the submit window ({window} s) must be above the largest submit deadline \
-                     (MG_EXECUTOR_TIMEOUT_MS = {deadline} s) + the clock-skew margin ({skew} s)"
+                    "the submit window ({window_s} s) must be above the largest submit deadline \
+                     (MG_EXECUTOR_TIMEOUT_MS = {deadline_s} s) + the clock-skew margin ({skew_s} s)"
                 ),
             ));
         }
@@ -508,35 +517,37 @@ impl Settings {
             ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_OTHER", self.grace_other),
         ];
         for (key, grace) in graces {
-            if let Some(grace) = grace.filter(|g| *g <= window + skew) {
+            if let Some(grace) = grace.filter(|g| *g <= window.saturating_add(skew)) {
+                let grace_s = grace.as_secs_f64();
                 return Err(Source::err(
                     key,
                     format!(
-                        "the recovery grace ({grace} s) must be above the submit window ({window} s) + the \
-                         clock-skew margin ({skew} s): recovery may not decide an attempt that can still start"
+                        "the recovery grace ({grace_s} s) must be above the submit window ({window_s} s) + the \
+                         clock-skew margin ({skew_s} s): recovery may not decide an attempt that can still start"
                     ),
                 ));
             }
         }
-        if lease <= 3.0 * deadline + skew {
+        if lease <= (deadline * 3).saturating_add(skew) {
             return Err(Source::err(
                 "MG_DISPATCH_LEASE_SECONDS",
                 format!(
-                    "the lease ({lease} s) must be above preflight + prepare + sign deadlines \
-                     (3 × {deadline} s) + the clock-skew margin ({skew} s)"
+                    "the lease ({lease_s} s) must be above preflight + prepare + sign deadlines \
+                     (3 × {deadline_s} s) + the clock-skew margin ({skew_s} s)"
                 ),
             ));
         }
-        if idle <= 0.0 || idle >= lease {
+        if idle.is_zero() || idle >= lease {
+            let idle_s = idle.as_secs_f64();
             return Err(Source::err(
                 "MG_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS",
-                format!("must be above 0 and below the lease ({lease} s), got {idle} s"),
+                format!("must be above 0 and below the lease ({lease_s} s), got {idle_s} s"),
             ));
         }
-        self.clock_skew_seconds = skew;
-        self.submit_window_seconds = window;
-        self.lease_seconds = lease;
-        self.db_idle_in_transaction_timeout = Duration::from_secs_f64(idle);
+        self.clock_skew = skew;
+        self.submit_window = window;
+        self.lease = lease;
+        self.db_idle_in_transaction_timeout = idle;
         Ok(())
     }
 }
@@ -559,7 +570,7 @@ mod tests {
             binary: "qtg-dispatcher",
             summary: "",
             interval_key: "MG_NODE_DISPATCH_INTERVAL_SECONDS",
-            default_interval_seconds: 2.0,
+            default_interval: Duration::from_secs(2),
             concurrency_key: Some("MG_DISPATCHER_CONCURRENCY"),
             wake: None,
             group: Group::Core,
@@ -572,7 +583,7 @@ mod tests {
             binary: "qtg-reaper",
             summary: "",
             interval_key: "MG_EVM_NONCE_REAPER_INTERVAL_SECONDS",
-            default_interval_seconds: 60.0,
+            default_interval: Duration::from_secs(60),
             concurrency_key: None,
             wake: None,
             group: Group::Core,
@@ -600,9 +611,11 @@ mod tests {
             Some((Duration::from_secs(60), 1, true))
         );
         assert_eq!(s.recovery_batch, 10);
-        assert_eq!(s.grace_default, 90.0);
+        assert_eq!((s.grace_default, s.grace_cex), (Duration::from_secs(90), None));
         assert!(!s.observe_timeout_enforcement);
-        assert_eq!(s.approval_ttl_seconds, 300.0);
+        assert_eq!(s.approval_ttl, Duration::from_secs(300));
+        assert_eq!((s.heartbeat_interval, s.worker_stale), (Duration::from_secs(10), Duration::from_secs(30)));
+        assert_eq!(s.bootstrap_admin_key_ttl, None);
         let printed = format!("{s:?}");
         assert!(!printed.contains("pa55-w0rd") && !printed.contains("whsec-do-not-print"), "{printed}");
         // --print-config: every setting read, defaults included, secrets masked.
@@ -615,6 +628,12 @@ mod tests {
             "MG_DISPATCHER_CONCURRENCY=1",
             "MG_EVM_NONCE_REAPER_ENABLED=true",
             "MG_SUBMIT_WINDOW_SECONDS=40",
+            "MG_DISPATCH_LEASE_SECONDS=100",
+            "MG_WORKER_STALE_SECONDS=30",
+            "MG_APPROVAL_TTL_SECONDS=300",
+            "MG_BALANCE_SNAPSHOT_RETENTION_SECONDS=604800",
+            "MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CEX=(unset)",
+            "MG_API_BOOTSTRAP_ADMIN_KEY_TTL_SECONDS=(unset)",
             "MG_RISK_HARD_CAP=(unset)",
         ] {
             assert!(config.lines().any(|l| l == line), "{line} missing from\n{config}");
@@ -659,6 +678,16 @@ mod tests {
             .unwrap();
         assert_eq!(s.worker("node_dispatcher").map(|w| w.interval), Some(Duration::from_millis(250)));
         assert!(s.migrate);
+        let s = Settings::from_vars(
+            &vars(&[base[0], ("MG_API_BOOTSTRAP_ADMIN_KEY_TTL_SECONDS", "1.5"), ("MG_APPROVAL_TTL_SECONDS", "1e30")]),
+            false,
+            WORKERS,
+        )
+        .unwrap();
+        assert_eq!((s.bootstrap_admin_key_ttl, s.approval_ttl), (Some(Duration::from_millis(1500)), Duration::MAX));
+        assert!(s.print_config().lines().any(|l| l == "MG_API_BOOTSTRAP_ADMIN_KEY_TTL_SECONDS=1.5"));
+        let e = Settings::from_vars(&vars(&[base[0], ("MG_APPROVAL_TTL_SECONDS", "-1")]), false, WORKERS).unwrap_err();
+        assert_eq!(e.key, "MG_APPROVAL_TTL_SECONDS");
         let e = Settings::from_vars(&vars(&[base[0], ("MG_RISK_HARD_CAP", "-5")]), false, WORKERS).unwrap_err();
         assert_eq!(e.key, "MG_RISK_HARD_CAP");
         let s = Settings::from_vars(
@@ -679,7 +708,10 @@ mod tests {
     fn lease_window_and_grace_must_nest() {
         let base = ("MG_DATABASE_URL", "postgres://h/db");
         let s = Settings::from_vars(&vars(&[base]), false, WORKERS).unwrap();
-        assert_eq!((s.clock_skew_seconds, s.submit_window_seconds, s.lease_seconds), (5.0, 40.0, 100.0));
+        assert_eq!(
+            (s.clock_skew, s.submit_window, s.lease),
+            (Duration::from_secs(5), Duration::from_secs(40), Duration::from_secs(100))
+        );
         assert_eq!(s.db_idle_in_transaction_timeout, Duration::from_secs(50));
         // A grace recovery could reach while the attempt may still start: refused, with numbers.
         let e = Settings::from_vars(&vars(&[base, ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CEX", "30")]), false, WORKERS)
@@ -706,6 +738,7 @@ mod tests {
             WORKERS,
         )
         .unwrap();
-        assert!((s.submit_window_seconds - 1.9).abs() < 1e-9 && (s.lease_seconds - 4.9).abs() < 1e-9);
+        assert_eq!((s.submit_window, s.lease), (Duration::from_millis(1900), Duration::from_millis(4900)));
+        assert_eq!(s.grace_default, Duration::from_secs(3));
     }
 }

@@ -37,7 +37,7 @@ pub struct Worker<T> {
     pub summary: &'static str,
     /// `MG_*_INTERVAL_SECONDS` and its default: the idle poll.
     pub interval_key: &'static str,
-    pub default_interval_seconds: f64,
+    pub default_interval: Duration,
     /// `MG_*_CONCURRENCY` (claim loops per process, 1..=64); `None` = one loop.
     pub concurrency_key: Option<&'static str>,
     /// The NOTIFY channel that wakes it early, if any.

@@ -12,6 +12,7 @@ pub mod routes;
 mod schemas;
 
 use std::net::SocketAddr;
+use std::time::Duration;
 
 use axum::extract::{DefaultBodyLimit, Request};
 use axum::response::{IntoResponse, Response};
@@ -27,14 +28,14 @@ pub const BODY_LIMIT: usize = 256 * 1024;
 
 #[derive(Clone)]
 pub struct ApiSettings {
-    pub approval_ttl_seconds: f64,
-    pub template_proposal_ttl_seconds: f64,
+    pub approval_ttl: Duration,
+    pub template_proposal_ttl: Duration,
     pub callback_default_url: Option<String>,
     pub callback_allow_private: bool,
     pub callback_allowed_hosts: Vec<String>,
-    pub worker_stale_seconds: f64,
+    pub worker_stale: Duration,
     /// `MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS`: per caller, between `fresh=true` reads.
-    pub balance_fresh_min_interval_seconds: f64,
+    pub balance_fresh_min_interval: Duration,
 }
 
 #[derive(Clone)]
@@ -100,8 +101,9 @@ async fn trace_request(req: Request, next: axum::middleware::Next) -> Response {
 }
 
 /// Registers the one-time bootstrap admin key (idempotent: stored by hash).
-/// With `ttl_seconds` the key stops working that long after it was first registered.
-pub async fn bootstrap_admin(pool: &PgPool, secret: &str, ttl_seconds: Option<f64>) -> anyhow::Result<()> {
+/// With `ttl` the key stops working that long after it was first registered.
+pub async fn bootstrap_admin(pool: &PgPool, secret: &str, ttl: Option<Duration>) -> anyhow::Result<()> {
+    let ttl_seconds = ttl.map(|d| d.as_secs_f64());
     let mut conn = pool.acquire().await?;
     let key = qtg_store::api_keys::NewKey {
         id: Uuid::new_v4(),
@@ -141,13 +143,13 @@ pub fn app_state(process: &qtg_service::Process) -> AppState {
         pool: process.pool.clone(),
         engine: process.engine("api"),
         settings: ApiSettings {
-            approval_ttl_seconds: process.settings.approval_ttl_seconds,
-            template_proposal_ttl_seconds: process.settings.template_proposal_ttl_seconds,
+            approval_ttl: process.settings.approval_ttl,
+            template_proposal_ttl: process.settings.template_proposal_ttl,
             callback_default_url: process.settings.callback_default_url.clone(),
             callback_allow_private: process.settings.callback_allow_private,
             callback_allowed_hosts: process.settings.callback_allowed_hosts.clone(),
-            worker_stale_seconds: process.settings.worker_stale_seconds,
-            balance_fresh_min_interval_seconds: process.settings.balance_fresh_min_interval_seconds,
+            worker_stale: process.settings.worker_stale,
+            balance_fresh_min_interval: process.settings.balance_fresh_min_interval,
         },
         fresh_reads: Default::default(),
     }

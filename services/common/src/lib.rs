@@ -156,12 +156,7 @@ fn load_registry(
     };
     let registry = lanes::build_registry(
         &file,
-        &LaneContext {
-            pool,
-            setting: &setting,
-            clock_skew: secs(settings.clock_skew_seconds),
-            shared: &Default::default(),
-        },
+        &LaneContext { pool, setting: &setting, clock_skew: settings.clock_skew, shared: &Default::default() },
     )?;
     tracing::info!(
         executors = ?file.executors.keys().collect::<Vec<_>>(),
@@ -180,10 +175,10 @@ pub fn engine_settings(s: &Settings) -> EngineSettings {
         observe_batch: s.observe_batch,
         recovery_batch: s.recovery_batch,
         grace: LaneGrace {
-            ccip: secs(s.grace_ccip.unwrap_or(s.grace_default)),
-            stargate: secs(s.grace_stargate.unwrap_or(s.grace_default)),
-            cex: secs(s.grace_cex.unwrap_or(s.grace_default)),
-            other: secs(s.grace_other.unwrap_or(s.grace_default)),
+            ccip: s.grace_ccip.unwrap_or(s.grace_default),
+            stargate: s.grace_stargate.unwrap_or(s.grace_default),
+            cex: s.grace_cex.unwrap_or(s.grace_default),
+            other: s.grace_other.unwrap_or(s.grace_default),
         },
         call_failure_backoff: EngineSettings::default().call_failure_backoff,
         callbacks: qtg_engine::callbacks::CallbackSettings {
@@ -196,14 +191,14 @@ pub fn engine_settings(s: &Settings) -> EngineSettings {
             delivery: qtg_engine::callbacks::Delivery::new(s.callback_max_in_flight),
         },
         risk: s.risk.clone(),
-        lease: secs(s.lease_seconds),
+        lease: s.lease,
         approval_health_gate: if s.approval_health_gate_strict {
             qtg_engine::HealthGate::Strict
         } else {
             qtg_engine::HealthGate::DownOnly
         },
         key_creation_approvals: s.key_creation_approvals,
-        evm_nonce_reaper_age: secs(s.evm_nonce_reaper_age_seconds),
+        evm_nonce_reaper_age: s.evm_nonce_reaper_age,
         drift: qtg_engine::drift::DriftSettings {
             pause: s.verify_drift_pause,
             concurrency: s.verify_drift_concurrency.max(1),
@@ -211,27 +206,27 @@ pub fn engine_settings(s: &Settings) -> EngineSettings {
             alert_url: s.drift_alert_url.clone(),
         },
         balances: qtg_engine::balances::BalanceSettings {
-            retention_seconds: s.balance_retention_seconds,
-            stale_seconds: s.balance_stale_seconds,
+            retention: s.balance_retention,
+            stale: s.balance_stale,
             fetch_timeout: s.balance_fetch_timeout,
         },
         ingest: qtg_engine::ingest::IngestSettings {
             venues: s.cex_transfer_ingest_venues.clone(),
-            lookback_seconds: s.cex_transfer_ingest_lookback_seconds,
-            page_seconds: s.cex_transfer_ingest_page_seconds,
-            overlap_seconds: s.cex_transfer_ingest_overlap_seconds,
-            unexplained_grace_seconds: s.cex_transfer_unexplained_grace_seconds,
+            lookback: s.cex_transfer_ingest_lookback,
+            page: s.cex_transfer_ingest_page,
+            overlap: s.cex_transfer_ingest_overlap,
+            unexplained_grace: s.cex_transfer_unexplained_grace,
             alert_url: s.cex_transfer_alert_url.clone(),
         },
         capital: qtg_engine::capital::CapitalSettings {
-            stale_seconds: s.capital_transfer_stale_seconds,
+            stale: s.capital_transfer_stale,
             default_callback_url: s.callback_default_url.clone(),
-            approval_ttl_seconds: s.approval_ttl_seconds,
+            approval_ttl: s.approval_ttl,
         },
         // Three health intervals.
         health_stale: 3 * s.worker("executor_health").map(|w| w.interval).unwrap_or(Duration::from_secs(60)),
-        submit_window: secs(s.submit_window_seconds),
-        clock_skew: secs(s.clock_skew_seconds),
+        submit_window: s.submit_window,
+        clock_skew: s.clock_skew,
     }
 }
 
@@ -313,8 +308,8 @@ impl Process {
             self.pool.clone(),
             self.metrics.clone(),
             heartbeats,
-            std::time::Duration::from_secs_f64(self.settings.worker_stale_seconds),
-            self.settings.grace_default,
+            self.settings.worker_stale,
+            self.settings.grace_default.as_secs_f64(),
             self.shutdown.clone(),
         )
         .await?;
@@ -375,11 +370,6 @@ pub async fn run_worker_binary(binary: &'static str) -> anyhow::Result<()> {
         ));
     }
     process.supervise(all, Vec::new()).await
-}
-
-/// Seconds as read from the environment (validated there: finite, not negative) as a `Duration`.
-fn secs(s: f64) -> Duration {
-    Duration::try_from_secs_f64(s.max(0.0)).unwrap_or(Duration::MAX)
 }
 
 #[cfg(test)]

@@ -7,6 +7,7 @@
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
 use qtg_engine::Engine;
 use qtg_runtime::{Flag, Group, Tick};
@@ -24,7 +25,7 @@ pub static WORKERS: &[Worker] = &[
         binary: "qtg-dispatcher",
         summary: "claims READY nodes and runs preflight, prepare, sign and submit under a lease",
         interval_key: "MG_NODE_DISPATCH_INTERVAL_SECONDS",
-        default_interval_seconds: 2.0,
+        default_interval: Duration::from_secs(2),
         concurrency_key: Some("MG_DISPATCHER_CONCURRENCY"),
         wake: Some(CHANNEL_DISPATCH),
         group: Group::Core,
@@ -37,7 +38,7 @@ pub static WORKERS: &[Worker] = &[
         binary: "qtg-observer",
         summary: "polls SUBMITTED and OBSERVING nodes until a terminal answer",
         interval_key: "MG_NODE_OBSERVE_INTERVAL_SECONDS",
-        default_interval_seconds: 5.0,
+        default_interval: Duration::from_secs(5),
         concurrency_key: Some("MG_OBSERVER_CONCURRENCY"),
         wake: Some(CHANNEL_OBSERVE),
         group: Group::Core,
@@ -57,7 +58,7 @@ pub static WORKERS: &[Worker] = &[
         binary: "qtg-recovery",
         summary: "decides UNKNOWN and stale SUBMITTING nodes by asking the venue (never a blind re-submit)",
         interval_key: "MG_NODE_RECOVERY_INTERVAL_SECONDS",
-        default_interval_seconds: 60.0,
+        default_interval: Duration::from_secs(60),
         concurrency_key: Some("MG_RECOVERY_CONCURRENCY"),
         wake: Some(CHANNEL_RECOVER),
         group: Group::Core,
@@ -76,7 +77,7 @@ pub static WORKERS: &[Worker] = &[
         binary: "qtg-reaper",
         summary: "reclaims EVM nonce reservations no attempt ever signed or broadcast with, once they are old",
         interval_key: "MG_EVM_NONCE_REAPER_INTERVAL_SECONDS",
-        default_interval_seconds: 60.0,
+        default_interval: Duration::from_secs(60),
         concurrency_key: None,
         wake: None,
         // The seed: when enabled it joins the core fail-fast group.
@@ -90,7 +91,7 @@ pub static WORKERS: &[Worker] = &[
         binary: "qtg-callback",
         summary: "delivers signed callbacks from the outbox, with retries and a dead-letter queue",
         interval_key: "MG_CALLBACK_DISPATCH_INTERVAL_SECONDS",
-        default_interval_seconds: 3.0,
+        default_interval: Duration::from_secs(3),
         concurrency_key: None,
         wake: Some(CHANNEL_CALLBACK),
         group: Group::Sidecar,
@@ -103,7 +104,7 @@ pub static WORKERS: &[Worker] = &[
         binary: "qtg-expiry",
         summary: "expires movements past their approval window",
         interval_key: "MG_EXPIRATION_CHECK_INTERVAL_SECONDS",
-        default_interval_seconds: 30.0,
+        default_interval: Duration::from_secs(30),
         concurrency_key: None,
         wake: None,
         group: Group::Sidecar,
@@ -116,7 +117,7 @@ pub static WORKERS: &[Worker] = &[
         binary: "qtg-expiry",
         summary: "expires template proposals past their review window",
         interval_key: "MG_TEMPLATE_PROPOSAL_EXPIRATION_INTERVAL_SECONDS",
-        default_interval_seconds: 30.0,
+        default_interval: Duration::from_secs(30),
         concurrency_key: None,
         wake: None,
         group: Group::Sidecar,
@@ -129,7 +130,7 @@ pub static WORKERS: &[Worker] = &[
         binary: "qtg-health",
         summary: "health-checks every executor and signer and records their identity",
         interval_key: "MG_EXECUTOR_HEALTH_INTERVAL_SECONDS",
-        default_interval_seconds: 60.0,
+        default_interval: Duration::from_secs(60),
         concurrency_key: None,
         wake: None,
         group: Group::Sidecar,
@@ -149,7 +150,7 @@ pub static WORKERS: &[Worker] = &[
         summary:
             "follows up stale capital transfers: creates a lost movement, closes finished ones, surfaces stuck ones",
         interval_key: "MG_CAPITAL_TRANSFER_FOLLOWUP_INTERVAL_SECONDS",
-        default_interval_seconds: 60.0,
+        default_interval: Duration::from_secs(60),
         concurrency_key: None,
         wake: None,
         group: Group::Sidecar,
@@ -162,7 +163,7 @@ pub static WORKERS: &[Worker] = &[
         binary: "qtg-balance",
         summary: "appends every venue's balances through the registry's balance fetchers and deletes old snapshots",
         interval_key: "MG_BALANCE_SNAPSHOT_INTERVAL_SECONDS",
-        default_interval_seconds: 30.0,
+        default_interval: Duration::from_secs(30),
         concurrency_key: None,
         wake: None,
         group: Group::Sidecar,
@@ -182,7 +183,7 @@ pub static WORKERS: &[Worker] = &[
         summary: "ingests the listed venue accounts' withdrawal and deposit history, links it to the nodes that \
                   explain it, alerts an unexplained withdrawal once",
         interval_key: "MG_CEX_TRANSFER_INGEST_INTERVAL_SECONDS",
-        default_interval_seconds: 60.0,
+        default_interval: Duration::from_secs(60),
         concurrency_key: None,
         wake: None,
         group: Group::Sidecar,
@@ -201,7 +202,7 @@ pub static WORKERS: &[Worker] = &[
         binary: "qtg-drift",
         summary: "re-reads the on-chain facts the lanes rely on and compares them with the recorded baseline",
         interval_key: "MG_VERIFY_DRIFT_INTERVAL_SECONDS",
-        default_interval_seconds: 21600.0,
+        default_interval: Duration::from_secs(21600),
         concurrency_key: None,
         wake: None,
         group: Group::Sidecar,
@@ -220,7 +221,7 @@ pub static WORKERS: &[Worker] = &[
         binary: "qtg-audit",
         summary: "promotes audit_outbox rows into audit_events, in order and exactly once",
         interval_key: "MG_AUDIT_PROMOTE_INTERVAL_SECONDS",
-        default_interval_seconds: 1.0,
+        default_interval: Duration::from_secs(1),
         concurrency_key: None,
         wake: None,
         group: Group::Sidecar,
@@ -267,7 +268,7 @@ mod tests {
         assert_eq!(names.len(), WORKERS.len(), "worker names are unique");
         for w in WORKERS {
             assert!(w.binary.starts_with("qtg-") && w.interval_key.starts_with("MG_"), "{}", w.name);
-            assert!(w.default_interval_seconds > 0.0, "{}", w.name);
+            assert!(!w.default_interval.is_zero(), "{}", w.name);
             // The seed's order: core first, so the all-in-one starts core loops first.
         }
         let first_sidecar = WORKERS.iter().position(|w| w.group == Group::Sidecar).unwrap_or(WORKERS.len());
@@ -292,7 +293,7 @@ mod tests {
         let table: BTreeSet<&str> = binaries().into_iter().collect();
         assert_eq!(chart, table, "helm/qtg/values.yaml workers vs the worker table");
         for w in WORKERS {
-            let default = format!("{}: \"{}\"", w.interval_key, w.default_interval_seconds);
+            let default = format!("{}: \"{}\"", w.interval_key, w.default_interval.as_secs_f64());
             assert!(section.contains(&default), "values.yaml should set {default}");
         }
         let workspace = repo_file("Cargo.toml");

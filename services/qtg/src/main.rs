@@ -8,7 +8,7 @@ use qtg_service::{workers, WakeHub, WorkerTasks};
 async fn main() -> anyhow::Result<()> {
     let process = qtg_service::boot("qtg", true).await?;
     if let Some(key) = &process.settings.bootstrap_admin_key {
-        qtg_api::bootstrap_admin(&process.pool, key, process.settings.bootstrap_admin_key_ttl_seconds).await?;
+        qtg_api::bootstrap_admin(&process.pool, key, process.settings.bootstrap_admin_key_ttl).await?;
     }
     let mut hub = WakeHub::default();
     let WorkerTasks { mut core, sidecars, heartbeats } = if process.settings.workers_enabled {

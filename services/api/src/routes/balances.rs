@@ -82,7 +82,8 @@ pub async fn list_balances(
         failed = fetched.failed.into_iter().map(|(venue_key, error)| FetchFailure { venue_key, error }).collect();
     }
     let mut conn = s.pool.acquire().await?;
-    let items = qtg_store::balances::latest(&mut conn, s.engine.settings.balances.stale_seconds, venue, asset).await?;
+    let stale = s.engine.settings.balances.stale.as_secs_f64();
+    let items = qtg_store::balances::latest(&mut conn, stale, venue, asset).await?;
     Ok(Json(Balances { items, failed }))
 }
 
@@ -118,9 +119,8 @@ pub async fn balance_history(
     };
     let limit = q.limit()?;
     let mut conn = s.pool.acquire().await?;
-    let items =
-        qtg_store::balances::history(&mut conn, s.engine.settings.balances.stale_seconds, venue, asset, since, limit)
-            .await?;
+    let stale = s.engine.settings.balances.stale.as_secs_f64();
+    let items = qtg_store::balances::history(&mut conn, stale, venue, asset, since, limit).await?;
     Ok(Json(Balances { items, failed: Vec::new() }))
 }
 
@@ -128,7 +128,7 @@ impl AppState {
     /// A caller's `fresh=true` read, at most once per `MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS`
     /// (per API process).
     fn fresh_allowed(&self, principal: &str) -> Result<(), ApiError> {
-        let min = std::time::Duration::from_secs_f64(self.settings.balance_fresh_min_interval_seconds.max(0.0));
+        let min = self.settings.balance_fresh_min_interval;
         let mut last = self.fresh_reads.lock().unwrap_or_else(|e| e.into_inner());
         let now = Instant::now();
         if let Some(at) = last.get(principal).filter(|at| now.duration_since(**at) < min) {

@@ -187,7 +187,7 @@ pub async fn create_movement(
         idempotency_key: b.idempotency_key,
         body_hash: canonical_hash(&body.raw),
     };
-    let (row, fresh) = s.engine.create_movement(&who.name, input, s.settings.approval_ttl_seconds).await?;
+    let (row, fresh) = s.engine.create_movement(&who.name, input, s.settings.approval_ttl).await?;
     let (row, nodes) = s.engine.movement(row.id).await?;
     let status = if fresh { StatusCode::CREATED } else { StatusCode::OK };
     Ok((status, Json(movement_json(&row, Some(&nodes)))))

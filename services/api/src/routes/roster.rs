@@ -100,7 +100,7 @@ pub async fn list_workers(
     Params(q): Params<ListQuery>,
 ) -> Result<Json<Page<WorkerView>>, ApiError> {
     let mut conn = s.pool.acquire().await?;
-    let beats = qtg_store::health::list_workers(&mut conn, s.settings.worker_stale_seconds).await?;
+    let beats = qtg_store::health::list_workers(&mut conn, s.settings.worker_stale.as_secs_f64()).await?;
     let items = beats
         .into_iter()
         .map(|beat| {

@@ -84,7 +84,7 @@ pub async fn propose_template(
     let plan =
         PlanDefinition { nodes: b.nodes, edges: b.edges, risk_controls: b.risk_controls.unwrap_or_else(|| json!({})) };
     let proposal = Proposal { template_key: b.template_key, description: b.description, plan };
-    let row = s.engine.propose_template(&who.name, proposal, s.settings.template_proposal_ttl_seconds).await?;
+    let row = s.engine.propose_template(&who.name, proposal, s.settings.template_proposal_ttl).await?;
     Ok((StatusCode::CREATED, Json(row)))
 }
 

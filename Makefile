@@ -4,7 +4,7 @@ export CARGO_TERM_COLOR ?= never
 
 DB_ADMIN_URL = $(shell ./scripts/ensure-postgres.sh)
 
-.PHONY: run test build lint lint-deploy lint-proto fmt bench db chaos
+.PHONY: run test build lint lint-deploy lint-proto fmt bench db chaos sqlx-prepare
 
 build:
 	cargo build --workspace --bins
@@ -17,6 +17,7 @@ run: build
 test:
 	@url="$$(./scripts/ensure-postgres.sh)" && anvil="$$(./scripts/ensure-evm-tools.sh)" && \
 	driver="$$(./scripts/ensure-chromium.sh)" && \
+	./scripts/sqlx.sh check && \
 	cargo build --workspace --bins && \
 	DATABASE_URL="$$url" QTG_TEST_DATABASE_URL="$$url" QTG_ANVIL="$$anvil" QTG_CHROMEDRIVER="$$driver" \
 	cargo test --workspace -- --test-threads=4
@@ -42,6 +43,11 @@ lint-deploy:
 ## `buf breaking` against the last release's protos in proto-released/ (buf from npm, in .qtg/).
 lint-proto:
 	@./scripts/buf.sh
+
+## Rewrite libs/store/.sqlx, the checked queries' data, after a query or a migration changed
+## (`make test` fails while it is stale).
+sqlx-prepare:
+	@./scripts/sqlx.sh prepare
 
 lint:
 	cargo fmt --all -- --check

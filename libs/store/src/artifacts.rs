@@ -2,7 +2,7 @@
 
 use qtg_core::PreparedAction;
 use serde_json::Value;
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use crate::{Result, StoreError};
@@ -37,16 +37,16 @@ pub async fn insert(
     payload: &Value,
     payload_hash: Option<&str>,
 ) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO artifacts (id, request_id, request_node_id, attempt_no, kind, payload, payload_hash)
          VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, $6)",
+        request_id,
+        node_id,
+        attempt_no,
+        kind.as_str(),
+        payload,
+        payload_hash,
     )
-    .bind(request_id)
-    .bind(node_id)
-    .bind(attempt_no)
-    .bind(kind.as_str())
-    .bind(payload)
-    .bind(payload_hash)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -58,26 +58,23 @@ pub async fn submission(
     node_id: Uuid,
     attempt_no: i32,
 ) -> Result<(Option<(PreparedAction, String)>, Option<Value>)> {
-    let rows = sqlx::query(
+    let rows = sqlx::query!(
         "SELECT kind, payload, payload_hash FROM artifacts
          WHERE request_node_id = $1 AND attempt_no = $2 AND kind IN ('prepared_action', 'sign_result')
          ORDER BY created_at DESC, id DESC",
+        node_id,
+        attempt_no,
     )
-    .bind(node_id)
-    .bind(attempt_no)
     .fetch_all(&mut *conn)
     .await?;
     let mut prepared = None;
     let mut signed = None;
     for row in rows {
-        let kind: String = row.try_get("kind")?;
-        let payload: Value = row.try_get("payload")?;
-        if kind == "prepared_action" && prepared.is_none() {
-            let hash: Option<String> = row.try_get("payload_hash")?;
-            let action: PreparedAction = serde_json::from_value(payload).map_err(StoreError::corrupt)?;
-            prepared = Some((action, hash.unwrap_or_default()));
-        } else if kind == "sign_result" && signed.is_none() {
-            signed = Some(payload);
+        if row.kind == "prepared_action" && prepared.is_none() {
+            let action: PreparedAction = serde_json::from_value(row.payload).map_err(StoreError::corrupt)?;
+            prepared = Some((action, row.payload_hash.unwrap_or_default()));
+        } else if row.kind == "sign_result" && signed.is_none() {
+            signed = Some(row.payload);
         }
     }
     Ok((prepared, signed))
@@ -86,12 +83,13 @@ pub async fn submission(
 /// A node's artifacts, oldest first, as the API shows them. A signature's payload (a signed
 /// transaction anyone could broadcast) is left out; its hash stays.
 pub async fn of_node(conn: &mut PgConnection, node_id: Uuid) -> Result<Vec<Value>> {
-    Ok(sqlx::query_scalar(
-        "SELECT jsonb_build_object('attempt_no', attempt_no, 'kind', kind, 'payload_hash', payload_hash,
+    Ok(sqlx::query_scalar!(
+        r#"SELECT jsonb_build_object('attempt_no', attempt_no, 'kind', kind, 'payload_hash', payload_hash,
                     'created_at', created_at, 'payload', CASE WHEN kind = 'sign_result' THEN NULL ELSE payload END)
-         FROM artifacts WHERE request_node_id = $1 ORDER BY created_at, id",
+                    AS "artifact!"
+         FROM artifacts WHERE request_node_id = $1 ORDER BY created_at, id"#,
+        node_id,
     )
-    .bind(node_id)
     .fetch_all(&mut *conn)
     .await?)
 }

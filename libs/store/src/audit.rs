@@ -45,16 +45,16 @@ impl<'a> AuditRecord<'a> {
 }
 
 pub async fn record(conn: &mut PgConnection, rec: &AuditRecord<'_>) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
          VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, $6)",
+        rec.actor,
+        rec.action,
+        rec.entity_type,
+        rec.entity_id,
+        rec.movement_id,
+        rec.data,
     )
-    .bind(rec.actor)
-    .bind(rec.action)
-    .bind(rec.entity_type)
-    .bind(&rec.entity_id)
-    .bind(rec.movement_id)
-    .bind(&rec.data)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -68,26 +68,25 @@ pub async fn record(conn: &mut PgConnection, rec: &AuditRecord<'_>) -> Result<()
 /// once the row after it is `HOLE_GRACE_SECONDS` old. Returns how many were promoted; 0
 /// when another replica holds the lock.
 pub async fn promote(conn: &mut PgConnection, limit: i64) -> Result<u64> {
-    use sqlx::Row;
-    let locked: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock($1)")
-        .bind(AUDIT_PROMOTER_LOCK)
+    let locked: bool = sqlx::query_scalar!(r#"SELECT pg_try_advisory_xact_lock($1) AS "locked!""#, AUDIT_PROMOTER_LOCK)
         .fetch_one(&mut *conn)
         .await?;
     if !locked {
         return Ok(0);
     }
-    let last: Option<i64> = sqlx::query_scalar("SELECT max(outbox_id) FROM audit_events").fetch_one(&mut *conn).await?;
-    let rows = sqlx::query(
-        "SELECT id, extract(epoch FROM clock_timestamp() - created_at)::float8 AS age
-         FROM audit_outbox WHERE promoted_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE",
+    let last: Option<i64> =
+        sqlx::query_scalar!(r#"SELECT max(outbox_id) AS "last?" FROM audit_events"#).fetch_one(&mut *conn).await?;
+    let rows = sqlx::query!(
+        r#"SELECT id, extract(epoch FROM clock_timestamp() - created_at)::float8 AS "age!"
+         FROM audit_outbox WHERE promoted_at IS NULL ORDER BY id LIMIT $1 FOR UPDATE"#,
+        limit,
     )
-    .bind(limit)
     .fetch_all(&mut *conn)
     .await?;
     let mut expected = last.unwrap_or(0) + 1;
     let mut take: Vec<i64> = Vec::with_capacity(rows.len());
     for r in &rows {
-        let (id, age): (i64, f64) = (r.try_get("id")?, r.try_get("age")?);
+        let (id, age) = (r.id, r.age);
         if id != expected && age < HOLE_GRACE_SECONDS {
             break;
         }
@@ -97,7 +96,7 @@ pub async fn promote(conn: &mut PgConnection, limit: i64) -> Result<u64> {
     if take.is_empty() {
         return Ok(0);
     }
-    let res = sqlx::query(
+    let res = sqlx::query!(
         "WITH batch AS (
              UPDATE audit_outbox SET promoted_at = now() WHERE id = ANY($1)
              RETURNING id, event_id, actor, action, entity_type, entity_id, movement_id, data, created_at
@@ -107,8 +106,8 @@ pub async fn promote(conn: &mut PgConnection, limit: i64) -> Result<u64> {
          SELECT id, event_id, actor, action, entity_type, entity_id, movement_id, data, created_at FROM \
              batch ORDER BY id
          ON CONFLICT (outbox_id) DO NOTHING",
+        &take,
     )
-    .bind(&take)
     .execute(&mut *conn)
     .await?;
     Ok(res.rows_affected())
@@ -120,7 +119,7 @@ pub const HOLE_GRACE_SECONDS: f64 = 5.0;
 /// The advisory-lock key of the audit promoter ("qtgaudit").
 const AUDIT_PROMOTER_LOCK: i64 = 0x7174_6761_7564_6974;
 
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, serde::Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct AuditEvent {
     pub id: i64,
@@ -148,21 +147,21 @@ pub struct AuditFilter {
 
 /// Promoted audit events in order, filtered, at most `limit`.
 pub async fn list(conn: &mut PgConnection, f: &AuditFilter, limit: i64) -> Result<Vec<AuditEvent>> {
-    let rows = sqlx::query(
+    Ok(sqlx::query_as!(
+        AuditEvent,
         "SELECT id, event_id, actor, action, entity_type, entity_id, movement_id, data, occurred_at FROM audit_events
          WHERE ($1::uuid IS NULL OR movement_id = $1) AND ($2::text IS NULL OR actor = $2)
            AND ($3::text IS NULL OR action = $3) AND ($4::timestamptz IS NULL OR occurred_at >= $4)
            AND ($5::timestamptz IS NULL OR occurred_at < $5) AND ($6::bigint IS NULL OR id > $6)
          ORDER BY id LIMIT $7",
+        f.movement_id,
+        f.actor,
+        f.action,
+        f.since,
+        f.until,
+        f.after_id,
+        limit,
     )
-    .bind(f.movement_id)
-    .bind(&f.actor)
-    .bind(&f.action)
-    .bind(f.since)
-    .bind(f.until)
-    .bind(f.after_id)
-    .bind(limit)
     .fetch_all(&mut *conn)
-    .await?;
-    rows.iter().map(|r| Ok(<AuditEvent as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)).collect()
+    .await?)
 }

@@ -5,12 +5,12 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use crate::Result;
 
 /// One stored balance, as the API shows it.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Snapshot {
     pub venue_key: String,
@@ -27,13 +27,6 @@ pub struct Snapshot {
     pub stale: bool,
 }
 
-fn snapshot(r: &sqlx::postgres::PgRow) -> Result<Snapshot> {
-    Ok(<Snapshot as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)
-}
-
-const COLUMNS: &str = "venue_key, account, asset, free::text AS free, locked::text AS locked, source, as_of,
-    (as_of < now() - make_interval(secs => $1)) AS stale";
-
 /// One balance to store: `(account, asset, free, locked)`, decimals as strings.
 pub type NewBalance<'a> = (&'a str, &'a str, &'a str, &'a str);
 
@@ -44,17 +37,17 @@ pub async fn append(conn: &mut PgConnection, venue_key: &str, rows: &[NewBalance
     let assets: Vec<&str> = rows.iter().map(|r| r.1).collect();
     let free: Vec<&str> = rows.iter().map(|r| r.2).collect();
     let locked: Vec<&str> = rows.iter().map(|r| r.3).collect();
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "INSERT INTO balance_snapshots (venue_key, account, asset, free, locked, source)
          SELECT $1, a, s, f::numeric, l::numeric, $6 FROM unnest($2::text[], $3::text[], $4::text[], $5::text[]) \
              AS t(a, s, f, l)",
+        venue_key,
+        &accounts[..] as &[&str],
+        &assets[..] as &[&str],
+        &free[..] as &[&str],
+        &locked[..] as &[&str],
+        source,
     )
-    .bind(venue_key)
-    .bind(accounts)
-    .bind(assets)
-    .bind(free)
-    .bind(locked)
-    .bind(source)
     .execute(&mut *conn)
     .await?;
     Ok(done.rows_affected())
@@ -62,10 +55,12 @@ pub async fn append(conn: &mut PgConnection, venue_key: &str, rows: &[NewBalance
 
 /// Deletes snapshots older than `retention_seconds`.
 pub async fn delete_older_than(conn: &mut PgConnection, retention_seconds: f64) -> Result<u64> {
-    let done = sqlx::query("DELETE FROM balance_snapshots WHERE as_of < now() - make_interval(secs => $1)")
-        .bind(retention_seconds)
-        .execute(&mut *conn)
-        .await?;
+    let done = sqlx::query!(
+        "DELETE FROM balance_snapshots WHERE as_of < now() - make_interval(secs => $1)",
+        retention_seconds
+    )
+    .execute(&mut *conn)
+    .await?;
     Ok(done.rows_affected())
 }
 
@@ -77,17 +72,19 @@ pub async fn latest(
     venue: Option<&str>,
     asset: Option<&str>,
 ) -> Result<Vec<Snapshot>> {
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT DISTINCT ON (venue_key, asset, account) {COLUMNS} FROM balance_snapshots
-          WHERE ($2::text IS NULL OR venue_key = $2) AND ($3::text IS NULL OR upper(asset) = upper($3))
-          ORDER BY venue_key, asset, account, as_of DESC, id DESC"
-    )))
-    .bind(stale_seconds)
-    .bind(venue)
-    .bind(asset)
+    Ok(sqlx::query_as!(
+        Snapshot,
+        r#"SELECT DISTINCT ON (venue_key, asset, account) venue_key, account, asset, free::text AS "free!",
+                  locked::text AS "locked!", source, as_of, (as_of < now() - make_interval(secs => $1)) AS "stale!"
+             FROM balance_snapshots
+            WHERE ($2::text IS NULL OR venue_key = $2) AND ($3::text IS NULL OR upper(asset) = upper($3))
+            ORDER BY venue_key, asset, account, as_of DESC, id DESC"#,
+        stale_seconds,
+        venue,
+        asset,
+    )
     .fetch_all(&mut *conn)
-    .await?;
-    rows.iter().map(snapshot).collect()
+    .await?)
 }
 
 /// Snapshots of a venue's asset since `since`, oldest first (at most `limit`).
@@ -99,19 +96,21 @@ pub async fn history(
     since: Option<DateTime<Utc>>,
     limit: i64,
 ) -> Result<Vec<Snapshot>> {
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM balance_snapshots
-          WHERE venue_key = $2 AND upper(asset) = upper($3) AND ($4::timestamptz IS NULL OR as_of >= $4)
-          ORDER BY as_of, id LIMIT $5"
-    )))
-    .bind(stale_seconds)
-    .bind(venue)
-    .bind(asset)
-    .bind(since)
-    .bind(limit)
+    Ok(sqlx::query_as!(
+        Snapshot,
+        r#"SELECT venue_key, account, asset, free::text AS "free!", locked::text AS "locked!", source, as_of,
+                  (as_of < now() - make_interval(secs => $1)) AS "stale!"
+             FROM balance_snapshots
+            WHERE venue_key = $2 AND upper(asset) = upper($3) AND ($4::timestamptz IS NULL OR as_of >= $4)
+            ORDER BY as_of, id LIMIT $5"#,
+        stale_seconds,
+        venue,
+        asset,
+        since,
+        limit,
+    )
     .fetch_all(&mut *conn)
-    .await?;
-    rows.iter().map(snapshot).collect()
+    .await?)
 }
 
 /// The source's free balance of `asset`: for every venue / account pair whose venue_key or
@@ -127,24 +126,33 @@ pub async fn source_covers(
     amount: &str,
     max_age_seconds: f64,
 ) -> Result<Option<(String, bool, DateTime<Utc>)>> {
-    let row = sqlx::query(
-        "WITH latest AS (
+    let row = sqlx::query!(
+        r#"WITH latest AS (
              SELECT DISTINCT ON (venue_key, account) free, as_of FROM balance_snapshots
               WHERE upper(asset) = upper($2) AND as_of >= now() - make_interval(secs => $3)
                 AND (lower(venue_key) = lower($1) OR lower(account) = lower($1)) AND free <> 'NaN'
               ORDER BY venue_key, account, as_of DESC, id DESC)
-         SELECT max(free)::text AS free, bool_or(free >= $4::numeric) AS covers, max(as_of) AS as_of, count(*) AS n
-           FROM latest",
+         SELECT max(free)::text AS "free?", bool_or(free >= $4::text::numeric) AS "covers?", max(as_of) AS "as_of?",
+                count(*) AS "n!"
+           FROM latest"#,
+        source,
+        asset,
+        max_age_seconds,
+        amount,
     )
-    .bind(source)
-    .bind(asset)
-    .bind(max_age_seconds)
-    .bind(amount)
     .fetch_one(&mut *conn)
     .await?;
-    let n: i64 = row.try_get("n")?;
-    if n == 0 {
+    if row.n == 0 {
         return Ok(None);
     }
-    Ok(Some((row.try_get("free")?, row.try_get("covers")?, row.try_get("as_of")?)))
+    // With a snapshot the aggregates are never NULL; were one, the read fails as decoding it did.
+    let null = |column: &str| sqlx::Error::ColumnDecode {
+        index: format!("{column:?}"),
+        source: Box::new(sqlx::error::UnexpectedNullError),
+    };
+    Ok(Some((
+        row.free.ok_or_else(|| null("free"))?,
+        row.covers.ok_or_else(|| null("covers"))?,
+        row.as_of.ok_or_else(|| null("as_of"))?,
+    )))
 }

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::Result;
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CallbackRow {
     pub id: Uuid,
@@ -40,7 +40,6 @@ pub struct CallbackRow {
     pub movement_secret: Option<String>,
     /// The claim this row was read under (only from [`claim`]; absent from other reads).
     #[serde(skip)]
-    #[sqlx(default)]
     pub claim_token: Option<Uuid>,
 }
 
@@ -48,29 +47,16 @@ fn redacted<S: serde::Serializer>(url: &str, s: S) -> std::result::Result<S::Ok,
     s.serialize_str(&qtg_core::urls::redact(url))
 }
 
-const COLUMNS: &str = "id, request_id, event_id, event_type, sequence, payload, callback_url, status, attempts,
-    max_attempts, next_attempt_at, last_error, callback_timestamp, callback_nonce, replay_of, sent_at, created_at,
-    traceparent, (SELECT r.callback_secret FROM movement_requests r WHERE r.id = request_id) AS movement_secret";
-
-fn from_row(r: &sqlx::postgres::PgRow) -> Result<CallbackRow> {
-    Ok(<CallbackRow as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)
-}
-
-/// Event types that alert a person rather than report a movement's progress: claimed first
-/// within their receiver, so they never wait behind a requester's backlog.
-const ALERTS: &str =
-    "('drift_detected', 'capital_transfer_attention', 'request_attention', 'venue_transfer_unexplained')";
-
 /// Dead-letters rows whose last claim's lease ran out without an outcome (the sender died or
 /// hung) once they have used every attempt: a send that never records still ends on schedule.
 /// Returns how many.
 pub async fn dead_letter_abandoned(conn: &mut PgConnection) -> Result<u64> {
-    Ok(sqlx::query(
+    Ok(sqlx::query!(
         "UPDATE movement_callback_outbox SET status = 'dlq', claim_token = NULL, lease_expires_at = NULL,
              last_error = left('no outcome recorded within the lease of attempt ' || attempts
                                || COALESCE(' (last error: ' || last_error || ')', ''), 2000),
              updated_at = now()
-         WHERE status = 'pending' AND lease_expires_at <= now() AND attempts >= max_attempts",
+         WHERE status = 'pending' AND lease_expires_at <= now() AND attempts >= max_attempts"
     )
     .execute(&mut *conn)
     .await?
@@ -83,20 +69,31 @@ pub async fn dead_letter_abandoned(conn: &mut PgConnection) -> Result<u64> {
 /// unexpired leases, every replica's), rows are taken round-robin across receivers, alerts
 /// first within each. Row locks are taken with SKIP LOCKED and released at once: nothing is
 /// held while the rows are sent.
+///
+/// Alerts are the event types that alert a person rather than report a movement's progress
+/// (`drift_detected`, `capital_transfer_attention`, `request_attention`,
+/// `venue_transfer_unexplained`): claimed first within their receiver, so they never wait
+/// behind a requester's backlog.
 pub async fn claim(
     conn: &mut PgConnection,
     limit: i64,
     per_receiver: i64,
     lease_seconds: f64,
 ) -> Result<Vec<CallbackRow>> {
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "WITH in_flight AS (
+    Ok(sqlx::query_as!(
+        CallbackRow,
+        r#"WITH in_flight AS (
              SELECT receiver, count(*) AS n FROM movement_callback_outbox
              WHERE status = 'pending' AND lease_expires_at > now() GROUP BY receiver
          ), due AS (
-             SELECT id, receiver, event_type IN {ALERTS} AS alert, created_at,
+             SELECT id, receiver,
+                    event_type IN ('drift_detected', 'capital_transfer_attention', 'request_attention',
+                                   'venue_transfer_unexplained') AS alert,
+                    created_at,
                     row_number() OVER (PARTITION BY receiver
-                                       ORDER BY event_type IN {ALERTS} DESC, created_at, id) AS rn
+                                       ORDER BY event_type IN ('drift_detected', 'capital_transfer_attention',
+                                                               'request_attention', 'venue_transfer_unexplained')
+                                                DESC, created_at, id) AS rn
              FROM movement_callback_outbox
              WHERE status = 'pending' AND next_attempt_at <= now()
                AND (lease_expires_at IS NULL OR lease_expires_at <= now())
@@ -115,24 +112,27 @@ pub async fn claim(
              attempts = o.attempts + 1,
              updated_at = now()
          FROM locked WHERE o.id = locked.claimed
-         RETURNING {COLUMNS}, o.claim_token"
-    )))
-    .bind(limit)
-    .bind(per_receiver)
-    .bind(lease_seconds)
+         RETURNING id, request_id, event_id, event_type, sequence, payload, callback_url, status, attempts,
+             max_attempts, next_attempt_at, last_error, callback_timestamp, callback_nonce, replay_of, sent_at,
+             created_at, traceparent,
+             (SELECT r.callback_secret FROM movement_requests r WHERE r.id = request_id) AS "movement_secret?",
+             o.claim_token"#,
+        limit,
+        per_receiver,
+        lease_seconds
+    )
     .fetch_all(&mut *conn)
-    .await?;
-    rows.iter().map(from_row).collect()
+    .await?)
 }
 
 /// Records a delivery: `sent`, whoever's lease it is now (the receiver has the event).
 pub async fn record_sent(conn: &mut PgConnection, id: Uuid) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE movement_callback_outbox SET status = 'sent', sent_at = now(), last_error = NULL,
              claim_token = NULL, lease_expires_at = NULL, updated_at = now()
          WHERE id = $1 AND status = 'pending'",
+        id
     )
-    .bind(id)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -149,22 +149,22 @@ pub async fn record_failed(
     error: &str,
     retry_after_seconds: Option<f64>,
 ) -> Result<Option<String>> {
-    Ok(sqlx::query_scalar(
+    Ok(sqlx::query_scalar!(
         "UPDATE movement_callback_outbox SET
              last_error = left($4, 2000),
              max_attempts = $3,
              status = CASE WHEN attempts >= $3 THEN 'dlq' ELSE 'pending' END,
              next_attempt_at = now() + make_interval(secs => GREATEST(
-                 power(2, LEAST(attempts, 6))::float8, LEAST(COALESCE($5, 0), 64))),
+                 power(2, LEAST(attempts, 6))::float8, LEAST(COALESCE($5::float8, 0), 64))),
              claim_token = NULL, lease_expires_at = NULL,
              updated_at = now()
          WHERE id = $1 AND claim_token = $2 AND status = 'pending' RETURNING status",
+        id,
+        token,
+        max_attempts,
+        error,
+        retry_after_seconds
     )
-    .bind(id)
-    .bind(token)
-    .bind(max_attempts)
-    .bind(error)
-    .bind(retry_after_seconds)
     .fetch_optional(&mut *conn)
     .await?)
 }
@@ -173,22 +173,27 @@ pub async fn record_failed(
 /// payload), a fresh timestamp and nonce, `replay_of` → the old row, which stays `dlq`.
 /// `None` when `id` is not a `dlq` row.
 pub async fn replay(conn: &mut PgConnection, id: Uuid) -> Result<Option<CallbackRow>> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "INSERT INTO movement_callback_outbox
+    let row = sqlx::query_as!(
+        CallbackRow,
+        r#"INSERT INTO movement_callback_outbox
              (id, request_id, event_id, event_type, sequence, payload, callback_url, max_attempts,
               callback_timestamp, callback_nonce, replay_of, traceparent)
          SELECT gen_random_uuid(), request_id, event_id, event_type, sequence, payload, callback_url, max_attempts,
                 extract(epoch FROM now())::bigint, gen_random_uuid()::text, id, traceparent
          FROM movement_callback_outbox WHERE id = $1 AND status = 'dlq'
-         RETURNING {COLUMNS}"
-    )))
-    .bind(id)
+         RETURNING id, request_id, event_id, event_type, sequence, payload, callback_url, status, attempts,
+             max_attempts, next_attempt_at, last_error, callback_timestamp, callback_nonce, replay_of, sent_at,
+             created_at, traceparent,
+             (SELECT r.callback_secret FROM movement_requests r WHERE r.id = request_id) AS "movement_secret?",
+             NULL::uuid AS "claim_token?""#,
+        id
+    )
     .fetch_optional(&mut *conn)
     .await?;
     if row.is_some() {
-        sqlx::query("SELECT pg_notify('qtg_callback', '')").execute(&mut *conn).await?;
+        sqlx::query!("SELECT pg_notify('qtg_callback', '')").execute(&mut *conn).await?;
     }
-    row.as_ref().map(from_row).transpose()
+    Ok(row)
 }
 
 /// Outbox rows, newest first, optionally by status and movement, after a `(created_at, id)`.
@@ -200,25 +205,29 @@ pub async fn list(
     limit: i64,
 ) -> Result<Vec<CallbackRow>> {
     let (at, aid) = after.map_or((None, None), |(a, i)| (Some(a), Some(i)));
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM movement_callback_outbox
-         WHERE ($1::text IS NULL OR status = $1) AND ($2::uuid IS NULL OR request_id = $2)
-           AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4))
-         ORDER BY created_at DESC, id DESC LIMIT $5"
-    )))
-    .bind(status)
-    .bind(request_id)
-    .bind(at)
-    .bind(aid)
-    .bind(limit)
+    Ok(sqlx::query_as!(
+        CallbackRow,
+        r#"SELECT id, request_id, event_id, event_type, sequence, payload, callback_url, status, attempts,
+                  max_attempts, next_attempt_at, last_error, callback_timestamp, callback_nonce, replay_of, sent_at,
+                  created_at, traceparent,
+                  (SELECT r.callback_secret FROM movement_requests r WHERE r.id = request_id) AS "movement_secret?",
+                  NULL::uuid AS "claim_token?"
+             FROM movement_callback_outbox
+            WHERE ($1::text IS NULL OR status = $1) AND ($2::uuid IS NULL OR request_id = $2)
+              AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4))
+            ORDER BY created_at DESC, id DESC LIMIT $5"#,
+        status,
+        request_id,
+        at,
+        aid,
+        limit
+    )
     .fetch_all(&mut *conn)
-    .await?;
-    rows.iter().map(from_row).collect()
+    .await?)
 }
 
 pub async fn exists(conn: &mut PgConnection, id: Uuid) -> Result<bool> {
-    Ok(sqlx::query_scalar("SELECT EXISTS (SELECT 1 FROM movement_callback_outbox WHERE id = $1)")
-        .bind(id)
+    Ok(sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM movement_callback_outbox WHERE id = $1) AS "exists!""#, id)
         .fetch_one(&mut *conn)
         .await?)
 }
@@ -233,7 +242,7 @@ pub async fn enqueue_event(
     url: &str,
     data: &Value,
 ) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "WITH ev AS (SELECT gen_random_uuid() AS event_id)
          INSERT INTO movement_callback_outbox
              (id, request_id, event_id, event_type, sequence, payload, callback_url, callback_timestamp, callback_nonce,
@@ -242,15 +251,15 @@ pub async fn enqueue_event(
              qtg_callback_envelope(ev.event_id, $2::text, $1::uuid, NULL, $4::jsonb),
              $3, extract(epoch FROM now())::bigint, gen_random_uuid()::text, $5::text
          FROM ev",
+        movement,
+        event_type,
+        url,
+        data,
+        // The receiver joins the trace of the step that raised the alert, as for every callback.
+        qtg_telemetry::traceparent()
     )
-    .bind(movement)
-    .bind(event_type)
-    .bind(url)
-    .bind(data)
-    // The receiver joins the trace of the step that raised the alert, as for every callback.
-    .bind(qtg_telemetry::traceparent())
     .execute(&mut *conn)
     .await?;
-    sqlx::query("SELECT pg_notify('qtg_callback', '')").execute(&mut *conn).await?;
+    sqlx::query!("SELECT pg_notify('qtg_callback', '')").execute(&mut *conn).await?;
     Ok(())
 }

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use crate::Result;
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct CapitalTransfer {
     pub id: Uuid,
@@ -43,15 +43,6 @@ pub struct CapitalTransfer {
     pub closed_at: Option<DateTime<Utc>>,
 }
 
-const COLUMNS: &str = "c.id, c.requested_by, c.idempotency_key, c.body_hash, c.source, c.destination, c.asset,
-    c.amount::text AS amount, c.reason, c.template_key, c.template_version, c.callback_url, c.state, c.movement_id,
-    (SELECT r.request_state FROM movement_requests r WHERE r.id = c.movement_id) AS movement_state,
-    c.outcome, c.settlement, c.created_at, c.updated_at, c.closed_at";
-
-fn row(r: &sqlx::postgres::PgRow) -> Result<CapitalTransfer> {
-    Ok(<CapitalTransfer as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)
-}
-
 /// A new request (PENDING).
 pub struct NewTransfer<'a> {
     pub requested_by: &'a str,
@@ -70,44 +61,56 @@ pub struct NewTransfer<'a> {
 /// Inserts the request, or answers the one this principal made with the same idempotency key
 /// (`false`).
 pub async fn insert(conn: &mut PgConnection, t: &NewTransfer<'_>) -> Result<(CapitalTransfer, bool)> {
-    let id: Option<Uuid> = sqlx::query_scalar(
+    let id: Option<Uuid> = sqlx::query_scalar!(
         "INSERT INTO capital_transfer_requests
              (id, requested_by, idempotency_key, body_hash, source, destination, asset, amount, reason,
               template_key, template_version, callback_url, state)
-         VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, $6, $7::numeric, $8, $9, $10, $11, 'PENDING')
+         VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, $6, $7::text::numeric, $8, $9, $10, $11, 'PENDING')
          ON CONFLICT (requested_by, idempotency_key) DO NOTHING RETURNING id",
+        t.requested_by,
+        t.idempotency_key,
+        t.body_hash,
+        t.source,
+        t.destination,
+        t.asset,
+        t.amount,
+        t.reason,
+        t.template_key,
+        t.template_version,
+        t.callback_url
     )
-    .bind(t.requested_by)
-    .bind(t.idempotency_key)
-    .bind(t.body_hash)
-    .bind(t.source)
-    .bind(t.destination)
-    .bind(t.asset)
-    .bind(t.amount)
-    .bind(t.reason)
-    .bind(t.template_key)
-    .bind(t.template_version)
-    .bind(t.callback_url)
     .fetch_optional(&mut *conn)
     .await?;
     let fresh = id.is_some();
-    let existing = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM capital_transfer_requests c WHERE c.requested_by = $1 AND c.idempotency_key = $2"
-    )))
-    .bind(t.requested_by)
-    .bind(t.idempotency_key)
+    let existing = sqlx::query_as!(
+        CapitalTransfer,
+        r#"SELECT c.id, c.requested_by, c.idempotency_key, c.body_hash, c.source, c.destination, c.asset,
+                  c.amount::text AS "amount!", c.reason, c.template_key, c.template_version, c.callback_url, c.state,
+                  c.movement_id,
+                  (SELECT r.request_state FROM movement_requests r WHERE r.id = c.movement_id) AS "movement_state?",
+                  c.outcome, c.settlement, c.created_at, c.updated_at, c.closed_at
+             FROM capital_transfer_requests c WHERE c.requested_by = $1 AND c.idempotency_key = $2"#,
+        t.requested_by,
+        t.idempotency_key
+    )
     .fetch_one(&mut *conn)
     .await?;
-    Ok((row(&existing)?, fresh))
+    Ok((existing, fresh))
 }
 
 pub async fn get(conn: &mut PgConnection, id: Uuid) -> Result<Option<CapitalTransfer>> {
-    let r =
-        sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM capital_transfer_requests c WHERE c.id = $1")))
-            .bind(id)
-            .fetch_optional(&mut *conn)
-            .await?;
-    r.as_ref().map(row).transpose()
+    Ok(sqlx::query_as!(
+        CapitalTransfer,
+        r#"SELECT c.id, c.requested_by, c.idempotency_key, c.body_hash, c.source, c.destination, c.asset,
+                  c.amount::text AS "amount!", c.reason, c.template_key, c.template_version, c.callback_url, c.state,
+                  c.movement_id,
+                  (SELECT r.request_state FROM movement_requests r WHERE r.id = c.movement_id) AS "movement_state?",
+                  c.outcome, c.settlement, c.created_at, c.updated_at, c.closed_at
+             FROM capital_transfer_requests c WHERE c.id = $1"#,
+        id
+    )
+    .fetch_optional(&mut *conn)
+    .await?)
 }
 
 /// Newest first, optionally in one state; `before` = the created_at/id cursor.
@@ -117,18 +120,23 @@ pub async fn list(
     before: Option<(DateTime<Utc>, Uuid)>,
     limit: i64,
 ) -> Result<Vec<CapitalTransfer>> {
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM capital_transfer_requests c
-          WHERE ($1::text IS NULL OR c.state = $1) AND ($2::timestamptz IS NULL OR (c.created_at, c.id) < ($2, $3))
-          ORDER BY c.created_at DESC, c.id DESC LIMIT $4"
-    )))
-    .bind(state)
-    .bind(before.map(|b| b.0))
-    .bind(before.map(|b| b.1))
-    .bind(limit)
+    Ok(sqlx::query_as!(
+        CapitalTransfer,
+        r#"SELECT c.id, c.requested_by, c.idempotency_key, c.body_hash, c.source, c.destination, c.asset,
+                  c.amount::text AS "amount!", c.reason, c.template_key, c.template_version, c.callback_url, c.state,
+                  c.movement_id,
+                  (SELECT r.request_state FROM movement_requests r WHERE r.id = c.movement_id) AS "movement_state?",
+                  c.outcome, c.settlement, c.created_at, c.updated_at, c.closed_at
+             FROM capital_transfer_requests c
+            WHERE ($1::text IS NULL OR c.state = $1) AND ($2::timestamptz IS NULL OR (c.created_at, c.id) < ($2, $3))
+            ORDER BY c.created_at DESC, c.id DESC LIMIT $4"#,
+        state,
+        before.map(|b| b.0),
+        before.map(|b| b.1),
+        limit
+    )
     .fetch_all(&mut *conn)
-    .await?;
-    rows.iter().map(row).collect()
+    .await?)
 }
 
 /// What a completed movement's nodes recorded about the money (the CEX lane's refs: the fee
@@ -140,7 +148,7 @@ pub async fn record_settlement(
     id: Uuid,
     movement_id: Uuid,
 ) -> Result<Option<serde_json::Value>> {
-    let settlement: Option<serde_json::Value> = sqlx::query_scalar(
+    let settlement: Option<serde_json::Value> = sqlx::query_scalar!(
         "WITH s AS (
            SELECT jsonb_strip_nulls(jsonb_build_object(
                     'fee_model', (array_agg(n.provider_refs->>'fee_model' ORDER BY n.node_key) FILTER (WHERE \
@@ -162,10 +170,10 @@ pub async fn record_settlement(
          UPDATE capital_transfer_requests c SET settlement = s.v
            FROM s
           WHERE c.id = $1 AND s.v <> '{}'::jsonb
-         RETURNING c.settlement",
+         RETURNING c.settlement AS \"settlement!\"",
+        id,
+        movement_id
     )
-    .bind(id)
-    .bind(movement_id)
     .fetch_optional(&mut *conn)
     .await?;
     Ok(settlement)
@@ -181,17 +189,17 @@ pub async fn set_state(
     movement_id: Option<Uuid>,
     outcome: Option<&str>,
 ) -> Result<bool> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE capital_transfer_requests
             SET state = $3, movement_id = COALESCE($4, movement_id), outcome = COALESCE($5, outcome),
                 updated_at = now(), closed_at = CASE WHEN $3 IN ('COMPLETED', 'FAILED') THEN now() END
           WHERE id = $1 AND state = $2",
+        id,
+        from,
+        to,
+        movement_id,
+        outcome
     )
-    .bind(id)
-    .bind(from)
-    .bind(to)
-    .bind(movement_id)
-    .bind(outcome)
     .execute(&mut *conn)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -199,53 +207,75 @@ pub async fn set_state(
 
 /// Looked at, nothing to do yet: not stale again before the threshold.
 pub async fn touch(conn: &mut PgConnection, id: Uuid) -> Result<()> {
-    sqlx::query("UPDATE capital_transfer_requests SET updated_at = now() WHERE id = $1")
-        .bind(id)
+    sqlx::query!("UPDATE capital_transfer_requests SET updated_at = now() WHERE id = $1", id)
         .execute(&mut *conn)
         .await?;
     Ok(())
 }
 
+/// Up to `limit` due requests, oldest first (not locked: each is locked on its own).
+///
 /// Which requests the follow-up takes (`$1` = the stale threshold): open ones untouched that
 /// long, open ones whose movement finished or needs a person, and closed-FAILED ones whose
-/// movement was retried to completion.
-const DUE: &str = "(c.state IN ('PENDING', 'MOVEMENT_CREATED', 'NEEDS_ATTENTION')
-        AND c.updated_at < now() - make_interval(secs => $1))
-     OR EXISTS (SELECT 1 FROM movement_requests r WHERE r.id = c.movement_id AND (
-            (c.state IN ('MOVEMENT_CREATED', 'NEEDS_ATTENTION', 'FAILED') AND r.request_state = 'COMPLETED')
-         OR (c.state IN ('MOVEMENT_CREATED', 'NEEDS_ATTENTION') AND r.request_state IN ('FAILED', 'CANCELLED'))
-         OR (c.state = 'MOVEMENT_CREATED' AND r.request_state IN ('EXPIRED', 'REJECTED', 'MANUAL_INTERVENTION'))))";
-
-/// Up to `limit` due requests, oldest first (not locked: each is locked on its own).
+/// movement was retried to completion (the same condition as in [`lock_due`]).
 pub async fn due(conn: &mut PgConnection, stale_seconds: f64, limit: i64) -> Result<Vec<Uuid>> {
-    Ok(sqlx::query_scalar(sqlx::AssertSqlSafe(format!(
-        "SELECT c.id FROM capital_transfer_requests c WHERE {DUE} ORDER BY c.updated_at LIMIT $2"
-    )))
-    .bind(stale_seconds)
-    .bind(limit)
+    Ok(sqlx::query_scalar!(
+        "SELECT c.id FROM capital_transfer_requests c
+          WHERE (c.state IN ('PENDING', 'MOVEMENT_CREATED', 'NEEDS_ATTENTION')
+                 AND c.updated_at < now() - make_interval(secs => $1))
+             OR EXISTS (SELECT 1 FROM movement_requests r WHERE r.id = c.movement_id AND (
+                    (c.state IN ('MOVEMENT_CREATED', 'NEEDS_ATTENTION', 'FAILED') AND r.request_state = 'COMPLETED')
+                 OR (c.state IN ('MOVEMENT_CREATED', 'NEEDS_ATTENTION') AND r.request_state IN ('FAILED', 'CANCELLED'))
+                 OR (c.state = 'MOVEMENT_CREATED'
+                     AND r.request_state IN ('EXPIRED', 'REJECTED', 'MANUAL_INTERVENTION'))))
+          ORDER BY c.updated_at LIMIT $2",
+        stale_seconds,
+        limit
+    )
     .fetch_all(&mut *conn)
     .await?)
 }
 
-/// Request `id`, locked, if it is still due and no other replica holds it.
+/// Request `id`, locked, if it is still due (the condition of [`due`], `$1` = the stale
+/// threshold) and no other replica holds it.
 pub async fn lock_due(conn: &mut PgConnection, id: Uuid, stale_seconds: f64) -> Result<Option<CapitalTransfer>> {
-    let r = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM capital_transfer_requests c WHERE c.id = $2 AND ({DUE}) FOR UPDATE OF c SKIP LOCKED"
-    )))
-    .bind(stale_seconds)
-    .bind(id)
+    Ok(sqlx::query_as!(
+        CapitalTransfer,
+        r#"SELECT c.id, c.requested_by, c.idempotency_key, c.body_hash, c.source, c.destination, c.asset,
+                  c.amount::text AS "amount!", c.reason, c.template_key, c.template_version, c.callback_url, c.state,
+                  c.movement_id,
+                  (SELECT r.request_state FROM movement_requests r WHERE r.id = c.movement_id) AS "movement_state?",
+                  c.outcome, c.settlement, c.created_at, c.updated_at, c.closed_at
+             FROM capital_transfer_requests c
+            WHERE c.id = $2
+              AND ((c.state IN ('PENDING', 'MOVEMENT_CREATED', 'NEEDS_ATTENTION')
+                    AND c.updated_at < now() - make_interval(secs => $1))
+                OR EXISTS (SELECT 1 FROM movement_requests r WHERE r.id = c.movement_id AND (
+                       (c.state IN ('MOVEMENT_CREATED', 'NEEDS_ATTENTION', 'FAILED') AND r.request_state = 'COMPLETED')
+                    OR (c.state IN ('MOVEMENT_CREATED', 'NEEDS_ATTENTION')
+                        AND r.request_state IN ('FAILED', 'CANCELLED'))
+                    OR (c.state = 'MOVEMENT_CREATED'
+                        AND r.request_state IN ('EXPIRED', 'REJECTED', 'MANUAL_INTERVENTION')))))
+              FOR UPDATE OF c SKIP LOCKED"#,
+        stale_seconds,
+        id
+    )
     .fetch_optional(&mut *conn)
-    .await?;
-    r.as_ref().map(row).transpose()
+    .await?)
 }
 
 /// Request `id`, locked (waiting), for an operator's decision.
 pub async fn lock(conn: &mut PgConnection, id: Uuid) -> Result<Option<CapitalTransfer>> {
-    let r = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM capital_transfer_requests c WHERE c.id = $1 FOR UPDATE OF c"
-    )))
-    .bind(id)
+    Ok(sqlx::query_as!(
+        CapitalTransfer,
+        r#"SELECT c.id, c.requested_by, c.idempotency_key, c.body_hash, c.source, c.destination, c.asset,
+                  c.amount::text AS "amount!", c.reason, c.template_key, c.template_version, c.callback_url, c.state,
+                  c.movement_id,
+                  (SELECT r.request_state FROM movement_requests r WHERE r.id = c.movement_id) AS "movement_state?",
+                  c.outcome, c.settlement, c.created_at, c.updated_at, c.closed_at
+             FROM capital_transfer_requests c WHERE c.id = $1 FOR UPDATE OF c"#,
+        id
+    )
     .fetch_optional(&mut *conn)
-    .await?;
-    r.as_ref().map(row).transpose()
+    .await?)
 }

@@ -12,14 +12,13 @@ use uuid::Uuid;
 use crate::Result;
 
 /// One key as the store holds it.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct SubmitKey {
     pub idempotency_key: String,
     pub venue: String,
     pub request_node_id: Uuid,
     pub attempt_no: i32,
     pub submit_by: Option<DateTime<Utc>>,
-    #[sqlx(try_from = "String")]
     pub status: KeyStatus,
     /// The venue's time the withdraw request was signed with.
     pub venue_time: Option<DateTime<Utc>>,
@@ -69,16 +68,33 @@ pub enum Recorded {
     Late,
 }
 
-const COLUMNS: &str = "idempotency_key, venue, request_node_id, attempt_no, submit_by, status, venue_time, \
-                       recv_window_ms, void_reason, request, nonce, fenced_at";
-
-fn key_of(row: &sqlx::postgres::PgRow) -> Result<SubmitKey> {
-    Ok(<SubmitKey as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(row)?)
+/// A [`SubmitKey`] from the record of a query that reads a key's columns, its status parsed (a
+/// status the store does not know is a decode error of column `status`).
+macro_rules! submit_key {
+    ($r:expr) => {{
+        let r = $r;
+        KeyStatus::try_from(r.status)
+            .map(|status| SubmitKey {
+                idempotency_key: r.idempotency_key,
+                venue: r.venue,
+                request_node_id: r.request_node_id,
+                attempt_no: r.attempt_no,
+                submit_by: r.submit_by,
+                status,
+                venue_time: r.venue_time,
+                recv_window_ms: r.recv_window_ms,
+                void_reason: r.void_reason,
+                request: r.request,
+                nonce: r.nonce,
+                fenced_at: r.fenced_at,
+            })
+            .map_err(|e| sqlx::Error::ColumnDecode { index: "status".to_string(), source: Box::new(e) })
+    }};
 }
 
 /// Serialises the key store's decisions for one node (its attempts share one lock).
 async fn lock_node(tx: &mut sqlx::PgConnection, node: Uuid) -> Result<()> {
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text, 13))").bind(node).execute(&mut *tx).await?;
+    sqlx::query!("SELECT pg_advisory_xact_lock(hashtextextended($1::uuid::text, 13))", node).execute(&mut *tx).await?;
     Ok(())
 }
 
@@ -93,19 +109,22 @@ pub async fn record(
 ) -> Result<Recorded> {
     let mut tx = pool.begin().await?;
     lock_node(&mut tx, node).await?;
-    let existing =
-        sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM cex_submit_keys WHERE idempotency_key = $1")))
-            .bind(idempotency_key)
-            .fetch_optional(&mut *tx)
-            .await?
-            .map(|r| key_of(&r))
-            .transpose()?;
+    let existing = sqlx::query!(
+        "SELECT idempotency_key, venue, request_node_id, attempt_no, submit_by, status, venue_time, recv_window_ms,
+                void_reason, request, nonce, fenced_at
+           FROM cex_submit_keys WHERE idempotency_key = $1",
+        idempotency_key
+    )
+    .fetch_optional(&mut *tx)
+    .await?
+    .map(|r| submit_key!(r))
+    .transpose()?;
     let newest: Option<i32> =
-        sqlx::query_scalar("SELECT max(attempt_no) FROM cex_submit_keys WHERE request_node_id = $1")
-            .bind(node)
+        sqlx::query_scalar!("SELECT max(attempt_no) FROM cex_submit_keys WHERE request_node_id = $1", node)
             .fetch_one(&mut *tx)
             .await?;
-    let late: bool = sqlx::query_scalar("SELECT clock_timestamp() > $1").bind(submit_by).fetch_one(&mut *tx).await?;
+    let late: bool =
+        sqlx::query_scalar!(r#"SELECT clock_timestamp() > $1 AS "late!""#, submit_by).fetch_one(&mut *tx).await?;
     let outcome = match existing {
         Some(k) if k.status == KeyStatus::Void => Recorded::Void(k.void_reason),
         Some(k) if k.status == KeyStatus::Sent => Recorded::AlreadySent(k),
@@ -116,15 +135,15 @@ pub async fn record(
         }
         Some(_) => Recorded::Fresh,
         None => {
-            sqlx::query(
+            sqlx::query!(
                 "INSERT INTO cex_submit_keys (idempotency_key, venue, request_node_id, attempt_no, submit_by, status)
                  VALUES ($1, $2, $3, $4, $5, 'recorded')",
+                idempotency_key,
+                venue,
+                node,
+                attempt_no,
+                submit_by
             )
-            .bind(idempotency_key)
-            .bind(venue)
-            .bind(node)
-            .bind(attempt_no)
-            .bind(submit_by)
             .execute(&mut *tx)
             .await?;
             Recorded::Fresh
@@ -142,16 +161,16 @@ async fn upsert_void(
     attempt_no: i32,
     reason: &str,
 ) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO cex_submit_keys (idempotency_key, venue, request_node_id, attempt_no, status, void_reason)
          VALUES ($1, $2, $3, $4, 'void', $5)
          ON CONFLICT (idempotency_key) DO UPDATE SET status = 'void', void_reason = $5, updated_at = now()",
+        idempotency_key,
+        venue,
+        node,
+        attempt_no,
+        reason
     )
-    .bind(idempotency_key)
-    .bind(venue)
-    .bind(node)
-    .bind(attempt_no)
-    .bind(reason)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -162,12 +181,12 @@ async fn upsert_void(
 /// `request` is what may reach the venue, kept for recovery to match the venue's history against.
 /// `false`: the key was voided meanwhile (recovery concluded it absent): nothing may be sent.
 pub async fn mark_sent(pool: &PgPool, idempotency_key: &str, request: &serde_json::Value) -> Result<bool> {
-    let moved = sqlx::query(
+    let moved = sqlx::query!(
         "UPDATE cex_submit_keys SET status = 'sent', request = $2, updated_at = now()
           WHERE idempotency_key = $1 AND status = 'recorded'",
+        idempotency_key,
+        request
     )
-    .bind(idempotency_key)
-    .bind(request)
     .execute(pool)
     .await?;
     Ok(moved.rows_affected() == 1)
@@ -180,13 +199,13 @@ pub async fn note_signature(
     venue_time: DateTime<Utc>,
     recv_window_ms: i32,
 ) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE cex_submit_keys SET venue_time = $2, recv_window_ms = $3, updated_at = now() WHERE \
          idempotency_key = $1",
+        idempotency_key,
+        venue_time,
+        recv_window_ms
     )
-    .bind(idempotency_key)
-    .bind(venue_time)
-    .bind(recv_window_ms)
     .execute(pool)
     .await?;
     Ok(())
@@ -196,13 +215,13 @@ pub async fn note_signature(
 /// signed with — only while recovery has not asked for the fence. `false`: it has; nothing may
 /// be signed with this key.
 pub async fn note_nonce(pool: &PgPool, idempotency_key: &str, venue_time: DateTime<Utc>, nonce: i64) -> Result<bool> {
-    let noted = sqlx::query(
+    let noted = sqlx::query!(
         "UPDATE cex_submit_keys SET venue_time = $2, nonce = $3, updated_at = now()
           WHERE idempotency_key = $1 AND status = 'sent' AND fence_requested_at IS NULL",
+        idempotency_key,
+        venue_time,
+        nonce
     )
-    .bind(idempotency_key)
-    .bind(venue_time)
-    .bind(nonce)
     .execute(pool)
     .await?;
     Ok(noted.rows_affected() == 1)
@@ -212,25 +231,26 @@ pub async fn note_nonce(pool: &PgPool, idempotency_key: &str, venue_time: DateTi
 /// ([`note_nonce`] refuses). Answers the key as it is now — with the nonce its request was
 /// signed with, if it got that far.
 pub async fn request_fence(pool: &PgPool, idempotency_key: &str) -> Result<Option<SubmitKey>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
+    Ok(sqlx::query!(
         "UPDATE cex_submit_keys SET fence_requested_at = COALESCE(fence_requested_at, now()), updated_at = now()
           WHERE idempotency_key = $1 AND status = 'sent'
-         RETURNING {COLUMNS}"
-    )))
-    .bind(idempotency_key)
+         RETURNING idempotency_key, venue, request_node_id, attempt_no, submit_by, status, venue_time, recv_window_ms,
+                   void_reason, request, nonce, fenced_at",
+        idempotency_key
+    )
     .fetch_optional(pool)
     .await?
-    .map(|r| key_of(&r))
-    .transpose()
+    .map(|r| submit_key!(r))
+    .transpose()?)
 }
 
 /// The venue accepted a call with a nonce above the key's at `at` (the venue's time).
 pub async fn note_fenced(pool: &PgPool, idempotency_key: &str, at: DateTime<Utc>) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE cex_submit_keys SET fenced_at = COALESCE(fenced_at, $2), updated_at = now() WHERE idempotency_key = $1",
+        idempotency_key,
+        at
     )
-    .bind(idempotency_key)
-    .bind(at)
     .execute(pool)
     .await?;
     Ok(())
@@ -264,18 +284,18 @@ pub async fn void_unsent(
 ) -> Result<Option<SubmitKey>> {
     // One statement: a key a submit marks sent meanwhile is never voided here (the conflict
     // update re-checks the row's current status).
-    let voided = sqlx::query(
+    let voided = sqlx::query_scalar!(
         "INSERT INTO cex_submit_keys (idempotency_key, venue, request_node_id, attempt_no, status, void_reason)
          VALUES ($1, $2, $3, $4, 'void', $5)
          ON CONFLICT (idempotency_key) DO UPDATE SET status = 'void', void_reason = $5, updated_at = now()
           WHERE cex_submit_keys.status <> 'sent'
          RETURNING status",
+        idempotency_key,
+        venue,
+        node,
+        attempt_no,
+        reason
     )
-    .bind(idempotency_key)
-    .bind(venue)
-    .bind(node)
-    .bind(attempt_no)
-    .bind(reason)
     .fetch_optional(pool)
     .await?;
     if voided.is_some() {
@@ -288,12 +308,12 @@ pub async fn void_unsent(
 /// `sent` → `void`: the venue's time is past the key's deadline and its history has no such
 /// withdrawal. `false` if the key was not `sent`.
 pub async fn void_sent(pool: &PgPool, idempotency_key: &str, reason: &str) -> Result<bool> {
-    let moved = sqlx::query(
+    let moved = sqlx::query!(
         "UPDATE cex_submit_keys SET status = 'void', void_reason = $2, updated_at = now()
           WHERE idempotency_key = $1 AND status = 'sent'",
+        idempotency_key,
+        reason
     )
-    .bind(idempotency_key)
-    .bind(reason)
     .execute(pool)
     .await?;
     Ok(moved.rows_affected() == 1)
@@ -301,10 +321,14 @@ pub async fn void_sent(pool: &PgPool, idempotency_key: &str, reason: &str) -> Re
 
 /// The key, if the store has it.
 pub async fn get(pool: &PgPool, idempotency_key: &str) -> Result<Option<SubmitKey>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {COLUMNS} FROM cex_submit_keys WHERE idempotency_key = $1")))
-        .bind(idempotency_key)
-        .fetch_optional(pool)
-        .await?
-        .map(|r| key_of(&r))
-        .transpose()
+    Ok(sqlx::query!(
+        "SELECT idempotency_key, venue, request_node_id, attempt_no, submit_by, status, venue_time, recv_window_ms,
+                void_reason, request, nonce, fenced_at
+           FROM cex_submit_keys WHERE idempotency_key = $1",
+        idempotency_key
+    )
+    .fetch_optional(pool)
+    .await?
+    .map(|r| submit_key!(r))
+    .transpose()?)
 }

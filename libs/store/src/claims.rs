@@ -91,6 +91,7 @@ pub async fn candidates(
     exclude: &[Uuid],
     limit: i64,
 ) -> Result<Vec<Uuid>> {
+    // Dynamic: the predicate, its parameters and the order depend on `pickup`.
     let sql = format!(
         "SELECT n.id FROM movement_request_nodes n
          JOIN movement_requests r ON r.id = n.request_id
@@ -124,6 +125,7 @@ pub async fn claim_first(
     served: &[String],
     node_id: Uuid,
 ) -> Result<Option<WorkItem>> {
+    // Dynamic: the predicate and its parameters depend on `pickup` (as in `candidates`).
     let sql = format!(
         "SELECT {WORK_ITEM_COLUMNS} {WORK_ITEM_FROM}
          WHERE n.id = $1 AND {} FOR UPDATE OF n, r SKIP LOCKED",
@@ -166,6 +168,7 @@ pub async fn node_now(conn: &mut PgConnection, node_id: Uuid) -> Result<Option<N
     .transpose()
 }
 
+// Not a macro: `held_by` is `controls::HELD_BY`, the one definition of a holding pause the claim shares.
 static NODE_NOW_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
     format!(
         "SELECT n.node_state, n.attempt_no, n.claim_token, r.request_state, {held_by} AS held_by
@@ -181,8 +184,7 @@ static NODE_NOW_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
 pub async fn lock_request_nowait(conn: &mut PgConnection, request_id: Uuid) -> Result<Option<qtg_core::RequestState>> {
     let mut savepoint = conn.begin().await?;
     let res =
-        sqlx::query_scalar::<_, String>("SELECT request_state FROM movement_requests WHERE id = $1 FOR UPDATE NOWAIT")
-            .bind(request_id)
+        sqlx::query_scalar!("SELECT request_state FROM movement_requests WHERE id = $1 FOR UPDATE NOWAIT", request_id)
             .fetch_optional(&mut *savepoint)
             .await;
     match res {
@@ -203,35 +205,39 @@ pub async fn lock_request_nowait(conn: &mut PgConnection, request_id: Uuid) -> R
 /// grace after `started_at`). `None` when nothing is scheduled.
 /// `grace` names each lane's grace by the lane (a lane it does not name has none).
 pub async fn next_due_in(conn: &mut PgConnection, pickup: Pickup, grace: &[(Lane, f64)]) -> Result<Option<f64>> {
-    let sql = match pickup {
+    let due = match pickup {
         Pickup::Dispatch => return Ok(None),
         Pickup::Observe => {
-            "SELECT extract(epoch FROM min(n.next_observe_at) - now())::float8
-             FROM movement_request_nodes n JOIN movement_requests r ON r.id = n.request_id
-             WHERE n.node_state IN ('SUBMITTED', 'OBSERVING') AND r.request_state = 'EXECUTING'
-               AND n.next_observe_at > now()"
+            sqlx::query_scalar!(
+                r#"SELECT extract(epoch FROM min(n.next_observe_at) - now())::float8 AS "due_in?"
+                 FROM movement_request_nodes n JOIN movement_requests r ON r.id = n.request_id
+                 WHERE n.node_state IN ('SUBMITTED', 'OBSERVING') AND r.request_state = 'EXECUTING'
+                   AND n.next_observe_at > now()"#
+            )
+            .fetch_one(&mut *conn)
+            .await?
         }
         Pickup::Recover { .. } => {
-            "SELECT extract(epoch FROM min(d) - now())::float8 FROM (
-                 SELECT GREATEST(COALESCE(n.next_observe_at, '-infinity'),
-                     n.started_at + make_interval(secs => COALESCE(
-                         (SELECT g.secs FROM unnest($1::text[], $2::float8[]) AS g(lane, secs) WHERE g.lane = n.lane),
-                         0))) AS d
-                 FROM movement_request_nodes n JOIN movement_requests r ON r.id = n.request_id
-                 WHERE n.node_state IN ('UNKNOWN', 'SUBMITTING') AND r.request_state = 'EXECUTING'
-                   AND n.started_at IS NOT NULL) s
-             WHERE d > now()"
+            let lanes: Vec<&str> = grace.iter().map(|(l, _)| l.as_str()).collect();
+            let seconds: Vec<f64> = grace.iter().map(|(_, s)| *s).collect();
+            sqlx::query_scalar!(
+                r#"SELECT extract(epoch FROM min(d) - now())::float8 AS "due_in?" FROM (
+                     SELECT GREATEST(COALESCE(n.next_observe_at, '-infinity'),
+                         n.started_at + make_interval(secs => COALESCE(
+                             (SELECT g.secs FROM unnest($1::text[], $2::float8[]) AS g(lane, secs)
+                              WHERE g.lane = n.lane),
+                             0))) AS d
+                     FROM movement_request_nodes n JOIN movement_requests r ON r.id = n.request_id
+                     WHERE n.node_state IN ('UNKNOWN', 'SUBMITTING') AND r.request_state = 'EXECUTING'
+                       AND n.started_at IS NOT NULL) s
+                 WHERE d > now()"#,
+                &lanes as &[&str],
+                &seconds
+            )
+            .fetch_one(&mut *conn)
+            .await?
         }
     };
-    let query = sqlx::query_scalar(sql);
-    let query = if matches!(pickup, Pickup::Recover { .. }) {
-        query
-            .bind(grace.iter().map(|(l, _)| l.as_str()).collect::<Vec<_>>())
-            .bind(grace.iter().map(|(_, s)| *s).collect::<Vec<_>>())
-    } else {
-        query
-    };
-    let due: Option<f64> = query.fetch_one(&mut *conn).await?;
     Ok(due.map(|s| s.max(0.0)))
 }
 
@@ -239,10 +245,12 @@ pub async fn next_due_in(conn: &mut PgConnection, pickup: Pickup, grace: &[(Lane
 /// lock). `Busy` if a worker holds one (e.g. a submit in flight).
 pub async fn lock_nodes_nowait(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<crate::NodeBrief>> {
     let mut savepoint = conn.begin().await?;
-    let res = sqlx::query("SELECT id FROM movement_request_nodes WHERE request_id = $1 ORDER BY id FOR UPDATE NOWAIT")
-        .bind(request_id)
-        .fetch_all(&mut *savepoint)
-        .await;
+    let res = sqlx::query!(
+        "SELECT id FROM movement_request_nodes WHERE request_id = $1 ORDER BY id FOR UPDATE NOWAIT",
+        request_id
+    )
+    .fetch_all(&mut *savepoint)
+    .await;
     match res {
         Ok(_) => {
             savepoint.commit().await?;
@@ -259,16 +267,16 @@ pub async fn lock_nodes_nowait(conn: &mut PgConnection, request_id: Uuid) -> Res
 /// The executor key of a node and whether its armed attempt's `submit_by` plus `skew_seconds`
 /// has passed by the database's clock (no attempt armed: `false`).
 pub async fn past_submit_by(conn: &mut PgConnection, node_id: Uuid, skew_seconds: f64) -> Result<(String, bool)> {
-    let row = sqlx::query(
-        "SELECT p.executor_key,
-                COALESCE(n.submit_by + make_interval(secs => $2::float8) < now(), false) AS past
-         FROM movement_request_nodes n JOIN plan_nodes p ON p.id = n.plan_node_id WHERE n.id = $1",
+    let row = sqlx::query!(
+        r#"SELECT p.executor_key,
+                COALESCE(n.submit_by + make_interval(secs => $2::float8) < now(), false) AS "past!"
+         FROM movement_request_nodes n JOIN plan_nodes p ON p.id = n.plan_node_id WHERE n.id = $1"#,
+        node_id,
+        skew_seconds
     )
-    .bind(node_id)
-    .bind(skew_seconds)
     .fetch_one(&mut *conn)
     .await?;
-    Ok((row.try_get("executor_key")?, row.try_get("past")?))
+    Ok((row.executor_key, row.past))
 }
 
 /// Holds node `node_id` back for `seconds` after a failure that was not its executor's (an
@@ -283,7 +291,7 @@ pub async fn hold_back(
     event: &crate::events::Call,
     actor: &str,
 ) -> Result<bool> {
-    let row = sqlx::query(
+    let row = sqlx::query_scalar!(
         "WITH held AS (
              UPDATE movement_request_nodes
              SET lease_expires_at = GREATEST(COALESCE(lease_expires_at, now()), now() + make_interval(secs => $2)),
@@ -296,15 +304,15 @@ pub async fn hold_back(
              error_code, error_detail, duration_ms, actor)
          SELECT request_id, id, attempt_no, 'call', $3, $4, $5, left($6, 2000), $7, $8 FROM held
          RETURNING request_node_id",
+        node_id,
+        seconds,
+        event.method,
+        &event.outcome,
+        event.error_code.as_deref(),
+        event.error_detail.as_deref(),
+        event.duration_ms,
+        actor
     )
-    .bind(node_id)
-    .bind(seconds)
-    .bind(event.method)
-    .bind(&event.outcome)
-    .bind(event.error_code.as_deref())
-    .bind(event.error_detail.as_deref())
-    .bind(event.duration_ms)
-    .bind(actor)
     .fetch_optional(&mut *conn)
     .await?;
     Ok(row.is_some())

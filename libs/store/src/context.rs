@@ -4,7 +4,7 @@
 
 use qtg_core::PlanEdge;
 use serde_json::Value;
-use sqlx::{FromRow, PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use qtg_core::RequestState;
@@ -19,7 +19,7 @@ pub async fn request_nodes(conn: &mut PgConnection, request_id: Uuid) -> Result<
 
 /// The request's state and every one of its nodes, in one query.
 pub async fn request_snapshot(conn: &mut PgConnection, request_id: Uuid) -> Result<(RequestState, Vec<NodeBrief>)> {
-    snapshot(conn, request_id, SNAPSHOT).await
+    snapshot(conn, request_id, false).await
 }
 
 /// [`request_snapshot`], locking the request row (waiting): what derivation reads. A worker
@@ -28,47 +28,86 @@ pub async fn request_snapshot_for_update(
     conn: &mut PgConnection,
     request_id: Uuid,
 ) -> Result<(RequestState, Vec<NodeBrief>)> {
-    snapshot(conn, request_id, SNAPSHOT_FOR_UPDATE).await
+    snapshot(conn, request_id, true).await
 }
 
-macro_rules! snapshot_sql {
-    ($tail:literal) => {
-        concat!(
-            "SELECT r.request_state, n.id, n.node_key, n.node_kind, n.node_state, n.provider_refs, n.error_code,
-                    (n.submit_accepted_at IS NOT NULL) AS submit_accepted
+/// A text column parsed through `TryFrom<String>` (a state, a kind, a lane), failing as
+/// `#[sqlx(try_from = "String")]` does: a decode error of that column.
+pub(crate) fn try_column<T>(column: &str, text: String) -> Result<T, sqlx::Error>
+where
+    T: TryFrom<String>,
+    T::Error: std::error::Error + Send + Sync + 'static,
+{
+    T::try_from(text).map_err(|e| sqlx::Error::ColumnDecode { index: column.to_string(), source: Box::new(e) })
+}
+
+/// One row of a snapshot: the request's state and one of its nodes, states and kind as text.
+struct SnapshotRecord {
+    request_state: String,
+    id: Uuid,
+    node_key: String,
+    node_kind: String,
+    node_state: String,
+    provider_refs: Value,
+    error_code: Option<String>,
+    submit_accepted: bool,
+}
+
+/// The snapshot statement with `$tail` appended (the macros take literals joined by `+`).
+macro_rules! snapshot_query {
+    ($tail:literal, $request_id:expr) => {
+        sqlx::query_as!(
+            SnapshotRecord,
+            r#"SELECT r.request_state, n.id, n.node_key, n.node_kind, n.node_state, n.provider_refs, n.error_code,
+                    (n.submit_accepted_at IS NOT NULL) AS "submit_accepted!"
              FROM movement_requests r JOIN movement_request_nodes n ON n.request_id = r.id
-             WHERE r.id = $1 ORDER BY n.node_key",
-            $tail
+             WHERE r.id = $1 ORDER BY n.node_key"#
+                + $tail,
+            $request_id
         )
     };
 }
 
-const SNAPSHOT: &str = snapshot_sql!("");
-const SNAPSHOT_FOR_UPDATE: &str = snapshot_sql!(" FOR UPDATE OF r");
-
 async fn snapshot(
     conn: &mut PgConnection,
     request_id: Uuid,
-    sql: &'static str,
+    for_update: bool,
 ) -> Result<(RequestState, Vec<NodeBrief>)> {
-    let rows = sqlx::query(sql).bind(request_id).fetch_all(&mut *conn).await?;
-    let state = match rows.first() {
-        Some(r) => parse_request_state(r.try_get("request_state")?)?,
+    let records = if for_update {
+        snapshot_query!(" FOR UPDATE OF r", request_id).fetch_all(&mut *conn).await?
+    } else {
+        snapshot_query!("", request_id).fetch_all(&mut *conn).await?
+    };
+    let state = match records.first() {
+        Some(r) => parse_request_state(&r.request_state)?,
         None => return Err(crate::StoreError::corrupt(format!("movement {request_id} has no nodes"))),
     };
-    let nodes = rows.iter().map(NodeBrief::from_row).collect::<Result<Vec<_>, _>>()?;
+    let nodes = records
+        .into_iter()
+        .map(|r| {
+            Ok(NodeBrief {
+                id: r.id,
+                node_key: r.node_key,
+                node_kind: try_column("node_kind", r.node_kind)?,
+                node_state: try_column("node_state", r.node_state)?,
+                provider_refs: r.provider_refs,
+                error_code: r.error_code,
+                submit_accepted: r.submit_accepted,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
     Ok((state, nodes))
 }
 
 pub async fn plan_edges(conn: &mut PgConnection, plan_version_id: Uuid) -> Result<Vec<PlanEdge>> {
-    let rows = sqlx::query(
+    let rows = sqlx::query!(
         "SELECT from_node_key, to_node_key FROM plan_edges WHERE plan_version_id = $1
          ORDER BY from_node_key, to_node_key",
+        plan_version_id
     )
-    .bind(plan_version_id)
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter().map(|r| Ok(PlanEdge { from: r.try_get(0)?, to: r.try_get(1)? })).collect()
+    Ok(rows.into_iter().map(|r| PlanEdge { from: r.from_node_key, to: r.to_node_key }).collect())
 }
 
 /// The artifacts of the given nodes' current attempts, oldest first, as
@@ -77,15 +116,14 @@ pub async fn node_artifacts(conn: &mut PgConnection, node_ids: &[Uuid]) -> Resul
     if node_ids.is_empty() {
         return Ok(Vec::new());
     }
-    let rows = sqlx::query(
-        "SELECT jsonb_build_object('node_key', n.node_key, 'kind', a.kind,
-                'attempt_no', a.attempt_no, 'payload', a.payload, 'payload_hash', a.payload_hash)
+    Ok(sqlx::query_scalar!(
+        r#"SELECT jsonb_build_object('node_key', n.node_key, 'kind', a.kind,
+                'attempt_no', a.attempt_no, 'payload', a.payload, 'payload_hash', a.payload_hash) AS "artifact!"
          FROM artifacts a JOIN movement_request_nodes n ON n.id = a.request_node_id
          WHERE a.request_node_id = ANY($1) AND a.attempt_no = n.attempt_no
-         ORDER BY a.created_at, a.id",
+         ORDER BY a.created_at, a.id"#,
+        node_ids
     )
-    .bind(node_ids)
     .fetch_all(&mut *conn)
-    .await?;
-    rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+    .await?)
 }

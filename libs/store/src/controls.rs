@@ -5,22 +5,31 @@
 //! Only a submit already on the wire when the pause commits is not stopped.
 
 use chrono::{DateTime, Utc};
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use crate::Result;
 
 /// The one definition of which pauses (`c`) hold a node (`n`, plan node `p`), the widest
 /// first. Every reader of pauses below is built from it.
+///
+/// `holding_pauses!("columns")` is the statement's text (a literal, for `concat!`).
+/// `holding_pauses!(sqlx::query!, "before", "columns", "after", args..)` is the checked query
+/// of `before`, that text and `after` (sqlx's macros join string literals with `+` and expand
+/// no macro inside, so the text is handed to them as literals).
 macro_rules! holding_pauses {
-    ($columns:literal) => {
-        concat!(
-            "SELECT ",
-            $columns,
-            " FROM dispatch_pauses c
+    (@join $($m:ident)::+ ! [$($before:tt)*] $sep:tt $columns:literal [$($after:tt)*]) => {
+        $($m)::+!(
+            $($before)* "SELECT " $sep $columns $sep " FROM dispatch_pauses c
              WHERE c.scope = 'global' OR (c.scope = 'lane' AND c.target = n.lane)
                 OR (c.scope = 'executor' AND c.target = p.executor_key)
-             ORDER BY array_position(ARRAY['global', 'lane', 'executor'], c.scope) LIMIT 1"
+             ORDER BY array_position(ARRAY['global', 'lane', 'executor'], c.scope) LIMIT 1" $($after)*
         )
+    };
+    ($columns:literal) => {
+        $crate::controls::holding_pauses!(@join concat! [] , $columns [])
+    };
+    ($($m:ident)::+ !, $before:literal, $columns:literal, $after:literal $(, $arg:expr)* $(,)?) => {
+        $crate::controls::holding_pauses!(@join $($m)::+ ! [$before +] + $columns [+ $after $(, $arg)*])
     };
 }
 pub(crate) use holding_pauses;
@@ -31,7 +40,7 @@ pub(crate) const PAUSED: &str = concat!("EXISTS (", holding_pauses!("1"), ")");
 /// `scope:target` of the pause that holds the node, or NULL.
 pub(crate) const HELD_BY: &str = concat!("(", holding_pauses!("c.scope || ':' || c.target"), ")");
 
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Pause {
     /// `global`, `lane` or `executor`.
@@ -52,48 +61,47 @@ pub async fn pause(
     reason: &str,
     actor: &str,
 ) -> Result<(Pause, bool)> {
-    let row = sqlx::query(
-        "INSERT INTO dispatch_pauses (scope, target, reason, paused_by) VALUES ($1, $2, $3, $4)
+    let r = sqlx::query!(
+        r#"INSERT INTO dispatch_pauses (scope, target, reason, paused_by) VALUES ($1, $2, $3, $4)
          ON CONFLICT (scope, target) DO UPDATE SET reason = EXCLUDED.reason
-         RETURNING scope, target, reason, paused_by, paused_at, (xmax = 0) AS inserted",
+         RETURNING scope, target, reason, paused_by, paused_at, (xmax = 0) AS "inserted!""#,
+        scope,
+        target,
+        reason,
+        actor,
     )
-    .bind(scope)
-    .bind(target)
-    .bind(reason)
-    .bind(actor)
     .fetch_one(&mut *conn)
     .await?;
-    Ok((from_row(&row)?, row.try_get("inserted")?))
+    let pause =
+        Pause { scope: r.scope, target: r.target, reason: r.reason, paused_by: r.paused_by, paused_at: r.paused_at };
+    Ok((pause, r.inserted))
 }
 
 /// Lifts a pause and wakes the dispatchers; `None` when that scope was not paused.
 pub async fn resume(conn: &mut PgConnection, scope: &str, target: &str) -> Result<Option<Pause>> {
-    let row = sqlx::query(
+    let pause = sqlx::query_as!(
+        Pause,
         "DELETE FROM dispatch_pauses WHERE scope = $1 AND target = $2
          RETURNING scope, target, reason, paused_by, paused_at",
+        scope,
+        target,
     )
-    .bind(scope)
-    .bind(target)
     .fetch_optional(&mut *conn)
     .await?;
-    if row.is_some() {
+    if pause.is_some() {
         // Delivered on commit: the held nodes are picked up at once, not on the next poll.
-        sqlx::query("SELECT pg_notify('qtg_dispatch', '')").execute(&mut *conn).await?;
+        sqlx::query!("SELECT pg_notify('qtg_dispatch', '')").fetch_one(&mut *conn).await?;
     }
-    row.as_ref().map(from_row).transpose()
+    Ok(pause)
 }
 
 /// Every active pause, global first.
 pub async fn list(conn: &mut PgConnection) -> Result<Vec<Pause>> {
-    let rows = sqlx::query(
+    Ok(sqlx::query_as!(
+        Pause,
         "SELECT scope, target, reason, paused_by, paused_at FROM dispatch_pauses
          ORDER BY array_position(ARRAY['global', 'lane', 'executor'], scope), target",
     )
     .fetch_all(&mut *conn)
-    .await?;
-    rows.iter().map(from_row).collect()
-}
-
-fn from_row(row: &sqlx::postgres::PgRow) -> Result<Pause> {
-    Ok(<Pause as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(row)?)
+    .await?)
 }

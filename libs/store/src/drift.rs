@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, Utc};
 use serde::Serialize;
 use serde_json::{json, Value};
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use crate::Result;
 
 /// The last check of one scope.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Check {
     pub scope: String,
@@ -31,20 +31,11 @@ pub struct Check {
     pub baseline_facts: i64,
 }
 
-const CHECK_COLUMNS: &str = "c.scope, c.status, c.checked_at, c.observed, c.differences, c.executor_keys, c.error,
-    c.alerted_at, (SELECT count(*) FROM drift_baselines b WHERE b.scope = c.scope) AS baseline_facts";
-
-fn check(r: &sqlx::postgres::PgRow) -> Result<Check> {
-    Ok(<Check as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)
-}
-
 /// The baseline of `scope`: fact → value.
 pub async fn baseline(conn: &mut PgConnection, scope: &str) -> Result<BTreeMap<String, String>> {
-    let rows = sqlx::query("SELECT fact, value FROM drift_baselines WHERE scope = $1")
-        .bind(scope)
-        .fetch_all(&mut *conn)
-        .await?;
-    rows.iter().map(|r| Ok((r.try_get("fact")?, r.try_get("value")?))).collect()
+    let rows =
+        sqlx::query!("SELECT fact, value FROM drift_baselines WHERE scope = $1", scope).fetch_all(&mut *conn).await?;
+    Ok(rows.into_iter().map(|r| (r.fact, r.value)).collect())
 }
 
 /// Replaces the baseline of `scope` with `facts`.
@@ -54,16 +45,16 @@ pub async fn set_baseline(
     facts: &BTreeMap<String, String>,
     actor: &str,
 ) -> Result<()> {
-    sqlx::query("DELETE FROM drift_baselines WHERE scope = $1").bind(scope).execute(&mut *conn).await?;
-    let (keys, values): (Vec<&String>, Vec<&String>) = facts.iter().unzip();
-    sqlx::query(
+    sqlx::query!("DELETE FROM drift_baselines WHERE scope = $1", scope).execute(&mut *conn).await?;
+    let (keys, values): (Vec<&str>, Vec<&str>) = facts.iter().map(|(k, v)| (k.as_str(), v.as_str())).unzip();
+    sqlx::query!(
         "INSERT INTO drift_baselines (scope, fact, value, recorded_by)
          SELECT $1, f, v, $4 FROM unnest($2::text[], $3::text[]) AS t(f, v)",
+        scope,
+        &keys[..] as &[&str],
+        &values[..] as &[&str],
+        actor,
     )
-    .bind(scope)
-    .bind(keys)
-    .bind(values)
-    .bind(actor)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -71,28 +62,30 @@ pub async fn set_baseline(
 
 /// The database's clock.
 pub async fn now(conn: &mut PgConnection) -> Result<DateTime<Utc>> {
-    Ok(sqlx::query_scalar("SELECT now()").fetch_one(&mut *conn).await?)
+    Ok(sqlx::query_scalar!(r#"SELECT now() AS "now!""#).fetch_one(&mut *conn).await?)
 }
 
 /// The last check of `scope`, locked (`FOR UPDATE`), if the scope was ever checked.
 pub async fn lock_existing(conn: &mut PgConnection, scope: &str) -> Result<Option<Check>> {
-    let row = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {CHECK_COLUMNS} FROM drift_checks c WHERE c.scope = $1 FOR UPDATE OF c"
-    )))
-    .bind(scope)
+    Ok(sqlx::query_as!(
+        Check,
+        r#"SELECT c.scope, c.status, c.checked_at, c.observed, c.differences, c.executor_keys, c.error, c.alerted_at,
+                  (SELECT count(*) FROM drift_baselines b WHERE b.scope = c.scope) AS "baseline_facts!"
+           FROM drift_checks c WHERE c.scope = $1 FOR UPDATE OF c"#,
+        scope,
+    )
     .fetch_optional(&mut *conn)
-    .await?;
-    row.as_ref().map(check).transpose()
+    .await?)
 }
 
 /// The last check of `scope`, locked (`FOR UPDATE`); a scope seen the first time gets its
 /// row (checked "never": 1970).
 pub async fn lock_check(conn: &mut PgConnection, scope: &str) -> Result<Option<Check>> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO drift_checks (scope, status, checked_at) VALUES ($1, 'unbaselined', to_timestamp(0))
          ON CONFLICT (scope) DO NOTHING",
+        scope,
     )
-    .bind(scope)
     .execute(&mut *conn)
     .await?;
     lock_existing(conn, scope).await
@@ -112,21 +105,21 @@ pub struct Observation<'a> {
 }
 
 pub async fn record_check(conn: &mut PgConnection, o: &Observation<'_>) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO drift_checks (scope, status, checked_at, observed, differences, executor_keys, error, alerted_at)
          VALUES ($1, $2, now(), $3, $4, $5, $6, CASE WHEN $7 THEN now() END)
          ON CONFLICT (scope) DO UPDATE SET status = EXCLUDED.status, checked_at = now(),
              observed = EXCLUDED.observed, differences = EXCLUDED.differences,
              executor_keys = EXCLUDED.executor_keys, error = EXCLUDED.error,
              alerted_at = CASE WHEN $7 THEN now() WHEN EXCLUDED.status = 'drift' THEN drift_checks.alerted_at END",
+        o.scope,
+        o.status,
+        o.observed,
+        o.differences,
+        json!(o.executor_keys),
+        o.error,
+        o.alerted,
     )
-    .bind(o.scope)
-    .bind(o.status)
-    .bind(&o.observed)
-    .bind(&o.differences)
-    .bind(json!(o.executor_keys))
-    .bind(&o.error)
-    .bind(o.alerted)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -134,10 +127,10 @@ pub async fn record_check(conn: &mut PgConnection, o: &Observation<'_>) -> Resul
 
 /// An executor whose facts were read again: its `executor:<key>` error row, if any, is over.
 pub async fn clear_error(conn: &mut PgConnection, scope: &str) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE drift_checks SET status = 'ok', error = NULL, checked_at = now() WHERE scope = $1 AND status = 'error'",
+        scope,
     )
-    .bind(scope)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -145,8 +138,12 @@ pub async fn clear_error(conn: &mut PgConnection, scope: &str) -> Result<()> {
 
 /// Every scope's last check, by scope.
 pub async fn list(conn: &mut PgConnection) -> Result<Vec<Check>> {
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!("SELECT {CHECK_COLUMNS} FROM drift_checks c ORDER BY c.scope")))
-        .fetch_all(&mut *conn)
-        .await?;
-    rows.iter().map(check).collect()
+    Ok(sqlx::query_as!(
+        Check,
+        r#"SELECT c.scope, c.status, c.checked_at, c.observed, c.differences, c.executor_keys, c.error, c.alerted_at,
+                  (SELECT count(*) FROM drift_baselines b WHERE b.scope = c.scope) AS "baseline_facts!"
+           FROM drift_checks c ORDER BY c.scope"#,
+    )
+    .fetch_all(&mut *conn)
+    .await?)
 }

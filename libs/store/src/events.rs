@@ -21,20 +21,20 @@ pub struct CallEvent<'a> {
 }
 
 pub async fn record_call(conn: &mut PgConnection, ev: &CallEvent<'_>) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO node_events (request_id, request_node_id, attempt_no, kind, method, outcome,
              error_code, error_detail, duration_ms, actor)
          VALUES ($1, $2, $3, 'call', $4, $5, $6, left($7, 2000), $8, $9)",
+        ev.request_id,
+        ev.node_id,
+        ev.attempt_no,
+        ev.method,
+        ev.outcome,
+        ev.error_code,
+        ev.error_detail,
+        ev.duration_ms,
+        ev.actor,
     )
-    .bind(ev.request_id)
-    .bind(ev.node_id)
-    .bind(ev.attempt_no)
-    .bind(ev.method)
-    .bind(ev.outcome)
-    .bind(ev.error_code)
-    .bind(ev.error_detail)
-    .bind(ev.duration_ms)
-    .bind(ev.actor)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -89,22 +89,22 @@ pub async fn record_calls(
     let codes: Vec<Option<&str>> = calls.iter().map(|c| c.error_code.as_deref()).collect();
     let details: Vec<Option<&str>> = calls.iter().map(|c| c.error_detail.as_deref()).collect();
     let durations: Vec<i32> = calls.iter().map(|c| c.duration_ms).collect();
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO node_events (request_id, request_node_id, attempt_no, kind, method, outcome,
              error_code, error_detail, duration_ms, actor)
          SELECT $1, $2, $3, 'call', m, o, c, left(d, 2000), ms, $9
          FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::int[]) WITH ORDINALITY AS x(m, o, c, d, ms, i)
          ORDER BY i",
+        request_id,
+        node_id,
+        attempt_no,
+        &methods[..] as &[&str],
+        &outcomes[..] as &[&str],
+        &codes[..] as &[Option<&str>],
+        &details[..] as &[Option<&str>],
+        &durations,
+        actor,
     )
-    .bind(request_id)
-    .bind(node_id)
-    .bind(attempt_no)
-    .bind(&methods)
-    .bind(&outcomes)
-    .bind(&codes)
-    .bind(&details)
-    .bind(&durations)
-    .bind(actor)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -118,17 +118,16 @@ pub async fn history(
     limit: i64,
     newest_first: bool,
 ) -> Result<Vec<serde_json::Value>> {
-    Ok(sqlx::query_scalar(
-        "SELECT jsonb_build_object('at', created_at, 'kind', kind, 'method', method, 'outcome', outcome, \
-         'from', from_state,
-                    'to', to_state, 'error_code', error_code, 'error_detail', error_detail, 'attempt_no', attempt_no,
-                    'duration_ms', duration_ms, 'actor', actor)
+    Ok(sqlx::query_scalar!(
+        r#"SELECT jsonb_build_object('at', created_at, 'kind', kind, 'method', method, 'outcome', outcome,
+                    'from', from_state, 'to', to_state, 'error_code', error_code, 'error_detail', error_detail,
+                    'attempt_no', attempt_no, 'duration_ms', duration_ms, 'actor', actor) AS "event!"
          FROM (SELECT * FROM node_events WHERE request_node_id = $1 ORDER BY id DESC LIMIT $2) e
-         ORDER BY CASE WHEN $3 THEN -id ELSE id END",
+         ORDER BY CASE WHEN $3 THEN -id ELSE id END"#,
+        node_id,
+        limit,
+        newest_first,
     )
-    .bind(node_id)
-    .bind(limit)
-    .bind(newest_first)
     .fetch_all(&mut *conn)
     .await?)
 }

@@ -2,7 +2,7 @@
 //! reserved per (chain, address) in one short transaction, owned by the node until a
 //! transaction with it is final; every hash broadcast with it is recorded before the send.
 
-use sqlx::{PgPool, Row};
+use sqlx::PgPool;
 use uuid::Uuid;
 
 use crate::Result;
@@ -21,23 +21,26 @@ pub struct Reservation {
     pub cancel_hashes: Vec<String>,
 }
 
-const COLUMNS: &str = "id, chain_id, address, nonce, request_node_id, status, tx_hashes, cancel_hashes";
-
 fn hashes(v: &serde_json::Value) -> Vec<String> {
     v.as_array().map(|a| a.iter().filter_map(|h| h.as_str().map(str::to_string)).collect()).unwrap_or_default()
 }
 
-fn reservation(row: &sqlx::postgres::PgRow) -> Result<Reservation> {
-    Ok(Reservation {
-        id: row.try_get("id")?,
-        chain_id: row.try_get("chain_id")?,
-        address: row.try_get("address")?,
-        nonce: row.try_get("nonce")?,
-        request_node_id: row.try_get("request_node_id")?,
-        status: row.try_get("status")?,
-        tx_hashes: hashes(&row.try_get("tx_hashes")?),
-        cancel_hashes: hashes(&row.try_get("cancel_hashes")?),
-    })
+/// A [`Reservation`] from the record of a query that reads a reservation's columns (its hash
+/// lists are JSON arrays in the table).
+macro_rules! reservation {
+    ($r:expr) => {{
+        let r = $r;
+        Reservation {
+            id: r.id,
+            chain_id: r.chain_id,
+            address: r.address,
+            nonce: r.nonce,
+            request_node_id: r.request_node_id,
+            status: r.status,
+            tx_hashes: hashes(&r.tx_hashes),
+            cancel_hashes: hashes(&r.cancel_hashes),
+        }
+    }};
 }
 
 /// The node's live reservation on `chain_id`, or a new one: the lowest released nonce at or
@@ -47,25 +50,24 @@ fn reservation(row: &sqlx::postgres::PgRow) -> Result<Reservation> {
 pub async fn reserve(pool: &PgPool, chain_id: i64, address: &str, node: Uuid, chain_next: i64) -> Result<Reservation> {
     let address = address.to_ascii_lowercase();
     let mut tx = pool.begin().await?;
-    sqlx::query("SELECT pg_advisory_xact_lock(hashtextextended($1::text || ':' || $2, 17))")
-        .bind(chain_id)
-        .bind(&address)
+    sqlx::query!("SELECT pg_advisory_xact_lock(hashtextextended($1::int8::text || ':' || $2, 17))", chain_id, address)
         .execute(&mut *tx)
         .await?;
-    let live = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM evm_nonce_reservation
-          WHERE request_node_id = $1 AND chain_id = $2 AND status IN ('reserved', 'broadcast')"
-    )))
-    .bind(node)
-    .bind(chain_id)
+    let live = sqlx::query!(
+        "SELECT id, chain_id, address, nonce, request_node_id, status, tx_hashes, cancel_hashes
+           FROM evm_nonce_reservation
+          WHERE request_node_id = $1 AND chain_id = $2 AND status IN ('reserved', 'broadcast')",
+        node,
+        chain_id
+    )
     .fetch_optional(&mut *tx)
     .await?;
     if let Some(row) = live {
-        let r = reservation(&row)?;
+        let r = reservation!(row);
         tx.commit().await?;
         return Ok(r);
     }
-    let gap = sqlx::query(sqlx::AssertSqlSafe(format!(
+    let gap = sqlx::query!(
         "UPDATE evm_nonce_reservation SET status = 'reserved', request_node_id = $3, tx_hashes = '[]'::jsonb,
                 updated_at = now()
           WHERE id = (SELECT r.id FROM evm_nonce_reservation r
@@ -74,32 +76,32 @@ pub async fn reserve(pool: &PgPool, chain_id: i64, address: &str, node: Uuid, ch
                                           WHERE l.chain_id = r.chain_id AND l.address = r.address
                                             AND l.nonce = r.nonce AND l.status <> 'released')
                        ORDER BY r.nonce LIMIT 1)
-          RETURNING {COLUMNS}"
-    )))
-    .bind(chain_id)
-    .bind(&address)
-    .bind(node)
-    .bind(chain_next)
+          RETURNING id, chain_id, address, nonce, request_node_id, status, tx_hashes, cancel_hashes",
+        chain_id,
+        address,
+        node,
+        chain_next
+    )
     .fetch_optional(&mut *tx)
     .await?;
-    let row = match gap {
-        Some(row) => row,
+    let r = match gap {
+        Some(row) => reservation!(row),
         None => {
-            sqlx::query(sqlx::AssertSqlSafe(format!(
+            let row = sqlx::query!(
                 "INSERT INTO evm_nonce_reservation (chain_id, address, nonce, request_node_id, status)
                  SELECT $1, $2, GREATEST($4, COALESCE(max(nonce) + 1, 0)), $3, 'reserved'
                    FROM evm_nonce_reservation WHERE chain_id = $1 AND address = $2 AND status <> 'released'
-                 RETURNING {COLUMNS}"
-            )))
-            .bind(chain_id)
-            .bind(&address)
-            .bind(node)
-            .bind(chain_next)
+                 RETURNING id, chain_id, address, nonce, request_node_id, status, tx_hashes, cancel_hashes",
+                chain_id,
+                address,
+                node,
+                chain_next
+            )
             .fetch_one(&mut *tx)
-            .await?
+            .await?;
+            reservation!(row)
         }
     };
-    let r = reservation(&row)?;
     tx.commit().await?;
     Ok(r)
 }
@@ -107,15 +109,15 @@ pub async fn reserve(pool: &PgPool, chain_id: i64, address: &str, node: Uuid, ch
 /// Records `hash` as broadcast with the reservation, before the send. `false`: the
 /// reservation is no longer the node's live one (consumed or released): nothing may be sent.
 pub async fn mark_broadcast(pool: &PgPool, id: i64, node: Uuid, hash: &str) -> Result<bool> {
-    let moved = sqlx::query(
+    let moved = sqlx::query!(
         "UPDATE evm_nonce_reservation
             SET status = 'broadcast', updated_at = now(),
                 tx_hashes = CASE WHEN tx_hashes ? $3 THEN tx_hashes ELSE tx_hashes || to_jsonb($3::text) END
           WHERE id = $1 AND request_node_id = $2 AND status IN ('reserved', 'broadcast')",
+        id,
+        node,
+        hash.to_ascii_lowercase()
     )
-    .bind(id)
-    .bind(node)
-    .bind(hash.to_ascii_lowercase())
     .execute(pool)
     .await?;
     Ok(moved.rows_affected() == 1)
@@ -124,16 +126,16 @@ pub async fn mark_broadcast(pool: &PgPool, id: i64, node: Uuid, hash: &str) -> R
 /// Records a zero-value self-send `hash` that recovery broadcasts to force the nonce, before
 /// the send. `false`: the reservation is no longer the node's live one.
 pub async fn mark_cancel(pool: &PgPool, id: i64, node: Uuid, hash: &str) -> Result<bool> {
-    let moved = sqlx::query(
+    let moved = sqlx::query!(
         "UPDATE evm_nonce_reservation
             SET updated_at = now(),
                 cancel_hashes = CASE WHEN cancel_hashes ? $3 THEN cancel_hashes ELSE cancel_hashes || \
                     to_jsonb($3::text) END
           WHERE id = $1 AND request_node_id = $2 AND status IN ('reserved', 'broadcast')",
+        id,
+        node,
+        hash.to_ascii_lowercase()
     )
-    .bind(id)
-    .bind(node)
-    .bind(hash.to_ascii_lowercase())
     .execute(pool)
     .await?;
     Ok(moved.rows_affected() == 1)
@@ -142,12 +144,12 @@ pub async fn mark_cancel(pool: &PgPool, id: i64, node: Uuid, hash: &str) -> Resu
 /// The nonce is final on chain (`by` = the transaction hash that consumed it, the node's or
 /// another's).
 pub async fn mark_consumed(pool: &PgPool, id: i64, by: &str) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE evm_nonce_reservation SET status = 'consumed', consumed_by = $2, updated_at = now()
           WHERE id = $1 AND status IN ('reserved', 'broadcast')",
+        id,
+        by.to_ascii_lowercase()
     )
-    .bind(id)
-    .bind(by.to_ascii_lowercase())
     .execute(pool)
     .await?;
     Ok(())
@@ -157,13 +159,13 @@ pub async fn mark_consumed(pool: &PgPool, id: i64, by: &str) -> Result<()> {
 /// or cancel hash): the node's effect happened without it (a CCTP message another caller
 /// received first). `false` when something was broadcast with it or it is not the node's.
 pub async fn release_unsent(pool: &PgPool, id: i64, node: Uuid) -> Result<bool> {
-    let moved = sqlx::query(
+    let moved = sqlx::query!(
         "UPDATE evm_nonce_reservation SET status = 'released', updated_at = now()
           WHERE id = $1 AND request_node_id = $2 AND status = 'reserved'
             AND tx_hashes = '[]'::jsonb AND cancel_hashes = '[]'::jsonb",
+        id,
+        node
     )
-    .bind(id)
-    .bind(node)
     .execute(pool)
     .await?;
     Ok(moved.rows_affected() == 1)
@@ -172,7 +174,7 @@ pub async fn release_unsent(pool: &PgPool, id: i64, node: Uuid) -> Result<bool> 
 /// A reservation given back — by a node that failed before anything was broadcast
 /// ([`release_before_broadcast`]) or by the reaper ([`reclaim`]) — and the node and movement
 /// that held it.
-#[derive(Debug, Clone, PartialEq, sqlx::FromRow)]
+#[derive(Debug, Clone, PartialEq)]
 pub struct GivenBack {
     pub id: i64,
     pub chain_id: i64,
@@ -186,14 +188,13 @@ pub struct GivenBack {
 /// reservation, in the caller's transaction; `detail` is added to each row's data.
 async fn audit_given_back(
     conn: &mut sqlx::PgConnection,
-    rows: Vec<sqlx::postgres::PgRow>,
+    rows: Vec<GivenBack>,
     actor: &str,
     action: &str,
     detail: (&str, serde_json::Value),
 ) -> Result<Vec<GivenBack>> {
     let mut out = Vec::with_capacity(rows.len());
-    for row in rows {
-        let r = <GivenBack as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(&row)?;
+    for r in rows {
         let mut data = serde_json::json!({
             "reservation_id": r.id, "chain_id": r.chain_id, "address": r.address, "nonce": r.nonce,
         });
@@ -231,7 +232,8 @@ pub async fn release_before_broadcast(
     why: &str,
     actor: &str,
 ) -> Result<Vec<GivenBack>> {
-    let rows = sqlx::query(
+    let rows = sqlx::query_as!(
+        GivenBack,
         "UPDATE evm_nonce_reservation r SET status = 'released', updated_at = now()
            FROM movement_request_nodes n
           WHERE n.id = r.request_node_id AND r.request_node_id = $1 AND r.status = 'reserved'
@@ -241,9 +243,9 @@ pub async fn release_before_broadcast(
                                AND a.kind IN ('sign_result', 'prepared_action')
                                AND a.attempt_no IS DISTINCT FROM $2)
          RETURNING r.id, r.chain_id, r.address, r.nonce, r.request_node_id, n.request_id",
+        node,
+        cleared_attempt
     )
-    .bind(node)
-    .bind(cleared_attempt)
     .fetch_all(&mut *conn)
     .await?;
     audit_given_back(conn, rows, actor, "evm.nonce.release", ("why", serde_json::json!(why))).await
@@ -251,16 +253,17 @@ pub async fn release_before_broadcast(
 
 /// Every reservation the node ever held on `chain_id` (hashes included), newest first.
 pub async fn of_node(pool: &PgPool, node: Uuid, chain_id: i64) -> Result<Vec<Reservation>> {
-    sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM evm_nonce_reservation WHERE request_node_id = $1 AND chain_id = $2 ORDER BY id DESC"
-    )))
-    .bind(node)
-    .bind(chain_id)
+    Ok(sqlx::query!(
+        "SELECT id, chain_id, address, nonce, request_node_id, status, tx_hashes, cancel_hashes
+           FROM evm_nonce_reservation WHERE request_node_id = $1 AND chain_id = $2 ORDER BY id DESC",
+        node,
+        chain_id
+    )
     .fetch_all(pool)
     .await?
-    .iter()
-    .map(reservation)
-    .collect()
+    .into_iter()
+    .map(|r| reservation!(r))
+    .collect())
 }
 
 /// The reaper: releases reservations older than `age_seconds` that nothing was ever broadcast
@@ -274,7 +277,8 @@ pub async fn reclaim(
     actor: &str,
     limit: i64,
 ) -> Result<Vec<GivenBack>> {
-    let rows = sqlx::query(
+    let rows = sqlx::query_as!(
+        GivenBack,
         "WITH stale AS (
              SELECT r.id FROM evm_nonce_reservation r
                JOIN movement_request_nodes n ON n.id = r.request_node_id
@@ -296,9 +300,9 @@ pub async fn reclaim(
            FROM stale, movement_request_nodes n
           WHERE r.id = stale.id AND n.id = r.request_node_id
          RETURNING r.id, r.chain_id, r.address, r.nonce, r.request_node_id, n.request_id",
+        age_seconds,
+        limit
     )
-    .bind(age_seconds)
-    .bind(limit)
     .fetch_all(&mut *conn)
     .await?;
     audit_given_back(conn, rows, actor, "evm.nonce.reclaim", ("age_seconds", serde_json::json!(age_seconds))).await

@@ -8,12 +8,12 @@ use crate::Result;
 
 /// Locks up to `limit` PENDING_APPROVAL movements whose `expires_at` has passed.
 pub async fn lock_expired_movements(conn: &mut PgConnection, limit: i64) -> Result<Vec<Uuid>> {
-    Ok(sqlx::query_scalar(
+    Ok(sqlx::query_scalar!(
         "SELECT id FROM movement_requests
          WHERE request_state = 'PENDING_APPROVAL' AND expires_at IS NOT NULL AND expires_at < now()
          LIMIT $1 FOR UPDATE SKIP LOCKED",
+        limit
     )
-    .bind(limit)
     .fetch_all(&mut *conn)
     .await?)
 }
@@ -21,8 +21,8 @@ pub async fn lock_expired_movements(conn: &mut PgConnection, limit: i64) -> Resu
 /// Marks up to `limit` pending template proposals past their review window `expired`, with
 /// an audit row each. Returns their ids.
 pub async fn expire_template_proposals(conn: &mut PgConnection, limit: i64, actor: &str) -> Result<Vec<Uuid>> {
-    Ok(sqlx::query_scalar(
-        "WITH expired AS (
+    Ok(sqlx::query_scalar!(
+        r#"WITH expired AS (
              UPDATE template_proposals SET status = 'expired', updated_at = now()
              WHERE id IN (SELECT id FROM template_proposals WHERE status = 'pending' AND expires_at < now()
                           LIMIT $1 FOR UPDATE SKIP LOCKED)
@@ -33,10 +33,10 @@ pub async fn expire_template_proposals(conn: &mut PgConnection, limit: i64, acto
                     jsonb_build_object('template_key', template_key)
              FROM expired
          )
-         SELECT id FROM expired",
+         SELECT id AS "id!" FROM expired"#,
+        limit,
+        actor
     )
-    .bind(limit)
-    .bind(actor)
     .fetch_all(&mut *conn)
     .await?)
 }

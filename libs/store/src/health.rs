@@ -3,7 +3,7 @@
 
 use chrono::{DateTime, Utc};
 use serde::Serialize;
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 
 use crate::Result;
 
@@ -16,18 +16,18 @@ pub async fn record_executor(
     state: &str,
     error: Option<&str>,
 ) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO executors (executor_key, transport, lane, health_state, last_health_checked_at, last_error)
          VALUES ($1, $2, $3, $4, now(), $5)
          ON CONFLICT (executor_key) DO UPDATE SET transport = EXCLUDED.transport, lane = EXCLUDED.lane,
              health_state = EXCLUDED.health_state, last_health_checked_at = now(),
              last_error = EXCLUDED.last_error, updated_at = now()",
+        key,
+        transport,
+        lane,
+        state,
+        error,
     )
-    .bind(key)
-    .bind(transport)
-    .bind(lane)
-    .bind(state)
-    .bind(error)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -43,19 +43,19 @@ pub async fn record_signer(
     error: Option<&str>,
     observed_address: Option<&str>,
 ) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO signers (signer_key, transport, health_state, last_health_checked_at, last_error, \
          observed_signer_address)
          VALUES ($1, $2, $3, now(), $4, $5)
          ON CONFLICT (signer_key) DO UPDATE SET transport = EXCLUDED.transport, health_state = EXCLUDED.health_state,
              last_health_checked_at = now(), last_error = EXCLUDED.last_error,
              observed_signer_address = EXCLUDED.observed_signer_address, updated_at = now()",
+        key,
+        transport,
+        state,
+        error,
+        observed_address,
     )
-    .bind(key)
-    .bind(transport)
-    .bind(state)
-    .bind(error)
-    .bind(observed_address)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -64,19 +64,19 @@ pub async fn record_signer(
 /// Rows whose key is no longer registered become `orphan` (a signer's observation is
 /// cleared). Returns how many changed.
 pub async fn mark_orphans(conn: &mut PgConnection, executor_keys: &[String], signer_keys: &[String]) -> Result<u64> {
-    let a = sqlx::query(
+    let a = sqlx::query!(
         "UPDATE executors SET health_state = 'orphan', last_health_checked_at = now(), updated_at = now()
          WHERE NOT (executor_key = ANY($1)) AND health_state <> 'orphan'",
+        executor_keys,
     )
-    .bind(executor_keys)
     .execute(&mut *conn)
     .await?;
-    let b = sqlx::query(
+    let b = sqlx::query!(
         "UPDATE signers SET health_state = 'orphan', observed_signer_address = NULL, last_health_checked_at = \
          now(), updated_at = now()
          WHERE NOT (signer_key = ANY($1)) AND health_state <> 'orphan'",
+        signer_keys,
     )
-    .bind(signer_keys)
     .execute(&mut *conn)
     .await?;
     Ok(a.rows_affected() + b.rows_affected())
@@ -84,19 +84,20 @@ pub async fn mark_orphans(conn: &mut PgConnection, executor_keys: &[String], sig
 
 /// Sets a signer's expected address (admin enrolment). `false` if the signer is unknown.
 pub async fn set_expected_identity(conn: &mut PgConnection, key: &str, address: &str) -> Result<bool> {
-    let res = sqlx::query("UPDATE signers SET expected_signer_address = $2, updated_at = now() WHERE signer_key = $1")
-        .bind(key)
-        .bind(address)
-        .execute(&mut *conn)
-        .await?;
+    let res = sqlx::query!(
+        "UPDATE signers SET expected_signer_address = $2, updated_at = now() WHERE signer_key = $1",
+        key,
+        address,
+    )
+    .execute(&mut *conn)
+    .await?;
     Ok(res.rows_affected() == 1)
 }
 
 /// The address an admin enrolled as `key`'s identity, if any.
 pub async fn expected_identity(conn: &mut PgConnection, key: &str) -> Result<Option<String>> {
     let v: Option<Option<String>> =
-        sqlx::query_scalar("SELECT expected_signer_address FROM signers WHERE signer_key = $1")
-            .bind(key)
+        sqlx::query_scalar!("SELECT expected_signer_address FROM signers WHERE signer_key = $1", key)
             .fetch_optional(&mut *conn)
             .await?;
     Ok(v.flatten().filter(|a| !a.is_empty()))
@@ -105,16 +106,17 @@ pub async fn expected_identity(conn: &mut PgConnection, key: &str) -> Result<Opt
 /// `(expected, observed)`: the address an admin enrolled as `key`'s identity and the one its
 /// last health check reported, each if any.
 pub async fn identities(conn: &mut PgConnection, key: &str) -> Result<(Option<String>, Option<String>)> {
-    let v: Option<(Option<String>, Option<String>)> =
-        sqlx::query_as("SELECT expected_signer_address, observed_signer_address FROM signers WHERE signer_key = $1")
-            .bind(key)
-            .fetch_optional(&mut *conn)
-            .await?;
-    let (expected, observed) = v.unwrap_or_default();
+    let v = sqlx::query!(
+        "SELECT expected_signer_address, observed_signer_address FROM signers WHERE signer_key = $1",
+        key,
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    let (expected, observed) = v.map(|r| (r.expected_signer_address, r.observed_signer_address)).unwrap_or_default();
     Ok((expected.filter(|a| !a.is_empty()), observed.filter(|a| !a.is_empty())))
 }
 
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct ExecutorHealth {
     pub executor_key: String,
@@ -126,7 +128,8 @@ pub struct ExecutorHealth {
 }
 
 pub async fn list_executors(conn: &mut PgConnection) -> Result<Vec<ExecutorHealth>> {
-    Ok(sqlx::query_as::<_, ExecutorHealth>(
+    Ok(sqlx::query_as!(
+        ExecutorHealth,
         "SELECT executor_key, transport, lane, health_state, last_health_checked_at, last_error FROM executors \
          ORDER BY executor_key",
     )
@@ -150,33 +153,32 @@ pub struct SignerHealth {
 }
 
 pub async fn list_signers(conn: &mut PgConnection) -> Result<Vec<SignerHealth>> {
-    let rows = sqlx::query(
+    let rows = sqlx::query!(
         "SELECT signer_key, transport, health_state, observed_signer_address, expected_signer_address,
                 last_health_checked_at, last_error FROM signers ORDER BY signer_key",
     )
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter()
+    Ok(rows
+        .into_iter()
         .map(|r| {
-            let observed: Option<String> = r.try_get(3)?;
-            let expected: Option<String> = r.try_get(4)?;
-            let identity_posture = match (&observed, &expected) {
+            let identity_posture = match (&r.observed_signer_address, &r.expected_signer_address) {
                 (Some(o), Some(e)) if o == e => "match",
                 (Some(_), Some(_)) => "mismatch",
                 _ => "unverified",
             };
-            Ok(SignerHealth {
-                signer_key: r.try_get(0)?,
-                transport: r.try_get(1)?,
-                health_state: r.try_get(2)?,
-                observed_signer_address: observed,
-                expected_signer_address: expected,
+            SignerHealth {
+                signer_key: r.signer_key,
+                transport: r.transport,
+                health_state: r.health_state,
+                observed_signer_address: r.observed_signer_address,
+                expected_signer_address: r.expected_signer_address,
                 identity_posture,
-                last_health_checked_at: r.try_get(5)?,
-                last_error: r.try_get(6)?,
-            })
+                last_health_checked_at: r.last_health_checked_at,
+                last_error: r.last_error,
+            }
         })
-        .collect()
+        .collect())
 }
 
 /// Health states of the given bindings that are not `up` (for the compile-time warning).
@@ -185,19 +187,19 @@ pub async fn not_up(
     executor_keys: &[String],
     signer_keys: &[String],
 ) -> Result<Vec<(String, String)>> {
-    let rows = sqlx::query(
-        "SELECT k, COALESCE(e.health_state, 'unknown') FROM unnest($1::text[]) k LEFT JOIN executors e ON \
-         e.executor_key = k
+    let rows = sqlx::query!(
+        r#"SELECT k AS "key!", COALESCE(e.health_state, 'unknown') AS "health_state!" FROM unnest($1::text[]) k
+             LEFT JOIN executors e ON e.executor_key = k
          WHERE COALESCE(e.health_state, 'unknown') <> 'up'
          UNION ALL
          SELECT k, COALESCE(s.health_state, 'unknown') FROM unnest($2::text[]) k LEFT JOIN signers s ON s.signer_key = k
-         WHERE COALESCE(s.health_state, 'unknown') <> 'up'",
+         WHERE COALESCE(s.health_state, 'unknown') <> 'up'"#,
+        executor_keys,
+        signer_keys,
     )
-    .bind(executor_keys)
-    .bind(signer_keys)
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter().map(|r| Ok((r.try_get(0)?, r.try_get(1)?))).collect()
+    Ok(rows.into_iter().map(|r| (r.key, r.health_state)).collect())
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -221,29 +223,27 @@ pub struct WorkerBeat {
 
 /// Heartbeat rows with their age by the database's clock; `stale` past `stale_after_seconds`.
 pub async fn list_workers(conn: &mut PgConnection, stale_after_seconds: f64) -> Result<Vec<WorkerBeat>> {
-    let rows = sqlx::query(
-        "SELECT worker, network_class, instance_id, hostname, pid, started_at, last_beat_at,
-                last_tick_at, next_tick_at, extract(epoch FROM now() - last_beat_at)::float8 AS age
-         FROM worker_heartbeats ORDER BY worker, network_class, instance_id",
+    let rows = sqlx::query!(
+        r#"SELECT worker, network_class, instance_id, hostname, pid, started_at, last_beat_at,
+                last_tick_at, next_tick_at, extract(epoch FROM now() - last_beat_at)::float8 AS "age!"
+         FROM worker_heartbeats ORDER BY worker, network_class, instance_id"#,
     )
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter()
-        .map(|r| {
-            let age: f64 = r.try_get("age")?;
-            Ok(WorkerBeat {
-                worker: r.try_get("worker")?,
-                network_class: r.try_get("network_class")?,
-                instance_id: r.try_get("instance_id")?,
-                hostname: r.try_get("hostname")?,
-                pid: r.try_get("pid")?,
-                started_at: r.try_get("started_at")?,
-                last_beat_at: r.try_get("last_beat_at")?,
-                age_seconds: age,
-                stale: age > stale_after_seconds,
-                last_tick_at: r.try_get("last_tick_at")?,
-                next_tick_at: r.try_get("next_tick_at")?,
-            })
+    Ok(rows
+        .into_iter()
+        .map(|r| WorkerBeat {
+            worker: r.worker,
+            network_class: r.network_class,
+            instance_id: r.instance_id,
+            hostname: r.hostname,
+            pid: r.pid,
+            started_at: r.started_at,
+            last_beat_at: r.last_beat_at,
+            age_seconds: r.age,
+            stale: r.age > stale_after_seconds,
+            last_tick_at: r.last_tick_at,
+            next_tick_at: r.next_tick_at,
         })
-        .collect()
+        .collect())
 }

@@ -13,19 +13,19 @@ pub struct HeartbeatKey {
 
 /// Seeds (or re-seeds) this process' row at start.
 pub async fn seed(pool: &PgPool, key: &HeartbeatKey, hostname: &str, pid: i32) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO worker_heartbeats (worker, network_class, instance_id, hostname, pid)
          VALUES ($1, $2, $3, $4, $5)
          ON CONFLICT (worker, network_class, instance_id)
          DO UPDATE SET hostname = EXCLUDED.hostname, pid = EXCLUDED.pid,
                        started_at = now(), last_beat_at = now(),
                        last_tick_at = NULL, next_tick_at = NULL",
+        key.worker,
+        key.network_class,
+        key.instance_id,
+        hostname,
+        pid,
     )
-    .bind(&key.worker)
-    .bind(&key.network_class)
-    .bind(&key.instance_id)
-    .bind(hostname)
-    .bind(pid)
     .execute(pool)
     .await?;
     Ok(())
@@ -43,17 +43,17 @@ pub struct LoopTimes {
 
 /// Beats this process' row for one worker: `last_beat_at = now()` and the loop's times.
 pub async fn beat(pool: &PgPool, key: &HeartbeatKey, times: LoopTimes) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "UPDATE worker_heartbeats SET last_beat_at = now(),
              last_tick_at = now() - make_interval(secs => $4),
              next_tick_at = now() + make_interval(secs => $5)
          WHERE worker = $1 AND network_class = $2 AND instance_id = $3",
+        key.worker,
+        key.network_class,
+        key.instance_id,
+        times.ticked_ago,
+        times.due_in,
     )
-    .bind(&key.worker)
-    .bind(&key.network_class)
-    .bind(&key.instance_id)
-    .bind(times.ticked_ago)
-    .bind(times.due_in)
     .execute(pool)
     .await?;
     Ok(())

@@ -91,13 +91,14 @@ pub struct SessionSettings {
 }
 
 pub async fn session_settings(pool: &PgPool) -> Result<SessionSettings> {
-    let (lock_timeout, idle_in_transaction_session_timeout, synchronous_commit) = sqlx::query_as(
-        "SELECT current_setting('lock_timeout'), current_setting('idle_in_transaction_session_timeout'),
-                current_setting('synchronous_commit')",
+    Ok(sqlx::query_as!(
+        SessionSettings,
+        r#"SELECT current_setting('lock_timeout') AS "lock_timeout!",
+                  current_setting('idle_in_transaction_session_timeout') AS "idle_in_transaction_session_timeout!",
+                  current_setting('synchronous_commit') AS "synchronous_commit!""#,
     )
     .fetch_one(pool)
-    .await?;
-    Ok(SessionSettings { lock_timeout, idle_in_transaction_session_timeout, synchronous_commit })
+    .await?)
 }
 
 /// Applies pending migrations (idempotent; safe under concurrent starters thanks to sqlx's
@@ -108,7 +109,7 @@ pub async fn migrate(pool: &PgPool) -> Result<()> {
 
 /// Round trip to the database (readiness).
 pub async fn ping(pool: &PgPool) -> Result<()> {
-    sqlx::query("SELECT 1").execute(pool).await?;
+    sqlx::query!("SELECT 1 AS one").fetch_one(pool).await?;
     Ok(())
 }
 

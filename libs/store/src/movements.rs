@@ -1,14 +1,12 @@
 //! Movement requests and their nodes: creation (idempotent by a unique constraint), reads
 //! and cursor paging.
 
-use std::sync::LazyLock;
-
 use chrono::{DateTime, Utc};
 use serde_json::Value;
-use sqlx::{AssertSqlSafe, PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::rows::REQUEST_COLUMNS;
+use crate::context::try_column;
 use crate::{NodeRow, RequestRow, Result};
 
 #[derive(Debug, Clone)]
@@ -48,7 +46,7 @@ pub enum Created {
 /// principal created earlier with the same idempotency key. Concurrent duplicates meet at
 /// the unique constraint, so only one movement is ever created.
 pub async fn insert(conn: &mut PgConnection, m: &NewMovement<'_>, nodes: &[NewNode<'_>]) -> Result<Created> {
-    let inserted: Option<Uuid> = sqlx::query_scalar(
+    let inserted: Option<Uuid> = sqlx::query_scalar!(
         "INSERT INTO movement_requests (id, template_id, plan_version_id, template_key,
              template_version, compiled_plan_hash, intent, intent_hash, input_params,
              request_state, created_by, idempotency_key, body_hash, callback_url, expires_at, callback_secret,
@@ -57,56 +55,129 @@ pub async fn insert(conn: &mut PgConnection, m: &NewMovement<'_>, nodes: &[NewNo
              now() + make_interval(secs => $14), $15, $16)
          ON CONFLICT (created_by, idempotency_key) DO NOTHING
          RETURNING id",
+        m.id,
+        m.template_id,
+        m.plan_version_id,
+        m.template_key,
+        m.template_version,
+        m.compiled_plan_hash,
+        m.intent,
+        m.intent_hash,
+        m.input_params,
+        m.created_by,
+        m.idempotency_key,
+        m.body_hash,
+        m.callback_url,
+        m.ttl_seconds,
+        m.callback_secret,
+        m.approvals_required
     )
-    .bind(m.id)
-    .bind(m.template_id)
-    .bind(m.plan_version_id)
-    .bind(m.template_key)
-    .bind(m.template_version)
-    .bind(m.compiled_plan_hash)
-    .bind(m.intent)
-    .bind(m.intent_hash)
-    .bind(m.input_params)
-    .bind(m.created_by)
-    .bind(m.idempotency_key)
-    .bind(m.body_hash)
-    .bind(m.callback_url)
-    .bind(m.ttl_seconds)
-    .bind(m.callback_secret)
-    .bind(m.approvals_required)
     .fetch_optional(&mut *conn)
     .await?;
     let Some(id) = inserted else {
-        let row =
-            sqlx::query("SELECT id, body_hash FROM movement_requests WHERE created_by = $1 AND idempotency_key = $2")
-                .bind(m.created_by)
-                .bind(m.idempotency_key)
-                .fetch_one(&mut *conn)
-                .await?;
-        return Ok(Created::Existing { id: row.try_get(0)?, body_hash: row.try_get(1)? });
+        let row = sqlx::query!(
+            "SELECT id, body_hash FROM movement_requests WHERE created_by = $1 AND idempotency_key = $2",
+            m.created_by,
+            m.idempotency_key
+        )
+        .fetch_one(&mut *conn)
+        .await?;
+        return Ok(Created::Existing { id: row.id, body_hash: row.body_hash });
     };
     let plan_node_ids: Vec<Uuid> = nodes.iter().map(|n| n.0).collect();
     let keys: Vec<&str> = nodes.iter().map(|n| n.1).collect();
     let kinds: Vec<&str> = nodes.iter().map(|n| n.2).collect();
     let lanes: Vec<&str> = nodes.iter().map(|n| n.3).collect();
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO movement_request_nodes (id, request_id, plan_node_id, node_key, node_kind, lane, node_state)
          SELECT gen_random_uuid(), $1, p, k, kind, lane, 'BLOCKED'
          FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[]) AS x(p, k, kind, lane)",
+        id,
+        &plan_node_ids,
+        &keys as &[&str],
+        &kinds as &[&str],
+        &lanes as &[&str]
     )
-    .bind(id)
-    .bind(&plan_node_ids)
-    .bind(&keys)
-    .bind(&kinds)
-    .bind(&lanes)
     .execute(&mut *conn)
     .await?;
     Ok(Created::New(id))
 }
 
+/// A [`RequestRow`] as the database returns it: the state still text.
+struct RequestRecord {
+    id: Uuid,
+    template_id: Uuid,
+    plan_version_id: Uuid,
+    template_key: String,
+    template_version: i32,
+    compiled_plan_hash: String,
+    intent: Value,
+    intent_hash: String,
+    input_params: Value,
+    request_state: String,
+    approval_status: String,
+    approved_by: Option<String>,
+    approved_at: Option<DateTime<Utc>>,
+    review_reason: Option<String>,
+    created_by: String,
+    idempotency_key: String,
+    body_hash: String,
+    callback_url: Option<String>,
+    current_frontier: Value,
+    expires_at: Option<DateTime<Utc>>,
+    expired: bool,
+    completed_at: Option<DateTime<Utc>>,
+    created_at: DateTime<Utc>,
+    updated_at: DateTime<Utc>,
+    approvals_required: i32,
+}
+
+impl RequestRecord {
+    fn into_row(self) -> Result<RequestRow> {
+        Ok(RequestRow {
+            id: self.id,
+            template_id: self.template_id,
+            plan_version_id: self.plan_version_id,
+            template_key: self.template_key,
+            template_version: self.template_version,
+            compiled_plan_hash: self.compiled_plan_hash,
+            intent: self.intent,
+            intent_hash: self.intent_hash,
+            input_params: self.input_params,
+            request_state: try_column("request_state", self.request_state)?,
+            approval_status: self.approval_status,
+            approved_by: self.approved_by,
+            approved_at: self.approved_at,
+            review_reason: self.review_reason,
+            created_by: self.created_by,
+            idempotency_key: self.idempotency_key,
+            body_hash: self.body_hash,
+            callback_url: self.callback_url,
+            current_frontier: self.current_frontier,
+            expires_at: self.expires_at,
+            expired: self.expired,
+            completed_at: self.completed_at,
+            created_at: self.created_at,
+            updated_at: self.updated_at,
+            approvals_required: self.approvals_required,
+        })
+    }
+}
+
 pub async fn get(conn: &mut PgConnection, id: Uuid) -> Result<Option<RequestRow>> {
-    let sql = format!("SELECT {REQUEST_COLUMNS} FROM movement_requests WHERE id = $1");
-    Ok(sqlx::query_as::<_, RequestRow>(AssertSqlSafe(sql)).bind(id).fetch_optional(&mut *conn).await?)
+    let record = sqlx::query_as!(
+        RequestRecord,
+        r#"SELECT id, template_id, plan_version_id, template_key, template_version, compiled_plan_hash,
+               intent, intent_hash, input_params, request_state, approval_status, approved_by, approved_at,
+               review_reason, created_by, idempotency_key, body_hash, callback_url, current_frontier,
+               expires_at, COALESCE(expires_at <= now(), false) AS "expired!", completed_at, created_at,
+               updated_at, approvals_required
+           FROM movement_requests WHERE id = $1"#,
+        id
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
+    record.map(RequestRecord::into_row).transpose()
 }
 
 pub async fn nodes(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<NodeRow>> {
@@ -115,6 +186,7 @@ pub async fn nodes(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<Node
 }
 
 /// A movement's nodes; a READY non-manual node carries the pause holding it, if any.
+// Not a macro: the pause test is `controls::holding_pauses!`, the one definition the claim shares.
 const NODES_SQL: &str = concat!(
     "SELECT n.id, n.node_key, n.node_kind, n.node_state, p.action_type, p.executor_key,
             p.signer_key, n.attempt_no, n.provider_state, n.provider_refs, n.provider_ref_id,
@@ -147,25 +219,31 @@ pub async fn list(
     limit: i64,
 ) -> Result<Vec<RequestRow>> {
     let (at, id) = after.map_or((None, None), |(a, i)| (Some(a), Some(i)));
-    let rows = sqlx::query_as::<_, RequestRow>(AssertSqlSafe(format!(
-        "SELECT {REQUEST_COLUMNS} FROM movement_requests
-         WHERE ($1::text IS NULL OR request_state = $1)
-           AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
-           AND ($5::text IS NULL OR template_key = $5)
-           AND ($6::text IS NULL OR created_by = $6)
-           AND ($7::timestamptz IS NULL OR created_at >= $7)
-         ORDER BY created_at DESC, id DESC LIMIT $4"
-    )))
-    .bind(filter.state)
-    .bind(at)
-    .bind(id)
-    .bind(limit)
-    .bind(filter.template_key)
-    .bind(filter.created_by)
-    .bind(filter.since)
+    let records = sqlx::query_as!(
+        RequestRecord,
+        r#"SELECT id, template_id, plan_version_id, template_key, template_version, compiled_plan_hash,
+               intent, intent_hash, input_params, request_state, approval_status, approved_by, approved_at,
+               review_reason, created_by, idempotency_key, body_hash, callback_url, current_frontier,
+               expires_at, COALESCE(expires_at <= now(), false) AS "expired!", completed_at, created_at,
+               updated_at, approvals_required
+           FROM movement_requests
+           WHERE ($1::text IS NULL OR request_state = $1)
+             AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
+             AND ($5::text IS NULL OR template_key = $5)
+             AND ($6::text IS NULL OR created_by = $6)
+             AND ($7::timestamptz IS NULL OR created_at >= $7)
+           ORDER BY created_at DESC, id DESC LIMIT $4"#,
+        filter.state,
+        at,
+        id,
+        limit,
+        filter.template_key,
+        filter.created_by,
+        filter.since
+    )
     .fetch_all(&mut *conn)
     .await?;
-    Ok(rows)
+    records.into_iter().map(RequestRecord::into_row).collect()
 }
 
 /// Executor and signer keys among `keys` whose recorded health is `down`.
@@ -178,90 +256,95 @@ pub async fn unhealthy_bindings(
     signer_keys: &[String],
     stale_after_seconds: f64,
 ) -> Result<Vec<(String, String)>> {
-    let rows = sqlx::query(
-        "WITH bound AS (
+    let rows = sqlx::query!(
+        r#"WITH bound AS (
              SELECT k, e.health_state AS state, e.last_health_checked_at AS checked, e.executor_key IS NOT NULL AS seen
              FROM unnest($1::text[]) AS k LEFT JOIN executors e ON e.executor_key = k
              UNION
              SELECT k, s.health_state, s.last_health_checked_at, s.signer_key IS NOT NULL
              FROM unnest($2::text[]) AS k LEFT JOIN signers s ON s.signer_key = k)
-         SELECT k, CASE WHEN NOT seen THEN 'missing'
+         SELECT k AS "k!", CASE WHEN NOT seen THEN 'missing'
                         WHEN state = 'down' THEN 'down'
                         WHEN state <> 'up' OR checked IS NULL THEN 'unknown'
                         WHEN checked < now() - make_interval(secs => $3) THEN 'stale'
-                   END AS why
+                   END AS "why!"
          FROM bound
          WHERE NOT seen OR state <> 'up' OR checked IS NULL OR checked < now() - make_interval(secs => $3)
-         ORDER BY k",
+         ORDER BY k"#,
+        executor_keys,
+        signer_keys,
+        stale_after_seconds
     )
-    .bind(executor_keys)
-    .bind(signer_keys)
-    .bind(stale_after_seconds)
     .fetch_all(&mut *conn)
     .await?;
-    rows.iter().map(|r| Ok((r.try_get("k")?, r.try_get("why")?))).collect()
+    Ok(rows.into_iter().map(|r| (r.k, r.why)).collect())
 }
 
-/// The bucket a velocity limit counts in, from an intent's asset and source (SQL over a jsonb
-/// `{intent}` expression): the asset trimmed and case-folded, and the source trimmed and
+/// Serialises velocity checks of one bucket for the rest of the transaction, so two concurrent
+/// movements cannot both fit under a limit only one fits under.
+///
+/// The bucket a velocity limit counts in (`velocity_bucket`), from an intent's asset and source
+/// (SQL over a jsonb intent): the asset trimmed and case-folded, and the source trimmed and
 /// case-folded whether it is a string or an object's `address` (any other object: its jsonb
 /// text, which has one canonical form; none: empty). So `"0xAbC"`, `" 0xabc "` and
-/// `{"address": "0xabc"}` share one budget, as the executor will debit one account.
-fn velocity_bucket(intent: &str) -> String {
-    format!(
-        "lower(btrim({intent} ->> 'asset')) || '|' || CASE jsonb_typeof({intent} -> 'source')
-             WHEN 'string' THEN lower(btrim({intent} ->> 'source'))
-             WHEN 'object' THEN COALESCE(lower(btrim({intent} -> 'source' ->> 'address')), ({intent} -> 'source')::text)
-             ELSE '' END"
-    )
-}
-
-/// Serialises velocity checks of one bucket (see [`velocity_bucket`]) for the rest of the
-/// transaction, so two concurrent movements cannot both fit under a limit only one fits under.
+/// `{"address": "0xabc"}` share one budget, as the executor will debit one account. It is spelled
+/// out here and twice in [`velocity_used`]: the three stay identical, and identical to the index of
+/// migration 0008 (`movement_requests_velocity_bucket`) that the sum uses.
 pub async fn lock_velocity(conn: &mut PgConnection, intent: &Value) -> Result<()> {
-    let sql = format!(
-        "SELECT pg_advisory_xact_lock(hashtextextended('qtg.velocity:' || {}, 0))",
-        velocity_bucket("$1::jsonb")
-    );
-    sqlx::query(AssertSqlSafe(sql)).bind(intent).execute(&mut *conn).await?;
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock(hashtextextended('qtg.velocity:'
+             || lower(btrim($1::jsonb ->> 'asset')) || '|' || CASE jsonb_typeof($1::jsonb -> 'source')
+                 WHEN 'string' THEN lower(btrim($1::jsonb ->> 'source'))
+                 WHEN 'object' THEN COALESCE(lower(btrim($1::jsonb -> 'source' ->> 'address')),
+                     ($1::jsonb -> 'source')::text)
+                 ELSE '' END, 0))",
+        intent
+    )
+    .fetch_one(&mut *conn)
+    .await?;
     Ok(())
 }
 
-/// Sum of the amounts of the other movements in `intent`'s velocity bucket that count in the
-/// last `window_seconds`, as a decimal string: every one still in flight (awaiting approval,
-/// approved, executing, waiting for a person) whenever it was created, and every one created
-/// or approved in the window that did not end unapproved (rejected, expired, cancelled before
-/// approval).
+/// Sum of the amounts of the other movements in `intent`'s velocity bucket (see
+/// [`lock_velocity`]) that count in the last `window_seconds`, as a decimal string: every one
+/// still in flight (awaiting approval, approved, executing, waiting for a person) whenever it was
+/// created, and every one created or approved in the window that did not end unapproved
+/// (rejected, expired, cancelled before approval).
 pub async fn velocity_used(
     conn: &mut PgConnection,
     intent: &Value,
     window_seconds: i64,
     exclude: Uuid,
 ) -> Result<String> {
-    static SQL: LazyLock<String> = LazyLock::new(|| {
-        format!(
-            "SELECT COALESCE(sum((intent ->> 'amount')::numeric), 0)::text FROM movement_requests
-             WHERE {} = {} AND id <> $3
-               AND request_state NOT IN ('REJECTED', 'EXPIRED')
-               AND NOT (request_state = 'CANCELLED' AND approved_at IS NULL)
-               AND (request_state IN ('PENDING_APPROVAL', 'APPROVED', 'EXECUTING', 'WAITING_MANUAL_ACTION',
-                                      'MANUAL_INTERVENTION')
-                    OR created_at > now() - make_interval(secs => $2::float8)
-                    OR approved_at > now() - make_interval(secs => $2::float8))",
-            velocity_bucket("intent"),
-            velocity_bucket("$1::jsonb")
-        )
-    });
-    Ok(sqlx::query_scalar(AssertSqlSafe(SQL.as_str()))
-        .bind(intent)
-        .bind(window_seconds as f64)
-        .bind(exclude)
-        .fetch_one(&mut *conn)
-        .await?)
+    Ok(sqlx::query_scalar!(
+        r#"SELECT COALESCE(sum((intent ->> 'amount')::numeric), 0)::text AS "used!" FROM movement_requests
+           WHERE lower(btrim(intent ->> 'asset')) || '|' || CASE jsonb_typeof(intent -> 'source')
+                     WHEN 'string' THEN lower(btrim(intent ->> 'source'))
+                     WHEN 'object' THEN COALESCE(lower(btrim(intent -> 'source' ->> 'address')),
+                         (intent -> 'source')::text)
+                     ELSE '' END
+                 = lower(btrim($1::jsonb ->> 'asset')) || '|' || CASE jsonb_typeof($1::jsonb -> 'source')
+                     WHEN 'string' THEN lower(btrim($1::jsonb ->> 'source'))
+                     WHEN 'object' THEN COALESCE(lower(btrim($1::jsonb -> 'source' ->> 'address')),
+                         ($1::jsonb -> 'source')::text)
+                     ELSE '' END
+             AND id <> $3
+             AND request_state NOT IN ('REJECTED', 'EXPIRED')
+             AND NOT (request_state = 'CANCELLED' AND approved_at IS NULL)
+             AND (request_state IN ('PENDING_APPROVAL', 'APPROVED', 'EXECUTING', 'WAITING_MANUAL_ACTION',
+                                    'MANUAL_INTERVENTION')
+                  OR created_at > now() - make_interval(secs => $2::float8)
+                  OR approved_at > now() - make_interval(secs => $2::float8))"#,
+        intent,
+        window_seconds as f64,
+        exclude
+    )
+    .fetch_one(&mut *conn)
+    .await?)
 }
 
 /// One approval of a movement.
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, serde::Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Approval {
     pub approver: String,
@@ -278,14 +361,14 @@ pub async fn add_approval(
     approver: &str,
     reason: Option<&str>,
 ) -> Result<bool> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "INSERT INTO movement_approvals (request_id, approver, intent_hash, plan_hash, reason)
          SELECT id, $2, intent_hash, compiled_plan_hash, $3 FROM movement_requests WHERE id = $1
          ON CONFLICT (request_id, approver) DO NOTHING",
+        request_id,
+        approver,
+        reason
     )
-    .bind(request_id)
-    .bind(approver)
-    .bind(reason)
     .execute(&mut *conn)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -293,22 +376,24 @@ pub async fn add_approval(
 
 /// Approvals of a movement, oldest first.
 pub async fn approvals(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<Approval>> {
-    let rows = sqlx::query(
+    Ok(sqlx::query_as!(
+        Approval,
         "SELECT approver, intent_hash, plan_hash, reason, approved_at FROM movement_approvals
          WHERE request_id = $1 ORDER BY approved_at, approver",
+        request_id
     )
-    .bind(request_id)
     .fetch_all(&mut *conn)
-    .await?;
-    rows.iter().map(|r| Ok(<Approval as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)).collect()
+    .await?)
 }
 
 /// Raises the approvals a movement needs (limits tightened since it was created).
 pub async fn raise_approvals_required(conn: &mut PgConnection, request_id: Uuid, needed: i32) -> Result<()> {
-    sqlx::query("UPDATE movement_requests SET approvals_required = GREATEST(approvals_required, $2) WHERE id = $1")
-        .bind(request_id)
-        .bind(needed)
-        .execute(&mut *conn)
-        .await?;
+    sqlx::query!(
+        "UPDATE movement_requests SET approvals_required = GREATEST(approvals_required, $2) WHERE id = $1",
+        request_id,
+        needed
+    )
+    .execute(&mut *conn)
+    .await?;
     Ok(())
 }

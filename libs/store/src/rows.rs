@@ -117,8 +117,8 @@ impl NodeBrief {
     }
 }
 
-/// A movement ([`REQUEST_COLUMNS`]).
-#[derive(Debug, Clone, serde::Serialize, sqlx::FromRow)]
+/// A movement.
+#[derive(Debug, Clone, serde::Serialize)]
 pub struct RequestRow {
     pub id: Uuid,
     pub template_id: Uuid,
@@ -129,7 +129,6 @@ pub struct RequestRow {
     pub intent: Value,
     pub intent_hash: String,
     pub input_params: Value,
-    #[sqlx(try_from = "String")]
     pub request_state: RequestState,
     pub approval_status: String,
     pub approved_by: Option<String>,
@@ -149,13 +148,6 @@ pub struct RequestRow {
     /// Distinct approvers needed (m-of-n).
     pub approvals_required: i32,
 }
-
-pub(crate) const REQUEST_COLUMNS: &str = "
-    id, template_id, plan_version_id, template_key, template_version, compiled_plan_hash,
-    intent, intent_hash, input_params, request_state, approval_status, approved_by, approved_at,
-    review_reason, created_by, idempotency_key, body_hash, callback_url, current_frontier,
-    expires_at, COALESCE(expires_at <= now(), false) AS expired, completed_at, created_at,
-    updated_at, approvals_required";
 
 /// A node as the API shows it.
 #[derive(Debug, Clone, serde::Serialize)]

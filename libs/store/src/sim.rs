@@ -35,15 +35,17 @@ pub async fn submit(
     submit_by: DateTime<Utc>,
     fail: bool,
 ) -> Result<SimSubmit> {
-    let outcome: String = sqlx::query_scalar("SELECT sim_submit($1, $2, $3, $4, $5, $6)")
-        .bind(idempotency_key)
-        .bind(executor_key)
-        .bind(request_node_id)
-        .bind(attempt_no)
-        .bind(submit_by)
-        .bind(fail)
-        .fetch_one(pool)
-        .await?;
+    let outcome: String = sqlx::query_scalar!(
+        r#"SELECT sim_submit($1, $2, $3, $4, $5, $6) AS "outcome!""#,
+        idempotency_key,
+        executor_key,
+        request_node_id,
+        attempt_no,
+        submit_by,
+        fail,
+    )
+    .fetch_one(pool)
+    .await?;
     Ok(match outcome.as_str() {
         "executed" => SimSubmit::Executed,
         "repeat" => SimSubmit::Repeat,
@@ -64,12 +66,14 @@ pub async fn recover(
     attempt_no: i32,
     void_always: bool,
 ) -> Result<bool> {
-    let outcome: String = sqlx::query_scalar("SELECT sim_recover($1, $2, $3, $4)")
-        .bind(idempotency_key)
-        .bind(request_node_id)
-        .bind(attempt_no)
-        .bind(void_always)
-        .fetch_one(pool)
-        .await?;
+    let outcome: String = sqlx::query_scalar!(
+        r#"SELECT sim_recover($1, $2, $3, $4) AS "outcome!""#,
+        idempotency_key,
+        request_node_id,
+        attempt_no,
+        void_always,
+    )
+    .fetch_one(pool)
+    .await?;
     Ok(outcome == "found")
 }

@@ -29,7 +29,7 @@ pub struct NewTransfer<'a> {
 }
 
 /// A venue transfer as the API shows it.
-#[derive(Debug, Clone, Serialize, sqlx::FromRow)]
+#[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct VenueTransfer {
     pub id: i64,
@@ -64,45 +64,37 @@ pub struct VenueTransfer {
     pub updated_at: DateTime<Utc>,
 }
 
-const COLUMNS: &str = "id, venue_key, account, direction, venue_ref, asset, network, amount::text AS amount,
-    fee::text AS fee, address, address_tag, tx_id, client_id, status, occurred_at, request_node_id, movement_id,
-    linked_by, alerted_at, first_seen_at, updated_at";
-
-fn row(r: &sqlx::postgres::PgRow) -> Result<VenueTransfer> {
-    Ok(<VenueTransfer as sqlx::FromRow<'_, sqlx::postgres::PgRow>>::from_row(r)?)
-}
-
 /// Inserts what is new and updates what changed (status, tx id, fee): re-reading a window is
 /// harmless, and two replicas reading the same one write each row once.
 pub async fn upsert(conn: &mut PgConnection, venue_key: &str, rows: &[NewTransfer<'_>]) -> Result<u64> {
     let mut changed = 0;
     for t in rows {
-        let done = sqlx::query(
+        let done = sqlx::query!(
             "INSERT INTO venue_transfers (venue_key, account, direction, venue_ref, asset, network, \
              amount, fee, address,
                                           address_tag, tx_id, client_id, status, occurred_at)
-             VALUES ($1, $2, $3, $4, $5, $6, $7::numeric, $8::numeric, $9, $10, $11, $12, $13, $14)
+             VALUES ($1, $2, $3, $4, $5, $6, $7::text::numeric, $8::text::numeric, $9, $10, $11, $12, $13, $14)
              ON CONFLICT (venue_key, direction, venue_ref) DO UPDATE
                 SET status = EXCLUDED.status, tx_id = COALESCE(EXCLUDED.tx_id, venue_transfers.tx_id),
                     fee = COALESCE(EXCLUDED.fee, venue_transfers.fee), updated_at = now()
               WHERE (venue_transfers.status, venue_transfers.tx_id, venue_transfers.fee)
                     IS DISTINCT FROM (EXCLUDED.status, COALESCE(EXCLUDED.tx_id, venue_transfers.tx_id),
                                       COALESCE(EXCLUDED.fee, venue_transfers.fee))",
+            venue_key,
+            t.account,
+            t.direction,
+            t.venue_ref,
+            t.asset,
+            t.network,
+            t.amount,
+            t.fee,
+            t.address,
+            t.address_tag,
+            t.tx_id,
+            t.client_id,
+            t.status,
+            t.occurred_at
         )
-        .bind(venue_key)
-        .bind(t.account)
-        .bind(t.direction)
-        .bind(t.venue_ref)
-        .bind(t.asset)
-        .bind(t.network)
-        .bind(t.amount)
-        .bind(t.fee)
-        .bind(t.address)
-        .bind(t.address_tag)
-        .bind(t.tx_id)
-        .bind(t.client_id)
-        .bind(t.status)
-        .bind(t.occurred_at)
         .execute(&mut *conn)
         .await?;
         changed += done.rows_affected();
@@ -112,8 +104,7 @@ pub async fn upsert(conn: &mut PgConnection, venue_key: &str, rows: &[NewTransfe
 
 /// Up to where the venue's history was read completely; `None` before the first read.
 pub async fn cursor(conn: &mut PgConnection, venue_key: &str) -> Result<Option<DateTime<Utc>>> {
-    Ok(sqlx::query_scalar("SELECT ingested_until FROM venue_transfer_cursors WHERE venue_key = $1")
-        .bind(venue_key)
+    Ok(sqlx::query_scalar!("SELECT ingested_until FROM venue_transfer_cursors WHERE venue_key = $1", venue_key)
         .fetch_optional(&mut *conn)
         .await?)
 }
@@ -121,14 +112,14 @@ pub async fn cursor(conn: &mut PgConnection, venue_key: &str) -> Result<Option<D
 /// Moves the cursor forward to `to` (never back: a slower replica's read does not undo a
 /// faster one's).
 pub async fn advance_cursor(conn: &mut PgConnection, venue_key: &str, to: DateTime<Utc>) -> Result<()> {
-    sqlx::query(
+    sqlx::query!(
         "INSERT INTO venue_transfer_cursors (venue_key, ingested_until) VALUES ($1, $2)
          ON CONFLICT (venue_key) DO UPDATE
             SET ingested_until = GREATEST(venue_transfer_cursors.ingested_until, EXCLUDED.ingested_until),
                 updated_at = now()",
+        venue_key,
+        to
     )
-    .bind(venue_key)
-    .bind(to)
     .execute(&mut *conn)
     .await?;
     Ok(())
@@ -141,7 +132,7 @@ pub async fn advance_cursor(conn: &mut PgConnection, venue_key: &str, to: DateTi
 /// node recorded, or by its tx id (the txid a withdrawal node followed). Returns the rows
 /// linked.
 pub async fn link(conn: &mut PgConnection, within_seconds: f64) -> Result<u64> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "WITH found AS (
            SELECT t.id AS tid, x.node_id, x.request_id, x.by
              FROM venue_transfers t
@@ -176,8 +167,8 @@ pub async fn link(conn: &mut PgConnection, within_seconds: f64) -> Result<u64> {
             SET request_node_id = f.node_id, movement_id = f.request_id, linked_by = f.by, updated_at = now()
            FROM found f
           WHERE t.id = f.tid AND t.movement_id IS NULL",
+        within_seconds
     )
-    .bind(within_seconds)
     .execute(&mut *conn)
     .await?;
     Ok(done.rows_affected())
@@ -185,26 +176,29 @@ pub async fn link(conn: &mut PgConnection, within_seconds: f64) -> Result<u64> {
 
 /// Withdrawals no node explains, first seen more than `grace_seconds` ago, not yet alerted.
 pub async fn unexplained_due(conn: &mut PgConnection, grace_seconds: f64, limit: i64) -> Result<Vec<VenueTransfer>> {
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM venue_transfers
-          WHERE direction = 'withdrawal' AND movement_id IS NULL AND alerted_at IS NULL
-            AND first_seen_at < now() - make_interval(secs => $1)
-          ORDER BY first_seen_at, id LIMIT $2"
-    )))
-    .bind(grace_seconds)
-    .bind(limit)
+    Ok(sqlx::query_as!(
+        VenueTransfer,
+        r#"SELECT id, venue_key, account, direction, venue_ref, asset, network, amount::text AS "amount!",
+                  fee::text AS "fee?", address, address_tag, tx_id, client_id, status, occurred_at, request_node_id,
+                  movement_id, linked_by, alerted_at, first_seen_at, updated_at
+             FROM venue_transfers
+            WHERE direction = 'withdrawal' AND movement_id IS NULL AND alerted_at IS NULL
+              AND first_seen_at < now() - make_interval(secs => $1)
+            ORDER BY first_seen_at, id LIMIT $2"#,
+        grace_seconds,
+        limit
+    )
     .fetch_all(&mut *conn)
-    .await?;
-    rows.iter().map(row).collect()
+    .await?)
 }
 
 /// Marks the row alerted — `false` when another replica did first, or a node explains it now.
 pub async fn mark_alerted(conn: &mut PgConnection, id: i64) -> Result<bool> {
-    let done = sqlx::query(
+    let done = sqlx::query!(
         "UPDATE venue_transfers SET alerted_at = now(), updated_at = now()
           WHERE id = $1 AND alerted_at IS NULL AND movement_id IS NULL",
+        id
     )
-    .bind(id)
     .execute(&mut *conn)
     .await?;
     Ok(done.rows_affected() == 1)
@@ -220,20 +214,23 @@ pub async fn list(
     before: Option<(DateTime<Utc>, i64)>,
     limit: i64,
 ) -> Result<Vec<VenueTransfer>> {
-    let rows = sqlx::query(sqlx::AssertSqlSafe(format!(
-        "SELECT {COLUMNS} FROM venue_transfers
-          WHERE ($1::text IS NULL OR venue_key = $1) AND ($2::text IS NULL OR direction = $2)
-            AND (NOT $3 OR movement_id IS NULL)
-            AND ($4::timestamptz IS NULL OR (first_seen_at, id) < ($4, $5))
-          ORDER BY first_seen_at DESC, id DESC LIMIT $6"
-    )))
-    .bind(venue_key)
-    .bind(direction)
-    .bind(unexplained)
-    .bind(before.map(|b| b.0))
-    .bind(before.map(|b| b.1).unwrap_or(0))
-    .bind(limit)
+    Ok(sqlx::query_as!(
+        VenueTransfer,
+        r#"SELECT id, venue_key, account, direction, venue_ref, asset, network, amount::text AS "amount!",
+                  fee::text AS "fee?", address, address_tag, tx_id, client_id, status, occurred_at, request_node_id,
+                  movement_id, linked_by, alerted_at, first_seen_at, updated_at
+             FROM venue_transfers
+            WHERE ($1::text IS NULL OR venue_key = $1) AND ($2::text IS NULL OR direction = $2)
+              AND (NOT $3 OR movement_id IS NULL)
+              AND ($4::timestamptz IS NULL OR (first_seen_at, id) < ($4, $5))
+            ORDER BY first_seen_at DESC, id DESC LIMIT $6"#,
+        venue_key,
+        direction,
+        unexplained,
+        before.map(|b| b.0),
+        before.map(|b| b.1).unwrap_or(0),
+        limit
+    )
     .fetch_all(&mut *conn)
-    .await?;
-    rows.iter().map(row).collect()
+    .await?)
 }

@@ -95,14 +95,19 @@ pub async fn claim(
                                                                'request_attention', 'venue_transfer_unexplained')
                                                 DESC, created_at, id) AS rn
              FROM movement_callback_outbox
-             WHERE status = 'pending' AND next_attempt_at <= now()
+             WHERE status = 'pending' AND next_attempt_at <= now() AND attempts < max_attempts
                AND (lease_expires_at IS NULL OR lease_expires_at <= now())
          ), picked AS (
              SELECT d.id FROM due d LEFT JOIN in_flight f ON f.receiver IS NOT DISTINCT FROM d.receiver
              WHERE d.rn + COALESCE(f.n, 0) <= $2
              ORDER BY d.rn, d.alert DESC, d.created_at, d.id LIMIT $1
          ), locked AS (
+             -- Checked again on the row as locked (PostgreSQL re-reads a row another claimer
+             -- changed and committed meanwhile): a row claimed, sent or dead-lettered since this
+             -- statement's snapshot is not claimed twice.
              SELECT o.id AS claimed FROM movement_callback_outbox o WHERE o.id IN (SELECT id FROM picked)
+               AND o.status = 'pending' AND o.attempts < o.max_attempts
+               AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= now())
              FOR UPDATE SKIP LOCKED
          )
          UPDATE movement_callback_outbox o SET

@@ -283,17 +283,19 @@ pub async fn unhealthy_bindings(
 /// Serialises velocity checks of one bucket for the rest of the transaction, so two concurrent
 /// movements cannot both fit under a limit only one fits under.
 ///
-/// The bucket a velocity limit counts in (`velocity_bucket`), from an intent's asset and source
-/// (SQL over a jsonb intent): the asset trimmed and case-folded, and the source trimmed and
-/// case-folded whether it is a string or an object's `address` (any other object: its jsonb
-/// text, which has one canonical form; none: empty). So `"0xAbC"`, `" 0xabc "` and
+/// The bucket a velocity limit counts in, from an intent's asset and source (SQL over a jsonb
+/// intent): the asset trimmed and case-folded (none: empty, as the engine's risk check reads it
+/// — never a NULL bucket, which would lock nothing and count nothing), and the source trimmed
+/// and case-folded whether it is a string or an object's `address` (any other object: its
+/// jsonb text, which has one canonical form; none: empty). So `"0xAbC"`, `" 0xabc "` and
 /// `{"address": "0xabc"}` share one budget, as the executor will debit one account. It is spelled
 /// out here and twice in [`velocity_used`]: the three stay identical, and identical to the index of
-/// migration 0008 (`movement_requests_velocity_bucket`) that the sum uses.
+/// migration 0023 (`movement_requests_velocity_bucket_v2`) that the sum uses.
 pub async fn lock_velocity(conn: &mut PgConnection, intent: &Value) -> Result<()> {
     sqlx::query!(
         "SELECT pg_advisory_xact_lock(hashtextextended('qtg.velocity:'
-             || lower(btrim($1::jsonb ->> 'asset')) || '|' || CASE jsonb_typeof($1::jsonb -> 'source')
+             || COALESCE(lower(btrim($1::jsonb ->> 'asset')), '') || '|'
+             || CASE jsonb_typeof($1::jsonb -> 'source')
                  WHEN 'string' THEN lower(btrim($1::jsonb ->> 'source'))
                  WHEN 'object' THEN COALESCE(lower(btrim($1::jsonb -> 'source' ->> 'address')),
                      ($1::jsonb -> 'source')::text)
@@ -318,12 +320,14 @@ pub async fn velocity_used(
 ) -> Result<String> {
     Ok(sqlx::query_scalar!(
         r#"SELECT COALESCE(sum((intent ->> 'amount')::numeric), 0)::text AS "used!" FROM movement_requests
-           WHERE lower(btrim(intent ->> 'asset')) || '|' || CASE jsonb_typeof(intent -> 'source')
+           WHERE COALESCE(lower(btrim(intent ->> 'asset')), '') || '|'
+                 || CASE jsonb_typeof(intent -> 'source')
                      WHEN 'string' THEN lower(btrim(intent ->> 'source'))
                      WHEN 'object' THEN COALESCE(lower(btrim(intent -> 'source' ->> 'address')),
                          (intent -> 'source')::text)
                      ELSE '' END
-                 = lower(btrim($1::jsonb ->> 'asset')) || '|' || CASE jsonb_typeof($1::jsonb -> 'source')
+                 = COALESCE(lower(btrim($1::jsonb ->> 'asset')), '') || '|'
+                 || CASE jsonb_typeof($1::jsonb -> 'source')
                      WHEN 'string' THEN lower(btrim($1::jsonb ->> 'source'))
                      WHEN 'object' THEN COALESCE(lower(btrim($1::jsonb -> 'source' ->> 'address')),
                          ($1::jsonb -> 'source')::text)

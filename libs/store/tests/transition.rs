@@ -1,0 +1,377 @@
+//! The one door (`qtg_store::transition`): a node or request write is a compare-and-set that
+//! applies once; its audit row, history, callback and artifacts are written with it or not at all.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use qtg_core::{NodeState, RequestState};
+use qtg_store::artifacts::{self, ArtifactKind};
+use qtg_store::events::{self, Call};
+use qtg_store::transition::{self, Cas, Guard, Lease, Meta, NewArtifact, NodePatch, RequestPatch, Schedule, Stale};
+use qtg_store::{callbacks, movements, PgListener, PgPool, Result, StoreError};
+use serde_json::json;
+use uuid::Uuid;
+
+const HOOK: &str = "https://hooks.example/cb";
+
+async fn audit_rows(pool: &PgPool, entity_id: Uuid, action: &str) -> Result<i64> {
+    Ok(sqlx::query_scalar("SELECT count(*) FROM audit_outbox WHERE entity_id = $1 AND action = $2")
+        .bind(entity_id.to_string())
+        .bind(action)
+        .fetch_one(pool)
+        .await?)
+}
+
+async fn callbacks_of(pool: &PgPool, movement: Uuid) -> Result<Vec<callbacks::CallbackRow>> {
+    let mut conn = pool.acquire().await?;
+    let mut rows = callbacks::list(&mut conn, None, Some(movement), None, 100).await?;
+    rows.sort_by_key(|r| r.sequence);
+    Ok(rows)
+}
+
+async fn history(pool: &PgPool, node: Uuid) -> Result<Vec<serde_json::Value>> {
+    let mut conn = pool.acquire().await?;
+    events::history(&mut conn, node, 100, false).await
+}
+
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn a_node_write_applies_once_and_the_stale_repeat_is_an_answer(pool: PgPool) -> Result<()> {
+    let m = one_node_movement(&pool, "t.cas", Some(HOOK)).await?;
+    let n = m.node("n");
+
+    let first = write(&pool, n, NodeState::Blocked, NodeState::Ready, &NodePatch::default()).await?;
+    assert_eq!(first, Cas::Applied(0));
+    let again = write(&pool, n, NodeState::Blocked, NodeState::Ready, &NodePatch::default()).await?;
+    assert_eq!(again, Cas::Stale(Stale { entity: "node", id: n, expected: "BLOCKED".into() }));
+    assert!(matches!(again.or_stale(), Err(StoreError::StaleState { entity: "node", .. })));
+    assert_eq!(node_state(&pool, n).await?, (NodeState::Ready, 0));
+
+    // Exactly one audit row, one transition event and one callback: the stale repeat wrote none.
+    assert_eq!(audit_rows(&pool, n, "node.transition").await?, 1);
+    let hist = history(&pool, n).await?;
+    assert_eq!(hist.len(), 1);
+    assert_eq!(
+        (hist[0]["kind"].as_str(), hist[0]["from"].as_str(), hist[0]["to"].as_str()),
+        (Some("transition"), Some("BLOCKED"), Some("READY"))
+    );
+    let cbs = callbacks_of(&pool, m.id).await?;
+    assert_eq!(cbs.len(), 1);
+    let cb = &cbs[0];
+    assert_eq!((cb.event_type.as_str(), cb.sequence, cb.status.as_str()), ("node_state_changed", 1, "pending"));
+    assert_eq!(cb.callback_url, HOOK);
+    assert_eq!(cb.payload["movement_id"], json!(m.id));
+    assert_eq!(cb.payload["event_id"], json!(cb.event_id));
+    assert_eq!(cb.payload["node_key"], "n");
+    assert_eq!(cb.payload["node_state"], "READY");
+    assert_eq!(cb.payload["sequence"], 1);
+    assert_eq!(cb.payload["data"]["from"], "BLOCKED");
+    assert_eq!(cb.payload["data"]["to"], "READY");
+    Ok(())
+}
+
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn without_a_callback_url_a_transition_is_audited_but_enqueues_nothing(pool: PgPool) -> Result<()> {
+    let m = one_node_movement(&pool, "t.quiet", None).await?;
+    let n = m.node("n");
+    write(&pool, n, NodeState::Blocked, NodeState::Ready, &NodePatch::default()).await?.or_stale()?;
+    assert_eq!(audit_rows(&pool, n, "node.transition").await?, 1);
+    assert!(callbacks_of(&pool, m.id).await?.is_empty());
+    Ok(())
+}
+
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn a_rolled_back_transition_leaves_no_audit_history_or_callback(pool: PgPool) -> Result<()> {
+    let m = one_node_movement(&pool, "t.rollback", Some(HOOK)).await?;
+    let n = m.node("n");
+    let mut tx = pool.begin().await?;
+    let w = transition::transition_node(
+        &mut tx,
+        n,
+        NodeState::Blocked,
+        NodeState::Ready,
+        &NodePatch::default(),
+        &Meta::actor(ACTOR),
+    )
+    .await?;
+    assert_eq!(w, Cas::Applied(0));
+    tx.rollback().await?;
+    assert_eq!(node_state(&pool, n).await?, (NodeState::Blocked, 0));
+    assert_eq!(audit_rows(&pool, n, "node.transition").await?, 0);
+    assert!(history(&pool, n).await?.is_empty());
+    assert!(callbacks_of(&pool, m.id).await?.is_empty());
+    Ok(())
+}
+
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn a_transition_the_table_forbids_is_an_error_and_writes_nothing(pool: PgPool) -> Result<()> {
+    let m = one_node_movement(&pool, "t.forbidden", Some(HOOK)).await?;
+    let n = m.node("n");
+    let res = write(&pool, n, NodeState::Blocked, NodeState::Submitted, &NodePatch::default()).await;
+    assert!(matches!(res, Err(StoreError::Transition(_))), "{res:?}");
+    let mut conn = pool.acquire().await?;
+    let res = transition::transition_request(
+        &mut conn,
+        m.id,
+        RequestState::PendingApproval,
+        RequestState::Executing,
+        &RequestPatch::default(),
+        &Meta::actor(ACTOR),
+    )
+    .await;
+    assert!(matches!(res, Err(StoreError::Transition(_))), "{res:?}");
+    assert_eq!(node_state(&pool, n).await?, (NodeState::Blocked, 0));
+    assert_eq!(movements::get(&mut conn, m.id).await?.expect("movement").request_state, RequestState::PendingApproval);
+    assert_eq!(audit_rows(&pool, n, "node.transition").await?, 0);
+    assert!(callbacks_of(&pool, m.id).await?.is_empty());
+    Ok(())
+}
+
+/// The arm (begin_attempt) under the claim's token: a write under another token, or for an
+/// attempt that is no longer the node's, matches nothing and changes nothing.
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn a_stale_claim_token_or_attempt_matches_nothing(pool: PgPool) -> Result<()> {
+    let m = one_node_movement(&pool, "t.guard", None).await?;
+    let n = m.node("n");
+    execute(&pool, m.id).await?;
+    walk(&pool, n, &[NodeState::Blocked, NodeState::Ready]).await?;
+    let token = Uuid::new_v4();
+    let claim = NodePatch {
+        lease: Some(Lease { token, expires_in: Some(Duration::from_secs(300)) }),
+        merge_refs: json!({"old_ref": "x"}).as_object().cloned().unwrap_or_default(),
+        ..NodePatch::error("OLD", "from before")
+    };
+    write(&pool, n, NodeState::Ready, NodeState::Preparing, &claim).await?.or_stale()?;
+
+    let arm = |guard: Guard| NodePatch {
+        begin_attempt: true,
+        submit_window: Duration::from_secs(60),
+        guard: Guard { dispatchable: true, ..guard },
+        ..NodePatch::default()
+    };
+    let other = Guard { claim_token: Some(Uuid::new_v4()), attempt_no: Some(0), ..Guard::default() };
+    assert!(write(&pool, n, NodeState::Preparing, NodeState::Submitting, &arm(other)).await?.is_stale());
+    let stale_attempt = Guard { claim_token: Some(token), attempt_no: Some(3), ..Guard::default() };
+    assert!(write(&pool, n, NodeState::Preparing, NodeState::Submitting, &arm(stale_attempt)).await?.is_stale());
+    assert_eq!(node_state(&pool, n).await?, (NodeState::Preparing, 0));
+
+    let mut conn = pool.acquire().await?;
+    let ours = Guard { claim_token: Some(token), attempt_no: Some(0), ..Guard::default() };
+    let written = transition::write_transition(
+        &mut conn,
+        n,
+        NodeState::Preparing,
+        NodeState::Submitting,
+        &arm(ours),
+        &Meta::actor(ACTOR),
+    )
+    .await?
+    .or_stale()?;
+    assert_eq!(written.attempt_no, 1);
+
+    // The attempt starts clean: nothing of the claim's refs or error, the pending marker set,
+    // submit_by = started_at + the window.
+    let node = movements::nodes(&mut conn, m.id).await?.remove(0);
+    assert_eq!((node.node_state, node.attempt_no), (NodeState::Submitting, 1));
+    assert!(node.provider_refs.get("old_ref").is_none(), "{}", node.provider_refs);
+    assert_eq!(node.provider_refs["__submit_attempt_pending"], true);
+    assert_eq!(node.error_code, None);
+    let started = node.started_at.expect("started_at");
+    assert_eq!(written.submit_by.expect("submit_by") - started, chrono::Duration::seconds(60));
+
+    // Recording the submit's answer needs the pending marker and the current attempt.
+    let answer = |attempt: i32| NodePatch {
+        guard: Guard { claim_token: Some(token), attempt_no: Some(attempt), submit_pending: true, ..Guard::default() },
+        remove_refs: vec!["__submit_attempt_pending".into()],
+        provider_ref_id: Some("venue-1".into()),
+        ..NodePatch::default()
+    };
+    assert!(write(&pool, n, NodeState::Submitting, NodeState::Submitted, &answer(0)).await?.is_stale());
+    assert_eq!(write(&pool, n, NodeState::Submitting, NodeState::Submitted, &answer(1)).await?, Cas::Applied(1));
+    // The marker is gone: the same answer recorded twice matches nothing.
+    assert!(write(&pool, n, NodeState::Submitted, NodeState::Observing, &answer(1)).await?.is_stale());
+    Ok(())
+}
+
+/// The arm re-checks the request (EXECUTING) in the same statement: a movement cancelled
+/// after the claim arms nothing.
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn the_arm_matches_nothing_once_the_movement_is_no_longer_executing(pool: PgPool) -> Result<()> {
+    let m = one_node_movement(&pool, "t.arm", None).await?;
+    let n = m.node("n");
+    execute(&pool, m.id).await?;
+    walk(&pool, n, &[NodeState::Blocked, NodeState::Ready, NodeState::Preparing]).await?;
+    move_request(&pool, m.id, RequestState::Executing, RequestState::Cancelled).await?;
+    let arm = NodePatch {
+        begin_attempt: true,
+        guard: Guard { dispatchable: true, ..Guard::default() },
+        ..NodePatch::default()
+    };
+    assert!(write(&pool, n, NodeState::Preparing, NodeState::Submitting, &arm).await?.is_stale());
+    assert_eq!(node_state(&pool, n).await?, (NodeState::Preparing, 0));
+    Ok(())
+}
+
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn a_poll_updates_fields_without_audit_or_callback(pool: PgPool) -> Result<()> {
+    let m = one_node_movement(&pool, "t.poll", Some(HOOK)).await?;
+    let n = m.node("n");
+    walk(&pool, n, &[NodeState::Blocked, NodeState::Ready, NodeState::Preparing, NodeState::Submitting]).await?;
+    walk(&pool, n, &[NodeState::Submitting, NodeState::Submitted]).await?;
+    let audits = audit_rows(&pool, n, "node.transition").await?;
+    let cbs = callbacks_of(&pool, m.id).await?.len();
+    let hist = history(&pool, n).await?.len();
+
+    let poll = NodePatch {
+        observed: true,
+        provider_state: Some("pending".into()),
+        next_observe: Schedule::In(Duration::from_secs(30)),
+        ..NodePatch::default()
+    };
+    let mut conn = pool.acquire().await?;
+    assert_eq!(transition::poll_node(&mut conn, n, NodeState::Submitted, &poll).await?, Cas::Applied(0));
+    assert!(transition::poll_node(&mut conn, n, NodeState::Observing, &poll).await?.is_stale());
+    let node = movements::nodes(&mut conn, m.id).await?.remove(0);
+    assert_eq!(node.node_state, NodeState::Submitted);
+    assert_eq!((node.observe_count, node.provider_state.as_deref()), (1, Some("pending")));
+    let (last, next) = (node.last_observed_at.expect("observed"), node.next_observe_at.expect("scheduled"));
+    assert!(next - last > chrono::Duration::seconds(29), "{last} {next}");
+    assert_eq!(audit_rows(&pool, n, "node.transition").await?, audits);
+    assert_eq!(callbacks_of(&pool, m.id).await?.len(), cbs);
+    assert_eq!(history(&pool, n).await?.len(), hist);
+    Ok(())
+}
+
+/// Executor calls and artifacts ride on the transition: written before its event, in call
+/// order, under the written attempt — and not at all when the write is stale.
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn calls_and_artifacts_are_written_with_the_transition(pool: PgPool) -> Result<()> {
+    let m = one_node_movement(&pool, "t.calls", None).await?;
+    let n = m.node("n");
+    walk(&pool, n, &[NodeState::Blocked, NodeState::Ready]).await?;
+    let action = qtg_core::PreparedAction::new("transfer", "json", "{\"to\":\"x\"}".into(), false);
+    let patch = NodePatch {
+        calls: vec![Call::ok("preflight", "pass", 3), Call::failed("prepare", "ok", "WARN", "slow\0venue", 5)],
+        artifacts: vec![NewArtifact {
+            kind: ArtifactKind::PreparedAction,
+            payload: serde_json::to_value(&action).expect("json"),
+            payload_hash: Some(action.payload_hash.clone()),
+        }],
+        ..NodePatch::default()
+    };
+    write(&pool, n, NodeState::Ready, NodeState::Preparing, &patch).await?.or_stale()?;
+    assert!(write(&pool, n, NodeState::Ready, NodeState::Preparing, &patch).await?.is_stale());
+
+    let hist = history(&pool, n).await?;
+    let seen: Vec<_> = hist.iter().map(|e| (e["kind"].as_str(), e["method"].as_str(), e["to"].as_str())).collect();
+    assert_eq!(
+        seen,
+        vec![
+            (Some("transition"), None, Some("READY")),
+            (Some("call"), Some("preflight"), None),
+            (Some("call"), Some("prepare"), None),
+            (Some("transition"), None, Some("PREPARING")),
+        ]
+    );
+    assert_eq!(hist[2]["error_detail"], "slow\u{fffd}venue");
+    let mut conn = pool.acquire().await?;
+    let (prepared, signed) = artifacts::submission(&mut conn, n, 0).await?;
+    let (stored, hash) = prepared.expect("the prepared action is stored");
+    assert_eq!((stored.payload, hash), (action.payload, action.payload_hash));
+    assert_eq!(signed, None);
+    assert_eq!(artifacts::of_node(&mut conn, n).await?.len(), 1, "the stale repeat stored no second artifact");
+    Ok(())
+}
+
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn a_request_write_records_the_approval_and_sequences_its_callbacks(pool: PgPool) -> Result<()> {
+    let m = one_node_movement(&pool, "t.request", Some(HOOK)).await?;
+    let mut conn = pool.acquire().await?;
+    let approve =
+        RequestPatch { approval_status: Some("approved"), approved_by: Some("alice".into()), review_reason: None };
+    let meta = Meta::actor("alice").with_reason("looks fine");
+    let first = transition::transition_request(
+        &mut conn,
+        m.id,
+        RequestState::PendingApproval,
+        RequestState::Approved,
+        &approve,
+        &meta,
+    )
+    .await?;
+    assert_eq!(first, Cas::Applied(()));
+    let again = transition::transition_request(
+        &mut conn,
+        m.id,
+        RequestState::PendingApproval,
+        RequestState::Approved,
+        &approve,
+        &meta,
+    )
+    .await?;
+    assert_eq!(again, Cas::Stale(Stale { entity: "movement", id: m.id, expected: "PENDING_APPROVAL".into() }));
+    let row = movements::get(&mut conn, m.id).await?.expect("movement");
+    assert_eq!((row.request_state, row.approval_status.as_str()), (RequestState::Approved, "approved"));
+    assert_eq!(row.approved_by.as_deref(), Some("alice"));
+    assert!(row.approved_at.is_some() && row.completed_at.is_none());
+
+    move_request(&pool, m.id, RequestState::Approved, RequestState::Executing).await?;
+    // A state that needs a person: its change and an attention event, in sequence.
+    move_request(&pool, m.id, RequestState::Executing, RequestState::ManualIntervention).await?;
+    let cbs = callbacks_of(&pool, m.id).await?;
+    let seen: Vec<_> = cbs.iter().map(|c| (c.sequence, c.event_type.as_str())).collect();
+    assert_eq!(
+        seen,
+        vec![
+            (1, "request_state_changed"),
+            (2, "request_state_changed"),
+            (3, "request_state_changed"),
+            (4, "request_attention"),
+        ]
+    );
+    assert_eq!(cbs[0].payload["data"]["reason"], "looks fine");
+    assert_eq!(cbs[3].payload["request_state"], "MANUAL_INTERVENTION");
+    assert_eq!(audit_rows(&pool, m.id, "movement.transition").await?, 3);
+    Ok(())
+}
+
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn enqueue_event_records_the_frontier_and_takes_the_next_sequence(pool: PgPool) -> Result<()> {
+    let m = one_node_movement(&pool, "t.frontier", Some(HOOK)).await?;
+    let quiet = movement(&pool, &Spec::new("t.frontier", "k-quiet")).await?;
+    walk(&pool, m.node("n"), &[NodeState::Blocked, NodeState::Ready]).await?;
+    let mut conn = pool.acquire().await?;
+    let keys = vec!["n".to_string()];
+    for id in [m.id, quiet.id] {
+        transition::enqueue_event(&mut conn, id, "frontier_advanced", &json!({"frontier": keys}), Some(&keys)).await?;
+        assert_eq!(movements::get(&mut conn, id).await?.expect("movement").current_frontier, json!(["n"]));
+    }
+    let cbs = callbacks_of(&pool, m.id).await?;
+    let last = cbs.last().expect("a callback");
+    assert_eq!((last.event_type.as_str(), last.sequence), ("frontier_advanced", 2));
+    assert_eq!(last.payload["data"]["frontier"], json!(["n"]));
+    assert!(callbacks_of(&pool, quiet.id).await?.is_empty(), "no URL, no callback");
+    Ok(())
+}
+
+/// The engine's `transitions_wake_the_workers` hears the dispatch and observe wake-ups; this
+/// one hears the other two the node write sends: recovery's (UNKNOWN) and the callback
+/// worker's (a callback was enqueued).
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn a_node_entering_unknown_wakes_recovery_and_the_callback_worker(pool: PgPool) -> Result<()> {
+    let m = one_node_movement(&pool, "t.notify", Some(HOOK)).await?;
+    let n = m.node("n");
+    walk(&pool, n, &[NodeState::Blocked, NodeState::Ready, NodeState::Preparing, NodeState::Submitting]).await?;
+    let mut listener = PgListener::connect_with(&pool).await?;
+    listener.listen_all(["qtg_recover", "qtg_callback"]).await?;
+    walk(&pool, n, &[NodeState::Submitting, NodeState::Unknown]).await?;
+    let mut heard = std::collections::BTreeSet::new();
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while heard.len() < 2 {
+        let note = tokio::time::timeout_at(deadline, listener.recv()).await.expect("NOTIFY within 10 s")?;
+        heard.insert(note.channel().to_string());
+    }
+    assert_eq!(heard.into_iter().collect::<Vec<_>>(), vec!["qtg_callback", "qtg_recover"]);
+    Ok(())
+}

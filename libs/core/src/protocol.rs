@@ -471,6 +471,26 @@ pub struct ProtocolViolation(pub String);
 mod tests {
     use super::*;
 
+    /// A wire answer narrows to a method's type exactly when the contract allows its state for
+    /// that method; widening and erasing keep every field.
+    #[test]
+    fn a_wire_answer_narrows_only_to_what_its_method_may_answer() {
+        for &state in NodeState::ALL {
+            let r = ExecutionResult { provider_ref_id: Some("p".into()), ..ExecutionResult::new(state) };
+            let allowed = |m: Method| r.validate(m).is_ok();
+            assert_eq!(r.clone().narrow::<AfterSubmit>(Method::Submit).is_ok(), allowed(Method::Submit), "{state}");
+            assert_eq!(r.clone().narrow::<AfterSubmit>(Method::Recover).is_ok(), allowed(Method::Recover), "{state}");
+            assert_eq!(r.clone().narrow::<AfterObserve>(Method::Observe).is_ok(), allowed(Method::Observe), "{state}");
+            assert_eq!(r.clone().narrow::<Refused>(Method::Prepare).is_ok(), allowed(Method::Prepare), "{state}");
+            if let Ok(observed) = r.clone().narrow::<AfterObserve>(Method::Observe) {
+                assert_eq!(observed.clone().widen::<AfterSubmit>().erase(), r);
+                assert_eq!(observed.erase(), r);
+            }
+        }
+        let refused = ExecutionResult::new(NodeState::Submitted).narrow::<Refused>(Method::Preflight).unwrap_err();
+        assert!(refused.0.contains("preflight may not answer next_state SUBMITTED"), "{refused}");
+    }
+
     #[test]
     fn answers_and_a_nodes_refs_are_bounded() {
         let mut r = ExecutionResult::new(NodeState::Observing);

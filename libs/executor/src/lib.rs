@@ -12,8 +12,8 @@ use serde_json::Value;
 use std::sync::Arc;
 
 pub use registry::{
-    EntrySpec, ExecutorEntry, Fence, LaneContext, LaneFactory, LanePlugin, LaneShared, Registry, RegistryError,
-    RegistryFile, Setting, SignerEntry, Transport,
+    EntrySpec, ExecutorEntry, Fence, LaneContext, LaneError, LaneFactory, LanePlugin, LaneShared, Registry,
+    RegistryError, RegistryFile, Setting, SignerEntry, Transport,
 };
 
 /// Why a call produced no answer qtg can use. The engine maps each to the method's failure
@@ -37,6 +37,20 @@ pub enum ExecutorError {
     /// to blame.
     #[error("qtg could not encode the request (nothing was sent): {0}")]
     Request(String),
+}
+
+/// Why an executor refuses a movement when it is created, before any call: what no approval
+/// could make payable. The message says what the executor expects.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum IntentRefusal {
+    /// The intent itself (a destination this lane cannot pay, an amount in a shape it cannot
+    /// use): the caller fixes the request.
+    #[error("{0}")]
+    Intent(String),
+    /// The node as the template configures it (its `config`, its `risk_controls`) cannot run
+    /// this intent: a template change fixes it, not the request.
+    #[error("{0}")]
+    Template(String),
 }
 
 /// What `prepare` answers.
@@ -117,7 +131,7 @@ pub trait Executor: Send + Sync {
     /// it cannot use — with a message that says what it expects. An approver is never asked
     /// to approve what would fail after approval. Nothing to check by default (a remote
     /// executor checks at its preflight).
-    fn check_intent(&self, _node_config: &Value, _risk_controls: &Value, _intent: &Value) -> Result<(), String> {
+    fn check_intent(&self, _node_config: &Value, _risk_controls: &Value, _intent: &Value) -> Result<(), IntentRefusal> {
         Ok(())
     }
 

@@ -93,6 +93,27 @@ pub enum RegistryError {
     Parse(String),
     #[error("registry entry {key:?}: {reason}")]
     Entry { key: String, reason: String },
+    /// A local entry its lane cannot build, and why ([`LaneError`]: a process setting, the
+    /// entry's `config`, or something the lane does not offer).
+    #[error("registry entry {key:?}: {error}")]
+    Lane { key: String, error: LaneError },
+}
+
+/// Why a lane cannot build what the process or a registry entry asks of it. The process
+/// refuses to start with it, naming the entry; the kind says where to look.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum LaneError {
+    /// A process setting the lane reads (`MG_EVM_CHAINS`, `MG_CCTP_DOMAINS`, a venue's
+    /// credentials, a signer's key) is missing or unusable.
+    #[error("{0}")]
+    Setting(String),
+    /// The entry's `config` table lacks something or holds a value the lane cannot use.
+    #[error("{0}")]
+    Config(String),
+    /// The lane does not offer what the entry asks for (a role it has no executor for,
+    /// balances, a signer).
+    #[error("{0}")]
+    Unsupported(String),
 }
 
 impl RegistryFile {
@@ -131,8 +152,8 @@ impl LaneShared {
 pub type Setting<'a> = &'a dyn Fn(&str) -> Option<String>;
 
 /// Each lane crate's entry point: `pub fn lane(ctx: &LaneContext) -> Result<Box<dyn
-/// LanePlugin>, String>` (an error = a setting the lane cannot run with).
-pub type LaneFactory = fn(&LaneContext<'_>) -> Result<Box<dyn LanePlugin>, String>;
+/// LanePlugin>, LaneError>` (an error = a setting the lane cannot run with).
+pub type LaneFactory = fn(&LaneContext<'_>) -> Result<Box<dyn LanePlugin>, LaneError>;
 
 /// A compiled-in lane (`libs/executors/<lane>`): builds the executors and signers that local
 /// registry entries name with `impl = "<name>"`. `services/common/src/lanes.rs` lists the
@@ -150,7 +171,7 @@ pub trait LanePlugin: Send + Sync {
         key: &str,
         config: Option<&toml::Table>,
         setting: Setting<'_>,
-    ) -> Result<crate::LaneExecutor, String>;
+    ) -> Result<crate::LaneExecutor, LaneError>;
     /// How this lane's venue fences a stale attempt, for entries that declare no `fence`.
     fn fence(&self) -> Fence {
         Fence::VenueDeadline
@@ -161,14 +182,19 @@ pub trait LanePlugin: Send + Sync {
         venue_key: &str,
         config: Option<&toml::Table>,
         setting: Setting<'_>,
-    ) -> Result<Arc<dyn crate::BalanceFetcher>, String> {
+    ) -> Result<Arc<dyn crate::BalanceFetcher>, LaneError> {
         let _ = (config, setting);
-        Err(format!("lane {:?} reads no balances (entry {venue_key:?})", self.name()))
+        Err(LaneError::Unsupported(format!("lane {:?} reads no balances (entry {venue_key:?})", self.name())))
     }
     /// The signer of entry `key`; a lane without signers refuses.
-    fn signer(&self, key: &str, config: Option<&toml::Table>, setting: Setting<'_>) -> Result<Arc<dyn Signer>, String> {
+    fn signer(
+        &self,
+        key: &str,
+        config: Option<&toml::Table>,
+        setting: Setting<'_>,
+    ) -> Result<Arc<dyn Signer>, LaneError> {
         let _ = (config, setting);
-        Err(format!("lane {:?} has no signer (entry {key:?})", self.name()))
+        Err(LaneError::Unsupported(format!("lane {:?} has no signer (entry {key:?})", self.name())))
     }
 }
 
@@ -226,7 +252,7 @@ impl Registry {
             let built = match spec.transport {
                 Transport::Local => lane_of(key, spec, lanes)?
                     .executor(key, spec.config.as_ref(), secret)
-                    .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
+                    .map_err(|error| RegistryError::Lane { key: key.clone(), error })?,
                 Transport::Grpc => crate::LaneExecutor::new(Arc::new(
                     RemoteExecutor::grpc(key, endpoint(key, spec, secret)?)
                         .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
@@ -254,7 +280,7 @@ impl Registry {
             let signer: Arc<dyn Signer> = match spec.transport {
                 Transport::Local => lane_of(key, spec, lanes)?
                     .signer(key, spec.config.as_ref(), secret)
-                    .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
+                    .map_err(|error| RegistryError::Lane { key: key.clone(), error })?,
                 Transport::Grpc => Arc::new(
                     RemoteSigner::grpc(endpoint(key, spec, secret)?)
                         .map_err(|reason| RegistryError::Entry { key: key.clone(), reason })?,
@@ -279,7 +305,9 @@ impl Registry {
                     "a balance fetcher is local (transport = \"local\", impl = <lane>), with no fence".into()
                 ));
             }
-            let fetcher = lane_of(key, spec, lanes)?.balance_fetcher(key, spec.config.as_ref(), secret).map_err(bad)?;
+            let fetcher = lane_of(key, spec, lanes)?
+                .balance_fetcher(key, spec.config.as_ref(), secret)
+                .map_err(|error| RegistryError::Lane { key: key.clone(), error })?;
             registry.balances.insert(key.clone(), fetcher);
         }
         Ok(registry)

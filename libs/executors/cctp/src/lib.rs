@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 use alloy::primitives::Address;
 use qtg_evm::{Chains, EvmExecutor, LocalSigners};
-use qtg_executor::{Fence, LaneContext, LaneExecutor, LanePlugin, Setting};
+use qtg_executor::{Fence, LaneContext, LaneError, LaneExecutor, LanePlugin, Setting};
 use serde::Deserialize;
 
 pub use attestation::{AttestationConfig, AttestationObserver};
@@ -48,14 +48,14 @@ pub struct CctpLane {
 
 /// The lane's factory (listed in `services/common/src/lanes.rs`): reads `MG_EVM_CHAINS` and
 /// `MG_CCTP_DOMAINS`.
-pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, String> {
+pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, LaneError> {
     let set = |k: &str| (ctx.setting)(k).filter(|v| !v.trim().is_empty());
     let chains = match set("MG_EVM_CHAINS") {
-        Some(text) => qtg_evm::parse_chains(&text)?,
+        Some(text) => qtg_evm::parse_chains(&text).map_err(LaneError::Setting)?,
         None => Chains::new(),
     };
     let domains = match set("MG_CCTP_DOMAINS") {
-        Some(text) => Domains::parse(&text, &chains)?,
+        Some(text) => Domains::parse(&text, &chains).map_err(LaneError::Setting)?,
         None => Domains::default(),
     };
     Ok(Box::new(CctpLane {
@@ -78,13 +78,16 @@ impl CctpLane {
         &self.domains
     }
 
-    fn sender(&self, key: &str, table: Option<&toml::Table>) -> Result<Address, String> {
-        let table = table.ok_or_else(|| format!("entry {key:?} needs a `config` table (from)"))?;
-        let c: SenderConfig = toml::Value::Table(table.clone()).try_into().map_err(|e| format!("config: {e}"))?;
+    fn sender(&self, key: &str, table: Option<&toml::Table>) -> Result<Address, LaneError> {
+        let table = table.ok_or_else(|| LaneError::Config(format!("entry {key:?} needs a `config` table (from)")))?;
+        let c: SenderConfig =
+            toml::Value::Table(table.clone()).try_into().map_err(|e| LaneError::Config(format!("config: {e}")))?;
         if self.domains.is_empty() {
-            return Err(format!("entry {key:?}: MG_CCTP_DOMAINS names no domain: a burn or mint has no contract"));
+            return Err(LaneError::Setting(format!(
+                "entry {key:?}: MG_CCTP_DOMAINS names no domain: a burn or mint has no contract"
+            )));
         }
-        c.from.parse().map_err(|_| format!("config.from {:?} is not an address", c.from))
+        c.from.parse().map_err(|_| LaneError::Config(format!("config.from {:?} is not an address", c.from)))
     }
 }
 
@@ -98,7 +101,7 @@ impl LanePlugin for CctpLane {
         Fence::Sequence
     }
 
-    fn executor(&self, key: &str, table: Option<&toml::Table>, _: Setting<'_>) -> Result<LaneExecutor, String> {
+    fn executor(&self, key: &str, table: Option<&toml::Table>, _: Setting<'_>) -> Result<LaneExecutor, LaneError> {
         let (pool, chains, signers) = (self.pool.clone(), self.chains.clone(), self.signers.clone());
         match key.split('.').nth(2) {
             Some("burn") => {
@@ -112,16 +115,18 @@ impl LanePlugin for CctpLane {
                 Ok(LaneExecutor::watched(Arc::new(EvmExecutor::new(key, from, chains, pool, signers, call))))
             }
             Some("attestation") => {
-                let table = table
-                    .ok_or_else(|| format!("entry {key:?} needs a `config` table (attestation_url, source_domain)"))?;
-                let config: AttestationConfig =
-                    toml::Value::Table(table.clone()).try_into().map_err(|e| format!("config: {e}"))?;
-                Ok(LaneExecutor::new(Arc::new(AttestationObserver::new(config)?)))
+                let table = table.ok_or_else(|| {
+                    LaneError::Config(format!("entry {key:?} needs a `config` table (attestation_url, source_domain)"))
+                })?;
+                let config: AttestationConfig = toml::Value::Table(table.clone())
+                    .try_into()
+                    .map_err(|e| LaneError::Config(format!("config: {e}")))?;
+                Ok(LaneExecutor::new(Arc::new(AttestationObserver::new(config).map_err(LaneError::Config)?)))
             }
-            other => Err(format!(
+            other => Err(LaneError::Unsupported(format!(
                 "entry {key:?}: the cctp lane serves exec.cctp.burn, exec.cctp.attestation and \
                  exec.cctp.mint[.<suffix>]; not {other:?}"
-            )),
+            ))),
         }
     }
 }

@@ -26,7 +26,8 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use qtg_executor::{
-    Balance, BalanceFetcher, ExecutorError, LaneContext, LaneExecutor, LanePlugin, Setting, TransferPage, VenueTransfer,
+    Balance, BalanceFetcher, ExecutorError, LaneContext, LaneError, LaneExecutor, LanePlugin, Setting, TransferPage,
+    VenueTransfer,
 };
 
 pub use binance::{BinanceVenue, Credentials};
@@ -42,7 +43,7 @@ pub struct CexLane {
 }
 
 /// The lane's factory (listed in `services/common/src/lanes.rs`).
-pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, String> {
+pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, LaneError> {
     Ok(Box::new(CexLane {
         pool: ctx.pool.clone(),
         skew: chrono::Duration::from_std(ctx.clock_skew).unwrap_or(chrono::Duration::MAX),
@@ -54,10 +55,15 @@ impl LanePlugin for CexLane {
         "cex"
     }
 
-    fn executor(&self, key: &str, config: Option<&toml::Table>, setting: Setting<'_>) -> Result<LaneExecutor, String> {
-        let config = EntryConfig::parse(key, config)?;
-        let role = config.role(key)?;
-        let venue = config.venue(setting)?;
+    fn executor(
+        &self,
+        key: &str,
+        config: Option<&toml::Table>,
+        setting: Setting<'_>,
+    ) -> Result<LaneExecutor, LaneError> {
+        let config = EntryConfig::parse(key, config).map_err(LaneError::Config)?;
+        let role = config.role(key).map_err(LaneError::Unsupported)?;
+        let venue = config.venue(setting).map_err(LaneError::Setting)?;
         Ok(LaneExecutor::new(Arc::new(CexExecutor::new(key, role, config, venue, self.pool.clone(), self.skew))))
     }
 
@@ -68,9 +74,9 @@ impl LanePlugin for CexLane {
         venue_key: &str,
         config: Option<&toml::Table>,
         setting: Setting<'_>,
-    ) -> Result<Arc<dyn BalanceFetcher>, String> {
-        let config = EntryConfig::parse(venue_key, config)?;
-        let venue = config.venue(setting)?;
+    ) -> Result<Arc<dyn BalanceFetcher>, LaneError> {
+        let config = EntryConfig::parse(venue_key, config).map_err(LaneError::Config)?;
+        let venue = config.venue(setting).map_err(LaneError::Setting)?;
         Ok(Arc::new(CexBalances { account: config.venue, venue }))
     }
 }

@@ -865,8 +865,13 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
 
     /// Every EVM call (a transfer, a CCTP burn or mint) pays `intent.destination`: a strict
     /// address (EIP-55 when mixed-case, not zero or a precompile unless allow-listed).
-    fn check_intent(&self, _node_config: &Value, risk_controls: &Value, intent: &Value) -> Result<(), String> {
-        crate::call::check_destination(intent, risk_controls)
+    fn check_intent(
+        &self,
+        _node_config: &Value,
+        risk_controls: &Value,
+        intent: &Value,
+    ) -> Result<(), qtg_executor::IntentRefusal> {
+        crate::call::check_destination(intent, risk_controls).map_err(qtg_executor::IntentRefusal::Intent)
     }
 
     /// The address every transaction of this entry is sent from.

@@ -25,7 +25,7 @@ pub mod tx;
 use std::sync::Arc;
 
 use alloy::primitives::Address;
-use qtg_executor::{LaneContext, LaneExecutor, LanePlugin, Setting, Signer};
+use qtg_executor::{LaneContext, LaneError, LaneExecutor, LanePlugin, Setting, Signer};
 use serde::Deserialize;
 
 pub use call::{Action, EvmCall, Refusal, Transfer};
@@ -54,9 +54,9 @@ pub struct EvmLane {
 }
 
 /// The lane's factory (listed in `services/common/src/lanes.rs`): reads `MG_EVM_CHAINS`.
-pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, String> {
+pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, LaneError> {
     let chains = match (ctx.setting)("MG_EVM_CHAINS").filter(|v| !v.trim().is_empty()) {
-        Some(text) => chains::parse(&text)?,
+        Some(text) => chains::parse(&text).map_err(LaneError::Setting)?,
         None => Chains::new(),
     };
     Ok(Box::new(EvmLane { pool: ctx.pool.clone(), chains: Arc::new(chains), signers: local_signers(ctx) }))
@@ -135,9 +135,10 @@ struct SignerConfig {
     account: String,
 }
 
-fn config<T: for<'de> Deserialize<'de>>(key: &str, table: Option<&toml::Table>) -> Result<T, String> {
-    let table = table.ok_or_else(|| format!("the evm lane needs a `config` table for entry {key:?}"))?;
-    toml::Value::Table(table.clone()).try_into().map_err(|e| format!("config: {e}"))
+fn config<T: for<'de> Deserialize<'de>>(key: &str, table: Option<&toml::Table>) -> Result<T, LaneError> {
+    let table =
+        table.ok_or_else(|| LaneError::Config(format!("the evm lane needs a `config` table for entry {key:?}")))?;
+    toml::Value::Table(table.clone()).try_into().map_err(|e| LaneError::Config(format!("config: {e}")))
 }
 
 impl LanePlugin for EvmLane {
@@ -150,14 +151,17 @@ impl LanePlugin for EvmLane {
         qtg_executor::Fence::Sequence
     }
 
-    fn executor(&self, key: &str, table: Option<&toml::Table>, _: Setting<'_>) -> Result<LaneExecutor, String> {
+    fn executor(&self, key: &str, table: Option<&toml::Table>, _: Setting<'_>) -> Result<LaneExecutor, LaneError> {
         let c: ExecutorConfig = config(key, table)?;
-        let from: Address = c.from.parse().map_err(|_| format!("config.from {:?} is not an address", c.from))?;
+        let from: Address =
+            c.from.parse().map_err(|_| LaneError::Config(format!("config.from {:?} is not an address", c.from)))?;
         if self.chains.is_empty() {
-            return Err("MG_EVM_CHAINS names no chain: an evm executor has nowhere to send".into());
+            return Err(LaneError::Setting("MG_EVM_CHAINS names no chain: an evm executor has nowhere to send".into()));
         }
         if key.split('.').nth(2) != Some("transfer") {
-            return Err(format!("entry {key:?}: the evm lane serves exec.evm.transfer[.<suffix>]"));
+            return Err(LaneError::Unsupported(format!(
+                "entry {key:?}: the evm lane serves exec.evm.transfer[.<suffix>]"
+            )));
         }
         let executor =
             TransferExecutor::new(key, from, self.chains.clone(), self.pool.clone(), self.signers.clone(), Transfer);
@@ -169,20 +173,21 @@ impl LanePlugin for EvmLane {
         venue_key: &str,
         table: Option<&toml::Table>,
         _: Setting<'_>,
-    ) -> Result<Arc<dyn qtg_executor::BalanceFetcher>, String> {
+    ) -> Result<Arc<dyn qtg_executor::BalanceFetcher>, LaneError> {
         let c: BalancesConfig = config(venue_key, table)?;
         let chain = self
             .chains
             .get(&c.chain_id)
             .cloned()
-            .ok_or_else(|| format!("config.chain_id {} is not in MG_EVM_CHAINS", c.chain_id))?;
+            .ok_or_else(|| LaneError::Config(format!("config.chain_id {} is not in MG_EVM_CHAINS", c.chain_id)))?;
         let addresses = c
             .addresses
             .iter()
             .map(|a| a.parse::<Address>().map_err(|_| format!("config.addresses: {a:?} is not an address")))
-            .collect::<Result<Vec<_>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(LaneError::Config)?;
         if addresses.is_empty() {
-            return Err("config.addresses names no address".into());
+            return Err(LaneError::Config("config.addresses names no address".into()));
         }
         let tokens = c
             .tokens
@@ -197,29 +202,37 @@ impl LanePlugin for EvmLane {
                 }
                 Ok((t.asset.clone(), contract, t.decimals))
             })
-            .collect::<Result<Vec<_>, String>>()?;
+            .collect::<Result<Vec<_>, String>>()
+            .map_err(LaneError::Config)?;
         let native = c.native_asset.unwrap_or_else(|| "ETH".into());
         Ok(Arc::new(EvmBalances { chain, addresses, native, tokens }))
     }
 
-    fn signer(&self, key: &str, table: Option<&toml::Table>, setting: Setting<'_>) -> Result<Arc<dyn Signer>, String> {
+    fn signer(
+        &self,
+        key: &str,
+        table: Option<&toml::Table>,
+        setting: Setting<'_>,
+    ) -> Result<Arc<dyn Signer>, LaneError> {
         let c: SignerConfig = config(key, table)?;
         if c.account.is_empty() || !c.account.chars().all(|ch| ch.is_ascii_alphanumeric() || ch == '_') {
-            return Err(format!("config.account {:?}: letters, digits and '_' only", c.account));
+            return Err(LaneError::Config(format!("config.account {:?}: letters, digits and '_' only", c.account)));
         }
         let var = format!("MG_{}_PRIVATE_KEY", c.account.to_ascii_uppercase());
         let file = format!("{var}_FILE");
         let secret = match setting(&var).filter(|v| !v.is_empty()) {
             Some(v) => v,
             None => match setting(&file).filter(|v| !v.is_empty()) {
-                Some(path) => std::fs::read_to_string(&path).map_err(|e| format!("{file} = {path:?}: {e}"))?,
-                None => return Err(format!("the signer's key is not set: {var} (or {file})")),
+                Some(path) => {
+                    std::fs::read_to_string(&path).map_err(|e| LaneError::Setting(format!("{file} = {path:?}: {e}")))?
+                }
+                None => return Err(LaneError::Setting(format!("the signer's key is not set: {var} (or {file})"))),
             },
         };
-        let signer = Arc::new(LocalSigner::new(key, &secret)?);
+        let signer = Arc::new(LocalSigner::new(key, &secret).map_err(LaneError::Setting)?);
         self.signers
             .write()
-            .map_err(|_| "the lane's signer map is poisoned".to_string())?
+            .map_err(|_| LaneError::Unsupported("the lane's signer map is poisoned".into()))?
             .insert(key.to_string(), signer.clone());
         Ok(signer)
     }

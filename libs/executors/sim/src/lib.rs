@@ -15,7 +15,8 @@ use qtg_core::{
     SignRequest, SignResult, SubmitOutcome,
 };
 use qtg_executor::{
-    Executor, ExecutorError, LaneContext, LaneExecutor, LanePlugin, Prepared, Setting, SignError, Signer, Submission,
+    Executor, ExecutorError, LaneContext, LaneError, LaneExecutor, LanePlugin, Prepared, Setting, SignError, Signer,
+    Submission,
 };
 use qtg_store::sim::SimSubmit;
 use serde::Deserialize;
@@ -292,7 +293,7 @@ pub struct SimLane {
 }
 
 /// The lane's factory (listed in `services/common/src/lanes.rs`).
-pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, String> {
+pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, LaneError> {
     Ok(Box::new(SimLane { venue: ctx.pool.clone() }))
 }
 
@@ -301,22 +302,22 @@ impl LanePlugin for SimLane {
         "sim"
     }
 
-    fn executor(&self, key: &str, config: Option<&toml::Table>, _: Setting<'_>) -> Result<LaneExecutor, String> {
+    fn executor(&self, key: &str, config: Option<&toml::Table>, _: Setting<'_>) -> Result<LaneExecutor, LaneError> {
         no_config(config)?;
         Ok(LaneExecutor::new(Arc::new(SimExecutor::new(key, self.venue.clone()))))
     }
 
-    fn signer(&self, key: &str, config: Option<&toml::Table>, _: Setting<'_>) -> Result<Arc<dyn Signer>, String> {
+    fn signer(&self, key: &str, config: Option<&toml::Table>, _: Setting<'_>) -> Result<Arc<dyn Signer>, LaneError> {
         no_config(config)?;
         Ok(Arc::new(SimSigner::new(key)))
     }
 }
 
 /// The sim is scripted per node (`config.sim` in the plan), not per entry.
-fn no_config(config: Option<&toml::Table>) -> Result<(), String> {
+fn no_config(config: Option<&toml::Table>) -> Result<(), LaneError> {
     match config {
         Some(c) if !c.is_empty() => {
-            Err("the sim lane takes no entry `config` (script it in the plan's node config)".into())
+            Err(LaneError::Config("the sim lane takes no entry `config` (script it in the plan's node config)".into()))
         }
         _ => Ok(()),
     }

@@ -24,7 +24,7 @@ use qtg_core::{
     AfterObserve, AfterSubmit, ExecutionContext, ExecutionResult, NextState, ObserveOutcome, PreparedAction, Refusal,
     SubmitOutcome,
 };
-use qtg_executor::{Executor, ExecutorError, Prepared, Submission};
+use qtg_executor::{Executor, ExecutorError, IntentRefusal, Prepared, Submission};
 use qtg_store::cex::{self as keys, Recorded};
 use serde::{Deserialize, Serialize};
 use serde_json::{json, Map, Value};
@@ -132,25 +132,25 @@ fn recorded_withdrawal_id(ctx: &ExecutionContext) -> Option<String> {
 impl Executor for CexExecutor {
     /// At creation: the destination paid, which side of the fee the amount is on, and for an
     /// amount that must arrive at a venue that deducts its fee, the template's fee cap.
-    fn check_intent(&self, node_config: &Value, risk_controls: &Value, intent: &Value) -> Result<(), String> {
+    fn check_intent(&self, node_config: &Value, risk_controls: &Value, intent: &Value) -> Result<(), IntentRefusal> {
         if self.role != Role::WithdrawalAction {
             return Ok(());
         }
-        destination_of(node_config, intent)?;
-        let amount_is = AmountIs::of_intent(intent)?;
+        destination_of(node_config, intent).map_err(IntentRefusal::Intent)?;
+        let amount_is = AmountIs::of_intent(intent).map_err(IntentRefusal::Intent)?;
         let field = |name: &str| node_config.get(name).or_else(|| intent.get(name)).and_then(Value::as_str);
         let asset = field("asset").unwrap_or_default();
-        let cap = fees::fee_cap(risk_controls, asset)?;
+        let cap = fees::fee_cap(risk_controls, asset).map_err(IntentRefusal::Template)?;
         let network = field("network").or(self.config.network.as_deref());
         if amount_is == AmountIs::Received
             && cap.is_none()
             && self.config.fee_model(asset, network) == FeeModel::Deducted
         {
-            return Err(format!(
+            return Err(IntentRefusal::Template(format!(
                 "intent.amount_is \"received\": {} deducts its fee from the amount, so qtg grosses the amount up by \
                  the fee — the template must cap that fee (risk_controls.max_fee)",
                 self.config.venue
-            ));
+            )));
         }
         Ok(())
     }

@@ -3,7 +3,7 @@
 use sqlx::{PgConnection, PgPool};
 use uuid::Uuid;
 
-use crate::Result;
+use crate::{Result, StoreError};
 
 #[derive(Debug, Clone)]
 pub struct ApiKey {
@@ -168,7 +168,7 @@ pub async fn decide_request(
     decided_by: &str,
     key_id: Option<Uuid>,
 ) -> Result<KeyRequest> {
-    Ok(sqlx::query_as!(
+    sqlx::query_as!(
         KeyRequest,
         "UPDATE api_key_requests SET status = $2, decided_by = $3, key_id = $4, decided_at = now()
          WHERE id = $1 AND status = 'pending'
@@ -178,6 +178,11 @@ pub async fn decide_request(
         decided_by,
         key_id,
     )
-    .fetch_one(&mut *conn)
-    .await?)
+    .fetch_optional(&mut *conn)
+    .await?
+    .ok_or_else(|| StoreError::StaleState {
+        entity: "api key request",
+        id: id.to_string(),
+        expected: "pending".into(),
+    })
 }

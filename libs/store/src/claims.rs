@@ -155,30 +155,33 @@ pub struct NodeNow {
 
 /// Reads a node's state, attempt and token, its request's state and the pause holding it.
 pub async fn node_now(conn: &mut PgConnection, node_id: Uuid) -> Result<Option<NodeNow>> {
-    let row = sqlx::query(AssertSqlSafe(NODE_NOW_SQL.as_str())).bind(node_id).fetch_optional(&mut *conn).await?;
+    // `held_by`: the `scope:target` of the pause that holds the node, or NULL — the one
+    // definition of a holding pause the claim shares (`controls::holding_pauses!`), handed to the
+    // checked macro as literals.
+    let row = crate::controls::holding_pauses!(
+        sqlx::query!,
+        "SELECT n.node_state, n.attempt_no, n.claim_token, r.request_state, (",
+        "c.scope || ':' || c.target",
+        r#") AS "held_by?"
+         FROM movement_request_nodes n
+         JOIN movement_requests r ON r.id = n.request_id
+         JOIN plan_nodes p ON p.id = n.plan_node_id
+         WHERE n.id = $1"#,
+        node_id
+    )
+    .fetch_optional(&mut *conn)
+    .await?;
     row.map(|r| {
         Ok(NodeNow {
-            node_state: crate::rows::parse_node_state(r.try_get("node_state")?)?,
-            attempt_no: r.try_get("attempt_no")?,
-            claim_token: r.try_get("claim_token")?,
-            request_state: crate::rows::parse_request_state(r.try_get("request_state")?)?,
-            held_by: r.try_get("held_by")?,
+            node_state: crate::rows::parse_node_state(&r.node_state)?,
+            attempt_no: r.attempt_no,
+            claim_token: r.claim_token,
+            request_state: crate::rows::parse_request_state(&r.request_state)?,
+            held_by: r.held_by,
         })
     })
     .transpose()
 }
-
-// Not a macro: `held_by` is `controls::HELD_BY`, the one definition of a holding pause the claim shares.
-static NODE_NOW_SQL: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
-    format!(
-        "SELECT n.node_state, n.attempt_no, n.claim_token, r.request_state, {held_by} AS held_by
-         FROM movement_request_nodes n
-         JOIN movement_requests r ON r.id = n.request_id
-         JOIN plan_nodes p ON p.id = n.plan_node_id
-         WHERE n.id = $1",
-        held_by = crate::controls::HELD_BY
-    )
-});
 
 /// Locks a request row without waiting: `Busy` if another operation holds it.
 pub async fn lock_request_nowait(conn: &mut PgConnection, request_id: Uuid) -> Result<Option<qtg_core::RequestState>> {

@@ -1,7 +1,8 @@
 //! The kill switch: dispatch pauses (global, per lane, per executor key). The dispatch claim
 //! leaves a paused node READY ([`crate::claims`] tests [`PAUSED`] in the claim statement), and
-//! dispatch transaction 2 tests it again right before the submit ([`HELD_BY`]): a node claimed
-//! before the pause committed ends FAILED with `DISPATCH_PAUSED` without reaching the venue.
+//! dispatch transaction 2 tests it again right before the submit (`held_by` in
+//! [`crate::claims::node_now`]): a node claimed before the pause committed ends FAILED with
+//! `DISPATCH_PAUSED` without reaching the venue.
 //! Only a submit already on the wire when the pause commits is not stopped.
 
 use chrono::{DateTime, Utc};
@@ -36,9 +37,6 @@ pub(crate) use holding_pauses;
 
 /// The claim predicate's pause test.
 pub(crate) const PAUSED: &str = concat!("EXISTS (", holding_pauses!("1"), ")");
-
-/// `scope:target` of the pause that holds the node, or NULL.
-pub(crate) const HELD_BY: &str = concat!("(", holding_pauses!("c.scope || ':' || c.target"), ")");
 
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

@@ -193,7 +193,8 @@ pub async fn not_up(
          WHERE COALESCE(e.health_state, 'unknown') <> 'up'
          UNION ALL
          SELECT k, COALESCE(s.health_state, 'unknown') FROM unnest($2::text[]) k LEFT JOIN signers s ON s.signer_key = k
-         WHERE COALESCE(s.health_state, 'unknown') <> 'up'"#,
+         WHERE COALESCE(s.health_state, 'unknown') <> 'up'
+         ORDER BY 1"#,
         executor_keys,
         signer_keys,
     )

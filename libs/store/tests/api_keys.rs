@@ -123,8 +123,10 @@ async fn a_key_request_is_decided_once_and_reserves_its_principal(pool: PgPool) 
         ("approved", Some("admin2"), Some(k.id))
     );
     tx.commit().await?;
-    // Decided: a second decision finds no pending request.
-    assert!(api_keys::decide_request(&mut conn, req.id, "rejected", "admin3", None).await.is_err());
+    // Decided: a second decision finds no pending request — a compare-and-set miss, not a
+    // missing row.
+    let again = api_keys::decide_request(&mut conn, req.id, "rejected", "admin3", None).await;
+    assert!(matches!(again, Err(qtg_store::StoreError::StaleState { .. })), "{again:?}");
     assert_eq!(api_keys::request_for_update(&mut conn, req.id).await?.expect("request").status, "approved");
     api_keys::decide_request(&mut conn, rejected.id, "rejected", "admin2", None).await?;
     assert!(api_keys::request_for_update(&mut conn, Uuid::new_v4()).await?.is_none());

@@ -250,22 +250,22 @@ impl<S: NextState> ExecutionResult<S> {
     /// The same answer with its state in another type that holds it (an observe answer as a
     /// recover answer; any answer as the wire's [`NodeState`]).
     pub fn widen<T: From<S>>(self) -> ExecutionResult<T> {
-        ExecutionResult {
-            next_state: T::from(self.next_state),
-            provider_state: self.provider_state,
-            provider_refs: self.provider_refs,
-            provider_ref_id: self.provider_ref_id,
-            generated_artifacts: self.generated_artifacts,
-            retry_after_seconds: self.retry_after_seconds,
-            error_code: self.error_code,
-            error_detail: self.error_detail,
-        }
+        let next_state = T::from(self.next_state);
+        self.with_state(next_state)
     }
 
     /// The answer as the wire carries it.
     pub fn erase(self) -> ExecutionResult {
+        let next_state = self.next_state.into();
+        self.with_state(next_state)
+    }
+}
+
+impl<S> ExecutionResult<S> {
+    /// Every field but the state, with `next_state`.
+    fn with_state<T>(self, next_state: T) -> ExecutionResult<T> {
         ExecutionResult {
-            next_state: self.next_state.into(),
+            next_state,
             provider_state: self.provider_state,
             provider_refs: self.provider_refs,
             provider_ref_id: self.provider_ref_id,
@@ -287,16 +287,7 @@ impl ExecutionResult {
         let state = self.next_state;
         let next_state = S::try_from(state)
             .map_err(|_| ProtocolViolation(format!("{} may not answer next_state {state}", method.as_str())))?;
-        Ok(ExecutionResult {
-            next_state,
-            provider_state: self.provider_state,
-            provider_refs: self.provider_refs,
-            provider_ref_id: self.provider_ref_id,
-            generated_artifacts: self.generated_artifacts,
-            retry_after_seconds: self.retry_after_seconds,
-            error_code: self.error_code,
-            error_detail: self.error_detail,
-        })
+        Ok(self.with_state(next_state))
     }
 
     /// Checks an executor's answer against the contract for `method`.

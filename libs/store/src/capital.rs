@@ -59,6 +59,23 @@ pub struct NewTransfer<'a> {
 }
 
 /// Inserts the request, or answers the one this principal made with the same idempotency key
+/// `query_as!(CapitalTransfer, …)`: a transfer's columns `FROM capital_transfer_requests c`, then
+/// `$tail` (a literal: sqlx joins it to the checked text) — one column list for every read.
+macro_rules! transfers {
+    ($tail:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            CapitalTransfer,
+            r#"SELECT c.id, c.requested_by, c.idempotency_key, c.body_hash, c.source, c.destination, c.asset,
+                    c.amount::text AS "amount!", c.reason, c.template_key, c.template_version, c.callback_url, c.state,
+                    c.movement_id,
+                    (SELECT r.request_state FROM movement_requests r WHERE r.id = c.movement_id) AS "movement_state?",
+                    c.outcome, c.settlement, c.created_at, c.updated_at, c.closed_at
+               FROM capital_transfer_requests c "# + $tail
+            $(, $arg)*
+        )
+    };
+}
+
 /// (`false`).
 pub async fn insert(conn: &mut PgConnection, t: &NewTransfer<'_>) -> Result<(CapitalTransfer, bool)> {
     let id: Option<Uuid> = sqlx::query_scalar!(
@@ -82,35 +99,15 @@ pub async fn insert(conn: &mut PgConnection, t: &NewTransfer<'_>) -> Result<(Cap
     .fetch_optional(&mut *conn)
     .await?;
     let fresh = id.is_some();
-    let existing = sqlx::query_as!(
-        CapitalTransfer,
-        r#"SELECT c.id, c.requested_by, c.idempotency_key, c.body_hash, c.source, c.destination, c.asset,
-                  c.amount::text AS "amount!", c.reason, c.template_key, c.template_version, c.callback_url, c.state,
-                  c.movement_id,
-                  (SELECT r.request_state FROM movement_requests r WHERE r.id = c.movement_id) AS "movement_state?",
-                  c.outcome, c.settlement, c.created_at, c.updated_at, c.closed_at
-             FROM capital_transfer_requests c WHERE c.requested_by = $1 AND c.idempotency_key = $2"#,
-        t.requested_by,
-        t.idempotency_key
-    )
-    .fetch_one(&mut *conn)
-    .await?;
+    let existing =
+        transfers!(r#"WHERE c.requested_by = $1 AND c.idempotency_key = $2"#, t.requested_by, t.idempotency_key)
+            .fetch_one(&mut *conn)
+            .await?;
     Ok((existing, fresh))
 }
 
 pub async fn get(conn: &mut PgConnection, id: Uuid) -> Result<Option<CapitalTransfer>> {
-    Ok(sqlx::query_as!(
-        CapitalTransfer,
-        r#"SELECT c.id, c.requested_by, c.idempotency_key, c.body_hash, c.source, c.destination, c.asset,
-                  c.amount::text AS "amount!", c.reason, c.template_key, c.template_version, c.callback_url, c.state,
-                  c.movement_id,
-                  (SELECT r.request_state FROM movement_requests r WHERE r.id = c.movement_id) AS "movement_state?",
-                  c.outcome, c.settlement, c.created_at, c.updated_at, c.closed_at
-             FROM capital_transfer_requests c WHERE c.id = $1"#,
-        id
-    )
-    .fetch_optional(&mut *conn)
-    .await?)
+    Ok(transfers!(r#"WHERE c.id = $1"#, id).fetch_optional(&mut *conn).await?)
 }
 
 /// Newest first, optionally in one state; `before` = the created_at/id cursor.
@@ -120,14 +117,8 @@ pub async fn list(
     before: Option<(DateTime<Utc>, Uuid)>,
     limit: i64,
 ) -> Result<Vec<CapitalTransfer>> {
-    Ok(sqlx::query_as!(
-        CapitalTransfer,
-        r#"SELECT c.id, c.requested_by, c.idempotency_key, c.body_hash, c.source, c.destination, c.asset,
-                  c.amount::text AS "amount!", c.reason, c.template_key, c.template_version, c.callback_url, c.state,
-                  c.movement_id,
-                  (SELECT r.request_state FROM movement_requests r WHERE r.id = c.movement_id) AS "movement_state?",
-                  c.outcome, c.settlement, c.created_at, c.updated_at, c.closed_at
-             FROM capital_transfer_requests c
+    Ok(transfers!(
+        r#"
             WHERE ($1::text IS NULL OR c.state = $1) AND ($2::timestamptz IS NULL OR (c.created_at, c.id) < ($2, $3))
             ORDER BY c.created_at DESC, c.id DESC LIMIT $4"#,
         state,
@@ -239,14 +230,8 @@ pub async fn due(conn: &mut PgConnection, stale_seconds: f64, limit: i64) -> Res
 /// Request `id`, locked, if it is still due (the condition of [`due`], `$1` = the stale
 /// threshold) and no other replica holds it.
 pub async fn lock_due(conn: &mut PgConnection, id: Uuid, stale_seconds: f64) -> Result<Option<CapitalTransfer>> {
-    Ok(sqlx::query_as!(
-        CapitalTransfer,
-        r#"SELECT c.id, c.requested_by, c.idempotency_key, c.body_hash, c.source, c.destination, c.asset,
-                  c.amount::text AS "amount!", c.reason, c.template_key, c.template_version, c.callback_url, c.state,
-                  c.movement_id,
-                  (SELECT r.request_state FROM movement_requests r WHERE r.id = c.movement_id) AS "movement_state?",
-                  c.outcome, c.settlement, c.created_at, c.updated_at, c.closed_at
-             FROM capital_transfer_requests c
+    Ok(transfers!(
+        r#"
             WHERE c.id = $2
               AND ((c.state IN ('PENDING', 'MOVEMENT_CREATED', 'NEEDS_ATTENTION')
                     AND c.updated_at < now() - make_interval(secs => $1))
@@ -266,16 +251,5 @@ pub async fn lock_due(conn: &mut PgConnection, id: Uuid, stale_seconds: f64) -> 
 
 /// Request `id`, locked (waiting), for an operator's decision.
 pub async fn lock(conn: &mut PgConnection, id: Uuid) -> Result<Option<CapitalTransfer>> {
-    Ok(sqlx::query_as!(
-        CapitalTransfer,
-        r#"SELECT c.id, c.requested_by, c.idempotency_key, c.body_hash, c.source, c.destination, c.asset,
-                  c.amount::text AS "amount!", c.reason, c.template_key, c.template_version, c.callback_url, c.state,
-                  c.movement_id,
-                  (SELECT r.request_state FROM movement_requests r WHERE r.id = c.movement_id) AS "movement_state?",
-                  c.outcome, c.settlement, c.created_at, c.updated_at, c.closed_at
-             FROM capital_transfer_requests c WHERE c.id = $1 FOR UPDATE OF c"#,
-        id
-    )
-    .fetch_optional(&mut *conn)
-    .await?)
+    Ok(transfers!(r#"WHERE c.id = $1 FOR UPDATE OF c"#, id).fetch_optional(&mut *conn).await?)
 }

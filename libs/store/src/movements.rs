@@ -132,6 +132,23 @@ struct RequestRecord {
     approvals_required: i32,
 }
 
+/// `query_as!(RequestRecord, …)`: a movement's columns `FROM movement_requests`, then `$tail`
+/// (a literal: sqlx joins it to the checked text) — one column list for every read.
+macro_rules! requests {
+    ($tail:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            RequestRecord,
+            r#"SELECT id, template_id, plan_version_id, template_key, template_version, compiled_plan_hash,
+                   intent, intent_hash, input_params, request_state, approval_status, approved_by, approved_at,
+                   review_reason, created_by, idempotency_key, body_hash, callback_url, current_frontier,
+                   expires_at, COALESCE(expires_at <= now(), false) AS "expired!", completed_at, created_at,
+                   updated_at, approvals_required
+               FROM movement_requests "# + $tail
+            $(, $arg)*
+        )
+    };
+}
+
 impl RequestRecord {
     fn into_row(self) -> Result<RequestRow> {
         Ok(RequestRow {
@@ -165,18 +182,7 @@ impl RequestRecord {
 }
 
 pub async fn get(conn: &mut PgConnection, id: Uuid) -> Result<Option<RequestRow>> {
-    let record = sqlx::query_as!(
-        RequestRecord,
-        r#"SELECT id, template_id, plan_version_id, template_key, template_version, compiled_plan_hash,
-               intent, intent_hash, input_params, request_state, approval_status, approved_by, approved_at,
-               review_reason, created_by, idempotency_key, body_hash, callback_url, current_frontier,
-               expires_at, COALESCE(expires_at <= now(), false) AS "expired!", completed_at, created_at,
-               updated_at, approvals_required
-           FROM movement_requests WHERE id = $1"#,
-        id
-    )
-    .fetch_optional(&mut *conn)
-    .await?;
+    let record = requests!(r#"WHERE id = $1"#, id).fetch_optional(&mut *conn).await?;
     record.map(RequestRecord::into_row).transpose()
 }
 
@@ -219,14 +225,8 @@ pub async fn list(
     limit: i64,
 ) -> Result<Vec<RequestRow>> {
     let (at, id) = after.map_or((None, None), |(a, i)| (Some(a), Some(i)));
-    let records = sqlx::query_as!(
-        RequestRecord,
-        r#"SELECT id, template_id, plan_version_id, template_key, template_version, compiled_plan_hash,
-               intent, intent_hash, input_params, request_state, approval_status, approved_by, approved_at,
-               review_reason, created_by, idempotency_key, body_hash, callback_url, current_frontier,
-               expires_at, COALESCE(expires_at <= now(), false) AS "expired!", completed_at, created_at,
-               updated_at, approvals_required
-           FROM movement_requests
+    let records = requests!(
+        r#"
            WHERE ($1::text IS NULL OR request_state = $1)
              AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
              AND ($5::text IS NULL OR template_key = $5)

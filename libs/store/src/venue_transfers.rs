@@ -174,14 +174,25 @@ pub async fn link(conn: &mut PgConnection, within_seconds: f64) -> Result<u64> {
     Ok(done.rows_affected())
 }
 
+/// `query_as!(VenueTransfer, …)`: a transfer's columns `FROM venue_transfers`, then `$tail` (a
+/// literal: sqlx joins it to the checked text) — one column list for every read.
+macro_rules! transfers {
+    ($tail:literal $(, $arg:expr)* $(,)?) => {
+        sqlx::query_as!(
+            VenueTransfer,
+            r#"SELECT id, venue_key, account, direction, venue_ref, asset, network, amount::text AS "amount!",
+                      fee::text AS "fee?", address, address_tag, tx_id, client_id, status, occurred_at, request_node_id,
+                      movement_id, linked_by, alerted_at, first_seen_at, updated_at
+                 FROM venue_transfers "# + $tail
+            $(, $arg)*
+        )
+    };
+}
+
 /// Withdrawals no node explains, first seen more than `grace_seconds` ago, not yet alerted.
 pub async fn unexplained_due(conn: &mut PgConnection, grace_seconds: f64, limit: i64) -> Result<Vec<VenueTransfer>> {
-    Ok(sqlx::query_as!(
-        VenueTransfer,
-        r#"SELECT id, venue_key, account, direction, venue_ref, asset, network, amount::text AS "amount!",
-                  fee::text AS "fee?", address, address_tag, tx_id, client_id, status, occurred_at, request_node_id,
-                  movement_id, linked_by, alerted_at, first_seen_at, updated_at
-             FROM venue_transfers
+    Ok(transfers!(
+        r#"
             WHERE direction = 'withdrawal' AND movement_id IS NULL AND alerted_at IS NULL
               AND first_seen_at < now() - make_interval(secs => $1)
             ORDER BY first_seen_at, id LIMIT $2"#,
@@ -214,12 +225,8 @@ pub async fn list(
     before: Option<(DateTime<Utc>, i64)>,
     limit: i64,
 ) -> Result<Vec<VenueTransfer>> {
-    Ok(sqlx::query_as!(
-        VenueTransfer,
-        r#"SELECT id, venue_key, account, direction, venue_ref, asset, network, amount::text AS "amount!",
-                  fee::text AS "fee?", address, address_tag, tx_id, client_id, status, occurred_at, request_node_id,
-                  movement_id, linked_by, alerted_at, first_seen_at, updated_at
-             FROM venue_transfers
+    Ok(transfers!(
+        r#"
             WHERE ($1::text IS NULL OR venue_key = $1) AND ($2::text IS NULL OR direction = $2)
               AND (NOT $3 OR movement_id IS NULL)
               AND ($4::timestamptz IS NULL OR (first_seen_at, id) < ($4, $5))

@@ -6,7 +6,7 @@
 
 use qtg_core::{NodeState, RequestState};
 use serde_json::{Map, Value};
-use sqlx::{PgConnection, Row};
+use sqlx::PgConnection;
 use uuid::Uuid;
 
 use std::time::Duration;
@@ -333,7 +333,7 @@ static NODE_WRITE_REST: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| NODE_WRITE.replace("{PAUSED}", crate::controls::PAUSED));
 
 /// What a node write left: the attempt, and the armed attempt's `submit_by`.
-#[derive(Debug, Clone, Copy)]
+#[derive(Debug, Clone, Copy, sqlx::FromRow)]
 pub struct Written {
     pub attempt_no: i32,
     pub submit_by: Option<chrono::DateTime<chrono::Utc>>,
@@ -401,14 +401,15 @@ async fn write_node(
         .with("traceparent", "text", if transition { qtg_telemetry::traceparent() } else { None });
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let sql = params.statement_once(&SQL, &NODE_WRITE_REST);
-    let row = sqlx::query_with(sql, params.into_arguments()?).fetch_optional(&mut *conn).await?;
-    let Some(row) = row else {
+    let written: Option<Written> =
+        sqlx::query_as_with(sql, params.into_arguments()?).fetch_optional(&mut *conn).await?;
+    let Some(written) = written else {
         return Ok(Cas::Stale(Stale { entity: "node", id: node_id, expected: from.to_string() }));
     };
     if transition {
         qtg_telemetry::sink().node_transition(from.as_str(), to.as_str());
     }
-    Ok(Cas::Applied(Written { attempt_no: row.try_get("attempt_no")?, submit_by: row.try_get("submit_by")? }))
+    Ok(Cas::Applied(written))
 }
 
 /// Moves a node `from` → `to` (checked against the table) with `patch`. Answers the node's

@@ -186,26 +186,59 @@ pub async fn get(conn: &mut PgConnection, id: Uuid) -> Result<Option<RequestRow>
     record.map(RequestRecord::into_row).transpose()
 }
 
+/// A movement's nodes; a READY non-manual node carries the pause holding it, if any (the pause
+/// test is `controls::holding_pauses!`, the one definition the claim shares, handed to the
+/// checked macro as literals).
 pub async fn nodes(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<NodeRow>> {
-    let rows = sqlx::query(NODES_SQL).bind(request_id).fetch_all(&mut *conn).await?;
-    rows.iter().map(NodeRow::from_row).collect()
+    let rows = crate::controls::holding_pauses!(
+        sqlx::query!,
+        r#"SELECT n.id, n.node_key, n.node_kind, n.node_state, p.action_type, p.executor_key,
+                  p.signer_key, n.attempt_no, n.provider_state, n.provider_refs, n.provider_ref_id,
+                  n.error_code, n.error_detail, n.started_at, n.completed_at, n.last_observed_at,
+                  n.observe_count, n.next_observe_at, n.updated_at,
+                  h.scope AS "hold_scope?", h.target AS "hold_target?", h.reason AS "hold_reason?",
+                  h.paused_by AS "hold_by?", h.paused_at AS "hold_at?"
+           FROM movement_request_nodes n JOIN plan_nodes p ON p.id = n.plan_node_id
+           LEFT JOIN LATERAL ("#,
+        "c.*",
+        ") h ON n.node_state = 'READY' AND n.node_kind <> 'manual'
+         WHERE n.request_id = $1 ORDER BY n.node_key",
+        request_id
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    rows.into_iter()
+        .map(|r| {
+            Ok(NodeRow {
+                id: r.id,
+                node_key: r.node_key,
+                node_kind: crate::rows::parse_kind(&r.node_kind)?,
+                node_state: crate::rows::parse_node_state(&r.node_state)?,
+                action_type: r.action_type,
+                executor_key: r.executor_key,
+                signer_key: r.signer_key,
+                attempt_no: r.attempt_no,
+                provider_state: r.provider_state,
+                provider_refs: r.provider_refs,
+                provider_ref_id: r.provider_ref_id,
+                error_code: r.error_code,
+                error_detail: r.error_detail,
+                started_at: r.started_at,
+                completed_at: r.completed_at,
+                last_observed_at: r.last_observed_at,
+                observe_count: r.observe_count,
+                next_observe_at: r.next_observe_at,
+                updated_at: r.updated_at,
+                dispatch_hold: match (r.hold_scope, r.hold_target, r.hold_reason, r.hold_by, r.hold_at) {
+                    (Some(scope), Some(target), Some(reason), Some(paused_by), Some(paused_at)) => {
+                        Some(crate::controls::Pause { scope, target, reason, paused_by, paused_at })
+                    }
+                    _ => None,
+                },
+            })
+        })
+        .collect()
 }
-
-/// A movement's nodes; a READY non-manual node carries the pause holding it, if any.
-// Not a macro: the pause test is `controls::holding_pauses!`, the one definition the claim shares.
-const NODES_SQL: &str = concat!(
-    "SELECT n.id, n.node_key, n.node_kind, n.node_state, p.action_type, p.executor_key,
-            p.signer_key, n.attempt_no, n.provider_state, n.provider_refs, n.provider_ref_id,
-            n.error_code, n.error_detail, n.started_at, n.completed_at, n.last_observed_at,
-            n.observe_count, n.next_observe_at, n.updated_at,
-            h.scope AS hold_scope, h.target AS hold_target, h.reason AS hold_reason,
-            h.paused_by AS hold_by, h.paused_at AS hold_at
-     FROM movement_request_nodes n JOIN plan_nodes p ON p.id = n.plan_node_id
-     LEFT JOIN LATERAL (",
-    crate::controls::holding_pauses!("c.*"),
-    ") h ON n.node_state = 'READY' AND n.node_kind <> 'manual'
-     WHERE n.request_id = $1 ORDER BY n.node_key"
-);
 
 /// What a movement list is narrowed to; `None` is no filter.
 #[derive(Debug, Default)]

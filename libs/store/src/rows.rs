@@ -3,8 +3,6 @@
 use chrono::{DateTime, Utc};
 use qtg_core::{Lane, NodeKind, NodeState, NodeView, RequestState};
 use serde_json::Value;
-use sqlx::postgres::PgRow;
-use sqlx::Row;
 use uuid::Uuid;
 
 use crate::StoreError;
@@ -177,40 +175,4 @@ pub struct NodeRow {
     pub updated_at: DateTime<Utc>,
     /// Why a READY node is not being dispatched: the pause that holds it.
     pub dispatch_hold: Option<crate::controls::Pause>,
-}
-
-impl NodeRow {
-    pub(crate) fn from_row(row: &PgRow) -> Result<Self, StoreError> {
-        Ok(NodeRow {
-            id: row.try_get("id")?,
-            node_key: row.try_get("node_key")?,
-            node_kind: parse_kind(row.try_get("node_kind")?)?,
-            node_state: parse_node_state(row.try_get("node_state")?)?,
-            action_type: row.try_get("action_type")?,
-            executor_key: row.try_get("executor_key")?,
-            signer_key: row.try_get("signer_key")?,
-            attempt_no: row.try_get("attempt_no")?,
-            provider_state: row.try_get("provider_state")?,
-            provider_refs: row.try_get("provider_refs")?,
-            provider_ref_id: row.try_get("provider_ref_id")?,
-            error_code: row.try_get("error_code")?,
-            error_detail: row.try_get("error_detail")?,
-            started_at: row.try_get("started_at")?,
-            completed_at: row.try_get("completed_at")?,
-            last_observed_at: row.try_get("last_observed_at")?,
-            observe_count: row.try_get("observe_count")?,
-            next_observe_at: row.try_get("next_observe_at")?,
-            updated_at: row.try_get("updated_at")?,
-            dispatch_hold: match row.try_get::<Option<String>, _>("hold_scope")? {
-                Some(scope) => Some(crate::controls::Pause {
-                    scope,
-                    target: row.try_get("hold_target")?,
-                    reason: row.try_get("hold_reason")?,
-                    paused_by: row.try_get("hold_by")?,
-                    paused_at: row.try_get("hold_at")?,
-                }),
-                None => None,
-            },
-        })
-    }
 }

@@ -25,6 +25,6 @@ fi
 server=$(./scripts/ensure-postgres.sh)
 # The same server, the database `qtg_sqlx` (the URL's last path segment replaced).
 url=$(printf '%s' "$server" | sed -E 's#/[^/?]*(\?.*)?$#/qtg_sqlx\1#')
-DATABASE_URL="$url" cargo sqlx database reset -y --source migrations >/dev/null
+DATABASE_URL="$url" cargo sqlx database reset -y -f --source migrations >/dev/null
 cd libs/store
 DATABASE_URL="$url" cargo sqlx prepare "${args[@]}"

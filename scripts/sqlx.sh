@@ -23,8 +23,16 @@ if ! cargo sqlx --version 2>/dev/null | grep -qF " $version"; then
 fi
 
 server=$(./scripts/ensure-postgres.sh)
-# The same server, the database `qtg_sqlx` (the URL's last path segment replaced).
-url=$(printf '%s' "$server" | sed -E 's#/[^/?]*(\?.*)?$#/qtg_sqlx\1#')
+# The same server, the database `qtg_sqlx`: the URL's database (its path) replaced, or added
+# when it names none; its query (`?sslmode=…`) kept.
+query=""
+case "$server" in *\?*) query="?${server#*\?}"; server=${server%%\?*} ;; esac
+authority=${server#*://}
+if [[ "$authority" == */* ]]; then
+  url="${server%/*}/qtg_sqlx$query"
+else
+  url="$server/qtg_sqlx$query"
+fi
 DATABASE_URL="$url" cargo sqlx database reset -y -f --source migrations >/dev/null
 cd libs/store
 DATABASE_URL="$url" cargo sqlx prepare "${args[@]}"

@@ -103,10 +103,10 @@ pub async fn claim(
              ORDER BY d.rn, d.alert DESC, d.created_at, d.id LIMIT $1
          ), locked AS (
              -- Checked again on the row as locked (PostgreSQL re-reads a row another claimer
-             -- changed and committed meanwhile): a row claimed, sent or dead-lettered since this
-             -- statement's snapshot is not claimed twice.
+             -- changed and committed meanwhile): a row claimed, sent, dead-lettered or backed off
+             -- since this statement's snapshot is not claimed again.
              SELECT o.id AS claimed FROM movement_callback_outbox o WHERE o.id IN (SELECT id FROM picked)
-               AND o.status = 'pending' AND o.attempts < o.max_attempts
+               AND o.status = 'pending' AND o.attempts < o.max_attempts AND o.next_attempt_at <= now()
                AND (o.lease_expires_at IS NULL OR o.lease_expires_at <= now())
              FOR UPDATE SKIP LOCKED
          )

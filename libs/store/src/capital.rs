@@ -58,7 +58,6 @@ pub struct NewTransfer<'a> {
     pub callback_url: Option<&'a str>,
 }
 
-/// Inserts the request, or answers the one this principal made with the same idempotency key
 /// `query_as!(CapitalTransfer, …)`: a transfer's columns `FROM capital_transfer_requests c`, then
 /// `$tail` (a literal: sqlx joins it to the checked text) — one column list for every read.
 macro_rules! transfers {
@@ -76,6 +75,7 @@ macro_rules! transfers {
     };
 }
 
+/// Inserts the request, or answers the one this principal made with the same idempotency key
 /// (`false`).
 pub async fn insert(conn: &mut PgConnection, t: &NewTransfer<'_>) -> Result<(CapitalTransfer, bool)> {
     let id: Option<Uuid> = sqlx::query_scalar!(

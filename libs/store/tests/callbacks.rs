@@ -82,11 +82,14 @@ async fn a_failure_backs_off_then_dead_letters_and_only_the_claim_holder_records
     let token = claim(&pool, 10, 300.0).await?[0].claim_token.expect("token");
     let mut conn = pool.acquire().await?;
     assert_eq!(callbacks::record_failed(&mut conn, id, Uuid::new_v4(), 5, "500", None).await?, None);
-    assert_eq!(callbacks::record_failed(&mut conn, id, token, 5, "500", None).await?.as_deref(), Some("pending"));
+    // The receiver's Retry-After (60 s) wins over the 2 s backoff of attempt 1: long enough
+    // that "not due yet" below holds however slow this machine is.
+    let failed = callbacks::record_failed(&mut conn, id, token, 5, "500", Some(60.0)).await?;
+    assert_eq!(failed.as_deref(), Some("pending"));
     assert_eq!(callbacks::record_failed(&mut conn, id, token, 5, "500", None).await?, None, "the claim is spent");
     let row = get(&pool, id).await?;
     assert_eq!((row.last_error.as_deref(), row.attempts), (Some("500"), 1));
-    assert!(row.next_attempt_at > row.created_at + chrono::Duration::seconds(1), "backs off 2 s after attempt 1");
+    assert!(row.next_attempt_at > row.created_at + chrono::Duration::seconds(59), "backs off by its Retry-After");
     assert!(claim(&pool, 10, 300.0).await?.is_empty(), "not due before its backoff");
 
     let last = enqueue(&pool, "drift_detected", A).await?;

@@ -52,6 +52,10 @@ async fn two_concurrent_claimers_of_one_node_make_one_winner(pool: PgPool) -> Re
 
     let served = served();
     let (mut tx1, mut tx2) = (pool.begin().await?, pool.begin().await?);
+    // A claim that lost its SKIP LOCKED would wait for the other one forever: bounded, it fails.
+    for tx in [&mut tx1, &mut tx2] {
+        sqlx::query("SET LOCAL lock_timeout = '10s'").execute(&mut **tx).await?;
+    }
     let (a, b) = tokio::join!(
         claims::claim_first(&mut tx1, Pickup::Dispatch, &served, n),
         claims::claim_first(&mut tx2, Pickup::Dispatch, &served, n),

@@ -48,10 +48,9 @@ async fn health_is_recorded_per_key_and_identity_is_judged_when_read(pool: PgPoo
     assert_eq!(health::mark_orphans(&mut conn, &keep_e, &keep_s).await?, 2);
     assert_eq!(health::mark_orphans(&mut conn, &keep_e, &keep_s).await?, 0);
     assert_eq!(health::identities(&mut conn, "signer.b").await?, (Some(SIGNER_B.into()), None));
-    let mut not_up =
+    let not_up =
         health::not_up(&mut conn, &["exec.a".into(), "exec.gone".into(), "exec.new".into()], &["signer.b".into()])
             .await?;
-    not_up.sort();
     let expected = [("exec.gone", "orphan"), ("exec.new", "unknown"), ("signer.b", "orphan")];
     assert_eq!(not_up, expected.map(|(k, s)| (k.to_string(), s.to_string())).to_vec());
     Ok(())

@@ -130,10 +130,18 @@ async fn velocity_counts_intents_without_an_asset(pool: PgPool) -> Result<()> {
         let intent = json!({"amount": "10", "source": "0xabc"});
         movement(&pool, &Spec { intent, ..Spec::new("t.velocity", key) }).await?;
     }
-    let mut conn = pool.acquire().await?;
     let probe = json!({"amount": "5", "source": "0xabc"});
-    let used = movements::velocity_used(&mut conn, &probe, 3600, uuid::Uuid::new_v4()).await?;
+    let mut tx = pool.begin().await?;
+    let used = movements::velocity_used(&mut tx, &probe, 3600, uuid::Uuid::new_v4()).await?;
     assert_eq!(used.parse::<f64>().ok(), Some(20.0), "{used}");
+    // The bucket is locked too: a second checker of the same bucket cannot take it meanwhile.
+    movements::lock_velocity(&mut tx, &probe).await?;
+    let mut other = pool.acquire().await?;
+    let free: bool = sqlx::query_scalar("SELECT pg_try_advisory_xact_lock(hashtextextended('qtg.velocity:|0xabc', 0))")
+        .fetch_one(&mut *other)
+        .await?;
+    assert!(!free, "an intent without an asset locks its bucket");
+    tx.rollback().await?;
     Ok(())
 }
 

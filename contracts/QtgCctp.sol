@@ -1,7 +1,7 @@
 // SPDX-License-Identifier: Apache-2.0
 // CCTP-shaped contracts for qtg's bridge tests and demo (issue "Bridging for real"): a USDC-like
-// token per chain, a message transmitter whose receiveMessage checks the attester's signature
-// over the message and refuses a used nonce, and a token messenger whose depositForBurn burns
+// token per chain, a message transmitter whose receiveMessage checks an m-of-n attestation
+// (Circle's Attestable) over the message and refuses a used nonce, and a token messenger whose depositForBurn burns
 // and emits the message. Function, event and message shapes follow Circle's CCTP (v1), so the
 // lane talks to the real contracts by configuration only. Compiled with solc 0.8.28 (npm
 // `solc`, pinned in scripts/ensure-evm-tools.sh); QtgCctp_sol_*.bin are the committed bytecode,
@@ -89,13 +89,21 @@ interface IMessageHandler {
 
 /// Sends and receives messages: `message = version ‖ sourceDomain ‖ destinationDomain ‖ nonce ‖
 /// sender ‖ recipient ‖ destinationCaller ‖ messageBody` (packed: 4, 4, 4, 8, 32, 32, 32 bytes,
-/// then the body), as CCTP v1. The attestation is the attester's 65-byte signature over
-/// keccak256(message).
+/// then the body), as CCTP v1. The attestation is m-of-n, as Circle's `Attestable`: exactly
+/// `signatureThreshold` 65-byte signatures over keccak256(message), concatenated in increasing
+/// order of their signers' addresses, each by an enabled attester (low-s, v 27/28, as
+/// OpenZeppelin's ECDSA.recover). Roles as Circle's: owner, attester manager, pauser.
 contract MessageTransmitter {
     uint32 public immutable localDomain;
     uint32 public constant version = 0;
+    uint256 public constant signatureLength = 65;
     address public owner;
-    address public attester;
+    address public attesterManager;
+    address public pauser;
+    bool public paused;
+    uint256 public signatureThreshold;
+    address[] private attesters;
+    mapping(address => bool) private enabled;
     uint64 public nextAvailableNonce;
     /// keccak256(abi.encodePacked(sourceDomain, nonce)) => 1 once received.
     mapping(bytes32 => uint256) public usedNonces;
@@ -103,24 +111,96 @@ contract MessageTransmitter {
     event MessageSent(bytes message);
     event MessageReceived(address indexed caller, uint32 sourceDomain, uint64 indexed nonce, bytes32 sender, bytes messageBody);
     event AttesterEnabled(address indexed attester);
+    event AttesterDisabled(address indexed attester);
+    event SignatureThresholdUpdated(uint256 oldSignatureThreshold, uint256 newSignatureThreshold);
+    event AttesterManagerUpdated(address indexed previousAttesterManager, address indexed newAttesterManager);
+    event Pause();
+    event Unpause();
+    event PauserChanged(address indexed newAddress);
 
     constructor(uint32 domain, address initialAttester) {
         localDomain = domain;
         owner = msg.sender;
-        attester = initialAttester;
-        emit AttesterEnabled(initialAttester);
+        attesterManager = msg.sender;
+        pauser = msg.sender;
+        signatureThreshold = 1;
+        _enable(initialAttester);
     }
 
     function enableAttester(address newAttester) external {
-        require(msg.sender == owner, "owner");
-        attester = newAttester;
-        emit AttesterEnabled(newAttester);
+        require(msg.sender == attesterManager, "Caller not attester manager");
+        _enable(newAttester);
+    }
+
+    function disableAttester(address attester) external {
+        require(msg.sender == attesterManager, "Caller not attester manager");
+        uint256 n = attesters.length;
+        require(n > 1, "Unable to disable attester");
+        require(n > signatureThreshold, "Signature threshold is too low");
+        require(enabled[attester], "Attester already disabled");
+        enabled[attester] = false;
+        for (uint256 i = 0; i < n; i++) {
+            if (attesters[i] == attester) {
+                attesters[i] = attesters[n - 1];
+                attesters.pop();
+                break;
+            }
+        }
+        emit AttesterDisabled(attester);
+    }
+
+    function setSignatureThreshold(uint256 newSignatureThreshold) external {
+        require(msg.sender == attesterManager, "Caller not attester manager");
+        require(newSignatureThreshold != 0, "Invalid signature threshold");
+        require(newSignatureThreshold <= attesters.length, "New signature threshold too high");
+        require(newSignatureThreshold != signatureThreshold, "Signature threshold already set");
+        emit SignatureThresholdUpdated(signatureThreshold, newSignatureThreshold);
+        signatureThreshold = newSignatureThreshold;
+    }
+
+    function updateAttesterManager(address newAttesterManager) external {
+        require(msg.sender == owner, "Ownable: caller is not the owner");
+        require(newAttesterManager != address(0), "Invalid attester manager address");
+        emit AttesterManagerUpdated(attesterManager, newAttesterManager);
+        attesterManager = newAttesterManager;
+    }
+
+    function isEnabledAttester(address attester) public view returns (bool) {
+        return enabled[attester];
+    }
+
+    function getNumEnabledAttesters() external view returns (uint256) {
+        return attesters.length;
+    }
+
+    function getEnabledAttester(uint256 index) external view returns (address) {
+        return attesters[index];
+    }
+
+    function pause() external {
+        require(msg.sender == pauser, "Pausable: caller is not the pauser");
+        paused = true;
+        emit Pause();
+    }
+
+    function unpause() external {
+        require(msg.sender == pauser, "Pausable: caller is not the pauser");
+        paused = false;
+        emit Unpause();
+    }
+
+    function updatePauser(address newPauser) external {
+        require(msg.sender == owner, "Ownable: caller is not the owner");
+        require(newPauser != address(0), "Pausable: new pauser is the zero address");
+        pauser = newPauser;
+        emit PauserChanged(newPauser);
     }
 
     function sendMessageWithCaller(uint32 destinationDomain, bytes32 recipient, bytes32 destinationCaller, bytes calldata messageBody)
         external
         returns (uint64 nonce)
     {
+        require(!paused, "Pausable: paused");
         nonce = nextAvailableNonce;
         nextAvailableNonce = nonce + 1;
         bytes32 sender = bytes32(uint256(uint160(msg.sender)));
@@ -128,45 +208,76 @@ contract MessageTransmitter {
     }
 
     function receiveMessage(bytes calldata message, bytes calldata attestation) external returns (bool success) {
-        require(message.length >= 116, "message too short");
-        require(attestation.length == 65, "attestation length");
-        require(_signer(keccak256(message), attestation) == attester, "invalid attestation");
-        require(uint32(bytes4(message[0:4])) == version, "version");
+        require(!paused, "Pausable: paused");
+        _verifyAttestationSignatures(message, attestation);
+        require(message.length >= 116, "Invalid message: too short");
+        require(uint32(bytes4(message[8:12])) == localDomain, "Invalid destination domain");
+        bytes32 destinationCaller = bytes32(message[84:116]);
+        require(destinationCaller == bytes32(0) || destinationCaller == bytes32(uint256(uint160(msg.sender))), "Invalid caller for message");
+        require(uint32(bytes4(message[0:4])) == version, "Invalid message version");
         uint32 sourceDomain = uint32(bytes4(message[4:8]));
-        require(uint32(bytes4(message[8:12])) == localDomain, "destination domain");
         uint64 nonce = uint64(bytes8(message[12:20]));
         bytes32 sender = bytes32(message[20:52]);
         address recipient = address(uint160(uint256(bytes32(message[52:84]))));
-        bytes32 destinationCaller = bytes32(message[84:116]);
-        require(destinationCaller == bytes32(0) || destinationCaller == bytes32(uint256(uint160(msg.sender))), "caller");
         bytes32 used = keccak256(abi.encodePacked(sourceDomain, nonce));
         require(usedNonces[used] == 0, "Nonce already used");
         usedNonces[used] = 1;
         bytes calldata body = message[116:];
-        require(IMessageHandler(recipient).handleReceiveMessage(sourceDomain, sender, body), "handler");
+        require(IMessageHandler(recipient).handleReceiveMessage(sourceDomain, sender, body), "handleReceiveMessage() failed");
         emit MessageReceived(msg.sender, sourceDomain, nonce, sender, body);
         return true;
     }
 
-    function _signer(bytes32 digest, bytes calldata sig) private pure returns (address) {
+    function _enable(address attester) private {
+        require(attester != address(0), "New attester must be nonzero");
+        require(!enabled[attester], "Attester already enabled");
+        enabled[attester] = true;
+        attesters.push(attester);
+        emit AttesterEnabled(attester);
+    }
+
+    function _verifyAttestationSignatures(bytes calldata message, bytes calldata attestation) private view {
+        require(attestation.length == signatureLength * signatureThreshold, "Invalid attestation length");
+        address latest = address(0);
+        bytes32 digest = keccak256(message);
+        for (uint256 i = 0; i < signatureThreshold; ++i) {
+            address recovered = _recover(digest, attestation[i * signatureLength:(i + 1) * signatureLength]);
+            require(recovered > latest, "Invalid signature order or dupe");
+            require(enabled[recovered], "Invalid signature: not attester");
+            latest = recovered;
+        }
+    }
+
+    /// OpenZeppelin ECDSA.recover's checks: 65 bytes, s in the lower half order, v 27 or 28.
+    function _recover(bytes32 digest, bytes calldata sig) private pure returns (address signer) {
         bytes32 r = bytes32(sig[0:32]);
         bytes32 s = bytes32(sig[32:64]);
         uint8 v = uint8(sig[64]);
-        if (v < 27) {
-            v += 27;
-        }
-        return ecrecover(digest, v, r, s);
+        require(uint256(s) <= 0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0, "ECDSA: invalid signature 's' value");
+        require(v == 27 || v == 28, "ECDSA: invalid signature 'v' value");
+        signer = ecrecover(digest, v, r, s);
+        require(signer != address(0), "ECDSA: invalid signature");
     }
 }
 
 /// Burns on this chain and mints what the remote messengers' messages attest: `burnMessage =
 /// version ‖ burnToken ‖ mintRecipient ‖ amount ‖ messageSender` (4, 32, 32, 32, 32 bytes).
+/// It is also its own local minter (Circle deploys a separate TokenMinter; `localMinter()`
+/// names it either way, and the minter's reads — `burnLimitsPerMessage`, `getLocalToken`,
+/// `tokenController` — are Circle's): a burn above the per-message limit is refused.
 contract TokenMessenger is IMessageHandler {
     uint32 public constant messageBodyVersion = 0;
     address public owner;
     MessageTransmitter public immutable localMessageTransmitter;
     QtgUsdc public immutable localToken;
     mapping(uint32 => bytes32) public remoteTokenMessengers;
+    address public tokenController;
+    mapping(address => uint256) public burnLimitsPerMessage;
+    /// keccak256(abi.encodePacked(remoteDomain, remoteToken)) => local token.
+    mapping(bytes32 => address) public remoteTokensToLocalTokens;
+
+    event SetBurnLimitPerMessage(address indexed token, uint256 burnLimitPerMessage);
+    event TokenPairLinked(address localToken, uint32 remoteDomain, bytes32 remoteToken);
 
     event DepositForBurn(
         uint64 indexed nonce,
@@ -183,8 +294,34 @@ contract TokenMessenger is IMessageHandler {
 
     constructor(MessageTransmitter transmitter, QtgUsdc token) {
         owner = msg.sender;
+        tokenController = msg.sender;
         localMessageTransmitter = transmitter;
         localToken = token;
+        // 1,000,000 USDC a message until the token controller says otherwise (Circle's start at 0).
+        burnLimitsPerMessage[address(token)] = 1_000_000e6;
+        emit SetBurnLimitPerMessage(address(token), 1_000_000e6);
+    }
+
+    function localMinter() external view returns (address) {
+        return address(this);
+    }
+
+    function setMaxBurnAmountPerMessage(address token, uint256 burnLimitPerMessage) external {
+        require(msg.sender == tokenController, "Caller is not tokenController");
+        burnLimitsPerMessage[token] = burnLimitPerMessage;
+        emit SetBurnLimitPerMessage(token, burnLimitPerMessage);
+    }
+
+    function linkTokenPair(address token, uint32 remoteDomain, bytes32 remoteToken) external {
+        require(msg.sender == tokenController, "Caller is not tokenController");
+        bytes32 key = keccak256(abi.encodePacked(remoteDomain, remoteToken));
+        require(remoteTokensToLocalTokens[key] == address(0), "Unable to link token pair");
+        remoteTokensToLocalTokens[key] = token;
+        emit TokenPairLinked(token, remoteDomain, remoteToken);
+    }
+
+    function getLocalToken(uint32 remoteDomain, bytes32 remoteToken) external view returns (address) {
+        return remoteTokensToLocalTokens[keccak256(abi.encodePacked(remoteDomain, remoteToken))];
     }
 
     function addRemoteTokenMessenger(uint32 domain, bytes32 tokenMessenger) external {
@@ -227,6 +364,7 @@ contract TokenMessenger is IMessageHandler {
         returns (uint64 nonce)
     {
         require(amount > 0, "amount");
+        require(amount <= burnLimitsPerMessage[burnToken], "Burn amount exceeds per tx limit");
         require(mintRecipient != bytes32(0), "mint recipient");
         require(burnToken == address(localToken), "burn token");
         bytes32 destinationTokenMessenger = remoteTokenMessengers[destinationDomain];

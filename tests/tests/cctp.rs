@@ -26,6 +26,8 @@ sol! {
     ) returns (uint64);
     function receiveMessage(bytes message, bytes attestation) returns (bool);
     function usedNonces(bytes32 key) returns (uint256);
+    function enableAttester(address newAttester);
+    function setSignatureThreshold(uint256 newSignatureThreshold);
 }
 
 /// The attester's key (a test key; never a real one).
@@ -168,12 +170,75 @@ async fn a_burn_on_one_chain_mints_once_on_the_other_with_the_attesters_signatur
     let forged = Bytes::from(forger.sign_hash_sync(&keccak256(&message))?.as_bytes().to_vec());
     let receive = |attestation: Bytes| receiveMessageCall { message: message.clone(), attestation }.abi_encode();
     let err = send(&b.anvil, Some(&b.transmitter), &receive(forged)).await.unwrap_err().to_string();
-    assert!(err.contains("invalid attestation"), "{err}");
+    assert!(err.contains("Invalid signature: not attester"), "{err}");
     send(&b.anvil, Some(&b.transmitter), &receive(attestation.clone())).await?;
     assert_eq!(usdc_of(&b, ANVIL_ADDR_2).await?, amount, "minted on B");
     let err = send(&b.anvil, Some(&b.transmitter), &receive(attestation)).await.unwrap_err().to_string();
     assert!(err.contains("Nonce already used"), "{err}");
     assert_eq!(usdc_of(&b, ANVIL_ADDR_2).await?, amount, "minted once");
+    Ok(())
+}
+
+/// Further attester keys (test keys; never real ones).
+const ATTESTER_KEY_2: &str = "0x4bbbf85ce3377467afe5d46f804f221813b2bb87f24d81f60f1fcdbf7cbf4356";
+const ATTESTER_KEY_3: &str = "0xdbda1821b80551c9d65939329250298aa3472ba22feea921c0cf5d620ea67b97";
+
+/// Chain B's transmitter has three attesters and a threshold of two; enabled on B only (A
+/// only sends).
+async fn two_of_three(b: &Side, more: &[&PrivateKeySigner]) -> anyhow::Result<()> {
+    for k in more {
+        send(&b.anvil, Some(&b.transmitter), &enableAttesterCall { newAttester: k.address() }.abi_encode()).await?;
+    }
+    let call = setSignatureThresholdCall { newSignatureThreshold: U256::from(2) };
+    send(&b.anvil, Some(&b.transmitter), &call.abi_encode()).await?;
+    Ok(())
+}
+
+/// m-of-n, as Circle's transmitter checks it: with three attesters and a threshold of two, two
+/// signatures in increasing order of signer address mint; one signature, the two in the
+/// other order, a repeated one or one by a non-attester are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_two_of_three_attestation_mints_and_nothing_less_does() -> anyhow::Result<()> {
+    let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
+    let (k2, k3): (PrivateKeySigner, PrivateKeySigner) = (ATTESTER_KEY_2.parse()?, ATTESTER_KEY_3.parse()?);
+    let (a, b) = linked(&attester).await?;
+    two_of_three(&b, &[&k2, &k3]).await?;
+    let amount = U256::from(40_000_000u64);
+    let receipt = burn(&a, amount).await?;
+    let sent_topic = format!("{}", keccak256("MessageSent(bytes)"));
+    let log = receipt["logs"]
+        .as_array()
+        .and_then(|logs| logs.iter().find(|l| l["topics"][0].as_str() == Some(sent_topic.as_str())))
+        .cloned()
+        .expect("MessageSent");
+    let data = alloy::primitives::hex::decode(log["data"].as_str().unwrap_or("0x").trim_start_matches("0x"))?;
+    let message = Bytes::abi_decode(&data)?;
+    let digest = keccak256(&message);
+    let sig = |k: &PrivateKeySigner| -> anyhow::Result<Vec<u8>> { Ok(k.sign_hash_sync(&digest)?.as_bytes().to_vec()) };
+    let mut signers = [&attester, &k2, &k3];
+    signers.sort_by_key(|k| k.address());
+    let (low, high) = (signers[0], signers[1]);
+    let receive = |attestation: Vec<u8>| {
+        receiveMessageCall { message: message.clone(), attestation: Bytes::from(attestation) }.abi_encode()
+    };
+    let refused = |attestation: Vec<u8>, why: &'static str| {
+        let (b, receive) = (&b, &receive);
+        async move {
+            let err = send(&b.anvil, Some(&b.transmitter), &receive(attestation)).await.unwrap_err().to_string();
+            anyhow::ensure!(err.contains(why), "expected {why:?}: {err}");
+            anyhow::Ok(())
+        }
+    };
+    refused(sig(low)?, "Invalid attestation length").await?;
+    refused([sig(high)?, sig(low)?].concat(), "Invalid signature order or dupe").await?;
+    refused([sig(low)?, sig(low)?].concat(), "Invalid signature order or dupe").await?;
+    let outsider: PrivateKeySigner = ANVIL_KEY_1.parse()?;
+    let mut pair = [&outsider, low];
+    pair.sort_by_key(|k| k.address());
+    refused([sig(pair[0])?, sig(pair[1])?].concat(), "Invalid signature: not attester").await?;
+    assert_eq!(usdc_of(&b, ANVIL_ADDR_2).await?, U256::ZERO, "nothing minted yet");
+    send(&b.anvil, Some(&b.transmitter), &receive([sig(low)?, sig(high)?].concat())).await?;
+    assert_eq!(usdc_of(&b, ANVIL_ADDR_2).await?, amount, "two of three minted");
     Ok(())
 }
 
@@ -341,8 +406,21 @@ const SUPPLY: u64 = 1_000_000_000_000;
 
 impl Bridge {
     async fn start(extra: &[(&str, &str)]) -> anyhow::Result<Bridge> {
+        Bridge::start_with(extra, false).await
+    }
+
+    /// With `m_of_n`, chain B's transmitter has three attesters and a threshold of two, and
+    /// the attestation service signs with two of their keys.
+    async fn start_with(extra: &[(&str, &str)], m_of_n: bool) -> anyhow::Result<Bridge> {
         let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
         let (a, b) = linked(&attester).await?;
+        let sim_keys = if m_of_n {
+            let (k2, k3): (PrivateKeySigner, PrivateKeySigner) = (ATTESTER_KEY_2.parse()?, ATTESTER_KEY_3.parse()?);
+            two_of_three(&b, &[&k2, &k3]).await?;
+            format!("{ATTESTER_KEY},{ATTESTER_KEY_3}")
+        } else {
+            ATTESTER_KEY.to_string()
+        };
         send(&a.anvil, Some(&a.usdc), &approveCall { spender: a.messenger.parse()?, value: U256::MAX }.abi_encode())
             .await?;
         let proxy_b = RpcProxy::start(&b.anvil.url).await?;
@@ -351,7 +429,7 @@ impl Bridge {
             "qtg-attestation-sim",
             &["--addr", "127.0.0.1:0", "--source", &source, "--confirmations", "1"],
             "",
-            &[("QTG_ATTESTATION_SIM_ATTESTER_KEY", ATTESTER_KEY)],
+            &[("QTG_ATTESTATION_SIM_ATTESTER_KEY", sim_keys.as_str())],
         )
         .await?;
         let sim_url = format!("http://{}", sim.wait_field("attestation_addr", Duration::from_secs(20)).await?);
@@ -530,6 +608,26 @@ async fn usdc_moves_from_chain_a_to_chain_b_through_separate_workers() -> anyhow
     assert_eq!(burn["message_nonce"], "0", "{burn:#}");
     assert_eq!(burn["message_hash"], node(&m, "attestation")["provider_refs"]["message_hash"]);
     assert_eq!(mint["message_hash"], burn["message_hash"], "{mint:#}");
+    drop((dispatcher, observer));
+    bridge.db.drop_db().await;
+    Ok(())
+}
+
+/// Chain B checks a 2-of-3 attestation (Circle's transmitter is m-of-n): the attestation
+/// service's two signatures (130 bytes) pass the mint's preflight and mint once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_two_of_three_attestation_mints_through_the_lane() -> anyhow::Result<()> {
+    let bridge = Bridge::start_with(&[], true).await?;
+    bridge.template("usdc.cctp.m_of_n", ANVIL_ADDR_0).await?;
+    let dispatcher = bridge.worker("qtg-dispatcher").await?;
+    let observer = bridge.worker("qtg-observer").await?;
+    let id = bridge.movement("usdc.cctp.m_of_n", "12", "cctp-m-of-n").await?;
+    let m = bridge.done(&id, &[&dispatcher, &observer]).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}\n{}", dispatcher.log());
+    assert_eq!(usdc_of(&bridge.b, ANVIL_ADDR_2).await?, U256::from(12_000_000u64), "minted on B");
+    let attestation = node(&m, "attestation")["provider_refs"]["attestation"].as_str().unwrap_or("").to_string();
+    assert_eq!(attestation.len(), 2 + 2 * 130, "two signatures: {attestation}");
+    assert_eq!(bridge.mints().await?, 1, "one mint");
     drop((dispatcher, observer));
     bridge.db.drop_db().await;
     Ok(())
@@ -825,6 +923,74 @@ async fn changed_code_on_a_configured_contract_is_drift_and_pauses_the_lane() ->
     let gauge = format!("qtg_drift_differences{{scope=\"evm:31338\"}} {}", diffs.len());
     assert!(metrics.lines().any(|l| l == gauge), "{gauge} in {metrics}");
     drop((drift, callbacks));
+    bridge.db.drop_db().await;
+    Ok(())
+}
+
+/// An attester rotation and a signature-threshold change on chain B's transmitter — read
+/// through Circle's own functions (`getNumEnabledAttesters`, `getEnabledAttester`,
+/// `signatureThreshold`) — are drift of chain B's scope, and nothing else is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_attester_rotation_and_a_threshold_change_are_drift() -> anyhow::Result<()> {
+    let bridge =
+        Bridge::start(&[("MG_VERIFY_DRIFT_ENABLED", "true"), ("MG_VERIFY_DRIFT_INTERVAL_SECONDS", "0.5")]).await?;
+    let drift = bridge.worker("qtg-drift").await?;
+    let check = |scope: &'static str| {
+        let (api, key) = (&bridge.api, bridge.keys.requester.clone());
+        async move {
+            let v = api.ok("GET", "/v3/drift", &key, None, 200).await?;
+            let item = v["items"].as_array().and_then(|a| a.iter().find(|c| c["scope"] == scope).cloned());
+            anyhow::Ok(item.unwrap_or(Value::Null))
+        }
+    };
+    wait_until("chain B checked", Duration::from_secs(30), || async {
+        Ok(check("evm:31338").await?["status"] == "unbaselined")
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", drift.log()))?;
+    let seen = check("evm:31338").await?;
+    let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
+    let observed = &seen["observed"];
+    assert_eq!(observed["cctp.message_transmitter.attesters"], attester.address().to_string().to_lowercase());
+    assert_eq!(observed["cctp.message_transmitter.signature_threshold"], "1", "{seen:#}");
+    assert_eq!(observed["cctp.message_transmitter.paused"], "false");
+    assert_eq!(observed["cctp.message_transmitter.owner"], ANVIL_ADDR_0.to_lowercase());
+    assert_eq!(observed["cctp.token_messenger.local_minter"], bridge.b.messenger.to_lowercase());
+    assert_eq!(observed["cctp.token_minter.burn_limit_per_message"], "1000000000000");
+    assert_eq!(observed["cctp.usdc.implementation"], "none", "the test USDC is not behind a proxy");
+    assert!(
+        observed.as_object().into_iter().flatten().all(|(_, v)| v != "reverted"),
+        "every fact reads through a function the contracts have: {seen:#}"
+    );
+    let out = tokio::process::Command::new(bin_dir().join("qtgctl"))
+        .args(["drift", "baseline", "--scope", "evm:31338", "--reason", "enrolment"])
+        .env_clear()
+        .env("QTG_API_URL", &bridge.api.base)
+        .env("QTG_API_KEY", &bridge.api.admin_key)
+        .output()
+        .await?;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_until("chain B ok", Duration::from_secs(30), || async { Ok(check("evm:31338").await?["status"] == "ok") })
+        .await?;
+    let newcomer: PrivateKeySigner = ATTESTER_KEY_2.parse()?;
+    let b = &bridge.b;
+    send(&b.anvil, Some(&b.transmitter), &enableAttesterCall { newAttester: newcomer.address() }.abi_encode()).await?;
+    let call = setSignatureThresholdCall { newSignatureThreshold: U256::from(2) };
+    send(&b.anvil, Some(&b.transmitter), &call.abi_encode()).await?;
+    wait_until("drift on chain B", Duration::from_secs(30), || async {
+        Ok(check("evm:31338").await?["status"] == "drift")
+    })
+    .await?;
+    drift.wait_ticks("verify_drift", 2, Duration::from_secs(30)).await?;
+    let now = check("evm:31338").await?;
+    let facts: BTreeSet<&str> =
+        now["differences"].as_array().into_iter().flatten().filter_map(|d| d["fact"].as_str()).collect();
+    assert_eq!(
+        facts,
+        BTreeSet::from(["cctp.message_transmitter.attesters", "cctp.message_transmitter.signature_threshold"]),
+        "{now:#}"
+    );
+    drop(drift);
     bridge.db.drop_db().await;
     Ok(())
 }

@@ -46,21 +46,26 @@ struct Seen {
 
 /// The differences of `observed` from `baseline`: every baseline fact the scope no longer
 /// shows with its value (a fact observed but not in the baseline is new configuration, not
-/// drift). With `incomplete` (an executor that reported the scope could not be read), a fact
-/// not observed at all is no difference.
+/// drift), and every fact whose read reverted ([`DriftFact::UNREADABLE`]), baselined or not,
+/// whatever the baseline holds. With `incomplete` (an executor that reported the scope could
+/// not be read), a fact not observed at all is no difference.
 pub fn differences(
     baseline: &BTreeMap<String, String>,
     observed: &BTreeMap<String, String>,
     incomplete: bool,
 ) -> Vec<Value> {
-    baseline
+    let changed = baseline
         .iter()
         .filter(|(fact, value)| match observed.get(*fact) {
-            Some(v) => v != *value,
+            Some(v) => v != *value || v == DriftFact::UNREADABLE,
             None => !incomplete,
         })
-        .map(|(fact, value)| json!({"fact": fact, "baseline": value, "observed": observed.get(fact)}))
-        .collect()
+        .map(|(fact, value)| json!({"fact": fact, "baseline": value, "observed": observed.get(fact)}));
+    let unreadable = observed
+        .iter()
+        .filter(|(fact, v)| *v == DriftFact::UNREADABLE && !baseline.contains_key(*fact))
+        .map(|(fact, v)| json!({"fact": fact, "baseline": null, "observed": v}));
+    changed.chain(unreadable).collect()
 }
 
 impl Engine {
@@ -196,12 +201,14 @@ impl Engine {
         }
         let baseline = drift::baseline(&mut tx, scope).await?;
         let diffs = differences(&baseline, &seen.facts, false);
-        let status = if baseline.is_empty() {
-            "unbaselined"
-        } else if diffs.is_empty() {
-            "ok"
-        } else {
+        // Without a baseline the only differences are facts that could not be read: a drift
+        // already (the contract is not the one the lane expects).
+        let status = if !diffs.is_empty() {
             "drift"
+        } else if baseline.is_empty() {
+            "unbaselined"
+        } else {
+            "ok"
         };
         let differences = Value::Array(diffs.clone());
         let new = status == "drift"
@@ -351,5 +358,22 @@ mod tests {
         assert!(differences(&baseline, &baseline, false).is_empty());
         // An executor of the scope unread: what was not observed is not evidence.
         assert_eq!(differences(&baseline, &observed, true), vec![d[1].clone()]);
+    }
+
+    /// A read that reverted is a difference on every check: baselined as "reverted" or not
+    /// baselined at all, it never goes quiet.
+    #[test]
+    fn a_fact_that_cannot_be_read_is_always_a_difference() {
+        let m = |pairs: &[(&str, &str)]| pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect();
+        let baseline = m(&[("threshold", "reverted"), ("decimals", "6")]);
+        let observed = m(&[("threshold", "reverted"), ("decimals", "6"), ("owner", "reverted")]);
+        assert_eq!(
+            differences(&baseline, &observed, false),
+            vec![
+                json!({"fact": "threshold", "baseline": "reverted", "observed": "reverted"}),
+                json!({"fact": "owner", "baseline": null, "observed": "reverted"}),
+            ]
+        );
+        assert_eq!(differences(&BTreeMap::new(), &observed, false).len(), 2);
     }
 }

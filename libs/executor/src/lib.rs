@@ -263,6 +263,18 @@ pub struct DriftFact {
     pub value: String,
 }
 
+impl DriftFact {
+    /// The value of a fact whose read reverted on a configured contract: the contract is not
+    /// the one the lane expects (a wrong address, another version, an upgrade that dropped the
+    /// function). verify_drift reports it as a difference on every check, whatever the
+    /// baseline says — never a value that could be baselined and then stay quiet.
+    pub const UNREADABLE: &'static str = "reverted";
+
+    pub fn is_unreadable(&self) -> bool {
+        self.value == Self::UNREADABLE
+    }
+}
+
 /// Holds keys; signs exactly the payload whose hash the request allows.
 #[async_trait]
 pub trait Signer: Send + Sync {

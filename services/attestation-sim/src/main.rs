@@ -2,8 +2,10 @@
 //! (`GET /v2/messages/{sourceDomain}?transactionHash=0x…`) for the CCTP-shaped contracts of
 //! `contracts/QtgCctp.sol`: 404 until the burn is mined on the source chain, then
 //! `pending_confirmations` until it has its confirmations, then `complete` with the message and
-//! the attester's signature over keccak256(message). An optional rate limit answers 429 with
-//! `Retry-After`; `/admin/faults` injects answers for tests. For demos and tests only.
+//! its m-of-n attestation, as Circle's transmitter verifies it: the signatures of `threshold`
+//! attesters over keccak256(message), 65 bytes each, in increasing order of signer address. An
+//! optional rate limit answers 429 with `Retry-After`; `/admin/faults` injects answers for
+//! tests. For demos and tests only.
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
@@ -32,9 +34,14 @@ struct Args {
     /// A source chain: `<domain>=<rpc url>` (repeatable).
     #[arg(long = "source", required = true)]
     sources: Vec<String>,
-    /// The attester's private key (hex). A test key: this service is never for real money.
+    /// The attesters' private keys (hex, comma-separated). Test keys: this service is never
+    /// for real money.
     #[arg(long, env = "QTG_ATTESTATION_SIM_ATTESTER_KEY", hide_env_values = true)]
     attester_key: String,
+    /// How many of the attesters sign each message (the transmitter's `signatureThreshold`;
+    /// default: all of them): those with the lowest addresses.
+    #[arg(long, env = "QTG_ATTESTATION_SIM_THRESHOLD")]
+    threshold: Option<usize>,
     /// Blocks (the burn's included) before an attestation is complete.
     #[arg(long, env = "QTG_ATTESTATION_SIM_CONFIRMATIONS", default_value_t = 1)]
     confirmations: u64,
@@ -61,7 +68,9 @@ fn one() -> u32 {
 
 struct Service {
     sources: BTreeMap<u32, String>,
-    attester: PrivateKeySigner,
+    /// The attesters who sign, in increasing order of address (the order the transmitter
+    /// requires).
+    attesters: Vec<PrivateKeySigner>,
     confirmations: u64,
     rate_limit: u32,
     http: reqwest::Client,
@@ -206,11 +215,7 @@ async fn answer(s: &Shared, domain: u32, q: MessagesQuery) -> Response {
                 "nonce": nonce.to_string(),
             });
             if complete {
-                let attestation = s
-                    .attester
-                    .sign_hash_sync(&keccak256(m))
-                    .map(|sig| format!("0x{}", alloy::primitives::hex::encode(sig.as_bytes())))
-                    .unwrap_or_default();
+                let attestation = attest(&s.attesters, &keccak256(m));
                 json!({"message": m.to_string(), "eventNonce": nonce.to_string(), "attestation": attestation,
                        "cctpVersion": 1, "status": "complete", "decodedMessage": decoded})
             } else {
@@ -220,6 +225,42 @@ async fn answer(s: &Shared, domain: u32, q: MessagesQuery) -> Response {
         })
         .collect();
     Json(json!({"messages": items})).into_response()
+}
+
+/// The keys of `list` (comma-separated hex), the `threshold` with the lowest addresses (all when
+/// `None`), in increasing order of address.
+fn attesters(list: &str, threshold: Option<usize>) -> anyhow::Result<Vec<PrivateKeySigner>> {
+    let mut keys = list
+        .split(',')
+        .map(str::trim)
+        .filter(|k| !k.is_empty())
+        .map(|k| {
+            k.parse::<PrivateKeySigner>().map_err(|_| anyhow::anyhow!("an attester key is not a hex secp256k1 key"))
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    keys.sort_by_key(|k| k.address());
+    keys.dedup_by_key(|k| k.address());
+    let n = threshold.unwrap_or(keys.len());
+    anyhow::ensure!(
+        n >= 1 && n <= keys.len(),
+        "the threshold {n} is not between 1 and the {} attester keys",
+        keys.len()
+    );
+    keys.truncate(n);
+    Ok(keys)
+}
+
+/// The m-of-n attestation of `digest`: each attester's 65-byte signature (r ‖ s ‖ v, v 27/28,
+/// low s), concatenated in the order given (increasing signer address).
+fn attest(attesters: &[PrivateKeySigner], digest: &alloy::primitives::B256) -> String {
+    let mut out = Vec::with_capacity(65 * attesters.len());
+    for a in attesters {
+        match a.sign_hash_sync(digest) {
+            Ok(sig) => out.extend_from_slice(&sig.as_bytes()),
+            Err(_) => return String::new(),
+        }
+    }
+    format!("0x{}", alloy::primitives::hex::encode(out))
 }
 
 async fn add_faults(State(s): State<Shared>, Json(body): Json<Value>) -> Response {
@@ -247,7 +288,10 @@ async fn stats(State(s): State<Shared>) -> Response {
         .lock()
         .map(|l| l.iter().map(|(at, status)| json!({"at_seconds": at, "status": status})).collect())
         .unwrap_or_default();
-    Json(json!({"requests": requests, "log": log, "attester": s.attester.address().to_string()})).into_response()
+    // `attester`: the first (lowest) one, what a one-attester deployment enables.
+    let attesters: Vec<String> = s.attesters.iter().map(|a| a.address().to_string()).collect();
+    Json(json!({"requests": requests, "log": log, "attester": attesters.first(), "attesters": attesters}))
+        .into_response()
 }
 
 #[tokio::main]
@@ -266,11 +310,10 @@ async fn main() -> anyhow::Result<()> {
             s.split_once('=').ok_or_else(|| anyhow::anyhow!("--source {s:?}: expected <domain>=<rpc url>"))?;
         sources.insert(domain.trim().parse::<u32>()?, url.trim().to_string());
     }
-    let attester: PrivateKeySigner =
-        args.attester_key.trim().parse().map_err(|_| anyhow::anyhow!("the attester key is not a hex secp256k1 key"))?;
+    let attesters = attesters(&args.attester_key, args.threshold)?;
     let service = Arc::new(Service {
         sources,
-        attester,
+        attesters,
         confirmations: args.confirmations.max(1),
         rate_limit: args.rate_limit,
         http: reqwest::Client::builder().no_proxy().timeout(Duration::from_secs(5)).build()?,
@@ -287,7 +330,8 @@ async fn main() -> anyhow::Result<()> {
         .with_state(service.clone());
     let listener = tokio::net::TcpListener::bind(args.addr).await?;
     let addr = listener.local_addr()?;
-    tracing::info!(attestation_addr = %addr, attester = %service.attester.address(), "qtg-attestation-sim listening");
+    let attesters: Vec<_> = service.attesters.iter().map(|a| a.address()).collect();
+    tracing::info!(attestation_addr = %addr, attesters = ?attesters, "qtg-attestation-sim listening");
     axum::serve(listener, app)
         .with_graceful_shutdown(async {
             let _ = tokio::signal::ctrl_c().await;

@@ -808,8 +808,9 @@ catalogue! {
     CCTP_ATTESTATION_INVALID {
         source: Cctp,
         status: None,
-        meaning: "The mint's attestation is not a 65-byte signature; refused at preflight, nothing minted (the burn \
-            already happened).",
+        meaning: "The mint's attestation is not as long as the destination transmitter's m-of-n check needs \
+            (signatureThreshold() signatures of 65 bytes), or the transmitter does not say its threshold; refused at \
+            preflight, nothing minted (the burn already happened).",
         action: "Check the attestation step's output and service, then retry the mint; never re-run the burn.",
     }
     CCTP_ATTESTATION_MISMATCH {

@@ -12,7 +12,9 @@ use alloy::primitives::{keccak256, Address, Bytes, U256};
 use async_trait::async_trait;
 use qtg_core::{AfterObserve, ExecutionContext, ObserveOutcome};
 use qtg_evm::call::{call_word, chain_of, destination_allowed, intent_of, refusal, Action, EvmCall, Refusal};
-use qtg_evm::calls::{address_of, receive_calldata, used_nonces_calldata, Message};
+use qtg_evm::calls::{
+    address_of, receive_calldata, signature_threshold_calldata, used_nonces_calldata, Message, SIGNATURE_LENGTH,
+};
 use qtg_evm::{Chains, RpcError};
 use serde_json::{json, Value};
 
@@ -131,17 +133,41 @@ impl EvmCall for Mint {
         })
     }
 
-    /// The recipient allowed, the attestation a signature's length, the message's destination
-    /// caller (when it names one) this executor's address.
+    /// The recipient allowed, the attestation as long as the transmitter's m-of-n check needs
+    /// (`signatureThreshold()` signatures of 65 bytes), the message's destination caller (when
+    /// it names one) this executor's address.
     async fn check(&self, ctx: &ExecutionContext, from: Address, a: &Action) -> Result<Option<Refusal>, RpcError> {
         if let Some(r) = destination_allowed(ctx, a.recipient) {
             return Ok(Some(r));
         }
-        if bytes(ctx, "attestation").map(|b| b.len()) != Ok(65) {
-            return Ok(Some(refusal(
-                qtg_core::codes::CCTP_ATTESTATION_INVALID,
-                "the attestation is not a 65-byte signature",
-            )));
+        let length = bytes(ctx, "attestation").map(|b| b.len()).unwrap_or(0);
+        let threshold = match call_word(&a.chain.rpc, a.to, signature_threshold_calldata()).await {
+            Ok(t) => usize::try_from(t).ok().filter(|t| (1..=64).contains(t)),
+            Err(RpcError::Node { .. }) => None,
+            Err(e) => return Err(e),
+        };
+        match threshold {
+            Some(t) if length == t * SIGNATURE_LENGTH => {}
+            Some(t) => {
+                return Ok(Some(refusal(
+                    qtg_core::codes::CCTP_ATTESTATION_INVALID,
+                    format!(
+                        "the attestation is {length} bytes; the message transmitter requires {t} attester \
+                         signature(s) of {SIGNATURE_LENGTH} bytes ({} bytes)",
+                        t * SIGNATURE_LENGTH
+                    ),
+                )))
+            }
+            None => {
+                return Ok(Some(refusal(
+                    qtg_core::codes::CCTP_ATTESTATION_INVALID,
+                    format!(
+                        "the message transmitter {} does not say its signatureThreshold(): the attestation cannot \
+                         be checked against it",
+                        a.to
+                    ),
+                )))
+            }
         }
         if let Ok((_, m)) = Self::message(ctx) {
             if !m.destination_caller.is_zero() && address_of(&m.destination_caller) != Some(from) {

@@ -14,10 +14,19 @@ sol! {
     function usedNonces(bytes32 key) returns (uint256);
     function allowance(address owner, address spender) returns (uint256);
     function localMessageTransmitter() returns (address);
-    function localToken() returns (address);
+    function localMinter() returns (address);
     function remoteTokenMessengers(uint32 domain) returns (bytes32);
     function localDomain() returns (uint32);
-    function attester() returns (address);
+    function signatureThreshold() returns (uint256);
+    function getNumEnabledAttesters() returns (uint256);
+    function getEnabledAttester(uint256 index) returns (address);
+    function attesterManager() returns (address);
+    function owner() returns (address);
+    function pauser() returns (address);
+    function paused() returns (bool);
+    function burnLimitsPerMessage(address token) returns (uint256);
+    function getLocalToken(uint32 remoteDomain, bytes32 remoteToken) returns (address);
+    function tokenController() returns (address);
 }
 
 /// `keccak256("MessageSent(bytes)")`, the topic of the transmitter's event.
@@ -75,23 +84,64 @@ pub fn remote_messenger_calldata(domain: u32) -> Bytes {
     remoteTokenMessengersCall { domain }.abi_encode().into()
 }
 
-/// The messenger's `localMessageTransmitter()`, `localToken()`; the transmitter's
-/// `localDomain()`, `attester()`.
+/// Reads of Circle's CCTP contracts (no arguments or simple ones): the messenger's
+/// `localMessageTransmitter()`, `localMinter()`; the transmitter's `localDomain()` and its
+/// `Attestable` / `Pausable` / `Ownable` state; the minter's `burnLimitsPerMessage(token)`,
+/// `getLocalToken(remoteDomain, remoteToken)`, `tokenController()`.
 pub fn local_transmitter_calldata() -> Bytes {
     localMessageTransmitterCall {}.abi_encode().into()
 }
 
-pub fn local_token_calldata() -> Bytes {
-    localTokenCall {}.abi_encode().into()
+pub fn local_minter_calldata() -> Bytes {
+    localMinterCall {}.abi_encode().into()
 }
 
 pub fn local_domain_calldata() -> Bytes {
     localDomainCall {}.abi_encode().into()
 }
 
-pub fn attester_calldata() -> Bytes {
-    attesterCall {}.abi_encode().into()
+pub fn signature_threshold_calldata() -> Bytes {
+    signatureThresholdCall {}.abi_encode().into()
 }
+
+pub fn num_enabled_attesters_calldata() -> Bytes {
+    getNumEnabledAttestersCall {}.abi_encode().into()
+}
+
+pub fn enabled_attester_calldata(index: u64) -> Bytes {
+    getEnabledAttesterCall { index: U256::from(index) }.abi_encode().into()
+}
+
+pub fn attester_manager_calldata() -> Bytes {
+    attesterManagerCall {}.abi_encode().into()
+}
+
+pub fn owner_calldata() -> Bytes {
+    ownerCall {}.abi_encode().into()
+}
+
+pub fn pauser_calldata() -> Bytes {
+    pauserCall {}.abi_encode().into()
+}
+
+pub fn paused_calldata() -> Bytes {
+    pausedCall {}.abi_encode().into()
+}
+
+pub fn burn_limit_calldata(token: Address) -> Bytes {
+    burnLimitsPerMessageCall { token }.abi_encode().into()
+}
+
+pub fn local_token_of_calldata(remote_domain: u32, remote_token: Address) -> Bytes {
+    getLocalTokenCall { remoteDomain: remote_domain, remoteToken: remote_token.into_word() }.abi_encode().into()
+}
+
+pub fn token_controller_calldata() -> Bytes {
+    tokenControllerCall {}.abi_encode().into()
+}
+
+/// The length of one attester's signature in an attestation (r ‖ s ‖ v).
+pub const SIGNATURE_LENGTH: usize = 65;
 
 /// A CCTP message: `version ‖ sourceDomain ‖ destinationDomain ‖ nonce ‖ sender ‖ recipient ‖
 /// destinationCaller ‖ body` (4, 4, 4, 8, 32, 32, 32 bytes, then the body).

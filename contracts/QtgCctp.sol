@@ -24,6 +24,17 @@ contract QtgUsdc {
     event MinterConfigured(address indexed minter, bool enabled);
 
     constructor(uint256 supply) {
+        _initialize(supply);
+    }
+
+    /// Behind a proxy ([`QtgUsdcProxy`]) the constructor's state is not the proxy's: the first
+    /// caller initializes it, once (as Circle's FiatToken `initialize`).
+    function initialize(uint256 supply) external {
+        _initialize(supply);
+    }
+
+    function _initialize(uint256 supply) private {
+        require(owner == address(0), "FiatToken: contract is already initialized");
         owner = msg.sender;
         totalSupply = supply;
         balanceOf[msg.sender] = supply;
@@ -80,6 +91,100 @@ contract QtgUsdc {
         balanceOf[from] -= value;
         balanceOf[to] += value;
         emit Transfer(from, to, value);
+    }
+}
+
+/// USDC's proxy as Circle deploys it (`FiatTokenProxy`, an `AdminUpgradeabilityProxy`): the
+/// implementation in slot keccak256("org.zeppelinos.proxy.implementation"), the admin in
+/// keccak256("org.zeppelinos.proxy.admin"); the admin may only read and upgrade, every other
+/// caller is delegated to the implementation.
+contract QtgUsdcProxy {
+    bytes32 private constant IMPLEMENTATION_SLOT = 0x7050c9e0f4ca769c69bd3a8ef740bc37934f8e2c036e5a723fd8ee048ed3f8c3;
+    bytes32 private constant ADMIN_SLOT = 0x10d6a54a4754c8869d6886b5f5d7fbfa5b4522237ea5c60d11bc4e7a1ff9390b;
+
+    event Upgraded(address implementation);
+    event AdminChanged(address previousAdmin, address newAdmin);
+
+    constructor(address implementation_, address admin_) {
+        _setImplementation(implementation_);
+        _setAdmin(admin_);
+    }
+
+    modifier ifAdmin() {
+        if (msg.sender == _admin()) {
+            _;
+        } else {
+            _fallback();
+        }
+    }
+
+    function admin() external ifAdmin returns (address) {
+        return _admin();
+    }
+
+    function implementation() external ifAdmin returns (address) {
+        return _implementation();
+    }
+
+    function changeAdmin(address newAdmin) external ifAdmin {
+        require(newAdmin != address(0), "Cannot change the admin of a proxy to the zero address");
+        emit AdminChanged(_admin(), newAdmin);
+        _setAdmin(newAdmin);
+    }
+
+    function upgradeTo(address newImplementation) external ifAdmin {
+        _setImplementation(newImplementation);
+        emit Upgraded(newImplementation);
+    }
+
+    fallback() external payable {
+        _fallback();
+    }
+
+    receive() external payable {
+        _fallback();
+    }
+
+    function _fallback() private {
+        require(msg.sender != _admin(), "Cannot call fallback function from the proxy admin");
+        address impl = _implementation();
+        assembly {
+            calldatacopy(0, 0, calldatasize())
+            let result := delegatecall(gas(), impl, 0, calldatasize(), 0, 0)
+            returndatacopy(0, 0, returndatasize())
+            switch result
+            case 0 { revert(0, returndatasize()) }
+            default { return(0, returndatasize()) }
+        }
+    }
+
+    function _implementation() private view returns (address impl) {
+        bytes32 slot = IMPLEMENTATION_SLOT;
+        assembly {
+            impl := sload(slot)
+        }
+    }
+
+    function _setImplementation(address newImplementation) private {
+        require(newImplementation.code.length > 0, "Cannot set a proxy implementation to a non-contract address");
+        bytes32 slot = IMPLEMENTATION_SLOT;
+        assembly {
+            sstore(slot, newImplementation)
+        }
+    }
+
+    function _admin() private view returns (address adm) {
+        bytes32 slot = ADMIN_SLOT;
+        assembly {
+            adm := sload(slot)
+        }
+    }
+
+    function _setAdmin(address newAdmin) private {
+        bytes32 slot = ADMIN_SLOT;
+        assembly {
+            sstore(slot, newAdmin)
+        }
     }
 }
 

@@ -28,7 +28,12 @@ sol! {
     function usedNonces(bytes32 key) returns (uint256);
     function enableAttester(address newAttester);
     function setSignatureThreshold(uint256 newSignatureThreshold);
+    function initialize(uint256 supply);
+    function upgradeTo(address newImplementation);
 }
+
+/// USDC's proxy admin: anvil's second (unlocked) account, which may only upgrade the proxy.
+const USDC_PROXY_ADMIN: &str = "0x70997970c51812dc3a010c7d01b50e0d17dc79c8";
 
 /// The attester's key (a test key; never a real one).
 const ATTESTER_KEY: &str = "0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba";
@@ -43,8 +48,13 @@ fn bytecode(contract: &str) -> anyhow::Result<String> {
 
 /// Sends a transaction from anvil's first (unlocked) account and waits for its receipt.
 async fn send(anvil: &Anvil, to: Option<&str>, data: &[u8]) -> anyhow::Result<Value> {
+    send_from(anvil, ANVIL_ADDR_0, to, data).await
+}
+
+/// [`send`] from another unlocked account (USDC's proxy admin is anvil's second).
+async fn send_from(anvil: &Anvil, from: &str, to: Option<&str>, data: &[u8]) -> anyhow::Result<Value> {
     let mut tx =
-        json!({"from": ANVIL_ADDR_0, "data": format!("0x{}", alloy::primitives::hex::encode(data)), "gas": "0x800000"});
+        json!({"from": from, "data": format!("0x{}", alloy::primitives::hex::encode(data)), "gas": "0x800000"});
     if let Some(to) = to {
         tx["to"] = json!(to);
         // Simulated first: a revert comes back with its reason.
@@ -72,7 +82,10 @@ async fn deploy(anvil: &Anvil, contract: &str, args: Vec<u8>) -> anyhow::Result<
 
 struct Side {
     anvil: Anvil,
+    /// USDC behind its proxy, as Circle deploys it: the proxy's address (admin: anvil's second
+    /// account), and the implementation's.
     usdc: String,
+    usdc_implementation: String,
     transmitter: String,
     messenger: String,
 }
@@ -80,7 +93,11 @@ struct Side {
 /// Domain `d` on chain 31337 + `d`.
 async fn side(domain: u32, attester: Address) -> anyhow::Result<Side> {
     let anvil = Anvil::start_chain(31337 + u64::from(domain)).await?;
-    let usdc = deploy(&anvil, "QtgUsdc", U256::from(1_000_000_000_000u64).abi_encode()).await?;
+    let usdc_implementation = deploy(&anvil, "QtgUsdc", U256::ZERO.abi_encode()).await?;
+    let admin: Address = USDC_PROXY_ADMIN.parse()?;
+    let usdc =
+        deploy(&anvil, "QtgUsdcProxy", (usdc_implementation.parse::<Address>()?, admin).abi_encode_params()).await?;
+    send(&anvil, Some(&usdc), &initializeCall { supply: U256::from(1_000_000_000_000u64) }.abi_encode()).await?;
     let transmitter = deploy(&anvil, "MessageTransmitter", (domain, attester).abi_encode_params()).await?;
     let messenger = deploy(
         &anvil,
@@ -89,7 +106,7 @@ async fn side(domain: u32, attester: Address) -> anyhow::Result<Side> {
     )
     .await?;
     send(&anvil, Some(&usdc), &configureMinterCall { minter: messenger.parse()?, enabled: true }.abi_encode()).await?;
-    Ok(Side { anvil, usdc, transmitter, messenger })
+    Ok(Side { anvil, usdc, usdc_implementation, transmitter, messenger })
 }
 
 fn word(a: &str) -> anyhow::Result<FixedBytes<32>> {
@@ -255,7 +272,7 @@ fn the_cctp_bytecode_is_its_source_compiled() -> anyhow::Result<()> {
         .current_dir(root().join("contracts"))
         .status()?;
     anyhow::ensure!(status.success(), "solcjs failed");
-    for contract in ["QtgUsdc", "MessageTransmitter", "TokenMessenger"] {
+    for contract in ["QtgUsdc", "QtgUsdcProxy", "MessageTransmitter", "TokenMessenger"] {
         let fresh = std::fs::read_to_string(out.join(format!("QtgCctp_sol_{contract}.bin")))?;
         assert_eq!(fresh.trim(), bytecode(contract)?, "contracts/QtgCctp_sol_{contract}.bin is stale: recompile it");
     }
@@ -929,7 +946,8 @@ async fn changed_code_on_a_configured_contract_is_drift_and_pauses_the_lane() ->
 
 /// An attester rotation and a signature-threshold change on chain B's transmitter — read
 /// through Circle's own functions (`getNumEnabledAttesters`, `getEnabledAttester`,
-/// `signatureThreshold`) — are drift of chain B's scope, and nothing else is.
+/// `signatureThreshold`) — are drift of chain B's scope, and nothing else is; so is an upgrade
+/// of USDC behind its proxy, which leaves every code hash as it was.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn an_attester_rotation_and_a_threshold_change_are_drift() -> anyhow::Result<()> {
     let bridge =
@@ -957,7 +975,7 @@ async fn an_attester_rotation_and_a_threshold_change_are_drift() -> anyhow::Resu
     assert_eq!(observed["cctp.message_transmitter.owner"], ANVIL_ADDR_0.to_lowercase());
     assert_eq!(observed["cctp.token_messenger.local_minter"], bridge.b.messenger.to_lowercase());
     assert_eq!(observed["cctp.token_minter.burn_limit_per_message"], "1000000000000");
-    assert_eq!(observed["cctp.usdc.implementation"], "none", "the test USDC is not behind a proxy");
+    assert_eq!(observed["cctp.usdc.implementation"], bridge.b.usdc_implementation.to_lowercase(), "{seen:#}");
     assert!(
         observed.as_object().into_iter().flatten().all(|(_, v)| v != "reverted"),
         "every fact reads through a function the contracts have: {seen:#}"
@@ -990,6 +1008,34 @@ async fn an_attester_rotation_and_a_threshold_change_are_drift() -> anyhow::Resu
         BTreeSet::from(["cctp.message_transmitter.attesters", "cctp.message_transmitter.signature_threshold"]),
         "{now:#}"
     );
+    // The rotation accepted (a new baseline); then USDC is upgraded behind its proxy: the
+    // proxy's code is the same, its implementation slot is not.
+    let out = tokio::process::Command::new(bin_dir().join("qtgctl"))
+        .args(["drift", "baseline", "--scope", "evm:31338", "--reason", "rotation reviewed"])
+        .env_clear()
+        .env("QTG_API_URL", &bridge.api.base)
+        .env("QTG_API_KEY", &bridge.api.admin_key)
+        .output()
+        .await?;
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    wait_until("chain B ok again", Duration::from_secs(30), || async {
+        Ok(check("evm:31338").await?["status"] == "ok")
+    })
+    .await?;
+    let upgraded = deploy(&b.anvil, "QtgUsdc", U256::ZERO.abi_encode()).await?;
+    let call = upgradeToCall { newImplementation: upgraded.parse()? };
+    send_from(&b.anvil, USDC_PROXY_ADMIN, Some(&b.usdc), &call.abi_encode()).await?;
+    wait_until("drift on chain B after the upgrade", Duration::from_secs(30), || async {
+        Ok(check("evm:31338").await?["status"] == "drift")
+    })
+    .await?;
+    let now = check("evm:31338").await?;
+    let diffs = now["differences"].as_array().cloned().unwrap_or_default();
+    assert_eq!(diffs.len(), 1, "{now:#}");
+    assert_eq!(diffs[0]["fact"], "cctp.usdc.implementation");
+    assert_eq!(diffs[0]["observed"], json!(upgraded.to_lowercase()));
+    // Balances live in the proxy: the upgrade kept them.
+    assert_eq!(usdc_of(b, ANVIL_ADDR_0).await?, U256::from(SUPPLY), "B's supply is where it was");
     drop(drift);
     bridge.db.drop_db().await;
     Ok(())

@@ -215,9 +215,169 @@ impl Message {
     }
 }
 
+/// A CCTP V2 message (`MessageV2`, Circle's `src/messages/v2/MessageV2.sol`): `version ‖
+/// sourceDomain ‖ destinationDomain ‖ nonce ‖ sender ‖ recipient ‖ destinationCaller ‖
+/// minFinalityThreshold ‖ finalityThresholdExecuted ‖ body` (4, 4, 4, 32, 32, 32, 32, 4, 4
+/// bytes, then the body). The attester fills the `bytes32` nonce and
+/// `finalityThresholdExecuted` (and in the burn body `feeExecuted` and `expirationBlock`)
+/// before it signs: the message `MessageSent` emits is not the one attested and received.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MessageV2 {
+    pub version: u32,
+    pub source_domain: u32,
+    pub destination_domain: u32,
+    pub nonce: B256,
+    pub sender: B256,
+    pub recipient: B256,
+    pub destination_caller: B256,
+    pub min_finality_threshold: u32,
+    pub finality_threshold_executed: u32,
+    pub body: Bytes,
+}
+
+/// A V2 burn body (`BurnMessageV2`): `version ‖ burnToken ‖ mintRecipient ‖ amount ‖
+/// messageSender ‖ maxFee ‖ feeExecuted ‖ expirationBlock ‖ hookData` (4, 32, 32, 32, 32, 32,
+/// 32, 32 bytes, then the hook data).
+#[derive(Debug, Clone, PartialEq)]
+pub struct BurnMessageV2 {
+    pub version: u32,
+    pub burn_token: B256,
+    pub mint_recipient: B256,
+    pub amount: U256,
+    pub message_sender: B256,
+    pub max_fee: U256,
+    pub fee_executed: U256,
+    pub expiration_block: U256,
+    pub hook_data: Bytes,
+}
+
+impl MessageV2 {
+    /// The fixed part's length; Circle's transmitter refuses anything shorter.
+    pub const HEADER: usize = 148;
+
+    pub fn parse(b: &[u8]) -> Option<MessageV2> {
+        if b.len() < Self::HEADER {
+            return None;
+        }
+        Some(MessageV2 {
+            version: u32_at(b, 0),
+            source_domain: u32_at(b, 4),
+            destination_domain: u32_at(b, 8),
+            nonce: B256::from_slice(&b[12..44]),
+            sender: B256::from_slice(&b[44..76]),
+            recipient: B256::from_slice(&b[76..108]),
+            destination_caller: B256::from_slice(&b[108..140]),
+            min_finality_threshold: u32_at(b, 140),
+            finality_threshold_executed: u32_at(b, 144),
+            body: Bytes::copy_from_slice(&b[Self::HEADER..]),
+        })
+    }
+
+    /// The body as a V2 burn message, if it is one (at least its 228 fixed bytes).
+    pub fn burn(&self) -> Option<BurnMessageV2> {
+        let b = &self.body;
+        if b.len() < 228 {
+            return None;
+        }
+        Some(BurnMessageV2 {
+            version: u32_at(b, 0),
+            burn_token: B256::from_slice(&b[4..36]),
+            mint_recipient: B256::from_slice(&b[36..68]),
+            amount: U256::from_be_slice(&b[68..100]),
+            message_sender: B256::from_slice(&b[100..132]),
+            max_fee: U256::from_be_slice(&b[132..164]),
+            fee_executed: U256::from_be_slice(&b[164..196]),
+            expiration_block: U256::from_be_slice(&b[196..228]),
+            hook_data: Bytes::copy_from_slice(&b[228..]),
+        })
+    }
+
+    /// `MessageTransmitterV2.usedNonces` is keyed by the attested nonce itself (no domain, no
+    /// hash; nonce 0 — the emitted message's — is never receivable).
+    pub fn used_key(&self) -> B256 {
+        self.nonce
+    }
+
+    /// Whether `attested` is this (emitted) burn as the attester filled it in: every field the
+    /// source chain wrote is the same — domains, sender, recipient, destination caller, minimum
+    /// finality, and in the body the token, mint recipient, amount, depositor, maximum fee and
+    /// hook data — whatever the attester set as nonce, executed finality, fee and expiry. This
+    /// is what binds a V2 mint to its burn (their hashes differ by construction).
+    pub fn same_transfer(&self, attested: &MessageV2) -> bool {
+        let header = self.version == attested.version
+            && self.source_domain == attested.source_domain
+            && self.destination_domain == attested.destination_domain
+            && self.sender == attested.sender
+            && self.recipient == attested.recipient
+            && self.destination_caller == attested.destination_caller
+            && self.min_finality_threshold == attested.min_finality_threshold;
+        let body = match (self.burn(), attested.burn()) {
+            (Some(a), Some(b)) => {
+                a.version == b.version
+                    && a.burn_token == b.burn_token
+                    && a.mint_recipient == b.mint_recipient
+                    && a.amount == b.amount
+                    && a.message_sender == b.message_sender
+                    && a.max_fee == b.max_fee
+                    && a.hook_data == b.hook_data
+            }
+            _ => false,
+        };
+        header && body
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Circle's V2 layout (offsets from `MessageV2.sol` / `BurnMessageV2.sol`): the emitted and
+    /// the attested message are the same transfer although four fields differ; any field the
+    /// source wrote that differs makes it another transfer.
+    #[test]
+    fn a_v2_message_parses_and_binds_to_its_burn_by_the_fields_the_attester_does_not_fill() {
+        let v2 = |nonce: u8, executed: u32, amount: u64, fee: u64, expiry: u64, recipient: Address| {
+            let mut m = 1u32.to_be_bytes().to_vec();
+            m.extend_from_slice(&0u32.to_be_bytes());
+            m.extend_from_slice(&6u32.to_be_bytes());
+            m.extend_from_slice(&[nonce; 32]);
+            m.extend_from_slice(word(Address::repeat_byte(0x11)).as_slice());
+            m.extend_from_slice(word(Address::repeat_byte(0x22)).as_slice());
+            m.extend_from_slice(&[0u8; 32]);
+            m.extend_from_slice(&1000u32.to_be_bytes());
+            m.extend_from_slice(&executed.to_be_bytes());
+            assert_eq!(m.len(), MessageV2::HEADER);
+            m.extend_from_slice(&1u32.to_be_bytes());
+            m.extend_from_slice(word(Address::repeat_byte(0x33)).as_slice());
+            m.extend_from_slice(word(recipient).as_slice());
+            m.extend_from_slice(&U256::from(amount).to_be_bytes::<32>());
+            m.extend_from_slice(word(Address::repeat_byte(0x44)).as_slice());
+            m.extend_from_slice(&U256::from(500u64).to_be_bytes::<32>());
+            m.extend_from_slice(&U256::from(fee).to_be_bytes::<32>());
+            m.extend_from_slice(&U256::from(expiry).to_be_bytes::<32>());
+            MessageV2::parse(&m).expect("a V2 message")
+        };
+        let to = Address::repeat_byte(0x55);
+        let emitted = v2(0, 0, 1_000_000, 0, 0, to);
+        let attested = v2(0xab, 1000, 1_000_000, 130, 9_999, to);
+        assert_eq!(
+            (attested.source_domain, attested.destination_domain, attested.min_finality_threshold),
+            (0, 6, 1000)
+        );
+        assert_eq!((attested.nonce, attested.used_key()), (B256::repeat_byte(0xab), B256::repeat_byte(0xab)));
+        let burn = attested.burn().expect("a V2 burn");
+        assert_eq!(
+            (burn.amount, burn.max_fee, burn.fee_executed),
+            (U256::from(1_000_000), U256::from(500), U256::from(130))
+        );
+        assert_eq!((burn.expiration_block, address_of(&burn.mint_recipient)), (U256::from(9_999), Some(to)));
+        assert!(burn.hook_data.is_empty());
+        assert!(emitted.same_transfer(&attested));
+        assert!(!emitted.same_transfer(&v2(0xab, 1000, 1_000_001, 130, 9_999, to)), "another amount");
+        assert!(!emitted.same_transfer(&v2(0xab, 1000, 1_000_000, 130, 9_999, Address::repeat_byte(9))), "recipient");
+        assert!(MessageV2::parse(&[0u8; 147]).is_none());
+        assert!(MessageV2::parse(&[0u8; 148]).expect("header only").burn().is_none());
+    }
 
     #[test]
     fn a_burn_message_parses_and_round_trips_its_calls() {

@@ -24,6 +24,7 @@
 mod attestation;
 mod burn;
 pub mod domains;
+pub mod fees;
 mod mint;
 
 use std::sync::Arc;

@@ -215,6 +215,64 @@ impl Message {
     }
 }
 
+/// CCTP V2's `TokenMessengerV2.depositForBurn` (selector `0x8e0250ee`): no nonce is returned
+/// (the attester assigns one); `maxFee` (in the burned token's units, below `amount`) and
+/// `minFinalityThreshold` ([`FINALITY_FAST`] or [`FINALITY_STANDARD`]) choose the transfer.
+mod v2 {
+    alloy::sol! {
+        function depositForBurn(
+            uint256 amount, uint32 destinationDomain, bytes32 mintRecipient, address burnToken,
+            bytes32 destinationCaller, uint256 maxFee, uint32 minFinalityThreshold
+        );
+        event DepositForBurn(
+            address indexed burnToken, uint256 amount, address indexed depositor, bytes32 mintRecipient,
+            uint32 destinationDomain, bytes32 destinationTokenMessenger, bytes32 destinationCaller, uint256 maxFee,
+            uint32 indexed minFinalityThreshold, bytes hookData
+        );
+    }
+}
+
+pub use v2::depositForBurnCall as DepositForBurnV2;
+
+/// `minFinalityThreshold` of a Fast Transfer (attested at "confirmed", a fee paid).
+pub const FINALITY_FAST: u32 = 1000;
+/// `minFinalityThreshold` of a Standard Transfer (attested once finalized).
+pub const FINALITY_STANDARD: u32 = 2000;
+
+/// V2 `depositForBurn(amount, destinationDomain, mintRecipient, burnToken, destinationCaller,
+/// maxFee, minFinalityThreshold)` calldata; `destination_caller` `None` is anyone (zero).
+pub fn burn_v2_calldata(
+    amount: U256,
+    destination_domain: u32,
+    mint_recipient: Address,
+    burn_token: Address,
+    destination_caller: Option<Address>,
+    max_fee: U256,
+    min_finality_threshold: u32,
+) -> Bytes {
+    DepositForBurnV2 {
+        amount,
+        destinationDomain: destination_domain,
+        mintRecipient: word(mint_recipient),
+        burnToken: burn_token,
+        destinationCaller: destination_caller.map(word).unwrap_or_default(),
+        maxFee: max_fee,
+        minFinalityThreshold: min_finality_threshold,
+    }
+    .abi_encode()
+    .into()
+}
+
+/// The V2 burn `input` carries, if it is one.
+pub fn decode_burn_v2(input: &[u8]) -> Option<DepositForBurnV2> {
+    DepositForBurnV2::abi_decode(input).ok()
+}
+
+/// The topic of V2's `DepositForBurn` (it differs from V1's: no nonce, more fields).
+pub fn deposit_for_burn_v2_topic() -> B256 {
+    <v2::DepositForBurn as alloy::sol_types::SolEvent>::SIGNATURE_HASH
+}
+
 /// A CCTP V2 message (`MessageV2`, Circle's `src/messages/v2/MessageV2.sol`): `version ‖
 /// sourceDomain ‖ destinationDomain ‖ nonce ‖ sender ‖ recipient ‖ destinationCaller ‖
 /// minFinalityThreshold ‖ finalityThresholdExecuted ‖ body` (4, 4, 4, 32, 32, 32, 32, 4, 4
@@ -330,6 +388,28 @@ impl MessageV2 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The V2 burn's selector and event topic are Circle's (`docs/cctp-reference.md` §2.6).
+    #[test]
+    fn the_v2_burn_is_circles_call() {
+        let call = burn_v2_calldata(
+            U256::from(10u64),
+            6,
+            Address::repeat_byte(2),
+            Address::repeat_byte(1),
+            None,
+            U256::from(1u64),
+            FINALITY_FAST,
+        );
+        assert_eq!(&call[..4], &[0x8e, 0x02, 0x50, 0xee]);
+        let c = decode_burn_v2(&call).expect("a V2 burn");
+        assert_eq!((c.maxFee, c.minFinalityThreshold, c.destinationCaller), (U256::from(1u64), 1000, B256::ZERO));
+        assert!(decode_burn_v2(&burn_calldata(U256::from(10u64), 6, Address::ZERO, Address::ZERO)).is_none());
+        assert_eq!(
+            deposit_for_burn_v2_topic().to_string(),
+            "0x0c8c1cbdc5190613ebd485511d4e2812cfa45eecb79d845893331fedad5130a5"
+        );
+    }
 
     /// Circle's V2 layout (offsets from `MessageV2.sol` / `BurnMessageV2.sol`): the emitted and
     /// the attested message are the same transfer although four fields differ; any field the

@@ -301,11 +301,24 @@ contract MessageTransmitter {
         emit PauserChanged(newPauser);
     }
 
+    function sendMessage(uint32 destinationDomain, bytes32 recipient, bytes calldata messageBody) external returns (uint64) {
+        return _send(destinationDomain, recipient, bytes32(0), messageBody);
+    }
+
     function sendMessageWithCaller(uint32 destinationDomain, bytes32 recipient, bytes32 destinationCaller, bytes calldata messageBody)
         external
+        returns (uint64)
+    {
+        require(destinationCaller != bytes32(0), "Destination caller must be nonzero");
+        return _send(destinationDomain, recipient, destinationCaller, messageBody);
+    }
+
+    function _send(uint32 destinationDomain, bytes32 recipient, bytes32 destinationCaller, bytes calldata messageBody)
+        private
         returns (uint64 nonce)
     {
         require(!paused, "Pausable: paused");
+        require(recipient != bytes32(0), "Recipient must be nonzero");
         nonce = nextAvailableNonce;
         nextAvailableNonce = nonce + 1;
         bytes32 sender = bytes32(uint256(uint160(msg.sender)));
@@ -449,18 +462,25 @@ contract TokenMessenger is IMessageHandler {
         address burnToken,
         bytes32 destinationCaller
     ) external returns (uint64 nonce) {
+        require(destinationCaller != bytes32(0), "Invalid destination caller");
         return _burn(amount, destinationDomain, mintRecipient, burnToken, destinationCaller);
     }
 
+    /// As Circle's: only from the local transmitter, for a registered remote messenger, a burn
+    /// body of the right length and version, minting the local token linked to the burned one
+    /// ("Mint token not supported" when no pair is linked).
     function handleReceiveMessage(uint32 sourceDomain, bytes32 sender, bytes calldata messageBody) external returns (bool) {
-        require(msg.sender == address(localMessageTransmitter), "transmitter");
-        require(sender != bytes32(0) && remoteTokenMessengers[sourceDomain] == sender, "remote token messenger");
-        require(messageBody.length == 132, "burn message length");
-        require(uint32(bytes4(messageBody[0:4])) == messageBodyVersion, "burn message version");
+        require(msg.sender == address(localMessageTransmitter), "Invalid message transmitter");
+        require(sender != bytes32(0) && remoteTokenMessengers[sourceDomain] == sender, "Remote TokenMessenger unsupported");
+        require(messageBody.length == 132, "Invalid message length");
+        require(uint32(bytes4(messageBody[0:4])) == messageBodyVersion, "Invalid message body version");
+        bytes32 burnToken = bytes32(messageBody[4:36]);
         address mintRecipient = address(uint160(uint256(bytes32(messageBody[36:68]))));
         uint256 amount = uint256(bytes32(messageBody[68:100]));
-        localToken.mint(mintRecipient, amount);
-        emit MintAndWithdraw(mintRecipient, amount, address(localToken));
+        address mintToken = remoteTokensToLocalTokens[keccak256(abi.encodePacked(sourceDomain, burnToken))];
+        require(mintToken != address(0), "Mint token not supported");
+        require(QtgUsdc(mintToken).mint(mintRecipient, amount), "Mint operation failed");
+        emit MintAndWithdraw(mintRecipient, amount, mintToken);
         return true;
     }
 
@@ -468,18 +488,22 @@ contract TokenMessenger is IMessageHandler {
         private
         returns (uint64 nonce)
     {
-        require(amount > 0, "amount");
-        require(amount <= burnLimitsPerMessage[burnToken], "Burn amount exceeds per tx limit");
-        require(mintRecipient != bytes32(0), "mint recipient");
-        require(burnToken == address(localToken), "burn token");
+        // Circle's checks, in Circle's order and words (TokenMessenger, then TokenMinter.burn).
+        require(amount > 0, "Amount must be nonzero");
+        require(mintRecipient != bytes32(0), "Mint recipient must be nonzero");
         bytes32 destinationTokenMessenger = remoteTokenMessengers[destinationDomain];
-        require(destinationTokenMessenger != bytes32(0), "destination domain");
-        require(localToken.transferFrom(msg.sender, address(this), amount), "transferFrom");
-        localToken.burn(amount);
+        require(destinationTokenMessenger != bytes32(0), "No TokenMessenger for domain");
+        require(QtgUsdc(burnToken).transferFrom(msg.sender, address(this), amount), "Transfer operation failed");
+        uint256 allowed = burnLimitsPerMessage[burnToken];
+        require(allowed > 0, "Burn token not supported");
+        require(amount <= allowed, "Burn amount exceeds per tx limit");
+        QtgUsdc(burnToken).burn(amount);
         bytes memory body = abi.encodePacked(
             messageBodyVersion, bytes32(uint256(uint160(burnToken))), mintRecipient, amount, bytes32(uint256(uint160(msg.sender)))
         );
-        nonce = localMessageTransmitter.sendMessageWithCaller(destinationDomain, destinationTokenMessenger, destinationCaller, body);
+        nonce = destinationCaller == bytes32(0)
+            ? localMessageTransmitter.sendMessage(destinationDomain, destinationTokenMessenger, body)
+            : localMessageTransmitter.sendMessageWithCaller(destinationDomain, destinationTokenMessenger, destinationCaller, body);
         emit DepositForBurn(
             nonce, burnToken, amount, msg.sender, mintRecipient, destinationDomain, destinationTokenMessenger, destinationCaller
         );

@@ -161,6 +161,14 @@ if anvil_bin=$(./scripts/ensure-evm-tools.sh 2>.qtg/evm-tools.log); then
   }
   link "$anvil_url" "$a_messenger" 1 "$b_messenger"
   link "$anvil_b_url" "$b_messenger" 0 "$a_messenger"
+  # 0x2b2b90e1 linkTokenPair(address,uint32,bytes32): each side mints its USDC for the other's
+  # (as Circle's TokenMinter; checked by 0x78a0565e getLocalToken(uint32,bytes32)).
+  pair() { # url messenger local-usdc remote-domain remote-usdc
+    [ "$(call_word "$1" "$2" "0x78a0565e$(word "$4")$(addr_word "$5")")" = "0x$(addr_word "$3")" ] \
+      || send_tx "$1" "$2" "0x2b2b90e1$(addr_word "$3")$(word "$4")$(addr_word "$5")" >/dev/null
+  }
+  pair "$anvil_url" "$a_messenger" "$a_usdc" 1 "$b_usdc"
+  pair "$anvil_b_url" "$b_messenger" "$b_usdc" 0 "$a_usdc"
   # 0x095ea7b3 approve(address,uint256): the burn pulls the deployer's USDC on A through A's
   # messenger, without limit (0xdd62ed3e allowance(address,address) says if it was given).
   max=$(printf 'f%.0s' $(seq 64))

@@ -29,6 +29,7 @@ sol! {
     function enableAttester(address newAttester);
     function setSignatureThreshold(uint256 newSignatureThreshold);
     function initialize(uint256 supply);
+    function linkTokenPair(address localToken, uint32 remoteDomain, bytes32 remoteToken);
     function upgradeTo(address newImplementation);
 }
 
@@ -130,6 +131,10 @@ async fn linked(attester: &PrivateKeySigner) -> anyhow::Result<(Side, Side)> {
     let (a, b) = (side(0, attester.address()).await?, side(1, attester.address()).await?);
     for (from, to, domain) in [(&a, &b, 1), (&b, &a, 0)] {
         let call = addRemoteTokenMessengerCall { domain, tokenMessenger: word(&to.messenger)? };
+        send(&from.anvil, Some(&from.messenger), &call.abi_encode()).await?;
+        // The minter mints the local USDC for the other domain's (Circle's token pairs).
+        let call =
+            linkTokenPairCall { localToken: from.usdc.parse()?, remoteDomain: domain, remoteToken: word(&to.usdc)? };
         send(&from.anvil, Some(&from.messenger), &call.abi_encode()).await?;
     }
     Ok((a, b))
@@ -975,6 +980,7 @@ async fn an_attester_rotation_and_a_threshold_change_are_drift() -> anyhow::Resu
     assert_eq!(observed["cctp.message_transmitter.owner"], ANVIL_ADDR_0.to_lowercase());
     assert_eq!(observed["cctp.token_messenger.local_minter"], bridge.b.messenger.to_lowercase());
     assert_eq!(observed["cctp.token_minter.burn_limit_per_message"], "1000000000000");
+    assert_eq!(observed["cctp.token_minter.local_token.0"], bridge.b.usdc.to_lowercase(), "B mints its USDC for A's");
     assert_eq!(observed["cctp.usdc.implementation"], bridge.b.usdc_implementation.to_lowercase(), "{seen:#}");
     assert!(
         observed.as_object().into_iter().flatten().all(|(_, v)| v != "reverted"),

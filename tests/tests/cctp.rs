@@ -30,6 +30,7 @@ sol! {
     function setSignatureThreshold(uint256 newSignatureThreshold);
     function initialize(uint256 supply);
     function linkTokenPair(address localToken, uint32 remoteDomain, bytes32 remoteToken);
+    function setMaxBurnAmountPerMessage(address token, uint256 burnLimitPerMessage);
     function upgradeTo(address newImplementation);
 }
 
@@ -44,7 +45,8 @@ fn root() -> PathBuf {
 }
 
 fn bytecode(contract: &str) -> anyhow::Result<String> {
-    Ok(std::fs::read_to_string(root().join(format!("contracts/QtgCctp_sol_{contract}.bin")))?.trim().to_string())
+    let file = if contract.ends_with("V2") { "QtgCctpV2" } else { "QtgCctp" };
+    Ok(std::fs::read_to_string(root().join(format!("contracts/{file}_sol_{contract}.bin")))?.trim().to_string())
 }
 
 /// Sends a transaction from anvil's first (unlocked) account and waits for its receipt.
@@ -270,16 +272,21 @@ fn the_cctp_bytecode_is_its_source_compiled() -> anyhow::Result<()> {
     let solcjs = root().join(".qtg/evm/node_modules/.bin/solcjs");
     anyhow::ensure!(solcjs.exists(), "solcjs is not installed: run scripts/ensure-evm-tools.sh (make test does)");
     let out = std::env::temp_dir().join(format!("qtg-solc-cctp-{}", uuid::Uuid::new_v4().simple()));
-    let status = std::process::Command::new(&solcjs)
-        .args(["--bin", "--optimize", "-o"])
-        .arg(&out)
-        .arg("QtgCctp.sol")
-        .current_dir(root().join("contracts"))
-        .status()?;
-    anyhow::ensure!(status.success(), "solcjs failed");
-    for contract in ["QtgUsdc", "QtgUsdcProxy", "MessageTransmitter", "TokenMessenger"] {
-        let fresh = std::fs::read_to_string(out.join(format!("QtgCctp_sol_{contract}.bin")))?;
-        assert_eq!(fresh.trim(), bytecode(contract)?, "contracts/QtgCctp_sol_{contract}.bin is stale: recompile it");
+    for source in ["QtgCctp.sol", "QtgCctpV2.sol"] {
+        let status = std::process::Command::new(&solcjs)
+            .args(["--bin", "--optimize", "-o"])
+            .arg(&out)
+            .arg(source)
+            .current_dir(root().join("contracts"))
+            .status()?;
+        anyhow::ensure!(status.success(), "solcjs failed on {source}");
+    }
+    for contract in
+        ["QtgUsdc", "QtgUsdcProxy", "MessageTransmitter", "TokenMessenger", "MessageTransmitterV2", "TokenMessengerV2"]
+    {
+        let file = if contract.ends_with("V2") { "QtgCctpV2" } else { "QtgCctp" };
+        let fresh = std::fs::read_to_string(out.join(format!("{file}_sol_{contract}.bin")))?;
+        assert_eq!(fresh.trim(), bytecode(contract)?, "contracts/{file}_sol_{contract}.bin is stale: recompile it");
     }
     let _ = std::fs::remove_dir_all(&out);
     Ok(())
@@ -1044,5 +1051,101 @@ async fn an_attester_rotation_and_a_threshold_change_are_drift() -> anyhow::Resu
     assert_eq!(usdc_of(b, ANVIL_ADDR_0).await?, U256::from(SUPPLY), "B's supply is where it was");
     drop(drift);
     bridge.db.drop_db().await;
+    Ok(())
+}
+
+/// The fee recipient of the V2 messengers (anvil's fourth account).
+const FEE_RECIPIENT: &str = "0x90f79bf6eb2c4f870365e785982e1f101e93b906";
+
+/// A V2 side: USDC, `MessageTransmitterV2` (one attester), `TokenMessengerV2` (its own minter,
+/// fees to [`FEE_RECIPIENT`]).
+async fn side_v2(domain: u32, attester: Address) -> anyhow::Result<Side> {
+    let anvil = Anvil::start_chain(31337 + u64::from(domain)).await?;
+    let usdc = deploy(&anvil, "QtgUsdc", U256::from(SUPPLY).abi_encode()).await?;
+    let transmitter = deploy(&anvil, "MessageTransmitterV2", (domain, attester).abi_encode_params()).await?;
+    let fee_recipient: Address = FEE_RECIPIENT.parse()?;
+    let messenger =
+        deploy(&anvil, "TokenMessengerV2", (transmitter.parse::<Address>()?, fee_recipient).abi_encode_params())
+            .await?;
+    send(&anvil, Some(&usdc), &configureMinterCall { minter: messenger.parse()?, enabled: true }.abi_encode()).await?;
+    let limit = setMaxBurnAmountPerMessageCall { token: usdc.parse()?, burnLimitPerMessage: U256::from(SUPPLY) };
+    send(&anvil, Some(&messenger), &limit.abi_encode()).await?;
+    Ok(Side { anvil, usdc_implementation: usdc.clone(), usdc, transmitter, messenger })
+}
+
+/// V2 as Circle's contracts do it (docs/cctp-reference.md §2): the burn emits its message with
+/// the attester's fields zero; the attested message (nonce, executed finality, fee, expiry
+/// filled in) is the same transfer by every field the source wrote; it mints `amount − fee`
+/// to the recipient and the fee to the fee recipient, once; the emitted bytes themselves, an
+/// expired attestation and a fee above `maxFee` are refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_v2_fast_burn_mints_the_amount_less_the_fee_executed_once() -> anyhow::Result<()> {
+    use qtg_evm::calls::{burn_v2_calldata, MessageV2, FINALITY_FAST};
+    let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
+    let (a, b) = (side_v2(0, attester.address()).await?, side_v2(1, attester.address()).await?);
+    for (from, to, domain) in [(&a, &b, 1), (&b, &a, 0)] {
+        let call = addRemoteTokenMessengerCall { domain, tokenMessenger: word(&to.messenger)? };
+        send(&from.anvil, Some(&from.messenger), &call.abi_encode()).await?;
+        let call =
+            linkTokenPairCall { localToken: from.usdc.parse()?, remoteDomain: domain, remoteToken: word(&to.usdc)? };
+        send(&from.anvil, Some(&from.messenger), &call.abi_encode()).await?;
+    }
+    let amount = U256::from(100_000_000u64);
+    send(&a.anvil, Some(&a.usdc), &approveCall { spender: a.messenger.parse()?, value: amount }.abi_encode()).await?;
+    let (recipient, usdc_a): (Address, Address) = (ANVIL_ADDR_2.parse()?, a.usdc.parse()?);
+    let burn = burn_v2_calldata(amount, 1, recipient, usdc_a, None, U256::from(500_000u64), FINALITY_FAST);
+    let receipt = send(&a.anvil, Some(&a.messenger), &burn).await?;
+    let sent_topic = format!("{}", keccak256("MessageSent(bytes)"));
+    let log = receipt["logs"]
+        .as_array()
+        .and_then(|logs| logs.iter().find(|l| l["topics"][0].as_str() == Some(sent_topic.as_str())))
+        .cloned()
+        .expect("MessageSent");
+    let data = alloy::primitives::hex::decode(log["data"].as_str().unwrap_or("0x").trim_start_matches("0x"))?;
+    let emitted_bytes = Bytes::abi_decode(&data)?;
+    let emitted = MessageV2::parse(&emitted_bytes).expect("a V2 message");
+    let body = emitted.burn().expect("a V2 burn");
+    assert_eq!(
+        (emitted.nonce, emitted.finality_threshold_executed, emitted.min_finality_threshold),
+        (Default::default(), 0, 1000)
+    );
+    assert_eq!(
+        (body.amount, body.max_fee, body.fee_executed, body.expiration_block),
+        (amount, U256::from(500_000u64), U256::ZERO, U256::ZERO)
+    );
+    assert_eq!(usdc_of(&a, ANVIL_ADDR_0).await?, U256::from(SUPPLY) - amount, "the whole amount burned on A");
+    // The attester fills its fields and signs keccak256 of the result.
+    let head = b.anvil.rpc("eth_blockNumber", json!([])).await?;
+    let head = u64::from_str_radix(head.as_str().unwrap_or("0x0").trim_start_matches("0x"), 16)?;
+    let attest = |fee: u64, expiry: u64| -> anyhow::Result<(Bytes, Bytes)> {
+        let mut m = emitted_bytes.to_vec();
+        m[12..44].copy_from_slice(&[0xab; 32]);
+        m[144..148].copy_from_slice(&1000u32.to_be_bytes());
+        m[148 + 164..148 + 196].copy_from_slice(&U256::from(fee).to_be_bytes::<32>());
+        m[148 + 196..148 + 228].copy_from_slice(&U256::from(expiry).to_be_bytes::<32>());
+        let signature = attester.sign_hash_sync(&keccak256(&m))?;
+        Ok((Bytes::from(m), Bytes::from(signature.as_bytes().to_vec())))
+    };
+    let receive = |(message, attestation): (Bytes, Bytes)| receiveMessageCall { message, attestation }.abi_encode();
+    let refused = |call: Vec<u8>, why: &'static str| {
+        let b = &b;
+        async move {
+            let err = send(&b.anvil, Some(&b.transmitter), &call).await.unwrap_err().to_string();
+            anyhow::ensure!(err.contains(why), "expected {why:?}: {err}");
+            anyhow::Ok(())
+        }
+    };
+    let raw_signature = attester.sign_hash_sync(&keccak256(&emitted_bytes))?;
+    refused(receive((emitted_bytes.clone(), Bytes::from(raw_signature.as_bytes().to_vec()))), "Nonce already used")
+        .await?;
+    refused(receive(attest(130_000, head)?), "Message expired and must be re-signed").await?;
+    refused(receive(attest(600_000, head + 100)?), "Fee exceeds max fee").await?;
+    let good = attest(130_000, head + 100)?;
+    let attested = MessageV2::parse(&good.0).expect("attested");
+    assert!(emitted.same_transfer(&attested), "the attested message is the burn's transfer");
+    send(&b.anvil, Some(&b.transmitter), &receive(good.clone())).await?;
+    assert_eq!(usdc_of(&b, ANVIL_ADDR_2).await?, amount - U256::from(130_000u64), "the amount less the fee executed");
+    assert_eq!(usdc_of(&b, FEE_RECIPIENT).await?, U256::from(130_000u64), "the fee to the fee recipient");
+    refused(receive(good), "Nonce already used").await?;
     Ok(())
 }

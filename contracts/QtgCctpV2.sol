@@ -1,0 +1,366 @@
+// SPDX-License-Identifier: Apache-2.0
+// CCTP V2-shaped contracts for qtg's bridge tests (issue 30): a message transmitter and a token
+// messenger that follow Circle's V2 (`circlefin/evm-cctp-contracts` `src/v2`, see
+// docs/cctp-reference.md §2): the message and burn layouts with the fields the attester fills
+// (nonce, finalityThresholdExecuted, feeExecuted, expirationBlock) emitted as zero, m-of-n
+// attestation, `usedNonces` keyed by the attested bytes32 nonce (nonce 0 pre-used), Standard
+// and Fast finality, the fee paid on the destination out of the burned amount (to the fee
+// recipient), the minimum fee and the denylist. The token is contracts/QtgCctp.sol's QtgUsdc.
+// Compiled with solc 0.8.28 (npm `solc`); QtgCctpV2_sol_*.bin are the committed bytecode,
+// checked against a fresh compile by the tests.
+pragma solidity 0.8.28;
+
+interface IUsdc {
+    function transferFrom(address from, address to, uint256 value) external returns (bool);
+    function burn(uint256 amount) external;
+    function mint(address to, uint256 amount) external returns (bool);
+}
+
+interface IMessageHandlerV2 {
+    function handleReceiveFinalizedMessage(uint32 remoteDomain, bytes32 sender, uint32 finalityThresholdExecuted, bytes calldata messageBody)
+        external
+        returns (bool);
+    function handleReceiveUnfinalizedMessage(uint32 remoteDomain, bytes32 sender, uint32 finalityThresholdExecuted, bytes calldata messageBody)
+        external
+        returns (bool);
+}
+
+/// `message = version ‖ sourceDomain ‖ destinationDomain ‖ nonce ‖ sender ‖ recipient ‖
+/// destinationCaller ‖ minFinalityThreshold ‖ finalityThresholdExecuted ‖ messageBody` (4, 4, 4,
+/// 32, 32, 32, 32, 4, 4 bytes, then the body). Emitted with nonce and finalityThresholdExecuted
+/// zero; the attester fills them before it signs keccak256(message).
+contract MessageTransmitterV2 {
+    uint32 public immutable localDomain;
+    uint32 public constant version = 1;
+    uint256 public constant signatureLength = 65;
+    uint32 public constant FINALITY_THRESHOLD_FINALIZED = 2000;
+    address public owner;
+    address public attesterManager;
+    address public pauser;
+    bool public paused;
+    uint256 public signatureThreshold;
+    address[] private attesters;
+    mapping(address => bool) private enabled;
+    /// The attested nonce => 1 once received; nonce 0 (an emitted, unattested message's) is used.
+    mapping(bytes32 => uint256) public usedNonces;
+
+    event MessageSent(bytes message);
+    event MessageReceived(
+        address indexed caller,
+        uint32 sourceDomain,
+        bytes32 indexed nonce,
+        bytes32 sender,
+        uint32 indexed finalityThresholdExecuted,
+        bytes messageBody
+    );
+    event AttesterEnabled(address indexed attester);
+    event SignatureThresholdUpdated(uint256 oldSignatureThreshold, uint256 newSignatureThreshold);
+
+    constructor(uint32 domain, address initialAttester) {
+        localDomain = domain;
+        owner = msg.sender;
+        attesterManager = msg.sender;
+        pauser = msg.sender;
+        signatureThreshold = 1;
+        usedNonces[bytes32(0)] = 1;
+        enabled[initialAttester] = true;
+        attesters.push(initialAttester);
+        emit AttesterEnabled(initialAttester);
+    }
+
+    function enableAttester(address newAttester) external {
+        require(msg.sender == attesterManager, "Caller not attester manager");
+        require(newAttester != address(0), "New attester must be nonzero");
+        require(!enabled[newAttester], "Attester already enabled");
+        enabled[newAttester] = true;
+        attesters.push(newAttester);
+        emit AttesterEnabled(newAttester);
+    }
+
+    function setSignatureThreshold(uint256 newSignatureThreshold) external {
+        require(msg.sender == attesterManager, "Caller not attester manager");
+        require(newSignatureThreshold != 0, "Invalid signature threshold");
+        require(newSignatureThreshold <= attesters.length, "New signature threshold too high");
+        require(newSignatureThreshold != signatureThreshold, "Signature threshold already set");
+        emit SignatureThresholdUpdated(signatureThreshold, newSignatureThreshold);
+        signatureThreshold = newSignatureThreshold;
+    }
+
+    function isEnabledAttester(address attester) public view returns (bool) {
+        return enabled[attester];
+    }
+
+    function getNumEnabledAttesters() external view returns (uint256) {
+        return attesters.length;
+    }
+
+    function getEnabledAttester(uint256 index) external view returns (address) {
+        return attesters[index];
+    }
+
+    function sendMessage(
+        uint32 destinationDomain,
+        bytes32 recipient,
+        bytes32 destinationCaller,
+        uint32 minFinalityThreshold,
+        bytes calldata messageBody
+    ) external {
+        require(!paused, "Pausable: paused");
+        require(destinationDomain != localDomain, "Domain is local domain");
+        require(recipient != bytes32(0), "Recipient must be nonzero");
+        bytes32 sender = bytes32(uint256(uint160(msg.sender)));
+        emit MessageSent(
+            abi.encodePacked(
+                version, localDomain, destinationDomain, bytes32(0), sender, recipient, destinationCaller,
+                minFinalityThreshold, uint32(0), messageBody
+            )
+        );
+    }
+
+    function receiveMessage(bytes calldata message, bytes calldata attestation) external returns (bool) {
+        require(!paused, "Pausable: paused");
+        _verifyAttestationSignatures(message, attestation);
+        require(message.length >= 148, "Invalid message: too short");
+        require(uint32(bytes4(message[8:12])) == localDomain, "Invalid destination domain");
+        bytes32 destinationCaller = bytes32(message[108:140]);
+        require(destinationCaller == bytes32(0) || destinationCaller == bytes32(uint256(uint160(msg.sender))), "Invalid caller for message");
+        require(uint32(bytes4(message[0:4])) == version, "Invalid message version");
+        bytes32 nonce = bytes32(message[12:44]);
+        require(usedNonces[nonce] == 0, "Nonce already used");
+        usedNonces[nonce] = 1;
+        uint32 sourceDomain = uint32(bytes4(message[4:8]));
+        bytes32 sender = bytes32(message[44:76]);
+        address recipient = address(uint160(uint256(bytes32(message[76:108]))));
+        uint32 finalityThresholdExecuted = uint32(bytes4(message[144:148]));
+        bytes calldata body = message[148:];
+        if (finalityThresholdExecuted < FINALITY_THRESHOLD_FINALIZED) {
+            require(
+                IMessageHandlerV2(recipient).handleReceiveUnfinalizedMessage(sourceDomain, sender, finalityThresholdExecuted, body),
+                "handleReceiveUnfinalizedMessage() failed"
+            );
+        } else {
+            require(
+                IMessageHandlerV2(recipient).handleReceiveFinalizedMessage(sourceDomain, sender, finalityThresholdExecuted, body),
+                "handleReceiveFinalizedMessage() failed"
+            );
+        }
+        emit MessageReceived(msg.sender, sourceDomain, nonce, sender, finalityThresholdExecuted, body);
+        return true;
+    }
+
+    function _verifyAttestationSignatures(bytes calldata message, bytes calldata attestation) private view {
+        require(attestation.length == signatureLength * signatureThreshold, "Invalid attestation length");
+        address latest = address(0);
+        bytes32 digest = keccak256(message);
+        for (uint256 i = 0; i < signatureThreshold; ++i) {
+            bytes calldata sig = attestation[i * signatureLength:(i + 1) * signatureLength];
+            bytes32 r = bytes32(sig[0:32]);
+            bytes32 s = bytes32(sig[32:64]);
+            uint8 v = uint8(sig[64]);
+            require(uint256(s) <= 0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0, "ECDSA: invalid signature 's' value");
+            require(v == 27 || v == 28, "ECDSA: invalid signature 'v' value");
+            address recovered = ecrecover(digest, v, r, s);
+            require(recovered != address(0), "ECDSA: invalid signature");
+            require(recovered > latest, "Invalid signature order or dupe");
+            require(enabled[recovered], "Invalid signature: not attester");
+            latest = recovered;
+        }
+    }
+}
+
+/// `burnMessage = version ‖ burnToken ‖ mintRecipient ‖ amount ‖ messageSender ‖ maxFee ‖
+/// feeExecuted ‖ expirationBlock ‖ hookData` (4, 32 × 7 bytes, then the hook data). Burns the
+/// whole amount on the source; on the destination mints `amount − feeExecuted` to the recipient
+/// and `feeExecuted` to the fee recipient. Its own local minter, as the V1 test messenger.
+contract TokenMessengerV2 is IMessageHandlerV2 {
+    uint32 public constant messageBodyVersion = 1;
+    uint32 public constant FINALITY_THRESHOLD_CONFIRMED = 1000;
+    uint32 public constant FINALITY_THRESHOLD_FINALIZED = 2000;
+    uint256 public constant MIN_FEE_MULTIPLIER = 10_000_000;
+    address public owner;
+    address public tokenController;
+    address public feeRecipient;
+    address public minFeeController;
+    address public denylister;
+    uint256 public minFee;
+    MessageTransmitterV2 public immutable localMessageTransmitter;
+    mapping(uint32 => bytes32) public remoteTokenMessengers;
+    mapping(address => uint256) public burnLimitsPerMessage;
+    mapping(bytes32 => address) public remoteTokensToLocalTokens;
+    mapping(address => uint256) private denylisted;
+
+    event DepositForBurn(
+        address indexed burnToken,
+        uint256 amount,
+        address indexed depositor,
+        bytes32 mintRecipient,
+        uint32 destinationDomain,
+        bytes32 destinationTokenMessenger,
+        bytes32 destinationCaller,
+        uint256 maxFee,
+        uint32 indexed minFinalityThreshold,
+        bytes hookData
+    );
+    event MintAndWithdraw(address indexed mintRecipient, uint256 amount, address indexed mintToken, uint256 feeCollected);
+    event Denylisted(address indexed account);
+    event UnDenylisted(address indexed account);
+    event MinFeeSet(uint256 minFee);
+    event FeeRecipientSet(address feeRecipient);
+
+    constructor(MessageTransmitterV2 transmitter, address feeRecipient_) {
+        owner = msg.sender;
+        tokenController = msg.sender;
+        minFeeController = msg.sender;
+        denylister = msg.sender;
+        feeRecipient = feeRecipient_;
+        localMessageTransmitter = transmitter;
+    }
+
+    function localMinter() external view returns (address) {
+        return address(this);
+    }
+
+    function addRemoteTokenMessenger(uint32 domain, bytes32 tokenMessenger) external {
+        require(msg.sender == owner, "Ownable: caller is not the owner");
+        require(tokenMessenger != bytes32(0), "bytes32(0) not allowed");
+        require(remoteTokenMessengers[domain] == bytes32(0), "TokenMessenger already set");
+        remoteTokenMessengers[domain] = tokenMessenger;
+    }
+
+    function setMaxBurnAmountPerMessage(address token, uint256 burnLimitPerMessage) external {
+        require(msg.sender == tokenController, "Caller is not tokenController");
+        burnLimitsPerMessage[token] = burnLimitPerMessage;
+    }
+
+    function linkTokenPair(address token, uint32 remoteDomain, bytes32 remoteToken) external {
+        require(msg.sender == tokenController, "Caller is not tokenController");
+        bytes32 key = keccak256(abi.encodePacked(remoteDomain, remoteToken));
+        require(remoteTokensToLocalTokens[key] == address(0), "Unable to link token pair");
+        remoteTokensToLocalTokens[key] = token;
+    }
+
+    function getLocalToken(uint32 remoteDomain, bytes32 remoteToken) external view returns (address) {
+        return remoteTokensToLocalTokens[keccak256(abi.encodePacked(remoteDomain, remoteToken))];
+    }
+
+    function setFeeRecipient(address feeRecipient_) external {
+        require(msg.sender == owner, "Ownable: caller is not the owner");
+        require(feeRecipient_ != address(0), "Zero address not allowed");
+        feeRecipient = feeRecipient_;
+        emit FeeRecipientSet(feeRecipient_);
+    }
+
+    function setMinFee(uint256 minFee_) external {
+        require(msg.sender == minFeeController, "Caller is not the min fee controller");
+        require(minFee_ < MIN_FEE_MULTIPLIER, "Min fee too high");
+        minFee = minFee_;
+        emit MinFeeSet(minFee_);
+    }
+
+    function getMinFeeAmount(uint256 amount) public view returns (uint256) {
+        if (minFee == 0) return 0;
+        require(amount > 1, "Amount too low");
+        uint256 fee = (amount * minFee) / MIN_FEE_MULTIPLIER;
+        return fee == 0 ? 1 : fee;
+    }
+
+    function denylist(address account) external {
+        require(msg.sender == denylister, "Denylistable: caller is not denylister");
+        denylisted[account] = 1;
+        emit Denylisted(account);
+    }
+
+    function unDenylist(address account) external {
+        require(msg.sender == denylister, "Denylistable: caller is not denylister");
+        denylisted[account] = 0;
+        emit UnDenylisted(account);
+    }
+
+    function isDenylisted(address account) external view returns (bool) {
+        return denylisted[account] == 1;
+    }
+
+    function depositForBurn(
+        uint256 amount,
+        uint32 destinationDomain,
+        bytes32 mintRecipient,
+        address burnToken,
+        bytes32 destinationCaller,
+        uint256 maxFee,
+        uint32 minFinalityThreshold
+    ) external {
+        require(denylisted[msg.sender] == 0 && denylisted[tx.origin] == 0, "Denylistable: account is on denylist");
+        require(amount > 0, "Amount must be nonzero");
+        require(mintRecipient != bytes32(0), "Mint recipient must be nonzero");
+        require(maxFee < amount, "Max fee must be less than amount");
+        if (minFee > 0) {
+            require(maxFee >= getMinFeeAmount(amount), "Insufficient max fee");
+        }
+        bytes32 destinationTokenMessenger = remoteTokenMessengers[destinationDomain];
+        require(destinationTokenMessenger != bytes32(0), "No TokenMessenger for domain");
+        require(IUsdc(burnToken).transferFrom(msg.sender, address(this), amount), "Transfer operation failed");
+        uint256 allowed = burnLimitsPerMessage[burnToken];
+        require(allowed > 0, "Burn token not supported");
+        require(amount <= allowed, "Burn amount exceeds per tx limit");
+        IUsdc(burnToken).burn(amount);
+        bytes memory body = abi.encodePacked(
+            messageBodyVersion,
+            bytes32(uint256(uint160(burnToken))),
+            mintRecipient,
+            amount,
+            bytes32(uint256(uint160(msg.sender))),
+            maxFee,
+            uint256(0),
+            uint256(0)
+        );
+        localMessageTransmitter.sendMessage(
+            destinationDomain, destinationTokenMessenger, destinationCaller, minFinalityThreshold, body
+        );
+        emit DepositForBurn(
+            burnToken, amount, msg.sender, mintRecipient, destinationDomain, destinationTokenMessenger, destinationCaller,
+            maxFee, minFinalityThreshold, ""
+        );
+    }
+
+    function handleReceiveFinalizedMessage(uint32 remoteDomain, bytes32 sender, uint32, bytes calldata messageBody)
+        external
+        returns (bool)
+    {
+        _receive(remoteDomain, sender, messageBody);
+        return true;
+    }
+
+    function handleReceiveUnfinalizedMessage(
+        uint32 remoteDomain,
+        bytes32 sender,
+        uint32 finalityThresholdExecuted,
+        bytes calldata messageBody
+    ) external returns (bool) {
+        require(finalityThresholdExecuted >= 500, "Unsupported finality threshold");
+        _receive(remoteDomain, sender, messageBody);
+        return true;
+    }
+
+    function _receive(uint32 remoteDomain, bytes32 sender, bytes calldata body) private {
+        require(msg.sender == address(localMessageTransmitter), "Invalid message transmitter");
+        require(sender != bytes32(0) && remoteTokenMessengers[remoteDomain] == sender, "Remote TokenMessenger unsupported");
+        require(body.length >= 228, "Invalid burn message: too short");
+        require(uint32(bytes4(body[0:4])) == messageBodyVersion, "Invalid message body version");
+        bytes32 burnToken = bytes32(body[4:36]);
+        address mintRecipient = address(uint160(uint256(bytes32(body[36:68]))));
+        uint256 amount = uint256(bytes32(body[68:100]));
+        uint256 maxFee = uint256(bytes32(body[132:164]));
+        uint256 fee = uint256(bytes32(body[164:196]));
+        uint256 expirationBlock = uint256(bytes32(body[196:228]));
+        require(expirationBlock == 0 || expirationBlock > block.number, "Message expired and must be re-signed");
+        require(fee == 0 || fee < amount, "Fee equals or exceeds amount");
+        require(fee <= maxFee, "Fee exceeds max fee");
+        address mintToken = remoteTokensToLocalTokens[keccak256(abi.encodePacked(remoteDomain, burnToken))];
+        require(mintToken != address(0), "Mint token not supported");
+        require(IUsdc(mintToken).mint(mintRecipient, amount - fee), "First mint operation failed");
+        if (fee > 0) {
+            require(IUsdc(mintToken).mint(feeRecipient, fee), "Second mint operation failed");
+        }
+        emit MintAndWithdraw(mintRecipient, amount - fee, mintToken, fee);
+    }
+}

@@ -1073,6 +1073,20 @@ async fn side_v2(domain: u32, attester: Address) -> anyhow::Result<Side> {
     Ok(Side { anvil, usdc_implementation: usdc.clone(), usdc, transmitter, messenger })
 }
 
+/// Chain A (domain 0) and chain B (domain 1) on V2, each messenger registered with the other
+/// and each side's USDC linked to the other's.
+async fn linked_v2(attester: &PrivateKeySigner) -> anyhow::Result<(Side, Side)> {
+    let (a, b) = (side_v2(0, attester.address()).await?, side_v2(1, attester.address()).await?);
+    for (from, to, domain) in [(&a, &b, 1), (&b, &a, 0)] {
+        let call = addRemoteTokenMessengerCall { domain, tokenMessenger: word(&to.messenger)? };
+        send(&from.anvil, Some(&from.messenger), &call.abi_encode()).await?;
+        let call =
+            linkTokenPairCall { localToken: from.usdc.parse()?, remoteDomain: domain, remoteToken: word(&to.usdc)? };
+        send(&from.anvil, Some(&from.messenger), &call.abi_encode()).await?;
+    }
+    Ok((a, b))
+}
+
 /// V2 as Circle's contracts do it (docs/cctp-reference.md §2): the burn emits its message with
 /// the attester's fields zero; the attested message (nonce, executed finality, fee, expiry
 /// filled in) is the same transfer by every field the source wrote; it mints `amount − fee`
@@ -1082,14 +1096,7 @@ async fn side_v2(domain: u32, attester: Address) -> anyhow::Result<Side> {
 async fn a_v2_fast_burn_mints_the_amount_less_the_fee_executed_once() -> anyhow::Result<()> {
     use qtg_evm::calls::{burn_v2_calldata, MessageV2, FINALITY_FAST};
     let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
-    let (a, b) = (side_v2(0, attester.address()).await?, side_v2(1, attester.address()).await?);
-    for (from, to, domain) in [(&a, &b, 1), (&b, &a, 0)] {
-        let call = addRemoteTokenMessengerCall { domain, tokenMessenger: word(&to.messenger)? };
-        send(&from.anvil, Some(&from.messenger), &call.abi_encode()).await?;
-        let call =
-            linkTokenPairCall { localToken: from.usdc.parse()?, remoteDomain: domain, remoteToken: word(&to.usdc)? };
-        send(&from.anvil, Some(&from.messenger), &call.abi_encode()).await?;
-    }
+    let (a, b) = linked_v2(&attester).await?;
     let amount = U256::from(100_000_000u64);
     send(&a.anvil, Some(&a.usdc), &approveCall { spender: a.messenger.parse()?, value: amount }.abi_encode()).await?;
     let (recipient, usdc_a): (Address, Address) = (ANVIL_ADDR_2.parse()?, a.usdc.parse()?);
@@ -1147,5 +1154,56 @@ async fn a_v2_fast_burn_mints_the_amount_less_the_fee_executed_once() -> anyhow:
     assert_eq!(usdc_of(&b, ANVIL_ADDR_2).await?, amount - U256::from(130_000u64), "the amount less the fee executed");
     assert_eq!(usdc_of(&b, FEE_RECIPIENT).await?, U256::from(130_000u64), "the fee to the fee recipient");
     refused(receive(good), "Nonce already used").await?;
+    Ok(())
+}
+
+/// `qtg-attestation-sim` on V2: its fee API answers in Circle's shape (parsed by the lane's
+/// `fees`); a Fast burn whose `maxFee` covers the Fast fee is attested at 1000 with that fee
+/// and mints the amount less it; one whose `maxFee` does not is attested Standard
+/// (`delayReason: insufficient_fee`, no fee) and mints it all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_attestation_service_attests_v2_fast_and_falls_back_to_standard() -> anyhow::Result<()> {
+    use qtg_evm::calls::{burn_v2_calldata, FINALITY_FAST};
+    let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
+    let (a, b) = linked_v2(&attester).await?;
+    let source = format!("0={}", a.anvil.url);
+    let sim = Proc::spawn_args(
+        "qtg-attestation-sim",
+        &["--addr", "127.0.0.1:0", "--source", &source, "--confirmations", "1", "--fast-fee-bps", "1.3"],
+        "",
+        &[("QTG_ATTESTATION_SIM_ATTESTER_KEY", ATTESTER_KEY)],
+    )
+    .await?;
+    let base = format!("http://{}", sim.wait_field("attestation_addr", Duration::from_secs(20)).await?);
+    let http = http_client();
+    let quotes: Value = http.get(format!("{base}/v2/burn/USDC/fees/0/1")).send().await?.json().await?;
+    let quotes = qtg_cctp::fees::parse_quotes(&quotes).map_err(anyhow::Error::msg)?;
+    let amount = U256::from(100_000_000u64);
+    assert_eq!(quotes[0].finality_threshold, 1000);
+    assert_eq!(quotes[0].minimum_fee.of(amount), U256::from(13_000u64), "1.3 bps of 100 USDC");
+    send(&a.anvil, Some(&a.usdc), &approveCall { spender: a.messenger.parse()?, value: U256::MAX }.abi_encode())
+        .await?;
+    let (recipient, usdc_a): (Address, Address) = (ANVIL_ADDR_2.parse()?, a.usdc.parse()?);
+    let mut minted = U256::ZERO;
+    for (max_fee, fee, finality, delay) in
+        [(500_000u64, 13_000u64, "1000", Value::Null), (1u64, 0u64, "2000", json!("insufficient_fee"))]
+    {
+        let burn = burn_v2_calldata(amount, 1, recipient, usdc_a, None, U256::from(max_fee), FINALITY_FAST);
+        let receipt = send(&a.anvil, Some(&a.messenger), &burn).await?;
+        let tx = receipt["transactionHash"].as_str().unwrap_or("").to_string();
+        let body: Value = http.get(format!("{base}/v2/messages/0?transactionHash={tx}")).send().await?.json().await?;
+        let m = &body["messages"][0];
+        assert_eq!((m["status"].as_str(), m["cctpVersion"].as_u64()), (Some("complete"), Some(2)), "{body}");
+        assert_eq!(m["decodedMessage"]["finalityThresholdExecuted"], finality, "{body}");
+        assert_eq!(m["decodedMessage"]["decodedMessageBody"]["feeExecuted"], fee.to_string());
+        assert_eq!(m["delayReason"], delay);
+        let message: Bytes = m["message"].as_str().unwrap_or("0x").parse()?;
+        let attestation: Bytes = m["attestation"].as_str().unwrap_or("0x").parse()?;
+        send(&b.anvil, Some(&b.transmitter), &receiveMessageCall { message, attestation }.abi_encode()).await?;
+        minted += amount - U256::from(fee);
+        assert_eq!(usdc_of(&b, ANVIL_ADDR_2).await?, minted, "the amount less the fee executed");
+    }
+    assert_eq!(usdc_of(&b, FEE_RECIPIENT).await?, U256::from(13_000u64), "only the Fast transfer paid a fee");
+    drop(sim);
     Ok(())
 }

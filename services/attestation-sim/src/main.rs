@@ -22,6 +22,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use clap::Parser;
+use qtg_cctp::fees::Bps;
+use qtg_evm::calls::MessageV2;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -48,6 +50,13 @@ struct Args {
     /// Requests per second answered before 429 (0: no limit).
     #[arg(long, env = "QTG_ATTESTATION_SIM_RATE_LIMIT", default_value_t = 0)]
     rate_limit: u32,
+    /// CCTP V2: the fee of a Fast Transfer (finality 1000), in basis points (fractions allowed),
+    /// as `GET /v2/burn/USDC/fees/{src}/{dst}` answers it and as the attester executes it.
+    #[arg(long, env = "QTG_ATTESTATION_SIM_FAST_FEE_BPS", default_value = "1")]
+    fast_fee_bps: String,
+    /// CCTP V2: the fee of a Standard Transfer (finality 2000), in basis points.
+    #[arg(long, env = "QTG_ATTESTATION_SIM_STANDARD_FEE_BPS", default_value = "0")]
+    standard_fee_bps: String,
 }
 
 /// An injected answer for the next `count` requests: `not_found`, `pending`, `rate_limit`,
@@ -79,6 +88,9 @@ struct Service {
     requests: Mutex<u64>,
     /// Every messages request: seconds since start and the status answered.
     log: Mutex<Vec<(f64, u16)>>,
+    /// V2 fees (basis points) of Fast (1000) and Standard (2000) transfers.
+    fast_fee: (String, Bps),
+    standard_fee: (String, Bps),
     started: Instant,
 }
 
@@ -205,7 +217,11 @@ async fn answer(s: &Shared, domain: u32, q: MessagesQuery) -> Response {
     let complete = head.saturating_sub(block) + 1 >= s.confirmations;
     let items: Vec<Value> = messages
         .iter()
-        .map(|m| {
+        .enumerate()
+        .map(|(index, m)| {
+            if let Some(emitted) = MessageV2::parse(m).filter(|v| v.version == 1) {
+                return attest_v2(s, &emitted, &hash, index, complete);
+            }
             let nonce = m.get(12..20).map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8]))).unwrap_or(0);
             let decoded = json!({
                 "sourceDomain":
@@ -225,6 +241,62 @@ async fn answer(s: &Shared, domain: u32, q: MessagesQuery) -> Response {
         })
         .collect();
     Json(json!({"messages": items})).into_response()
+}
+
+/// A CCTP V2 message as Circle's attester answers it: the fields the source left zero filled
+/// in — the `bytes32` nonce (unique per source domain, transaction and message), the finality
+/// executed (Fast when the burn asked for it and its `maxFee` covers the Fast fee, else
+/// Standard with `delayReason: insufficient_fee`), the fee executed (that finality's fee,
+/// rounded up) — then signed. `expirationBlock` stays 0 (no expiry).
+fn attest_v2(s: &Service, emitted: &MessageV2, tx: &str, index: usize, complete: bool) -> Value {
+    let Some(burn) = emitted.burn() else {
+        return json!({"message": "0x", "attestation": "PENDING", "cctpVersion": 2, "status": "pending"});
+    };
+    let mut seed = emitted.source_domain.to_be_bytes().to_vec();
+    seed.extend_from_slice(tx.as_bytes());
+    seed.extend_from_slice(&(index as u64).to_be_bytes());
+    let nonce = keccak256(seed);
+    let fast_fee = s.fast_fee.1.of(burn.amount);
+    let fast = emitted.min_finality_threshold <= 1000 && burn.max_fee >= fast_fee;
+    let (finality, fee) =
+        if fast { (1000u32, fast_fee) } else { (2000u32, s.standard_fee.1.of(burn.amount).min(burn.max_fee)) };
+    let delay = (emitted.min_finality_threshold <= 1000 && !fast).then_some("insufficient_fee");
+    let mut m = emitted.clone();
+    m.nonce = nonce;
+    m.finality_threshold_executed = finality;
+    let mut body = m.body.to_vec();
+    body[164..196].copy_from_slice(&fee.to_be_bytes::<32>());
+    m.body = body.into();
+    let bytes = m.encode();
+    let decoded = json!({
+        "sourceDomain": m.source_domain.to_string(), "destinationDomain": m.destination_domain.to_string(),
+        "nonce": nonce.to_string(), "minFinalityThreshold": m.min_finality_threshold.to_string(),
+        "finalityThresholdExecuted": finality.to_string(),
+        "decodedMessageBody": {"amount": burn.amount.to_string(), "maxFee": burn.max_fee.to_string(),
+                               "feeExecuted": fee.to_string(), "expirationBlock": "0"},
+    });
+    if complete {
+        json!({"message": bytes.to_string(), "eventNonce": nonce.to_string(),
+               "attestation": attest(&s.attesters, &keccak256(&bytes)), "cctpVersion": 2, "status": "complete",
+               "decodedMessage": decoded, "delayReason": delay})
+    } else {
+        json!({"message": "0x", "eventNonce": nonce.to_string(), "attestation": "PENDING", "cctpVersion": 2,
+               "status": "pending_confirmations", "decodedMessage": decoded, "delayReason": delay})
+    }
+}
+
+/// `GET /v2/burn/USDC/fees/{sourceDomain}/{destDomain}`: Circle's bare-array shape, the
+/// `minimumFee` of each finality threshold in basis points.
+async fn fees(State(s): State<Shared>, Path((src, dst)): Path<(u32, u32)>) -> Response {
+    if !s.sources.contains_key(&src) || src == dst {
+        return error(StatusCode::BAD_REQUEST, "unsupported route");
+    }
+    let number = |text: &str| text.parse::<serde_json::Number>().map(Value::Number).unwrap_or(Value::Null);
+    Json(json!([
+        {"finalityThreshold": 1000, "minimumFee": number(&s.fast_fee.0)},
+        {"finalityThreshold": 2000, "minimumFee": number(&s.standard_fee.0)},
+    ]))
+    .into_response()
 }
 
 /// The keys of `list` (comma-separated hex), the `threshold` with the lowest addresses (all when
@@ -248,6 +320,12 @@ fn attesters(list: &str, threshold: Option<usize>) -> anyhow::Result<Vec<Private
     );
     keys.truncate(n);
     Ok(keys)
+}
+
+/// Basis points from the command line (as the fee API writes them: `1`, `1.3`).
+fn bps(text: &str) -> anyhow::Result<Bps> {
+    let n: serde_json::Number = text.trim().parse().map_err(|_| anyhow::anyhow!("{text:?} is not a number"))?;
+    Bps::from_json(&n).map_err(anyhow::Error::msg)
 }
 
 /// The m-of-n attestation of `digest`: each attester's 65-byte signature (r ‖ s ‖ v, v 27/28,
@@ -322,9 +400,12 @@ async fn main() -> anyhow::Result<()> {
         requests: Mutex::new(0),
         log: Mutex::new(Vec::new()),
         started: Instant::now(),
+        fast_fee: (args.fast_fee_bps.clone(), bps(&args.fast_fee_bps)?),
+        standard_fee: (args.standard_fee_bps.clone(), bps(&args.standard_fee_bps)?),
     });
     let app = Router::new()
         .route("/v2/messages/{domain}", get(messages))
+        .route("/v2/burn/USDC/fees/{src}/{dst}", get(fees))
         .route("/admin/faults", post(add_faults))
         .route("/admin/stats", get(stats))
         .with_state(service.clone());

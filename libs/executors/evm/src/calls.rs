@@ -331,6 +331,22 @@ impl MessageV2 {
         })
     }
 
+    /// The message's bytes (what [`MessageV2::parse`] reads).
+    pub fn encode(&self) -> Bytes {
+        let mut m = Vec::with_capacity(Self::HEADER + self.body.len());
+        m.extend_from_slice(&self.version.to_be_bytes());
+        m.extend_from_slice(&self.source_domain.to_be_bytes());
+        m.extend_from_slice(&self.destination_domain.to_be_bytes());
+        m.extend_from_slice(self.nonce.as_slice());
+        m.extend_from_slice(self.sender.as_slice());
+        m.extend_from_slice(self.recipient.as_slice());
+        m.extend_from_slice(self.destination_caller.as_slice());
+        m.extend_from_slice(&self.min_finality_threshold.to_be_bytes());
+        m.extend_from_slice(&self.finality_threshold_executed.to_be_bytes());
+        m.extend_from_slice(&self.body);
+        m.into()
+    }
+
     /// The body as a V2 burn message, if it is one (at least its 228 fixed bytes).
     pub fn burn(&self) -> Option<BurnMessageV2> {
         let b = &self.body;
@@ -453,6 +469,7 @@ mod tests {
         assert_eq!((burn.expiration_block, address_of(&burn.mint_recipient)), (U256::from(9_999), Some(to)));
         assert!(burn.hook_data.is_empty());
         assert!(emitted.same_transfer(&attested));
+        assert_eq!(MessageV2::parse(&attested.encode()), Some(attested.clone()), "encode is parse's inverse");
         assert!(!emitted.same_transfer(&v2(0xab, 1000, 1_000_001, 130, 9_999, to)), "another amount");
         assert!(!emitted.same_transfer(&v2(0xab, 1000, 1_000_000, 130, 9_999, Address::repeat_byte(9))), "recipient");
         assert!(MessageV2::parse(&[0u8; 147]).is_none());

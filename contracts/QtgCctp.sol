@@ -192,15 +192,12 @@ interface IMessageHandler {
     function handleReceiveMessage(uint32 sourceDomain, bytes32 sender, bytes calldata messageBody) external returns (bool);
 }
 
-/// Sends and receives messages: `message = version ‖ sourceDomain ‖ destinationDomain ‖ nonce ‖
-/// sender ‖ recipient ‖ destinationCaller ‖ messageBody` (packed: 4, 4, 4, 8, 32, 32, 32 bytes,
-/// then the body), as CCTP v1. The attestation is m-of-n, as Circle's `Attestable`: exactly
-/// `signatureThreshold` 65-byte signatures over keccak256(message), concatenated in increasing
-/// order of their signers' addresses, each by an enabled attester (low-s, v 27/28, as
-/// OpenZeppelin's ECDSA.recover). Roles as Circle's: owner, attester manager, pauser.
-contract MessageTransmitter {
-    uint32 public immutable localDomain;
-    uint32 public constant version = 0;
+/// Circle's `Attestable`, `Pausable` and owner roles as the transmitters share them: enabled
+/// attesters and a signature threshold set by the attester manager, and the m-of-n check —
+/// exactly `signatureThreshold` 65-byte signatures over keccak256(message), concatenated in
+/// increasing order of their signers' addresses, each by an enabled attester (low-s, v 27/28, as
+/// OpenZeppelin's ECDSA.recover), with Circle's revert strings.
+abstract contract Attestable {
     uint256 public constant signatureLength = 65;
     address public owner;
     address public attesterManager;
@@ -209,12 +206,7 @@ contract MessageTransmitter {
     uint256 public signatureThreshold;
     address[] private attesters;
     mapping(address => bool) private enabled;
-    uint64 public nextAvailableNonce;
-    /// keccak256(abi.encodePacked(sourceDomain, nonce)) => 1 once received.
-    mapping(bytes32 => uint256) public usedNonces;
 
-    event MessageSent(bytes message);
-    event MessageReceived(address indexed caller, uint32 sourceDomain, uint64 indexed nonce, bytes32 sender, bytes messageBody);
     event AttesterEnabled(address indexed attester);
     event AttesterDisabled(address indexed attester);
     event SignatureThresholdUpdated(uint256 oldSignatureThreshold, uint256 newSignatureThreshold);
@@ -223,8 +215,7 @@ contract MessageTransmitter {
     event Unpause();
     event PauserChanged(address indexed newAddress);
 
-    constructor(uint32 domain, address initialAttester) {
-        localDomain = domain;
+    constructor(address initialAttester) {
         owner = msg.sender;
         attesterManager = msg.sender;
         pauser = msg.sender;
@@ -301,6 +292,55 @@ contract MessageTransmitter {
         emit PauserChanged(newPauser);
     }
 
+    function _enable(address attester) private {
+        require(attester != address(0), "New attester must be nonzero");
+        require(!enabled[attester], "Attester already enabled");
+        enabled[attester] = true;
+        attesters.push(attester);
+        emit AttesterEnabled(attester);
+    }
+
+    function _verifyAttestationSignatures(bytes calldata message, bytes calldata attestation) internal view {
+        require(attestation.length == signatureLength * signatureThreshold, "Invalid attestation length");
+        address latest = address(0);
+        bytes32 digest = keccak256(message);
+        for (uint256 i = 0; i < signatureThreshold; ++i) {
+            address recovered = _recover(digest, attestation[i * signatureLength:(i + 1) * signatureLength]);
+            require(recovered > latest, "Invalid signature order or dupe");
+            require(enabled[recovered], "Invalid signature: not attester");
+            latest = recovered;
+        }
+    }
+
+    /// OpenZeppelin ECDSA.recover's checks: 65 bytes, s in the lower half order, v 27 or 28.
+    function _recover(bytes32 digest, bytes calldata sig) private pure returns (address signer) {
+        bytes32 r = bytes32(sig[0:32]);
+        bytes32 s = bytes32(sig[32:64]);
+        uint8 v = uint8(sig[64]);
+        require(uint256(s) <= 0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0, "ECDSA: invalid signature 's' value");
+        require(v == 27 || v == 28, "ECDSA: invalid signature 'v' value");
+        signer = ecrecover(digest, v, r, s);
+        require(signer != address(0), "ECDSA: invalid signature");
+    }
+}
+
+/// Sends and receives messages: `message = version ‖ sourceDomain ‖ destinationDomain ‖ nonce ‖
+/// sender ‖ recipient ‖ destinationCaller ‖ messageBody` (packed: 4, 4, 4, 8, 32, 32, 32 bytes,
+/// then the body), as CCTP v1, the attestation checked m-of-n ([`Attestable`]).
+contract MessageTransmitter is Attestable {
+    uint32 public immutable localDomain;
+    uint32 public constant version = 0;
+    uint64 public nextAvailableNonce;
+    /// keccak256(abi.encodePacked(sourceDomain, nonce)) => 1 once received.
+    mapping(bytes32 => uint256) public usedNonces;
+
+    event MessageSent(bytes message);
+    event MessageReceived(address indexed caller, uint32 sourceDomain, uint64 indexed nonce, bytes32 sender, bytes messageBody);
+
+    constructor(uint32 domain, address initialAttester) Attestable(initialAttester) {
+        localDomain = domain;
+    }
+
     function sendMessage(uint32 destinationDomain, bytes32 recipient, bytes calldata messageBody) external returns (uint64) {
         return _send(destinationDomain, recipient, bytes32(0), messageBody);
     }
@@ -344,37 +384,6 @@ contract MessageTransmitter {
         require(IMessageHandler(recipient).handleReceiveMessage(sourceDomain, sender, body), "handleReceiveMessage() failed");
         emit MessageReceived(msg.sender, sourceDomain, nonce, sender, body);
         return true;
-    }
-
-    function _enable(address attester) private {
-        require(attester != address(0), "New attester must be nonzero");
-        require(!enabled[attester], "Attester already enabled");
-        enabled[attester] = true;
-        attesters.push(attester);
-        emit AttesterEnabled(attester);
-    }
-
-    function _verifyAttestationSignatures(bytes calldata message, bytes calldata attestation) private view {
-        require(attestation.length == signatureLength * signatureThreshold, "Invalid attestation length");
-        address latest = address(0);
-        bytes32 digest = keccak256(message);
-        for (uint256 i = 0; i < signatureThreshold; ++i) {
-            address recovered = _recover(digest, attestation[i * signatureLength:(i + 1) * signatureLength]);
-            require(recovered > latest, "Invalid signature order or dupe");
-            require(enabled[recovered], "Invalid signature: not attester");
-            latest = recovered;
-        }
-    }
-
-    /// OpenZeppelin ECDSA.recover's checks: 65 bytes, s in the lower half order, v 27 or 28.
-    function _recover(bytes32 digest, bytes calldata sig) private pure returns (address signer) {
-        bytes32 r = bytes32(sig[0:32]);
-        bytes32 s = bytes32(sig[32:64]);
-        uint8 v = uint8(sig[64]);
-        require(uint256(s) <= 0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0, "ECDSA: invalid signature 's' value");
-        require(v == 27 || v == 28, "ECDSA: invalid signature 'v' value");
-        signer = ecrecover(digest, v, r, s);
-        require(signer != address(0), "ECDSA: invalid signature");
     }
 }
 

@@ -5,16 +5,13 @@
 // (nonce, finalityThresholdExecuted, feeExecuted, expirationBlock) emitted as zero, m-of-n
 // attestation, `usedNonces` keyed by the attested bytes32 nonce (nonce 0 pre-used), Standard
 // and Fast finality, the fee paid on the destination out of the burned amount (to the fee
-// recipient), the minimum fee and the denylist. The token is contracts/QtgCctp.sol's QtgUsdc.
+// recipient), the minimum fee and the denylist. The token is contracts/QtgCctp.sol's QtgUsdc,
+// and the attestation check that file's `Attestable` (V1 and V2 share it, as Circle's do).
 // Compiled with solc 0.8.28 (npm `solc`); QtgCctpV2_sol_*.bin are the committed bytecode,
 // checked against a fresh compile by the tests.
 pragma solidity 0.8.28;
 
-interface IUsdc {
-    function transferFrom(address from, address to, uint256 value) external returns (bool);
-    function burn(uint256 amount) external;
-    function mint(address to, uint256 amount) external returns (bool);
-}
+import "./QtgCctp.sol";
 
 interface IMessageHandlerV2 {
     function handleReceiveFinalizedMessage(uint32 remoteDomain, bytes32 sender, uint32 finalityThresholdExecuted, bytes calldata messageBody)
@@ -29,18 +26,10 @@ interface IMessageHandlerV2 {
 /// destinationCaller ‖ minFinalityThreshold ‖ finalityThresholdExecuted ‖ messageBody` (4, 4, 4,
 /// 32, 32, 32, 32, 4, 4 bytes, then the body). Emitted with nonce and finalityThresholdExecuted
 /// zero; the attester fills them before it signs keccak256(message).
-contract MessageTransmitterV2 {
+contract MessageTransmitterV2 is Attestable {
     uint32 public immutable localDomain;
     uint32 public constant version = 1;
-    uint256 public constant signatureLength = 65;
     uint32 public constant FINALITY_THRESHOLD_FINALIZED = 2000;
-    address public owner;
-    address public attesterManager;
-    address public pauser;
-    bool public paused;
-    uint256 public signatureThreshold;
-    address[] private attesters;
-    mapping(address => bool) private enabled;
     /// The attested nonce => 1 once received; nonce 0 (an emitted, unattested message's) is used.
     mapping(bytes32 => uint256) public usedNonces;
 
@@ -53,49 +42,10 @@ contract MessageTransmitterV2 {
         uint32 indexed finalityThresholdExecuted,
         bytes messageBody
     );
-    event AttesterEnabled(address indexed attester);
-    event SignatureThresholdUpdated(uint256 oldSignatureThreshold, uint256 newSignatureThreshold);
 
-    constructor(uint32 domain, address initialAttester) {
+    constructor(uint32 domain, address initialAttester) Attestable(initialAttester) {
         localDomain = domain;
-        owner = msg.sender;
-        attesterManager = msg.sender;
-        pauser = msg.sender;
-        signatureThreshold = 1;
         usedNonces[bytes32(0)] = 1;
-        enabled[initialAttester] = true;
-        attesters.push(initialAttester);
-        emit AttesterEnabled(initialAttester);
-    }
-
-    function enableAttester(address newAttester) external {
-        require(msg.sender == attesterManager, "Caller not attester manager");
-        require(newAttester != address(0), "New attester must be nonzero");
-        require(!enabled[newAttester], "Attester already enabled");
-        enabled[newAttester] = true;
-        attesters.push(newAttester);
-        emit AttesterEnabled(newAttester);
-    }
-
-    function setSignatureThreshold(uint256 newSignatureThreshold) external {
-        require(msg.sender == attesterManager, "Caller not attester manager");
-        require(newSignatureThreshold != 0, "Invalid signature threshold");
-        require(newSignatureThreshold <= attesters.length, "New signature threshold too high");
-        require(newSignatureThreshold != signatureThreshold, "Signature threshold already set");
-        emit SignatureThresholdUpdated(signatureThreshold, newSignatureThreshold);
-        signatureThreshold = newSignatureThreshold;
-    }
-
-    function isEnabledAttester(address attester) public view returns (bool) {
-        return enabled[attester];
-    }
-
-    function getNumEnabledAttesters() external view returns (uint256) {
-        return attesters.length;
-    }
-
-    function getEnabledAttester(uint256 index) external view returns (address) {
-        return attesters[index];
     }
 
     function sendMessage(
@@ -146,25 +96,6 @@ contract MessageTransmitterV2 {
         }
         emit MessageReceived(msg.sender, sourceDomain, nonce, sender, finalityThresholdExecuted, body);
         return true;
-    }
-
-    function _verifyAttestationSignatures(bytes calldata message, bytes calldata attestation) private view {
-        require(attestation.length == signatureLength * signatureThreshold, "Invalid attestation length");
-        address latest = address(0);
-        bytes32 digest = keccak256(message);
-        for (uint256 i = 0; i < signatureThreshold; ++i) {
-            bytes calldata sig = attestation[i * signatureLength:(i + 1) * signatureLength];
-            bytes32 r = bytes32(sig[0:32]);
-            bytes32 s = bytes32(sig[32:64]);
-            uint8 v = uint8(sig[64]);
-            require(uint256(s) <= 0x7FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF5D576E7357A4501DDFE92F46681B20A0, "ECDSA: invalid signature 's' value");
-            require(v == 27 || v == 28, "ECDSA: invalid signature 'v' value");
-            address recovered = ecrecover(digest, v, r, s);
-            require(recovered != address(0), "ECDSA: invalid signature");
-            require(recovered > latest, "Invalid signature order or dupe");
-            require(enabled[recovered], "Invalid signature: not attester");
-            latest = recovered;
-        }
     }
 }
 
@@ -298,11 +229,11 @@ contract TokenMessengerV2 is IMessageHandlerV2 {
         }
         bytes32 destinationTokenMessenger = remoteTokenMessengers[destinationDomain];
         require(destinationTokenMessenger != bytes32(0), "No TokenMessenger for domain");
-        require(IUsdc(burnToken).transferFrom(msg.sender, address(this), amount), "Transfer operation failed");
+        require(QtgUsdc(burnToken).transferFrom(msg.sender, address(this), amount), "Transfer operation failed");
         uint256 allowed = burnLimitsPerMessage[burnToken];
         require(allowed > 0, "Burn token not supported");
         require(amount <= allowed, "Burn amount exceeds per tx limit");
-        IUsdc(burnToken).burn(amount);
+        QtgUsdc(burnToken).burn(amount);
         bytes memory body = abi.encodePacked(
             messageBodyVersion,
             bytes32(uint256(uint160(burnToken))),
@@ -357,9 +288,9 @@ contract TokenMessengerV2 is IMessageHandlerV2 {
         require(fee <= maxFee, "Fee exceeds max fee");
         address mintToken = remoteTokensToLocalTokens[keccak256(abi.encodePacked(remoteDomain, burnToken))];
         require(mintToken != address(0), "Mint token not supported");
-        require(IUsdc(mintToken).mint(mintRecipient, amount - fee), "First mint operation failed");
+        require(QtgUsdc(mintToken).mint(mintRecipient, amount - fee), "First mint operation failed");
         if (fee > 0) {
-            require(IUsdc(mintToken).mint(feeRecipient, fee), "Second mint operation failed");
+            require(QtgUsdc(mintToken).mint(feeRecipient, fee), "Second mint operation failed");
         }
         emit MintAndWithdraw(mintRecipient, amount - fee, mintToken, fee);
     }

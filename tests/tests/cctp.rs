@@ -157,6 +157,27 @@ async fn attestation_sim(a: &Side) -> anyhow::Result<(Proc, String)> {
     Ok((sim, base))
 }
 
+/// The message of the `MessageSent(bytes)` event in a burn's receipt (V1 and V2 alike).
+fn message_sent(receipt: &Value) -> anyhow::Result<Bytes> {
+    let topic = keccak256("MessageSent(bytes)").to_string();
+    let log = receipt["logs"]
+        .as_array()
+        .and_then(|logs| logs.iter().find(|l| l["topics"][0].as_str() == Some(topic.as_str())))
+        .ok_or_else(|| anyhow::anyhow!("no MessageSent in {receipt}"))?;
+    let data = alloy::primitives::hex::decode(log["data"].as_str().unwrap_or("0x").trim_start_matches("0x"))?;
+    Ok(Bytes::abi_decode(&data)?)
+}
+
+/// `call` on `side`'s transmitter reverts, with `why` in the reason.
+async fn refused_by_transmitter(side: &Side, call: Vec<u8>, why: &str) -> anyhow::Result<()> {
+    let err = match send(&side.anvil, Some(&side.transmitter), &call).await {
+        Ok(receipt) => anyhow::bail!("expected {why:?}, but it was mined: {receipt}"),
+        Err(e) => e.to_string(),
+    };
+    anyhow::ensure!(err.contains(why), "expected {why:?}: {err}");
+    Ok(())
+}
+
 /// Approves and burns `amount` USDC on A for ANVIL_ADDR_2 on B; the burn's receipt.
 async fn burn(a: &Side, amount: U256) -> anyhow::Result<Value> {
     send(&a.anvil, Some(&a.usdc), &approveCall { spender: a.messenger.parse()?, value: amount }.abi_encode()).await?;
@@ -176,14 +197,7 @@ async fn a_burn_on_one_chain_mints_once_on_the_other_with_the_attesters_signatur
     // Burn 250 USDC on A for ANVIL_ADDR_2 on B.
     let amount = U256::from(250_000_000u64);
     let receipt = burn(&a, amount).await?;
-    let sent_topic = format!("{}", keccak256("MessageSent(bytes)"));
-    let log = receipt["logs"]
-        .as_array()
-        .and_then(|logs| logs.iter().find(|l| l["topics"][0].as_str() == Some(sent_topic.as_str())))
-        .cloned()
-        .expect("MessageSent");
-    let data = alloy::primitives::hex::decode(log["data"].as_str().unwrap_or("0x").trim_start_matches("0x"))?;
-    let message = Bytes::abi_decode(&data)?;
+    let message = message_sent(&receipt)?;
     assert_eq!(&message[8..12], &1u32.to_be_bytes(), "destination domain");
     assert_eq!(usdc_of(&a, ANVIL_ADDR_0).await?, U256::from(1_000_000_000_000u64) - amount, "burned on A");
     // The attestation: the attester's signature over keccak256(message).
@@ -229,14 +243,7 @@ async fn a_two_of_three_attestation_mints_and_nothing_less_does() -> anyhow::Res
     two_of_three(&b, &[&k2, &k3]).await?;
     let amount = U256::from(40_000_000u64);
     let receipt = burn(&a, amount).await?;
-    let sent_topic = format!("{}", keccak256("MessageSent(bytes)"));
-    let log = receipt["logs"]
-        .as_array()
-        .and_then(|logs| logs.iter().find(|l| l["topics"][0].as_str() == Some(sent_topic.as_str())))
-        .cloned()
-        .expect("MessageSent");
-    let data = alloy::primitives::hex::decode(log["data"].as_str().unwrap_or("0x").trim_start_matches("0x"))?;
-    let message = Bytes::abi_decode(&data)?;
+    let message = message_sent(&receipt)?;
     let digest = keccak256(&message);
     let sig = |k: &PrivateKeySigner| -> anyhow::Result<Vec<u8>> { Ok(k.sign_hash_sync(&digest)?.as_bytes().to_vec()) };
     let mut signers = [&attester, &k2, &k3];
@@ -245,14 +252,7 @@ async fn a_two_of_three_attestation_mints_and_nothing_less_does() -> anyhow::Res
     let receive = |attestation: Vec<u8>| {
         receiveMessageCall { message: message.clone(), attestation: Bytes::from(attestation) }.abi_encode()
     };
-    let refused = |attestation: Vec<u8>, why: &'static str| {
-        let (b, receive) = (&b, &receive);
-        async move {
-            let err = send(&b.anvil, Some(&b.transmitter), &receive(attestation)).await.unwrap_err().to_string();
-            anyhow::ensure!(err.contains(why), "expected {why:?}: {err}");
-            anyhow::Ok(())
-        }
-    };
+    let refused = |attestation: Vec<u8>, why: &'static str| refused_by_transmitter(&b, receive(attestation), why);
     refused(sig(low)?, "Invalid attestation length").await?;
     refused([sig(high)?, sig(low)?].concat(), "Invalid signature order or dupe").await?;
     refused([sig(low)?, sig(low)?].concat(), "Invalid signature order or dupe").await?;
@@ -531,6 +531,26 @@ impl Bridge {
         )
         .await?;
         Ok(Bridge { db, a, b, proxy_b, _sim: sim, sim_url, api, keys, env })
+    }
+
+    /// The newest verify_drift check of `scope` (`Null` before the first).
+    async fn drift_check(&self, scope: &str) -> anyhow::Result<Value> {
+        let v = self.api.ok("GET", "/v3/drift", &self.keys.requester, None, 200).await?;
+        let item = v["items"].as_array().and_then(|a| a.iter().find(|c| c["scope"] == scope).cloned());
+        Ok(item.unwrap_or(Value::Null))
+    }
+
+    /// An admin records what the checks of `scope` saw as its baseline (`qtgctl drift baseline`).
+    async fn baseline(&self, scope: &str, reason: &str) -> anyhow::Result<()> {
+        let out = tokio::process::Command::new(bin_dir().join("qtgctl"))
+            .args(["drift", "baseline", "--scope", scope, "--reason", reason])
+            .env_clear()
+            .env("QTG_API_URL", &self.api.base)
+            .env("QTG_API_KEY", &self.api.admin_key)
+            .output()
+            .await?;
+        anyhow::ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        Ok(())
     }
 
     async fn worker(&self, binary: &str) -> anyhow::Result<Proc> {
@@ -870,14 +890,7 @@ async fn changed_code_on_a_configured_contract_is_drift_and_pauses_the_lane() ->
     .await?;
     let drift = bridge.worker("qtg-drift").await?;
     let callbacks = bridge.worker("qtg-callback").await?;
-    let check = |scope: &'static str| {
-        let (api, key) = (&bridge.api, bridge.keys.requester.clone());
-        async move {
-            let v = api.ok("GET", "/v3/drift", &key, None, 200).await?;
-            let item = v["items"].as_array().and_then(|a| a.iter().find(|c| c["scope"] == scope).cloned());
-            anyhow::Ok(item.unwrap_or(Value::Null))
-        }
-    };
+    let check = |scope: &'static str| bridge.drift_check(scope);
     wait_until("both chains checked", Duration::from_secs(30), || async {
         Ok(check("evm:31337").await?["status"] == "unbaselined" && check("evm:31338").await?["status"] == "unbaselined")
     })
@@ -890,14 +903,7 @@ async fn changed_code_on_a_configured_contract_is_drift_and_pauses_the_lane() ->
     assert_eq!(seen["observed"]["cctp.message_transmitter.local_domain"], "1");
     // Enrolment: an admin records what the checks saw.
     for scope in ["evm:31337", "evm:31338"] {
-        let out = tokio::process::Command::new(bin_dir().join("qtgctl"))
-            .args(["drift", "baseline", "--scope", scope, "--reason", "enrolment"])
-            .env_clear()
-            .env("QTG_API_URL", &bridge.api.base)
-            .env("QTG_API_KEY", &bridge.api.admin_key)
-            .output()
-            .await?;
-        assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        bridge.baseline(scope, "enrolment").await?;
     }
     wait_until("both chains ok", Duration::from_secs(30), || async {
         Ok(check("evm:31337").await?["status"] == "ok" && check("evm:31338").await?["status"] == "ok")
@@ -965,14 +971,7 @@ async fn an_attester_rotation_and_a_threshold_change_are_drift() -> anyhow::Resu
     let bridge =
         Bridge::start(&[("MG_VERIFY_DRIFT_ENABLED", "true"), ("MG_VERIFY_DRIFT_INTERVAL_SECONDS", "0.5")]).await?;
     let drift = bridge.worker("qtg-drift").await?;
-    let check = |scope: &'static str| {
-        let (api, key) = (&bridge.api, bridge.keys.requester.clone());
-        async move {
-            let v = api.ok("GET", "/v3/drift", &key, None, 200).await?;
-            let item = v["items"].as_array().and_then(|a| a.iter().find(|c| c["scope"] == scope).cloned());
-            anyhow::Ok(item.unwrap_or(Value::Null))
-        }
-    };
+    let check = |scope: &'static str| bridge.drift_check(scope);
     wait_until("chain B checked", Duration::from_secs(30), || async {
         Ok(check("evm:31338").await?["status"] == "unbaselined")
     })
@@ -993,14 +992,7 @@ async fn an_attester_rotation_and_a_threshold_change_are_drift() -> anyhow::Resu
         observed.as_object().into_iter().flatten().all(|(_, v)| v != "reverted"),
         "every fact reads through a function the contracts have: {seen:#}"
     );
-    let out = tokio::process::Command::new(bin_dir().join("qtgctl"))
-        .args(["drift", "baseline", "--scope", "evm:31338", "--reason", "enrolment"])
-        .env_clear()
-        .env("QTG_API_URL", &bridge.api.base)
-        .env("QTG_API_KEY", &bridge.api.admin_key)
-        .output()
-        .await?;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    bridge.baseline("evm:31338", "enrolment").await?;
     wait_until("chain B ok", Duration::from_secs(30), || async { Ok(check("evm:31338").await?["status"] == "ok") })
         .await?;
     let newcomer: PrivateKeySigner = ATTESTER_KEY_2.parse()?;
@@ -1023,14 +1015,7 @@ async fn an_attester_rotation_and_a_threshold_change_are_drift() -> anyhow::Resu
     );
     // The rotation accepted (a new baseline); then USDC is upgraded behind its proxy: the
     // proxy's code is the same, its implementation slot is not.
-    let out = tokio::process::Command::new(bin_dir().join("qtgctl"))
-        .args(["drift", "baseline", "--scope", "evm:31338", "--reason", "rotation reviewed"])
-        .env_clear()
-        .env("QTG_API_URL", &bridge.api.base)
-        .env("QTG_API_KEY", &bridge.api.admin_key)
-        .output()
-        .await?;
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    bridge.baseline("evm:31338", "rotation reviewed").await?;
     wait_until("chain B ok again", Duration::from_secs(30), || async {
         Ok(check("evm:31338").await?["status"] == "ok")
     })
@@ -1102,14 +1087,7 @@ async fn a_v2_fast_burn_mints_the_amount_less_the_fee_executed_once() -> anyhow:
     let (recipient, usdc_a): (Address, Address) = (ANVIL_ADDR_2.parse()?, a.usdc.parse()?);
     let burn = burn_v2_calldata(amount, 1, recipient, usdc_a, None, U256::from(500_000u64), FINALITY_FAST);
     let receipt = send(&a.anvil, Some(&a.messenger), &burn).await?;
-    let sent_topic = format!("{}", keccak256("MessageSent(bytes)"));
-    let log = receipt["logs"]
-        .as_array()
-        .and_then(|logs| logs.iter().find(|l| l["topics"][0].as_str() == Some(sent_topic.as_str())))
-        .cloned()
-        .expect("MessageSent");
-    let data = alloy::primitives::hex::decode(log["data"].as_str().unwrap_or("0x").trim_start_matches("0x"))?;
-    let emitted_bytes = Bytes::abi_decode(&data)?;
+    let emitted_bytes = message_sent(&receipt)?;
     let emitted = MessageV2::parse(&emitted_bytes).expect("a V2 message");
     let body = emitted.burn().expect("a V2 burn");
     assert_eq!(
@@ -1134,14 +1112,7 @@ async fn a_v2_fast_burn_mints_the_amount_less_the_fee_executed_once() -> anyhow:
         Ok((Bytes::from(m), Bytes::from(signature.as_bytes().to_vec())))
     };
     let receive = |(message, attestation): (Bytes, Bytes)| receiveMessageCall { message, attestation }.abi_encode();
-    let refused = |call: Vec<u8>, why: &'static str| {
-        let b = &b;
-        async move {
-            let err = send(&b.anvil, Some(&b.transmitter), &call).await.unwrap_err().to_string();
-            anyhow::ensure!(err.contains(why), "expected {why:?}: {err}");
-            anyhow::Ok(())
-        }
-    };
+    let refused = |call: Vec<u8>, why: &'static str| refused_by_transmitter(&b, call, why);
     let raw_signature = attester.sign_hash_sync(&keccak256(&emitted_bytes))?;
     refused(receive((emitted_bytes.clone(), Bytes::from(raw_signature.as_bytes().to_vec()))), "Nonce already used")
         .await?;

@@ -47,16 +47,18 @@ fn redacted<S: serde::Serializer>(url: &str, s: S) -> std::result::Result<S::Ok,
     s.serialize_str(&qtg_core::urls::redact(url))
 }
 
-/// Dead-letters rows whose last claim's lease ran out without an outcome (the sender died or
-/// hung) once they have used every attempt: a send that never records still ends on schedule.
-/// Returns how many.
+/// Dead-letters rows that have used every attempt and are not in flight — their last claim's
+/// lease ran out without an outcome (the sender died or hung), or none is held: a send that
+/// never records still ends on schedule, and a row [`claim`] no longer takes is never left
+/// pending. Returns how many.
 pub async fn dead_letter_abandoned(conn: &mut PgConnection) -> Result<u64> {
     Ok(sqlx::query!(
         "UPDATE movement_callback_outbox SET status = 'dlq', claim_token = NULL, lease_expires_at = NULL,
              last_error = left('no outcome recorded within the lease of attempt ' || attempts
                                || COALESCE(' (last error: ' || last_error || ')', ''), 2000),
              updated_at = now()
-         WHERE status = 'pending' AND lease_expires_at <= now() AND attempts >= max_attempts"
+         WHERE status = 'pending' AND (lease_expires_at IS NULL OR lease_expires_at <= now())
+           AND attempts >= max_attempts"
     )
     .execute(&mut *conn)
     .await?

@@ -69,26 +69,24 @@ pub enum Recorded {
 }
 
 /// A [`SubmitKey`] from the record of a query that reads a key's columns, its status parsed (a
-/// status the store does not know is a decode error of column `status`).
+/// status the store does not know is corrupt data).
 macro_rules! submit_key {
     ($r:expr) => {{
         let r = $r;
-        KeyStatus::try_from(r.status)
-            .map(|status| SubmitKey {
-                idempotency_key: r.idempotency_key,
-                venue: r.venue,
-                request_node_id: r.request_node_id,
-                attempt_no: r.attempt_no,
-                submit_by: r.submit_by,
-                status,
-                venue_time: r.venue_time,
-                recv_window_ms: r.recv_window_ms,
-                void_reason: r.void_reason,
-                request: r.request,
-                nonce: r.nonce,
-                fenced_at: r.fenced_at,
-            })
-            .map_err(|e| sqlx::Error::ColumnDecode { index: "status".to_string(), source: Box::new(e) })
+        crate::rows::column::<KeyStatus>("status", r.status).map(|status| SubmitKey {
+            idempotency_key: r.idempotency_key,
+            venue: r.venue,
+            request_node_id: r.request_node_id,
+            attempt_no: r.attempt_no,
+            submit_by: r.submit_by,
+            status,
+            venue_time: r.venue_time,
+            recv_window_ms: r.recv_window_ms,
+            void_reason: r.void_reason,
+            request: r.request,
+            nonce: r.nonce,
+            fenced_at: r.fenced_at,
+        })
     }};
 }
 
@@ -231,7 +229,7 @@ pub async fn note_nonce(pool: &PgPool, idempotency_key: &str, venue_time: DateTi
 /// ([`note_nonce`] refuses). Answers the key as it is now — with the nonce its request was
 /// signed with, if it got that far.
 pub async fn request_fence(pool: &PgPool, idempotency_key: &str) -> Result<Option<SubmitKey>> {
-    Ok(sqlx::query!(
+    sqlx::query!(
         "UPDATE cex_submit_keys SET fence_requested_at = COALESCE(fence_requested_at, now()), updated_at = now()
           WHERE idempotency_key = $1 AND status = 'sent'
          RETURNING idempotency_key, venue, request_node_id, attempt_no, submit_by, status, venue_time, recv_window_ms,
@@ -241,7 +239,7 @@ pub async fn request_fence(pool: &PgPool, idempotency_key: &str) -> Result<Optio
     .fetch_optional(pool)
     .await?
     .map(|r| submit_key!(r))
-    .transpose()?)
+    .transpose()
 }
 
 /// The venue accepted a call with a nonce above the key's at `at` (the venue's time).
@@ -321,7 +319,7 @@ pub async fn void_sent(pool: &PgPool, idempotency_key: &str, reason: &str) -> Re
 
 /// The key, if the store has it.
 pub async fn get(pool: &PgPool, idempotency_key: &str) -> Result<Option<SubmitKey>> {
-    Ok(sqlx::query!(
+    sqlx::query!(
         "SELECT idempotency_key, venue, request_node_id, attempt_no, submit_by, status, venue_time, recv_window_ms,
                 void_reason, request, nonce, fenced_at
            FROM cex_submit_keys WHERE idempotency_key = $1",
@@ -330,5 +328,5 @@ pub async fn get(pool: &PgPool, idempotency_key: &str) -> Result<Option<SubmitKe
     .fetch_optional(pool)
     .await?
     .map(|r| submit_key!(r))
-    .transpose()?)
+    .transpose()
 }

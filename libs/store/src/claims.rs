@@ -173,10 +173,10 @@ pub async fn node_now(conn: &mut PgConnection, node_id: Uuid) -> Result<Option<N
     .await?;
     row.map(|r| {
         Ok(NodeNow {
-            node_state: crate::rows::parse_node_state(&r.node_state)?,
+            node_state: crate::rows::column("node_state", r.node_state)?,
             attempt_no: r.attempt_no,
             claim_token: r.claim_token,
-            request_state: crate::rows::parse_request_state(&r.request_state)?,
+            request_state: crate::rows::column("request_state", r.request_state)?,
             held_by: r.held_by,
         })
     })
@@ -193,7 +193,7 @@ pub async fn lock_request_nowait(conn: &mut PgConnection, request_id: Uuid) -> R
     match res {
         Ok(state) => {
             savepoint.commit().await?;
-            state.map(|s| crate::rows::parse_request_state(&s)).transpose()
+            state.map(|s| crate::rows::column("request_state", s)).transpose()
         }
         Err(e) if is_lock_not_available(&e) => {
             savepoint.rollback().await?;

@@ -9,7 +9,7 @@ use uuid::Uuid;
 
 use qtg_core::RequestState;
 
-use crate::rows::parse_request_state;
+use crate::rows::column;
 use crate::{NodeBrief, Result};
 
 /// Every node of a request (keys, kinds, states, refs).
@@ -29,16 +29,6 @@ pub async fn request_snapshot_for_update(
     request_id: Uuid,
 ) -> Result<(RequestState, Vec<NodeBrief>)> {
     snapshot(conn, request_id, true).await
-}
-
-/// A text column parsed through `TryFrom<String>` (a state, a kind, a lane), failing as
-/// `#[sqlx(try_from = "String")]` does: a decode error of that column.
-pub(crate) fn try_column<T>(column: &str, text: String) -> Result<T, sqlx::Error>
-where
-    T: TryFrom<String>,
-    T::Error: std::error::Error + Send + Sync + 'static,
-{
-    T::try_from(text).map_err(|e| sqlx::Error::ColumnDecode { index: column.to_string(), source: Box::new(e) })
 }
 
 /// One row of a snapshot: the request's state and one of its nodes, states and kind as text.
@@ -79,7 +69,7 @@ async fn snapshot(
         snapshot_query!("", request_id).fetch_all(&mut *conn).await?
     };
     let state = match records.first() {
-        Some(r) => parse_request_state(&r.request_state)?,
+        Some(r) => column("request_state", r.request_state.clone())?,
         None => return Err(crate::StoreError::corrupt(format!("movement {request_id} has no nodes"))),
     };
     let nodes = records
@@ -88,8 +78,8 @@ async fn snapshot(
             Ok(NodeBrief {
                 id: r.id,
                 node_key: r.node_key,
-                node_kind: try_column("node_kind", r.node_kind)?,
-                node_state: try_column("node_state", r.node_state)?,
+                node_kind: column("node_kind", r.node_kind)?,
+                node_state: column("node_state", r.node_state)?,
                 provider_refs: r.provider_refs,
                 error_code: r.error_code,
                 submit_accepted: r.submit_accepted,

@@ -5,7 +5,7 @@ use serde_json::Value;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::context::try_column;
+use crate::rows::column;
 use crate::Result;
 
 #[derive(Debug, Clone)]
@@ -49,8 +49,8 @@ pub async fn node_evidence(conn: &mut PgConnection, request_id: Uuid, node_key: 
     let mut evidence = NodeEvidence {
         node_id: r.id,
         lane: r.lane,
-        facts_state: try_column("node_state", r.node_state)?,
-        request_state: try_column("request_state", r.request_state)?,
+        facts_state: column("node_state", r.node_state)?,
+        request_state: column("request_state", r.request_state)?,
         node: r.node,
         provider_refs: r.provider_refs,
         provider_ref_id: r.provider_ref_id,

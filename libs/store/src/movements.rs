@@ -6,7 +6,7 @@ use serde_json::Value;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::context::try_column;
+use crate::rows::column;
 use crate::{NodeRow, RequestRow, Result};
 
 #[derive(Debug, Clone)]
@@ -161,7 +161,7 @@ impl RequestRecord {
             intent: self.intent,
             intent_hash: self.intent_hash,
             input_params: self.input_params,
-            request_state: try_column("request_state", self.request_state)?,
+            request_state: column("request_state", self.request_state)?,
             approval_status: self.approval_status,
             approved_by: self.approved_by,
             approved_at: self.approved_at,
@@ -212,8 +212,8 @@ pub async fn nodes(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<Node
             Ok(NodeRow {
                 id: r.id,
                 node_key: r.node_key,
-                node_kind: crate::rows::parse_kind(&r.node_kind)?,
-                node_state: crate::rows::parse_node_state(&r.node_state)?,
+                node_kind: column("node_kind", r.node_kind)?,
+                node_state: column("node_state", r.node_state)?,
                 action_type: r.action_type,
                 executor_key: r.executor_key,
                 signer_key: r.signer_key,

@@ -7,16 +7,14 @@ use uuid::Uuid;
 
 use crate::StoreError;
 
-pub(crate) fn parse_node_state(s: &str) -> Result<NodeState, StoreError> {
-    s.parse().map_err(StoreError::corrupt)
-}
-
-pub(crate) fn parse_request_state(s: &str) -> Result<RequestState, StoreError> {
-    s.parse().map_err(StoreError::corrupt)
-}
-
-pub(crate) fn parse_kind(s: &str) -> Result<NodeKind, StoreError> {
-    NodeKind::parse(s).ok_or_else(|| StoreError::corrupt(format!("node_kind {s:?}")))
+/// A text column parsed through `TryFrom<String>` (a state, a kind, a lane, a key status): a
+/// value the store does not know is corrupt data, named by its column.
+pub(crate) fn column<T>(name: &str, text: String) -> Result<T, StoreError>
+where
+    T: TryFrom<String>,
+    T::Error: std::fmt::Display,
+{
+    T::try_from(text).map_err(|e| StoreError::corrupt(format!("column {name}: {e}")))
 }
 
 /// A claimed node with everything a worker needs to build its execution context: the node,

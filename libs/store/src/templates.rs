@@ -7,7 +7,7 @@ use serde_json::Value;
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::rows::parse_kind;
+use crate::rows::column;
 use crate::{Result, StoreError};
 
 #[derive(Debug, Clone, Serialize)]
@@ -299,7 +299,7 @@ pub async fn plan_version(
             r.id,
             PlanNode {
                 node_key: r.node_key,
-                node_kind: parse_kind(&r.node_kind)?,
+                node_kind: column("node_kind", r.node_kind)?,
                 action_type: r.action_type,
                 executor_key: r.executor_key,
                 signer_key: r.signer_key,

@@ -379,6 +379,7 @@ async fn the_attestation_step_waits_honours_the_hint_and_hands_over_the_attestat
         poll_seconds: Some(0.5),
         timeout_ms: None,
         insecure: None,
+        expiry_margin_blocks: None,
     })
     .map_err(anyhow::Error::msg)?;
     // Not seen yet.
@@ -429,20 +430,46 @@ struct Bridge {
     api: Api,
     keys: Keys,
     env: Vec<(String, String)>,
+    /// Both chains run CCTP V2 (`contracts/QtgCctpV2.sol`), the domains configured as V2.
+    v2: bool,
+}
+
+/// How a [`Bridge`] is set up.
+#[derive(Default)]
+struct Setup<'a> {
+    env: &'a [(&'a str, &'a str)],
+    /// Chain B's transmitter has three attesters and a threshold of two, and the attestation
+    /// service signs with two of their keys.
+    m_of_n: bool,
+    v2: bool,
+    /// More `qtg-attestation-sim` arguments.
+    sim: &'a [&'a str],
 }
 
 const SUPPLY: u64 = 1_000_000_000_000;
 
+/// A V2 template's terms.
+struct V2Terms<'a> {
+    finality: &'a str,
+    max_fee: &'a str,
+    amount_is: &'a str,
+}
+
+impl Default for V2Terms<'_> {
+    fn default() -> Self {
+        V2Terms { finality: "fast", max_fee: "0.05", amount_is: "burned" }
+    }
+}
+
 impl Bridge {
     async fn start(extra: &[(&str, &str)]) -> anyhow::Result<Bridge> {
-        Bridge::start_with(extra, false).await
+        Bridge::start_with(Setup { env: extra, ..Setup::default() }).await
     }
 
-    /// With `m_of_n`, chain B's transmitter has three attesters and a threshold of two, and
-    /// the attestation service signs with two of their keys.
-    async fn start_with(extra: &[(&str, &str)], m_of_n: bool) -> anyhow::Result<Bridge> {
+    async fn start_with(setup: Setup<'_>) -> anyhow::Result<Bridge> {
+        let Setup { env: extra, m_of_n, v2, sim: sim_extra } = setup;
         let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
-        let (a, b) = linked(&attester).await?;
+        let (a, b) = if v2 { linked_v2(&attester).await? } else { linked(&attester).await? };
         let sim_keys = if m_of_n {
             let (k2, k3): (PrivateKeySigner, PrivateKeySigner) = (ATTESTER_KEY_2.parse()?, ATTESTER_KEY_3.parse()?);
             two_of_three(&b, &[&k2, &k3]).await?;
@@ -453,10 +480,13 @@ impl Bridge {
         send(&a.anvil, Some(&a.usdc), &approveCall { spender: a.messenger.parse()?, value: U256::MAX }.abi_encode())
             .await?;
         let proxy_b = RpcProxy::start(&b.anvil.url).await?;
-        let source = format!("0={}", a.anvil.url);
+        let (source, destination) = (format!("0={}", a.anvil.url), format!("1={}", b.anvil.url));
+        let mut sim_args =
+            vec!["--addr", "127.0.0.1:0", "--source", &source, "--destination", &destination, "--confirmations", "1"];
+        sim_args.extend_from_slice(sim_extra);
         let sim = Proc::spawn_args(
             "qtg-attestation-sim",
-            &["--addr", "127.0.0.1:0", "--source", &source, "--confirmations", "1"],
+            &sim_args,
             "",
             &[("QTG_ATTESTATION_SIM_ATTESTER_KEY", sim_keys.as_str())],
         )
@@ -469,7 +499,7 @@ impl Bridge {
             &registry,
             format!(
                 "{sim_registry}\n[executors.\"exec.cctp.burn\"]\ntransport = \"local\"\nimpl = \"cctp\"\n\
-                 config = {{ from = \"{ANVIL_ADDR_0}\" }}\n\n\
+                 config = {{ from = \"{ANVIL_ADDR_0}\", fee_url = \"{sim_url}\" }}\n\n\
                  [executors.\"exec.cctp.attestation\"]\ntransport = \"local\"\nimpl = \"cctp\"\n\
                  config = {{ attestation_url = \"{sim_url}\", source_domain = 0, poll_seconds = 0.5 }}\n\n\
                  [executors.\"exec.cctp.mint\"]\ntransport = \"local\"\nimpl = \"cctp\"\n\
@@ -482,16 +512,17 @@ impl Bridge {
             json!({"chain_id": id, "rpc_urls": [url], "confirmations": 1,
                    "max_fee_per_gas_wei": "100000000000", "max_priority_fee_per_gas_wei": "2000000000"})
         };
-        let domains = json!([
-            {
-                "domain": 0, "chain_id": 31337, "token_messenger": a.messenger, "message_transmitter": a.transmitter,
-                "usdc": a.usdc
-            },
-            {
-                "domain": 1, "chain_id": 31338, "token_messenger": b.messenger, "message_transmitter": b.transmitter,
-                "usdc": b.usdc
-            },
-        ]);
+        // V1 in the flat form of earlier releases; V2 in its own object.
+        let domain = |d: u32, chain: u64, s: &Side| {
+            let contracts = json!({"token_messenger": s.messenger, "message_transmitter": s.transmitter});
+            if v2 {
+                json!({"domain": d, "chain_id": chain, "usdc": s.usdc, "v2": contracts})
+            } else {
+                json!({"domain": d, "chain_id": chain, "usdc": s.usdc, "token_messenger": s.messenger,
+                       "message_transmitter": s.transmitter})
+            }
+        };
+        let domains = json!([domain(0, 31337, &a), domain(1, 31338, &b)]);
         let mut env: Vec<(String, String)> = [
             ("MG_EXECUTOR_REGISTRY", registry.to_string_lossy().to_string()),
             ("MG_EVM_CHAINS", json!([chain(31337, &a.anvil.url), chain(31338, &proxy_b.url)]).to_string()),
@@ -530,7 +561,7 @@ impl Bridge {
             200,
         )
         .await?;
-        Ok(Bridge { db, a, b, proxy_b, _sim: sim, sim_url, api, keys, env })
+        Ok(Bridge { db, a, b, proxy_b, _sim: sim, sim_url, api, keys, env, v2 })
     }
 
     /// The newest verify_drift check of `scope` (`Null` before the first).
@@ -553,6 +584,16 @@ impl Bridge {
         Ok(())
     }
 
+    /// What the recipient receives of `amount` burned by [`Bridge::template`]: all of it on V1;
+    /// on V2 (Fast, the simulator's default fee of 1 bp) less the fee, rounded up.
+    fn delivered(&self, amount: u64) -> U256 {
+        if self.v2 {
+            U256::from(amount - amount.div_ceil(10_000))
+        } else {
+            U256::from(amount)
+        }
+    }
+
     async fn worker(&self, binary: &str) -> anyhow::Result<Proc> {
         Proc::spawn(binary, &self.db.url, &env_pairs(&self.env)).await
     }
@@ -560,6 +601,9 @@ impl Bridge {
     /// `usdc.cctp.chain_a_to_b`: burn on A → attestation → mint on B, the burn called by
     /// `burn_caller`.
     async fn template(&self, key: &str, burn_caller: &str) -> anyhow::Result<()> {
+        if self.v2 {
+            return self.template_v2(key, burn_caller, V2Terms::default()).await;
+        }
         let t = json!({"template_key": key, "nodes": [
             {"node_key": "burn", "node_kind": "action", "action_type": "cctp_burn",
              "executor_key": "exec.cctp.burn", "signer_key": "signer.evm.local", "signing_required": true,
@@ -573,6 +617,29 @@ impl Bridge {
                         "decimals": 6, "destination_domain": 1,
                         "message": "$ref:attestation.message", "attestation": "$ref:attestation.attestation",
                         "burn_message_hash": "$ref:burn.message_hash"}}],
+            "edges": [{"from": "burn", "to": "attestation"}, {"from": "attestation", "to": "mint"}],
+            "risk_controls": {"allowed_destination_domains": [1], "allowed_destinations": [ANVIL_ADDR_2]}});
+        install_template(&self.api, &self.keys, t).await
+    }
+
+    /// The V2 route A → B: the burn names the version, finality, fee cap and what the amount
+    /// is; the mint binds to the burn's emitted message.
+    async fn template_v2(&self, key: &str, burn_caller: &str, t: V2Terms<'_>) -> anyhow::Result<()> {
+        let t = json!({"template_key": key, "nodes": [
+            {"node_key": "burn", "node_kind": "action", "action_type": "cctp_burn",
+             "executor_key": "exec.cctp.burn", "signer_key": "signer.evm.local", "signing_required": true,
+             "config": {"chain_id": 31337, "contract": self.a.messenger, "token_contract": self.a.usdc,
+                        "decimals": 6, "destination_domain": 1, "burn_caller": burn_caller, "cctp_version": 2,
+                        "finality": t.finality, "max_fee": t.max_fee, "amount_is": t.amount_is}},
+            {"node_key": "attestation", "node_kind": "observe", "action_type": "cctp_attestation",
+             "executor_key": "exec.cctp.attestation", "config": {"source_domain": 0}},
+            {"node_key": "mint", "node_kind": "action", "action_type": "cctp_mint",
+             "executor_key": "exec.cctp.mint", "signer_key": "signer.evm.local", "signing_required": true,
+             "config": {"chain_id": 31338, "contract": self.b.transmitter, "token_contract": self.b.usdc,
+                        "decimals": 6, "destination_domain": 1, "cctp_version": 2, "amount_is": t.amount_is,
+                        "max_fee": t.max_fee,
+                        "message": "$ref:attestation.message", "attestation": "$ref:attestation.attestation",
+                        "burn_message": "$ref:burn.message"}}],
             "edges": [{"from": "burn", "to": "attestation"}, {"from": "attestation", "to": "mint"}],
             "risk_controls": {"allowed_destination_domains": [1], "allowed_destinations": [ANVIL_ADDR_2]}});
         install_template(&self.api, &self.keys, t).await
@@ -601,7 +668,12 @@ impl Bridge {
 
     /// `MintAndWithdraw` events of B's messenger: one per mint that happened.
     async fn mints(&self) -> anyhow::Result<usize> {
-        let topic = keccak256("MintAndWithdraw(address,uint256,address)").to_string();
+        let event = if self.v2 {
+            "MintAndWithdraw(address,uint256,address,uint256)"
+        } else {
+            "MintAndWithdraw(address,uint256,address)"
+        };
+        let topic = keccak256(event).to_string();
         let logs = self
             .b
             .anvil
@@ -666,7 +738,7 @@ async fn usdc_moves_from_chain_a_to_chain_b_through_separate_workers() -> anyhow
 /// service's two signatures (130 bytes) pass the mint's preflight and mint once.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_two_of_three_attestation_mints_through_the_lane() -> anyhow::Result<()> {
-    let bridge = Bridge::start_with(&[], true).await?;
+    let bridge = Bridge::start_with(Setup { m_of_n: true, ..Setup::default() }).await?;
     bridge.template("usdc.cctp.m_of_n", ANVIL_ADDR_0).await?;
     let dispatcher = bridge.worker("qtg-dispatcher").await?;
     let observer = bridge.worker("qtg-observer").await?;
@@ -724,12 +796,22 @@ async fn the_observe_step_waits_through_404_pending_and_429_and_honours_the_hint
 /// and completes the movement; chain B saw one `receiveMessage` broadcast, one mint.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_dispatcher_killed_after_the_mint_broadcast_is_recovered_by_the_message_nonce() -> anyhow::Result<()> {
-    let bridge = Bridge::start(&[
+    killed_after_the_mint_broadcast(false).await
+}
+
+/// The same on V2: the mint is recovered by the attested `bytes32` nonce (`usedNonces`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_v2_dispatcher_killed_after_the_mint_broadcast_leads_to_one_receive_message() -> anyhow::Result<()> {
+    killed_after_the_mint_broadcast(true).await
+}
+
+async fn killed_after_the_mint_broadcast(v2: bool) -> anyhow::Result<()> {
+    let env = [
         ("MG_EXECUTOR_TIMEOUT_MS", "3000"),
         ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS", "5"),
         ("MG_NODE_RECOVERY_INTERVAL_SECONDS", "0.3"),
-    ])
-    .await?;
+    ];
+    let bridge = Bridge::start_with(Setup { env: &env, v2, ..Setup::default() }).await?;
     bridge.template("usdc.cctp.chain_a_to_b", ANVIL_ADDR_0).await?;
     bridge.proxy_b.swallow_answers(1);
     let mut killed = bridge.worker("qtg-dispatcher").await?;
@@ -755,7 +837,7 @@ async fn a_dispatcher_killed_after_the_mint_broadcast_is_recovered_by_the_messag
     assert!(recovered.iter().any(|(_, m)| m == "recover"), "recovery decided the mint: {recovered:?}");
     assert_eq!(bridge.proxy_b.count("eth_sendRawTransaction"), 1, "no second receiveMessage");
     assert_eq!(bridge.mints().await?, 1, "one mint for the message nonce");
-    assert_eq!(usdc_of(&bridge.b, ANVIL_ADDR_2).await?, U256::from(42_000_000u64));
+    assert_eq!(usdc_of(&bridge.b, ANVIL_ADDR_2).await?, bridge.delivered(42_000_000));
     drop((observer, recovery));
     bridge.db.drop_db().await;
     Ok(())
@@ -810,7 +892,17 @@ async fn a_burn_caller_mismatch_is_refused_before_anything_is_signed() -> anyhow
 /// broadcast from qtg, its nonce given back, one mint on chain B.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_message_received_by_another_caller_completes_the_mint_without_a_send() -> anyhow::Result<()> {
-    let bridge = Bridge::start(&[]).await?;
+    received_by_another_caller(false).await
+}
+
+/// The same on V2: the attested message's `bytes32` nonce is used on chain B.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_v2_message_received_by_another_relayer_completes_the_mint_without_a_send() -> anyhow::Result<()> {
+    received_by_another_caller(true).await
+}
+
+async fn received_by_another_caller(v2: bool) -> anyhow::Result<()> {
+    let bridge = Bridge::start_with(Setup { v2, ..Setup::default() }).await?;
     bridge.template("usdc.cctp.chain_a_to_b", ANVIL_ADDR_0).await?;
     // The mint is held back by the kill switch while the third party acts.
     let pause = json!({"scope": "executor", "target": "exec.cctp.mint", "reason": "test: hold the mint"});
@@ -847,7 +939,7 @@ async fn a_message_received_by_another_caller_completes_the_mint_without_a_send(
         Ok(!bridge.b.anvil.rpc("eth_getTransactionReceipt", json!([hash])).await?.is_null())
     })
     .await?;
-    assert_eq!(usdc_of(&bridge.b, ANVIL_ADDR_2).await?, U256::from(30_000_000u64), "the relayer minted");
+    assert_eq!(usdc_of(&bridge.b, ANVIL_ADDR_2).await?, bridge.delivered(30_000_000), "the relayer minted");
     bridge.api.ok("POST", "/v3/controls/resume", &bridge.api.admin_key, Some(pause), 200).await?;
     let m = bridge.done(&id, &[&dispatcher, &observer]).await?;
     assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
@@ -855,7 +947,7 @@ async fn a_message_received_by_another_caller_completes_the_mint_without_a_send(
     assert_eq!(mint["message_nonce_used"], true, "{mint:#}");
     assert_eq!(mint["sent"], false, "{mint:#}");
     assert_eq!(bridge.proxy_b.count("eth_sendRawTransaction"), 0, "qtg sent no receiveMessage");
-    assert_eq!(usdc_of(&bridge.b, ANVIL_ADDR_2).await?, U256::from(30_000_000u64), "one mint");
+    assert_eq!(usdc_of(&bridge.b, ANVIL_ADDR_2).await?, bridge.delivered(30_000_000), "one mint");
     let statuses: Vec<String> = sqlx::query_scalar(
         "SELECT r.status FROM evm_nonce_reservation r JOIN movement_request_nodes n ON n.id = r.request_node_id
           WHERE n.request_id = $1::uuid AND n.node_key = 'mint'",
@@ -1176,5 +1268,91 @@ async fn the_attestation_service_attests_v2_fast_and_falls_back_to_standard() ->
     }
     assert_eq!(usdc_of(&b, FEE_RECIPIENT).await?, U256::from(13_000u64), "only the Fast transfer paid a fee");
     drop(sim);
+    Ok(())
+}
+
+/// The V2 lane through separate workers: Fast (1 bp in the simulator) mints the amount less
+/// the fee and pays the fee recipient; Standard mints it all; Fast with `amount_is =
+/// "delivered"` burns the amount plus its cap and delivers at least the amount; a Fast burn
+/// whose cap is below the route's fee is refused at preflight with nothing signed or sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn v2_standard_and_fast_complete_with_balances_that_account_for_the_fee() -> anyhow::Result<()> {
+    let bridge = Bridge::start_with(Setup { v2: true, ..Setup::default() }).await?;
+    let terms = |finality, max_fee, amount_is| V2Terms { finality, max_fee, amount_is };
+    bridge.template_v2("usdc.v2.fast", ANVIL_ADDR_0, terms("fast", "0.05", "burned")).await?;
+    bridge.template_v2("usdc.v2.standard", ANVIL_ADDR_0, terms("standard", "0", "burned")).await?;
+    bridge.template_v2("usdc.v2.delivered", ANVIL_ADDR_0, terms("fast", "0.01", "delivered")).await?;
+    bridge.template_v2("usdc.v2.capped", ANVIL_ADDR_0, terms("fast", "0.001", "burned")).await?;
+    // The refused one first, alone: nothing of it may reach chain A.
+    let dispatcher = bridge.worker("qtg-dispatcher").await?;
+    let observer = bridge.worker("qtg-observer").await?;
+    let sent = bridge.a.anvil.quantity("eth_getTransactionCount", json!([ANVIL_ADDR_0, "latest"])).await?;
+    let capped = bridge.movement("usdc.v2.capped", "100", "v2-capped").await?;
+    let m = bridge.done(&capped, &[&dispatcher]).await?;
+    assert_eq!(m["request_state"], "FAILED", "{m:#}");
+    assert_eq!(node(&m, "burn")["error_code"], "CCTP_FEE_ABOVE_CAP", "{m:#}");
+    let events = bridge.events(&capped, "burn").await?;
+    assert!(!events.iter().any(|(_, m)| m == "sign" || m == "prepare" || m == "submit"), "{events:?}");
+    assert_eq!(bridge.a.anvil.quantity("eth_getTransactionCount", json!([ANVIL_ADDR_0, "latest"])).await?, sent);
+    assert_eq!(usdc_of(&bridge.a, ANVIL_ADDR_0).await?, U256::from(SUPPLY), "nothing burned");
+    let fast = bridge.movement("usdc.v2.fast", "100", "v2-fast").await?;
+    let standard = bridge.movement("usdc.v2.standard", "40", "v2-standard").await?;
+    let delivered = bridge.movement("usdc.v2.delivered", "20", "v2-delivered").await?;
+    let mut finality = Vec::new();
+    for id in [&fast, &standard, &delivered] {
+        let m = bridge.done(id, &[&dispatcher, &observer]).await?;
+        assert_eq!(m["request_state"], "COMPLETED", "{m:#}\n{}", dispatcher.log());
+        let att = &node(&m, "attestation")["provider_refs"];
+        assert_eq!(att["cctp_version"], 2, "{att:#}");
+        finality.push(att["finality_threshold_executed"].as_u64().unwrap_or(0));
+        assert_eq!(node(&m, "mint")["provider_refs"]["fee_executed"], att["fee_executed"], "{m:#}");
+    }
+    assert_eq!(finality, vec![1000, 2000, 1000], "Fast, Standard, Fast");
+    // Fast 100: fee 0.01. Standard 40: no fee. Delivered 20 with cap 0.01: burns 20.01, fee
+    // 1 bp of it rounded up (0.002001), delivers 20.007999.
+    assert_eq!(usdc_of(&bridge.a, ANVIL_ADDR_0).await?, U256::from(SUPPLY - 160_010_000), "burned on A");
+    assert_eq!(
+        usdc_of(&bridge.b, ANVIL_ADDR_2).await?,
+        U256::from(99_990_000u64 + 40_000_000 + 20_007_999),
+        "minted on B, less the fees"
+    );
+    assert_eq!(usdc_of(&bridge.b, FEE_RECIPIENT).await?, U256::from(10_000u64 + 2_001), "the fees");
+    assert_eq!(bridge.mints().await?, 3, "one mint per movement");
+    assert_eq!(bridge.proxy_b.count("eth_sendRawTransaction"), 3, "one receiveMessage per movement");
+    drop((dispatcher, observer));
+    bridge.db.drop_db().await;
+    Ok(())
+}
+
+/// A V2 Fast attestation signed already expired (the simulator's `expired` fault) is
+/// re-attested by the attestation step (`POST /v2/reattest/{nonce}`) instead of being handed
+/// to the mint; the fresh one — 2-of-3, as chain B's V2 transmitter requires — mints once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_expired_v2_fast_attestation_is_re_attested_and_a_two_of_three_mints() -> anyhow::Result<()> {
+    let bridge =
+        Bridge::start_with(Setup { v2: true, m_of_n: true, sim: &["--fast-expiry-blocks", "50"], ..Setup::default() })
+            .await?;
+    bridge.template("usdc.v2.expiring", ANVIL_ADDR_0).await?;
+    http_client()
+        .post(format!("{}/admin/faults", bridge.sim_url))
+        .json(&json!({"kind": "expired", "count": 1}))
+        .send()
+        .await?
+        .error_for_status()?;
+    let dispatcher = bridge.worker("qtg-dispatcher").await?;
+    let observer = bridge.worker("qtg-observer").await?;
+    let id = bridge.movement("usdc.v2.expiring", "12", "v2-expiring").await?;
+    let m = bridge.done(&id, &[&dispatcher, &observer]).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}\n{}", observer.log());
+    let stats: Value = http_client().get(format!("{}/admin/stats", bridge.sim_url)).send().await?.json().await?;
+    assert_eq!(stats["reattests"], 1, "re-attested once: {stats}");
+    let att = &node(&m, "attestation")["provider_refs"];
+    assert_eq!(att["attestation"].as_str().unwrap_or("").len(), 2 + 2 * 130, "two signatures: {att:#}");
+    assert_ne!(att["expiration_block"], "0", "a Fast attestation with an expiry: {att:#}");
+    assert_eq!(usdc_of(&bridge.b, ANVIL_ADDR_2).await?, bridge.delivered(12_000_000), "minted on B");
+    assert_eq!(bridge.mints().await?, 1, "one mint");
+    assert_eq!(bridge.proxy_b.count("eth_sendRawTransaction"), 1, "one receiveMessage");
+    drop((dispatcher, observer));
+    bridge.db.drop_db().await;
     Ok(())
 }

@@ -121,6 +121,21 @@ pub struct SigningIntent {
     /// domain; absent when nothing is bridged.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination_domain: Option<u32>,
+    /// A CCTP V2 burn's or mint's fee cap in the token's units, a decimal (node
+    /// `config.max_fee`): the burn's `maxFee` may not exceed it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub bridge_max_fee: Option<String>,
+    /// What `amount` is on a CCTP V2 node (node `config.amount_is`): `burned` (absent) or
+    /// `delivered` (the burn is `amount + maxFee`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub amount_is: Option<String>,
+    /// A CCTP V2 transfer's finality (node `config.finality`): `fast` or `standard`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub finality: Option<String>,
+    /// The only address that may receive a CCTP V2 message on the destination (node
+    /// `config.destination_caller`); absent for anyone.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destination_caller: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -134,6 +149,15 @@ pub struct SignRequest {
     pub payload: String,
     pub payload_hash: String,
     pub metadata: Value,
+}
+
+/// A config value as the signer sees it: a string as written, a number in its JSON form.
+fn text_of(v: Option<&Value>) -> Option<String> {
+    match v? {
+        Value::String(s) => Some(s.clone()),
+        Value::Null => None,
+        other => Some(other.to_string()),
+    }
 }
 
 impl SignRequest {
@@ -166,6 +190,10 @@ impl SignRequest {
                     .get("destination_domain")
                     .and_then(Value::as_u64)
                     .and_then(|d| u32::try_from(d).ok()),
+                bridge_max_fee: text_of(ctx.node_config.get("max_fee")),
+                amount_is: text_of(ctx.node_config.get("amount_is")),
+                finality: text_of(ctx.node_config.get("finality")),
+                destination_caller: text_of(ctx.node_config.get("destination_caller")),
             },
             payload_format: prepared.payload_format.clone(),
             payload: prepared.payload.clone(),

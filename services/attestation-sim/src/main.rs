@@ -12,7 +12,7 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use alloy::primitives::{keccak256, Bytes};
+use alloy::primitives::{keccak256, Bytes, B256};
 use alloy::signers::local::PrivateKeySigner;
 use alloy::signers::SignerSync;
 use alloy::sol_types::SolValue;
@@ -57,10 +57,20 @@ struct Args {
     /// CCTP V2: the fee of a Standard Transfer (finality 2000), in basis points.
     #[arg(long, env = "QTG_ATTESTATION_SIM_STANDARD_FEE_BPS", default_value = "0")]
     standard_fee_bps: String,
+    /// CCTP V2: a destination chain, `<domain>=<rpc url>` (repeatable), where Fast attestations
+    /// expire `--fast-expiry-blocks` after they are signed.
+    #[arg(long = "destination")]
+    destinations: Vec<String>,
+    /// CCTP V2: blocks of the destination chain a Fast attestation stays valid
+    /// (`expirationBlock` = its head then + this; 0: no expiry). `POST /v2/reattest/{nonce}`
+    /// signs it again from the head at that time.
+    #[arg(long, env = "QTG_ATTESTATION_SIM_FAST_EXPIRY_BLOCKS", default_value_t = 0)]
+    fast_expiry_blocks: u64,
 }
 
 /// An injected answer for the next `count` requests: `not_found`, `pending`, `rate_limit`,
-/// `error`.
+/// `error`; or `expired`: the next `count` Fast attestations are signed already expired (their
+/// `expirationBlock` the destination's head), until re-attested.
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 struct Fault {
@@ -91,6 +101,15 @@ struct Service {
     /// V2 fees (basis points) of Fast (1000) and Standard (2000) transfers.
     fast_fee: (String, Bps),
     standard_fee: (String, Bps),
+    destinations: BTreeMap<u32, String>,
+    fast_expiry_blocks: u64,
+    /// The `expirationBlock` of every Fast message signed so far, by nonce (stable between
+    /// lookups until re-attested), and where each nonce's burn is (for `?nonce=` lookups).
+    expiries: Mutex<BTreeMap<B256, u64>>,
+    nonces: Mutex<BTreeMap<B256, (u32, String)>>,
+    /// How many Fast answers are still to be signed already expired (fault `expired`).
+    expire_next: Mutex<u32>,
+    reattests: Mutex<u64>,
     started: Instant,
 }
 
@@ -154,6 +173,8 @@ fn quantity(v: &Value) -> Option<u64> {
 struct MessagesQuery {
     #[serde(rename = "transactionHash")]
     transaction_hash: Option<String>,
+    /// A V2 nonce this service attested (Circle's `?nonce=` lookup).
+    nonce: Option<String>,
 }
 
 async fn messages(State(s): State<Shared>, Path(domain): Path<u32>, Query(q): Query<MessagesQuery>) -> Response {
@@ -183,8 +204,15 @@ async fn answer(s: &Shared, domain: u32, q: MessagesQuery) -> Response {
     if s.over_limit() {
         return too_many(1);
     }
-    let Some(hash) = q.transaction_hash.filter(|h| h.starts_with("0x") && h.len() == 66) else {
-        return error(StatusCode::BAD_REQUEST, "transactionHash is required");
+    let by_nonce = q.nonce.as_deref().and_then(|n| n.parse::<B256>().ok()).and_then(|n| {
+        let (d, tx) = s.nonces.lock().ok()?.get(&n).cloned()?;
+        (d == domain).then_some(tx)
+    });
+    if q.nonce.is_some() && by_nonce.is_none() {
+        return error(StatusCode::NOT_FOUND, "Message not found for nonce");
+    }
+    let Some(hash) = by_nonce.or(q.transaction_hash).filter(|h| h.starts_with("0x") && h.len() == 66) else {
+        return error(StatusCode::BAD_REQUEST, "transactionHash or nonce is required");
     };
     let Some(url) = s.sources.get(&domain) else {
         return error(StatusCode::NOT_FOUND, "unknown source domain");
@@ -215,31 +243,29 @@ async fn answer(s: &Shared, domain: u32, q: MessagesQuery) -> Response {
         _ => return error(StatusCode::BAD_GATEWAY, "source chain: no head"),
     };
     let complete = head.saturating_sub(block) + 1 >= s.confirmations;
-    let items: Vec<Value> = messages
-        .iter()
-        .enumerate()
-        .map(|(index, m)| {
-            if let Some(emitted) = MessageV2::parse(m).filter(|v| v.version == 1) {
-                return attest_v2(s, &emitted, &hash, index, complete);
-            }
-            let nonce = m.get(12..20).map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8]))).unwrap_or(0);
-            let decoded = json!({
-                "sourceDomain":
-                    m.get(4..8).map(|b| u32::from_be_bytes(b.try_into().unwrap_or([0; 4]))).unwrap_or(0).to_string(),
-                "destinationDomain":
-                    m.get(8..12).map(|b| u32::from_be_bytes(b.try_into().unwrap_or([0; 4]))).unwrap_or(0).to_string(),
-                "nonce": nonce.to_string(),
-            });
-            if complete {
-                let attestation = attest(&s.attesters, &keccak256(m));
-                json!({"message": m.to_string(), "eventNonce": nonce.to_string(), "attestation": attestation,
-                       "cctpVersion": 1, "status": "complete", "decodedMessage": decoded})
-            } else {
-                json!({"message": "0x", "eventNonce": nonce.to_string(), "attestation": "PENDING",
-                       "cctpVersion": 1, "status": "pending_confirmations", "decodedMessage": decoded})
-            }
-        })
-        .collect();
+    let mut items: Vec<Value> = Vec::new();
+    for (index, m) in messages.iter().enumerate() {
+        if let Some(emitted) = MessageV2::parse(m).filter(|v| v.version == 1) {
+            items.push(attest_v2(s, &emitted, &hash, index, complete).await);
+            continue;
+        }
+        let nonce = m.get(12..20).map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8]))).unwrap_or(0);
+        let decoded = json!({
+            "sourceDomain":
+                m.get(4..8).map(|b| u32::from_be_bytes(b.try_into().unwrap_or([0; 4]))).unwrap_or(0).to_string(),
+            "destinationDomain":
+                m.get(8..12).map(|b| u32::from_be_bytes(b.try_into().unwrap_or([0; 4]))).unwrap_or(0).to_string(),
+            "nonce": nonce.to_string(),
+        });
+        items.push(if complete {
+            let attestation = attest(&s.attesters, &keccak256(m));
+            json!({"message": m.to_string(), "eventNonce": nonce.to_string(), "attestation": attestation,
+                   "cctpVersion": 1, "status": "complete", "decodedMessage": decoded})
+        } else {
+            json!({"message": "0x", "eventNonce": nonce.to_string(), "attestation": "PENDING",
+                   "cctpVersion": 1, "status": "pending_confirmations", "decodedMessage": decoded})
+        });
+    }
     Json(json!({"messages": items})).into_response()
 }
 
@@ -247,8 +273,9 @@ async fn answer(s: &Shared, domain: u32, q: MessagesQuery) -> Response {
 /// in — the `bytes32` nonce (unique per source domain, transaction and message), the finality
 /// executed (Fast when the burn asked for it and its `maxFee` covers the Fast fee, else
 /// Standard with `delayReason: insufficient_fee`), the fee executed (that finality's fee,
-/// rounded up) — then signed. `expirationBlock` stays 0 (no expiry).
-fn attest_v2(s: &Service, emitted: &MessageV2, tx: &str, index: usize, complete: bool) -> Value {
+/// rounded up), and for Fast the `expirationBlock` (with `--fast-expiry-blocks` and the
+/// destination's chain known; else 0) — then signed.
+async fn attest_v2(s: &Service, emitted: &MessageV2, tx: &str, index: usize, complete: bool) -> Value {
     let Some(burn) = emitted.burn() else {
         return json!({"message": "0x", "attestation": "PENDING", "cctpVersion": 2, "status": "pending"});
     };
@@ -256,16 +283,21 @@ fn attest_v2(s: &Service, emitted: &MessageV2, tx: &str, index: usize, complete:
     seed.extend_from_slice(tx.as_bytes());
     seed.extend_from_slice(&(index as u64).to_be_bytes());
     let nonce = keccak256(seed);
+    if let Ok(mut n) = s.nonces.lock() {
+        n.insert(nonce, (emitted.source_domain, tx.to_string()));
+    }
     let fast_fee = s.fast_fee.1.of(burn.amount);
     let fast = emitted.min_finality_threshold <= 1000 && burn.max_fee >= fast_fee;
     let (finality, fee) =
         if fast { (1000u32, fast_fee) } else { (2000u32, s.standard_fee.1.of(burn.amount).min(burn.max_fee)) };
     let delay = (emitted.min_finality_threshold <= 1000 && !fast).then_some("insufficient_fee");
+    let expiry = if fast && complete { s.expiry(nonce, emitted.destination_domain, false).await } else { 0 };
     let mut m = emitted.clone();
     m.nonce = nonce;
     m.finality_threshold_executed = finality;
     let mut body = m.body.to_vec();
     body[164..196].copy_from_slice(&fee.to_be_bytes::<32>());
+    body[196..228].copy_from_slice(&alloy::primitives::U256::from(expiry).to_be_bytes::<32>());
     m.body = body.into();
     let bytes = m.encode();
     let decoded = json!({
@@ -273,7 +305,7 @@ fn attest_v2(s: &Service, emitted: &MessageV2, tx: &str, index: usize, complete:
         "nonce": nonce.to_string(), "minFinalityThreshold": m.min_finality_threshold.to_string(),
         "finalityThresholdExecuted": finality.to_string(),
         "decodedMessageBody": {"amount": burn.amount.to_string(), "maxFee": burn.max_fee.to_string(),
-                               "feeExecuted": fee.to_string(), "expirationBlock": "0"},
+                               "feeExecuted": fee.to_string(), "expirationBlock": expiry.to_string()},
     });
     if complete {
         json!({"message": bytes.to_string(), "eventNonce": nonce.to_string(),
@@ -283,6 +315,64 @@ fn attest_v2(s: &Service, emitted: &MessageV2, tx: &str, index: usize, complete:
         json!({"message": "0x", "eventNonce": nonce.to_string(), "attestation": "PENDING", "cctpVersion": 2,
                "status": "pending_confirmations", "decodedMessage": decoded, "delayReason": delay})
     }
+}
+
+impl Service {
+    /// A Fast message's `expirationBlock`: the one it was signed with, or (first signature, or
+    /// `again` for a re-attestation) the destination's head + `--fast-expiry-blocks` — the head
+    /// itself (already expired) while an `expired` fault lasts. 0 without expiry.
+    async fn expiry(&self, nonce: B256, destination: u32, again: bool) -> u64 {
+        if self.fast_expiry_blocks == 0 {
+            return 0;
+        }
+        if !again {
+            if let Some(e) = self.expiries.lock().ok().and_then(|e| e.get(&nonce).copied()) {
+                return e;
+            }
+        }
+        let Some(url) = self.destinations.get(&destination) else { return 0 };
+        let Ok(Some(head)) = self.rpc(url, "eth_blockNumber", json!([])).await.map(|v| quantity(&v)) else {
+            return 0;
+        };
+        let expired = self.expire_next.lock().map(|mut n| {
+            let hit = *n > 0;
+            *n = n.saturating_sub(1);
+            hit
+        });
+        let expiry = if expired.unwrap_or(false) { head } else { head + self.fast_expiry_blocks };
+        if let Ok(mut e) = self.expiries.lock() {
+            e.insert(nonce, expiry);
+        }
+        expiry
+    }
+}
+
+/// `POST /v2/reattest/{nonce}`: sign a Fast message again with a new `expirationBlock` (its
+/// next lookup answers it). An unknown nonce is 404.
+async fn reattest(State(s): State<Shared>, Path(nonce): Path<String>) -> Response {
+    let Some(nonce) = nonce.parse::<B256>().ok() else { return error(StatusCode::BAD_REQUEST, "invalid nonce") };
+    let known = s.nonces.lock().ok().and_then(|n| n.get(&nonce).cloned());
+    let Some((domain, tx)) = known else { return error(StatusCode::NOT_FOUND, "Message not found for nonce") };
+    let Some(url) = s.sources.get(&domain) else { return error(StatusCode::NOT_FOUND, "unknown source domain") };
+    // The destination is in the burn's message; read it from the source chain again.
+    let destination = match s.rpc(url, "eth_getTransactionReceipt", json!([tx])).await {
+        Ok(r) => r["logs"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|l| alloy::primitives::hex::decode(l["data"].as_str()?.trim_start_matches("0x")).ok())
+            .filter_map(|d| Bytes::abi_decode(&d).ok())
+            .find_map(|m| MessageV2::parse(&m).map(|m| m.destination_domain)),
+        Err(e) => return error(StatusCode::BAD_GATEWAY, &format!("source chain: {e}")),
+    };
+    let Some(destination) = destination else { return error(StatusCode::NOT_FOUND, "Message not found for nonce") };
+    let expiry = s.expiry(nonce, destination, true).await;
+    if let Ok(mut n) = s.reattests.lock() {
+        *n += 1;
+    }
+    tracing::info!(%nonce, expiration_block = expiry, "re-attested");
+    Json(json!({"message": "Re-attestation successfully requested for nonce.", "nonce": nonce.to_string()}))
+        .into_response()
 }
 
 /// `GET /v2/burn/USDC/fees/{sourceDomain}/{destDomain}`: Circle's bare-array shape, the
@@ -349,6 +439,11 @@ async fn add_faults(State(s): State<Shared>, Json(body): Json<Value>) -> Respons
     let mut parsed = Vec::new();
     for f in list {
         match serde_json::from_value::<Fault>(f) {
+            Ok(f) if f.kind == "expired" => {
+                if let Ok(mut n) = s.expire_next.lock() {
+                    *n += f.count;
+                }
+            }
             Ok(f) if ["not_found", "pending", "rate_limit", "error"].contains(&f.kind.as_str()) => parsed.push(f),
             Ok(f) => return error(StatusCode::BAD_REQUEST, &format!("unknown fault kind {:?}", f.kind)),
             Err(e) => return error(StatusCode::BAD_REQUEST, &e.to_string()),
@@ -368,8 +463,10 @@ async fn stats(State(s): State<Shared>) -> Response {
         .unwrap_or_default();
     // `attester`: the first (lowest) one, what a one-attester deployment enables.
     let attesters: Vec<String> = s.attesters.iter().map(|a| a.address().to_string()).collect();
-    Json(json!({"requests": requests, "log": log, "attester": attesters.first(), "attesters": attesters}))
-        .into_response()
+    let reattests = s.reattests.lock().map(|n| *n).unwrap_or(0);
+    Json(json!({"requests": requests, "log": log, "attester": attesters.first(), "attesters": attesters,
+                "reattests": reattests}))
+    .into_response()
 }
 
 #[tokio::main]
@@ -389,6 +486,12 @@ async fn main() -> anyhow::Result<()> {
         sources.insert(domain.trim().parse::<u32>()?, url.trim().to_string());
     }
     let attesters = attesters(&args.attester_key, args.threshold)?;
+    let mut destinations = BTreeMap::new();
+    for s in &args.destinations {
+        let (domain, url) =
+            s.split_once('=').ok_or_else(|| anyhow::anyhow!("--destination {s:?}: expected <domain>=<rpc url>"))?;
+        destinations.insert(domain.trim().parse::<u32>()?, url.trim().to_string());
+    }
     let service = Arc::new(Service {
         sources,
         attesters,
@@ -402,10 +505,17 @@ async fn main() -> anyhow::Result<()> {
         started: Instant::now(),
         fast_fee: (args.fast_fee_bps.clone(), bps(&args.fast_fee_bps)?),
         standard_fee: (args.standard_fee_bps.clone(), bps(&args.standard_fee_bps)?),
+        destinations,
+        fast_expiry_blocks: args.fast_expiry_blocks,
+        expiries: Mutex::new(BTreeMap::new()),
+        nonces: Mutex::new(BTreeMap::new()),
+        expire_next: Mutex::new(0),
+        reattests: Mutex::new(0),
     });
     let app = Router::new()
         .route("/v2/messages/{domain}", get(messages))
         .route("/v2/burn/USDC/fees/{src}/{dst}", get(fees))
+        .route("/v2/reattest/{nonce}", post(reattest))
         .route("/admin/faults", post(add_faults))
         .route("/admin/stats", get(stats))
         .with_state(service.clone());

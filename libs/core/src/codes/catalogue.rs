@@ -820,6 +820,14 @@ catalogue! {
             The burn happened and nothing is minted yet.",
         action: "Investigate the attestation service; obtain the burn's own attestation; never re-run the burn.",
     }
+    CCTP_ATTESTATION_EXPIRED {
+        source: Cctp,
+        status: None,
+        meaning: "The V2 Fast attestation's `expirationBlock` has passed on the destination chain; the transmitter \
+            would revert the mint, so it was refused before anything was sent (the burn happened, nothing minted).",
+        action: "Have the attestation re-signed (`POST /v2/reattest/{nonce}`; the attestation step does it when it \
+            sees the expiry coming), then retry the mint with the new attestation; never re-run the burn.",
+    }
     CCTP_BURN_CALLER_MISMATCH {
         source: Cctp,
         status: None,
@@ -854,12 +862,30 @@ catalogue! {
             refused, nothing sent.",
         action: "Fix the template or `MG_CCTP_DOMAINS`, whichever is wrong.",
     }
+    CCTP_DENYLISTED {
+        source: Cctp,
+        status: None,
+        meaning: "The V2 token messenger's denylist holds the burn's sender: its `depositForBurn` would revert; \
+            refused at preflight, nothing signed or sent.",
+        action: "Find out from Circle why the address is denylisted; burn from another address (a new template \
+            version) once cleared.",
+    }
     CCTP_DESTINATION_DOMAIN_NOT_ALLOWED {
         source: Cctp,
         status: None,
         meaning: "The destination domain is this chain's own, not configured, not in `allowed_destination_domains`, \
             or has no remote messenger on chain; refused, nothing sent.",
         action: "Check the domain; fix the template, `MG_CCTP_DOMAINS` or the plan's allow-list.",
+    }
+    CCTP_FEE_ABOVE_CAP {
+        source: Cctp,
+        status: None,
+        meaning: "The V2 route's fee — the fee API's minimum for the chosen finality and the messenger's on-chain \
+            minimum, of the amount burned — is above the burn's cap (`config.max_fee`, lowered by \
+            `risk_controls.cctp_max_fee`), or the API quotes no fee for that finality; refused at preflight, nothing \
+            signed or sent.",
+        action: "Wait for the fee to fall and retry the node, or approve a template version with a higher cap (or \
+            Standard instead of Fast).",
     }
     CCTP_MESSAGE_INVALID {
         source: Cctp,
@@ -894,6 +920,13 @@ catalogue! {
         status: None,
         meaning: "The plan's `token_contract` is not the domain's USDC; refused, nothing sent.",
         action: "Fix the template or `MG_CCTP_DOMAINS`, whichever is wrong.",
+    }
+    CCTP_VERSION_NOT_CONFIGURED {
+        source: Cctp,
+        status: None,
+        meaning: "The node's CCTP version (`config.cctp_version`) has no contracts on its domain or the destination \
+            domain in `MG_CCTP_DOMAINS`; refused, nothing sent.",
+        action: "Add the version's contracts to `MG_CCTP_DOMAINS`, or use the version the route has.",
     }
     SIM_KEY_SUPERSEDED {
         source: Sim,

@@ -11,16 +11,17 @@
 //! config = { attestation_url = "https://iris-api.circle.com", source_domain = 0 }
 //! ```
 
-use std::time::Duration;
-
-use alloy::primitives::{keccak256, Bytes};
+use alloy::primitives::{keccak256, Bytes, B256, U256};
 use async_trait::async_trait;
 use qtg_core::hash::canonical_json;
 use qtg_core::{
     AfterObserve, AfterSubmit, ExecutionContext, ExecutionResult, ObserveOutcome, PreparedAction, Refusal,
     SubmitOutcome,
 };
+use qtg_evm::calls::MessageV2;
 use qtg_executor::{Executor, ExecutorError, Prepared, Submission};
+
+use crate::domains::Version;
 use serde::Deserialize;
 use serde_json::{json, Value};
 
@@ -41,34 +42,71 @@ pub struct AttestationConfig {
     pub timeout_ms: Option<u64>,
     /// `true` allows plain `http://` to a host that is not loopback.
     pub insecure: Option<bool>,
+    /// A V2 Fast attestation that expires within this many blocks of the destination's head
+    /// (default 2) is re-attested before it is handed to the mint.
+    pub expiry_margin_blocks: Option<u64>,
 }
 
 pub struct AttestationObserver {
     config: AttestationConfig,
     http: reqwest::Client,
+    /// The destinations' chains, to see a V2 attestation's expiry coming (none: not checked
+    /// here; the mint refuses an expired one before sending).
+    destinations: Option<(std::sync::Arc<crate::Domains>, std::sync::Arc<qtg_evm::Chains>)>,
 }
 
 impl AttestationObserver {
     pub fn new(config: AttestationConfig) -> Result<Self, String> {
-        let url = &config.attestation_url;
-        let loopback = ["http://127.", "http://localhost", "http://[::1]"].iter().any(|p| url.starts_with(p));
-        if !url.starts_with("https://") && !(url.starts_with("http://") && (loopback || config.insecure == Some(true)))
-        {
-            return Err(format!(
-                "config.attestation_url {url:?}: use https (plain http only to loopback, or insecure = true)"
-            ));
-        }
         if config.poll_seconds.is_some_and(|s| !s.is_finite() || !(0.1..=3600.0).contains(&s)) {
             return Err("config.poll_seconds must be between 0.1 and 3600".into());
         }
-        qtg_executor::remote::install_tls_provider();
-        let http = reqwest::Client::builder()
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(Duration::from_millis(config.timeout_ms.unwrap_or(5000)))
-            .build()
-            .map_err(|e| format!("HTTP client: {e}"))?;
-        Ok(AttestationObserver { config, http })
+        let http = crate::service_client(
+            "config.attestation_url",
+            &config.attestation_url,
+            config.insecure == Some(true),
+            config.timeout_ms,
+        )?;
+        Ok(AttestationObserver { config, http, destinations: None })
+    }
+
+    /// Checks V2 expiries against the destination chains of `domains`.
+    pub fn with_destinations(
+        mut self,
+        domains: std::sync::Arc<crate::Domains>,
+        chains: std::sync::Arc<qtg_evm::Chains>,
+    ) -> Self {
+        self.destinations = Some((domains, chains));
+        self
+    }
+
+    /// The destination chain's head, when its chain is known.
+    async fn destination_head(&self, domain: u32) -> Result<Option<U256>, ExecutorError> {
+        let Some((domains, chains)) = &self.destinations else { return Ok(None) };
+        let Some(chain) = domains.get(domain).and_then(|d| chains.get(&d.chain_id)) else { return Ok(None) };
+        let head = chain
+            .rpc
+            .call("eth_blockNumber", json!([]))
+            .await
+            .map_err(|e| ExecutorError::Unavailable(format!("destination chain: {e}")))?;
+        Ok(head.as_str().and_then(|h| U256::from_str_radix(h.trim_start_matches("0x"), 16).ok()))
+    }
+
+    /// `POST /v2/reattest/{nonce}`: the service signs the message again with a new expiry.
+    async fn reattest(&self, nonce: &B256) -> Result<(), ExecutorError> {
+        let url = format!("{}/v2/reattest/{nonce}", self.config.attestation_url.trim_end_matches('/'));
+        let resp = self
+            .http
+            .post(&url)
+            .send()
+            .await
+            .map_err(|e| ExecutorError::Unavailable(format!("attestation service: {}", e.without_url())))?;
+        if !resp.status().is_success() {
+            return Err(ExecutorError::Unavailable(format!(
+                "attestation service refused the re-attestation: HTTP {}",
+                resp.status().as_u16()
+            )));
+        }
+        Ok(())
     }
 
     fn poll(&self) -> f64 {
@@ -146,7 +184,16 @@ impl AttestationObserver {
         let Some(m) = body.get("messages").and_then(Value::as_array).and_then(|a| a.get(index)) else {
             return Ok(self.waiting("not_seen", self.poll()));
         };
+        let m_delay = m.get("delayReason").cloned().unwrap_or(Value::Null);
         if m.get("status").and_then(Value::as_str) != Some("complete") {
+            // A Fast transfer that fell back to Standard (allowance exhausted, fee too low)
+            // only waits longer; the reason is said, not acted on.
+            if let Some(reason) = m_delay.as_str() {
+                tracing::info!(
+                    source_domain = domain, burn_tx_hash = %hash, delay_reason = reason,
+                    "attestation pending; the service says why it is delayed"
+                );
+            }
             return Ok(self.waiting("pending_confirmations", self.poll()));
         }
         let hex =
@@ -154,21 +201,25 @@ impl AttestationObserver {
         let (Some(message), Some(attestation)) = (hex("message"), hex("attestation")) else {
             return Err(ExecutorError::Protocol("a complete attestation without message or attestation bytes".into()));
         };
-        // The burn's own message (its hash from the burn's receipt), when the burn is a
-        // predecessor: the service may not attest another one for this transaction.
-        if let Some(want) = ctx.provider_context.get("message_hash").and_then(Value::as_str) {
-            if !want.eq_ignore_ascii_case(&keccak256(&message).to_string()) {
-                tracing::error!(
-                    source_domain = domain, burn_tx_hash = %hash,
-                    "the attestation service answered another message than the burn's"
-                );
-                return Ok(ExecutionResult::failed(
-                    qtg_core::codes::CCTP_ATTESTATION_MISMATCH,
-                    format!(
-                        "the service attested message {} for this burn, whose message is {want}",
-                        keccak256(&message)
-                    ),
-                ));
+        let version = crate::domains::Version::of_message(&message);
+        if let Some(refusal) = Self::bound_to_burn(ctx, domain, &hash, &message, version) {
+            return Ok(refusal);
+        }
+        if let Some(m) = MessageV2::parse(&message).filter(|_| version == Some(Version::V2)) {
+            let expiry = m.burn().map_or(U256::ZERO, |b| b.expiration_block);
+            if !expiry.is_zero() {
+                let margin = U256::from(self.config.expiry_margin_blocks.unwrap_or(2));
+                if let Some(head) = self.destination_head(m.destination_domain).await? {
+                    if head + margin >= expiry {
+                        tracing::warn!(
+                            source_domain = domain, burn_tx_hash = %hash, message_nonce = %m.nonce,
+                            expiration_block = %expiry, destination_head = %head,
+                            "the Fast attestation expires before a mint could land; asking for a re-attestation"
+                        );
+                        self.reattest(&m.nonce).await?;
+                        return Ok(self.waiting("reattesting", self.poll()));
+                    }
+                }
             }
         }
         let mut r = ExecutionResult::new(AfterObserve::Completed);
@@ -179,7 +230,80 @@ impl AttestationObserver {
         r.provider_refs.insert("message_hash".into(), json!(keccak256(&message).to_string()));
         r.provider_refs.insert("event_nonce".into(), m.get("eventNonce").cloned().unwrap_or(Value::Null));
         r.provider_refs.insert("source_domain".into(), json!(domain));
+        if let Some(v) = version {
+            r.provider_refs.insert("cctp_version".into(), json!(v.number()));
+        }
+        if let Some(m) = MessageV2::parse(&message).filter(|_| version == Some(Version::V2)) {
+            // The attester's fields: what the mint will receive and what it costs.
+            r.provider_refs.insert("message_nonce".into(), json!(m.nonce.to_string()));
+            r.provider_refs.insert("finality_threshold_executed".into(), json!(m.finality_threshold_executed));
+            if let Some(b) = m.burn() {
+                r.provider_refs.insert("fee_executed".into(), json!(b.fee_executed.to_string()));
+                r.provider_refs.insert("expiration_block".into(), json!(b.expiration_block.to_string()));
+            }
+            r.provider_refs.insert("delay_reason".into(), m_delay.clone());
+            tracing::info!(
+                source_domain = domain, burn_tx_hash = %hash, message_nonce = %m.nonce,
+                finality_threshold_executed = m.finality_threshold_executed, delay_reason = %m_delay,
+                "V2 attestation complete"
+            );
+        }
         Ok(r)
+    }
+
+    /// The attested message is the burn's, when the burn is a predecessor: V1 by its hash (the
+    /// burn's receipt's), V2 — whose attested message differs from the emitted one by the
+    /// fields the attester fills — by [`MessageV2::same_transfer`] with the emitted bytes. A
+    /// service that attests another message for this transaction fails the step.
+    fn bound_to_burn(
+        ctx: &ExecutionContext,
+        domain: u32,
+        hash: &str,
+        message: &Bytes,
+        version: Option<Version>,
+    ) -> Option<ObserveOutcome> {
+        let mismatch = |why: String| {
+            tracing::error!(
+                source_domain = domain, burn_tx_hash = %hash, %why,
+                "the attestation service answered another message than the burn's"
+            );
+            Some(ExecutionResult::failed(qtg_core::codes::CCTP_ATTESTATION_MISMATCH, why))
+        };
+        let burned = ctx.provider_context.get("cctp_version").and_then(Value::as_u64);
+        match version {
+            Some(Version::V2) => {
+                if burned == Some(1) {
+                    return mismatch("the service attested a V2 message for a V1 burn".into());
+                }
+                let emitted = ctx
+                    .provider_context
+                    .get("message")
+                    .and_then(Value::as_str)
+                    .and_then(|h| h.parse::<Bytes>().ok())
+                    .and_then(|b| MessageV2::parse(&b));
+                let attested = MessageV2::parse(message)?;
+                match emitted {
+                    Some(e) if !e.same_transfer(&attested) => mismatch(format!(
+                        "the service attested message {} for this burn, which is not its transfer",
+                        keccak256(message)
+                    )),
+                    _ => None,
+                }
+            }
+            _ => {
+                if burned == Some(2) {
+                    return mismatch("the service attested a V1 message for a V2 burn".into());
+                }
+                let want = ctx.provider_context.get("message_hash").and_then(Value::as_str)?;
+                if want.eq_ignore_ascii_case(&keccak256(message).to_string()) {
+                    return None;
+                }
+                mismatch(format!(
+                    "the service attested message {} for this burn, whose message is {want}",
+                    keccak256(message)
+                ))
+            }
+        }
     }
 }
 

@@ -11,6 +11,34 @@
 use alloy::primitives::U256;
 use serde_json::Value;
 
+/// Circle's fee API (or one in its shape) at `base`.
+#[derive(Clone)]
+pub struct FeeApi {
+    base: String,
+    http: reqwest::Client,
+}
+
+impl FeeApi {
+    /// `base` as the attestation service's: https, plain http only to loopback or `insecure`.
+    pub fn new(base: &str, insecure: bool, timeout_ms: Option<u64>) -> Result<FeeApi, String> {
+        let http = crate::service_client("config.fee_url", base, insecure, timeout_ms)?;
+        Ok(FeeApi { base: base.trim_end_matches('/').to_string(), http })
+    }
+
+    /// `GET /v2/burn/USDC/fees/{source}/{destination}`; no answer or not Circle's shape is an
+    /// error (the burn waits; it is never sent on a guess).
+    pub async fn quotes(&self, source: u32, destination: u32) -> Result<Vec<FeeQuote>, String> {
+        let url = format!("{}/v2/burn/USDC/fees/{source}/{destination}", self.base);
+        let resp = self.http.get(&url).send().await.map_err(|e| format!("fee API: {}", e.without_url()))?;
+        let status = resp.status();
+        if !status.is_success() {
+            return Err(format!("fee API answered HTTP {}", status.as_u16()));
+        }
+        let body: Value = resp.json().await.map_err(|e| format!("fee API: not JSON: {}", e.without_url()))?;
+        parse_quotes(&body).map_err(|e| format!("fee API: {e}"))
+    }
+}
+
 /// Basis points as an exact decimal: `units / 10^scale`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Bps {

@@ -36,8 +36,30 @@ use serde::Deserialize;
 
 pub use attestation::{AttestationConfig, AttestationObserver};
 pub use burn::Burn;
-pub use domains::{Domain, Domains};
+pub use domains::{Contracts, Domain, Domains, Version};
+pub use fees::FeeApi;
 pub use mint::Mint;
+
+/// An HTTP client for one of Circle's services at `url` (the attestation service, the fee
+/// API): https, plain http only to loopback or when `insecure`; no proxy, no redirects.
+pub(crate) fn service_client(
+    what: &str,
+    url: &str,
+    insecure: bool,
+    timeout_ms: Option<u64>,
+) -> Result<reqwest::Client, String> {
+    let loopback = ["http://127.", "http://localhost", "http://[::1]"].iter().any(|p| url.starts_with(p));
+    if !url.starts_with("https://") && !(url.starts_with("http://") && (loopback || insecure)) {
+        return Err(format!("{what} {url:?}: use https (plain http only to loopback, or insecure = true)"));
+    }
+    qtg_executor::remote::install_tls_provider();
+    reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(std::time::Duration::from_millis(timeout_ms.unwrap_or(5000)))
+        .build()
+        .map_err(|e| format!("HTTP client: {e}"))
+}
 
 /// The lane (`impl = "cctp"`).
 pub struct CctpLane {
@@ -72,6 +94,13 @@ pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, LaneError> {
 struct SenderConfig {
     /// The address the node's signer signs with (nonces are reserved for it).
     from: String,
+    /// A burn's fee API (Circle's `https://iris-api.circle.com`): V2 burns read their route's
+    /// fee there before signing.
+    fee_url: Option<String>,
+    /// Deadline of one fee request (default 5000 ms).
+    timeout_ms: Option<u64>,
+    /// `true` allows plain `http://` to a fee API that is not loopback.
+    insecure: Option<bool>,
 }
 
 impl CctpLane {
@@ -79,7 +108,7 @@ impl CctpLane {
         &self.domains
     }
 
-    fn sender(&self, key: &str, table: Option<&toml::Table>) -> Result<Address, LaneError> {
+    fn sender(&self, key: &str, table: Option<&toml::Table>) -> Result<(Address, SenderConfig), LaneError> {
         let table = table.ok_or_else(|| LaneError::Config(format!("entry {key:?} needs a `config` table (from)")))?;
         let c: SenderConfig =
             toml::Value::Table(table.clone()).try_into().map_err(|e| LaneError::Config(format!("config: {e}")))?;
@@ -88,7 +117,9 @@ impl CctpLane {
                 "entry {key:?}: MG_CCTP_DOMAINS names no domain: a burn or mint has no contract"
             )));
         }
-        c.from.parse().map_err(|_| LaneError::Config(format!("config.from {:?} is not an address", c.from)))
+        let from =
+            c.from.parse().map_err(|_| LaneError::Config(format!("config.from {:?} is not an address", c.from)))?;
+        Ok((from, c))
     }
 }
 
@@ -106,13 +137,24 @@ impl LanePlugin for CctpLane {
         let (pool, chains, signers) = (self.pool.clone(), self.chains.clone(), self.signers.clone());
         match key.split('.').nth(2) {
             Some("burn") => {
-                let from = self.sender(key, table)?;
-                let call = Burn { domains: self.domains.clone() };
+                let (from, c) = self.sender(key, table)?;
+                let fees = c
+                    .fee_url
+                    .as_deref()
+                    .map(|url| FeeApi::new(url, c.insecure == Some(true), c.timeout_ms))
+                    .transpose()
+                    .map_err(LaneError::Config)?;
+                let call = Burn { domains: self.domains.clone(), from, fees };
                 Ok(LaneExecutor::watched(Arc::new(EvmExecutor::new(key, from, chains, pool, signers, call))))
             }
             Some("mint") => {
-                let from = self.sender(key, table)?;
-                let call = Mint { domains: self.domains.clone() };
+                let (from, c) = self.sender(key, table)?;
+                if c.fee_url.is_some() || c.timeout_ms.is_some() || c.insecure.is_some() {
+                    return Err(LaneError::Config(format!(
+                        "entry {key:?}: fee_url, timeout_ms and insecure are a burn's settings; a mint has only from"
+                    )));
+                }
+                let call = Mint { domains: self.domains.clone(), from };
                 Ok(LaneExecutor::watched(Arc::new(EvmExecutor::new(key, from, chains, pool, signers, call))))
             }
             Some("attestation") => {
@@ -122,7 +164,10 @@ impl LanePlugin for CctpLane {
                 let config: AttestationConfig = toml::Value::Table(table.clone())
                     .try_into()
                     .map_err(|e| LaneError::Config(format!("config: {e}")))?;
-                Ok(LaneExecutor::new(Arc::new(AttestationObserver::new(config).map_err(LaneError::Config)?)))
+                let observer = AttestationObserver::new(config)
+                    .map_err(LaneError::Config)?
+                    .with_destinations(self.domains.clone(), self.chains.clone());
+                Ok(LaneExecutor::new(Arc::new(observer)))
             }
             other => Err(LaneError::Unsupported(format!(
                 "entry {key:?}: the cctp lane serves exec.cctp.burn, exec.cctp.attestation and \

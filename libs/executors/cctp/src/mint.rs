@@ -8,18 +8,19 @@
 
 use std::sync::Arc;
 
-use alloy::primitives::{keccak256, Address, Bytes, U256};
+use alloy::primitives::{keccak256, Address, Bytes, B256, U256};
 use async_trait::async_trait;
 use qtg_core::{AfterObserve, ExecutionContext, ObserveOutcome};
 use qtg_evm::call::{call_word, chain_of, destination_allowed, intent_of, refusal, Action, EvmCall, Refusal};
 use qtg_evm::calls::{
-    address_of, receive_calldata, signature_threshold_calldata, used_nonces_calldata, Message, SIGNATURE_LENGTH,
+    address_of, receive_calldata, signature_threshold_calldata, used_nonces_calldata, AmountIs, Message, MessageV2,
+    SIGNATURE_LENGTH,
 };
 use qtg_evm::{Chains, RpcError};
 use serde_json::{json, Value};
 
-use crate::burn::{deployment, usdc_decimals};
-use crate::domains::Domains;
+use crate::burn::{deployment, token_amount, usdc_decimals};
+use crate::domains::{Domains, Version};
 
 /// Gas of a `receiveMessage` (a mint), unless the node's config sets `gas_limit`: fixed, so a
 /// message already received does not fail the estimate before its evidence is read.
@@ -27,6 +28,8 @@ const MINT_GAS: u64 = 300_000;
 
 pub struct Mint {
     pub domains: Arc<Domains>,
+    /// The address this executor sends from (its denylist state is a drift fact).
+    pub from: Address,
 }
 
 fn bytes(ctx: &ExecutionContext, key: &str) -> Result<Bytes, Refusal> {
@@ -43,91 +46,205 @@ fn bytes(ctx: &ExecutionContext, key: &str) -> Result<Bytes, Refusal> {
         })
 }
 
+/// The attested message a mint receives, in its version's layout.
+pub(crate) enum Received {
+    V1(Message),
+    V2(MessageV2),
+}
+
+impl Received {
+    fn source_domain(&self) -> u32 {
+        match self {
+            Received::V1(m) => m.source_domain,
+            Received::V2(m) => m.source_domain,
+        }
+    }
+
+    fn destination_caller(&self) -> B256 {
+        match self {
+            Received::V1(m) => m.destination_caller,
+            Received::V2(m) => m.destination_caller,
+        }
+    }
+
+    /// The transmitter's `usedNonces` key (V1: of source domain and nonce; V2: the nonce).
+    fn used_key(&self) -> B256 {
+        match self {
+            Received::V1(m) => m.used_key(),
+            Received::V2(m) => m.used_key(),
+        }
+    }
+
+    fn nonce(&self) -> String {
+        match self {
+            Received::V1(m) => m.nonce.to_string(),
+            Received::V2(m) => m.nonce.to_string(),
+        }
+    }
+}
+
 impl Mint {
-    /// The message, bound to the burn it mints for: its hash must be the plan's
-    /// `burn_message_hash` (by `$ref` from the burn, read from the burn's own receipt), so an
-    /// attestation service cannot hand over another message (an older one, already received).
-    fn message(ctx: &ExecutionContext) -> Result<(Bytes, Message), Refusal> {
+    /// The message, bound to the burn it mints for. V1: its hash is the plan's
+    /// `burn_message_hash` (by `$ref` from the burn's receipt). V2: the attester filled in the
+    /// nonce, finality, fee and expiry, so the hashes differ by construction; it must be the
+    /// same transfer as the plan's `burn_message` (by `$ref`: the bytes the burn emitted) by
+    /// every field the source chain wrote. Either way an attestation service cannot hand over
+    /// another message (an older one, already received).
+    fn message(ctx: &ExecutionContext) -> Result<(Bytes, Received), Refusal> {
         let raw = bytes(ctx, "message")?;
-        let want = ctx
-            .node_config
-            .get("burn_message_hash")
-            .and_then(Value::as_str)
-            .and_then(|h| h.parse::<alloy::primitives::B256>().ok())
-            .ok_or_else(|| {
-                refusal(
-                    qtg_core::codes::CCTP_CONFIG_INVALID,
-                    "the node's config names no burn_message_hash (a $ref to the burn's message_hash)",
-                )
-            })?;
-        if keccak256(&raw) != want {
+        let version =
+            Version::of(&ctx.node_config).map_err(|why| refusal(qtg_core::codes::CCTP_CONFIG_INVALID, why))?;
+        if Version::of_message(&raw) != Some(version) {
             return Err(refusal(
-                qtg_core::codes::CCTP_MESSAGE_MISMATCH,
-                format!("the message's hash {} is not the burn's {want}", keccak256(&raw)),
+                qtg_core::codes::CCTP_MESSAGE_INVALID,
+                format!("the message is not a CCTP {version} message"),
             ));
         }
-        let m = Message::parse(&raw)
-            .ok_or_else(|| refusal(qtg_core::codes::CCTP_MESSAGE_INVALID, "the message is not a CCTP message"))?;
-        Ok((raw, m))
+        match version {
+            Version::V1 => {
+                let want = ctx
+                    .node_config
+                    .get("burn_message_hash")
+                    .and_then(Value::as_str)
+                    .and_then(|h| h.parse::<B256>().ok())
+                    .ok_or_else(|| {
+                        refusal(
+                            qtg_core::codes::CCTP_CONFIG_INVALID,
+                            "the node's config names no burn_message_hash (a $ref to the burn's message_hash)",
+                        )
+                    })?;
+                if keccak256(&raw) != want {
+                    return Err(refusal(
+                        qtg_core::codes::CCTP_MESSAGE_MISMATCH,
+                        format!("the message's hash {} is not the burn's {want}", keccak256(&raw)),
+                    ));
+                }
+                let m = Message::parse(&raw).ok_or_else(|| {
+                    refusal(qtg_core::codes::CCTP_MESSAGE_INVALID, "the message is not a CCTP message")
+                })?;
+                Ok((raw, Received::V1(m)))
+            }
+            Version::V2 => {
+                let emitted = ctx
+                    .node_config
+                    .get("burn_message")
+                    .and_then(Value::as_str)
+                    .and_then(|h| h.parse::<Bytes>().ok())
+                    .and_then(|b| MessageV2::parse(&b))
+                    .ok_or_else(|| {
+                        refusal(
+                            qtg_core::codes::CCTP_CONFIG_INVALID,
+                            "the node's config names no burn_message (a $ref to the burn's message)",
+                        )
+                    })?;
+                let m = MessageV2::parse(&raw).ok_or_else(|| {
+                    refusal(qtg_core::codes::CCTP_MESSAGE_INVALID, "the message is not a CCTP V2 message")
+                })?;
+                if !emitted.same_transfer(&m) {
+                    return Err(refusal(
+                        qtg_core::codes::CCTP_MESSAGE_MISMATCH,
+                        "the attested message is not the burn's transfer (a field the source chain wrote differs)",
+                    ));
+                }
+                Ok((raw, Received::V2(m)))
+            }
+        }
     }
 }
 
 #[async_trait]
 impl EvmCall for Mint {
     async fn facts(&self, chains: &Chains) -> Result<Vec<qtg_executor::DriftFact>, RpcError> {
-        crate::domains::facts(&self.domains, chains).await
+        crate::domains::facts(&self.domains, chains, &[self.from]).await
     }
 
     fn action(&self, ctx: &ExecutionContext, chains: &Chains) -> Result<Action, Refusal> {
         let chain = chain_of(ctx, chains)?;
-        let d = deployment(&self.domains, ctx, chain.spec.chain_id, |d| d.message_transmitter, "message transmitter")?;
-        let (raw, m) = Self::message(ctx)?;
+        let (d, version, here) =
+            deployment(&self.domains, ctx, chain.spec.chain_id, |c| c.message_transmitter, "message transmitter")?;
+        let (raw, received) = Self::message(ctx)?;
         let attestation = bytes(ctx, "attestation")?;
-        let burn = m
-            .burn()
-            .ok_or_else(|| refusal(qtg_core::codes::CCTP_MESSAGE_INVALID, "the message body is not a burn message"))?;
-        // The route: from another configured domain's messenger, for its USDC, to ours.
-        let source = self.domains.get(m.source_domain).filter(|s| s.domain != d.domain).ok_or_else(|| {
-            refusal(
-                qtg_core::codes::CCTP_MESSAGE_MISMATCH,
-                format!("the message comes from domain {}, not another configured one", m.source_domain),
-            )
-        })?;
-        if m.sender != source.token_messenger.into_word()
-            || m.recipient != d.token_messenger.into_word()
-            || burn.burn_token != source.usdc.into_word()
-        {
-            return Err(refusal(
-                qtg_core::codes::CCTP_MESSAGE_MISMATCH,
-                format!(
-                    "the message is not from domain {}'s token messenger for its USDC to this domain's token messenger",
-                    source.domain
-                ),
-            ));
-        }
+        // The route: from another configured domain's messenger of this version, for its USDC,
+        // to ours.
+        let source_domain = received.source_domain();
+        let source = self
+            .domains
+            .get(source_domain)
+            .filter(|s| s.domain != d.domain)
+            .and_then(|s| Some((s, s.contracts(version)?)))
+            .ok_or_else(|| {
+                refusal(
+                    qtg_core::codes::CCTP_MESSAGE_MISMATCH,
+                    format!("the message comes from domain {source_domain}, not another configured {version} one"),
+                )
+            })?;
+        let (source, source_contracts) = source;
         let decimals = usdc_decimals(ctx)?;
         let (recipient, amount) = intent_of(ctx, decimals)?;
-        if m.destination_domain != d.domain
-            || address_of(&burn.mint_recipient) != Some(recipient)
-            || burn.amount != amount
-        {
-            return Err(refusal(
-                qtg_core::codes::CCTP_MESSAGE_MISMATCH,
-                format!(
-                    "the message mints {} to {} on domain {}; the movement is {amount} to {recipient} on domain {}",
-                    burn.amount, burn.mint_recipient, m.destination_domain, d.domain
-                ),
-            ));
-        }
+        let mismatch = |why: String| refusal(qtg_core::codes::CCTP_MESSAGE_MISMATCH, why);
+        let route = |sender: &B256, to: &B256, token: &B256| {
+            if *sender != source_contracts.token_messenger.into_word()
+                || *to != here.token_messenger.into_word()
+                || *token != source.usdc.into_word()
+            {
+                return Err(mismatch(format!(
+                    "the message is not from domain {}'s {version} token messenger for its USDC to this domain's",
+                    source.domain
+                )));
+            }
+            Ok(())
+        };
+        let delivered = match &received {
+            Received::V1(m) => {
+                let burn = m.burn().ok_or_else(|| {
+                    refusal(qtg_core::codes::CCTP_MESSAGE_INVALID, "the message body is not a burn message")
+                })?;
+                route(&m.sender, &m.recipient, &burn.burn_token)?;
+                if m.destination_domain != d.domain
+                    || address_of(&burn.mint_recipient) != Some(recipient)
+                    || burn.amount != amount
+                {
+                    return Err(mismatch(format!(
+                        "the message mints {} to {} on domain {}; the movement is {amount} to {recipient} on domain {}",
+                        burn.amount, burn.mint_recipient, m.destination_domain, d.domain
+                    )));
+                }
+                burn.amount
+            }
+            Received::V2(m) => {
+                let burn = m.burn().ok_or_else(|| {
+                    refusal(qtg_core::codes::CCTP_MESSAGE_INVALID, "the message body is not a V2 burn message")
+                })?;
+                route(&m.sender, &m.recipient, &burn.burn_token)?;
+                if m.destination_domain != d.domain || address_of(&burn.mint_recipient) != Some(recipient) {
+                    return Err(mismatch(format!(
+                        "the message mints to {} on domain {}; the movement is to {recipient} on domain {}",
+                        burn.mint_recipient, m.destination_domain, d.domain
+                    )));
+                }
+                let amount_is = AmountIs::parse(ctx.node_config.get("amount_is").and_then(Value::as_str))
+                    .map_err(|why| refusal(qtg_core::codes::CCTP_CONFIG_INVALID, why))?;
+                amount_is.check(amount, &burn).map_err(mismatch)?;
+                if let Some(cap) = token_amount(ctx.node_config.get("max_fee"), decimals, "config.max_fee")? {
+                    if burn.max_fee > cap {
+                        return Err(mismatch(format!(
+                            "the message's maxFee {} is above the plan's {cap}",
+                            burn.max_fee
+                        )));
+                    }
+                }
+                burn.amount - burn.fee_executed
+            }
+        };
         let gas = ctx.node_config.get("gas_limit").and_then(Value::as_u64).unwrap_or(MINT_GAS);
         Ok(Action {
             chain,
-            to: d.message_transmitter,
+            to: here.message_transmitter,
             value: U256::ZERO,
             input: receive_calldata(&raw, &attestation),
             token: Some(d.usdc),
             recipient,
-            amount,
+            amount: delivered,
             decimals,
             gas: Some(gas),
         })
@@ -135,7 +252,7 @@ impl EvmCall for Mint {
 
     /// The recipient allowed, the attestation as long as the transmitter's m-of-n check needs
     /// (`signatureThreshold()` signatures of 65 bytes), the message's destination caller (when
-    /// it names one) this executor's address.
+    /// it names one) this executor's address, and a V2 attestation not expired.
     async fn check(&self, ctx: &ExecutionContext, from: Address, a: &Action) -> Result<Option<Refusal>, RpcError> {
         if let Some(r) = destination_allowed(ctx, a.recipient) {
             return Ok(Some(r));
@@ -170,14 +287,31 @@ impl EvmCall for Mint {
             }
         }
         if let Ok((_, m)) = Self::message(ctx) {
-            if !m.destination_caller.is_zero() && address_of(&m.destination_caller) != Some(from) {
+            let caller = m.destination_caller();
+            if !caller.is_zero() && address_of(&caller) != Some(from) {
                 return Ok(Some(refusal(
                     qtg_core::codes::CCTP_MINT_CALLER_MISMATCH,
-                    format!(
-                        "the message may be received only by {}; this executor sends from {from}",
-                        m.destination_caller
-                    ),
+                    format!("the message may be received only by {caller}; this executor sends from {from}"),
                 )));
+            }
+            if let Received::V2(m) = &m {
+                let expiry = m.burn().map_or(U256::ZERO, |b| b.expiration_block);
+                if !expiry.is_zero() {
+                    let head = a.chain.rpc.call("eth_blockNumber", json!([])).await?;
+                    let head = head
+                        .as_str()
+                        .and_then(|h| U256::from_str_radix(h.trim_start_matches("0x"), 16).ok())
+                        .unwrap_or(U256::MAX);
+                    if head >= expiry {
+                        return Ok(Some(refusal(
+                            qtg_core::codes::CCTP_ATTESTATION_EXPIRED,
+                            format!(
+                                "the Fast attestation expired at block {expiry} (the chain is at {head}); it must be \
+                                 re-attested, never sent"
+                            ),
+                        )));
+                    }
+                }
             }
         }
         Ok(None)
@@ -191,30 +325,36 @@ impl EvmCall for Mint {
             return Ok(None);
         }
         tracing::info!(
-            source_domain = m.source_domain,
-            message_nonce = m.nonce,
+            source_domain = m.source_domain(),
+            message_nonce = %m.nonce(),
             "the message transmitter already received this message"
         );
         let mut r = ObserveOutcome::new(AfterObserve::Completed);
         r.provider_state = Some("received".into());
         r.provider_ref_id = Some(keccak256(&raw).to_string());
         r.provider_refs.insert("message_hash".into(), json!(keccak256(&raw).to_string()));
-        r.provider_refs.insert("message_nonce".into(), json!(m.nonce.to_string()));
+        r.provider_refs.insert("message_nonce".into(), json!(m.nonce()));
         r.provider_refs.insert("message_nonce_used".into(), json!(true));
         r.generated_artifacts.push(json!({
             "kind": "cctp_message_received",
             "message_hash": keccak256(&raw).to_string(),
-            "source_domain": m.source_domain,
-            "message_nonce": m.nonce.to_string(),
+            "source_domain": m.source_domain(),
+            "message_nonce": m.nonce(),
             "used_nonces_key": m.used_key().to_string(),
         }));
         Ok(Some(r))
     }
 
-    fn completed(&self, ctx: &ExecutionContext, _: &Action, _: &Value, r: &mut ObserveOutcome) -> Result<(), String> {
+    fn completed(&self, ctx: &ExecutionContext, a: &Action, _: &Value, r: &mut ObserveOutcome) -> Result<(), String> {
         if let Ok((raw, m)) = Self::message(ctx) {
             r.provider_refs.insert("message_hash".into(), json!(keccak256(&raw).to_string()));
-            r.provider_refs.insert("message_nonce".into(), json!(m.nonce.to_string()));
+            r.provider_refs.insert("message_nonce".into(), json!(m.nonce()));
+            if let Received::V2(m) = &m {
+                if let Some(b) = m.burn() {
+                    r.provider_refs.insert("fee_executed".into(), json!(b.fee_executed.to_string()));
+                    r.provider_refs.insert("amount_delivered".into(), json!(a.amount.to_string()));
+                }
+            }
         }
         r.provider_state = Some("minted".into());
         Ok(())

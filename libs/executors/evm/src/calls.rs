@@ -27,6 +27,27 @@ sol! {
     function burnLimitsPerMessage(address token) returns (uint256);
     function getLocalToken(uint32 remoteDomain, bytes32 remoteToken) returns (address);
     function tokenController() returns (address);
+    function minFee() returns (uint256);
+    function feeRecipient() returns (address);
+    function denylister() returns (address);
+    function isDenylisted(address account) returns (bool);
+}
+
+/// V2 `TokenMessengerV2.minFee()`: the on-chain minimum fee in 1/1000 basis points (V2.1).
+pub fn min_fee_calldata() -> Bytes {
+    minFeeCall {}.abi_encode().into()
+}
+
+pub fn fee_recipient_calldata() -> Bytes {
+    feeRecipientCall {}.abi_encode().into()
+}
+
+pub fn denylister_calldata() -> Bytes {
+    denylisterCall {}.abi_encode().into()
+}
+
+pub fn is_denylisted_calldata(account: Address) -> Bytes {
+    isDenylistedCall { account }.abi_encode().into()
 }
 
 /// `keccak256("MessageSent(bytes)")`, the topic of the transmitter's event.
@@ -271,6 +292,67 @@ pub fn decode_burn_v2(input: &[u8]) -> Option<DepositForBurnV2> {
 /// The topic of V2's `DepositForBurn` (it differs from V1's: no nonce, more fields).
 pub fn deposit_for_burn_v2_topic() -> B256 {
     <v2::DepositForBurn as alloy::sol_types::SolEvent>::SIGNATURE_HASH
+}
+
+/// What a V2 node's intent amount is (node `config.amount_is`): the amount burned (the
+/// recipient receives it less the fee executed), or the amount delivered (the burn is grossed
+/// up by its `maxFee`: the recipient receives the amount plus whatever of `maxFee` the attester
+/// did not charge).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum AmountIs {
+    Burned,
+    Delivered,
+}
+
+impl AmountIs {
+    /// `"burned"` (also when absent) or `"delivered"`.
+    pub fn parse(text: Option<&str>) -> Result<AmountIs, String> {
+        match text.map(str::trim) {
+            None | Some("burned") => Ok(AmountIs::Burned),
+            Some("delivered") => Ok(AmountIs::Delivered),
+            Some(other) => Err(format!("amount_is {other:?} is neither \"burned\" nor \"delivered\"")),
+        }
+    }
+
+    /// The burn's amount for the intent's `amount` and the burn's `max_fee`.
+    pub fn burned(self, amount: U256, max_fee: U256) -> U256 {
+        match self {
+            AmountIs::Burned => amount,
+            AmountIs::Delivered => amount.saturating_add(max_fee),
+        }
+    }
+
+    /// Whether an attested V2 burn body is the intent's transfer of `amount`: burned as
+    /// [`AmountIs::burned`] says, with a fee executed within its `maxFee` and below the amount.
+    pub fn check(self, amount: U256, body: &BurnMessageV2) -> Result<(), String> {
+        let want = self.burned(amount, body.max_fee);
+        if body.amount != want {
+            return Err(format!(
+                "the message burns {} with maxFee {}; the movement's {amount} ({}) needs {want}",
+                body.amount,
+                body.max_fee,
+                if self == AmountIs::Burned { "burned" } else { "delivered" }
+            ));
+        }
+        if body.fee_executed > body.max_fee || (!body.fee_executed.is_zero() && body.fee_executed >= body.amount) {
+            return Err(format!(
+                "the message's fee executed {} is above its maxFee {} or not below its amount {}",
+                body.fee_executed, body.max_fee, body.amount
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// A V2 node's `config.finality`: `"fast"` ([`FINALITY_FAST`]) or `"standard"`
+/// ([`FINALITY_STANDARD`]), required: the choice decides the fee.
+pub fn finality_of(text: Option<&str>) -> Result<u32, String> {
+    match text.map(str::trim) {
+        Some("fast") => Ok(FINALITY_FAST),
+        Some("standard") => Ok(FINALITY_STANDARD),
+        Some(other) => Err(format!("finality {other:?} is neither \"fast\" nor \"standard\"")),
+        None => Err("a V2 burn needs config.finality (\"fast\" or \"standard\")".into()),
+    }
 }
 
 /// A CCTP V2 message (`MessageV2`, Circle's `src/messages/v2/MessageV2.sol`): `version ‖

@@ -15,7 +15,9 @@ use qtg_core::{SignRequest, SignResult};
 use qtg_executor::{ExecutorError, SignError, Signer};
 use serde_json::{json, Value};
 
-use crate::calls::{address_of, decode_burn, decode_receive, Message};
+use crate::calls::{
+    address_of, decode_burn, decode_burn_v2, decode_receive, finality_of, AmountIs, Message, MessageV2,
+};
 use crate::tx::{base_units, decode_transfer, TxPayload, PAYLOAD_FORMAT};
 
 pub struct LocalSigner {
@@ -124,26 +126,43 @@ impl LocalSigner {
                     ));
                 }
                 let domain = intent.destination_domain.ok_or("the approved intent names no destination_domain")?;
-                Self::bridge_call(&tx.input, token.as_deref(), destination, amount, domain)?;
+                Self::bridge_call(&tx.input, intent, token.as_deref(), destination, amount, domain)?;
             }
         }
         Ok(())
     }
 
-    /// A CCTP burn or mint call checked against the approved token, recipient, amount and
-    /// destination domain.
+    /// A CCTP burn or mint call (V1 or V2) checked against the approved token, recipient,
+    /// amount and destination domain — and on V2 the approved terms: finality, fee cap, what
+    /// the amount is, destination caller.
     fn bridge_call(
         input: &[u8],
+        intent: &qtg_core::SigningIntent,
         token: Option<&str>,
         destination: Address,
         amount: U256,
         domain: u32,
     ) -> Result<(), String> {
-        if let Some(burn) = decode_burn(input) {
-            let token: Address = token
+        let approved_token = || -> Result<Address, String> {
+            token
                 .ok_or("a burn needs the approved token_contract")?
                 .parse()
-                .map_err(|_| "the approved token_contract is not an address".to_string())?;
+                .map_err(|_| "the approved token_contract is not an address".to_string())
+        };
+        let amount_is = || AmountIs::parse(intent.amount_is.as_deref());
+        let cap = || -> Result<Option<U256>, String> {
+            let decimals = intent.decimals.unwrap_or(18);
+            intent
+                .bridge_max_fee
+                .as_deref()
+                .map(|f| {
+                    base_units(f.trim(), decimals)
+                        .ok_or_else(|| format!("the approved max_fee {f:?} is not an amount with {decimals} decimals"))
+                })
+                .transpose()
+        };
+        if let Some(burn) = decode_burn(input) {
+            let token = approved_token()?;
             if burn.burnToken != token
                 || burn.amount != amount
                 || address_of(&burn.mintRecipient) != Some(destination)
@@ -157,7 +176,59 @@ impl LocalSigner {
             }
             return Ok(());
         }
+        if let Some(burn) = decode_burn_v2(input) {
+            let token = approved_token()?;
+            let finality = finality_of(intent.finality.as_deref())?;
+            let cap = cap()?.ok_or("a V2 burn needs the approved max_fee")?;
+            let want = amount_is()?.burned(amount, burn.maxFee);
+            let caller = match intent.destination_caller.as_deref().filter(|c| !c.trim().is_empty()) {
+                Some(c) => c
+                    .trim()
+                    .parse::<Address>()
+                    .map(crate::calls::word)
+                    .map_err(|_| format!("the approved destination_caller {c:?} is not an address"))?,
+                None => Default::default(),
+            };
+            if burn.burnToken != token
+                || burn.amount != want
+                || address_of(&burn.mintRecipient) != Some(destination)
+                || burn.destinationDomain != domain
+                || burn.minFinalityThreshold != finality
+                || burn.maxFee > cap
+                || burn.destinationCaller != caller
+            {
+                return Err(format!(
+                    "depositForBurn({}, domain {}, {}, {}, caller {}, maxFee {}, finality {}) is not the approved \
+                     {want} of {token} to {destination} on domain {domain}, caller {caller}, maxFee at most {cap}, \
+                     finality {finality}",
+                    burn.amount,
+                    burn.destinationDomain,
+                    burn.mintRecipient,
+                    burn.burnToken,
+                    burn.destinationCaller,
+                    burn.maxFee,
+                    burn.minFinalityThreshold
+                ));
+            }
+            return Ok(());
+        }
         if let Some((message, _)) = decode_receive(input) {
+            if let Some(m) = MessageV2::parse(&message).filter(|m| m.version == 1) {
+                let b = m.burn().ok_or("the message body is not a CCTP V2 burn message")?;
+                if m.destination_domain != domain || address_of(&b.mint_recipient) != Some(destination) {
+                    return Err(format!(
+                        "receiveMessage to {} on domain {} is not the approved {destination} on domain {domain}",
+                        b.mint_recipient, m.destination_domain
+                    ));
+                }
+                amount_is()?.check(amount, &b)?;
+                if let Some(cap) = cap()? {
+                    if b.max_fee > cap {
+                        return Err(format!("the message's maxFee {} is above the approved {cap}", b.max_fee));
+                    }
+                }
+                return Ok(());
+            }
             let m = Message::parse(&message).ok_or("the message is not a CCTP message")?;
             let b = m.burn().ok_or("the message body is not a CCTP burn message")?;
             if m.destination_domain != domain
@@ -246,6 +317,10 @@ mod tests {
                 decimals: Some(18),
                 contract: None,
                 destination_domain: None,
+                bridge_max_fee: None,
+                amount_is: None,
+                finality: None,
+                destination_caller: None,
             },
             payload_format: PAYLOAD_FORMAT.into(),
             payload: text,
@@ -360,5 +435,96 @@ mod tests {
             "another contract"
         );
         assert!(refused(s.sign(&approved(&burn(1, messenger), None)).await), "a transfer plan never signs a burn");
+    }
+
+    /// A V2 burn is signed only within the approved terms: finality, a `maxFee` at most the
+    /// approved cap, the amount as approved (grossed up by `maxFee` when it is what must be
+    /// delivered), no destination caller unless approved; and a V2 mint only of a message that
+    /// delivers the approved amount to the approved recipient.
+    #[tokio::test]
+    async fn signs_a_v2_burn_and_mint_only_within_the_approved_terms() {
+        use crate::calls::{burn_v2_calldata, MessageV2, FINALITY_FAST, FINALITY_STANDARD};
+        let s = LocalSigner::new("signer.evm.local", KEY).unwrap();
+        let (messenger, usdc, dest) =
+            (Address::repeat_byte(0x55), Address::repeat_byte(0x66), Address::repeat_byte(0x22));
+        let tx = |input: Bytes| {
+            let call = TxEip1559 {
+                chain_id: 31337,
+                nonce: 5,
+                gas_limit: 200_000,
+                max_fee_per_gas: 10,
+                max_priority_fee_per_gas: 1,
+                to: TxKind::Call(messenger),
+                value: U256::ZERO,
+                access_list: Default::default(),
+                input,
+            };
+            TxPayload::of(&call, s.address(), 3, Some(usdc), dest, U256::ZERO)
+        };
+        let burn = |amount: u64, max_fee: u64, finality: u32, caller: Option<Address>| {
+            tx(burn_v2_calldata(U256::from(amount), 1, dest, usdc, caller, U256::from(max_fee), finality))
+        };
+        let approved = |p: &TxPayload, amount_is: Option<&str>| {
+            let mut r = request(p, dest, "7", Some(usdc));
+            r.signing_intent.decimals = Some(6);
+            r.signing_intent.contract = Some(messenger.to_string());
+            r.signing_intent.destination_domain = Some(1);
+            r.signing_intent.bridge_max_fee = Some("0.01".into());
+            r.signing_intent.finality = Some("fast".into());
+            r.signing_intent.amount_is = amount_is.map(str::to_string);
+            r
+        };
+        let refused = |r: Result<SignResult, SignError>| match r {
+            Err(SignError::Refused(why)) => why,
+            other => panic!("signed: {other:?}"),
+        };
+        assert!(s.sign(&approved(&burn(7_000_000, 10_000, FINALITY_FAST, None), None)).await.is_ok());
+        assert!(s.sign(&approved(&burn(7_000_000, 5_000, FINALITY_FAST, None), None)).await.is_ok(), "below the cap");
+        assert!(
+            refused(s.sign(&approved(&burn(7_000_000, 10_001, FINALITY_FAST, None), None)).await).contains("maxFee")
+        );
+        assert!(refused(s.sign(&approved(&burn(7_000_000, 10_000, FINALITY_STANDARD, None), None)).await)
+            .contains("finality"));
+        let caller = Some(Address::repeat_byte(0x99));
+        assert!(
+            refused(s.sign(&approved(&burn(7_000_000, 10_000, FINALITY_FAST, caller), None)).await).contains("caller")
+        );
+        assert!(
+            s.sign(&approved(&burn(7_010_000, 10_000, FINALITY_FAST, None), Some("delivered"))).await.is_ok(),
+            "delivered: the amount plus maxFee"
+        );
+        assert!(refused(s.sign(&approved(&burn(7_000_000, 10_000, FINALITY_FAST, None), Some("delivered"))).await)
+            .contains("not the approved"));
+        let mut no_cap = approved(&burn(7_000_000, 0, FINALITY_FAST, None), None);
+        no_cap.signing_intent.bridge_max_fee = None;
+        assert!(refused(s.sign(&no_cap).await).contains("max_fee"));
+        // The mint: the attested message, fee executed within its maxFee.
+        let message = |amount: u64, max_fee: u64, fee: u64| {
+            let mut body = vec![0, 0, 0, 1];
+            body.extend_from_slice(usdc.into_word().as_slice());
+            body.extend_from_slice(dest.into_word().as_slice());
+            for w in [amount, 0, max_fee, fee, 0] {
+                body.extend_from_slice(&U256::from(w).to_be_bytes::<32>());
+            }
+            body[100..132].copy_from_slice(messenger.into_word().as_slice());
+            MessageV2 {
+                version: 1,
+                source_domain: 0,
+                destination_domain: 1,
+                nonce: alloy::primitives::B256::repeat_byte(7),
+                sender: Default::default(),
+                recipient: Default::default(),
+                destination_caller: Default::default(),
+                min_finality_threshold: FINALITY_FAST,
+                finality_threshold_executed: FINALITY_FAST,
+                body: body.into(),
+            }
+            .encode()
+        };
+        let mint = |m: Bytes| tx(crate::calls::receive_calldata(&m, &Bytes::from(vec![1u8; 65])));
+        assert!(s.sign(&approved(&mint(message(7_000_000, 10_000, 700)), None)).await.is_ok());
+        assert!(refused(s.sign(&approved(&mint(message(7_000_001, 10_000, 700)), None)).await).contains("burns"));
+        assert!(refused(s.sign(&approved(&mint(message(7_000_000, 10_000, 10_001)), None)).await).contains("fee"));
+        assert!(refused(s.sign(&approved(&mint(message(7_000_000, 20_000, 700)), None)).await).contains("maxFee"));
     }
 }

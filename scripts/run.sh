@@ -94,7 +94,8 @@ if anvil_bin=$(./scripts/ensure-evm-tools.sh 2>.qtg/evm-tools.log); then
   # chain B's transmitter checks attestations against, as the simulator reports it.
   attestation_addr="${QTG_ATTESTATION_SIM_ADDR:-127.0.0.1:9401}"
   QTG_ATTESTATION_SIM_ATTESTER_KEY=0x8b3a350cf5c34c9194ca85829a2df0ec3153be0318b5e2d3348e872092edffba \
-    ./target/debug/qtg-attestation-sim --addr "$attestation_addr" --source "0=$anvil_url" --confirmations 1 \
+    ./target/debug/qtg-attestation-sim --addr "$attestation_addr" --source "0=$anvil_url" \
+    --destination "1=$anvil_b_url" --confirmations 1 \
     2> .qtg/attestation-sim.log &
   attestation_pid=$!
   attester=""
@@ -152,6 +153,27 @@ if anvil_bin=$(./scripts/ensure-evm-tools.sh 2>.qtg/evm-tools.log); then
   cctp_side "$anvil_b_url" 1 .qtg/cctp-b.addresses
   read -r a_usdc a_transmitter a_messenger < .qtg/cctp-a.addresses
   read -r b_usdc b_transmitter b_messenger < .qtg/cctp-b.addresses
+  # CCTP V2 beside V1 on the same USDC (contracts/QtgCctpV2.sol), recorded in $4 ("usdc
+  # transmitter messenger"; deployed anew with the chain's V1 side): MessageTransmitterV2
+  # trusting the attester, TokenMessengerV2 paying the fees to anvil's fourth account and
+  # minting USDC, 1 000 000 USDC a message (0x7235ea0c setMaxBurnAmountPerMessage).
+  fee_recipient=0x90F79bf6EB2c4f870365E785982E1f101E93b906
+  cctp_v2_side() { # url domain usdc record
+    local usdc transmitter messenger
+    if [ -s "$4" ] && read -r usdc transmitter messenger < "$4" && [ "$usdc" = "$3" ] \
+      && has_code "$1" "$transmitter" && has_code "$1" "$messenger"; then
+      return
+    fi
+    transmitter=$(send_tx "$1" "" "0x$(cat contracts/QtgCctpV2_sol_MessageTransmitterV2.bin)$(word "$2")$(addr_word "$attester")")
+    messenger=$(send_tx "$1" "" "0x$(cat contracts/QtgCctpV2_sol_TokenMessengerV2.bin)$(addr_word "$transmitter")$(addr_word "$fee_recipient")")
+    send_tx "$1" "$3" "0x8b363731$(addr_word "$messenger")$(word 1)" >/dev/null
+    send_tx "$1" "$messenger" "0x7235ea0c$(addr_word "$3")$(word 1000000000000)" >/dev/null
+    echo "$3 $transmitter $messenger" > "$4"
+  }
+  cctp_v2_side "$anvil_url" 0 "$a_usdc" .qtg/cctp-v2-a.addresses
+  cctp_v2_side "$anvil_b_url" 1 "$b_usdc" .qtg/cctp-v2-b.addresses
+  read -r _ a_transmitter_v2 a_messenger_v2 < .qtg/cctp-v2-a.addresses
+  read -r _ b_transmitter_v2 b_messenger_v2 < .qtg/cctp-v2-b.addresses
   # 0xda87e448 addRemoteTokenMessenger(uint32,bytes32): each messenger takes the other's
   # messages. Checked by 0x82a5e665 remoteTokenMessengers(uint32) at each start: a side deployed
   # anew needs it again on the other.
@@ -161,6 +183,8 @@ if anvil_bin=$(./scripts/ensure-evm-tools.sh 2>.qtg/evm-tools.log); then
   }
   link "$anvil_url" "$a_messenger" 1 "$b_messenger"
   link "$anvil_b_url" "$b_messenger" 0 "$a_messenger"
+  link "$anvil_url" "$a_messenger_v2" 1 "$b_messenger_v2"
+  link "$anvil_b_url" "$b_messenger_v2" 0 "$a_messenger_v2"
   # 0x2b2b90e1 linkTokenPair(address,uint32,bytes32): each side mints its USDC for the other's
   # (as Circle's TokenMinter; checked by 0x78a0565e getLocalToken(uint32,bytes32)).
   pair() { # url messenger local-usdc remote-domain remote-usdc
@@ -169,11 +193,15 @@ if anvil_bin=$(./scripts/ensure-evm-tools.sh 2>.qtg/evm-tools.log); then
   }
   pair "$anvil_url" "$a_messenger" "$a_usdc" 1 "$b_usdc"
   pair "$anvil_b_url" "$b_messenger" "$b_usdc" 0 "$a_usdc"
+  pair "$anvil_url" "$a_messenger_v2" "$a_usdc" 1 "$b_usdc"
+  pair "$anvil_b_url" "$b_messenger_v2" "$b_usdc" 0 "$a_usdc"
   # 0x095ea7b3 approve(address,uint256): the burn pulls the deployer's USDC on A through A's
   # messenger, without limit (0xdd62ed3e allowance(address,address) says if it was given).
   max=$(printf 'f%.0s' $(seq 64))
-  [ "$(call_word "$anvil_url" "$a_usdc" "0xdd62ed3e$(addr_word $deployer)$(addr_word "$a_messenger")")" = "0x$max" ] \
-    || send_tx "$anvil_url" "$a_usdc" "0x095ea7b3$(addr_word "$a_messenger")$max" >/dev/null
+  for spender in "$a_messenger" "$a_messenger_v2"; do
+    [ "$(call_word "$anvil_url" "$a_usdc" "0xdd62ed3e$(addr_word $deployer)$(addr_word "$spender")")" = "0x$max" ] \
+      || send_tx "$anvil_url" "$a_usdc" "0x095ea7b3$(addr_word "$spender")$max" >/dev/null
+  done
   sed "s|http://127.0.0.1:9401|http://$attestation_addr|" deploy/registry.cctp.toml >> .qtg/registry.toml
   # Both chains' balance fetchers (ETH, QTT and USDC of the demos' sender and recipient): after
   # the CCTP contracts, as chain A's USDC address is known only then; both chains are in
@@ -181,10 +209,12 @@ if anvil_bin=$(./scripts/ensure-evm-tools.sh 2>.qtg/evm-tools.log); then
   sed -e "s|__TOKEN__|$token|" -e "s|__USDC_A__|$a_usdc|" -e "s|__USDC_B__|$b_usdc|" \
     deploy/registry.evm-balances.toml >> .qtg/registry.toml
   export MG_EVM_CHAINS="[$(evm_chain 31337 "$anvil_url"),$(evm_chain 31338 "$anvil_b_url")]"
-  domain() { # domain chain usdc transmitter messenger → its MG_CCTP_DOMAINS entry
-    echo "{\"domain\":$1,\"chain_id\":$2,\"token_messenger\":\"$5\",\"message_transmitter\":\"$4\",\"usdc\":\"$3\"}"
+  # domain chain usdc transmitter messenger transmitter-v2 messenger-v2 → its MG_CCTP_DOMAINS
+  # entry: V2 (what the demo leads with) and V1 (legacy).
+  domain() {
+    echo "{\"domain\":$1,\"chain_id\":$2,\"usdc\":\"$3\",\"v2\":{\"token_messenger\":\"$7\",\"message_transmitter\":\"$6\"},\"v1\":{\"token_messenger\":\"$5\",\"message_transmitter\":\"$4\"}}"
   }
-  export MG_CCTP_DOMAINS="[$(domain 0 31337 "$a_usdc" "$a_transmitter" "$a_messenger"),$(domain 1 31338 "$b_usdc" "$b_transmitter" "$b_messenger")]"
+  export MG_CCTP_DOMAINS="[$(domain 0 31337 "$a_usdc" "$a_transmitter" "$a_messenger" "$a_transmitter_v2" "$a_messenger_v2"),$(domain 1 31338 "$b_usdc" "$b_transmitter" "$b_messenger" "$b_transmitter_v2" "$b_messenger_v2")]"
   cctp=1
 else
   echo "make run: the EVM demo is off (no anvil: see .qtg/evm-tools.log)" >&2
@@ -261,6 +291,12 @@ if [ -n "$cctp" ]; then
     deploy/cctp-demo-template.json > .qtg/cctp-demo-template.json
   install_template usdc.cctp.chain_a_to_b .qtg/cctp-demo-template.json "$a_messenger" "$a_usdc" "$b_transmitter" "$b_usdc" \
     burn_message_hash
+  for kind in fast standard; do
+    sed -e "s|__MESSENGER_A__|$a_messenger_v2|" -e "s|__USDC_A__|$a_usdc|" \
+      -e "s|__TRANSMITTER_B__|$b_transmitter_v2|" -e "s|__USDC_B__|$b_usdc|" \
+      "deploy/cctp-v2-$kind-template.json" > ".qtg/cctp-v2-$kind-template.json"
+    install_template "usdc.cctp.v2.$kind" ".qtg/cctp-v2-$kind-template.json" "$a_messenger_v2" "$b_transmitter_v2" "$a_usdc"
+  done
   # The burn's caller is aligned against the signer's identity before anything is signed: enrol
   # it (anvil's first account) once qtg's health worker has listed the signer (404 until then).
   enrolled=""
@@ -339,17 +375,22 @@ MSG
 if [ -n "$cctp" ]; then
   cat <<MSG
 
-  # CCTP: 25 USDC from anvil's first account on chain A (domain 0) to its third on chain B
-  # (domain 1): burn on A, the attestation from qtg-attestation-sim (http://$attestation_addr,
-  # log .qtg/attestation-sim.log), mint on B; approve it as above, it takes a few seconds
+  # CCTP V2: 25 USDC from anvil's first account on chain A (domain 0) to its third on chain B
+  # (domain 1) as a Fast Transfer (usdc.cctp.v2.fast: 1 bp fee, capped at 0.05 USDC, out of the
+  # amount: 24.9975 arrive) or a Standard one (usdc.cctp.v2.standard: no fee): burn on A, the
+  # attestation from qtg-attestation-sim (http://$attestation_addr, log .qtg/attestation-sim.log),
+  # mint on B; approve it as above, it takes a few seconds. usdc.cctp.chain_a_to_b is the same on
+  # CCTP V1 (legacy: Circle phases it out from July 2026).
   curl -s -X POST $api/v3/movements -H "Authorization: Bearer \$REQUESTER" -H 'Content-Type: application/json' \\
-    -d '{"template_key":"usdc.cctp.chain_a_to_b","intent":{"asset":"USDC","amount":"25","source":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","destination":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"},"idempotency_key":"cctp-1"}'
+    -d '{"template_key":"usdc.cctp.v2.fast","intent":{"asset":"USDC","amount":"25","source":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","destination":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"},"idempotency_key":"cctp-v2-1"}'
   curl -s -X POST $api/v3/movements/<id>/approve -H "Authorization: Bearer \$APPROVER"
   # the third account's USDC on chain B (balanceOf, in units of 10^-6: 25 USDC is 0x17d7840)
   curl -s $anvil_b_url -H 'Content-Type: application/json' -d \\
     '{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{"to":"$b_usdc","data":"0x70a08231$(addr_word 0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC)"},"latest"]}'
-  # the contracts: chain A USDC $a_usdc, TokenMessenger $a_messenger, MessageTransmitter $a_transmitter
-  #                chain B USDC $b_usdc, TokenMessenger $b_messenger, MessageTransmitter $b_transmitter
+  # the contracts: chain A USDC $a_usdc, V2 TokenMessengerV2 $a_messenger_v2, MessageTransmitterV2 $a_transmitter_v2
+  #                  V1 TokenMessenger $a_messenger, MessageTransmitter $a_transmitter
+  #                chain B USDC $b_usdc, V2 TokenMessengerV2 $b_messenger_v2, MessageTransmitterV2 $b_transmitter_v2
+  #                  V1 TokenMessenger $b_messenger, MessageTransmitter $b_transmitter
 MSG
 fi
 echo

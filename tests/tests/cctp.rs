@@ -32,6 +32,8 @@ sol! {
     function linkTokenPair(address localToken, uint32 remoteDomain, bytes32 remoteToken);
     function setMaxBurnAmountPerMessage(address token, uint256 burnLimitPerMessage);
     function upgradeTo(address newImplementation);
+    function setMinFee(uint256 minFee_);
+    function denylist(address account);
 }
 
 /// USDC's proxy admin: anvil's second (unlocked) account, which may only upgrade the proxy.
@@ -1353,6 +1355,69 @@ async fn an_expired_v2_fast_attestation_is_re_attested_and_a_two_of_three_mints(
     assert_eq!(bridge.mints().await?, 1, "one mint");
     assert_eq!(bridge.proxy_b.count("eth_sendRawTransaction"), 1, "one receiveMessage");
     drop((dispatcher, observer));
+    bridge.db.drop_db().await;
+    Ok(())
+}
+
+/// `qtg-drift` on a V2 route reads Circle's V2 functions (`cctp.v2.*`: none reverts): the
+/// transmitter's attesters and threshold, the messenger's minimum fee, fee recipient and the
+/// lane's sender on its denylist; once baselined, an attester rotation, a threshold change, a
+/// new minimum fee and the sender's denylisting are each reported.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn v2_drift_reports_a_rotation_a_threshold_a_minimum_fee_and_a_denylisting() -> anyhow::Result<()> {
+    let env = [("MG_VERIFY_DRIFT_ENABLED", "true"), ("MG_VERIFY_DRIFT_INTERVAL_SECONDS", "0.5")];
+    let bridge = Bridge::start_with(Setup { env: &env, v2: true, ..Setup::default() }).await?;
+    let drift = bridge.worker("qtg-drift").await?;
+    let check = |scope: &'static str| bridge.drift_check(scope);
+    wait_until("chain B checked", Duration::from_secs(30), || async {
+        Ok(check("evm:31338").await?["status"] == "unbaselined")
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", drift.log()))?;
+    let seen = check("evm:31338").await?;
+    let attester: PrivateKeySigner = ATTESTER_KEY.parse()?;
+    let observed = &seen["observed"];
+    let sender = format!("cctp.v2.token_messenger.denylisted.{}", ANVIL_ADDR_0.to_lowercase());
+    assert_eq!(observed["cctp.v2.message_transmitter.attesters"], attester.address().to_string().to_lowercase());
+    assert_eq!(observed["cctp.v2.message_transmitter.signature_threshold"], "1", "{seen:#}");
+    assert_eq!(observed["cctp.v2.token_messenger.min_fee"], "0", "{seen:#}");
+    assert_eq!(observed["cctp.v2.token_messenger.fee_recipient"], FEE_RECIPIENT, "{seen:#}");
+    assert_eq!(observed[sender.as_str()], "false", "{seen:#}");
+    assert_eq!(observed["cctp.v2.token_messenger.implementation"], "none", "not behind a proxy: {seen:#}");
+    assert!(observed.get("cctp.token_messenger.code_hash").is_none(), "no V1 facts on a V2-only domain: {seen:#}");
+    assert!(
+        observed.as_object().into_iter().flatten().all(|(_, v)| v != "reverted"),
+        "every fact reads through a function the V2 contracts have: {seen:#}"
+    );
+    bridge.baseline("evm:31338", "enrolment").await?;
+    wait_until("chain B ok", Duration::from_secs(30), || async { Ok(check("evm:31338").await?["status"] == "ok") })
+        .await?;
+    let newcomer: PrivateKeySigner = ATTESTER_KEY_2.parse()?;
+    let b = &bridge.b;
+    send(&b.anvil, Some(&b.transmitter), &enableAttesterCall { newAttester: newcomer.address() }.abi_encode()).await?;
+    let call = setSignatureThresholdCall { newSignatureThreshold: U256::from(2) };
+    send(&b.anvil, Some(&b.transmitter), &call.abi_encode()).await?;
+    send(&b.anvil, Some(&b.messenger), &setMinFeeCall { minFee_: U256::from(1000) }.abi_encode()).await?;
+    send(&b.anvil, Some(&b.messenger), &denylistCall { account: ANVIL_ADDR_0.parse()? }.abi_encode()).await?;
+    wait_until("drift on chain B", Duration::from_secs(30), || async {
+        Ok(check("evm:31338").await?["status"] == "drift")
+    })
+    .await?;
+    drift.wait_ticks("verify_drift", 2, Duration::from_secs(30)).await?;
+    let now = check("evm:31338").await?;
+    let facts: BTreeSet<&str> =
+        now["differences"].as_array().into_iter().flatten().filter_map(|d| d["fact"].as_str()).collect();
+    assert_eq!(
+        facts,
+        BTreeSet::from([
+            "cctp.v2.message_transmitter.attesters",
+            "cctp.v2.message_transmitter.signature_threshold",
+            "cctp.v2.token_messenger.min_fee",
+            sender.as_str(),
+        ]),
+        "{now:#}"
+    );
+    drop(drift);
     bridge.db.drop_db().await;
     Ok(())
 }

@@ -26,7 +26,7 @@ impl FeeApi {
     }
 
     /// `GET /v2/burn/USDC/fees/{source}/{destination}`; no answer or not Circle's shape is an
-    /// error (the burn waits; it is never sent on a guess).
+    /// error: the burn's preflight cannot pass, and it is never signed on a guess.
     pub async fn quotes(&self, source: u32, destination: u32) -> Result<Vec<FeeQuote>, String> {
         let url = format!("{}/v2/burn/USDC/fees/{source}/{destination}", self.base);
         let resp = self.http.get(&url).send().await.map_err(|e| format!("fee API: {}", e.without_url()))?;

@@ -282,6 +282,9 @@ impl AttestationObserver {
                     .and_then(|h| h.parse::<Bytes>().ok())
                     .and_then(|b| MessageV2::parse(&b));
                 let attested = MessageV2::parse(message)?;
+                if attested.nonce.is_zero() {
+                    return mismatch("the service answered a V2 message without an attested nonce".into());
+                }
                 match emitted {
                     Some(e) if !e.same_transfer(&attested) => mismatch(format!(
                         "the service attested message {} for this burn, which is not its transfer",

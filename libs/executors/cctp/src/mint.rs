@@ -140,6 +140,16 @@ impl Mint {
                 let m = MessageV2::parse(&raw).ok_or_else(|| {
                     refusal(qtg_core::codes::CCTP_MESSAGE_INVALID, "the message is not a CCTP V2 message")
                 })?;
+                // Nonce 0 is the emitted message's, never an attested one's (Circle's transmitter
+                // marks it used at deployment): taking its `usedNonces` as a mint would complete a
+                // node whose burn was never minted.
+                if m.nonce.is_zero() {
+                    return Err(refusal(
+                        qtg_core::codes::CCTP_MESSAGE_INVALID,
+                        "the message has no attested nonce (0 is the emitted message's): it is not an attested V2 \
+                         message",
+                    ));
+                }
                 if !emitted.same_transfer(&m) {
                     return Err(refusal(
                         qtg_core::codes::CCTP_MESSAGE_MISMATCH,

@@ -1421,3 +1421,36 @@ async fn v2_drift_reports_a_rotation_a_threshold_a_minimum_fee_and_a_denylisting
     bridge.db.drop_db().await;
     Ok(())
 }
+
+/// Two identical V2 burns emit byte-identical messages; an attestation service that answers
+/// the second with the first's attested message (its nonce already used on B) must not let the
+/// second movement complete without a mint: the attested nonce belongs to the first movement,
+/// so the second's attestation step fails `CCTP_ATTESTATION_MISMATCH` (its burn handed to a
+/// person), and B mints once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_v2_message_replayed_for_an_identical_burn_never_completes_its_mint() -> anyhow::Result<()> {
+    let bridge = Bridge::start_with(Setup { v2: true, ..Setup::default() }).await?;
+    bridge.template("usdc.v2.twice", ANVIL_ADDR_0).await?;
+    let dispatcher = bridge.worker("qtg-dispatcher").await?;
+    let observer = bridge.worker("qtg-observer").await?;
+    let first = bridge.movement("usdc.v2.twice", "10", "v2-first").await?;
+    let m = bridge.done(&first, &[&dispatcher, &observer]).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+    http_client()
+        .post(format!("{}/admin/faults", bridge.sim_url))
+        .json(&json!({"kind": "replay", "count": 100}))
+        .send()
+        .await?
+        .error_for_status()?;
+    let second = bridge.movement("usdc.v2.twice", "10", "v2-second").await?;
+    let m = bridge.done(&second, &[&dispatcher, &observer]).await?;
+    assert_ne!(m["request_state"], "COMPLETED", "{m:#}");
+    assert_eq!(node(&m, "burn")["node_state"], "COMPLETED", "the second burn happened: {m:#}");
+    assert_eq!(node(&m, "attestation")["error_code"], "CCTP_ATTESTATION_MISMATCH", "{m:#}");
+    assert_ne!(node(&m, "mint")["node_state"], "COMPLETED", "{m:#}");
+    assert_eq!(bridge.mints().await?, 1, "one mint: the first movement's");
+    assert_eq!(bridge.proxy_b.count("eth_sendRawTransaction"), 1, "no second receiveMessage");
+    drop((dispatcher, observer));
+    bridge.db.drop_db().await;
+    Ok(())
+}

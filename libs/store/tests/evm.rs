@@ -1,6 +1,6 @@
 //! The EVM lane's fence (`qtg_store::evm`): a nonce is live for one node at a time, a node
 //! keeps its nonce until it is consumed, and a nonce a signature may exist for is never given
-//! back.
+//! back; and the CCTP lane's claim on an attested V2 nonce (`qtg_store::cctp`).
 
 mod common;
 
@@ -152,5 +152,20 @@ async fn the_reaper_never_takes_the_nonce_of_a_node_in_flight(pool: PgPool) -> R
         .fetch_one(&pool)
         .await?;
     assert_eq!(audited, 1);
+    Ok(())
+}
+
+/// An attested CCTP V2 nonce belongs to the first movement that claims it: claiming again is
+/// idempotent, another movement is answered the owner, and the same nonce of another source
+/// domain is a nonce of its own.
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn an_attested_cctp_nonce_belongs_to_the_first_movement_that_claims_it(pool: PgPool) -> Result<()> {
+    use qtg_store::cctp::claim_nonce;
+    let (first, second) = (Uuid::new_v4(), Uuid::new_v4());
+    let nonce = format!("0x{}", "ab".repeat(32));
+    assert_eq!(claim_nonce(&pool, 0, &nonce, first).await?, first);
+    assert_eq!(claim_nonce(&pool, 0, &nonce, first).await?, first, "idempotent");
+    assert_eq!(claim_nonce(&pool, 0, &nonce, second).await?, first, "another movement is told the owner");
+    assert_eq!(claim_nonce(&pool, 6, &nonce, second).await?, second, "another source domain");
     Ok(())
 }

@@ -70,7 +70,8 @@ struct Args {
 
 /// An injected answer for the next `count` requests: `not_found`, `pending`, `rate_limit`,
 /// `error`; or `expired`: the next `count` Fast attestations are signed already expired (their
-/// `expirationBlock` the destination's head), until re-attested.
+/// `expirationBlock` the destination's head), until re-attested; or `replay`: the next `count`
+/// complete V2 lookups are answered with the previous complete V2 message (another burn's).
 #[derive(Debug, Clone, Deserialize, serde::Serialize)]
 #[serde(deny_unknown_fields)]
 struct Fault {
@@ -109,6 +110,10 @@ struct Service {
     nonces: Mutex<BTreeMap<B256, (u32, String)>>,
     /// How many Fast answers are still to be signed already expired (fault `expired`).
     expire_next: Mutex<u32>,
+    /// The last complete V2 answer, and how many V2 lookups are still to be answered with it
+    /// instead of their own (fault `replay`: a hostile or broken service).
+    last_v2: Mutex<Option<Value>>,
+    replay_next: Mutex<u32>,
     reattests: Mutex<u64>,
     started: Instant,
 }
@@ -246,7 +251,14 @@ async fn answer(s: &Shared, domain: u32, q: MessagesQuery) -> Response {
     let mut items: Vec<Value> = Vec::new();
     for (index, m) in messages.iter().enumerate() {
         if let Some(emitted) = MessageV2::parse(m).filter(|v| v.version == 1) {
-            items.push(attest_v2(s, &emitted, &hash, index, complete).await);
+            let item = attest_v2(s, &emitted, &hash, index, complete).await;
+            let replayed = complete.then(|| s.replayed()).flatten();
+            if complete && replayed.is_none() {
+                if let Ok(mut last) = s.last_v2.lock() {
+                    *last = Some(item.clone());
+                }
+            }
+            items.push(replayed.unwrap_or(item));
             continue;
         }
         let nonce = m.get(12..20).map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8]))).unwrap_or(0);
@@ -318,6 +330,17 @@ async fn attest_v2(s: &Service, emitted: &MessageV2, tx: &str, index: usize, com
 }
 
 impl Service {
+    /// The previous complete V2 answer, while a `replay` fault lasts.
+    fn replayed(&self) -> Option<Value> {
+        let mut n = self.replay_next.lock().ok()?;
+        if *n == 0 {
+            return None;
+        }
+        let last = self.last_v2.lock().ok()?.clone()?;
+        *n -= 1;
+        Some(last)
+    }
+
     /// A Fast message's `expirationBlock`: the one it was signed with, or (first signature, or
     /// `again` for a re-attestation) the destination's head + `--fast-expiry-blocks` — the head
     /// itself (already expired) while an `expired` fault lasts. 0 without expiry.
@@ -439,6 +462,11 @@ async fn add_faults(State(s): State<Shared>, Json(body): Json<Value>) -> Respons
     let mut parsed = Vec::new();
     for f in list {
         match serde_json::from_value::<Fault>(f) {
+            Ok(f) if f.kind == "replay" => {
+                if let Ok(mut n) = s.replay_next.lock() {
+                    *n += f.count;
+                }
+            }
             Ok(f) if f.kind == "expired" => {
                 if let Ok(mut n) = s.expire_next.lock() {
                     *n += f.count;
@@ -510,6 +538,8 @@ async fn main() -> anyhow::Result<()> {
         expiries: Mutex::new(BTreeMap::new()),
         nonces: Mutex::new(BTreeMap::new()),
         expire_next: Mutex::new(0),
+        last_v2: Mutex::new(None),
+        replay_next: Mutex::new(0),
         reattests: Mutex::new(0),
     });
     let app = Router::new()

@@ -53,6 +53,8 @@ pub struct AttestationObserver {
     /// The destinations' chains, to see a V2 attestation's expiry coming (none: not checked
     /// here; the mint refuses an expired one before sending).
     destinations: Option<(std::sync::Arc<crate::Domains>, std::sync::Arc<qtg_evm::Chains>)>,
+    /// Where an attested V2 nonce is claimed for its movement (none: only the mint claims it).
+    store: Option<sqlx::PgPool>,
 }
 
 impl AttestationObserver {
@@ -66,7 +68,7 @@ impl AttestationObserver {
             config.insecure == Some(true),
             config.timeout_ms,
         )?;
-        Ok(AttestationObserver { config, http, destinations: None })
+        Ok(AttestationObserver { config, http, destinations: None, store: None })
     }
 
     /// Checks V2 expiries against the destination chains of `domains`.
@@ -77,6 +79,39 @@ impl AttestationObserver {
     ) -> Self {
         self.destinations = Some((domains, chains));
         self
+    }
+
+    /// Claims each attested V2 nonce for its movement (`qtg_store::cctp`), so a message
+    /// attested for another burn fails this step rather than reaching the mint.
+    pub fn with_store(mut self, pool: sqlx::PgPool) -> Self {
+        self.store = Some(pool);
+        self
+    }
+
+    /// Whether the attested V2 nonce is this movement's: claimed for it now or before. `None`
+    /// when it is; the FAILED answer when another movement holds it.
+    async fn claim(&self, ctx: &ExecutionContext, m: &MessageV2) -> Result<Option<ObserveOutcome>, ExecutorError> {
+        let Some(pool) = &self.store else { return Ok(None) };
+        let request = uuid::Uuid::parse_str(&ctx.request_id)
+            .map_err(|e| ExecutorError::Protocol(format!("request id {:?}: {e}", ctx.request_id)))?;
+        let owner = qtg_store::cctp::claim_nonce(pool, m.source_domain, &m.nonce.to_string(), request)
+            .await
+            .map_err(|e| ExecutorError::Unavailable(format!("claim the attested nonce: {e}")))?;
+        if owner == request {
+            return Ok(None);
+        }
+        tracing::error!(
+            source_domain = m.source_domain, message_nonce = %m.nonce, other_movement = %owner,
+            "the attestation service answered a message whose nonce another movement holds"
+        );
+        Ok(Some(ExecutionResult::failed(
+            qtg_core::codes::CCTP_ATTESTATION_MISMATCH,
+            format!(
+                "the service attested nonce {} (domain {}), which movement {owner} holds: the message is another \
+                 burn's",
+                m.nonce, m.source_domain
+            ),
+        )))
     }
 
     /// The destination chain's head, when its chain is known.
@@ -206,6 +241,9 @@ impl AttestationObserver {
             return Ok(refusal);
         }
         if let Some(m) = MessageV2::parse(&message).filter(|_| version == Some(Version::V2)) {
+            if let Some(failed) = self.claim(ctx, &m).await? {
+                return Ok(failed);
+            }
             let expiry = m.burn().map_or(U256::ZERO, |b| b.expiration_block);
             if !expiry.is_zero() {
                 let margin = U256::from(self.config.expiry_margin_blocks.unwrap_or(2));

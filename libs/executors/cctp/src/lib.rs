@@ -154,7 +154,7 @@ impl LanePlugin for CctpLane {
                         "entry {key:?}: fee_url, timeout_ms and insecure are a burn's settings; a mint has only from"
                     )));
                 }
-                let call = Mint { domains: self.domains.clone(), from };
+                let call = Mint { domains: self.domains.clone(), from, pool: self.pool.clone() };
                 Ok(LaneExecutor::watched(Arc::new(EvmExecutor::new(key, from, chains, pool, signers, call))))
             }
             Some("attestation") => {
@@ -166,7 +166,8 @@ impl LanePlugin for CctpLane {
                     .map_err(|e| LaneError::Config(format!("config: {e}")))?;
                 let observer = AttestationObserver::new(config)
                     .map_err(LaneError::Config)?
-                    .with_destinations(self.domains.clone(), self.chains.clone());
+                    .with_destinations(self.domains.clone(), self.chains.clone())
+                    .with_store(self.pool.clone());
                 Ok(LaneExecutor::new(Arc::new(observer)))
             }
             other => Err(LaneError::Unsupported(format!(

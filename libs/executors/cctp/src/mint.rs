@@ -30,6 +30,8 @@ pub struct Mint {
     pub domains: Arc<Domains>,
     /// The address this executor sends from (its denylist state is a drift fact).
     pub from: Address,
+    /// Where attested V2 nonces are claimed for their movement (`qtg_store::cctp`).
+    pub pool: sqlx::PgPool,
 }
 
 fn bytes(ctx: &ExecutionContext, key: &str) -> Result<Bytes, Refusal> {
@@ -84,6 +86,34 @@ impl Received {
 }
 
 impl Mint {
+    /// A V2 message's attested nonce belongs to this movement: claimed for it, or claimed by
+    /// it before. Two identical V2 burns emit the same bytes, so only this claim keeps the
+    /// message attested for one of them from completing the other's mint by `usedNonces`.
+    /// `Ok(Err(refusal))` when another movement holds it; a store error is an RPC-like outage.
+    async fn owns_nonce(&self, ctx: &ExecutionContext, m: &Received) -> Result<Result<(), Refusal>, RpcError> {
+        let Received::V2(m) = m else { return Ok(Ok(())) };
+        let store_down = |detail: String| RpcError::Transport { method: "claim the attested nonce".into(), detail };
+        let request = uuid::Uuid::parse_str(&ctx.request_id).map_err(|e| store_down(format!("request id: {e}")))?;
+        let owner = qtg_store::cctp::claim_nonce(&self.pool, m.source_domain, &m.nonce.to_string(), request)
+            .await
+            .map_err(|e| store_down(e.to_string()))?;
+        if owner == request {
+            return Ok(Ok(()));
+        }
+        tracing::error!(
+            source_domain = m.source_domain, message_nonce = %m.nonce, other_movement = %owner,
+            "the attested V2 nonce belongs to another movement: this message was attested for another burn"
+        );
+        Ok(Err(refusal(
+            qtg_core::codes::CCTP_MESSAGE_MISMATCH,
+            format!(
+                "the message's attested nonce {} (domain {}) belongs to movement {owner}: it was attested for \
+                 another burn, and its mint is not this movement's",
+                m.nonce, m.source_domain
+            ),
+        )))
+    }
+
     /// The message, bound to the burn it mints for. V1: its hash is the plan's
     /// `burn_message_hash` (by `$ref` from the burn's receipt). V2: the attester filled in the
     /// nonce, finality, fee and expiry, so the hashes differ by construction; it must be the
@@ -297,6 +327,9 @@ impl EvmCall for Mint {
             }
         }
         if let Ok((_, m)) = Self::message(ctx) {
+            if let Err(r) = self.owns_nonce(ctx, &m).await? {
+                return Ok(Some(r));
+            }
             let caller = m.destination_caller();
             if !caller.is_zero() && address_of(&caller) != Some(from) {
                 return Ok(Some(refusal(
@@ -330,6 +363,10 @@ impl EvmCall for Mint {
     /// The transmitter already received the message (whoever sent it): the mint happened.
     async fn settled(&self, ctx: &ExecutionContext, a: &Action) -> Result<Option<ObserveOutcome>, RpcError> {
         let Ok((raw, m)) = Self::message(ctx) else { return Ok(None) };
+        // Another movement's nonce is no evidence for this one.
+        if self.owns_nonce(ctx, &m).await?.is_err() {
+            return Ok(None);
+        }
         let used = call_word(&a.chain.rpc, a.to, used_nonces_calldata(m.used_key())).await?;
         if used.is_zero() {
             return Ok(None);

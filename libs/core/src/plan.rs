@@ -167,7 +167,7 @@ impl PlanDefinition {
         }
         crate::risk::RiskLimits::from_plan(&self.risk_controls)
             .map_err(|reason| PlanError::BadNode { node: "-".into(), reason })?;
-        Ok(())
+        bridge_pairs_agree(self)
     }
 
     /// Kahn's algorithm; ties broken by node_key so the order is deterministic.
@@ -252,6 +252,77 @@ impl PlanDefinition {
     pub fn plan_hash(&self) -> String {
         canonical_hash(&self.canonical_form())
     }
+}
+
+/// A CCTP mint bound to its burn (`burn_message` or `burn_message_hash` = `$ref:<burn>.…`)
+/// agrees with that burn on what only the pair can check, so a template cannot approve a burn
+/// whose mint is bound to fail: the same `cctp_version` (absent: 1); V1 binds by
+/// `burn_message_hash`, V2 by `burn_message`; on V2 the same `amount_is` (absent: `burned`) and a
+/// mint `max_fee`, when it names one, not below the burn's; the same `destination_domain`.
+fn bridge_pairs_agree(plan: &PlanDefinition) -> Result<(), PlanError> {
+    use crate::risk::Amount;
+    let by_key: BTreeMap<&str, &PlanNode> = plan.nodes.iter().map(|n| (n.node_key.as_str(), n)).collect();
+    let version = |n: &PlanNode| match n.config.get("cctp_version") {
+        None | Some(Value::Null) => Ok(1),
+        Some(v) => v.as_u64().filter(|v| matches!(v, 1 | 2)).ok_or_else(|| PlanError::BadNode {
+            node: n.node_key.clone(),
+            reason: format!("config.cctp_version {v} is neither 1 nor 2"),
+        }),
+    };
+    let text = |n: &PlanNode, k: &str| n.config.get(k).and_then(Value::as_str).map(str::trim).map(str::to_string);
+    for mint in &plan.nodes {
+        for (key, wanted_version) in [("burn_message_hash", 1), ("burn_message", 2)] {
+            let Some(target) = text(mint, key).and_then(|r| r.strip_prefix("$ref:").map(str::to_string)) else {
+                continue;
+            };
+            let Some(burn) = target.split_once('.').and_then(|(k, _)| by_key.get(k)) else { continue };
+            let bad = |reason: String| PlanError::BadNode { node: mint.node_key.clone(), reason };
+            let (vm, vb) = (version(mint)?, version(burn)?);
+            if vm != vb {
+                return Err(bad(format!(
+                    "it mints with cctp_version {vm} what {:?} burns with cctp_version {vb}",
+                    burn.node_key
+                )));
+            }
+            if vm != wanted_version {
+                let (other, field) =
+                    if vm == 2 { ("burn_message", "message") } else { ("burn_message_hash", "message_hash") };
+                return Err(bad(format!(
+                    "a CCTP V{vm} mint is bound to its burn by {other} ($ref:{}.{field}), not {key}",
+                    burn.node_key
+                )));
+            }
+            let domain = |n: &PlanNode| n.config.get("destination_domain").and_then(Value::as_u64);
+            if let (Some(m), Some(b)) = (domain(mint), domain(burn)) {
+                if m != b {
+                    return Err(bad(format!("its destination_domain {m} is not the burn's {b}")));
+                }
+            }
+            if vm == 2 {
+                let amount_is = |n: &PlanNode| text(n, "amount_is").unwrap_or_else(|| "burned".into());
+                if amount_is(mint) != amount_is(burn) {
+                    return Err(bad(format!(
+                        "its amount_is {:?} is not the burn's {:?}: the mint would refuse the burn's message",
+                        amount_is(mint),
+                        amount_is(burn)
+                    )));
+                }
+                let fee = |n: &PlanNode| match n.config.get("max_fee") {
+                    Some(Value::String(s)) => Amount::parse(s.trim()),
+                    Some(Value::Number(x)) => Amount::parse(&x.to_string()),
+                    _ => None,
+                };
+                if let (Some(m), Some(b)) = (fee(mint), fee(burn)) {
+                    if m < b {
+                        return Err(bad(format!(
+                            "its max_fee {m} is below the burn's {b}: the mint would refuse the burn's maxFee"
+                        )));
+                    }
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 /// Why an integer beyond ±2^53 is refused.
@@ -357,6 +428,41 @@ mod tests {
             edges: vec![edge("a", "b"), edge("a", "c"), edge("b", "d"), edge("c", "d")],
             risk_controls: json!({}),
         }
+    }
+
+    /// A CCTP mint must agree with the burn it is bound to: version, binding, `amount_is`,
+    /// `max_fee` and destination domain; a V1 pair as templates were written before V2 passes.
+    #[test]
+    fn a_cctp_mint_that_disagrees_with_its_burn_is_refused() {
+        let pair = |burn: Value, mint: Value| {
+            let mut b = node("burn");
+            b.config = burn;
+            let mut m = node("mint");
+            m.config = mint;
+            PlanDefinition { nodes: vec![b, m], edges: vec![edge("burn", "mint")], risk_controls: json!({}) }
+                .validate()
+                .err()
+                .map(|e| e.to_string())
+        };
+        let v2 = json!({"cctp_version": 2, "max_fee": "0.05", "amount_is": "delivered", "destination_domain": 1});
+        let mint = |extra: Value| {
+            let mut m = json!({"cctp_version": 2, "burn_message": "$ref:burn.message", "amount_is": "delivered",
+                               "destination_domain": 1});
+            m.as_object_mut().unwrap().extend(extra.as_object().unwrap().clone());
+            m
+        };
+        assert_eq!(pair(v2.clone(), mint(json!({"max_fee": "0.05"}))), None);
+        assert_eq!(pair(json!({}), json!({"burn_message_hash": "$ref:burn.message_hash"})), None, "V1 as before");
+        let refused = |burn: Value, m: Value, why: &str| {
+            let e = pair(burn, m).expect("refused");
+            assert!(e.contains(why), "{e}");
+        };
+        refused(v2.clone(), mint(json!({"cctp_version": 1})), "cctp_version");
+        refused(v2.clone(), mint(json!({"amount_is": "burned"})), "amount_is");
+        refused(v2.clone(), mint(json!({"max_fee": "0.01"})), "max_fee");
+        refused(v2.clone(), mint(json!({"destination_domain": 3})), "destination_domain");
+        refused(v2, json!({"cctp_version": 2, "burn_message_hash": "$ref:burn.message_hash"}), "burn_message");
+        refused(json!({}), json!({"burn_message": "$ref:burn.message"}), "burn_message_hash");
     }
 
     #[test]

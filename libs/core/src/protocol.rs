@@ -151,6 +151,19 @@ pub struct SignRequest {
     pub metadata: Value,
 }
 
+/// A CCTP V2 node's fee cap as the signer must hold it: the node's `max_fee`, lowered by the
+/// plan's `risk_controls.cctp_max_fee` when that is smaller (what the burn sends as `maxFee`).
+/// A value that is not a decimal is passed as written: the signer refuses it.
+fn bridge_fee_cap(ctx: &ExecutionContext) -> Option<String> {
+    let cap = text_of(ctx.node_config.get("max_fee"))?;
+    let risk = text_of(ctx.risk_controls.get("cctp_max_fee"));
+    let amount = |t: &str| crate::risk::Amount::parse(t.trim());
+    match (amount(&cap), risk.as_deref().and_then(amount)) {
+        (Some(c), Some(r)) if r < c => risk,
+        _ => Some(cap),
+    }
+}
+
 /// A config value as the signer sees it: a string as written, a number in its JSON form.
 fn text_of(v: Option<&Value>) -> Option<String> {
     match v? {
@@ -190,7 +203,7 @@ impl SignRequest {
                     .get("destination_domain")
                     .and_then(Value::as_u64)
                     .and_then(|d| u32::try_from(d).ok()),
-                bridge_max_fee: text_of(ctx.node_config.get("max_fee")),
+                bridge_max_fee: bridge_fee_cap(ctx),
                 amount_is: text_of(ctx.node_config.get("amount_is")),
                 finality: text_of(ctx.node_config.get("finality")),
                 destination_caller: text_of(ctx.node_config.get("destination_caller")),
@@ -508,6 +521,30 @@ mod tests {
         }
         let refused = ExecutionResult::new(NodeState::Submitted).narrow::<Refused>(Method::Preflight).unwrap_err();
         assert!(refused.0.contains("preflight may not answer next_state SUBMITTED"), "{refused}");
+    }
+
+    /// The signer's CCTP fee cap is what the burn may send: the node's `max_fee`, lowered by
+    /// the plan's `risk_controls.cctp_max_fee`, never raised by it.
+    #[test]
+    fn the_signers_bridge_fee_cap_is_the_lower_of_the_node_and_the_risk_controls() {
+        let cap = |max_fee: Value, risk: Value| {
+            let mut ctx: ExecutionContext = serde_json::from_value(serde_json::json!({
+                "protocol_version": "1.0", "request_id": "r", "request_node_id": "n", "compiled_plan_hash": "h",
+                "template_key": "t", "template_version": 1, "node_key": "burn", "node_kind": "action",
+                "action_type": "cctp_burn", "attempt_no": 1, "intent": {}, "input_params": {},
+                "resolved_bindings": {}, "risk_controls": {}, "prior_artifacts": [], "node_config": {},
+                "provider_context": {}, "timeout_policy": {}, "provider_refs": {}, "provider_ref_id": null,
+                "executor_key": "exec.cctp.burn"}))
+            .unwrap();
+            ctx.node_config = serde_json::json!({ "max_fee": max_fee });
+            ctx.risk_controls = serde_json::json!({ "cctp_max_fee": risk });
+            bridge_fee_cap(&ctx)
+        };
+        assert_eq!(cap("0.05".into(), "0.01".into()), Some("0.01".into()), "lowered");
+        assert_eq!(cap("0.05".into(), "1".into()), Some("0.05".into()), "never raised");
+        assert_eq!(cap("0.05".into(), Value::Null), Some("0.05".into()));
+        assert_eq!(cap(serde_json::json!(0.5), "0.25".into()), Some("0.25".into()));
+        assert_eq!(cap(Value::Null, "0.25".into()), None, "no cap approved: the signer refuses a V2 burn");
     }
 
     #[test]

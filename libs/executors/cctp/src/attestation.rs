@@ -126,7 +126,24 @@ impl AttestationObserver {
         Ok(head.as_str().and_then(|h| U256::from_str_radix(h.trim_start_matches("0x"), 16).ok()))
     }
 
-    /// `POST /v2/reattest/{nonce}`: the service signs the message again with a new expiry.
+    /// Whether the destination's V2 transmitter already received the message with `nonce`
+    /// (whoever sent it): then it needs no new attestation, and the mint completes by it.
+    async fn received(&self, destination: u32, nonce: &B256) -> Result<bool, ExecutorError> {
+        let Some((domains, chains)) = &self.destinations else { return Ok(false) };
+        let Some((chain, transmitter)) =
+            domains.get(destination).and_then(|d| Some((chains.get(&d.chain_id)?, d.v2.as_ref()?.message_transmitter)))
+        else {
+            return Ok(false);
+        };
+        let used = qtg_evm::call::call_word(&chain.rpc, transmitter, qtg_evm::calls::used_nonces_calldata(*nonce))
+            .await
+            .map_err(|e| ExecutorError::Unavailable(format!("destination chain: {e}")))?;
+        Ok(!used.is_zero())
+    }
+
+    /// `POST /v2/reattest/{nonce}`: the service signs the message again with a new expiry. A
+    /// refusal (4xx: not eligible yet, already re-attested) is said and waited on: the next
+    /// lookup tells.
     async fn reattest(&self, nonce: &B256) -> Result<(), ExecutorError> {
         let url = format!("{}/v2/reattest/{nonce}", self.config.attestation_url.trim_end_matches('/'));
         let resp = self
@@ -135,10 +152,14 @@ impl AttestationObserver {
             .send()
             .await
             .map_err(|e| ExecutorError::Unavailable(format!("attestation service: {}", e.without_url())))?;
+        let status = resp.status().as_u16();
+        if (400..500).contains(&status) {
+            tracing::warn!(%nonce, http_status = status, "the attestation service refused the re-attestation; waiting");
+            return Ok(());
+        }
         if !resp.status().is_success() {
             return Err(ExecutorError::Unavailable(format!(
-                "attestation service refused the re-attestation: HTTP {}",
-                resp.status().as_u16()
+                "attestation service refused the re-attestation: HTTP {status}"
             )));
         }
         Ok(())
@@ -248,7 +269,7 @@ impl AttestationObserver {
             if !expiry.is_zero() {
                 let margin = U256::from(self.config.expiry_margin_blocks.unwrap_or(2));
                 if let Some(head) = self.destination_head(m.destination_domain).await? {
-                    if head + margin >= expiry {
+                    if head + margin >= expiry && !self.received(m.destination_domain, &m.nonce).await? {
                         tracing::warn!(
                             source_domain = domain, burn_tx_hash = %hash, message_nonce = %m.nonce,
                             expiration_block = %expiry, destination_head = %head,

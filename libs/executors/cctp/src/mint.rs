@@ -344,8 +344,13 @@ impl EvmCall for Mint {
                     let head = head
                         .as_str()
                         .and_then(|h| U256::from_str_radix(h.trim_start_matches("0x"), 16).ok())
-                        .unwrap_or(U256::MAX);
-                    if head >= expiry {
+                        .ok_or_else(|| RpcError::Transport {
+                            method: "eth_blockNumber".into(),
+                            detail: format!("not a block number: {head}"),
+                        })?;
+                    // The transmitter wants expirationBlock > block.number, and the mint lands in
+                    // the next block at the earliest.
+                    if head + U256::from(1u64) >= expiry {
                         return Ok(Some(refusal(
                             qtg_core::codes::CCTP_ATTESTATION_EXPIRED,
                             format!(
@@ -382,6 +387,12 @@ impl EvmCall for Mint {
         r.provider_refs.insert("message_hash".into(), json!(keccak256(&raw).to_string()));
         r.provider_refs.insert("message_nonce".into(), json!(m.nonce()));
         r.provider_refs.insert("message_nonce_used".into(), json!(true));
+        if let Received::V2(m) = &m {
+            if let Some(b) = m.burn() {
+                r.provider_refs.insert("fee_executed".into(), json!(b.fee_executed.to_string()));
+                r.provider_refs.insert("amount_delivered".into(), json!(a.amount.to_string()));
+            }
+        }
         r.generated_artifacts.push(json!({
             "kind": "cctp_message_received",
             "message_hash": keccak256(&raw).to_string(),

@@ -216,9 +216,16 @@ abstract contract Attestable {
     event PauserChanged(address indexed newAddress);
 
     constructor(address initialAttester) {
-        owner = msg.sender;
-        attesterManager = msg.sender;
-        pauser = msg.sender;
+        _initializeAttestable(msg.sender, initialAttester);
+    }
+
+    /// The roles (all `roles`) and the first attester, once: by the constructor, or — behind a
+    /// proxy, whose storage is not the implementation's — by the transmitter's `initialize`.
+    function _initializeAttestable(address roles, address initialAttester) internal {
+        require(owner == address(0), "Initializable: contract is already initialized");
+        owner = roles;
+        attesterManager = roles;
+        pauser = roles;
         signatureThreshold = 1;
         _enable(initialAttester);
     }

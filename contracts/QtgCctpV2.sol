@@ -48,6 +48,13 @@ contract MessageTransmitterV2 is Attestable {
         usedNonces[bytes32(0)] = 1;
     }
 
+    /// Behind [`QtgEip1967Proxy`] (as Circle deploys V2): the proxy's own roles (the caller),
+    /// first attester and used nonce 0, once. `localDomain` is the implementation's immutable.
+    function initialize(address initialAttester) external {
+        _initializeAttestable(msg.sender, initialAttester);
+        usedNonces[bytes32(0)] = 1;
+    }
+
     function sendMessage(
         uint32 destinationDomain,
         bytes32 recipient,
@@ -139,12 +146,23 @@ contract TokenMessengerV2 is IMessageHandlerV2 {
     event FeeRecipientSet(address feeRecipient);
 
     constructor(MessageTransmitterV2 transmitter, address feeRecipient_) {
-        owner = msg.sender;
-        tokenController = msg.sender;
-        minFeeController = msg.sender;
-        denylister = msg.sender;
-        feeRecipient = feeRecipient_;
         localMessageTransmitter = transmitter;
+        _initialize(msg.sender, feeRecipient_);
+    }
+
+    /// Behind [`QtgEip1967Proxy`] (as Circle deploys V2): the proxy's own roles (the caller) and
+    /// fee recipient, once. `localMessageTransmitter` is the implementation's immutable.
+    function initialize(address feeRecipient_) external {
+        _initialize(msg.sender, feeRecipient_);
+    }
+
+    function _initialize(address roles, address feeRecipient_) private {
+        require(owner == address(0), "Initializable: contract is already initialized");
+        owner = roles;
+        tokenController = roles;
+        minFeeController = roles;
+        denylister = roles;
+        feeRecipient = feeRecipient_;
     }
 
     function localMinter() external view returns (address) {
@@ -220,6 +238,39 @@ contract TokenMessengerV2 is IMessageHandlerV2 {
         uint256 maxFee,
         uint32 minFinalityThreshold
     ) external {
+        _depositForBurn(
+            amount, destinationDomain, mintRecipient, burnToken, destinationCaller, maxFee, minFinalityThreshold, ""
+        );
+    }
+
+    /// As `depositForBurn`, with hook data carried in the burn message (CCTP does not run it: a
+    /// wrapper set as the destination caller does).
+    function depositForBurnWithHook(
+        uint256 amount,
+        uint32 destinationDomain,
+        bytes32 mintRecipient,
+        address burnToken,
+        bytes32 destinationCaller,
+        uint256 maxFee,
+        uint32 minFinalityThreshold,
+        bytes calldata hookData
+    ) external {
+        require(hookData.length > 0, "Hook data is empty");
+        _depositForBurn(
+            amount, destinationDomain, mintRecipient, burnToken, destinationCaller, maxFee, minFinalityThreshold, hookData
+        );
+    }
+
+    function _depositForBurn(
+        uint256 amount,
+        uint32 destinationDomain,
+        bytes32 mintRecipient,
+        address burnToken,
+        bytes32 destinationCaller,
+        uint256 maxFee,
+        uint32 minFinalityThreshold,
+        bytes memory hookData
+    ) private {
         require(denylisted[msg.sender] == 0 && denylisted[tx.origin] == 0, "Denylistable: account is on denylist");
         require(amount > 0, "Amount must be nonzero");
         require(mintRecipient != bytes32(0), "Mint recipient must be nonzero");
@@ -242,14 +293,15 @@ contract TokenMessengerV2 is IMessageHandlerV2 {
             bytes32(uint256(uint160(msg.sender))),
             maxFee,
             uint256(0),
-            uint256(0)
+            uint256(0),
+            hookData
         );
         localMessageTransmitter.sendMessage(
             destinationDomain, destinationTokenMessenger, destinationCaller, minFinalityThreshold, body
         );
         emit DepositForBurn(
             burnToken, amount, msg.sender, mintRecipient, destinationDomain, destinationTokenMessenger, destinationCaller,
-            maxFee, minFinalityThreshold, ""
+            maxFee, minFinalityThreshold, hookData
         );
     }
 
@@ -293,5 +345,74 @@ contract TokenMessengerV2 is IMessageHandlerV2 {
             require(QtgUsdc(mintToken).mint(feeRecipient, fee), "Second mint operation failed");
         }
         emit MintAndWithdraw(mintRecipient, amount - fee, mintToken, fee);
+    }
+}
+
+/// V2's upgradeable contracts behind a proxy as Circle deploys them (`AdminUpgradableProxy`,
+/// EIP-1967): the implementation in slot keccak256("eip1967.proxy.implementation") - 1, the admin
+/// in keccak256("eip1967.proxy.admin") - 1; the admin may only upgrade, every other caller is
+/// delegated to the implementation. `data` (an `initialize` call) sets the proxy's storage up
+/// through the implementation, with the deployer as the caller.
+contract QtgEip1967Proxy {
+    bytes32 private constant IMPLEMENTATION_SLOT = 0x360894a13ba1a3210667c828492db98dca3e2076cc3735a920a3ca505d382bbc;
+    bytes32 private constant ADMIN_SLOT = 0xb53127684a568b3173ae13b9f8a6016e243e63b6e8ee1178d6a717850b5d6103;
+
+    event Upgraded(address indexed implementation);
+
+    constructor(address implementation_, address admin_, bytes memory data) {
+        require(implementation_.code.length > 0, "Cannot set a proxy implementation to a non-contract address");
+        _set(IMPLEMENTATION_SLOT, implementation_);
+        _set(ADMIN_SLOT, admin_);
+        emit Upgraded(implementation_);
+        if (data.length > 0) {
+            (bool ok, bytes memory reason) = implementation_.delegatecall(data);
+            if (!ok) {
+                assembly {
+                    revert(add(reason, 32), mload(reason))
+                }
+            }
+        }
+    }
+
+    function upgradeTo(address newImplementation) external {
+        if (msg.sender != _get(ADMIN_SLOT)) {
+            _delegate();
+        }
+        require(newImplementation.code.length > 0, "Cannot set a proxy implementation to a non-contract address");
+        _set(IMPLEMENTATION_SLOT, newImplementation);
+        emit Upgraded(newImplementation);
+    }
+
+    fallback() external {
+        require(msg.sender != _get(ADMIN_SLOT), "Cannot call fallback function from the proxy admin");
+        _delegate();
+    }
+
+    function _delegate() private {
+        address implementation = _get(IMPLEMENTATION_SLOT);
+        assembly {
+            calldatacopy(0, 0, calldatasize())
+            let result := delegatecall(gas(), implementation, 0, calldatasize(), 0, 0)
+            returndatacopy(0, 0, returndatasize())
+            switch result
+            case 0 {
+                revert(0, returndatasize())
+            }
+            default {
+                return(0, returndatasize())
+            }
+        }
+    }
+
+    function _get(bytes32 slot) private view returns (address a) {
+        assembly {
+            a := sload(slot)
+        }
+    }
+
+    function _set(bytes32 slot, address a) private {
+        assembly {
+            sstore(slot, a)
+        }
     }
 }

@@ -47,7 +47,7 @@ fn root() -> PathBuf {
 }
 
 fn bytecode(contract: &str) -> anyhow::Result<String> {
-    let file = if contract.ends_with("V2") { "QtgCctpV2" } else { "QtgCctp" };
+    let file = if contract.ends_with("V2") || contract == "QtgEip1967Proxy" { "QtgCctpV2" } else { "QtgCctp" };
     Ok(std::fs::read_to_string(root().join(format!("contracts/{file}_sol_{contract}.bin")))?.trim().to_string())
 }
 
@@ -93,6 +93,10 @@ struct Side {
     usdc_implementation: String,
     transmitter: String,
     messenger: String,
+    /// V2: the transmitter's and messenger's implementations behind their EIP-1967 proxies
+    /// (admin: anvil's second account), as Circle deploys V2; V1: the contracts themselves.
+    transmitter_implementation: String,
+    messenger_implementation: String,
 }
 
 /// Domain `d` on chain 31337 + `d`.
@@ -111,7 +115,16 @@ async fn side(domain: u32, attester: Address) -> anyhow::Result<Side> {
     )
     .await?;
     send(&anvil, Some(&usdc), &configureMinterCall { minter: messenger.parse()?, enabled: true }.abi_encode()).await?;
-    Ok(Side { anvil, usdc, usdc_implementation, transmitter, messenger })
+    let (transmitter_implementation, messenger_implementation) = (transmitter.clone(), messenger.clone());
+    Ok(Side {
+        anvil,
+        usdc,
+        usdc_implementation,
+        transmitter,
+        messenger,
+        transmitter_implementation,
+        messenger_implementation,
+    })
 }
 
 fn word(a: &str) -> anyhow::Result<FixedBytes<32>> {
@@ -283,10 +296,16 @@ fn the_cctp_bytecode_is_its_source_compiled() -> anyhow::Result<()> {
             .status()?;
         anyhow::ensure!(status.success(), "solcjs failed on {source}");
     }
-    for contract in
-        ["QtgUsdc", "QtgUsdcProxy", "MessageTransmitter", "TokenMessenger", "MessageTransmitterV2", "TokenMessengerV2"]
-    {
-        let file = if contract.ends_with("V2") { "QtgCctpV2" } else { "QtgCctp" };
+    for contract in [
+        "QtgUsdc",
+        "QtgUsdcProxy",
+        "MessageTransmitter",
+        "TokenMessenger",
+        "MessageTransmitterV2",
+        "TokenMessengerV2",
+        "QtgEip1967Proxy",
+    ] {
+        let file = if contract.ends_with("V2") || contract == "QtgEip1967Proxy" { "QtgCctpV2" } else { "QtgCctp" };
         let fresh = std::fs::read_to_string(out.join(format!("{file}_sol_{contract}.bin")))?;
         assert_eq!(fresh.trim(), bytecode(contract)?, "contracts/{file}_sol_{contract}.bin is stale: recompile it");
     }
@@ -455,11 +474,13 @@ struct V2Terms<'a> {
     finality: &'a str,
     max_fee: &'a str,
     amount_is: &'a str,
+    /// Burned by `depositForBurnWithHook` when set.
+    hook_data: Option<&'a str>,
 }
 
 impl Default for V2Terms<'_> {
     fn default() -> Self {
-        V2Terms { finality: "fast", max_fee: "0.05", amount_is: "burned" }
+        V2Terms { finality: "fast", max_fee: "0.05", amount_is: "burned", hook_data: None }
     }
 }
 
@@ -632,7 +653,8 @@ impl Bridge {
              "executor_key": "exec.cctp.burn", "signer_key": "signer.evm.local", "signing_required": true,
              "config": {"chain_id": 31337, "contract": self.a.messenger, "token_contract": self.a.usdc,
                         "decimals": 6, "destination_domain": 1, "burn_caller": burn_caller, "cctp_version": 2,
-                        "finality": t.finality, "max_fee": t.max_fee, "amount_is": t.amount_is}},
+                        "finality": t.finality, "max_fee": t.max_fee, "amount_is": t.amount_is,
+                        "hook_data": t.hook_data}},
             {"node_key": "attestation", "node_kind": "observe", "action_type": "cctp_attestation",
              "executor_key": "exec.cctp.attestation", "config": {"source_domain": 0}},
             {"node_key": "mint", "node_kind": "action", "action_type": "cctp_mint",
@@ -932,9 +954,10 @@ async fn received_by_another_caller(v2: bool) -> anyhow::Result<()> {
     let att = refs("attestation").await?.unwrap_or_default();
     let message: Bytes = att["message"].as_str().unwrap_or("0x").parse()?;
     let attestation: Bytes = att["attestation"].as_str().unwrap_or("0x").parse()?;
-    // A relayer (anvil's second account, straight to chain B) receives it.
+    // A relayer (anvil's fifth account, straight to chain B; not the second, the proxies' admin,
+    // which may only upgrade) receives it.
     let call = receiveMessageCall { message, attestation }.abi_encode();
-    let tx = json!({"from": "0x70997970c51812dc3a010c7d01b50e0d17dc79c8", "to": bridge.b.transmitter,
+    let tx = json!({"from": "0x15d34aaf54267db7d7c367839aaf71a00a2c6a65", "to": bridge.b.transmitter,
                     "data": format!("0x{}", alloy::primitives::hex::encode(call)), "gas": "0x100000"});
     let hash = bridge.b.anvil.rpc("eth_sendTransaction", json!([tx])).await?;
     wait_until("the relayer's mint", Duration::from_secs(20), || async {
@@ -1136,20 +1159,45 @@ async fn an_attester_rotation_and_a_threshold_change_are_drift() -> anyhow::Resu
 /// The fee recipient of the V2 messengers (anvil's fourth account).
 const FEE_RECIPIENT: &str = "0x90f79bf6eb2c4f870365e785982e1f101e93b906";
 
-/// A V2 side: USDC, `MessageTransmitterV2` (one attester), `TokenMessengerV2` (its own minter,
-/// fees to [`FEE_RECIPIENT`]).
+/// V2's `initialize(address)` (the transmitter's first attester; the messenger's fee recipient),
+/// through a proxy.
+mod v2_init {
+    alloy::sol! {
+        function initialize(address a);
+    }
+}
+
+/// A V2 side: USDC, `MessageTransmitterV2` (one attester) and `TokenMessengerV2` (its own
+/// minter, fees to [`FEE_RECIPIENT`]), each behind an EIP-1967 proxy as Circle deploys them
+/// (admin: [`USDC_PROXY_ADMIN`], which may only upgrade; the roles are anvil's first account's).
 async fn side_v2(domain: u32, attester: Address) -> anyhow::Result<Side> {
     let anvil = Anvil::start_chain(31337 + u64::from(domain)).await?;
     let usdc = deploy(&anvil, "QtgUsdc", U256::from(SUPPLY).abi_encode()).await?;
-    let transmitter = deploy(&anvil, "MessageTransmitterV2", (domain, attester).abi_encode_params()).await?;
+    let admin: Address = USDC_PROXY_ADMIN.parse()?;
+    let proxy = |implementation: &str, init: Address| {
+        let init = Bytes::from(v2_init::initializeCall { a: init }.abi_encode());
+        Ok::<_, anyhow::Error>((implementation.parse::<Address>()?, admin, init).abi_encode_params())
+    };
+    let transmitter_implementation =
+        deploy(&anvil, "MessageTransmitterV2", (domain, attester).abi_encode_params()).await?;
+    let transmitter = deploy(&anvil, "QtgEip1967Proxy", proxy(&transmitter_implementation, attester)?).await?;
     let fee_recipient: Address = FEE_RECIPIENT.parse()?;
-    let messenger =
+    let messenger_implementation =
         deploy(&anvil, "TokenMessengerV2", (transmitter.parse::<Address>()?, fee_recipient).abi_encode_params())
             .await?;
+    let messenger = deploy(&anvil, "QtgEip1967Proxy", proxy(&messenger_implementation, fee_recipient)?).await?;
     send(&anvil, Some(&usdc), &configureMinterCall { minter: messenger.parse()?, enabled: true }.abi_encode()).await?;
     let limit = setMaxBurnAmountPerMessageCall { token: usdc.parse()?, burnLimitPerMessage: U256::from(SUPPLY) };
     send(&anvil, Some(&messenger), &limit.abi_encode()).await?;
-    Ok(Side { anvil, usdc_implementation: usdc.clone(), usdc, transmitter, messenger })
+    Ok(Side {
+        anvil,
+        usdc_implementation: usdc.clone(),
+        usdc,
+        transmitter,
+        messenger,
+        transmitter_implementation,
+        messenger_implementation,
+    })
 }
 
 /// Chain A (domain 0) and chain B (domain 1) on V2, each messenger registered with the other
@@ -1280,10 +1328,12 @@ async fn the_attestation_service_attests_v2_fast_and_falls_back_to_standard() ->
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn v2_standard_and_fast_complete_with_balances_that_account_for_the_fee() -> anyhow::Result<()> {
     let bridge = Bridge::start_with(Setup { v2: true, ..Setup::default() }).await?;
-    let terms = |finality, max_fee, amount_is| V2Terms { finality, max_fee, amount_is };
+    let terms = |finality, max_fee, amount_is| V2Terms { finality, max_fee, amount_is, hook_data: None };
     bridge.template_v2("usdc.v2.fast", ANVIL_ADDR_0, terms("fast", "0.05", "burned")).await?;
     bridge.template_v2("usdc.v2.standard", ANVIL_ADDR_0, terms("standard", "0", "burned")).await?;
-    bridge.template_v2("usdc.v2.delivered", ANVIL_ADDR_0, terms("fast", "0.01", "delivered")).await?;
+    // Delivered, and with hook data (depositForBurnWithHook): the data rides in the message.
+    let hooked = V2Terms { hook_data: Some("0xdeadbeef"), ..terms("fast", "0.01", "delivered") };
+    bridge.template_v2("usdc.v2.delivered", ANVIL_ADDR_0, hooked).await?;
     bridge.template_v2("usdc.v2.capped", ANVIL_ADDR_0, terms("fast", "0.001", "burned")).await?;
     // The refused one first, alone: nothing of it may reach chain A.
     let dispatcher = bridge.worker("qtg-dispatcher").await?;
@@ -1310,6 +1360,10 @@ async fn v2_standard_and_fast_complete_with_balances_that_account_for_the_fee() 
         assert_eq!(node(&m, "mint")["provider_refs"]["fee_executed"], att["fee_executed"], "{m:#}");
     }
     assert_eq!(finality, vec![1000, 2000, 1000], "Fast, Standard, Fast");
+    let m = bridge.done(&delivered, &[]).await?;
+    let attested: Bytes = node(&m, "attestation")["provider_refs"]["message"].as_str().unwrap_or("0x").parse()?;
+    let hook = qtg_evm::calls::MessageV2::parse(&attested).and_then(|m| m.burn()).map(|b| b.hook_data);
+    assert_eq!(hook, Some(Bytes::from(vec![0xde, 0xad, 0xbe, 0xef])), "the hook data in the minted message");
     // Fast 100: fee 0.01. Standard 40: no fee. Delivered 20 with cap 0.01: burns 20.01, fee
     // 1 bp of it rounded up (0.002001), delivers 20.007999.
     assert_eq!(usdc_of(&bridge.a, ANVIL_ADDR_0).await?, U256::from(SUPPLY - 160_010_000), "burned on A");
@@ -1361,10 +1415,11 @@ async fn an_expired_v2_fast_attestation_is_re_attested_and_a_two_of_three_mints(
 
 /// `qtg-drift` on a V2 route reads Circle's V2 functions (`cctp.v2.*`: none reverts): the
 /// transmitter's attesters and threshold, the messenger's minimum fee, fee recipient and the
-/// lane's sender on its denylist; once baselined, an attester rotation, a threshold change, a
-/// new minimum fee and the sender's denylisting are each reported.
+/// lane's sender on its denylist, and both proxies' implementations; once baselined, an
+/// attester rotation, a threshold change, a new minimum fee and the sender's denylisting are
+/// each reported, and then an upgrade of the transmitter behind its proxy.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn v2_drift_reports_a_rotation_a_threshold_a_minimum_fee_and_a_denylisting() -> anyhow::Result<()> {
+async fn v2_drift_reports_a_rotation_a_threshold_a_minimum_fee_a_denylisting_and_an_upgrade() -> anyhow::Result<()> {
     let env = [("MG_VERIFY_DRIFT_ENABLED", "true"), ("MG_VERIFY_DRIFT_INTERVAL_SECONDS", "0.5")];
     let bridge = Bridge::start_with(Setup { env: &env, v2: true, ..Setup::default() }).await?;
     let drift = bridge.worker("qtg-drift").await?;
@@ -1383,7 +1438,16 @@ async fn v2_drift_reports_a_rotation_a_threshold_a_minimum_fee_and_a_denylisting
     assert_eq!(observed["cctp.v2.token_messenger.min_fee"], "0", "{seen:#}");
     assert_eq!(observed["cctp.v2.token_messenger.fee_recipient"], FEE_RECIPIENT, "{seen:#}");
     assert_eq!(observed[sender.as_str()], "false", "{seen:#}");
-    assert_eq!(observed["cctp.v2.token_messenger.implementation"], "none", "not behind a proxy: {seen:#}");
+    assert_eq!(
+        observed["cctp.v2.token_messenger.implementation"],
+        bridge.b.messenger_implementation.to_lowercase(),
+        "{seen:#}"
+    );
+    assert_eq!(
+        observed["cctp.v2.message_transmitter.implementation"],
+        bridge.b.transmitter_implementation.to_lowercase(),
+        "{seen:#}"
+    );
     assert!(observed.get("cctp.token_messenger.code_hash").is_none(), "no V1 facts on a V2-only domain: {seen:#}");
     assert!(
         observed.as_object().into_iter().flatten().all(|(_, v)| v != "reverted"),
@@ -1417,6 +1481,31 @@ async fn v2_drift_reports_a_rotation_a_threshold_a_minimum_fee_and_a_denylisting
         ]),
         "{now:#}"
     );
+    // Reviewed; then the transmitter is upgraded behind its proxy: the proxy's code is the
+    // same, its EIP-1967 implementation slot is not.
+    bridge.baseline("evm:31338", "changes reviewed").await?;
+    wait_until("chain B ok again", Duration::from_secs(30), || async {
+        Ok(check("evm:31338").await?["status"] == "ok")
+    })
+    .await?;
+    let attester_word = (1u32, attester.address()).abi_encode_params();
+    let upgraded = deploy(&b.anvil, "MessageTransmitterV2", attester_word).await?;
+    send_from(
+        &b.anvil,
+        USDC_PROXY_ADMIN,
+        Some(&b.transmitter),
+        &upgradeToCall { newImplementation: upgraded.parse()? }.abi_encode(),
+    )
+    .await?;
+    wait_until("drift on chain B after the upgrade", Duration::from_secs(30), || async {
+        Ok(check("evm:31338").await?["status"] == "drift")
+    })
+    .await?;
+    let now = check("evm:31338").await?;
+    let diffs = now["differences"].as_array().cloned().unwrap_or_default();
+    assert_eq!(diffs.len(), 1, "{now:#}");
+    assert_eq!(diffs[0]["fact"], "cctp.v2.message_transmitter.implementation");
+    assert_eq!(diffs[0]["observed"], json!(upgraded.to_lowercase()));
     drop(drift);
     bridge.db.drop_db().await;
     Ok(())
@@ -1450,6 +1539,45 @@ async fn a_v2_message_replayed_for_an_identical_burn_never_completes_its_mint() 
     assert_ne!(node(&m, "mint")["node_state"], "COMPLETED", "{m:#}");
     assert_eq!(bridge.mints().await?, 1, "one mint: the first movement's");
     assert_eq!(bridge.proxy_b.count("eth_sendRawTransaction"), 1, "no second receiveMessage");
+    drop((dispatcher, observer));
+    bridge.db.drop_db().await;
+    Ok(())
+}
+
+/// The Fast Transfer allowance runs out (the simulator's `--fast-allowance 50`): a Fast burn
+/// it covers is attested Fast; the next, beyond it, is attested Standard (`delayReason:
+/// insufficient_allowance_available`, no Fast fee) — the movement only waits longer and
+/// completes, the recipient getting the whole amount; the allowance answers in Circle's shape.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fast_transfer_beyond_the_fast_allowance_completes_as_standard() -> anyhow::Result<()> {
+    let bridge = Bridge::start_with(Setup { v2: true, sim: &["--fast-allowance", "50"], ..Setup::default() }).await?;
+    bridge.template("usdc.v2.allowance", ANVIL_ADDR_0).await?;
+    let dispatcher = bridge.worker("qtg-dispatcher").await?;
+    let observer = bridge.worker("qtg-observer").await?;
+    let mut seen = Vec::new();
+    for idem in ["v2-within", "v2-beyond"] {
+        let id = bridge.movement("usdc.v2.allowance", "30", idem).await?;
+        let m = bridge.done(&id, &[&dispatcher, &observer]).await?;
+        assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+        let att = node(&m, "attestation")["provider_refs"].clone();
+        seen.push((
+            att["finality_threshold_executed"].clone(),
+            att["delay_reason"].clone(),
+            att["fee_executed"].clone(),
+        ));
+    }
+    assert_eq!(
+        seen,
+        vec![
+            (json!(1000), Value::Null, json!("3000")),
+            (json!(2000), json!("insufficient_allowance_available"), json!("0")),
+        ]
+    );
+    assert_eq!(usdc_of(&bridge.b, ANVIL_ADDR_2).await?, U256::from(29_997_000u64 + 30_000_000), "minted on B");
+    let allowance: Value =
+        http_client().get(format!("{}/v2/fastBurn/USDC/allowance", bridge.sim_url)).send().await?.json().await?;
+    assert_eq!(allowance["allowance"], json!(20), "{allowance}");
+    assert!(allowance["lastUpdated"].as_str().is_some_and(|t| t.ends_with('Z')), "{allowance}");
     drop((dispatcher, observer));
     bridge.db.drop_db().await;
     Ok(())

@@ -136,6 +136,9 @@ pub struct SigningIntent {
     /// `config.destination_caller`); absent for anyone.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destination_caller: Option<String>,
+    /// The hook data a CCTP V2 burn carries (node `config.hook_data`, hex); absent for none.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub hook_data: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -207,6 +210,7 @@ impl SignRequest {
                 amount_is: text_of(ctx.node_config.get("amount_is")),
                 finality: text_of(ctx.node_config.get("finality")),
                 destination_caller: text_of(ctx.node_config.get("destination_caller")),
+                hook_data: text_of(ctx.node_config.get("hook_data")),
             },
             payload_format: prepared.payload_format.clone(),
             payload: prepared.payload.clone(),

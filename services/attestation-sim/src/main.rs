@@ -66,6 +66,12 @@ struct Args {
     /// signs it again from the head at that time.
     #[arg(long, env = "QTG_ATTESTATION_SIM_FAST_EXPIRY_BLOCKS", default_value_t = 0)]
     fast_expiry_blocks: u64,
+    /// CCTP V2: the Fast Transfer allowance in USDC (default: unlimited), as
+    /// `GET /v2/fastBurn/USDC/allowance` answers it. Each Fast transfer debits its amount when
+    /// first seen; one the allowance does not cover is attested Standard with `delayReason:
+    /// insufficient_allowance_available`.
+    #[arg(long, env = "QTG_ATTESTATION_SIM_FAST_ALLOWANCE")]
+    fast_allowance: Option<String>,
 }
 
 /// An injected answer for the next `count` requests: `not_found`, `pending`, `rate_limit`,
@@ -115,6 +121,10 @@ struct Service {
     last_v2: Mutex<Option<Value>>,
     replay_next: Mutex<u32>,
     reattests: Mutex<u64>,
+    /// The Fast allowance left (USDC base units; `None`: unlimited), and each V2 nonce's
+    /// decision — Fast or not — taken when first seen, so every answer about it agrees.
+    fast_allowance: Mutex<Option<alloy::primitives::U256>>,
+    fast_decisions: Mutex<BTreeMap<B256, bool>>,
     started: Instant,
 }
 
@@ -299,10 +309,15 @@ async fn attest_v2(s: &Service, emitted: &MessageV2, tx: &str, index: usize, com
         n.insert(nonce, (emitted.source_domain, tx.to_string()));
     }
     let fast_fee = s.fast_fee.1.of(burn.amount);
-    let fast = emitted.min_finality_threshold <= 1000 && burn.max_fee >= fast_fee;
+    let fee_covers = burn.max_fee >= fast_fee;
+    let fast = emitted.min_finality_threshold <= 1000 && fee_covers && s.fast_allowed(nonce, burn.amount);
     let (finality, fee) =
         if fast { (1000u32, fast_fee) } else { (2000u32, s.standard_fee.1.of(burn.amount).min(burn.max_fee)) };
-    let delay = (emitted.min_finality_threshold <= 1000 && !fast).then_some("insufficient_fee");
+    let delay = (emitted.min_finality_threshold <= 1000 && !fast).then_some(if fee_covers {
+        "insufficient_allowance_available"
+    } else {
+        "insufficient_fee"
+    });
     let expiry = if fast && complete { s.expiry(nonce, emitted.destination_domain, false).await } else { 0 };
     let mut m = emitted.clone();
     m.nonce = nonce;
@@ -330,6 +345,26 @@ async fn attest_v2(s: &Service, emitted: &MessageV2, tx: &str, index: usize, com
 }
 
 impl Service {
+    /// Whether the Fast transfer with `nonce` is attested Fast as far as the allowance goes: the
+    /// decision of its first sight (debiting `amount` then), the same on every later lookup.
+    fn fast_allowed(&self, nonce: B256, amount: alloy::primitives::U256) -> bool {
+        let Ok(mut decisions) = self.fast_decisions.lock() else { return false };
+        if let Some(d) = decisions.get(&nonce) {
+            return *d;
+        }
+        let Ok(mut left) = self.fast_allowance.lock() else { return false };
+        let allowed = match left.as_mut() {
+            None => true,
+            Some(l) if *l >= amount => {
+                *l -= amount;
+                true
+            }
+            Some(_) => false,
+        };
+        decisions.insert(nonce, allowed);
+        allowed
+    }
+
     /// The previous complete V2 answer, while a `replay` fault lasts.
     fn replayed(&self) -> Option<Value> {
         let mut n = self.replay_next.lock().ok()?;
@@ -368,6 +403,32 @@ impl Service {
         }
         expiry
     }
+}
+
+/// `GET /v2/fastBurn/USDC/allowance`: Circle's shape, `{"allowance": <USDC, a JSON number with
+/// up to 6 decimals>, "lastUpdated": <RFC 3339>}`; unlimited answers the largest allowance.
+async fn fast_allowance(State(s): State<Shared>) -> Response {
+    let left = s.fast_allowance.lock().ok().and_then(|l| *l);
+    let units = left.unwrap_or(alloy::primitives::U256::from(u64::MAX));
+    let (whole, frac) =
+        (units / alloy::primitives::U256::from(1_000_000u64), units % alloy::primitives::U256::from(1_000_000u64));
+    let text = format!("{whole}.{:06}", frac.to::<u64>());
+    let number = text.trim_end_matches('0').trim_end_matches('.').parse::<serde_json::Number>().ok();
+    let now = chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true);
+    Json(json!({"allowance": number, "lastUpdated": now})).into_response()
+}
+
+/// USDC base units (6 decimals) of a decimal amount from the command line.
+fn usdc_units(text: &str) -> anyhow::Result<alloy::primitives::U256> {
+    let (whole, frac) = text.trim().split_once('.').unwrap_or((text.trim(), ""));
+    anyhow::ensure!(
+        !whole.is_empty()
+            && whole.bytes().all(|b| b.is_ascii_digit())
+            && frac.len() <= 6
+            && frac.bytes().all(|b| b.is_ascii_digit()),
+        "{text:?} is not an amount of USDC (at most 6 decimals)"
+    );
+    Ok(alloy::primitives::U256::from_str_radix(&format!("{whole}{frac:0<6}"), 10)?)
 }
 
 /// `POST /v2/reattest/{nonce}`: sign a Fast message again with a new `expirationBlock` (its
@@ -541,11 +602,14 @@ async fn main() -> anyhow::Result<()> {
         last_v2: Mutex::new(None),
         replay_next: Mutex::new(0),
         reattests: Mutex::new(0),
+        fast_allowance: Mutex::new(args.fast_allowance.as_deref().map(usdc_units).transpose()?),
+        fast_decisions: Mutex::new(BTreeMap::new()),
     });
     let app = Router::new()
         .route("/v2/messages/{domain}", get(messages))
         .route("/v2/burn/USDC/fees/{src}/{dst}", get(fees))
         .route("/v2/reattest/{nonce}", post(reattest))
+        .route("/v2/fastBurn/USDC/allowance", get(fast_allowance))
         .route("/admin/faults", post(add_faults))
         .route("/admin/stats", get(stats))
         .with_state(service.clone());

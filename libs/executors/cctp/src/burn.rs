@@ -16,8 +16,9 @@ use qtg_evm::call::{
     token_decimals_match, Action, EvmCall, Refusal,
 };
 use qtg_evm::calls::{
-    allowance_calldata, burn_calldata, burn_v2_calldata, finality_of, is_denylisted_calldata, message_sent_topic,
-    min_fee_calldata, remote_messenger_calldata, AmountIs, Message, MessageV2, FINALITY_FAST,
+    allowance_calldata, burn_calldata, burn_v2_calldata, burn_v2_with_hook_calldata, finality_of,
+    is_denylisted_calldata, message_sent_topic, min_fee_calldata, remote_messenger_calldata, AmountIs, Message,
+    MessageV2, FINALITY_FAST,
 };
 use qtg_evm::{Chains, RpcError};
 use serde_json::{json, Value};
@@ -121,12 +122,14 @@ pub(crate) fn token_amount(v: Option<&Value>, decimals: u32, what: &str) -> Resu
 /// A V2 burn's terms from the approved plan (the signer reads the same keys): the finality the
 /// template chose, the fee cap (`config.max_fee`, lowered by `risk_controls.cctp_max_fee`)
 /// sent as `maxFee`, what the intent's amount is, and the destination caller.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Terms {
     pub finality: u32,
     pub max_fee: U256,
     pub amount_is: AmountIs,
     pub destination_caller: Option<Address>,
+    /// `config.hook_data` (hex): burned by `depositForBurnWithHook`; empty: `depositForBurn`.
+    pub hook_data: Bytes,
 }
 
 impl Terms {
@@ -139,22 +142,19 @@ impl Terms {
         })?;
         let risk = token_amount(ctx.risk_controls.get("cctp_max_fee"), decimals, "risk_controls.cctp_max_fee")?;
         let amount_is = AmountIs::parse(text("amount_is")).map_err(invalid)?;
-        if ctx
-            .node_config
-            .get("hook_data")
-            .is_some_and(|h| !h.is_null() && h.as_str() != Some("") && h.as_str() != Some("0x"))
-        {
-            return Err(refusal(
-                qtg_core::codes::CCTP_CONFIG_INVALID,
-                "config.hook_data: this lane burns with empty hook data (depositForBurn); depositForBurnWithHook is \
-                 not supported",
-            ));
-        }
+        let hook_data = match ctx.node_config.get("hook_data") {
+            None | Some(Value::Null) => Bytes::new(),
+            Some(Value::String(h)) => {
+                h.trim().parse::<Bytes>().map_err(|_| invalid(format!("config.hook_data {h:?} is not hex bytes")))?
+            }
+            Some(other) => return Err(invalid(format!("config.hook_data {other} is not hex bytes"))),
+        };
         Ok(Terms {
             finality,
             max_fee: risk.map_or(cap, |r| r.min(cap)),
             amount_is,
             destination_caller: config_address(ctx, "destination_caller")?,
+            hook_data,
         })
     }
 
@@ -210,8 +210,20 @@ impl EvmCall for Burn {
                         format!("the fee cap {} is not below the amount burned {burned}", t.max_fee),
                     ));
                 }
-                let input =
-                    burn_v2_calldata(burned, to_domain, recipient, d.usdc, t.destination_caller, t.max_fee, t.finality);
+                let input = if t.hook_data.is_empty() {
+                    burn_v2_calldata(burned, to_domain, recipient, d.usdc, t.destination_caller, t.max_fee, t.finality)
+                } else {
+                    burn_v2_with_hook_calldata(
+                        burned,
+                        to_domain,
+                        recipient,
+                        d.usdc,
+                        t.destination_caller,
+                        t.max_fee,
+                        t.finality,
+                        t.hook_data.clone(),
+                    )
+                };
                 (input, burned)
             }
         };

@@ -245,6 +245,10 @@ mod v2 {
             uint256 amount, uint32 destinationDomain, bytes32 mintRecipient, address burnToken,
             bytes32 destinationCaller, uint256 maxFee, uint32 minFinalityThreshold
         );
+        function depositForBurnWithHook(
+            uint256 amount, uint32 destinationDomain, bytes32 mintRecipient, address burnToken,
+            bytes32 destinationCaller, uint256 maxFee, uint32 minFinalityThreshold, bytes hookData
+        );
         event DepositForBurn(
             address indexed burnToken, uint256 amount, address indexed depositor, bytes32 mintRecipient,
             uint32 destinationDomain, bytes32 destinationTokenMessenger, bytes32 destinationCaller, uint256 maxFee,
@@ -284,9 +288,49 @@ pub fn burn_v2_calldata(
     .into()
 }
 
-/// The V2 burn `input` carries, if it is one.
-pub fn decode_burn_v2(input: &[u8]) -> Option<DepositForBurnV2> {
-    DepositForBurnV2::abi_decode(input).ok()
+/// V2 `depositForBurnWithHook` (selector `0x779b432d`): `depositForBurn` with hook data
+/// (non-empty) carried in the burn message.
+#[allow(clippy::too_many_arguments)]
+pub fn burn_v2_with_hook_calldata(
+    amount: U256,
+    destination_domain: u32,
+    mint_recipient: Address,
+    burn_token: Address,
+    destination_caller: Option<Address>,
+    max_fee: U256,
+    min_finality_threshold: u32,
+    hook_data: Bytes,
+) -> Bytes {
+    v2::depositForBurnWithHookCall {
+        amount,
+        destinationDomain: destination_domain,
+        mintRecipient: word(mint_recipient),
+        burnToken: burn_token,
+        destinationCaller: destination_caller.map(word).unwrap_or_default(),
+        maxFee: max_fee,
+        minFinalityThreshold: min_finality_threshold,
+        hookData: hook_data,
+    }
+    .abi_encode()
+    .into()
+}
+
+/// The V2 burn `input` carries, if it is one, and its hook data (empty for `depositForBurn`).
+pub fn decode_burn_v2(input: &[u8]) -> Option<(DepositForBurnV2, Bytes)> {
+    if let Ok(c) = DepositForBurnV2::abi_decode(input) {
+        return Some((c, Bytes::new()));
+    }
+    let c = v2::depositForBurnWithHookCall::abi_decode(input).ok()?;
+    let burn = DepositForBurnV2 {
+        amount: c.amount,
+        destinationDomain: c.destinationDomain,
+        mintRecipient: c.mintRecipient,
+        burnToken: c.burnToken,
+        destinationCaller: c.destinationCaller,
+        maxFee: c.maxFee,
+        minFinalityThreshold: c.minFinalityThreshold,
+    };
+    Some((burn, c.hookData))
 }
 
 /// The topic of V2's `DepositForBurn` (it differs from V1's: no nonce, more fields).
@@ -500,7 +544,8 @@ mod tests {
             FINALITY_FAST,
         );
         assert_eq!(&call[..4], &[0x8e, 0x02, 0x50, 0xee]);
-        let c = decode_burn_v2(&call).expect("a V2 burn");
+        let (c, hook) = decode_burn_v2(&call).expect("a V2 burn");
+        assert!(hook.is_empty());
         assert_eq!((c.maxFee, c.minFinalityThreshold, c.destinationCaller), (U256::from(1u64), 1000, B256::ZERO));
         assert!(decode_burn_v2(&burn_calldata(U256::from(10u64), 6, Address::ZERO, Address::ZERO)).is_none());
         assert_eq!(

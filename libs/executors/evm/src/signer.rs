@@ -176,7 +176,16 @@ impl LocalSigner {
             }
             return Ok(());
         }
-        if let Some(burn) = decode_burn_v2(input) {
+        if let Some((burn, hook)) = decode_burn_v2(input) {
+            let approved_hook = match intent.hook_data.as_deref().map(str::trim).filter(|h| !h.is_empty()) {
+                Some(h) => h
+                    .parse::<alloy::primitives::Bytes>()
+                    .map_err(|_| format!("the approved hook_data {h:?} is not hex"))?,
+                None => Default::default(),
+            };
+            if hook != approved_hook {
+                return Err(format!("the burn's hook data {hook} is not the approved {approved_hook}"));
+            }
             let token = approved_token()?;
             let finality = finality_of(intent.finality.as_deref())?;
             let cap = cap()?.ok_or("a V2 burn needs the approved max_fee")?;
@@ -321,6 +330,7 @@ mod tests {
                 amount_is: None,
                 finality: None,
                 destination_caller: None,
+                hook_data: None,
             },
             payload_format: PAYLOAD_FORMAT.into(),
             payload: text,
@@ -495,6 +505,23 @@ mod tests {
         );
         assert!(refused(s.sign(&approved(&burn(7_000_000, 10_000, FINALITY_FAST, None), Some("delivered"))).await)
             .contains("not the approved"));
+        // Hook data only as approved: none approved, none signed; approved, exactly that.
+        let hooked = tx(crate::calls::burn_v2_with_hook_calldata(
+            U256::from(7_000_000u64),
+            1,
+            dest,
+            usdc,
+            None,
+            U256::from(10_000u64),
+            FINALITY_FAST,
+            Bytes::from(vec![0xde, 0xad]),
+        ));
+        assert!(refused(s.sign(&approved(&hooked, None)).await).contains("hook data"));
+        let mut with_hook = approved(&hooked, None);
+        with_hook.signing_intent.hook_data = Some("0xdead".into());
+        assert!(s.sign(&with_hook).await.is_ok());
+        with_hook.signing_intent.hook_data = Some("0xbeef".into());
+        assert!(refused(s.sign(&with_hook).await).contains("hook data"));
         let mut no_cap = approved(&burn(7_000_000, 0, FINALITY_FAST, None), None);
         no_cap.signing_intent.bridge_max_fee = None;
         assert!(refused(s.sign(&no_cap).await).contains("max_fee"));

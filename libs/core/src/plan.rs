@@ -254,70 +254,85 @@ impl PlanDefinition {
     }
 }
 
-/// A CCTP mint bound to its burn (`burn_message` or `burn_message_hash` = `$ref:<burn>.…`)
-/// agrees with that burn on what only the pair can check, so a template cannot approve a burn
-/// whose mint is bound to fail: the same `cctp_version` (absent: 1); V1 binds by
-/// `burn_message_hash`, V2 by `burn_message`; on V2 the same `amount_is` (absent: `burned`) and a
-/// mint `max_fee`, when it names one, not below the burn's; the same `destination_domain`.
+/// A CCTP mint bound to its burn (`burn_message` or `burn_message_hash` = `$ref:<burn>.…`, the
+/// burn a `cctp_burn` node) agrees with that burn on what only the pair can check, so a template
+/// cannot approve a burn whose mint is bound to fail: the same `cctp_version` (absent: 1; a
+/// `$ref` is left to run time); the binding its version reads (V1 `burn_message_hash`, V2
+/// `burn_message`); the same `decimals` and `destination_domain`; on V2 the same `amount_is`
+/// (absent: `burned`) and a mint `max_fee`, when it names one, not below what the burn sends
+/// (its `max_fee`, lowered by `risk_controls.cctp_max_fee`).
 fn bridge_pairs_agree(plan: &PlanDefinition) -> Result<(), PlanError> {
     use crate::risk::Amount;
     let by_key: BTreeMap<&str, &PlanNode> = plan.nodes.iter().map(|n| (n.node_key.as_str(), n)).collect();
-    let version = |n: &PlanNode| match n.config.get("cctp_version") {
-        None | Some(Value::Null) => Ok(1),
-        Some(v) => v.as_u64().filter(|v| matches!(v, 1 | 2)).ok_or_else(|| PlanError::BadNode {
-            node: n.node_key.clone(),
-            reason: format!("config.cctp_version {v} is neither 1 nor 2"),
-        }),
-    };
     let text = |n: &PlanNode, k: &str| n.config.get(k).and_then(Value::as_str).map(str::trim).map(str::to_string);
+    let is_ref = |v: Option<&Value>| v.and_then(Value::as_str).is_some_and(|s| s.trim().starts_with("$ref:"));
+    // `None`: decided at run time (a `$ref`).
+    let version = |n: &PlanNode| -> Result<Option<u64>, PlanError> {
+        match n.config.get("cctp_version") {
+            None | Some(Value::Null) => Ok(Some(1)),
+            v if is_ref(v) => Ok(None),
+            Some(v) => v.as_u64().filter(|v| matches!(v, 1 | 2)).map(Some).ok_or_else(|| PlanError::BadNode {
+                node: n.node_key.clone(),
+                reason: format!("config.cctp_version {v} is neither 1 nor 2"),
+            }),
+        }
+    };
+    let amount = |v: Option<&Value>| match v {
+        Some(Value::String(s)) => Amount::parse(s.trim()),
+        Some(Value::Number(x)) => Amount::parse(&x.to_string()),
+        _ => None,
+    };
     for mint in &plan.nodes {
-        for (key, wanted_version) in [("burn_message_hash", 1), ("burn_message", 2)] {
-            let Some(target) = text(mint, key).and_then(|r| r.strip_prefix("$ref:").map(str::to_string)) else {
-                continue;
-            };
-            let Some(burn) = target.split_once('.').and_then(|(k, _)| by_key.get(k)) else { continue };
-            let bad = |reason: String| PlanError::BadNode { node: mint.node_key.clone(), reason };
-            let (vm, vb) = (version(mint)?, version(burn)?);
-            if vm != vb {
-                return Err(bad(format!(
-                    "it mints with cctp_version {vm} what {:?} burns with cctp_version {vb}",
-                    burn.node_key
-                )));
-            }
-            if vm != wanted_version {
-                let (other, field) =
-                    if vm == 2 { ("burn_message", "message") } else { ("burn_message_hash", "message_hash") };
-                return Err(bad(format!(
-                    "a CCTP V{vm} mint is bound to its burn by {other} ($ref:{}.{field}), not {key}",
-                    burn.node_key
-                )));
-            }
-            let domain = |n: &PlanNode| n.config.get("destination_domain").and_then(Value::as_u64);
-            if let (Some(m), Some(b)) = (domain(mint), domain(burn)) {
+        let bound = ["burn_message", "burn_message_hash"].into_iter().find_map(|key| {
+            let r = text(mint, key)?;
+            let target = r.strip_prefix("$ref:")?.split_once('.')?.0.to_string();
+            Some(target)
+        });
+        let Some(burn) = bound.and_then(|k| by_key.get(k.as_str()).copied()) else { continue };
+        if !burn.action_type.trim().eq_ignore_ascii_case("cctp_burn") {
+            continue;
+        }
+        let bad = |reason: String| PlanError::BadNode { node: mint.node_key.clone(), reason };
+        let (Some(vm), Some(vb)) = (version(mint)?, version(burn)?) else { continue };
+        if vm != vb {
+            return Err(bad(format!(
+                "it mints with cctp_version {vm} what {:?} burns with cctp_version {vb}",
+                burn.node_key
+            )));
+        }
+        let (key, field) = if vm == 2 { ("burn_message", "message") } else { ("burn_message_hash", "message_hash") };
+        if text(mint, key).is_none() {
+            return Err(bad(format!(
+                "a CCTP V{vm} mint is bound to its burn by {key} ($ref:{}.{field})",
+                burn.node_key
+            )));
+        }
+        for k in ["destination_domain", "decimals"] {
+            let (m, b) = (mint.config.get(k), burn.config.get(k));
+            if let (Some(m), Some(b)) = (m.and_then(Value::as_u64), b.and_then(Value::as_u64)) {
                 if m != b {
-                    return Err(bad(format!("its destination_domain {m} is not the burn's {b}")));
+                    return Err(bad(format!("its {k} {m} is not the burn's {b}")));
                 }
             }
-            if vm == 2 {
-                let amount_is = |n: &PlanNode| text(n, "amount_is").unwrap_or_else(|| "burned".into());
-                if amount_is(mint) != amount_is(burn) {
+        }
+        if vm == 2 {
+            let amount_is = |n: &PlanNode| text(n, "amount_is").unwrap_or_else(|| "burned".into());
+            if amount_is(mint) != amount_is(burn) {
+                return Err(bad(format!(
+                    "its amount_is {:?} is not the burn's {:?}: the mint would refuse the burn's message",
+                    amount_is(mint),
+                    amount_is(burn)
+                )));
+            }
+            let sent = match (amount(burn.config.get("max_fee")), amount(plan.risk_controls.get("cctp_max_fee"))) {
+                (Some(b), Some(r)) if r < b => Some(r),
+                (b, _) => b,
+            };
+            if let (Some(m), Some(b)) = (amount(mint.config.get("max_fee")), sent) {
+                if m < b {
                     return Err(bad(format!(
-                        "its amount_is {:?} is not the burn's {:?}: the mint would refuse the burn's message",
-                        amount_is(mint),
-                        amount_is(burn)
+                        "its max_fee {m} is below the {b} the burn sends as maxFee: the mint would refuse the message"
                     )));
-                }
-                let fee = |n: &PlanNode| match n.config.get("max_fee") {
-                    Some(Value::String(s)) => Amount::parse(s.trim()),
-                    Some(Value::Number(x)) => Amount::parse(&x.to_string()),
-                    _ => None,
-                };
-                if let (Some(m), Some(b)) = (fee(mint), fee(burn)) {
-                    if m < b {
-                        return Err(bad(format!(
-                            "its max_fee {m} is below the burn's {b}: the mint would refuse the burn's maxFee"
-                        )));
-                    }
                 }
             }
         }
@@ -436,6 +451,7 @@ mod tests {
     fn a_cctp_mint_that_disagrees_with_its_burn_is_refused() {
         let pair = |burn: Value, mint: Value| {
             let mut b = node("burn");
+            b.action_type = "cctp_burn".into();
             b.config = burn;
             let mut m = node("mint");
             m.config = mint;
@@ -461,8 +477,29 @@ mod tests {
         refused(v2.clone(), mint(json!({"amount_is": "burned"})), "amount_is");
         refused(v2.clone(), mint(json!({"max_fee": "0.01"})), "max_fee");
         refused(v2.clone(), mint(json!({"destination_domain": 3})), "destination_domain");
-        refused(v2, json!({"cctp_version": 2, "burn_message_hash": "$ref:burn.message_hash"}), "burn_message");
+        refused(v2.clone(), json!({"cctp_version": 2, "burn_message_hash": "$ref:burn.message_hash"}), "burn_message");
         refused(json!({}), json!({"burn_message": "$ref:burn.message"}), "burn_message_hash");
+        refused(
+            json!({"decimals": 6}),
+            json!({"burn_message_hash": "$ref:burn.message_hash", "decimals": 18}),
+            "decimals",
+        );
+        // What the burn sends is its max_fee lowered by the plan's cctp_max_fee.
+        let mut lowered = PlanDefinition {
+            nodes: vec![
+                PlanNode { action_type: "cctp_burn".into(), config: v2.clone(), ..node("burn") },
+                PlanNode { config: mint(json!({"max_fee": "0.01"})), ..node("mint") },
+            ],
+            edges: vec![edge("burn", "mint")],
+            risk_controls: json!({"cctp_max_fee": "0.01"}),
+        };
+        assert!(lowered.validate().is_ok(), "the mint's cap covers what the burn sends");
+        lowered.risk_controls = json!({});
+        assert!(lowered.validate().is_err(), "the burn sends 0.05");
+        // A leftover V1 binding beside the V2 one, and a version decided at run time, pass.
+        let both = mint(json!({"burn_message_hash": "$ref:burn.message_hash"}));
+        assert_eq!(pair(v2.clone(), both), None);
+        assert_eq!(pair(v2, mint(json!({"cctp_version": "$ref:burn.cctp_version"}))), None);
     }
 
     #[test]

@@ -8,17 +8,14 @@ use uuid::Uuid;
 use crate::Result;
 
 /// Claims `(source_domain, nonce)` for `request_id` (idempotent) and answers the movement it
-/// belongs to: `request_id` itself, or the other movement that claimed it first.
+/// belongs to: `request_id` itself, or the other movement that claimed it first. One row
+/// always comes back, also when another claim of the same nonce commits meanwhile: the
+/// conflict's no-op update locks and returns the owner's row.
 pub async fn claim_nonce(pool: &PgPool, source_domain: u32, nonce: &str, request_id: Uuid) -> Result<Uuid> {
     let owner = sqlx::query_scalar!(
-        r#"WITH claimed AS (
-               INSERT INTO cctp_attested_nonces (source_domain, nonce, request_id) VALUES ($1, $2, $3)
-               ON CONFLICT (source_domain, nonce) DO NOTHING
-               RETURNING request_id)
-           SELECT request_id AS "request_id!" FROM claimed
-           UNION ALL
-           SELECT request_id FROM cctp_attested_nonces WHERE source_domain = $1 AND nonce = $2
-           LIMIT 1"#,
+        "INSERT INTO cctp_attested_nonces (source_domain, nonce, request_id) VALUES ($1, $2, $3)
+         ON CONFLICT (source_domain, nonce) DO UPDATE SET request_id = cctp_attested_nonces.request_id
+         RETURNING request_id",
         i64::from(source_domain),
         nonce,
         request_id,

@@ -882,10 +882,18 @@ catalogue! {
         status: None,
         meaning: "The V2 route's fee — the fee API's minimum for the chosen finality and the messenger's on-chain \
             minimum, of the amount burned — is above the burn's cap (`config.max_fee`, lowered by \
-            `risk_controls.cctp_max_fee`), or the API quotes no fee for that finality; refused at preflight, nothing \
-            signed or sent.",
+            `risk_controls.cctp_max_fee`); refused at preflight, nothing signed or sent.",
         action: "Wait for the fee to fall and retry the node, or approve a template version with a higher cap (or \
             Standard instead of Fast).",
+    }
+    CCTP_FEE_UNKNOWN {
+        source: Cctp,
+        status: None,
+        meaning: "The fee API refused the V2 route (a 4xx other than 429), answered in a shape qtg cannot read, or \
+            quotes no fee for the burn's finality: the fee is unknown, so the burn was refused at preflight, nothing \
+            signed or sent. (No answer, a 429 or a 5xx is retried instead.)",
+        action: "Check the route (domains) and the burn entry's `fee_url` against Circle's fee API, then retry the \
+            node.",
     }
     CCTP_MESSAGE_INVALID {
         source: Cctp,

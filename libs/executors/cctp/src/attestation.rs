@@ -62,6 +62,11 @@ impl AttestationObserver {
         if config.poll_seconds.is_some_and(|s| !s.is_finite() || !(0.1..=3600.0).contains(&s)) {
             return Err("config.poll_seconds must be between 0.1 and 3600".into());
         }
+        // The mint refuses an attestation expiring by the block it could land in (head + 1):
+        // handing one over with less margin would fail the mint for good.
+        if config.expiry_margin_blocks == Some(0) {
+            return Err("config.expiry_margin_blocks must be at least 1".into());
+        }
         let http = crate::service_client(
             "config.attestation_url",
             &config.attestation_url,

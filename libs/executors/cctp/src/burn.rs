@@ -24,7 +24,7 @@ use qtg_evm::{Chains, RpcError};
 use serde_json::{json, Value};
 
 use crate::domains::{Contracts, Domain, Domains, Version};
-use crate::fees::FeeApi;
+use crate::fees::{FeeApi, FeeError};
 
 pub struct Burn {
     pub domains: Arc<Domains>,
@@ -433,13 +433,21 @@ impl Burn {
                 "a V2 burn reads its route's fee first: the burn executor's config names no fee_url",
             )));
         };
-        let quotes = api
-            .quotes(source, destination)
-            .await
-            .map_err(|detail| RpcError::Transport { method: "GET /v2/burn/USDC/fees".into(), detail })?;
+        let quotes = match api.quotes(source, destination).await {
+            Ok(q) => q,
+            Err(FeeError::Unavailable(detail)) => {
+                return Err(RpcError::Transport { method: "GET /v2/burn/USDC/fees".into(), detail })
+            }
+            Err(FeeError::Refused(why)) => {
+                return Ok(Some(refusal(
+                    qtg_core::codes::CCTP_FEE_UNKNOWN,
+                    format!("the route from domain {source} to {destination} has no fee qtg can read: {why}"),
+                )))
+            }
+        };
         let Some(quote) = quotes.iter().find(|q| q.finality_threshold == t.finality) else {
             return Ok(Some(refusal(
-                qtg_core::codes::CCTP_FEE_ABOVE_CAP,
+                qtg_core::codes::CCTP_FEE_UNKNOWN,
                 format!(
                     "the fee API quotes no fee for finality {} from domain {source} to {destination}: the route's fee \
                      is unknown",

@@ -25,17 +25,44 @@ impl FeeApi {
         Ok(FeeApi { base: base.trim_end_matches('/').to_string(), http })
     }
 
-    /// `GET /v2/burn/USDC/fees/{source}/{destination}`; no answer or not Circle's shape is an
-    /// error: the burn's preflight cannot pass, and it is never signed on a guess.
-    pub async fn quotes(&self, source: u32, destination: u32) -> Result<Vec<FeeQuote>, String> {
+    /// `GET /v2/burn/USDC/fees/{source}/{destination}`. The burn's preflight passes only on
+    /// quotes: it is never signed on a guess.
+    pub async fn quotes(&self, source: u32, destination: u32) -> Result<Vec<FeeQuote>, FeeError> {
         let url = format!("{}/v2/burn/USDC/fees/{source}/{destination}", self.base);
-        let resp = self.http.get(&url).send().await.map_err(|e| format!("fee API: {}", e.without_url()))?;
-        let status = resp.status();
-        if !status.is_success() {
-            return Err(format!("fee API answered HTTP {}", status.as_u16()));
+        let resp = self
+            .http
+            .get(&url)
+            .send()
+            .await
+            .map_err(|e| FeeError::Unavailable(format!("fee API: {}", e.without_url())))?;
+        let status = resp.status().as_u16();
+        if !(200..300).contains(&status) {
+            return Err(FeeError::of_status(status));
         }
-        let body: Value = resp.json().await.map_err(|e| format!("fee API: not JSON: {}", e.without_url()))?;
-        parse_quotes(&body).map_err(|e| format!("fee API: {e}"))
+        let body: Value =
+            resp.json().await.map_err(|e| FeeError::Refused(format!("fee API: not JSON: {}", e.without_url())))?;
+        parse_quotes(&body).map_err(|e| FeeError::Refused(format!("fee API: {e}")))
+    }
+}
+
+/// Why the fee API gave no quotes.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum FeeError {
+    /// No answer, a 429 or a 5xx: asked again later.
+    Unavailable(String),
+    /// An answer asking again will not change: another 4xx (an unsupported route, say), or a
+    /// body not in Circle's shape.
+    Refused(String),
+}
+
+impl FeeError {
+    fn of_status(status: u16) -> FeeError {
+        let why = format!("fee API answered HTTP {status}");
+        if status == 429 || status >= 500 {
+            FeeError::Unavailable(why)
+        } else {
+            FeeError::Refused(why)
+        }
     }
 }
 
@@ -133,6 +160,14 @@ mod tests {
         assert!(parse_quotes(&json!([{"finalityThreshold": 1000, "minimumFee": -1}])).is_err());
         assert!(parse_quotes(&json!([{"finalityThreshold": 1000, "minimumFee": "1"}])).is_err());
         assert!(parse_quotes(&json!({"fees": []})).is_err());
+    }
+
+    #[test]
+    fn a_fee_api_status_is_transient_only_when_asking_again_can_help() {
+        assert!(matches!(FeeError::of_status(503), FeeError::Unavailable(_)));
+        assert!(matches!(FeeError::of_status(429), FeeError::Unavailable(_)));
+        assert!(matches!(FeeError::of_status(400), FeeError::Refused(_)));
+        assert!(matches!(FeeError::of_status(404), FeeError::Refused(_)));
     }
 
     #[test]

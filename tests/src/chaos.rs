@@ -46,10 +46,6 @@ pub struct Profile {
     /// How long the venue, the remote executor and the receiver are down, and the cut lasts.
     pub outage: Duration,
     pub quiesce_timeout: Duration,
-    /// The chain's `replace_after_seconds`: how long an EVM transaction that never reached the
-    /// chain (a dispatcher killed between recording the broadcast and sending it) waits before
-    /// it is sent again. It must fit well inside `quiesce_timeout`, with the observe pacing.
-    pub replace_after: Duration,
 }
 
 impl Profile {
@@ -65,9 +61,6 @@ impl Profile {
             pg_restarts: 1,
             outage: Duration::from_secs(8),
             quiesce_timeout: Duration::from_secs(150),
-            // A kill just before a send, late in the 60 s stream, left a transfer waiting the
-            // production 120 s and its next observation past a 150 s window (a seen failure).
-            replace_after: Duration::from_secs(30),
         }
     }
 
@@ -83,7 +76,6 @@ impl Profile {
             pg_restarts: 2,
             outage: Duration::from_secs(12),
             quiesce_timeout: Duration::from_secs(300),
-            replace_after: Duration::from_secs(120),
         }
     }
 }
@@ -784,7 +776,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
 
     let mut env: Vec<(String, String)> = [
         ("MG_EXECUTOR_REGISTRY", registry.to_string_lossy().to_string()),
-        ("MG_EVM_CHAINS", crate::evm_chains(&anvil.url, 1, p.replace_after.as_secs_f64())),
+        ("MG_EVM_CHAINS", crate::evm_chains(&anvil.url, 1, 120.0)),
         ("MG_ANVIL0_PRIVATE_KEY", ANVIL_KEY_0.to_string()),
         ("MG_ANVIL1_PRIVATE_KEY", ANVIL_KEY_1.to_string()),
         ("QTG_EXAMPLE_SECRET", EXAMPLE_HMAC_SECRET.to_string()),

@@ -721,6 +721,12 @@ impl Bridge {
         .await?)
     }
 
+    /// Injects faults into the attestation service (`POST /admin/faults`).
+    async fn faults(&self, faults: Value) -> anyhow::Result<()> {
+        http_client().post(format!("{}/admin/faults", self.sim_url)).json(&faults).send().await?.error_for_status()?;
+        Ok(())
+    }
+
     async fn sim_log(&self) -> anyhow::Result<Vec<(f64, u64)>> {
         let stats: Value = http_client().get(format!("{}/admin/stats", self.sim_url)).send().await?.json().await?;
         Ok(stats["log"]
@@ -787,13 +793,10 @@ async fn the_observe_step_waits_through_404_pending_and_429_and_honours_the_hint
     bridge.template("usdc.cctp.chain_a_to_b", ANVIL_ADDR_0).await?;
     // What the service heard before (the health worker's lookups) is not the step's.
     let before = bridge.sim_log().await?.len();
-    http_client()
-        .post(format!("{}/admin/faults", bridge.sim_url))
-        .json(&json!([{"kind": "not_found", "count": 2}, {"kind": "pending", "count": 2},
+    bridge
+        .faults(json!([{"kind": "not_found", "count": 2}, {"kind": "pending", "count": 2},
                       {"kind": "rate_limit", "count": 1, "retry_after_seconds": 3}]))
-        .send()
-        .await?
-        .error_for_status()?;
+        .await?;
     let dispatcher = bridge.worker("qtg-dispatcher").await?;
     let observer = bridge.worker("qtg-observer").await?;
     let id = bridge.movement("usdc.cctp.chain_a_to_b", "10", "cctp-faults").await?;
@@ -1389,12 +1392,7 @@ async fn an_expired_v2_fast_attestation_is_re_attested_and_a_two_of_three_mints(
         Bridge::start_with(Setup { v2: true, m_of_n: true, sim: &["--fast-expiry-blocks", "50"], ..Setup::default() })
             .await?;
     bridge.template("usdc.v2.expiring", ANVIL_ADDR_0).await?;
-    http_client()
-        .post(format!("{}/admin/faults", bridge.sim_url))
-        .json(&json!({"kind": "expired", "count": 1}))
-        .send()
-        .await?
-        .error_for_status()?;
+    bridge.faults(json!({"kind": "expired", "count": 1})).await?;
     let dispatcher = bridge.worker("qtg-dispatcher").await?;
     let observer = bridge.worker("qtg-observer").await?;
     let id = bridge.movement("usdc.v2.expiring", "12", "v2-expiring").await?;
@@ -1525,12 +1523,7 @@ async fn a_v2_message_replayed_for_an_identical_burn_never_completes_its_mint() 
     let first = bridge.movement("usdc.v2.twice", "10", "v2-first").await?;
     let m = bridge.done(&first, &[&dispatcher, &observer]).await?;
     assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
-    http_client()
-        .post(format!("{}/admin/faults", bridge.sim_url))
-        .json(&json!({"kind": "replay", "count": 100}))
-        .send()
-        .await?
-        .error_for_status()?;
+    bridge.faults(json!({"kind": "replay", "count": 100})).await?;
     let second = bridge.movement("usdc.v2.twice", "10", "v2-second").await?;
     let m = bridge.done(&second, &[&dispatcher, &observer]).await?;
     assert_ne!(m["request_state"], "COMPLETED", "{m:#}");

@@ -294,6 +294,27 @@ impl Reader<'_> {
         Ok(w.filter(|w| !w.is_zero()).map(|w| hex_address(Address::from_word(w.into()))))
     }
 
+    /// The transmitter's enabled attesters, sorted, comma-separated (`getNumEnabledAttesters`,
+    /// `getEnabledAttester(i)`); [`qtg_executor::DriftFact::UNREADABLE`] when it refuses a read.
+    async fn attesters(&self, transmitter: Address) -> Result<String, qtg_evm::RpcError> {
+        use qtg_evm::calls::{enabled_attester_calldata, num_enabled_attesters_calldata};
+        let unreadable = || qtg_executor::DriftFact::UNREADABLE.to_string();
+        let Some(n) = self.word(transmitter, num_enabled_attesters_calldata()).await? else {
+            return Ok(unreadable());
+        };
+        // More attesters than any deployment has is not a list to read one by one.
+        let Some(n) = u64::try_from(n).ok().filter(|n| *n <= 64) else { return Ok(unreadable()) };
+        let mut list = Vec::new();
+        for i in 0..n {
+            let Some(w) = self.word(transmitter, enabled_attester_calldata(i)).await? else {
+                return Ok(unreadable());
+            };
+            list.push(Shown::Address.show(w));
+        }
+        list.sort();
+        Ok(list.join(","))
+    }
+
     /// One version's facts on domain `d`, named without the version's prefix.
     async fn deployment(
         &self,
@@ -374,7 +395,7 @@ impl Reader<'_> {
             "message_transmitter.signature_threshold".into(),
             self.show(transmitter, signature_threshold_calldata(), Shown::Number).await?,
         ));
-        facts.push(("message_transmitter.attesters".into(), attesters(self.rpc, transmitter).await?));
+        facts.push(("message_transmitter.attesters".into(), self.attesters(transmitter).await?));
         for (name, data, how) in [
             ("attester_manager", attester_manager_calldata(), Shown::Address),
             ("owner", owner_calldata(), Shown::Address),
@@ -385,32 +406,6 @@ impl Reader<'_> {
         }
         Ok(facts)
     }
-}
-
-/// The transmitter's enabled attesters, sorted, comma-separated (`getNumEnabledAttesters`,
-/// `getEnabledAttester(i)`); [`qtg_executor::DriftFact::UNREADABLE`] when it refuses a read.
-async fn attesters(rpc: &qtg_evm::Rpc, transmitter: Address) -> Result<String, qtg_evm::RpcError> {
-    use qtg_evm::call::{call_word, hex_address};
-    use qtg_evm::calls::{enabled_attester_calldata, num_enabled_attesters_calldata};
-    use qtg_evm::RpcError;
-    let unreadable = || qtg_executor::DriftFact::UNREADABLE.to_string();
-    let n = match call_word(rpc, transmitter, num_enabled_attesters_calldata()).await {
-        Ok(n) => n,
-        Err(RpcError::Node { .. }) => return Ok(unreadable()),
-        Err(e) => return Err(e),
-    };
-    // More attesters than any deployment has is not a list to read one by one.
-    let Some(n) = u64::try_from(n).ok().filter(|n| *n <= 64) else { return Ok(unreadable()) };
-    let mut list = Vec::new();
-    for i in 0..n {
-        match call_word(rpc, transmitter, enabled_attester_calldata(i)).await {
-            Ok(w) => list.push(hex_address(Address::from_word(w.into()))),
-            Err(RpcError::Node { .. }) => return Ok(unreadable()),
-            Err(e) => return Err(e),
-        }
-    }
-    list.sort();
-    Ok(list.join(","))
 }
 
 #[cfg(test)]

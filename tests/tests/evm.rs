@@ -121,6 +121,20 @@ impl Evm {
         .await?)
     }
 
+    /// Puts the movement's given-back `nonce` back as `reserved`: as a crash (or a signer
+    /// still deciding) leaves it.
+    async fn reserve_again(&self, nonce: i64, movement: &str) -> anyhow::Result<()> {
+        sqlx::query(
+            "UPDATE evm_nonce_reservation SET status = 'reserved' WHERE nonce = $1 AND request_node_id =
+                 (SELECT id FROM movement_request_nodes WHERE request_id = $2::uuid)",
+        )
+        .bind(nonce)
+        .bind(movement)
+        .execute(&self.db.pool)
+        .await?;
+        Ok(())
+    }
+
     async fn movement(&self, template: &str, asset: &str, amount: &str, idem: &str) -> anyhow::Result<String> {
         let body = json!({"template_key": template, "idempotency_key": idem,
             "intent": {"asset": asset, "amount": amount, "source": ANVIL_ADDR_0, "destination": ANVIL_ADDR_2}});
@@ -258,14 +272,7 @@ async fn the_reaper_reclaims_an_abandoned_nonce_and_leaves_a_used_one_alone() ->
     assert_eq!((gap, status.as_str()), (used_nonce + 1, "released"), "the refusal gave it back at once");
     // The reaper is the backstop for a dispatcher that died between the reservation and the
     // failure: put the reservation back as such a crash leaves it.
-    sqlx::query(
-        "UPDATE evm_nonce_reservation SET status = 'reserved' WHERE nonce = $1 AND request_node_id =
-             (SELECT id FROM movement_request_nodes WHERE request_id = $2::uuid)",
-    )
-    .bind(gap)
-    .bind(&abandoned)
-    .execute(&evm.db.pool)
-    .await?;
+    evm.reserve_again(gap, &abandoned).await?;
     let mut env = evm.env.clone();
     env.push(("MG_EVM_NONCE_REAPER_AGE_SECONDS".into(), "1".into()));
     env.push(("MG_EVM_NONCE_REAPER_INTERVAL_SECONDS".into(), "0.3".into()));
@@ -343,6 +350,75 @@ async fn a_failure_before_broadcast_gives_the_nonce_back_at_once() -> anyhow::Re
     evm.done(&next, "COMPLETED").await?;
     assert_eq!(evm.reservation(&next).await?, (start, "consumed".to_string()));
     drop((dispatcher, observer));
+    evm.db.drop_db().await;
+    Ok(())
+}
+
+/// A nonce given back *below* one already sent — a movement's nonce released after the next
+/// movement reserved the one above it (a refused signature, or the reaper) — would hold the
+/// later transaction out of every block once nothing else takes the gap. The observer fills
+/// it with a zero-value self-send, recorded and audited before it is sent, and the later
+/// movement completes without a third one; nothing of the released movement is paid.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_nonce_given_back_below_a_sent_one_is_filled() -> anyhow::Result<()> {
+    let evm = Evm::start().await?;
+    evm.template("evm.eth", json!({"chain_id": 31337})).await?;
+    evm.template_signed_by("evm.wrong", "signer.evm.other", json!({"chain_id": 31337})).await?;
+    let start = evm.anvil.quantity("eth_getTransactionCount", json!([ANVIL_ADDR_0, "latest"])).await? as i64;
+    let before = evm.eth(ANVIL_ADDR_2).await?;
+    let dispatcher = evm.worker("qtg-dispatcher").await?;
+    let observer = evm.worker("qtg-observer").await?;
+    let refused = evm.movement("evm.wrong", "ETH", "0.3", "fill-refused").await?;
+    evm.done(&refused, "FAILED").await?;
+    assert_eq!(evm.reservation(&refused).await?, (start, "released".to_string()));
+    // As it stood while the refused movement's signer was still deciding: the nonce reserved.
+    evm.reserve_again(start, &refused).await?;
+    let waiting = evm.movement("evm.eth", "ETH", "0.1", "fill-waiting").await?;
+    let node = evm.send_node(&waiting).await?;
+    wait_until("the later transfer is sent", Duration::from_secs(30), || async {
+        Ok(evm.refs(node).await?["tx_hash"].is_string())
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", dispatcher.log()))?;
+    assert_eq!(evm.reservation(&waiting).await?.0, start + 1, "the nonce above the held one");
+    let m = evm.api.ok("GET", &format!("/v3/movements/{waiting}"), &evm.keys.requester, None, 200).await?;
+    assert_eq!(m["request_state"], "EXECUTING", "it cannot be mined before nonce {start} is used: {m:#}");
+    // Now the held nonce is given back (the reaper, as after a crash; a refusal gives back alike).
+    let mut env = evm.env.clone();
+    env.push(("MG_EVM_NONCE_REAPER_AGE_SECONDS".into(), "1".into()));
+    env.push(("MG_EVM_NONCE_REAPER_INTERVAL_SECONDS".into(), "0.3".into()));
+    let reaper = Proc::spawn("qtg-reaper", &evm.db.url, &env_pairs(&env)).await?;
+    evm.done(&waiting, "COMPLETED").await.map_err(|e| anyhow::anyhow!("{e}\n{}", observer.log()))?;
+    // The chain: two transactions from the address (the fill and the transfer), one payment.
+    let end = evm.anvil.quantity("eth_getTransactionCount", json!([ANVIL_ADDR_0, "latest"])).await? as i64;
+    assert_eq!(end - start, 2);
+    assert_eq!(evm.eth(ANVIL_ADDR_2).await? - before, WEI / 10, "the refused movement paid nothing");
+    let (status, owner, fills, by): (String, Option<uuid::Uuid>, Value, Option<String>) = sqlx::query_as(
+        "SELECT status, request_node_id, cancel_hashes, consumed_by FROM evm_nonce_reservation WHERE nonce = $1",
+    )
+    .bind(start)
+    .fetch_one(&evm.db.pool)
+    .await?;
+    assert_eq!((status.as_str(), owner), ("consumed", None), "a fill belongs to no node");
+    let fill = fills.as_array().and_then(|f| f.first()).and_then(Value::as_str).unwrap_or_default().to_string();
+    assert_eq!(by.as_deref(), Some(fill.as_str()), "consumed by the fill");
+    let tx = evm.anvil.rpc("eth_getTransactionByHash", json!([fill])).await?;
+    assert_eq!(
+        (tx["to"].as_str(), tx["value"].as_str()),
+        (Some(ANVIL_ADDR_0.to_ascii_lowercase().as_str()), Some("0x0"))
+    );
+    let audits: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM audit_outbox WHERE action = 'evm.nonce.fill' AND movement_id = $1::uuid
+            AND (data->>'nonce')::bigint = $2 AND data->>'tx_hash' = $3",
+    )
+    .bind(&waiting)
+    .bind(start)
+    .bind(&fill)
+    .fetch_one(&evm.db.pool)
+    .await?;
+    assert_eq!(audits, 1, "the fill is audited on the movement it unblocked");
+    assert_eq!(evm.reservation(&waiting).await?, (start + 1, "consumed".to_string()));
+    drop((dispatcher, observer, reaper));
     evm.db.drop_db().await;
     Ok(())
 }

@@ -307,3 +307,120 @@ pub async fn reclaim(
     .await?;
     audit_given_back(conn, rows, actor, "evm.nonce.reclaim", ("age_seconds", serde_json::json!(age_seconds))).await
 }
+
+/// A nonce of an address nothing of qtg will send with any more but the chain still waits
+/// for: a released reservation with no live one of the same nonce, or a fill of it already
+/// broadcast and not yet final (`filling`, its zero-value self-sends in `cancel_hashes`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct Gap {
+    pub id: i64,
+    pub nonce: i64,
+    pub filling: bool,
+    pub cancel_hashes: Vec<String>,
+}
+
+/// The gaps of `address` on `chain_id` in `[from, below)`, lowest first: what keeps a
+/// transaction with nonce `below` from being mined when the chain's count is `from`.
+pub async fn gaps(pool: &PgPool, chain_id: i64, address: &str, from: i64, below: i64) -> Result<Vec<Gap>> {
+    Ok(sqlx::query!(
+        "SELECT DISTINCT ON (r.nonce) r.id, r.nonce, r.status, r.cancel_hashes
+           FROM evm_nonce_reservation r
+          WHERE r.chain_id = $1 AND r.address = $2 AND r.nonce >= $3 AND r.nonce < $4
+            AND ((r.status = 'released'
+                  AND NOT EXISTS (SELECT 1 FROM evm_nonce_reservation l
+                                   WHERE l.chain_id = r.chain_id AND l.address = r.address
+                                     AND l.nonce = r.nonce AND l.status <> 'released'))
+                 OR (r.status = 'broadcast' AND r.request_node_id IS NULL))
+          ORDER BY r.nonce, r.id DESC",
+        chain_id,
+        address.to_ascii_lowercase(),
+        from,
+        below
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|r| Gap {
+        id: r.id,
+        nonce: r.nonce,
+        filling: r.status == "broadcast",
+        cancel_hashes: hashes(&r.cancel_hashes),
+    })
+    .collect())
+}
+
+/// Records `hash`, a zero-value self-send with the gap's nonce, before it is sent: the gap
+/// becomes a fill (`broadcast`, owned by no node, so no node's retry can take the nonce and
+/// no new reservation can reuse it), with one audit row `evm.nonce.fill` naming the node whose
+/// transaction waits on it, in the same transaction. `false`: the nonce is no longer a gap
+/// (a new reservation took it meanwhile): nothing may be sent.
+pub async fn record_fill(pool: &PgPool, gap: i64, hash: &str, waiting: Uuid, actor: &str) -> Result<bool> {
+    let mut tx = pool.begin().await?;
+    let row = sqlx::query!("SELECT chain_id, address FROM evm_nonce_reservation WHERE id = $1", gap)
+        .fetch_optional(&mut *tx)
+        .await?;
+    let Some(row) = row else { return Ok(false) };
+    // The same lock as `reserve`: a fill and a new reservation of the nonce never both win.
+    sqlx::query!(
+        "SELECT pg_advisory_xact_lock(hashtextextended($1::int8::text || ':' || $2, 17))",
+        row.chain_id,
+        row.address
+    )
+    .execute(&mut *tx)
+    .await?;
+    let filled = sqlx::query!(
+        "UPDATE evm_nonce_reservation r
+            SET status = 'broadcast', request_node_id = NULL, updated_at = now(),
+                cancel_hashes = CASE WHEN cancel_hashes ? $2 THEN cancel_hashes ELSE cancel_hashes || \
+                    to_jsonb($2::text) END
+          WHERE r.id = $1
+            AND ((r.status = 'released'
+                  AND NOT EXISTS (SELECT 1 FROM evm_nonce_reservation l
+                                   WHERE l.chain_id = r.chain_id AND l.address = r.address
+                                     AND l.nonce = r.nonce AND l.status <> 'released'))
+                 OR (r.status = 'broadcast' AND r.request_node_id IS NULL))
+          RETURNING r.chain_id, r.address, r.nonce,
+                    (SELECT request_id FROM movement_request_nodes WHERE id = $3) AS movement_id",
+        gap,
+        hash.to_ascii_lowercase(),
+        waiting
+    )
+    .fetch_optional(&mut *tx)
+    .await?;
+    let Some(f) = filled else { return Ok(false) };
+    crate::audit::record(
+        &mut tx,
+        &crate::audit::AuditRecord {
+            actor,
+            action: "evm.nonce.fill",
+            entity_type: "node",
+            entity_id: waiting.to_string(),
+            movement_id: f.movement_id,
+            data: serde_json::json!({
+                "reservation_id": gap, "chain_id": f.chain_id, "address": f.address, "nonce": f.nonce,
+                "tx_hash": hash.to_ascii_lowercase(),
+            }),
+        },
+    )
+    .await?;
+    tx.commit().await?;
+    Ok(true)
+}
+
+/// The fills of `address` on `chain_id` whose nonce the chain has passed (below `count`,
+/// its mined transaction count), with their self-sends: each is then marked consumed.
+pub async fn passed_fills(pool: &PgPool, chain_id: i64, address: &str, count: i64) -> Result<Vec<Gap>> {
+    Ok(sqlx::query!(
+        "SELECT id, nonce, cancel_hashes FROM evm_nonce_reservation
+          WHERE chain_id = $1 AND address = $2 AND nonce < $3 AND status = 'broadcast' AND request_node_id IS NULL
+          ORDER BY nonce",
+        chain_id,
+        address.to_ascii_lowercase(),
+        count
+    )
+    .fetch_all(pool)
+    .await?
+    .into_iter()
+    .map(|r| Gap { id: r.id, nonce: r.nonce, filling: true, cancel_hashes: hashes(&r.cancel_hashes) })
+    .collect())
+}

@@ -406,6 +406,106 @@ impl<C: EvmCall> EvmExecutor<C> {
         Ok(Some(r))
     }
 
+    /// A local signer that holds the from-address' key (for a zero-value self-send, which
+    /// needs no policy: it pays nobody).
+    fn own_signer(&self) -> Option<Arc<crate::LocalSigner>> {
+        self.signers.read().ok()?.values().find(|s| s.address() == self.from).cloned()
+    }
+
+    /// Marks consumed the fills of the from-address the chain has passed in a final block,
+    /// each by the self-send of its that was mined ("other" when none of them was).
+    async fn settle_fills(&self, chain: &Chain) -> Result<(), ExecutorError> {
+        let rpc = &chain.rpc;
+        let from = Self::address(self.from);
+        let chain_id = chain.spec.chain_id as i64;
+        let unavailable = |e: qtg_store::StoreError| ExecutorError::Unavailable(format!("nonce reservations: {e}"));
+        // The database first: there is rarely a fill at all.
+        if nonces::passed_fills(&self.pool, chain_id, &from, i64::MAX).await.map_err(unavailable)?.is_empty() {
+            return Ok(());
+        }
+        let head = rpc.quantity("eth_blockNumber", json!([])).await.map_err(rpc_down)?;
+        let final_block = head.saturating_sub(u128::from(chain.spec.confirmations.saturating_sub(1)));
+        let count =
+            rpc.quantity("eth_getTransactionCount", json!([from, quantity(final_block)])).await.map_err(rpc_down)?;
+        let passed = nonces::passed_fills(&self.pool, chain_id, &from, count as i64).await.map_err(unavailable)?;
+        for fill in passed {
+            let mut by = "other".to_string();
+            for h in &fill.cancel_hashes {
+                if matches!(self.receipt(chain, h).await?, Some(Onchain::Mined { .. })) {
+                    by.clone_from(h);
+                    break;
+                }
+            }
+            nonces::mark_consumed(&self.pool, fill.id, &by).await.map_err(unavailable)?;
+        }
+        Ok(())
+    }
+
+    /// Fills the gaps below the node's nonce `nonce`: nonces of the from-address qtg gave back
+    /// (no signature of them can exist) that no new reservation took, which the chain must
+    /// pass before the node's transaction can be mined. Each gets a zero-value self-send,
+    /// recorded (and audited) before it is sent; one already sent and still known to the
+    /// chain's node is left to be mined. Answers the gaps it could not fill (no local signer
+    /// of the address, or the fee caps): the node's transaction waits on them.
+    async fn fill_gaps(&self, chain: &Chain, node: Uuid, nonce: u64) -> Result<Vec<i64>, ExecutorError> {
+        let rpc = &chain.rpc;
+        let from = Self::address(self.from);
+        let chain_id = chain.spec.chain_id as i64;
+        let store = |e: qtg_store::StoreError| ExecutorError::Unavailable(format!("nonce reservations: {e}"));
+        // The database first: on the usual poll there is no gap and nothing more is asked.
+        if nonces::gaps(&self.pool, chain_id, &from, 0, nonce as i64).await.map_err(store)?.is_empty() {
+            return Ok(Vec::new());
+        }
+        self.settle_fills(chain).await?;
+        let count = rpc.quantity("eth_getTransactionCount", json!([from, "latest"])).await.map_err(rpc_down)?;
+        let gaps = nonces::gaps(&self.pool, chain_id, &from, count as i64, nonce as i64).await.map_err(store)?;
+        let Some(signer) = self.own_signer() else {
+            if !gaps.is_empty() {
+                tracing::warn!(
+                    executor_key = %self.key, nonce, gaps = ?gaps.iter().map(|g| g.nonce).collect::<Vec<_>>(),
+                    "the transaction waits on nonces given back below it, and no local signer of the address can \
+                     fill them: a person must consume them"
+                );
+            }
+            return Ok(gaps.iter().map(|g| g.nonce).collect());
+        };
+        let actor = format!("executor:{}", self.key);
+        let mut open = Vec::new();
+        for gap in gaps {
+            if gap.filling {
+                let mut known = false;
+                for h in &gap.cancel_hashes {
+                    if !rpc.call("eth_getTransactionByHash", json!([h])).await.map_err(rpc_down)?.is_null() {
+                        known = true;
+                        break;
+                    }
+                }
+                if known {
+                    continue;
+                }
+            }
+            let Some((max_fee, tip)) = self.bumped_fees(chain, (0, 0)).await? else {
+                open.push(gap.nonce);
+                continue;
+            };
+            let (raw, hash) = signer
+                .sign_cancel(chain.spec.chain_id, gap.nonce as u64, max_fee, tip)
+                .map_err(ExecutorError::Unavailable)?;
+            if !nonces::record_fill(&self.pool, gap.id, &hash, node, &actor).await.map_err(store)? {
+                // A new reservation took the nonce meanwhile: its transaction fills the gap.
+                continue;
+            }
+            tracing::warn!(
+                executor_key = %self.key, waiting_nonce = nonce, nonce = gap.nonce, tx_hash = %hash,
+                "filling a nonce given back below a pending transaction with a zero-value self-send"
+            );
+            if let Err(e) = rpc.call("eth_sendRawTransaction", json!([raw])).await {
+                tracing::warn!(executor_key = %self.key, tx_hash = %hash, error = %e, "the fill was not accepted");
+            }
+        }
+        Ok(open)
+    }
+
     /// Where the node's transactions are: any of its hashes mined or pending, else whether a
     /// final transaction that is not the node's consumed its nonce.
     async fn locate(&self, node: Uuid, chain: &Chain) -> Result<(Onchain, Option<i64>), ExecutorError> {
@@ -550,6 +650,16 @@ impl<C: EvmCall> EvmExecutor<C> {
                 return Ok(done.widen());
             }
         }
+        // A transaction of the node's that is out but unmined may wait on a lower nonce qtg
+        // gave back (a refused signature's) that nothing else will take: fill it.
+        let mut gaps = None;
+        if !recovering && matches!(where_, Onchain::Pending { .. } | Onchain::Absent) {
+            if let Some((_, nonce)) = self.live_reservation(node, chain).await? {
+                if !self.all_hashes(node, chain).await?.is_empty() {
+                    gaps = Some(self.fill_gaps(chain, node, nonce).await?);
+                }
+            }
+        }
         // Dropped (or gone with a reorg) for a while: the same transfer again, fees raised.
         if matches!(where_, Onchain::Absent) && !recovering && self.stale(ctx, chain) {
             if let Some(mut r) = self.replace(ctx, t, node).await? {
@@ -571,6 +681,8 @@ impl<C: EvmCall> EvmExecutor<C> {
                     // What the call yields first: a receipt it cannot read leaves the nonce live.
                     self.call.completed(ctx, t, &receipt, &mut r).map_err(ExecutorError::Unavailable)?;
                     consumed(&hash).await?;
+                    // Fills below the nonce are passed now too.
+                    self.settle_fills(chain).await?;
                     r.generated_artifacts
                         .push(json!({"kind": "evm_receipt", "tx_hash": hash, "block_number": block.to_string()}));
                     r.widen()
@@ -602,6 +714,11 @@ impl<C: EvmCall> EvmExecutor<C> {
                 let mut r = ExecutionResult::new(S::PENDING);
                 r.provider_ref_id = Some(hash.clone());
                 r.provider_state = Some("pending".into());
+                if let Some(open) = gaps.filter(|g| !g.is_empty()) {
+                    // What a person must consume before the transaction can be mined.
+                    r.provider_state = Some("waiting_on_lower_nonce".into());
+                    r.provider_refs.insert("nonce_gaps".into(), json!(open));
+                }
                 r.provider_refs.insert("tx_hash".into(), json!(hash));
                 r.retry_after_seconds = Some(POLL_SECONDS);
                 r

@@ -308,6 +308,14 @@ pub async fn wait_db(pool: &PgPool, condition: &str, id: uuid::Uuid, timeout: Du
 }
 
 /// Polls the movement until its state is one of `states`.
+/// The movement once it settled (COMPLETED, FAILED or MANUAL_INTERVENTION) within 90 s; else
+/// the error with the logs of `procs`.
+pub async fn wait_settled(api: &Api, key: &str, id: &str, procs: &[&Proc]) -> anyhow::Result<Value> {
+    wait_state(api, key, id, &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"], Duration::from_secs(90))
+        .await
+        .map_err(|e| anyhow::anyhow!("{e}\n{}", procs.iter().map(|p| p.log()).collect::<Vec<_>>().join("\n")))
+}
+
 pub async fn wait_state(api: &Api, key: &str, id: &str, states: &[&str], timeout: Duration) -> anyhow::Result<Value> {
     let deadline = Instant::now() + timeout;
     loop {

@@ -679,15 +679,7 @@ impl Bridge {
     }
 
     async fn done(&self, id: &str, logs: &[&Proc]) -> anyhow::Result<Value> {
-        wait_state(
-            &self.api,
-            &self.keys.requester,
-            id,
-            &["COMPLETED", "FAILED", "MANUAL_INTERVENTION"],
-            Duration::from_secs(90),
-        )
-        .await
-        .map_err(|e| anyhow::anyhow!("{e}\n{}", logs.iter().map(|p| p.log()).collect::<Vec<_>>().join("\n")))
+        wait_settled(&self.api, &self.keys.requester, id, logs).await
     }
 
     /// `MintAndWithdraw` events of B's messenger: one per mint that happened.

@@ -11,6 +11,8 @@ const NOT_CODES: &[&str] = &[
     "MANUAL_INTERVENTION",
     "PENDING_APPROVAL",
     "WAITING_MANUAL_ACTION",
+    // CCIP's OffRamp execution states (Internal.MessageExecutionState).
+    "IN_PROGRESS",
     // Capital transfer states.
     "MOVEMENT_CREATED",
     "NEEDS_ATTENTION",

@@ -20,7 +20,7 @@ pub use derive::{derive_request_state, NodeView};
 pub use lane::Lane;
 pub use plan::{NodeKind, PlanDefinition, PlanEdge, PlanError, PlanNode};
 pub use protocol::{
-    ExecutionContext, ExecutionResult, ObserveOutcome, PreparedAction, Refusal, SignRequest, SignResult, SigningIntent,
-    SubmitOutcome,
+    CcipIntent, ExecutionContext, ExecutionResult, ObserveOutcome, PreparedAction, Refusal, SignRequest, SignResult,
+    SigningIntent, SubmitOutcome,
 };
 pub use state::{AfterObserve, AfterSubmit, NextState, NodeState, Refused, RequestState, TransitionError};

@@ -139,6 +139,33 @@ pub struct SigningIntent {
     /// The hook data a CCTP V2 burn carries (node `config.hook_data`, hex); absent for none.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub hook_data: Option<String>,
+    /// A CCIP send's terms (a node whose config names `destination_chain_selector`); absent
+    /// otherwise.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ccip: Option<CcipIntent>,
+}
+
+/// What a CCIP send (`Router.ccipSend`) was approved to carry, from the node's config: the
+/// destination chain, the fee token and the most it may pay, the receiver's gas and ordering,
+/// the data. `token_contract`, `amount` and `destination` (the receiver) are the intent's.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CcipIntent {
+    /// The destination's CCIP chain selector, a decimal uint64 (a string: JSON numbers lose
+    /// precision past 2^53).
+    pub destination_chain_selector: String,
+    /// `native` (the fee paid in the chain's coin, as the transaction's value) or the fee
+    /// token's address (LINK).
+    pub fee_token: String,
+    /// The most the send may pay in the fee token, a decimal with 18 decimals (node
+    /// `config.max_fee`, lowered by `risk_controls.ccip_max_fee`).
+    pub max_fee: String,
+    /// The receiver's gas limit on the destination (node `config.gas_limit`; 0 for a transfer
+    /// to an account without code).
+    pub gas_limit: u64,
+    /// Out-of-order execution (node `config.allow_out_of_order_execution`).
+    pub allow_out_of_order_execution: bool,
+    /// The message's data, hex (`0x` for none).
+    pub data: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -158,13 +185,39 @@ pub struct SignRequest {
 /// plan's `risk_controls.cctp_max_fee` when that is smaller (what the burn sends as `maxFee`).
 /// A value that is not a decimal is passed as written: the signer refuses it.
 fn bridge_fee_cap(ctx: &ExecutionContext) -> Option<String> {
+    if ctx.node_config.get("destination_chain_selector").is_some() {
+        // A CCIP send's cap is in the fee token: `ccip.max_fee`.
+        return None;
+    }
     let cap = text_of(ctx.node_config.get("max_fee"))?;
-    let risk = text_of(ctx.risk_controls.get("cctp_max_fee"));
+    Some(lower_cap(cap, text_of(ctx.risk_controls.get("cctp_max_fee"))))
+}
+
+/// The lower of two caps written as decimals: `risk` when it is one and below `cap`.
+fn lower_cap(cap: String, risk: Option<String>) -> String {
     let amount = |t: &str| crate::risk::Amount::parse(t.trim());
     match (amount(&cap), risk.as_deref().and_then(amount)) {
-        (Some(c), Some(r)) if r < c => risk,
-        _ => Some(cap),
+        (Some(c), Some(r)) if r < c => risk.unwrap_or(cap),
+        _ => cap,
     }
+}
+
+/// A CCIP send's terms as the signer must hold them (values as written: the signer refuses
+/// what does not parse). `None` for a node that is not a CCIP send.
+fn ccip_intent(ctx: &ExecutionContext) -> Option<CcipIntent> {
+    let c = &ctx.node_config;
+    let selector = text_of(c.get("destination_chain_selector"))?;
+    Some(CcipIntent {
+        destination_chain_selector: selector,
+        fee_token: text_of(c.get("fee_token")).unwrap_or_default(),
+        max_fee: lower_cap(
+            text_of(c.get("max_fee")).unwrap_or_default(),
+            text_of(ctx.risk_controls.get("ccip_max_fee")),
+        ),
+        gas_limit: c.get("gas_limit").and_then(Value::as_u64).unwrap_or(0),
+        allow_out_of_order_execution: c.get("allow_out_of_order_execution").and_then(Value::as_bool).unwrap_or(true),
+        data: text_of(c.get("data")).unwrap_or_else(|| "0x".into()),
+    })
 }
 
 /// A config value as the signer sees it: a string as written, a number in its JSON form.
@@ -211,6 +264,7 @@ impl SignRequest {
                 finality: text_of(ctx.node_config.get("finality")),
                 destination_caller: text_of(ctx.node_config.get("destination_caller")),
                 hook_data: text_of(ctx.node_config.get("hook_data")),
+                ccip: ccip_intent(ctx),
             },
             payload_format: prepared.payload_format.clone(),
             payload: prepared.payload.clone(),

@@ -5,7 +5,7 @@
 use qtg_executor::{LaneContext, LaneFactory, LanePlugin, Registry, RegistryFile};
 
 /// Every lane this build has.
-pub const LANES: &[LaneFactory] = &[qtg_sim::lane, qtg_cex::lane, qtg_evm::lane, qtg_cctp::lane];
+pub const LANES: &[LaneFactory] = &[qtg_sim::lane, qtg_cex::lane, qtg_evm::lane, qtg_cctp::lane, qtg_ccip::lane];
 
 /// Builds the lanes with `ctx` and then the registry of `file` over them.
 pub fn build_registry(file: &RegistryFile, ctx: &LaneContext<'_>) -> anyhow::Result<Registry> {

@@ -936,6 +936,98 @@ catalogue! {
             domain in `MG_CCTP_DOMAINS`; refused, nothing sent.",
         action: "Add the version's contracts to `MG_CCTP_DOMAINS`, or use the version the route has.",
     }
+    CCIP_ALLOWANCE_INSUFFICIENT {
+        source: Ccip,
+        status: None,
+        meaning: "`from`'s allowance of the token to the CCIP router is below the amount (qtg never sends `approve`); \
+            refused at preflight, nothing signed or sent.",
+        action: "Have `from` approve the router itself, then retry the node.",
+    }
+    CCIP_CHAIN_NOT_CONFIGURED {
+        source: Ccip,
+        status: None,
+        meaning: "The node's chain, or its destination chain selector, is not in `MG_CCIP_CHAINS`; refused, nothing \
+            sent (observe: the destination cannot be read).",
+        action: "Add the chain (chain id, selector, router) to `MG_CCIP_CHAINS`, or fix the template.",
+    }
+    CCIP_CONFIG_INVALID {
+        source: Ccip,
+        status: None,
+        meaning: "The CCIP node's config is missing or malformed (router, destination_chain_selector, token, \
+            decimals, fee_token, max_fee, gas_limit, data); refused, nothing sent.",
+        action: "Fix the template (docs/architecture.md §9.7 lists the keys), then retry the node.",
+    }
+    CCIP_DESTINATION_NOT_SUPPORTED {
+        source: Ccip,
+        status: None,
+        meaning: "The router has no OnRamp for the destination chain selector (or the plan's risk controls do not \
+            allow it); refused at preflight, nothing sent.",
+        action: "Check the lane on chain (`ccip_drift`) and the template's destination; retry once the lane exists.",
+    }
+    CCIP_EXECUTION_FAILED {
+        source: Ccip,
+        status: None,
+        meaning: "The message's execution on the destination is FAILURE (the receiver or the token pool reverted); \
+            the node is UNKNOWN for a person with the message id, the OffRamp and its return data. FAILURE is not \
+            final: manual execution can still turn it into SUCCESS, so the send must never be repeated.",
+        action: "Fix the cause, execute the message manually on the OffRamp (`manuallyExecute`), then resume the \
+            movement: observe reads SUCCESS and completes. Never retry the send.",
+    }
+    CCIP_FEE_ABOVE_CAP {
+        source: Ccip,
+        status: None,
+        meaning: "The router's fee (`getFee`) for the message is above the plan's cap (`config.max_fee`, lowered by \
+            `risk_controls.ccip_max_fee`); refused before anything was signed.",
+        action: "Wait for fees to fall, or raise the cap in a reviewed template version, then retry.",
+    }
+    CCIP_FEE_FUNDS_INSUFFICIENT {
+        source: Ccip,
+        status: None,
+        meaning: "`from` cannot pay the fee: its balance of the fee token (or the native coin) or its LINK allowance \
+            to the router is below the router's fee; refused at preflight, nothing sent.",
+        action: "Fund `from` (or have it approve the router for LINK), then retry the node.",
+    }
+    CCIP_FEE_TOKEN_NOT_ALLOWED {
+        source: Ccip,
+        status: None,
+        meaning: "The node's `fee_token` is neither `native` nor the chain's LINK in `MG_CCIP_CHAINS`; refused, \
+            nothing sent.",
+        action: "Use `native` or the chain's LINK address in the template.",
+    }
+    CCIP_OFFRAMP_NOT_FOUND {
+        source: Ccip,
+        status: None,
+        meaning: "No OffRamp of the destination router serves the send's OnRamp: the message's execution cannot be \
+            read there. The node is UNKNOWN for a person.",
+        action: "Check the destination lane (`ccip_drift`); once an OffRamp serves the source, resume the movement.",
+    }
+    CCIP_RATE_LIMITED {
+        source: Ccip,
+        status: None,
+        meaning: "The token pool's outbound rate limit for the destination holds fewer tokens than the amount; \
+            refused at preflight, nothing sent (the router would revert).",
+        action: "Retry the node once the bucket refills (its capacity and rate are drift facts), or split the amount.",
+    }
+    CCIP_ROUTER_MISMATCH {
+        source: Ccip,
+        status: None,
+        meaning: "The plan's `contract` is not the chain's router in `MG_CCIP_CHAINS`; refused, nothing sent.",
+        action: "Fix the template or `MG_CCIP_CHAINS`, whichever is wrong.",
+    }
+    CCIP_SEND_REFERENCE_MISSING {
+        source: Ccip,
+        status: None,
+        meaning: "The delivery node has no message to watch: no `message_id`, `sequence_number` and selectors from \
+            its send predecessor (or its config); FAILED before anything was watched.",
+        action: "Bind the delivery node after the send node in the template.",
+    }
+    CCIP_TOKEN_NOT_SUPPORTED {
+        source: Ccip,
+        status: None,
+        meaning: "The token has no pool on the OnRamp for the destination (the router would revert); refused at \
+            preflight, nothing sent.",
+        action: "Check the token's registration (TokenAdminRegistry) and pool on chain, or fix the template.",
+    }
     SIM_KEY_SUPERSEDED {
         source: Sim,
         status: None,

@@ -21,6 +21,7 @@ pub enum Source {
     Evm,
     Cex,
     Cctp,
+    Ccip,
     /// The simulated lane (`make run`, tests).
     Sim,
 }
@@ -34,6 +35,7 @@ impl Source {
             Source::Evm => "EVM lane",
             Source::Cex => "CEX lane",
             Source::Cctp => "CCTP lane",
+            Source::Ccip => "CCIP lane",
             Source::Sim => "Simulated lane",
         }
     }

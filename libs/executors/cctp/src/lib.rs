@@ -73,10 +73,7 @@ pub struct CctpLane {
 /// `MG_CCTP_DOMAINS`.
 pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, LaneError> {
     let set = |k: &str| (ctx.setting)(k).filter(|v| !v.trim().is_empty());
-    let chains = match set("MG_EVM_CHAINS") {
-        Some(text) => qtg_evm::parse_chains(&text).map_err(LaneError::Setting)?,
-        None => Chains::new(),
-    };
+    let chains = qtg_evm::chains_setting(ctx)?;
     let domains = match set("MG_CCTP_DOMAINS") {
         Some(text) => Domains::parse(&text, &chains).map_err(LaneError::Setting)?,
         None => Domains::default(),

@@ -51,6 +51,13 @@ pub trait EvmCall: Send + Sync + 'static {
     /// Preflight, once the RPC proved to serve the node's chain: `Some` refuses.
     async fn check(&self, ctx: &ExecutionContext, from: Address, a: &Action) -> Result<Option<Refusal>, RpcError>;
 
+    /// The transaction's value, decided as it is built: the action's by default; a CCIP send
+    /// paying its fee in the native coin quotes the fee then (and refuses above its cap).
+    /// Replacements send the value first broadcast.
+    async fn value(&self, _ctx: &ExecutionContext, a: &Action) -> Result<Result<U256, Refusal>, RpcError> {
+        Ok(Ok(a.value))
+    }
+
     /// Evidence on chain that the call's effect already happened, whoever caused it (a CCTP
     /// message already received): read before a broadcast, and when the node's own
     /// transaction reverted or its nonce went to another. `Some` is the COMPLETED answer.

@@ -179,7 +179,11 @@ impl<C: EvmCall> EvmExecutor<C> {
                 format!("the node holds nonce {} of {}, not of {from}; a person decides", r.nonce, r.address),
             )));
         }
-        let (to, value, input) = (t.to, t.value, t.input.clone());
+        let value = match self.call.value(ctx, t).await.map_err(rpc_down)? {
+            Ok(v) => v,
+            Err(refused) => return Ok(Err(refused)),
+        };
+        let (to, input) = (t.to, t.input.clone());
         let gas_limit = match t.gas {
             Some(gas) => gas,
             None => {
@@ -304,6 +308,13 @@ impl<C: EvmCall> EvmExecutor<C> {
             return Ok(None);
         };
         let gas_limit = ctx.provider_refs.get("gas_limit").and_then(Value::as_u64).unwrap_or(NATIVE_GAS);
+        // The value first broadcast (a CCIP send's native fee was quoted then).
+        let value = ctx
+            .provider_refs
+            .get("value")
+            .and_then(Value::as_str)
+            .and_then(|v| v.parse::<alloy::primitives::U256>().ok())
+            .unwrap_or(t.value);
         if let Some(cap) = fee_cap(&ctx.risk_controls).ok().flatten() {
             if u128::from(gas_limit).saturating_mul(max_fee) > cap {
                 return Ok(None);
@@ -316,7 +327,7 @@ impl<C: EvmCall> EvmExecutor<C> {
             max_fee_per_gas: max_fee,
             max_priority_fee_per_gas: tip,
             to: TxKind::Call(t.to),
-            value: t.value,
+            value,
             access_list: Default::default(),
             input: t.input.clone(),
         };
@@ -927,6 +938,7 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
         r.provider_refs.insert("from".into(), json!(Self::address(payload.from)));
         r.provider_refs.insert("chain_id".into(), json!(payload.chain_id));
         r.provider_refs.insert("gas_limit".into(), json!(payload.gas_limit));
+        r.provider_refs.insert("value".into(), json!(payload.value));
         r.provider_refs.insert("max_fee_per_gas".into(), json!(payload.max_fee_per_gas));
         r.provider_refs.insert("max_priority_fee_per_gas".into(), json!(payload.max_priority_fee_per_gas));
         r.provider_refs.insert("broadcast_at".into(), json!(chrono::Utc::now().to_rfc3339()));

@@ -16,6 +16,7 @@
 
 pub mod call;
 pub mod calls;
+pub mod ccip_calls;
 mod chains;
 mod executor;
 mod rpc;
@@ -53,12 +54,18 @@ pub struct EvmLane {
     signers: LocalSigners,
 }
 
+/// `MG_EVM_CHAINS` of the lane context (none when unset): the chains of every lane built on
+/// this one.
+pub fn chains_setting(ctx: &LaneContext<'_>) -> Result<Chains, LaneError> {
+    match (ctx.setting)("MG_EVM_CHAINS").filter(|v| !v.trim().is_empty()) {
+        Some(text) => chains::parse(&text).map_err(LaneError::Setting),
+        None => Ok(Chains::new()),
+    }
+}
+
 /// The lane's factory (listed in `services/common/src/lanes.rs`): reads `MG_EVM_CHAINS`.
 pub fn lane(ctx: &LaneContext<'_>) -> Result<Box<dyn LanePlugin>, LaneError> {
-    let chains = match (ctx.setting)("MG_EVM_CHAINS").filter(|v| !v.trim().is_empty()) {
-        Some(text) => chains::parse(&text).map_err(LaneError::Setting)?,
-        None => Chains::new(),
-    };
+    let chains = chains_setting(ctx)?;
     Ok(Box::new(EvmLane { pool: ctx.pool.clone(), chains: Arc::new(chains), signers: local_signers(ctx) }))
 }
 

@@ -119,6 +119,14 @@ impl LocalSigner {
                 // A contract call the plan names: only to that contract, carrying no coin, and
                 // only a call whose effect this signer can read back to the approved intent.
                 let contract = parse("contract", &contract)?;
+                if let Some(ccip) = &intent.ccip {
+                    if p.to != contract {
+                        return Err(format!("a call to {} is not a call to the approved router {contract}", p.to));
+                    }
+                    let token =
+                        parse("token", token.as_deref().ok_or("a CCIP send needs the approved token_contract")?)?;
+                    return Self::ccip_send(tx.value, &tx.input, ccip, token, destination, amount);
+                }
                 if p.to != contract || tx.value != U256::ZERO {
                     return Err(format!(
                         "a call to {} with value {} is not a call to the approved contract {contract}",
@@ -127,6 +135,70 @@ impl LocalSigner {
                 }
                 let domain = intent.destination_domain.ok_or("the approved intent names no destination_domain")?;
                 Self::bridge_call(&tx.input, intent, token.as_deref(), destination, amount, domain)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// A CCIP `ccipSend` checked against the approved send: the destination chain, the receiver,
+    /// exactly one token amount (the approved token and amount), the data, the receiver's gas
+    /// and ordering, and the fee token; a native fee (the transaction's value) at most the
+    /// approved cap. A fee in LINK is pulled by the router within the sender's allowance: the
+    /// executor's preflight holds it to the cap before anything is signed.
+    fn ccip_send(
+        value: U256,
+        input: &[u8],
+        ccip: &qtg_core::CcipIntent,
+        token: Address,
+        receiver: Address,
+        amount: U256,
+    ) -> Result<(), String> {
+        use crate::ccip_calls::{decode_ccip_send, extra_args, EVMTokenAmount};
+        let (selector, m) =
+            decode_ccip_send(input).ok_or("the call is not Router.ccipSend: this signer signs no other")?;
+        let approved_selector: u64 = ccip.destination_chain_selector.trim().parse().map_err(|_| {
+            format!("the approved destination_chain_selector {:?} is not a uint64", ccip.destination_chain_selector)
+        })?;
+        let data: alloy::primitives::Bytes =
+            ccip.data.trim().parse().map_err(|_| format!("the approved data {:?} is not hex", ccip.data))?;
+        let cap = base_units(ccip.max_fee.trim(), 18)
+            .ok_or_else(|| format!("the approved max_fee {:?} is not an amount with 18 decimals", ccip.max_fee))?;
+        let tokens = [EVMTokenAmount { token, amount }];
+        if selector != approved_selector
+            || m.receiver.as_ref() != receiver.into_word().as_slice()
+            || m.tokenAmounts != tokens
+            || m.data != data
+            || m.extraArgs != extra_args(ccip.gas_limit, ccip.allow_out_of_order_execution)
+        {
+            return Err(format!(
+                "ccipSend to chain {selector}, receiver {}, tokens {:?}, {} bytes of data, extra args {} is not the \
+                 approved {amount} of {token} to {receiver} on chain {approved_selector} (gas limit {}, out of \
+                 order {})",
+                m.receiver,
+                m.tokenAmounts.iter().map(|t| (t.token, t.amount)).collect::<Vec<_>>(),
+                m.data.len(),
+                m.extraArgs,
+                ccip.gas_limit,
+                ccip.allow_out_of_order_execution
+            ));
+        }
+        if ccip.fee_token.trim().eq_ignore_ascii_case("native") {
+            if m.feeToken != Address::ZERO || value > cap {
+                return Err(format!(
+                    "a fee of {value} wei in {} is not the approved native fee of at most {cap} wei",
+                    m.feeToken
+                ));
+            }
+        } else {
+            let fee_token: Address =
+                ccip.fee_token.trim().parse().map_err(|_| {
+                    format!("the approved fee_token {:?} is neither native nor an address", ccip.fee_token)
+                })?;
+            if m.feeToken != fee_token || value != U256::ZERO {
+                return Err(format!(
+                    "a fee in {} with value {value} is not the approved fee in {fee_token} (no value)",
+                    m.feeToken
+                ));
             }
         }
         Ok(())
@@ -331,6 +403,7 @@ mod tests {
                 finality: None,
                 destination_caller: None,
                 hook_data: None,
+                ccip: None,
             },
             payload_format: PAYLOAD_FORMAT.into(),
             payload: text,
@@ -407,6 +480,63 @@ mod tests {
         assert!(refused(s.sign(&request(&p, dest, "250", Some(token))).await).contains("not the approved"));
         assert!(s.sign(&request(&p, other, "250", Some(token))).await.is_ok());
         assert!(!format!("{s:?}").contains("ac0974"), "the key never reaches Debug");
+    }
+
+    /// A CCIP send is signed only to the approved router, destination chain, receiver, token
+    /// and amount, data, gas and ordering, and fee token; a native fee above the approved cap is
+    /// refused.
+    #[tokio::test]
+    async fn signs_a_ccip_send_only_as_approved() {
+        use crate::ccip_calls::{ccip_send_calldata, extra_args, message};
+        let s = LocalSigner::new("signer.evm.local", KEY).unwrap();
+        let (router, token, dest) =
+            (Address::repeat_byte(0x55), Address::repeat_byte(0x66), Address::repeat_byte(0x22));
+        let amount = U256::from(7u64) * U256::from(10u64).pow(U256::from(18u64));
+        let send = |to: Address, selector: u64, receiver: Address, value: u64, fee_token: Address, gas: u64| {
+            let m = message(receiver, token, amount, Default::default(), fee_token, extra_args(gas, true));
+            let call = TxEip1559 {
+                chain_id: 31337,
+                nonce: 5,
+                gas_limit: 300_000,
+                max_fee_per_gas: 10,
+                max_priority_fee_per_gas: 1,
+                to: TxKind::Call(to),
+                value: U256::from(value),
+                access_list: Default::default(),
+                input: ccip_send_calldata(selector, m),
+            };
+            TxPayload::of(&call, s.address(), 3, Some(token), receiver, amount)
+        };
+        let approved = |p: &TxPayload, fee_token: &str| {
+            let mut r = request(p, dest, "7", Some(token));
+            r.signing_intent.contract = Some(router.to_string());
+            r.signing_intent.ccip = Some(qtg_core::CcipIntent {
+                destination_chain_selector: "3379446385462418246".into(),
+                fee_token: fee_token.into(),
+                max_fee: "0.01".into(),
+                gas_limit: 0,
+                allow_out_of_order_execution: true,
+                data: "0x".into(),
+            });
+            r
+        };
+        let sel = 3379446385462418246;
+        let link = Address::repeat_byte(0x99);
+        let fee = 9_000_000_000_000_000; // 0.009: within the cap
+        assert!(s.sign(&approved(&send(router, sel, dest, fee, Address::ZERO, 0), "native")).await.is_ok());
+        assert!(s.sign(&approved(&send(router, sel, dest, 0, link, 0), &link.to_string())).await.is_ok());
+        let refused = |r: Result<SignResult, SignError>| matches!(r, Err(SignError::Refused(_)));
+        for (what, p, fee_token) in [
+            ("another router", send(Address::repeat_byte(0x77), sel, dest, fee, Address::ZERO, 0), "native"),
+            ("another destination chain", send(router, 1, dest, fee, Address::ZERO, 0), "native"),
+            ("another receiver", send(router, sel, Address::repeat_byte(0x33), fee, Address::ZERO, 0), "native"),
+            ("a native fee above the cap", send(router, sel, dest, 11_000_000_000_000_000, Address::ZERO, 0), "native"),
+            ("another gas limit", send(router, sel, dest, fee, Address::ZERO, 1), "native"),
+            ("a fee in a token when native was approved", send(router, sel, dest, 0, link, 0), "native"),
+            ("value beside a LINK fee", send(router, sel, dest, 1, link, 0), &link.to_string()),
+        ] {
+            assert!(refused(s.sign(&approved(&p, fee_token)).await), "{what}");
+        }
     }
 
     /// A CCTP burn is signed only to the approved messenger, for the approved token, amount,

@@ -1,0 +1,300 @@
+//! The `ccip` lane against Chainlink's own CCIP 1.6 contracts — the released bytecode of
+//! `@chainlink/contracts-ccip`, deployed on two anvils by `qtg-ccip-sim deploy` — with
+//! `qtg-ccip-sim relay` standing in for the off-chain network (commit a merkle root signed by
+//! F+1 OCR signers, then execute). Separately started workers move a token from chain A to
+//! chain B; every `ccipSend` is counted where it reaches chain A.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use alloy::primitives::{Address, U256};
+use alloy::sol;
+use alloy::sol_types::SolCall;
+use qtg_tests::*;
+use serde_json::{json, Value};
+
+sol! {
+    function balanceOf(address owner) returns (uint256);
+    function approve(address spender, uint256 value) returns (bool);
+}
+
+const E18: u128 = 1_000_000_000_000_000_000;
+
+struct Lane {
+    db: TestDb,
+    a: Anvil,
+    b: Anvil,
+    /// Chain A through a recording proxy: every `eth_sendRawTransaction` qtg sends is counted.
+    proxy_a: RpcProxy,
+    lane: Value,
+    api: Api,
+    keys: Keys,
+    env: Vec<(String, String)>,
+}
+
+fn artifacts() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../.qtg/evm/ccip/package")
+}
+
+impl Lane {
+    async fn start() -> anyhow::Result<Lane> {
+        let (a, b) = (Anvil::start_chain(31337).await?, Anvil::start_chain(31338).await?);
+        let db = TestDb::new().await?;
+        let out = std::env::temp_dir().join(format!("{}-ccip-lane.json", db.name));
+        let deployed = tokio::process::Command::new(bin_dir().join("qtg-ccip-sim"))
+            .args(["deploy", "--source", &a.url, "--destination", &b.url, "--out"])
+            .arg(&out)
+            .arg("--artifacts")
+            .arg(artifacts())
+            .output()
+            .await?;
+        anyhow::ensure!(
+            deployed.status.success(),
+            "qtg-ccip-sim deploy failed: {}",
+            String::from_utf8_lossy(&deployed.stderr)
+        );
+        let lane: Value = serde_json::from_str(&std::fs::read_to_string(&out)?)?;
+        let proxy_a = RpcProxy::start(&a.url).await?;
+        let registry = std::env::temp_dir().join(format!("{}-registry-ccip.toml", db.name));
+        std::fs::write(
+            &registry,
+            format!(
+                "{}\n[executors.\"exec.ccip.send\"]\ntransport = \"local\"\nimpl = \"ccip\"\n\
+                 config = {{ from = \"{ANVIL_ADDR_0}\" }}\n\n\
+                 [executors.\"exec.ccip.observe\"]\ntransport = \"local\"\nimpl = \"ccip\"\n\
+                 config = {{ poll_seconds = 0.5 }}\n\n\
+                 [signers.\"signer.evm.local\"]\ntransport = \"local\"\nimpl = \"evm\"\n\
+                 config = {{ account = \"anvil0\" }}\n",
+                std::fs::read_to_string(registry_file())?
+            ),
+        )?;
+        let chain = |id: u64, url: &str| {
+            json!({"chain_id": id, "rpc_urls": [url], "confirmations": 1,
+                   "max_fee_per_gas_wei": "100000000000", "max_priority_fee_per_gas_wei": "2000000000"})
+        };
+        let env: Vec<(String, String)> = [
+            ("MG_EXECUTOR_REGISTRY", registry.to_string_lossy().to_string()),
+            ("MG_EVM_CHAINS", json!([chain(31337, &proxy_a.url), chain(31338, &b.url)]).to_string()),
+            ("MG_CCIP_CHAINS", lane["mg_ccip_chains"].to_string()),
+            ("MG_ANVIL0_PRIVATE_KEY", ANVIL_KEY_0.to_string()),
+            ("MG_EXECUTOR_TIMEOUT_MS", "5000".to_string()),
+            ("MG_NODE_DISPATCH_INTERVAL_SECONDS", "0.2".to_string()),
+            ("MG_NODE_OBSERVE_INTERVAL_SECONDS", "0.2".to_string()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        let api = Api::start(&db.url, &env_pairs(&env)).await?;
+        let keys = Keys::create(&api).await?;
+        Ok(Lane { db, a, b, proxy_a, lane, api, keys, env })
+    }
+
+    fn at(&self, side: &str, key: &str) -> String {
+        self.lane[side][key].as_str().unwrap_or_default().to_string()
+    }
+
+    async fn worker(&self, binary: &str) -> anyhow::Result<Proc> {
+        Proc::spawn(binary, &self.db.url, &env_pairs(&self.env)).await
+    }
+
+    async fn relay(&self) -> anyhow::Result<Proc> {
+        let out = std::env::temp_dir().join(format!("{}-ccip-lane.json", self.db.name));
+        let lane = out.to_string_lossy().to_string();
+        Proc::spawn_args("qtg-ccip-sim", &["relay", "--lane", &lane, "--poll-ms", "200"], "", &[]).await
+    }
+
+    /// A send-and-deliver template: `fee` is the cap, in the native coin.
+    async fn template(&self, key: &str, max_fee: &str, gas_limit: u64) -> anyhow::Result<()> {
+        let t = json!({"template_key": key, "nodes": [
+            {"node_key": "send", "node_kind": "action", "action_type": "ccip_send",
+             "executor_key": "exec.ccip.send", "signer_key": "signer.evm.local", "signing_required": true,
+             "config": {"chain_id": 31337, "contract": self.at("source", "router"),
+                        "destination_chain_selector": self.lane["destination"]["selector"],
+                        "token_contract": self.at("source", "token"), "decimals": 18,
+                        "fee_token": "native", "max_fee": max_fee, "gas_limit": gas_limit}},
+            {"node_key": "deliver", "node_kind": "observe", "action_type": "ccip_delivery",
+             "executor_key": "exec.ccip.observe", "config": {}}],
+            "edges": [{"from": "send", "to": "deliver"}]});
+        install_template(&self.api, &self.keys, t).await
+    }
+
+    async fn movement(&self, template: &str, amount: &str, to: &str, idem: &str) -> anyhow::Result<String> {
+        let body = json!({"template_key": template, "idempotency_key": idem,
+            "intent": {"asset": "QCA", "amount": amount, "source": ANVIL_ADDR_0, "destination": to}});
+        let m = self.api.ok("POST", "/v3/movements", &self.keys.requester, Some(body), 201).await?;
+        let id = m["id"].as_str().unwrap_or_default().to_string();
+        self.api.ok("POST", &format!("/v3/movements/{id}/approve"), &self.keys.approver, None, 200).await?;
+        Ok(id)
+    }
+
+    async fn done(&self, id: &str, logs: &[&Proc]) -> anyhow::Result<Value> {
+        wait_settled(&self.api, &self.keys.requester, id, logs).await
+    }
+
+    async fn balance(&self, side: &str, who: &str) -> anyhow::Result<U256> {
+        let anvil = if side == "source" { &self.a } else { &self.b };
+        let data = balanceOfCall { owner: who.parse()? }.abi_encode();
+        let v = anvil
+            .rpc(
+                "eth_call",
+                json!([{"to": self.at(side, "token"), "data": format!("0x{}", alloy::primitives::hex::encode(data))},
+                       "latest"]),
+            )
+            .await?;
+        Ok(U256::from_str_radix(v.as_str().unwrap_or("0x0").trim_start_matches("0x"), 16)?)
+    }
+
+    /// The holder (qtg's sender, anvil's first account) approves A's router itself.
+    async fn approve_router(&self) -> anyhow::Result<()> {
+        let data = approveCall { spender: self.at("source", "router").parse()?, value: U256::MAX }.abi_encode();
+        let hash = self
+            .a
+            .rpc(
+                "eth_sendTransaction",
+                json!([{"from": ANVIL_ADDR_0, "to": self.at("source", "token"),
+                        "data": format!("0x{}", alloy::primitives::hex::encode(data))}]),
+            )
+            .await?;
+        wait_until("the approval is mined", Duration::from_secs(20), || async {
+            Ok(!self.a.rpc("eth_getTransactionReceipt", json!([hash])).await?.is_null())
+        })
+        .await
+    }
+
+    /// `CCIPMessageSent` logs of A's OnRamp: one per message that left.
+    async fn messages_sent(&self) -> anyhow::Result<usize> {
+        let logs = self
+            .a
+            .rpc(
+                "eth_getLogs",
+                json!([{"address": self.at("source", "on_ramp"), "fromBlock": "0x0", "toBlock": "latest",
+                        "topics": [qtg_ccip_topic()]}]),
+            )
+            .await?;
+        Ok(logs.as_array().map(Vec::len).unwrap_or(0))
+    }
+}
+
+fn qtg_ccip_topic() -> String {
+    alloy::primitives::keccak256(
+        "CCIPMessageSent(uint64,uint64,((bytes32,uint64,uint64,uint64,uint64),address,bytes,bytes,bytes,address,\
+         uint256,uint256,(address,bytes,bytes,uint256,bytes)[]))",
+    )
+    .to_string()
+}
+
+/// A token transfer by CCIP: one `ccipSend` reaches chain A, the OffRamp executes the message on
+/// B, the delivery node completes with the message id and the execution's transaction; A's
+/// token left the sender (burned by the pool), B's arrived at the receiver.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_token_transfer_by_ccip_completes_with_one_send() -> anyhow::Result<()> {
+    let lane = Lane::start().await?;
+    lane.approve_router().await?;
+    lane.template("ccip.qca", "0.01", 0).await?;
+    let (dispatcher, observer, relay) =
+        (lane.worker("qtg-dispatcher").await?, lane.worker("qtg-observer").await?, lane.relay().await?);
+    let holder_before = lane.balance("source", ANVIL_ADDR_0).await?;
+    let id = lane.movement("ccip.qca", "250", ANVIL_ADDR_2, "ccip-1").await?;
+    let m = lane.done(&id, &[&dispatcher, &observer, &relay]).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}\n{}\n{}", dispatcher.log(), relay.log());
+    let send = node(&m, "send");
+    let deliver = node(&m, "deliver");
+    let message_id = send["provider_refs"]["message_id"].as_str().unwrap_or_default();
+    assert_eq!(message_id.len(), 66, "{send:#}");
+    assert_eq!(deliver["provider_refs"]["message_id"], message_id, "{deliver:#}");
+    assert_eq!(deliver["provider_refs"]["execution_state"], "SUCCESS");
+    assert!(deliver["provider_refs"]["execution_tx_hash"].is_string(), "{deliver:#}");
+    assert_eq!(holder_before - lane.balance("source", ANVIL_ADDR_0).await?, U256::from(250 * E18));
+    assert_eq!(lane.balance("destination", ANVIL_ADDR_2).await?, U256::from(250 * E18));
+    assert_eq!(lane.proxy_a.count("eth_sendRawTransaction"), 1, "one ccipSend broadcast");
+    assert_eq!(lane.messages_sent().await?, 1, "one message left chain A");
+    drop((dispatcher, observer, relay));
+    lane.db.drop_db().await;
+    Ok(())
+}
+
+/// The router's fee above the template's cap: refused at preflight — nothing signed, nothing
+/// sent; qtg never sends `approve`: without the holder's allowance to the router the send is
+/// refused the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fee_above_the_cap_or_a_missing_allowance_is_refused_before_signing() -> anyhow::Result<()> {
+    let lane = Lane::start().await?;
+    lane.template("ccip.cheap", "0.000000001", 0).await?;
+    lane.template("ccip.qca", "0.01", 0).await?;
+    let dispatcher = lane.worker("qtg-dispatcher").await?;
+    let unapproved = lane.movement("ccip.qca", "1", ANVIL_ADDR_2, "ccip-unapproved").await?;
+    let m = lane.done(&unapproved, &[&dispatcher]).await?;
+    assert_eq!(node(&m, "send")["error_code"], "CCIP_ALLOWANCE_INSUFFICIENT", "{m:#}");
+    lane.approve_router().await?;
+    let capped = lane.movement("ccip.cheap", "1", ANVIL_ADDR_2, "ccip-capped").await?;
+    let m = lane.done(&capped, &[&dispatcher]).await?;
+    let send = node(&m, "send");
+    assert_eq!(send["error_code"], "CCIP_FEE_ABOVE_CAP", "{m:#}");
+    let signed: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM artifacts a JOIN movement_request_nodes n ON n.id = a.request_node_id
+          WHERE n.request_id = ANY($1::uuid[]) AND a.kind = 'sign_result'",
+    )
+    .bind(vec![unapproved.clone(), capped.clone()])
+    .fetch_one(&lane.db.pool)
+    .await?;
+    assert_eq!(signed, 0, "nothing was signed");
+    assert_eq!(lane.proxy_a.count("eth_sendRawTransaction"), 0, "nothing was sent");
+    drop(dispatcher);
+    lane.db.drop_db().await;
+    Ok(())
+}
+
+/// The receiver reverts on B: the execution is a FAILURE, which is not final (manual execution
+/// may still deliver it). The delivery node goes to a person with the message id — the
+/// movement in MANUAL_INTERVENTION — and the send is never repeated.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failed_execution_is_handed_to_a_person_with_its_message_id() -> anyhow::Result<()> {
+    let lane = Lane::start().await?;
+    lane.approve_router().await?;
+    lane.template("ccip.call", "0.01", 200_000).await?;
+    let (dispatcher, observer, relay) =
+        (lane.worker("qtg-dispatcher").await?, lane.worker("qtg-observer").await?, lane.relay().await?);
+    let receiver = lane.at("destination", "failing_receiver");
+    let receiver = receiver.parse::<Address>()?.to_checksum(None);
+    let id = lane.movement("ccip.call", "5", &receiver, "ccip-failing").await?;
+    let m = lane.done(&id, &[&dispatcher, &observer, &relay]).await?;
+    assert_eq!(m["request_state"], "MANUAL_INTERVENTION", "{m:#}");
+    let deliver = node(&m, "deliver");
+    assert_eq!(deliver["node_state"], "UNKNOWN", "{deliver:#}");
+    assert_eq!(deliver["error_code"], "CCIP_EXECUTION_FAILED", "{deliver:#}");
+    let message_id = node(&m, "send")["provider_refs"]["message_id"].as_str().unwrap_or_default().to_string();
+    assert!(deliver["error_detail"].as_str().unwrap_or_default().contains(&message_id), "{deliver:#}");
+    assert_eq!(deliver["provider_refs"]["execution_state"], "FAILURE");
+    assert_eq!(lane.balance("destination", &receiver).await?, U256::ZERO, "nothing arrived");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(lane.proxy_a.count("eth_sendRawTransaction"), 1, "the send was never repeated");
+    assert_eq!(lane.messages_sent().await?, 1);
+    drop((dispatcher, observer, relay));
+    lane.db.drop_db().await;
+    Ok(())
+}
+
+/// The committed bytecode of the two contracts qtg adds to the lane (the wrapped native coin,
+/// the receiver) is what the pinned solc makes of `contracts/QtgCcip.sol`.
+#[test]
+fn the_ccip_test_contracts_bytecode_is_their_source_compiled() -> anyhow::Result<()> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
+    let solcjs = root.join(".qtg/evm/node_modules/.bin/solcjs");
+    anyhow::ensure!(solcjs.exists(), "solcjs is not installed: run scripts/ensure-evm-tools.sh (make test does)");
+    let out = std::env::temp_dir().join(format!("qtg-solc-ccip-{}", uuid::Uuid::new_v4().simple()));
+    let status = std::process::Command::new(&solcjs)
+        .args(["--bin", "--optimize", "-o"])
+        .arg(&out)
+        .arg("QtgCcip.sol")
+        .current_dir(root.join("contracts"))
+        .status()?;
+    anyhow::ensure!(status.success(), "solcjs failed");
+    for contract in ["QtgWrappedNative", "QtgCcipReceiver"] {
+        let file = format!("QtgCcip_sol_{contract}.bin");
+        let fresh = std::fs::read_to_string(out.join(&file))?;
+        let committed = std::fs::read_to_string(root.join("contracts").join(&file))?;
+        assert_eq!(fresh.trim(), committed.trim(), "contracts/{file} is stale: recompile it (see the source's header)");
+    }
+    let _ = std::fs::remove_dir_all(&out);
+    Ok(())
+}

@@ -38,6 +38,11 @@ fn artifacts() -> PathBuf {
 
 impl Lane {
     async fn start() -> anyhow::Result<Lane> {
+        Lane::start_with(&[]).await
+    }
+
+    /// With more settings.
+    async fn start_with(extra: &[(&str, &str)]) -> anyhow::Result<Lane> {
         let (a, b) = (Anvil::start_chain(31337).await?, Anvil::start_chain(31338).await?);
         let db = TestDb::new().await?;
         let out = std::env::temp_dir().join(format!("{}-ccip-lane.json", db.name));
@@ -64,7 +69,9 @@ impl Lane {
                  [executors.\"exec.ccip.observe\"]\ntransport = \"local\"\nimpl = \"ccip\"\n\
                  config = {{ poll_seconds = 0.5 }}\n\n\
                  [signers.\"signer.evm.local\"]\ntransport = \"local\"\nimpl = \"evm\"\n\
-                 config = {{ account = \"anvil0\" }}\n",
+                 config = {{ account = \"anvil0\" }}\n\n\
+                 [signers.\"signer.evm.other\"]\ntransport = \"local\"\nimpl = \"evm\"\n\
+                 config = {{ account = \"anvil1\" }}\n",
                 std::fs::read_to_string(registry_file())?
             ),
         )?;
@@ -72,11 +79,12 @@ impl Lane {
             json!({"chain_id": id, "rpc_urls": [url], "confirmations": 1,
                    "max_fee_per_gas_wei": "100000000000", "max_priority_fee_per_gas_wei": "2000000000"})
         };
-        let env: Vec<(String, String)> = [
+        let mut env: Vec<(String, String)> = [
             ("MG_EXECUTOR_REGISTRY", registry.to_string_lossy().to_string()),
             ("MG_EVM_CHAINS", json!([chain(31337, &proxy_a.url), chain(31338, &b.url)]).to_string()),
             ("MG_CCIP_CHAINS", lane["mg_ccip_chains"].to_string()),
             ("MG_ANVIL0_PRIVATE_KEY", ANVIL_KEY_0.to_string()),
+            ("MG_ANVIL1_PRIVATE_KEY", ANVIL_KEY_1.to_string()),
             ("MG_EXECUTOR_TIMEOUT_MS", "5000".to_string()),
             ("MG_NODE_DISPATCH_INTERVAL_SECONDS", "0.2".to_string()),
             ("MG_NODE_OBSERVE_INTERVAL_SECONDS", "0.2".to_string()),
@@ -84,6 +92,10 @@ impl Lane {
         .into_iter()
         .map(|(k, v)| (k.to_string(), v))
         .collect();
+        for (k, v) in extra {
+            env.retain(|(key, _)| key != k);
+            env.push((k.to_string(), v.to_string()));
+        }
         let api = Api::start(&db.url, &env_pairs(&env)).await?;
         let keys = Keys::create(&api).await?;
         Ok(Lane { db, a, b, proxy_a, lane, api, keys, env })
@@ -105,9 +117,13 @@ impl Lane {
 
     /// A send-and-deliver template: `fee` is the cap, in the native coin.
     async fn template(&self, key: &str, max_fee: &str, gas_limit: u64) -> anyhow::Result<()> {
+        self.template_signed_by(key, "signer.evm.local", max_fee, gas_limit).await
+    }
+
+    async fn template_signed_by(&self, key: &str, signer: &str, max_fee: &str, gas_limit: u64) -> anyhow::Result<()> {
         let t = json!({"template_key": key, "nodes": [
             {"node_key": "send", "node_kind": "action", "action_type": "ccip_send",
-             "executor_key": "exec.ccip.send", "signer_key": "signer.evm.local", "signing_required": true,
+             "executor_key": "exec.ccip.send", "signer_key": signer, "signing_required": true,
              "config": {"chain_id": 31337, "contract": self.at("source", "router"),
                         "destination_chain_selector": self.lane["destination"]["selector"],
                         "token_contract": self.at("source", "token"), "decimals": 18,
@@ -159,6 +175,14 @@ impl Lane {
             Ok(!self.a.rpc("eth_getTransactionReceipt", json!([hash])).await?.is_null())
         })
         .await
+    }
+
+    /// The movement's CCIP send intents: `(status, message id)`.
+    async fn intents(&self, movement: &str) -> anyhow::Result<Vec<(String, Option<String>)>> {
+        Ok(sqlx::query_as("SELECT status, message_id FROM ccip_send_intent WHERE request_id = $1::uuid ORDER BY id")
+            .bind(movement)
+            .fetch_all(&self.db.pool)
+            .await?)
     }
 
     /// `CCIPMessageSent` logs of A's OnRamp: one per message that left.
@@ -296,5 +320,144 @@ fn the_ccip_test_contracts_bytecode_is_their_source_compiled() -> anyhow::Result
         assert_eq!(fresh.trim(), committed.trim(), "contracts/{file} is stale: recompile it (see the source's header)");
     }
     let _ = std::fs::remove_dir_all(&out);
+    Ok(())
+}
+
+/// The dispatcher is killed after its `ccipSend` reached chain A and before it heard the answer:
+/// recovery finds the transaction by the hash recorded before the broadcast; one message left,
+/// one broadcast reached the chain, and the intent ends `executed` with the message id.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_dispatcher_killed_after_the_broadcast_leaves_one_message() -> anyhow::Result<()> {
+    let lane = Lane::start_with(&[
+        ("MG_EXECUTOR_TIMEOUT_MS", "3000"),
+        ("MG_RECOVERY_SUBMITTING_GRACE_SECONDS_CCIP", "5"),
+        ("MG_NODE_RECOVERY_INTERVAL_SECONDS", "0.3"),
+    ])
+    .await?;
+    lane.approve_router().await?;
+    lane.template("ccip.qca", "0.01", 0).await?;
+    lane.proxy_a.swallow_answers(1);
+    let mut killed = lane.worker("qtg-dispatcher").await?;
+    let (observer, recovery, relay) =
+        (lane.worker("qtg-observer").await?, lane.worker("qtg-recovery").await?, lane.relay().await?);
+    let id = lane.movement("ccip.qca", "10", ANVIL_ADDR_2, "ccip-killed").await?;
+    wait_until("the send reaches chain A", Duration::from_secs(30), || async { Ok(lane.messages_sent().await? == 1) })
+        .await?;
+    killed.signal("KILL");
+    killed.wait_exit(Duration::from_secs(10)).await?;
+    // A new dispatcher takes the steps after the send (recovery settles the send itself).
+    let dispatcher = lane.worker("qtg-dispatcher").await?;
+    let m = lane.done(&id, &[&observer, &recovery, &relay, &dispatcher]).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}\n{}", recovery.log());
+    assert_eq!(lane.proxy_a.count("eth_sendRawTransaction"), 1, "one broadcast, never a second");
+    assert_eq!(lane.messages_sent().await?, 1, "one message");
+    assert_eq!(lane.balance("destination", ANVIL_ADDR_2).await?, U256::from(10 * E18));
+    let message_id = node(&m, "send")["provider_refs"]["message_id"].as_str().map(str::to_string);
+    assert_eq!(lane.intents(&id).await?, vec![("executed".to_string(), message_id)]);
+    drop((observer, recovery, relay, dispatcher));
+    lane.db.drop_db().await;
+    Ok(())
+}
+
+/// A send whose transaction never reached the chain (its signer refused): its intent stays
+/// `prepared` until the stranded reaper — one of two replicas, exactly once — releases it and
+/// its nonce (held as a crash would leave it), audited; with `MG_CCIP_STRANDED_REAPER_ENABLED`
+/// false the reaper skips it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_stranded_send_intent_is_released_by_one_of_two_reapers() -> anyhow::Result<()> {
+    let lane = Lane::start().await?;
+    lane.approve_router().await?;
+    lane.template_signed_by("ccip.wrong", "signer.evm.other", "0.01", 0).await?;
+    let dispatcher = lane.worker("qtg-dispatcher").await?;
+    let id = lane.movement("ccip.wrong", "1", ANVIL_ADDR_2, "ccip-stranded").await?;
+    let m = lane.done(&id, &[&dispatcher]).await?;
+    assert_eq!(node(&m, "send")["error_code"], "SIGNER_REFUSED", "{m:#}");
+    assert_eq!(lane.intents(&id).await?, vec![("prepared".to_string(), None)]);
+    // As a dispatcher that died before the failure leaves it: the nonce still reserved.
+    sqlx::query(
+        "UPDATE evm_nonce_reservation SET status = 'reserved'
+          WHERE request_node_id = (SELECT id FROM movement_request_nodes
+                                    WHERE request_id = $1::uuid AND node_key = 'send')",
+    )
+    .bind(&id)
+    .execute(&lane.db.pool)
+    .await?;
+    let reaper_env = |enabled: &'static str| {
+        let mut env = lane.env.clone();
+        for (k, v) in [
+            ("MG_CCIP_STRANDED_REAPER_ENABLED", enabled),
+            ("MG_CCIP_STRANDED_REAPER_AGE_SECONDS", "1"),
+            ("MG_CCIP_STRANDED_REAPER_INTERVAL_SECONDS", "0.3"),
+            ("MG_EVM_NONCE_REAPER_ENABLED", "false"),
+        ] {
+            env.push((k.to_string(), v.to_string()));
+        }
+        env
+    };
+    let off = Proc::spawn("qtg-reaper", &lane.db.url, &env_pairs(&reaper_env("false"))).await?;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(lane.intents(&id).await?, vec![("prepared".to_string(), None)], "the disabled reaper skips it");
+    drop(off);
+    let on = reaper_env("true");
+    let reapers = (
+        Proc::spawn("qtg-reaper", &lane.db.url, &env_pairs(&on)).await?,
+        Proc::spawn("qtg-reaper", &lane.db.url, &env_pairs(&on)).await?,
+    );
+    wait_until("a reaper releases the intent", Duration::from_secs(30), || async {
+        Ok(lane.intents(&id).await?.first().map(|i| i.0.as_str()) == Some("released"))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}\n{}", reapers.0.log(), reapers.1.log()))?;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let audits: Vec<Value> = sqlx::query_scalar(
+        "SELECT data FROM audit_outbox WHERE action = 'ccip.intent.released' AND movement_id = $1::uuid",
+    )
+    .bind(&id)
+    .fetch_all(&lane.db.pool)
+    .await?;
+    assert_eq!(audits.len(), 1, "released once across two replicas: {audits:?}");
+    assert_eq!(audits[0]["nonce_released"], true, "{audits:?}");
+    let status: String = sqlx::query_scalar(
+        "SELECT status FROM evm_nonce_reservation
+          WHERE request_node_id = (SELECT id FROM movement_request_nodes
+                                    WHERE request_id = $1::uuid AND node_key = 'send')",
+    )
+    .bind(&id)
+    .fetch_one(&lane.db.pool)
+    .await?;
+    assert_eq!(status, "released", "the nonce went back with it");
+    drop((dispatcher, reapers));
+    lane.db.drop_db().await;
+    Ok(())
+}
+
+/// A message that left chain A but is never executed (no network relays it) emits nothing on
+/// B: past the stranded reaper's age the delivery node goes to a person with the message id
+/// (CCIP_EXECUTION_OVERDUE), the movement to MANUAL_INTERVENTION; nothing is re-sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_message_never_executed_is_handed_to_a_person() -> anyhow::Result<()> {
+    let lane = Lane::start_with(&[
+        ("MG_CCIP_STRANDED_REAPER_AGE_SECONDS", "2"),
+        ("MG_CCIP_STRANDED_REAPER_INTERVAL_SECONDS", "0.3"),
+    ])
+    .await?;
+    lane.approve_router().await?;
+    lane.template("ccip.qca", "0.01", 0).await?;
+    let (dispatcher, observer, reaper) =
+        (lane.worker("qtg-dispatcher").await?, lane.worker("qtg-observer").await?, lane.worker("qtg-reaper").await?);
+    let id = lane.movement("ccip.qca", "3", ANVIL_ADDR_2, "ccip-never").await?;
+    let m = lane.done(&id, &[&dispatcher, &observer, &reaper]).await?;
+    assert_eq!(m["request_state"], "MANUAL_INTERVENTION", "{m:#}");
+    let deliver = node(&m, "deliver");
+    assert_eq!(
+        (deliver["node_state"].as_str(), deliver["error_code"].as_str()),
+        (Some("UNKNOWN"), Some("CCIP_EXECUTION_OVERDUE"))
+    );
+    let message_id = node(&m, "send")["provider_refs"]["message_id"].as_str().unwrap_or_default().to_string();
+    assert!(deliver["error_detail"].as_str().unwrap_or_default().contains(&message_id), "{deliver:#}");
+    assert_eq!(lane.intents(&id).await?, vec![("escalated".to_string(), Some(message_id))]);
+    assert_eq!(lane.proxy_a.count("eth_sendRawTransaction"), 1, "nothing re-sent");
+    drop((dispatcher, observer, reaper));
+    lane.db.drop_db().await;
     Ok(())
 }

@@ -102,6 +102,8 @@ pub struct EngineSettings {
     pub key_creation_approvals: u32,
     /// How old an untouched EVM nonce reservation must be before the reaper reclaims it.
     pub evm_nonce_reaper_age: Duration,
+    /// How long a CCIP send intent may stay unresolved before the stranded reaper ends it.
+    pub ccip_stranded_age: Duration,
     pub drift: drift::DriftSettings,
     pub balances: balances::BalanceSettings,
     pub capital: capital::CapitalSettings,
@@ -149,6 +151,7 @@ impl Default for EngineSettings {
             health_stale: Duration::from_secs(180),
             key_creation_approvals: 1,
             evm_nonce_reaper_age: Duration::from_secs(600),
+            ccip_stranded_age: Duration::from_secs(7200),
             drift: drift::DriftSettings::default(),
             balances: balances::BalanceSettings::default(),
             capital: capital::CapitalSettings::default(),

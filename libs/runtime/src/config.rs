@@ -90,6 +90,10 @@ pub struct Settings {
     /// `MG_EVM_NONCE_REAPER_AGE_SECONDS` (600): how old an untouched EVM nonce reservation
     /// must be before the reaper may reclaim it.
     pub evm_nonce_reaper_age: Duration,
+    /// `MG_CCIP_STRANDED_REAPER_AGE_SECONDS` (7200): how long a CCIP send intent may stay
+    /// unresolved (never broadcast, or its message never executed) before the stranded reaper
+    /// ends it.
+    pub ccip_stranded_age: Duration,
     /// verify_drift: `MG_VERIFY_DRIFT_PAUSE` (false) pauses the executors of a drifted scope
     /// through the kill switch; `MG_VERIFY_DRIFT_CONCURRENCY` (4) executors read at once;
     /// `MG_VERIFY_DRIFT_TIMEOUT_SECONDS` (30) per executor; `MG_DRIFT_ALERT_URL` (else
@@ -405,6 +409,7 @@ impl Settings {
             strict_settings: s.flag("MG_STRICT_SETTINGS", false)?,
             key_creation_approvals: s.count("MG_API_KEY_CREATION_APPROVALS", 1, 2)? as u32,
             evm_nonce_reaper_age: s.interval("MG_EVM_NONCE_REAPER_AGE_SECONDS", 600.0)?,
+            ccip_stranded_age: s.interval("MG_CCIP_STRANDED_REAPER_AGE_SECONDS", 7200.0)?,
             verify_drift_pause: s.flag("MG_VERIFY_DRIFT_PAUSE", false)?,
             verify_drift_concurrency: s.count("MG_VERIFY_DRIFT_CONCURRENCY", 4, 64)?,
             verify_drift_timeout: s.interval("MG_VERIFY_DRIFT_TIMEOUT_SECONDS", 30.0)?,

@@ -7,6 +7,7 @@ pub mod audit;
 pub mod balances;
 pub mod callbacks;
 pub mod capital;
+pub mod ccip;
 pub mod cctp;
 pub mod cex;
 pub mod claims;

@@ -199,6 +199,7 @@ pub fn engine_settings(s: &Settings) -> EngineSettings {
         },
         key_creation_approvals: s.key_creation_approvals,
         evm_nonce_reaper_age: s.evm_nonce_reaper_age,
+        ccip_stranded_age: s.ccip_stranded_age,
         drift: qtg_engine::drift::DriftSettings {
             pause: s.verify_drift_pause,
             concurrency: s.verify_drift_concurrency.max(1),

@@ -87,6 +87,21 @@ pub static WORKERS: &[Worker] = &[
         tick: |e| Box::pin(async move { Ok(e.reap_nonces_tick().await?.into()) }),
     },
     Worker {
+        name: "ccip_stranded_reaper",
+        binary: "qtg-reaper",
+        summary: "ends CCIP send intents nothing else will: releases never-broadcast ones (and their nonce), hands \
+                  messages with no execution past the age to a person",
+        interval_key: "MG_CCIP_STRANDED_REAPER_INTERVAL_SECONDS",
+        default_interval: Duration::from_secs(60),
+        concurrency_key: None,
+        wake: None,
+        // The seed: when enabled it joins the core fail-fast group.
+        group: Group::Core,
+        enabled_by: Some(Flag { key: "MG_CCIP_STRANDED_REAPER_ENABLED", default: true, list: false }),
+        requires: Some("MG_CCIP_CHAINS"),
+        tick: |e| Box::pin(async move { Ok(e.reap_ccip_tick().await?.into()) }),
+    },
+    Worker {
         name: "callback_dispatcher",
         binary: "qtg-callback",
         summary: "delivers signed callbacks from the outbox, with retries and a dead-letter queue",

@@ -962,7 +962,8 @@ catalogue! {
         status: None,
         meaning: "The router has no OnRamp for the destination chain selector (or the plan's risk controls do not \
             allow it); refused at preflight, nothing sent.",
-        action: "Check the lane on chain (`ccip_drift`) and the template's destination; retry once the lane exists.",
+        action: "Check the lane on chain (the router's `getOnRamp`, the send executor's drift facts) and the \
+            template's destination; retry once the lane exists.",
     }
     CCIP_EXECUTION_FAILED {
         source: Ccip,
@@ -971,7 +972,16 @@ catalogue! {
             the node is UNKNOWN for a person with the message id, the OffRamp and its return data. FAILURE is not \
             final: manual execution can still turn it into SUCCESS, so the send must never be repeated.",
         action: "Fix the cause, execute the message manually on the OffRamp (`manuallyExecute`), then resume the \
-            movement: observe reads SUCCESS and completes. Never retry the send.",
+            movement: recovery reads SUCCESS and completes the node. Never retry the send.",
+    }
+    CCIP_EXECUTION_OVERDUE {
+        source: Ccip,
+        status: None,
+        meaning: "The stranded reaper found the message left the source (its id known) but shows no execution on \
+            the destination `MG_CCIP_STRANDED_REAPER_AGE_SECONDS` later (a message never executed emits nothing \
+            there); the delivery node is UNKNOWN for a person. The message may still be executed.",
+        action: "Check the message by id in the CCIP explorer or on the OffRamp; execute it manually once the \
+            permissionless threshold passed, then resume the movement. Never re-send.",
     }
     CCIP_FEE_ABOVE_CAP {
         source: Ccip,
@@ -999,14 +1009,16 @@ catalogue! {
         status: None,
         meaning: "No OffRamp of the destination router serves the send's OnRamp: the message's execution cannot be \
             read there. The node is UNKNOWN for a person.",
-        action: "Check the destination lane (`ccip_drift`); once an OffRamp serves the source, resume the movement.",
+        action: "Check the destination router's `getOffRamps` and their source configs; once an OffRamp serves the \
+            source, resume the movement.",
     }
     CCIP_RATE_LIMITED {
         source: Ccip,
         status: None,
         meaning: "The token pool's outbound rate limit for the destination holds fewer tokens than the amount; \
             refused at preflight, nothing sent (the router would revert).",
-        action: "Retry the node once the bucket refills (its capacity and rate are drift facts), or split the amount.",
+        action: "Retry the node once the bucket refills (the pool's `getCurrentOutboundRateLimiterState` shows its \
+            capacity and rate), or split the amount.",
     }
     CCIP_ROUTER_MISMATCH {
         source: Ccip,

@@ -94,7 +94,7 @@ impl LanePlugin for CcipLane {
                     .from
                     .parse()
                     .map_err(|_| LaneError::Config(format!("config.from {:?} is not an address", c.from)))?;
-                let call = Send { chains: self.ccip.clone() };
+                let call = Send { chains: self.ccip.clone(), pool: self.pool.clone() };
                 let (pool, chains, signers) = (self.pool.clone(), self.chains.clone(), self.signers.clone());
                 Ok(LaneExecutor::watched(Arc::new(EvmExecutor::new(key, from, chains, pool, signers, call))))
             }
@@ -108,7 +108,12 @@ impl LanePlugin for CcipLane {
                 if c.poll_seconds.is_some_and(|s| !(s > 0.0 && s.is_finite())) {
                     return Err(LaneError::Config(format!("entry {key:?}: poll_seconds must be a positive number")));
                 }
-                let observer = DeliveryObserver { config: c, ccip: self.ccip.clone(), chains: self.chains.clone() };
+                let observer = DeliveryObserver {
+                    config: c,
+                    ccip: self.ccip.clone(),
+                    chains: self.chains.clone(),
+                    pool: Some(self.pool.clone()),
+                };
                 Ok(LaneExecutor::new(Arc::new(observer)))
             }
             other => Err(LaneError::Unsupported(format!(

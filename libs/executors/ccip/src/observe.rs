@@ -54,6 +54,8 @@ pub struct DeliveryObserver {
     pub config: ObserveConfig,
     pub ccip: Arc<CcipChains>,
     pub chains: Arc<Chains>,
+    /// Where the send's intent is resolved (none: not recorded).
+    pub pool: Option<sqlx::PgPool>,
 }
 
 /// The message a delivery node watches.
@@ -168,6 +170,12 @@ impl DeliveryObserver {
                 r
             }
             ExecutionState::Success | ExecutionState::Failure => {
+                if let Some(pool) = &self.pool {
+                    let id = t.message_id.to_string();
+                    qtg_store::ccip::mark_execution(pool, &id, state == ExecutionState::Success)
+                        .await
+                        .map_err(|e| ExecutorError::Unavailable(format!("ccip_send_intent: {e}")))?;
+                }
                 let log = self.execution_log(chain, off_ramp, &t).await?;
                 let mut r = if state == ExecutionState::Success {
                     let mut r = ExecutionResult::new(AfterObserve::Completed);

@@ -17,7 +17,7 @@ use qtg_core::codes;
 use qtg_core::{ExecutionContext, ObserveOutcome};
 use qtg_evm::call::{
     call_word, chain_of, config_address, destination_allowed, hex_address, intent_of, refusal, token_balance_covers,
-    token_decimals_match, Action, EvmCall, Refusal,
+    token_decimals_match, Action, EvmCall, Refusal, Stage,
 };
 use qtg_evm::calls::allowance_calldata;
 use qtg_evm::ccip_calls::{ccip_send_calldata, extra_args, get_fee_calldata, message, EVM2AnyMessage};
@@ -29,6 +29,8 @@ use crate::chains::{uint64, CcipChains};
 
 pub struct Send {
     pub chains: Arc<CcipChains>,
+    /// Where the send's intent is kept (`ccip_send_intent`).
+    pub pool: sqlx::PgPool,
 }
 
 /// A CCIP send's terms, from the approved plan (the signer reads the same keys).
@@ -320,6 +322,53 @@ impl EvmCall for Send {
             Some(r) => Err(r),
             None => Ok(fee),
         })
+    }
+
+    /// The send's intent: recorded when its transaction is built (before anything is signed),
+    /// every hash added before it is broadcast, the message id once the send is final.
+    async fn stage(&self, ctx: &ExecutionContext, stage: Stage<'_>) -> Result<(), String> {
+        let node: uuid::Uuid = ctx.request_node_id.parse().map_err(|_| "request_node_id is not a UUID".to_string())?;
+        let store = |e: qtg_store::StoreError| format!("ccip_send_intent: {e}");
+        match stage {
+            Stage::Built(p) => {
+                let t = Terms::of(ctx, &self.chains, p.chain_id).map_err(|(_, why)| why)?;
+                let fee_token =
+                    if t.fee_token == Address::ZERO { "native".to_string() } else { hex_address(t.fee_token) };
+                let intent = qtg_store::ccip::Intent {
+                    request_node_id: node,
+                    attempt_no: ctx.attempt_no,
+                    chain_id: p.chain_id as i64,
+                    from_address: &hex_address(p.from),
+                    nonce: p.nonce as i64,
+                    reservation_id: p.reservation_id,
+                    router: &hex_address(t.router),
+                    destination_chain_selector: &t.destination_selector.to_string(),
+                    receiver: &hex_address(p.recipient),
+                    token: &hex_address(t.token),
+                    amount: &p.amount_base_units,
+                    fee_token: &fee_token,
+                    max_fee: &t.max_fee.to_string(),
+                };
+                qtg_store::ccip::record(&self.pool, &intent).await.map_err(store)
+            }
+            Stage::Broadcasting { nonce, hash } => {
+                if qtg_store::ccip::mark_broadcast(&self.pool, node, nonce as i64, hash).await.map_err(store)? {
+                    Ok(())
+                } else {
+                    Err(format!("no open CCIP send intent for nonce {nonce}: nothing is broadcast"))
+                }
+            }
+            Stage::Completed { hash, result } => {
+                let refs = &result.provider_refs;
+                let id = refs.get("message_id").and_then(Value::as_str).ok_or("no message id")?;
+                let seq = refs
+                    .get("sequence_number")
+                    .and_then(Value::as_str)
+                    .and_then(|s| s.parse::<i64>().ok())
+                    .ok_or("no sequence number")?;
+                qtg_store::ccip::mark_sent(&self.pool, node, hash, id, seq).await.map_err(store)
+            }
+        }
     }
 
     /// The message the send left: the router's OnRamp's `CCIPMessageSent` for this sender and

@@ -42,6 +42,18 @@ pub struct Action {
     pub gas: Option<u64>,
 }
 
+/// A moment of the node's transaction a call may record ([`EvmCall::stage`]).
+#[derive(Debug, Clone, Copy)]
+pub enum Stage<'a> {
+    /// Built: its nonce reserved, nothing signed yet.
+    Built(&'a crate::tx::TxPayload),
+    /// `hash` (with `nonce`) is about to be broadcast; already recorded on the reservation.
+    Broadcasting { nonce: u64, hash: &'a str },
+    /// `hash` is final and succeeded; `result` is the COMPLETED answer [`EvmCall::completed`]
+    /// filled.
+    Completed { hash: &'a str, result: &'a ObserveOutcome },
+}
+
 /// One kind of node transaction.
 #[async_trait]
 pub trait EvmCall: Send + Sync + 'static {
@@ -56,6 +68,12 @@ pub trait EvmCall: Send + Sync + 'static {
     /// Replacements send the value first broadcast.
     async fn value(&self, _ctx: &ExecutionContext, a: &Action) -> Result<Result<U256, Refusal>, RpcError> {
         Ok(Ok(a.value))
+    }
+
+    /// Records a stage of the node's transaction (a CCIP send's intent). An error stops the
+    /// step before it takes effect (at `Broadcasting`: nothing is sent) and is retried.
+    async fn stage(&self, _ctx: &ExecutionContext, _stage: Stage<'_>) -> Result<(), String> {
+        Ok(())
     }
 
     /// Evidence on chain that the call's effect already happened, whoever caused it (a CCTP

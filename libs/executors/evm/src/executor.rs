@@ -23,7 +23,7 @@ use serde_json::{json, Value};
 use sqlx::PgPool;
 use uuid::Uuid;
 
-use crate::call::{hex_address, Action, EvmCall, Transfer, NATIVE_GAS};
+use crate::call::{hex_address, Action, EvmCall, Stage, Transfer, NATIVE_GAS};
 use crate::chains::{Chain, Chains};
 use crate::rpc::{parse_quantity, quantity, RpcError};
 use crate::tx::{TxPayload, PAYLOAD_FORMAT};
@@ -243,7 +243,9 @@ impl<C: EvmCall> EvmExecutor<C> {
             access_list: Default::default(),
             input,
         };
-        Ok(Ok(TxPayload::of(&tx, self.from, r.id, t.token, t.recipient, t.amount)))
+        let payload = TxPayload::of(&tx, self.from, r.id, t.token, t.recipient, t.amount);
+        self.call.stage(ctx, Stage::Built(&payload)).await.map_err(ExecutorError::Unavailable)?;
+        Ok(Ok(payload))
     }
 
     /// Every hash the node broadcast on `chain`, newest reservation first.
@@ -350,6 +352,7 @@ impl<C: EvmCall> EvmExecutor<C> {
         {
             return Ok(None);
         }
+        self.call.stage(ctx, Stage::Broadcasting { nonce, hash: &hash }).await.map_err(ExecutorError::Unavailable)?;
         tracing::info!(
             executor_key = %self.key, nonce, tx_hash = %hash, max_fee_per_gas = max_fee,
             "replacing an unmined transaction with raised fees"
@@ -691,6 +694,10 @@ impl<C: EvmCall> EvmExecutor<C> {
                     let mut r = ObserveOutcome::new(AfterObserve::Completed);
                     // What the call yields first: a receipt it cannot read leaves the nonce live.
                     self.call.completed(ctx, t, &receipt, &mut r).map_err(ExecutorError::Unavailable)?;
+                    self.call
+                        .stage(ctx, Stage::Completed { hash: &hash, result: &r })
+                        .await
+                        .map_err(ExecutorError::Unavailable)?;
                     consumed(&hash).await?;
                     // Fills below the nonce are passed now too.
                     self.settle_fills(chain).await?;
@@ -930,6 +937,10 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
                 format!("nonce {} is no longer this node's reservation; nothing was sent", payload.nonce),
             ));
         }
+        self.call
+            .stage(ctx, Stage::Broadcasting { nonce: payload.nonce, hash: &hash })
+            .await
+            .map_err(ExecutorError::Unavailable)?;
         let all = self.all_hashes(node, &chain).await?;
         let earlier = all.iter().filter(|h| **h != hash).count();
         let mut r = SubmitOutcome::new(AfterSubmit::Submitted);

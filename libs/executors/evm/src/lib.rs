@@ -29,7 +29,7 @@ use alloy::primitives::Address;
 use qtg_executor::{LaneContext, LaneError, LaneExecutor, LanePlugin, Setting, Signer};
 use serde::Deserialize;
 
-pub use call::{Action, EvmCall, Refusal, Transfer};
+pub use call::{Action, EvmCall, Refusal, Stage, Transfer};
 pub use chains::{parse as parse_chains, Chain, ChainSpec, Chains};
 pub use executor::{EvmExecutor, TransferExecutor};
 pub use rpc::{Rpc, RpcError};

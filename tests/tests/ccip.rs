@@ -16,7 +16,19 @@ use serde_json::{json, Value};
 sol! {
     function balanceOf(address owner) returns (uint256);
     function approve(address spender, uint256 value) returns (bool);
+    struct RateLimiterConfig { bool isEnabled; uint128 capacity; uint128 rate; }
+    function setChainRateLimiterConfig(
+        uint64 remoteChainSelector, RateLimiterConfig outboundConfig, RateLimiterConfig inboundConfig
+    );
+    struct RouterOnRamp { uint64 destChainSelector; address onRamp; }
+    struct RouterOffRamp { uint64 sourceChainSelector; address offRamp; }
+    function applyRampUpdates(
+        RouterOnRamp[] onRampUpdates, RouterOffRamp[] offRampRemoves, RouterOffRamp[] offRampAdds
+    );
 }
+
+/// anvil's tenth account: `qtg-ccip-sim deploy`'s deployer, the lane's owner.
+const DEPLOYER: &str = "0xa0ee7a142d267c1f36714e4a8f75612f20a79720";
 
 const E18: u128 = 1_000_000_000_000_000_000;
 
@@ -175,6 +187,45 @@ impl Lane {
             Ok(!self.a.rpc("eth_getTransactionReceipt", json!([hash])).await?.is_null())
         })
         .await
+    }
+
+    /// A transaction on chain A from an unlocked account, mined.
+    async fn send_a(&self, from: &str, to: &str, data: Vec<u8>) -> anyhow::Result<()> {
+        let hash = self
+            .a
+            .rpc(
+                "eth_sendTransaction",
+                // A fixed gas limit: anvil's estimate for the pool's rate limiter update is short.
+                json!([{"from": from, "to": to, "gas": "0x200000",
+                        "data": format!("0x{}", alloy::primitives::hex::encode(data))}]),
+            )
+            .await?;
+        wait_until("the transaction is mined", Duration::from_secs(20), || async {
+            let receipt = self.a.rpc("eth_getTransactionReceipt", json!([hash])).await?;
+            anyhow::ensure!(receipt.is_null() || receipt["status"] == "0x1", "reverted: {receipt}");
+            Ok(!receipt.is_null())
+        })
+        .await
+    }
+
+    /// The newest drift check of `scope` (`Null` before the first).
+    async fn drift_check(&self, scope: &str) -> anyhow::Result<Value> {
+        let v = self.api.ok("GET", "/v3/drift", &self.keys.requester, None, 200).await?;
+        let item = v["items"].as_array().and_then(|a| a.iter().find(|c| c["scope"] == scope).cloned());
+        Ok(item.unwrap_or(Value::Null))
+    }
+
+    /// An admin records what the checks of `scope` saw as its baseline (`qtgctl drift baseline`).
+    async fn baseline(&self, scope: &str) -> anyhow::Result<()> {
+        let out = tokio::process::Command::new(bin_dir().join("qtgctl"))
+            .args(["drift", "baseline", "--scope", scope, "--reason", "lane reviewed"])
+            .env_clear()
+            .env("QTG_API_URL", &self.api.base)
+            .env("QTG_API_KEY", &self.api.admin_key)
+            .output()
+            .await?;
+        anyhow::ensure!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+        Ok(())
     }
 
     /// The movement's CCIP send intents: `(status, message id)`.
@@ -458,6 +509,68 @@ async fn a_message_never_executed_is_handed_to_a_person() -> anyhow::Result<()> 
     assert_eq!(lane.intents(&id).await?, vec![("escalated".to_string(), Some(message_id))]);
     assert_eq!(lane.proxy_a.count("eth_sendRawTransaction"), 1, "nothing re-sent");
     drop((dispatcher, observer, reaper));
+    lane.db.drop_db().await;
+    Ok(())
+}
+
+/// `ccip_drift` (qtg-drift, `MG_CCIP_ENABLED`) reads the lane's facts on chain A in a scope of
+/// their own: the router's OnRamp for B, the token's pool and its rate limits. Once baselined,
+/// a pool rate limit set and the router pointed at another OnRamp are drift.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_changed_onramp_or_pool_rate_limit_is_ccip_drift() -> anyhow::Result<()> {
+    let lane = Lane::start_with(&[("MG_CCIP_ENABLED", "true"), ("MG_CCIP_DRIFT_POLL_INTERVAL_SECONDS", "0.5")]).await?;
+    let drift = lane.worker("qtg-drift").await?;
+    let scope = "ccip:31337";
+    wait_until("chain A's CCIP facts checked", Duration::from_secs(30), || async {
+        Ok(lane.drift_check(scope).await?["status"] == "unbaselined")
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", drift.log()))?;
+    let seen = lane.drift_check(scope).await?;
+    let observed = &seen["observed"];
+    let dest = lane.lane["destination"]["selector"].as_str().unwrap_or_default().to_string();
+    let token = lane.at("source", "token");
+    assert_eq!(observed[format!("router.on_ramp.{dest}")], lane.at("source", "on_ramp"), "{seen:#}");
+    assert_eq!(observed[format!("token.{token}.pool")], lane.at("source", "pool"), "{seen:#}");
+    let limit = format!("token.{token}.pool.{dest}.outbound_rate_limit");
+    assert_eq!(observed[&limit], "enabled=false capacity=0 rate=0", "{seen:#}");
+    assert!(
+        observed.as_object().into_iter().flatten().all(|(_, v)| v != "reverted"),
+        "every fact reads through a function the contracts have: {seen:#}"
+    );
+    lane.baseline(scope).await?;
+    wait_until("chain A ok", Duration::from_secs(30), || async {
+        Ok(lane.drift_check(scope).await?["status"] == "ok")
+    })
+    .await?;
+    let capped = RateLimiterConfig { isEnabled: true, capacity: 1000 * E18, rate: E18 };
+    let off = RateLimiterConfig { isEnabled: false, capacity: 0, rate: 0 };
+    let call = setChainRateLimiterConfigCall {
+        remoteChainSelector: dest.parse()?,
+        outboundConfig: capped,
+        inboundConfig: off,
+    };
+    lane.send_a(DEPLOYER, &lane.at("source", "pool"), call.abi_encode()).await?;
+    let other: Address = ANVIL_ADDR_2.parse()?;
+    let call = applyRampUpdatesCall {
+        onRampUpdates: vec![RouterOnRamp { destChainSelector: dest.parse()?, onRamp: other }],
+        offRampRemoves: vec![],
+        offRampAdds: vec![],
+    };
+    lane.send_a(DEPLOYER, &lane.at("source", "router"), call.abi_encode()).await?;
+    wait_until("drift on chain A", Duration::from_secs(30), || async {
+        let now = lane.drift_check(scope).await?;
+        let facts: Vec<String> = now["differences"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|d| d["fact"].as_str().map(str::to_string))
+            .collect();
+        Ok(now["status"] == "drift" && facts.contains(&limit) && facts.contains(&format!("router.on_ramp.{dest}")))
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}", drift.log()))?;
+    drop(drift);
     lane.db.drop_db().await;
     Ok(())
 }

@@ -71,13 +71,25 @@ pub fn differences(
 impl Engine {
     /// One check of every scope; the number of scopes checked.
     pub async fn verify_drift_tick(&self) -> Result<usize> {
+        self.drift_tick(None).await
+    }
+
+    /// ccip_drift: the same check over the CCIP lane's executors only (`exec.ccip.*`), whose
+    /// facts have scopes of their own (`ccip:<chain id>`), at its own pace.
+    pub async fn ccip_drift_tick(&self) -> Result<usize> {
+        self.drift_tick(Some("exec.ccip.")).await
+    }
+
+    /// One check of the scopes the executors whose key starts with `only` report (all
+    /// executors and signers when `None`).
+    async fn drift_tick(&self, only: Option<&str>) -> Result<usize> {
         // The database's clock before anything is read: a check recorded after it by another
         // replica is newer than what this tick reads.
         let started = {
             let mut conn = self.pool.acquire().await?;
             drift::now(&mut conn).await?
         };
-        let (seen, failures, read) = self.read_drift_facts().await;
+        let (seen, failures, read) = self.read_drift_facts(only).await;
         {
             let mut conn = self.pool.acquire().await?;
             for source in &read {
@@ -114,11 +126,17 @@ impl Engine {
     /// Every local executor's facts and every signer's address, `concurrency` at a time, each
     /// executor within the deadline. Also: what failed (`executor:<key>` / `signer:<key>`),
     /// with why, and what was read.
-    async fn read_drift_facts(&self) -> (BTreeMap<String, Seen>, Vec<(String, String)>, Vec<String>) {
+    async fn read_drift_facts(
+        &self,
+        only: Option<&str>,
+    ) -> (BTreeMap<String, Seen>, Vec<(String, String)>, Vec<String>) {
         let settings = &self.settings.drift;
         let gate = Arc::new(tokio::sync::Semaphore::new(settings.concurrency.max(1)));
         let mut reads = tokio::task::JoinSet::new();
         for e in self.registry.executors() {
+            if only.is_some_and(|prefix| !e.key.starts_with(prefix)) {
+                continue;
+            }
             let Some(source) = e.drift.clone() else { continue };
             let (key, gate, timeout) = (e.key.clone(), gate.clone(), settings.timeout);
             reads.spawn(async move {
@@ -130,7 +148,7 @@ impl Engine {
                 (format!("executor:{key}"), key, res)
             });
         }
-        for s in self.registry.signers() {
+        for s in self.registry.signers().filter(|_| only.is_none()) {
             let (key, signer, gate, timeout) = (s.key.clone(), s.signer.clone(), gate.clone(), settings.timeout);
             reads.spawn(async move {
                 let _permit = gate.acquire_owned().await;
@@ -287,7 +305,9 @@ impl Engine {
     ) -> std::result::Result<BTreeMap<String, String>, crate::movements::OpError> {
         use crate::movements::{finish, OpError};
         if scope.is_empty() || scope.starts_with("executor:") || scope.starts_with("signer:") {
-            return Err(OpError::Validation("scope must name a checked scope (evm:<chain id> or signers)".into()));
+            return Err(OpError::Validation(
+                "scope must name a checked scope (evm:<chain id>, ccip:<chain id> or signers)".into(),
+            ));
         }
         let mut tx = self.pool.begin().await?;
         let res = async {

@@ -232,6 +232,25 @@ pub static WORKERS: &[Worker] = &[
         },
     },
     Worker {
+        name: "ccip_drift",
+        binary: "qtg-drift",
+        summary: "re-reads the CCIP lane's on-chain facts (ramps, pools, rate limits, tokens) and compares them \
+                  with the recorded baseline",
+        interval_key: "MG_CCIP_DRIFT_POLL_INTERVAL_SECONDS",
+        default_interval: Duration::from_secs(300),
+        concurrency_key: None,
+        wake: None,
+        group: Group::Sidecar,
+        enabled_by: Some(Flag { key: "MG_CCIP_ENABLED", default: false, list: false }),
+        requires: Some("MG_CCIP_CHAINS"),
+        tick: |e| {
+            Box::pin(async move {
+                e.ccip_drift_tick().await?;
+                Ok(Tick::default())
+            })
+        },
+    },
+    Worker {
         name: "audit_outbox_promoter",
         binary: "qtg-audit",
         summary: "promotes audit_outbox rows into audit_events, in order and exactly once",

@@ -89,6 +89,23 @@ sol! {
     function getCurrentOutboundRateLimiterState(uint64 remoteChainSelector) returns (TokenBucket);
     function getCurrentInboundRateLimiterState(uint64 remoteChainSelector) returns (TokenBucket);
     function typeAndVersion() returns (string);
+
+    #[derive(Debug, PartialEq)]
+    struct OnRampStaticConfig {
+        uint64 chainSelector; address rmnRemote; address nonceManager; address tokenAdminRegistry;
+    }
+    #[derive(Debug, PartialEq)]
+    struct OnRampDynamicConfig {
+        address feeQuoter; bool reentrancyGuardEntered; address messageInterceptor; address feeAggregator;
+        address allowlistAdmin;
+    }
+    function getStaticConfig() returns (OnRampStaticConfig);
+    function getDynamicConfig() returns (OnRampDynamicConfig);
+    function getAllConfiguredTokens(uint64 startIndex, uint64 maxCount) returns (address[]);
+    function getPool(address token) returns (address);
+    function getSupportedChains() returns (uint64[]);
+    function getRemotePools(uint64 remoteChainSelector) returns (bytes[]);
+    function getRemoteToken(uint64 remoteChainSelector) returns (bytes);
     function balanceOf(address account) returns (uint256);
 }
 
@@ -130,8 +147,9 @@ pub fn execution_state_changed_topic() -> B256 {
     ExecutionStateChanged::SIGNATURE_HASH
 }
 
-/// `eth_call` of a typed call on `to` at the latest block, its answer decoded; a reverted call is
-/// the node's answer (`RpcError::Node`), an answer that does not decode is garbage (`Transport`).
+/// `eth_call` of a typed call on `to` at the latest block, its answer decoded; a reverted call,
+/// or an answer that does not decode as the call's (no such function there), is `RpcError::Node`;
+/// an answer that is not hex is the node's garbage (`Transport`).
 pub async fn view<C: SolCall>(rpc: &Rpc, to: Address, call: C) -> Result<C::Return, RpcError> {
     let data: Bytes = call.abi_encode().into();
     let v = rpc.call("eth_call", json!([{"to": hex_address(to), "data": data}, "latest"])).await?;
@@ -140,7 +158,13 @@ pub async fn view<C: SolCall>(rpc: &Rpc, to: Address, call: C) -> Result<C::Retu
         .as_str()
         .and_then(|s| s.parse().ok())
         .ok_or_else(|| garbage(format!("not hex: {}", v.to_string().chars().take(80).collect::<String>())))?;
-    C::abi_decode_returns(&raw).map_err(|e| garbage(format!("{} to {to}: {e}", std::any::type_name::<C>())))
+    // The node answered, but not what the contract the lane expects would (an account without
+    // code answers `0x`): as a revert, the contract is not the one expected.
+    C::abi_decode_returns(&raw).map_err(|e| RpcError::Node {
+        method: "eth_call".into(),
+        code: 0,
+        message: format!("the answer of {to} does not decode as {}: {e}", std::any::type_name::<C>()),
+    })
 }
 
 /// The 32-byte ABI form of an address CCIP uses for remote addresses (`abi.encode(address)`).

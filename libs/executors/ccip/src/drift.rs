@@ -1,29 +1,45 @@
-//! The on-chain facts the CCIP lane relies on, for drift detection: per configured chain, the
-//! Router's code, wrapped native coin and OnRamp for every other configured chain; the OffRamps
-//! the Router lists; the code of each OnRamp and OffRamp. A read that reverts is
+//! The on-chain facts the CCIP lane relies on, for drift detection (`verify_drift`, and
+//! `ccip_drift` on its own pace), in a scope of their own per chain (`ccip:<chain id>`, apart
+//! from the other lanes' `evm:<chain id>`): the Router's code, version and wrapped native coin; per
+//! other configured chain its OnRamp (code, fee quoter, token admin registry) and the OffRamps
+//! the Router lists for it (code, router, onRamp, enabled); the chain's LINK; every token the
+//! registry configures, its pool (code), and per remote chain the pool's remote pools and token
+//! and its outbound and inbound rate limits (enabled, capacity, rate — never the bucket's level,
+//! which moves with every transfer). A read that reverts is
 //! [`qtg_executor::DriftFact::UNREADABLE`] (never a value a baseline could keep quiet).
 
 use alloy::primitives::Address;
 use alloy::sol_types::SolCall;
-use qtg_evm::call::{chain_scope, code_hash, hex_address};
+use qtg_evm::call::{code_hash, hex_address};
 use qtg_evm::{Rpc, RpcError};
 use qtg_executor::DriftFact;
 
 use crate::abi;
 use crate::chains::CcipChains;
 
-/// A view's answer as a fact value: reverted reads are unreadable, transport errors propagate.
-async fn shown<C: SolCall>(
-    rpc: &Rpc,
-    to: Address,
-    call: C,
-    show: impl Fn(C::Return) -> String,
-) -> Result<String, RpcError> {
+/// Tokens read from the registry at most (the lane's; a registry with more is listed up to it).
+const MAX_TOKENS: u64 = 100;
+
+/// The drift scope of chain `chain_id`'s CCIP facts.
+pub fn scope(chain_id: u64) -> String {
+    format!("ccip:{chain_id}")
+}
+
+/// A view's answer, or `None` when it reverted; transport errors propagate.
+async fn read<C: SolCall>(rpc: &Rpc, to: Address, call: C) -> Result<Option<C::Return>, RpcError> {
     match abi::view(rpc, to, call).await {
-        Ok(v) => Ok(show(v)),
-        Err(RpcError::Node { .. }) => Ok(DriftFact::UNREADABLE.to_string()),
+        Ok(v) => Ok(Some(v)),
+        Err(RpcError::Node { .. }) => Ok(None),
         Err(e) => Err(e),
     }
+}
+
+fn shown<T>(v: Option<T>, show: impl FnOnce(T) -> String) -> String {
+    v.map(show).unwrap_or_else(|| DriftFact::UNREADABLE.to_string())
+}
+
+fn bucket(b: &abi::TokenBucket) -> String {
+    format!("enabled={} capacity={} rate={}", b.isEnabled, b.capacity, b.rate)
 }
 
 pub async fn facts(ccip: &CcipChains, chains: &qtg_evm::Chains) -> Result<Vec<DriftFact>, RpcError> {
@@ -32,44 +48,105 @@ pub async fn facts(ccip: &CcipChains, chains: &qtg_evm::Chains) -> Result<Vec<Dr
         let Some(chain) = chains.get(&c.chain_id) else { continue };
         let rpc = &chain.rpc;
         let mut facts: Vec<(String, String)> = Vec::new();
-        facts.push(("ccip.router.code_hash".into(), code_hash(rpc, c.router).await?));
+        facts.push(("router.code_hash".into(), code_hash(rpc, c.router).await?));
         facts.push((
-            "ccip.router.type_and_version".into(),
-            shown(rpc, c.router, abi::typeAndVersionCall {}, |v| v).await?,
+            "router.type_and_version".into(),
+            shown(read(rpc, c.router, abi::typeAndVersionCall {}).await?, |v| v),
         ));
         facts.push((
-            "ccip.router.wrapped_native".into(),
-            shown(rpc, c.router, abi::getWrappedNativeCall {}, hex_address).await?,
+            "router.wrapped_native".into(),
+            shown(read(rpc, c.router, abi::getWrappedNativeCall {}).await?, hex_address),
         ));
-        for dest in ccip.iter().filter(|d| d.selector != c.selector) {
-            let on_ramp = abi::view(rpc, c.router, abi::getOnRampCall { destChainSelector: dest.selector }).await;
-            let (value, ramp) = match on_ramp {
-                Ok(a) => (hex_address(a), Some(a).filter(|a| *a != Address::ZERO)),
-                Err(RpcError::Node { .. }) => (DriftFact::UNREADABLE.to_string(), None),
-                Err(e) => return Err(e),
-            };
-            facts.push((format!("ccip.router.on_ramp.{}", dest.selector), value));
-            if let Some(ramp) = ramp {
-                facts.push((format!("ccip.on_ramp.{}.code_hash", dest.selector), code_hash(rpc, ramp).await?));
-            }
+        if let Some(link) = c.link {
+            facts.push(("link.code_hash".into(), code_hash(rpc, link).await?));
         }
-        match abi::view(rpc, c.router, abi::getOffRampsCall {}).await {
-            Ok(ramps) => {
+        let mut registries = std::collections::BTreeSet::new();
+        for dest in ccip.iter().filter(|d| d.selector != c.selector) {
+            let sel = dest.selector;
+            let on_ramp = read(rpc, c.router, abi::getOnRampCall { destChainSelector: sel }).await?;
+            facts.push((format!("router.on_ramp.{sel}"), shown(on_ramp, hex_address)));
+            let Some(ramp) = on_ramp.filter(|a| *a != Address::ZERO) else { continue };
+            facts.push((format!("on_ramp.{sel}.code_hash"), code_hash(rpc, ramp).await?));
+            let fixed = read(rpc, ramp, abi::getStaticConfigCall {}).await?;
+            facts.push((
+                format!("on_ramp.{sel}.token_admin_registry"),
+                shown(fixed.as_ref(), |s| hex_address(s.tokenAdminRegistry)),
+            ));
+            if let Some(s) = fixed {
+                registries.insert(s.tokenAdminRegistry);
+            }
+            let dynamic = read(rpc, ramp, abi::getDynamicConfigCall {}).await?;
+            facts.push((format!("on_ramp.{sel}.fee_quoter"), shown(dynamic, |d| hex_address(d.feeQuoter))));
+        }
+        match read(rpc, c.router, abi::getOffRampsCall {}).await? {
+            Some(ramps) => {
                 let mut listed: Vec<String> =
                     ramps.iter().map(|r| format!("{}:{}", r.sourceChainSelector, hex_address(r.offRamp))).collect();
                 listed.sort();
-                facts.push(("ccip.router.off_ramps".into(), listed.join(",")));
+                facts.push(("router.off_ramps".into(), listed.join(",")));
                 for r in ramps {
+                    let at = format!("off_ramp.{}.{}", r.sourceChainSelector, hex_address(r.offRamp));
+                    facts.push((format!("{at}.code_hash"), code_hash(rpc, r.offRamp).await?));
+                    let config = read(
+                        rpc,
+                        r.offRamp,
+                        abi::getSourceChainConfigCall { sourceChainSelector: r.sourceChainSelector },
+                    )
+                    .await?;
                     facts.push((
-                        format!("ccip.off_ramp.{}.{}.code_hash", r.sourceChainSelector, hex_address(r.offRamp)),
-                        code_hash(rpc, r.offRamp).await?,
+                        format!("{at}.source"),
+                        shown(config, |s| {
+                            format!("router={} enabled={} on_ramp={}", hex_address(s.router), s.isEnabled, s.onRamp)
+                        }),
                     ));
                 }
             }
-            Err(RpcError::Node { .. }) => facts.push(("ccip.router.off_ramps".into(), DriftFact::UNREADABLE.into())),
-            Err(e) => return Err(e),
+            None => facts.push(("router.off_ramps".into(), DriftFact::UNREADABLE.into())),
         }
-        let scope = chain_scope(c.chain_id);
+        for registry in registries {
+            let Some(tokens) =
+                read(rpc, registry, abi::getAllConfiguredTokensCall { startIndex: 0, maxCount: MAX_TOKENS }).await?
+            else {
+                facts.push((format!("registry.{}.tokens", hex_address(registry)), DriftFact::UNREADABLE.into()));
+                continue;
+            };
+            facts.push((
+                format!("registry.{}.tokens", hex_address(registry)),
+                tokens.iter().map(|t| hex_address(*t)).collect::<Vec<_>>().join(","),
+            ));
+            for token in tokens {
+                let at = format!("token.{}", hex_address(token));
+                let pool = read(rpc, registry, abi::getPoolCall { token }).await?;
+                facts.push((format!("{at}.pool"), shown(pool, hex_address)));
+                let Some(pool) = pool.filter(|p| *p != Address::ZERO) else { continue };
+                facts.push((format!("{at}.pool.code_hash"), code_hash(rpc, pool).await?));
+                let Some(remotes) = read(rpc, pool, abi::getSupportedChainsCall {}).await? else {
+                    facts.push((format!("{at}.pool.chains"), DriftFact::UNREADABLE.into()));
+                    continue;
+                };
+                facts.push((
+                    format!("{at}.pool.chains"),
+                    remotes.iter().map(u64::to_string).collect::<Vec<_>>().join(","),
+                ));
+                for remote in remotes {
+                    let r = remote;
+                    let pools = read(rpc, pool, abi::getRemotePoolsCall { remoteChainSelector: r }).await?;
+                    facts.push((
+                        format!("{at}.pool.{r}.remote_pools"),
+                        shown(pools, |p| p.iter().map(|b| b.to_string()).collect::<Vec<_>>().join(",")),
+                    ));
+                    let token = read(rpc, pool, abi::getRemoteTokenCall { remoteChainSelector: r }).await?;
+                    facts.push((format!("{at}.pool.{r}.remote_token"), shown(token, |t| t.to_string())));
+                    let outbound =
+                        read(rpc, pool, abi::getCurrentOutboundRateLimiterStateCall { remoteChainSelector: r }).await?;
+                    facts.push((format!("{at}.pool.{r}.outbound_rate_limit"), shown(outbound.as_ref(), bucket)));
+                    let inbound =
+                        read(rpc, pool, abi::getCurrentInboundRateLimiterStateCall { remoteChainSelector: r }).await?;
+                    facts.push((format!("{at}.pool.{r}.inbound_rate_limit"), shown(inbound.as_ref(), bucket)));
+                }
+            }
+        }
+        let scope = scope(c.chain_id);
         out.extend(facts.into_iter().map(|(fact, value)| DriftFact { scope: scope.clone(), fact, value }));
     }
     Ok(out)

@@ -11,10 +11,10 @@ cd "$here"
 mkdir -p .qtg
 # Everything it starts is stopped on Ctrl-C or exit, also when a step fails before qtg is up, and
 # waited for: anvil writes its chain state as it stops, and a next run finds the ports free.
-pid="" venue_pid="" anvil_pid="" anvil_b_pid="" attestation_pid=""
+pid="" venue_pid="" anvil_pid="" anvil_b_pid="" attestation_pid="" ccip_pid=""
 stop() {
-  kill -TERM $pid $venue_pid $anvil_pid $anvil_b_pid $attestation_pid 2>/dev/null || true
-  wait $pid $venue_pid $anvil_pid $anvil_b_pid $attestation_pid 2>/dev/null || true
+  kill -TERM $pid $venue_pid $anvil_pid $anvil_b_pid $attestation_pid $ccip_pid 2>/dev/null || true
+  wait $pid $venue_pid $anvil_pid $anvil_b_pid $attestation_pid $ccip_pid 2>/dev/null || true
 }
 trap stop EXIT
 trap 'exit 130' INT
@@ -216,6 +216,29 @@ if anvil_bin=$(./scripts/ensure-evm-tools.sh 2>.qtg/evm-tools.log); then
   }
   export MG_CCTP_DOMAINS="[$(domain 0 31337 "$a_usdc" "$a_transmitter" "$a_messenger" "$a_transmitter_v2" "$a_messenger_v2"),$(domain 1 31338 "$b_usdc" "$b_transmitter" "$b_messenger" "$b_transmitter_v2" "$b_messenger_v2")]"
   cctp=1
+
+  # The CCIP demo: Chainlink's own CCIP 1.6 lane from chain A to chain B — the released bytecode
+  # of @chainlink/contracts-ccip (fetched by ensure-evm-tools.sh) deployed once on both chains by
+  # qtg-ccip-sim as anvil's tenth account (every address recorded in .qtg/ccip-lane.json; anvil's
+  # first account holds the token QCA and LINK and has approved A's router) — and qtg-ccip-sim
+  # relay standing in for CCIP's off-chain network (commit each message's root, then execute it).
+  ccip_lane=.qtg/ccip-lane.json
+  lane_at() { python3 -c "import json, sys; print(json.load(open(sys.argv[1]))$1)" "$ccip_lane"; }
+  if ! { [ -s "$ccip_lane" ] && has_code "$anvil_url" "$(lane_at "['source']['on_ramp']")" \
+      && has_code "$anvil_b_url" "$(lane_at "['destination']['off_ramp']")"; }; then
+    ./target/debug/qtg-ccip-sim deploy --source "$anvil_url" --destination "$anvil_b_url" --out "$ccip_lane" \
+      --approve 2>> .qtg/ccip-sim.log \
+      || { echo "qtg-ccip-sim deploy failed; see .qtg/ccip-sim.log" >&2; exit 1; }
+  fi
+  ./target/debug/qtg-ccip-sim relay --lane "$ccip_lane" 2>> .qtg/ccip-sim.log &
+  ccip_pid=$!
+  cat deploy/registry.ccip.toml >> .qtg/registry.toml
+  MG_CCIP_CHAINS=$(python3 -c "import json, sys; print(json.dumps(json.load(open(sys.argv[1]))['mg_ccip_chains']))" "$ccip_lane")
+  export MG_CCIP_CHAINS
+  ccip_router_a=$(lane_at "['source']['router']")
+  ccip_token_a=$(lane_at "['source']['token']")
+  ccip_token_b=$(lane_at "['destination']['token']")
+  ccip_selector_b=$(lane_at "['destination']['selector']")
 else
   echo "make run: the EVM demo is off (no anvil: see .qtg/evm-tools.log)" >&2
 fi
@@ -307,6 +330,9 @@ if [ -n "$cctp" ]; then
     sleep 0.5
   done
   [ -n "$enrolled" ] || echo "make run: signer.evm.local's identity is not enrolled (qtg-health has not listed it): the CCTP burn will fail" >&2
+  sed -e "s|__ROUTER_A__|$ccip_router_a|" -e "s|__TOKEN_A__|$ccip_token_a|" -e "s|__SELECTOR_B__|$ccip_selector_b|" \
+    deploy/ccip-demo-template.json > .qtg/ccip-demo-template.json
+  install_template ccip.qca.a_to_b .qtg/ccip-demo-template.json "$ccip_router_a" "$ccip_token_a"
 fi
 
 cat <<MSG
@@ -391,6 +417,16 @@ if [ -n "$cctp" ]; then
   #                  V1 TokenMessenger $a_messenger, MessageTransmitter $a_transmitter
   #                chain B USDC $b_usdc, V2 TokenMessengerV2 $b_messenger_v2, MessageTransmitterV2 $b_transmitter_v2
   #                  V1 TokenMessenger $b_messenger, MessageTransmitter $b_transmitter
+
+  # CCIP: 10 QCA from anvil's first account on chain A to its third on chain B through
+  # Chainlink's own CCIP 1.6 contracts (ccip.qca.a_to_b: Router.ccipSend, the fee in ETH capped at
+  # 0.01, then the delivery watched on B's OffRamp); qtg-ccip-sim relay (log .qtg/ccip-sim.log)
+  # commits and executes the message. The lane's addresses: .qtg/ccip-lane.json.
+  curl -s -X POST $api/v3/movements -H "Authorization: Bearer \$REQUESTER" -H 'Content-Type: application/json' \\
+    -d '{"template_key":"ccip.qca.a_to_b","intent":{"asset":"QCA","amount":"10","source":"0xf39Fd6e51aad88F6F4ce6aB8827279cffFb92266","destination":"0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC"},"idempotency_key":"ccip-1"}'
+  # the third account's QCB on chain B (balanceOf; 10 QCB is 0x8ac7230489e80000)
+  curl -s $anvil_b_url -H 'Content-Type: application/json' -d \\
+    '{"jsonrpc":"2.0","id":1,"method":"eth_call","params":[{"to":"$ccip_token_b","data":"0x70a08231$(addr_word 0x3C44CdDdB6a900fa2b585dd299e03d12FA4293BC)"},"latest"]}'
 MSG
 fi
 echo

@@ -312,6 +312,23 @@ mod tests {
         assert!(by_name("node_dispatcher").is_some_and(|w| w.wake.is_some()));
     }
 
+    /// The seed's CCIP workers: the stranded reaper joins the core fail-fast group (on by
+    /// default, every 60 s, idle without MG_CCIP_CHAINS); ccip_drift is a sidecar behind
+    /// MG_CCIP_ENABLED.
+    #[test]
+    fn the_ccip_workers_are_where_the_seed_puts_them() {
+        let reaper = by_name("ccip_stranded_reaper").expect("ccip_stranded_reaper");
+        assert_eq!((reaper.binary, reaper.group), ("qtg-reaper", Group::Core));
+        assert_eq!(reaper.default_interval, Duration::from_secs(60));
+        assert_eq!(reaper.interval_key, "MG_CCIP_STRANDED_REAPER_INTERVAL_SECONDS");
+        assert!(reaper.enabled_by.is_some_and(|f| f.key == "MG_CCIP_STRANDED_REAPER_ENABLED" && f.default));
+        assert_eq!(reaper.requires, Some("MG_CCIP_CHAINS"));
+        let drift = by_name("ccip_drift").expect("ccip_drift");
+        assert_eq!((drift.binary, drift.group), ("qtg-drift", Group::Sidecar));
+        assert_eq!(drift.interval_key, "MG_CCIP_DRIFT_POLL_INTERVAL_SECONDS");
+        assert!(drift.enabled_by.is_some_and(|f| f.key == "MG_CCIP_ENABLED" && !f.default));
+    }
+
     /// The Helm chart, the kustomize base, the README and the workspace list exactly the
     /// table's worker binaries, with the table's default intervals.
     #[test]

@@ -55,6 +55,11 @@ impl Lane {
 
     /// With more settings.
     async fn start_with(extra: &[(&str, &str)]) -> anyhow::Result<Lane> {
+        Lane::start_deployed(extra, &[]).await
+    }
+
+    /// With more settings, the lane deployed with more `qtg-ccip-sim deploy` arguments.
+    async fn start_deployed(extra: &[(&str, &str)], deploy: &[&str]) -> anyhow::Result<Lane> {
         let (a, b) = (Anvil::start_chain(31337).await?, Anvil::start_chain(31338).await?);
         let db = TestDb::new().await?;
         let out = std::env::temp_dir().join(format!("{}-ccip-lane.json", db.name));
@@ -63,6 +68,7 @@ impl Lane {
             .arg(&out)
             .arg("--artifacts")
             .arg(artifacts())
+            .args(deploy)
             .output()
             .await?;
         anyhow::ensure!(
@@ -133,13 +139,24 @@ impl Lane {
     }
 
     async fn template_signed_by(&self, key: &str, signer: &str, max_fee: &str, gas_limit: u64) -> anyhow::Result<()> {
+        self.template_full(key, signer, "native", max_fee, gas_limit).await
+    }
+
+    async fn template_full(
+        &self,
+        key: &str,
+        signer: &str,
+        fee_token: &str,
+        max_fee: &str,
+        gas_limit: u64,
+    ) -> anyhow::Result<()> {
         let t = json!({"template_key": key, "nodes": [
             {"node_key": "send", "node_kind": "action", "action_type": "ccip_send",
              "executor_key": "exec.ccip.send", "signer_key": signer, "signing_required": true,
              "config": {"chain_id": 31337, "contract": self.at("source", "router"),
                         "destination_chain_selector": self.lane["destination"]["selector"],
                         "token_contract": self.at("source", "token"), "decimals": 18,
-                        "fee_token": "native", "max_fee": max_fee, "gas_limit": gas_limit}},
+                        "fee_token": fee_token, "max_fee": max_fee, "gas_limit": gas_limit}},
             {"node_key": "deliver", "node_kind": "observe", "action_type": "ccip_delivery",
              "executor_key": "exec.ccip.observe", "config": {}}],
             "edges": [{"from": "send", "to": "deliver"}]});
@@ -160,12 +177,17 @@ impl Lane {
     }
 
     async fn balance(&self, side: &str, who: &str) -> anyhow::Result<U256> {
+        self.balance_of(side, "token", who).await
+    }
+
+    /// `who`'s balance of the lane's `token` ("token", "link") on `side`.
+    async fn balance_of(&self, side: &str, token: &str, who: &str) -> anyhow::Result<U256> {
         let anvil = if side == "source" { &self.a } else { &self.b };
         let data = balanceOfCall { owner: who.parse()? }.abi_encode();
         let v = anvil
             .rpc(
                 "eth_call",
-                json!([{"to": self.at(side, "token"), "data": format!("0x{}", alloy::primitives::hex::encode(data))},
+                json!([{"to": self.at(side, token), "data": format!("0x{}", alloy::primitives::hex::encode(data))},
                        "latest"]),
             )
             .await?;
@@ -174,19 +196,13 @@ impl Lane {
 
     /// The holder (qtg's sender, anvil's first account) approves A's router itself.
     async fn approve_router(&self) -> anyhow::Result<()> {
+        self.approve_router_for("token").await
+    }
+
+    /// The holder approves A's router for the lane's `token` ("token", "link").
+    async fn approve_router_for(&self, token: &str) -> anyhow::Result<()> {
         let data = approveCall { spender: self.at("source", "router").parse()?, value: U256::MAX }.abi_encode();
-        let hash = self
-            .a
-            .rpc(
-                "eth_sendTransaction",
-                json!([{"from": ANVIL_ADDR_0, "to": self.at("source", "token"),
-                        "data": format!("0x{}", alloy::primitives::hex::encode(data))}]),
-            )
-            .await?;
-        wait_until("the approval is mined", Duration::from_secs(20), || async {
-            Ok(!self.a.rpc("eth_getTransactionReceipt", json!([hash])).await?.is_null())
-        })
-        .await
+        self.send_a(ANVIL_ADDR_0, &self.at("source", token), data).await
     }
 
     /// A transaction on chain A from an unlocked account, mined.
@@ -571,6 +587,39 @@ async fn a_changed_onramp_or_pool_rate_limit_is_ccip_drift() -> anyhow::Result<(
     .await
     .map_err(|e| anyhow::anyhow!("{e}\n{}", drift.log()))?;
     drop(drift);
+    lane.db.drop_db().await;
+    Ok(())
+}
+
+/// The fee paid in LINK (the chain's LINK of `MG_CCIP_CHAINS`, pulled by the router within the
+/// holder's allowance) and a destination token with 6 decimals: an amount finer than 6 decimals
+/// would arrive short and is refused before signing; 2.5 tokens arrive as 2.5 with the
+/// destination's decimals, and the holder's LINK pays exactly the fee the message carries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_fee_in_link_and_an_amount_rescaled_to_the_destination() -> anyhow::Result<()> {
+    let lane = Lane::start_deployed(&[], &["--destination-decimals", "6"]).await?;
+    lane.approve_router().await?;
+    lane.approve_router_for("link").await?;
+    let link = lane.at("source", "link");
+    lane.template_full("ccip.link", "signer.evm.local", &link, "5", 0).await?;
+    let (dispatcher, observer, relay) =
+        (lane.worker("qtg-dispatcher").await?, lane.worker("qtg-observer").await?, lane.relay().await?);
+    let dust = lane.movement("ccip.link", "1.0000001", ANVIL_ADDR_2, "ccip-dust").await?;
+    let m = lane.done(&dust, &[&dispatcher]).await?;
+    assert_eq!(node(&m, "send")["error_code"], "CCIP_AMOUNT_NOT_REPRESENTABLE", "{m:#}");
+    assert_eq!(lane.proxy_a.count("eth_sendRawTransaction"), 0, "nothing was sent");
+    let link_before = lane.balance_of("source", "link", ANVIL_ADDR_0).await?;
+    let id = lane.movement("ccip.link", "2.5", ANVIL_ADDR_2, "ccip-link").await?;
+    let m = lane.done(&id, &[&dispatcher, &observer, &relay]).await?;
+    assert_eq!(m["request_state"], "COMPLETED", "{m:#}");
+    assert_eq!(lane.balance("destination", ANVIL_ADDR_2).await?, U256::from(2_500_000u64), "2.5 with 6 decimals");
+    let refs = &node(&m, "send")["provider_refs"];
+    assert_eq!(refs["fee_token"], link.to_lowercase(), "{refs:#}");
+    let fee: U256 = refs["fee_token_amount"].as_str().unwrap_or("0").parse()?;
+    assert!(fee > U256::ZERO, "{refs:#}");
+    assert_eq!(link_before - lane.balance_of("source", "link", ANVIL_ADDR_0).await?, fee, "the fee, in LINK");
+    assert_eq!(lane.proxy_a.count("eth_sendRawTransaction"), 1);
+    drop((dispatcher, observer, relay));
     lane.db.drop_db().await;
     Ok(())
 }

@@ -943,6 +943,14 @@ catalogue! {
             refused at preflight, nothing signed or sent.",
         action: "Have `from` approve the router itself, then retry the node.",
     }
+    CCIP_AMOUNT_NOT_REPRESENTABLE {
+        source: Ccip,
+        status: None,
+        meaning: "The destination token has fewer decimals than the source token and the amount is finer than \
+            them: the pool would release it rounded down (dust as 0), so less would arrive than was approved; \
+            refused at preflight, nothing sent.",
+        action: "Send an amount the destination token can hold (a multiple of its smallest unit).",
+    }
     CCIP_CHAIN_NOT_CONFIGURED {
         source: Ccip,
         status: None,

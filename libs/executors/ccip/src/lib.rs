@@ -94,7 +94,7 @@ impl LanePlugin for CcipLane {
                     .from
                     .parse()
                     .map_err(|_| LaneError::Config(format!("config.from {:?} is not an address", c.from)))?;
-                let call = Send { chains: self.ccip.clone(), pool: self.pool.clone() };
+                let call = Send { chains: self.ccip.clone(), evm: self.chains.clone(), pool: self.pool.clone() };
                 let (pool, chains, signers) = (self.pool.clone(), self.chains.clone(), self.signers.clone());
                 Ok(LaneExecutor::watched(Arc::new(EvmExecutor::new(key, from, chains, pool, signers, call))))
             }

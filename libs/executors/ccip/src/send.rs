@@ -29,6 +29,8 @@ use crate::chains::{uint64, CcipChains};
 
 pub struct Send {
     pub chains: Arc<CcipChains>,
+    /// Every chain of `MG_EVM_CHAINS`: the destination token's decimals are read there.
+    pub evm: Arc<Chains>,
     /// Where the send's intent is kept (`ccip_send_intent`).
     pub pool: sqlx::PgPool,
 }
@@ -159,6 +161,49 @@ impl Terms {
 }
 
 impl Send {
+    /// The pool releases the amount on the destination rescaled to the destination token's
+    /// decimals, rounding down: an amount finer than those decimals would arrive short (dust as
+    /// 0). Refused unless it arrives whole; the destination's token and decimals are read from
+    /// the pool (`getRemoteToken`) and the destination chain.
+    async fn rescaled(&self, pool: Address, t: &Terms, a: &Action) -> Result<Option<Refusal>, RpcError> {
+        let remote =
+            abi::view(&a.chain.rpc, pool, abi::getRemoteTokenCall { remoteChainSelector: t.destination_selector })
+                .await?;
+        let Ok(remote) = Address::abi_decode(&remote) else {
+            return Ok(Some(refusal(
+                codes::CCIP_TOKEN_NOT_SUPPORTED,
+                format!("the pool {pool} names no EVM token on chain selector {}", t.destination_selector),
+            )));
+        };
+        let Some(dest) = self.chains.of_selector(t.destination_selector).and_then(|c| self.evm.get(&c.chain_id)) else {
+            return Ok(Some(refusal(
+                codes::CCIP_CHAIN_NOT_CONFIGURED,
+                format!("chain selector {} is not in MG_CCIP_CHAINS and MG_EVM_CHAINS", t.destination_selector),
+            )));
+        };
+        let decimals = call_word(&dest.rpc, remote, qtg_evm::tx::decimals_calldata()).await?;
+        let Ok(decimals) = u32::try_from(decimals).map(|d| d.min(77)) else {
+            return Ok(Some(invalid(format!("the destination token {remote} answers decimals {decimals}"))));
+        };
+        if decimals >= a.decimals {
+            return Ok(None);
+        }
+        let unit = U256::from(10u64).pow(U256::from(a.decimals - decimals));
+        let lost = a.amount % unit;
+        if lost.is_zero() {
+            return Ok(None);
+        }
+        Ok(Some(refusal(
+            codes::CCIP_AMOUNT_NOT_REPRESENTABLE,
+            format!(
+                "the destination token {remote} has {decimals} decimals: {} base units would arrive as {} (the pool \
+                 rounds down, losing {lost}); send a multiple of {unit}",
+                a.amount,
+                a.amount / unit
+            ),
+        )))
+    }
+
     /// The router's fee for the message, in the fee token's base units.
     async fn fee(&self, a: &Action, t: &Terms) -> Result<U256, RpcError> {
         call_word(&a.chain.rpc, t.router, get_fee_calldata(t.destination_selector, t.message(a.recipient, a.amount)))
@@ -264,6 +309,9 @@ impl EvmCall for Send {
             )));
         }
         if let Some(r) = token_decimals_match(rpc, t.token, a.decimals).await? {
+            return Ok(Some(r));
+        }
+        if let Some(r) = self.rescaled(pool, &t, a).await? {
             return Ok(Some(r));
         }
         if let Some(r) = token_balance_covers(rpc, t.token, from, a.amount).await? {

@@ -40,8 +40,8 @@ impl Engine {
         let released = qtg_store::ccip::release_stranded(&mut tx, age, &self.actor, REAP_BATCH).await?;
         let escalated = qtg_store::ccip::escalate_overdue(&mut tx, age, &self.actor, REAP_BATCH).await?;
         for e in &escalated {
-            let Some(movement) = e.request_id else { continue };
-            for node in qtg_store::ccip::delivery_nodes(&mut tx, movement).await? {
+            let (Some(movement), Some(message_id)) = (e.request_id, e.message_id.as_deref()) else { continue };
+            for node in qtg_store::ccip::delivery_nodes(&mut tx, movement, message_id).await? {
                 let mut patch = NodePatch::error(
                     codes::CCIP_EXECUTION_OVERDUE,
                     format!(

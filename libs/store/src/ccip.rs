@@ -25,7 +25,8 @@ pub struct Intent<'a> {
     pub max_fee: &'a str,
 }
 
-/// Records the intent, or refreshes it (the attempt) when the node built on this nonce before.
+/// Records the intent, or refreshes it (the attempt, the reservation) when the node built on this
+/// nonce before; one the reaper released is live again (`prepared`).
 pub async fn record(pool: &PgPool, i: &Intent<'_>) -> Result<()> {
     sqlx::query!(
         "INSERT INTO ccip_send_intent (request_node_id, request_id, attempt_no, chain_id, from_address, nonce,
@@ -34,7 +35,12 @@ pub async fn record(pool: &PgPool, i: &Intent<'_>) -> Result<()> {
          SELECT $1, n.request_id, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13
            FROM movement_request_nodes n WHERE n.id = $1
          ON CONFLICT (request_node_id, nonce) DO UPDATE
-            SET attempt_no = EXCLUDED.attempt_no, updated_at = now()",
+            SET attempt_no = EXCLUDED.attempt_no, reservation_id = EXCLUDED.reservation_id, updated_at = now(),
+                -- A retry on a nonce the reaper released (gap reuse gave it back) is a live intent again.
+                status = CASE WHEN ccip_send_intent.status = 'released' THEN 'prepared'
+                              ELSE ccip_send_intent.status END,
+                resolved_at = CASE WHEN ccip_send_intent.status = 'released' THEN NULL
+                                   ELSE ccip_send_intent.resolved_at END",
         i.request_node_id,
         i.attempt_no,
         i.chain_id,
@@ -133,16 +139,22 @@ pub async fn release_stranded(
                JOIN movement_request_nodes n ON n.id = i.request_node_id
               WHERE i.status = 'prepared' AND i.tx_hashes = '[]'::jsonb
                 AND i.updated_at < now() - make_interval(secs => $1)
-                AND n.node_state NOT IN ('PREPARING', 'AWAITING_SIGNATURE', 'SUBMITTING', 'SUBMITTED', \
+                AND n.node_state NOT IN ('READY', 'PREPARING', 'AWAITING_SIGNATURE', 'SUBMITTING', 'SUBMITTED', \
                     'OBSERVING', 'UNKNOWN')
+                -- Never after a signer may have signed: a signature stored, or a prepared action
+                -- handed to a signer — excused only for the last prepared attempt when its signer
+                -- refused it (an earlier attempt's signer may have signed and not answered).
                 AND NOT EXISTS (SELECT 1 FROM artifacts a
                                  WHERE a.request_node_id = n.id AND a.created_at >= i.created_at
                                    AND (a.kind = 'sign_result'
-                                        OR (a.kind = 'prepared_action' AND n.error_code IS DISTINCT FROM \
-                                            'SIGNER_REFUSED')))
+                                        OR (a.kind = 'prepared_action'
+                                            AND (n.error_code IS DISTINCT FROM 'SIGNER_REFUSED'
+                                                 OR a.attempt_no < (SELECT max(p.attempt_no) FROM artifacts p
+                                                                     WHERE p.request_node_id = n.id
+                                                                       AND p.kind = 'prepared_action')))))
               ORDER BY i.id
               LIMIT $2
-              FOR UPDATE OF i SKIP LOCKED)
+              FOR UPDATE OF i, n SKIP LOCKED)
          UPDATE ccip_send_intent i SET status = 'released', updated_at = now(), resolved_at = now()
            FROM stale WHERE i.id = stale.id
          RETURNING i.id, i.request_node_id, i.request_id, i.chain_id, i.nonce, i.message_id",
@@ -227,14 +239,16 @@ pub async fn escalate_overdue(
     Ok(rows)
 }
 
-/// The open delivery nodes (`ccip_delivery`, OBSERVING) of a movement: where an overdue
-/// message is handed to a person.
-pub async fn delivery_nodes(conn: &mut sqlx::PgConnection, movement: Uuid) -> Result<Vec<Uuid>> {
+/// The open delivery nodes (`ccip_delivery`, OBSERVING) of a movement that follow the message
+/// `message_id` (their refs name it): where an overdue message is handed to a person.
+pub async fn delivery_nodes(conn: &mut sqlx::PgConnection, movement: Uuid, message_id: &str) -> Result<Vec<Uuid>> {
     Ok(sqlx::query_scalar!(
         "SELECT n.id FROM movement_request_nodes n JOIN plan_nodes p ON p.id = n.plan_node_id
           WHERE n.request_id = $1 AND p.action_type = 'ccip_delivery' AND n.node_state = 'OBSERVING'
+            AND lower(n.provider_refs->>'message_id') = lower($2)
           ORDER BY n.id FOR UPDATE OF n",
-        movement
+        movement,
+        message_id
     )
     .fetch_all(&mut *conn)
     .await?)

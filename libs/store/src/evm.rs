@@ -291,8 +291,11 @@ pub async fn reclaim(
                 AND NOT EXISTS (SELECT 1 FROM artifacts a
                                  WHERE a.request_node_id = n.id AND a.created_at >= r.created_at
                                    AND (a.kind = 'sign_result'
-                                        OR (a.kind = 'prepared_action' AND n.error_code IS DISTINCT FROM \
-                                            'SIGNER_REFUSED')))
+                                        OR (a.kind = 'prepared_action'
+                                            AND (n.error_code IS DISTINCT FROM 'SIGNER_REFUSED'
+                                                 OR a.attempt_no < (SELECT max(p.attempt_no) FROM artifacts p
+                                                                     WHERE p.request_node_id = n.id
+                                                                       AND p.kind = 'prepared_action')))))
               ORDER BY r.id
               LIMIT $2
               FOR UPDATE OF r, n SKIP LOCKED)
@@ -317,13 +320,16 @@ pub struct Gap {
     pub nonce: i64,
     pub filling: bool,
     pub cancel_hashes: Vec<String>,
+    /// Seconds since the row last changed (a fill: since its last self-send was recorded).
+    pub age_seconds: f64,
 }
 
 /// The gaps of `address` on `chain_id` in `[from, below)`, lowest first: what keeps a
 /// transaction with nonce `below` from being mined when the chain's count is `from`.
 pub async fn gaps(pool: &PgPool, chain_id: i64, address: &str, from: i64, below: i64) -> Result<Vec<Gap>> {
     Ok(sqlx::query!(
-        "SELECT DISTINCT ON (r.nonce) r.id, r.nonce, r.status, r.cancel_hashes
+        "SELECT DISTINCT ON (r.nonce) r.id, r.nonce, r.status, r.cancel_hashes,
+                EXTRACT(EPOCH FROM now() - r.updated_at)::float8 AS \"age_seconds!\"
            FROM evm_nonce_reservation r
           WHERE r.chain_id = $1 AND r.address = $2 AND r.nonce >= $3 AND r.nonce < $4
             AND ((r.status = 'released'
@@ -345,6 +351,7 @@ pub async fn gaps(pool: &PgPool, chain_id: i64, address: &str, from: i64, below:
         nonce: r.nonce,
         filling: r.status == "broadcast",
         cancel_hashes: hashes(&r.cancel_hashes),
+        age_seconds: r.age_seconds,
     })
     .collect())
 }
@@ -411,7 +418,8 @@ pub async fn record_fill(pool: &PgPool, gap: i64, hash: &str, waiting: Uuid, act
 /// its mined transaction count), with their self-sends: each is then marked consumed.
 pub async fn passed_fills(pool: &PgPool, chain_id: i64, address: &str, count: i64) -> Result<Vec<Gap>> {
     Ok(sqlx::query!(
-        "SELECT id, nonce, cancel_hashes FROM evm_nonce_reservation
+        "SELECT id, nonce, cancel_hashes, EXTRACT(EPOCH FROM now() - updated_at)::float8 AS \"age_seconds!\"
+           FROM evm_nonce_reservation
           WHERE chain_id = $1 AND address = $2 AND nonce < $3 AND status = 'broadcast' AND request_node_id IS NULL
           ORDER BY nonce",
         chain_id,
@@ -421,6 +429,12 @@ pub async fn passed_fills(pool: &PgPool, chain_id: i64, address: &str, count: i6
     .fetch_all(pool)
     .await?
     .into_iter()
-    .map(|r| Gap { id: r.id, nonce: r.nonce, filling: true, cancel_hashes: hashes(&r.cancel_hashes) })
+    .map(|r| Gap {
+        id: r.id,
+        nonce: r.nonce,
+        filling: true,
+        cancel_hashes: hashes(&r.cancel_hashes),
+        age_seconds: r.age_seconds,
+    })
     .collect())
 }

@@ -124,6 +124,36 @@ async fn a_nonce_that_may_be_signed_for_is_never_given_back(pool: PgPool) -> Res
     Ok(())
 }
 
+/// A refusal excuses only the attempt it answered: a node whose signer refused its last attempt
+/// but was handed an earlier one (a signature may exist for that) keeps its nonce; with only the
+/// refused attempt's prepared action, the reaper may take it.
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn a_refusal_excuses_only_the_attempt_it_answered(pool: PgPool) -> Result<()> {
+    install(&pool, "t.refused", &plan(vec![action("n")], &[])).await?;
+    let twice = movement(&pool, &Spec::new("t.refused", "twice")).await?;
+    let once = movement(&pool, &Spec::new("t.refused", "once")).await?;
+    let (twice_n, once_n) = (twice.node("n"), once.node("n"));
+    let mut conn = pool.acquire().await?;
+    for n in [twice_n, once_n] {
+        evm::reserve(&pool, 1, ADDRESS, n, 0).await?;
+        sqlx::query(
+            "UPDATE movement_request_nodes SET node_state = 'FAILED', error_code = 'SIGNER_REFUSED' WHERE id = $1",
+        )
+        .bind(n)
+        .execute(&mut *conn)
+        .await?;
+    }
+    artifacts::insert(&mut conn, twice.id, twice_n, 1, ArtifactKind::PreparedAction, &json!({}), None).await?;
+    artifacts::insert(&mut conn, twice.id, twice_n, 2, ArtifactKind::PreparedAction, &json!({}), None).await?;
+    artifacts::insert(&mut conn, once.id, once_n, 2, ArtifactKind::PreparedAction, &json!({}), None).await?;
+    let mut tx = pool.begin().await?;
+    let reclaimed = evm::reclaim(&mut tx, -1.0, "reaper", 10).await?;
+    tx.commit().await?;
+    assert_eq!(reclaimed.iter().map(|g| g.request_node_id).collect::<Vec<_>>(), vec![Some(once_n)]);
+    assert_eq!(evm::of_node(&pool, twice_n, 1).await?[0].status, "reserved", "attempt 1 may be signed");
+    Ok(())
+}
+
 /// The reaper takes old reservations of nodes not in flight with nothing broadcast and no
 /// signature possible (age -1 s: every reservation is old enough).
 #[sqlx::test(migrator = "qtg_store::MIGRATOR")]

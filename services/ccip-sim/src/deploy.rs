@@ -469,8 +469,10 @@ pub async fn run(a: DeployArgs) -> anyhow::Result<()> {
         "transmitter": transmitter,
         "holder": a.holder,
         "mg_ccip_chains": [
-            {"chain_id": ca.chain_id, "selector": sa.to_string(), "router": side_a.router, "link": side_a.link},
-            {"chain_id": cb.chain_id, "selector": sb.to_string(), "router": side_b.router, "link": side_b.link},
+            {"chain_id": ca.chain_id, "selector": sa.to_string(), "router": side_a.router, "link": side_a.link,
+             "tokens": [side_a.token]},
+            {"chain_id": cb.chain_id, "selector": sb.to_string(), "router": side_b.router, "link": side_b.link,
+             "tokens": [side_b.token]},
         ],
     });
     std::fs::write(&a.out, serde_json::to_string_pretty(&lane)?)?;

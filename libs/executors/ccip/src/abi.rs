@@ -101,7 +101,6 @@ sol! {
     }
     function getStaticConfig() returns (OnRampStaticConfig);
     function getDynamicConfig() returns (OnRampDynamicConfig);
-    function getAllConfiguredTokens(uint64 startIndex, uint64 maxCount) returns (address[]);
     function getPool(address token) returns (address);
     function getSupportedChains() returns (uint64[]);
     function getRemotePools(uint64 remoteChainSelector) returns (bytes[]);

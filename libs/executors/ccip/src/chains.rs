@@ -1,10 +1,12 @@
 //! `MG_CCIP_CHAINS`: the CCIP deployment of each chain of `MG_EVM_CHAINS` the lane uses — its
-//! CCIP chain selector, its Router and its LINK. Everything else (the OnRamp for a destination,
+//! CCIP chain selector, its Router, its LINK, and the tokens the lane sends from it (their pools
+//! are watched for drift). Everything else (the OnRamp for a destination,
 //! the OffRamps for a source, the token pools) the lane reads from the Router on chain, and
 //! `ccip_drift` watches.
 //!
 //! ```json
-//! [{"chain_id": 31337, "selector": "7759470850252068959", "router": "0x…", "link": "0x…"},
+//! [{"chain_id": 31337, "selector": "7759470850252068959", "router": "0x…", "link": "0x…",
+//!   "tokens": ["0x…"]},
 //!  {"chain_id": 31338, "selector": "3379446385462418246", "router": "0x…"}]
 //! ```
 
@@ -23,6 +25,8 @@ pub struct CcipChain {
     pub router: Address,
     /// The chain's LINK: the one fee token besides the native coin a template may pay in.
     pub link: Option<Address>,
+    /// The tokens the lane sends from this chain: their pools are drift facts.
+    pub tokens: Vec<Address>,
 }
 
 /// Every configured chain, by chain id.
@@ -36,6 +40,8 @@ struct Entry {
     selector: Value,
     router: String,
     link: Option<String>,
+    #[serde(default)]
+    tokens: Vec<String>,
 }
 
 /// A uint64 written as a JSON number or a decimal string (selectors exceed 2^53: a string keeps
@@ -78,7 +84,12 @@ impl CcipChains {
             if !selectors.insert(selector) {
                 return Err(format!("{at}: selector {selector} is given twice"));
             }
-            let chain = CcipChain { chain_id: e.chain_id, selector, router, link };
+            let tokens = e
+                .tokens
+                .iter()
+                .map(|t| t.trim().parse::<Address>().map_err(|_| format!("{at}: token {t:?} is not an address")))
+                .collect::<Result<Vec<_>, _>>()?;
+            let chain = CcipChain { chain_id: e.chain_id, selector, router, link, tokens };
             if out.insert(e.chain_id, chain).is_some() {
                 return Err(format!("{at} is given twice"));
             }

@@ -2,8 +2,9 @@
 //! `ccip_drift` on its own pace), in a scope of their own per chain (`ccip:<chain id>`, apart
 //! from the other lanes' `evm:<chain id>`): the Router's code, version and wrapped native coin; per
 //! other configured chain its OnRamp (code, fee quoter, token admin registry) and the OffRamps
-//! the Router lists for it (code, router, onRamp, enabled); the chain's LINK; every token the
-//! registry configures, its pool (code), and per remote chain the pool's remote pools and token
+//! the Router lists for it (code, router, onRamp, enabled); the chain's LINK; each of the lane's
+//! tokens (`MG_CCIP_CHAINS` `tokens`), its pool (code, chains), and per configured remote chain
+//! the pool's remote pools and token
 //! and its outbound and inbound rate limits (enabled, capacity, rate — never the bucket's level,
 //! which moves with every transfer). A read that reverts is
 //! [`qtg_executor::DriftFact::UNREADABLE`] (never a value a baseline could keep quiet).
@@ -16,9 +17,6 @@ use qtg_executor::DriftFact;
 
 use crate::abi;
 use crate::chains::CcipChains;
-
-/// Tokens read from the registry at most (the lane's; a registry with more is listed up to it).
-const MAX_TOKENS: u64 = 100;
 
 /// The drift scope of chain `chain_id`'s CCIP facts.
 pub fn scope(chain_id: u64) -> String {
@@ -103,18 +101,10 @@ pub async fn facts(ccip: &CcipChains, chains: &qtg_evm::Chains) -> Result<Vec<Dr
             }
             None => facts.push(("router.off_ramps".into(), DriftFact::UNREADABLE.into())),
         }
+        // The lane's own tokens (MG_CCIP_CHAINS `tokens`), never the whole registry: anyone may
+        // register a token, which is no drift of this lane.
         for registry in registries {
-            let Some(tokens) =
-                read(rpc, registry, abi::getAllConfiguredTokensCall { startIndex: 0, maxCount: MAX_TOKENS }).await?
-            else {
-                facts.push((format!("registry.{}.tokens", hex_address(registry)), DriftFact::UNREADABLE.into()));
-                continue;
-            };
-            facts.push((
-                format!("registry.{}.tokens", hex_address(registry)),
-                tokens.iter().map(|t| hex_address(*t)).collect::<Vec<_>>().join(","),
-            ));
-            for token in tokens {
+            for &token in &c.tokens {
                 let at = format!("token.{}", hex_address(token));
                 let pool = read(rpc, registry, abi::getPoolCall { token }).await?;
                 facts.push((format!("{at}.pool"), shown(pool, hex_address)));
@@ -128,8 +118,8 @@ pub async fn facts(ccip: &CcipChains, chains: &qtg_evm::Chains) -> Result<Vec<Dr
                     format!("{at}.pool.chains"),
                     remotes.iter().map(u64::to_string).collect::<Vec<_>>().join(","),
                 ));
-                for remote in remotes {
-                    let r = remote;
+                // The remote chains the lane uses (configured ones), not every chain the pool serves.
+                for r in remotes.into_iter().filter(|r| ccip.of_selector(*r).is_some()) {
                     let pools = read(rpc, pool, abi::getRemotePoolsCall { remoteChainSelector: r }).await?;
                     facts.push((
                         format!("{at}.pool.{r}.remote_pools"),

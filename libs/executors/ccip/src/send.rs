@@ -129,11 +129,15 @@ impl Terms {
             Some(Value::Bool(b)) => *b,
             Some(other) => return Err(invalid(format!("allow_out_of_order_execution {other} is not a boolean"))),
         };
-        let data = match c.get("data") {
+        let data: Bytes = match c.get("data") {
             None | Some(Value::Null) => Bytes::new(),
             Some(Value::String(h)) => h.trim().parse().map_err(|_| invalid(format!("data {h:?} is not hex bytes")))?,
             Some(other) => return Err(invalid(format!("data {other} is not hex bytes"))),
         };
+        if !data.is_empty() && gas_limit == 0 {
+            // The receiver would be called with no gas: the message would fail on the destination.
+            return Err(invalid("data for the receiver needs a gas_limit above 0"));
+        }
         Ok(Terms {
             router,
             source_selector: here.selector,
@@ -355,20 +359,19 @@ impl EvmCall for Send {
         Ok(None)
     }
 
-    /// A native fee is the transaction's value: quoted now, within the cap (the router keeps
-    /// all of the value, so exactly the fee is sent).
+    /// The fee quoted again as the transaction is built, within the cap whatever the fee
+    /// token: a native fee is the transaction's value (the router keeps all of the value, so
+    /// exactly the fee is sent); a LINK fee is pulled by the router, so no value.
     async fn value(&self, ctx: &ExecutionContext, a: &Action) -> Result<Result<U256, Refusal>, RpcError> {
         let t = match self.terms(ctx, a) {
             Ok(t) => t,
             Err(r) => return Ok(Err(r)),
         };
-        if t.fee_token != Address::ZERO {
-            return Ok(Ok(U256::ZERO));
-        }
         let fee = self.fee(a, &t).await?;
         Ok(match above_cap(fee, &t) {
             Some(r) => Err(r),
-            None => Ok(fee),
+            None if t.fee_token == Address::ZERO => Ok(fee),
+            None => Ok(U256::ZERO),
         })
     }
 
@@ -430,6 +433,14 @@ impl EvmCall for Send {
     ) -> Result<(), String> {
         let t = self.terms(ctx, a).map_err(|(_, why)| why)?;
         let (on_ramp, m) = sent_message(receipt, &t, a)?;
+        if m.feeTokenAmount > t.max_fee {
+            // A LINK fee is pulled at mining: quoted within the cap, it rose before the send was mined.
+            tracing::error!(
+                message_id = %m.header.messageId, fee = %m.feeTokenAmount, cap = %t.max_fee,
+                "the CCIP send paid a fee above its cap"
+            );
+            r.provider_refs.insert("fee_above_cap".into(), json!(true));
+        }
         let destination_token =
             m.tokenAmounts.first().and_then(|x| Address::abi_decode(&x.destTokenAddress).ok()).map(hex_address);
         let refs = &mut r.provider_refs;

@@ -346,13 +346,13 @@ impl<C: EvmCall> EvmExecutor<C> {
             }
         };
         let (Some(raw), Some(hash)) = (signed.signed_payload, signed.signed_tx_hash) else { return Ok(None) };
+        self.call.stage(ctx, Stage::Broadcasting { nonce, hash: &hash }).await.map_err(ExecutorError::Unavailable)?;
         if !nonces::mark_broadcast(&self.pool, reservation, node, &hash)
             .await
             .map_err(|e| ExecutorError::Unavailable(e.to_string()))?
         {
             return Ok(None);
         }
-        self.call.stage(ctx, Stage::Broadcasting { nonce, hash: &hash }).await.map_err(ExecutorError::Unavailable)?;
         tracing::info!(
             executor_key = %self.key, nonce, tx_hash = %hash, max_fee_per_gas = max_fee,
             "replacing an unmined transaction with raised fees"
@@ -450,6 +450,15 @@ impl<C: EvmCall> EvmExecutor<C> {
                     break;
                 }
             }
+            if by == "other" {
+                // A nonce qtg gave back (no signature of it should exist) was used by another
+                // transaction than the fill: a person looks at what it was.
+                tracing::error!(
+                    executor_key = %self.key, nonce = fill.nonce,
+                    "a filled nonce was consumed by a transaction that is not the fill: check the address's \
+                     transaction with this nonce"
+                );
+            }
             nonces::mark_consumed(&self.pool, fill.id, &by).await.map_err(unavailable)?;
         }
         Ok(())
@@ -485,8 +494,14 @@ impl<C: EvmCall> EvmExecutor<C> {
         };
         let actor = format!("executor:{}", self.key);
         let mut open = Vec::new();
+        let resend_after = chain.spec.replace_after_seconds.unwrap_or(120.0);
         for gap in gaps {
             if gap.filling {
+                // One fill at a time: another only when the chain's node knows none of them and
+                // the last is older than the chain's replace_after_seconds.
+                if gap.age_seconds < resend_after {
+                    continue;
+                }
                 let mut known = false;
                 for h in &gap.cancel_hashes {
                     if !rpc.call("eth_getTransactionByHash", json!([h])).await.map_err(rpc_down)?.is_null() {
@@ -927,7 +942,12 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
                 }
             }
         }
-        // Intent before effect: the hash is the node's before it can reach the chain.
+        // Intent before effect: the call's record of the hash (a CCIP send's intent; an intent no
+        // longer open stops here), then the reservation's — the node's before it can reach the chain.
+        self.call
+            .stage(ctx, Stage::Broadcasting { nonce: payload.nonce, hash: &hash })
+            .await
+            .map_err(ExecutorError::Unavailable)?;
         let owned = nonces::mark_broadcast(&self.pool, payload.reservation_id, node, &hash)
             .await
             .map_err(|e| ExecutorError::Unavailable(format!("nonce reservation: {e}")))?;
@@ -937,10 +957,6 @@ impl<C: EvmCall> Executor for EvmExecutor<C> {
                 format!("nonce {} is no longer this node's reservation; nothing was sent", payload.nonce),
             ));
         }
-        self.call
-            .stage(ctx, Stage::Broadcasting { nonce: payload.nonce, hash: &hash })
-            .await
-            .map_err(ExecutorError::Unavailable)?;
         let all = self.all_hashes(node, &chain).await?;
         let earlier = all.iter().filter(|h| **h != hash).count();
         let mut r = SubmitOutcome::new(AfterSubmit::Submitted);

@@ -89,6 +89,15 @@ pub fn diagnose(f: &NodeFacts) -> Diagnosis {
         }
         NodeState::Unknown if never_persisted => d(RunbookCase::C6),
         NodeState::Unknown | NodeState::Observing | NodeState::Submitted => d(RunbookCase::C7),
+        // Not stuck, but the reason the movement waits for a person: say what to do about it.
+        NodeState::Failed if f.request_state == RequestState::ManualIntervention => Diagnosis {
+            case: NOT_STUCK,
+            title: "Failed: the movement waits for a person",
+            required_action: "This node's failure put the movement into MANUAL_INTERVENTION. Read its error and \
+                history. If the venue or chain shows no effect of the failed attempt, retry the node, then resume \
+                the movement; if the failure is final, cancel the movement with a reason.",
+            also_consider: Vec::new(),
+        },
         _ => Diagnosis {
             case: NOT_STUCK,
             title: "Not stuck",
@@ -132,6 +141,16 @@ mod tests {
             observe_count: 1,
             submit_transport_failures: 0,
         }
+    }
+
+    #[test]
+    fn a_failed_node_holding_its_movement_says_what_to_do() {
+        let f = NodeFacts { request_state: RequestState::ManualIntervention, ..facts(NodeState::Failed, json!({})) };
+        let d = diagnose(&f);
+        assert_eq!(d.case, NOT_STUCK);
+        assert!(d.required_action.contains("retry the node"), "{d:?}");
+        let done = NodeFacts { request_state: RequestState::Failed, ..facts(NodeState::Failed, json!({})) };
+        assert!(diagnose(&done).required_action.starts_with("Nothing to do"));
     }
 
     #[test]

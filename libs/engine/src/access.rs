@@ -157,12 +157,15 @@ impl Engine {
     }
 
     /// Replays dead letter `id`: a new outbox row with the same event, a fresh timestamp and
-    /// nonce. Only a `dlq` row can be replayed.
-    pub async fn replay_callback(&self, actor: &str, id: Uuid) -> Result<CallbackRow, OpError> {
+    /// nonce. Only a `dlq` row can be replayed, and only once (a replay that dead-letters in
+    /// turn is replayed itself). `reason` goes to the audit trail.
+    pub async fn replay_callback(&self, actor: &str, id: Uuid, reason: Option<&str>) -> Result<CallbackRow, OpError> {
         let mut tx = self.pool.begin().await?;
         let res = async {
             let Some(row) = qtg_store::callbacks::replay(&mut tx, id).await? else {
-                return Err(if qtg_store::callbacks::exists(&mut tx, id).await? {
+                return Err(if let Some(replay) = qtg_store::callbacks::replayed_as(&mut tx, id).await? {
+                    OpError::InvalidState(format!("this dead letter was already replayed as callback {replay}"))
+                } else if qtg_store::callbacks::exists(&mut tx, id).await? {
                     OpError::InvalidState("only a dlq callback can be replayed".into())
                 } else {
                     OpError::NotFound("callback")
@@ -174,7 +177,7 @@ impl Engine {
                 None => AuditRecord::new(actor, "callback.replay", "control", format!("callback:{}", row.id)),
             };
             record
-                .data(json!({"replay_of": id, "new_callback_id": row.id, "event_id": row.event_id}))
+                .data(json!({"replay_of": id, "new_callback_id": row.id, "event_id": row.event_id, "reason": reason}))
                 .record(&mut tx)
                 .await?;
             Ok(row)

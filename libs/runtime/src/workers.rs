@@ -33,7 +33,7 @@ pub struct Worker<T> {
     pub name: &'static str,
     /// The binary that runs it alone (one Deployment per binary).
     pub binary: &'static str,
-    /// One line for operators (README, `/v3/workers`).
+    /// One line for operators (docs/binaries.md, `/v3/workers`).
     pub summary: &'static str,
     /// `MG_*_INTERVAL_SECONDS` and its default: the idle poll.
     pub interval_key: &'static str,

@@ -148,6 +148,28 @@ pub async fn insert_request(
     .await?)
 }
 
+/// Key requests newest first, by status, after the `(created_at, id)` cursor.
+pub async fn list_requests(
+    conn: &mut PgConnection,
+    status: Option<&str>,
+    after: Option<(chrono::DateTime<chrono::Utc>, Uuid)>,
+    limit: i64,
+) -> Result<Vec<KeyRequest>> {
+    let (at, aid) = after.map_or((None, None), |(a, i)| (Some(a), Some(i)));
+    Ok(sqlx::query_as!(
+        KeyRequest,
+        "SELECT id, principal, roles, requested_by, status, decided_by, key_id, created_at FROM api_key_requests
+         WHERE ($1::text IS NULL OR status = $1) AND ($2::timestamptz IS NULL OR (created_at, id) < ($2, $3))
+         ORDER BY created_at DESC, id DESC LIMIT $4",
+        status,
+        at,
+        aid,
+        limit
+    )
+    .fetch_all(&mut *conn)
+    .await?)
+}
+
 /// The request `id`, locked for its decision.
 pub async fn request_for_update(conn: &mut PgConnection, id: Uuid) -> Result<Option<KeyRequest>> {
     Ok(sqlx::query_as!(

@@ -188,6 +188,7 @@ pub async fn replay(conn: &mut PgConnection, id: Uuid) -> Result<Option<Callback
          SELECT gen_random_uuid(), request_id, event_id, event_type, sequence, payload, callback_url, max_attempts,
                 extract(epoch FROM now())::bigint, gen_random_uuid()::text, id, traceparent
          FROM movement_callback_outbox WHERE id = $1 AND status = 'dlq'
+         ON CONFLICT (replay_of) WHERE replay_of IS NOT NULL DO NOTHING
          RETURNING id, request_id, event_id, event_type, sequence, payload, callback_url, status, attempts,
              max_attempts, next_attempt_at, last_error, callback_timestamp, callback_nonce, replay_of, sent_at,
              created_at, traceparent,
@@ -203,11 +204,23 @@ pub async fn replay(conn: &mut PgConnection, id: Uuid) -> Result<Option<Callback
     Ok(row)
 }
 
-/// Outbox rows, newest first, optionally by status and movement, after a `(created_at, id)`.
+/// What an outbox list is narrowed to; `None` is no filter.
+#[derive(Debug, Default)]
+pub struct CallbackFilter<'a> {
+    pub status: Option<&'a str>,
+    pub request_id: Option<Uuid>,
+    pub event_type: Option<&'a str>,
+    /// Created at or after / before.
+    pub since: Option<DateTime<Utc>>,
+    pub until: Option<DateTime<Utc>>,
+    /// `Some(false)`: only rows never replayed; `Some(true)`: only rows that were.
+    pub replayed: Option<bool>,
+}
+
+/// Outbox rows, newest first, narrowed by `filter`, after a `(created_at, id)`.
 pub async fn list(
     conn: &mut PgConnection,
-    status: Option<&str>,
-    request_id: Option<Uuid>,
+    filter: &CallbackFilter<'_>,
     after: Option<(DateTime<Utc>, Uuid)>,
     limit: i64,
 ) -> Result<Vec<CallbackRow>> {
@@ -219,18 +232,34 @@ pub async fn list(
                   created_at, traceparent,
                   (SELECT r.callback_secret FROM movement_requests r WHERE r.id = request_id) AS "movement_secret?",
                   NULL::uuid AS "claim_token?"
-             FROM movement_callback_outbox
+             FROM movement_callback_outbox c
             WHERE ($1::text IS NULL OR status = $1) AND ($2::uuid IS NULL OR request_id = $2)
               AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4))
+              AND ($6::text IS NULL OR event_type = $6)
+              AND ($7::timestamptz IS NULL OR created_at >= $7)
+              AND ($8::timestamptz IS NULL OR created_at < $8)
+              AND ($9::bool IS NULL
+                   OR $9 = EXISTS (SELECT 1 FROM movement_callback_outbox r WHERE r.replay_of = c.id))
             ORDER BY created_at DESC, id DESC LIMIT $5"#,
-        status,
-        request_id,
+        filter.status,
+        filter.request_id,
         at,
         aid,
-        limit
+        limit,
+        filter.event_type,
+        filter.since,
+        filter.until,
+        filter.replayed,
     )
     .fetch_all(&mut *conn)
     .await?)
+}
+
+/// The replay of dead letter `id`, if it was replayed.
+pub async fn replayed_as(conn: &mut PgConnection, id: Uuid) -> Result<Option<Uuid>> {
+    Ok(sqlx::query_scalar!("SELECT id FROM movement_callback_outbox WHERE replay_of = $1", id)
+        .fetch_optional(&mut *conn)
+        .await?)
 }
 
 pub async fn exists(conn: &mut PgConnection, id: Uuid) -> Result<bool> {

@@ -58,3 +58,10 @@ pub async fn beat(pool: &PgPool, key: &HeartbeatKey, times: LoopTimes) -> Result
     .await?;
     Ok(())
 }
+
+/// Removes a process' rows when it stops cleanly: a stopped instance is not a stale one.
+/// (A crashed one keeps its rows and reads as stale, then gone.)
+pub async fn forget_instance(pool: &PgPool, instance_id: &str) -> Result<u64> {
+    let done = sqlx::query!("DELETE FROM worker_heartbeats WHERE instance_id = $1", instance_id).execute(pool).await?;
+    Ok(done.rows_affected())
+}

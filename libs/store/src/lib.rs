@@ -3,6 +3,7 @@
 
 pub mod api_keys;
 pub mod artifacts;
+pub mod attention;
 pub mod audit;
 pub mod balances;
 pub mod callbacks;

@@ -240,7 +240,8 @@ pub async fn nodes(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<Node
         .collect()
 }
 
-/// What a movement list is narrowed to; `None` is no filter.
+/// What a movement list is narrowed to; `None` is no filter. Every filter is checked by the
+/// caller (decimal amounts, a hex id prefix).
 #[derive(Debug, Default)]
 pub struct MovementFilter<'a> {
     pub state: Option<&'a str>,
@@ -248,6 +249,23 @@ pub struct MovementFilter<'a> {
     pub created_by: Option<&'a str>,
     /// Created at or after.
     pub since: Option<DateTime<Utc>>,
+    /// Created before.
+    pub until: Option<DateTime<Utc>>,
+    /// The id's first characters (lower-case hex and dashes).
+    pub id_prefix: Option<&'a str>,
+    pub idempotency_key: Option<&'a str>,
+    /// The intent's destination, compared without case.
+    pub destination: Option<&'a str>,
+    /// The intent's asset, compared without case.
+    pub asset: Option<&'a str>,
+    /// The intent's amount at least / at most (decimal strings).
+    pub amount_min: Option<&'a str>,
+    pub amount_max: Option<&'a str>,
+    /// Only movements with a node in this state (`UNKNOWN`: waiting for recovery or a person).
+    pub node_state: Option<&'a str>,
+    /// Only movements waiting for this principal's approval: PENDING_APPROVAL, not created by
+    /// them, not yet approved by them.
+    pub awaiting_approval_by: Option<&'a str>,
 }
 
 /// Movements newest first, narrowed by `filter`, after the `(created_at, id)` cursor.
@@ -265,6 +283,20 @@ pub async fn list(
              AND ($5::text IS NULL OR template_key = $5)
              AND ($6::text IS NULL OR created_by = $6)
              AND ($7::timestamptz IS NULL OR created_at >= $7)
+             AND ($8::timestamptz IS NULL OR created_at < $8)
+             AND ($9::text IS NULL OR id::text LIKE $9 || '%')
+             AND ($10::text IS NULL OR idempotency_key = $10)
+             AND ($11::text IS NULL OR lower(intent ->> 'destination') = lower($11))
+             AND ($12::text IS NULL OR lower(intent ->> 'asset') = lower($12))
+             AND ($13::text IS NULL OR (CASE WHEN intent ->> 'amount' ~ '^[0-9]+(\.[0-9]+)?$'
+                                             THEN (intent ->> 'amount')::numeric END) >= $13::numeric)
+             AND ($14::text IS NULL OR (CASE WHEN intent ->> 'amount' ~ '^[0-9]+(\.[0-9]+)?$'
+                                             THEN (intent ->> 'amount')::numeric END) <= $14::numeric)
+             AND ($15::text IS NULL OR EXISTS (SELECT 1 FROM movement_request_nodes n
+                                               WHERE n.request_id = movement_requests.id AND n.node_state = $15))
+             AND ($16::text IS NULL OR (request_state = 'PENDING_APPROVAL' AND lower(created_by) <> lower($16)
+                  AND NOT EXISTS (SELECT 1 FROM movement_approvals a
+                                  WHERE a.request_id = movement_requests.id AND lower(a.approver) = lower($16))))
            ORDER BY created_at DESC, id DESC LIMIT $4"#,
         filter.state,
         at,
@@ -272,11 +304,31 @@ pub async fn list(
         limit,
         filter.template_key,
         filter.created_by,
-        filter.since
+        filter.since,
+        filter.until,
+        filter.id_prefix,
+        filter.idempotency_key,
+        filter.destination,
+        filter.asset,
+        filter.amount_min,
+        filter.amount_max,
+        filter.node_state,
+        filter.awaiting_approval_by,
     )
     .fetch_all(&mut *conn)
     .await?;
     records.into_iter().map(RequestRecord::into_row).collect()
+}
+
+/// Approvals given so far, per movement of `ids` (a movement with none is absent).
+pub async fn approval_counts(conn: &mut PgConnection, ids: &[Uuid]) -> Result<Vec<(Uuid, i64)>> {
+    let rows = sqlx::query!(
+        r#"SELECT request_id, count(*) AS "n!" FROM movement_approvals WHERE request_id = ANY($1) GROUP BY request_id"#,
+        ids
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok(rows.into_iter().map(|r| (r.request_id, r.n)).collect())
 }
 
 /// Executor and signer keys among `keys` whose recorded health is `down`.

@@ -85,6 +85,33 @@ pub async fn get_proposal(conn: &mut PgConnection, id: Uuid, lock: bool) -> Resu
     Ok(proposal)
 }
 
+/// Proposals newest first, by status, after the `(created_at, id)` cursor.
+pub async fn list_proposals(
+    conn: &mut PgConnection,
+    status: Option<&str>,
+    template_key: Option<&str>,
+    after: Option<(DateTime<Utc>, Uuid)>,
+    limit: i64,
+) -> Result<Vec<ProposalRow>> {
+    let (at, aid) = after.map_or((None, None), |(a, i)| (Some(a), Some(i)));
+    Ok(sqlx::query_as!(
+        ProposalRow,
+        r#"SELECT id, template_key, description, definition, compiled_plan_hash, status, proposed_by, reviewed_by,
+               review_reason, plan_version_id, expires_at, (expires_at <= now()) AS "expired!", created_at
+         FROM template_proposals
+         WHERE ($1::text IS NULL OR status = $1) AND ($2::text IS NULL OR template_key = $2)
+           AND ($3::timestamptz IS NULL OR (created_at, id) < ($3, $4))
+         ORDER BY created_at DESC, id DESC LIMIT $5"#,
+        status,
+        template_key,
+        at,
+        aid,
+        limit
+    )
+    .fetch_all(&mut *conn)
+    .await?)
+}
+
 /// Marks a pending proposal reviewed (`approved` / `rejected`).
 pub async fn review_proposal(
     conn: &mut PgConnection,

@@ -2,7 +2,7 @@
 //! receiver's backlog never starves another; failures back off, then dead-letter; a dead
 //! letter replays as the same event.
 
-use qtg_store::callbacks::{self, CallbackRow};
+use qtg_store::callbacks::{self, CallbackFilter, CallbackRow};
 use qtg_store::{PgPool, Result};
 use serde_json::json;
 use uuid::Uuid;
@@ -13,7 +13,7 @@ const B: &str = "https://user:pw@B.example:8443/hook";
 async fn enqueue(pool: &PgPool, event_type: &str, url: &str) -> Result<Uuid> {
     let mut conn = pool.acquire().await?;
     callbacks::enqueue_event(&mut conn, None, event_type, url, &json!({"chain": "1"})).await?;
-    let newest = callbacks::list(&mut conn, None, None, None, 1).await?;
+    let newest = callbacks::list(&mut conn, &CallbackFilter::default(), None, 1).await?;
     Ok(newest[0].id)
 }
 
@@ -24,7 +24,7 @@ async fn claim(pool: &PgPool, per_receiver: i64, lease: f64) -> Result<Vec<Callb
 
 async fn get(pool: &PgPool, id: Uuid) -> Result<CallbackRow> {
     let mut conn = pool.acquire().await?;
-    let rows = callbacks::list(&mut conn, None, None, None, 100).await?;
+    let rows = callbacks::list(&mut conn, &CallbackFilter::default(), None, 100).await?;
     Ok(rows.into_iter().find(|r| r.id == id).expect("row"))
 }
 
@@ -95,7 +95,8 @@ async fn a_failure_backs_off_then_dead_letters_and_only_the_claim_holder_records
     let last = enqueue(&pool, "drift_detected", A).await?;
     let token = claim(&pool, 10, 300.0).await?[0].claim_token.expect("token");
     assert_eq!(callbacks::record_failed(&mut conn, last, token, 1, "410", None).await?.as_deref(), Some("dlq"));
-    let dlq = callbacks::list(&mut conn, Some("dlq"), None, None, 10).await?;
+    let dlq =
+        callbacks::list(&mut conn, &CallbackFilter { status: Some("dlq"), ..Default::default() }, None, 10).await?;
     assert_eq!(dlq.iter().map(|r| r.id).collect::<Vec<_>>(), vec![last]);
     Ok(())
 }
@@ -114,6 +115,11 @@ async fn a_dead_letter_replays_as_the_same_event_with_a_fresh_nonce(pool: PgPool
     assert_eq!((new.status.as_str(), new.attempts), ("pending", 0));
     assert_ne!(new.callback_nonce, old.callback_nonce);
     assert_eq!(get(&pool, id).await?.status, "dlq", "the dead letter stays");
+    // Replayed once: a second replay of it would deliver the event again for nothing.
+    assert!(callbacks::replay(&mut conn, id).await?.is_none(), "a dead letter replays once");
+    assert_eq!(callbacks::replayed_as(&mut conn, id).await?, Some(new.id));
+    let open = CallbackFilter { status: Some("dlq"), replayed: Some(false), ..Default::default() };
+    assert!(callbacks::list(&mut conn, &open, None, 10).await?.is_empty(), "a replayed dead letter is not open");
     assert_eq!(claim(&pool, 10, 300.0).await?.iter().map(|r| r.id).collect::<Vec<_>>(), vec![new.id]);
     Ok(())
 }
@@ -145,10 +151,12 @@ async fn the_list_filters_by_status_and_pages_by_its_cursor(pool: PgPool) -> Res
     }
     let mut conn = pool.acquire().await?;
     callbacks::record_sent(&mut conn, ids[0]).await?;
-    let page = callbacks::list(&mut conn, Some("pending"), None, None, 1).await?;
+    let page =
+        callbacks::list(&mut conn, &CallbackFilter { status: Some("pending"), ..Default::default() }, None, 1).await?;
     assert_eq!(page.iter().map(|r| r.id).collect::<Vec<_>>(), vec![ids[2]]);
     let after = page.last().map(|r| (r.created_at, r.id));
-    let rest = callbacks::list(&mut conn, Some("pending"), None, after, 10).await?;
+    let rest = callbacks::list(&mut conn, &CallbackFilter { status: Some("pending"), ..Default::default() }, after, 10)
+        .await?;
     assert_eq!(rest.iter().map(|r| r.id).collect::<Vec<_>>(), vec![ids[1]]);
     // Shown with the URL's credentials masked.
     let shown = serde_json::to_value(get(&pool, enqueue(&pool, "drift_detected", B).await?).await?).expect("json");

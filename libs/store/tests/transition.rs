@@ -26,7 +26,13 @@ async fn audit_rows(pool: &PgPool, entity_id: Uuid, action: &str) -> Result<i64>
 
 async fn callbacks_of(pool: &PgPool, movement: Uuid) -> Result<Vec<callbacks::CallbackRow>> {
     let mut conn = pool.acquire().await?;
-    let mut rows = callbacks::list(&mut conn, None, Some(movement), None, 100).await?;
+    let mut rows = callbacks::list(
+        &mut conn,
+        &callbacks::CallbackFilter { request_id: Some(movement), ..Default::default() },
+        None,
+        100,
+    )
+    .await?;
     rows.sort_by_key(|r| r.sequence);
     Ok(rows)
 }

@@ -1,4 +1,4 @@
-//! The operator console at `/console` (README "The operator console"): three static files
+//! The operator console at `/console` (docs/console.md): three static files
 //! embedded in the binary — nothing to install, no CDN, no build step. The page talks only to
 //! this API's `/v3` with the operator's own key (kept in the tab's session storage), so the
 //! files themselves need no authentication; a strict Content-Security-Policy keeps them to

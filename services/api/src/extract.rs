@@ -255,6 +255,16 @@ pub struct ListQuery {
     pub created_by: Option<String>,
     pub direction: Option<String>,
     pub unexplained: Option<String>,
+    pub id: Option<String>,
+    pub idempotency_key: Option<String>,
+    pub destination: Option<String>,
+    pub amount_min: Option<String>,
+    pub amount_max: Option<String>,
+    pub node_state: Option<String>,
+    pub awaiting_approval: Option<String>,
+    pub event_type: Option<String>,
+    pub include_gone: Option<String>,
+    pub replayed: Option<String>,
 }
 
 impl ListQuery {
@@ -284,6 +294,16 @@ impl ListQuery {
             ("created_by", &self.created_by),
             ("direction", &self.direction),
             ("unexplained", &self.unexplained),
+            ("id", &self.id),
+            ("idempotency_key", &self.idempotency_key),
+            ("destination", &self.destination),
+            ("amount_min", &self.amount_min),
+            ("amount_max", &self.amount_max),
+            ("node_state", &self.node_state),
+            ("awaiting_approval", &self.awaiting_approval),
+            ("event_type", &self.event_type),
+            ("include_gone", &self.include_gone),
+            ("replayed", &self.replayed),
         ];
         match set.iter().find(|(name, v)| v.is_some() && !filters.contains(name)) {
             Some((name, _)) => Err(ApiError::validation(format!("unknown query parameter {name}"))),
@@ -314,6 +334,15 @@ impl ListQuery {
                 Ok(n) if (1..=200).contains(&n) => Ok(n),
                 _ => Err(ApiError::validation("limit must be an integer between 1 and 200")),
             },
+        }
+    }
+
+    /// A `true` / `false` flag (absent or empty: false).
+    pub fn flag(name: &str, v: &Option<String>) -> Result<bool, ApiError> {
+        match v.as_deref() {
+            None | Some("") | Some("false") => Ok(false),
+            Some("true") => Ok(true),
+            Some(other) => Err(ApiError::validation(format!("{name} must be true or false, not {other:?}"))),
         }
     }
 

@@ -3,6 +3,7 @@
 //! compiled-in [`lanes`], and run the [`workers`] of its binary under supervision with
 //! heartbeats, NOTIFY wake-ups and the admin server.
 
+pub mod diagram;
 pub mod lanes;
 pub mod workers;
 
@@ -330,6 +331,20 @@ impl Process {
                 Err(anyhow::anyhow!("shutdown grace exceeded"))
             }
         };
+        // Stopped on purpose: its heartbeats go (a stopped instance is not a stale one).
+        if res.is_ok() {
+            let forgotten = tokio::time::timeout(
+                Duration::from_secs(5),
+                qtg_store::heartbeats::forget_instance(&self.pool, &self.instance_id),
+            )
+            .await;
+            if !matches!(forgotten, Ok(Ok(_))) {
+                tracing::warn!(
+                    instance = %self.instance_id,
+                    "could not remove this instance's heartbeats; they will read as stale"
+                );
+            }
+        }
         self.pool.close().await;
         tracing::info!(binary = self.binary, "stopped");
         res

@@ -1,6 +1,6 @@
 //! The worker table: one entry per worker, from which the all-in-one `qtg`, each worker's own
 //! binary, the settings (`--print-config`), the heartbeat rows, `GET /v3/workers` and the
-//! Helm chart's worker list all follow (a test checks the chart, `k8s/base` and the README
+//! Helm chart's worker list all follow (a test checks the chart, `k8s/base` and docs/binaries.md
 //! against it). Adding a worker = one entry here + its tick in `libs/engine` + a
 //! `services/<name>/src/main.rs` that calls [`crate::run_worker_binary`] with its binary name.
 
@@ -329,7 +329,7 @@ mod tests {
         assert!(drift.enabled_by.is_some_and(|f| f.key == "MG_CCIP_ENABLED" && !f.default));
     }
 
-    /// The Helm chart, the kustomize base, the README and the workspace list exactly the
+    /// The Helm chart, the kustomize base, docs/binaries.md and the workspace list exactly the
     /// table's worker binaries, with the table's default intervals.
     #[test]
     fn deployments_and_docs_follow_the_table() {
@@ -348,14 +348,14 @@ mod tests {
             assert!(section.contains(&default), "values.yaml should set {default}");
         }
         let workspace = repo_file("Cargo.toml");
-        let readme = repo_file("README.md");
+        let readme = repo_file("docs/binaries.md");
         for binary in table {
             let dir = binary.trim_start_matches("qtg-");
             let main = repo_file(&format!("services/{dir}/src/main.rs"));
             assert!(main.contains(&format!("run_worker_binary(\"{binary}\")")), "services/{dir} runs {binary}");
             assert!(workspace.contains(&format!("\"services/{dir}\"")), "workspace lists services/{dir}");
             repo_file(&format!("k8s/base/deployment-{dir}.yaml"));
-            assert!(readme.contains(&format!("| `{binary}` |")), "README's binaries table lists {binary}");
+            assert!(readme.contains(&format!("| `{binary}` |")), "docs/binaries.md's table lists {binary}");
         }
     }
 }

@@ -135,6 +135,32 @@ pub async fn list_api_keys(
 }
 
 #[utoipa::path(
+    get,
+    path = "/v3/api-key-requests",
+    summary = "Key requests awaiting (or past) a second admin's decision, newest first (status: pending, \
+               approved, rejected)",
+    description = "Role: admin.",
+    params(("status" = Option<String>, Query, description = "pending, approved or rejected"), TimePageQuery),
+    responses((status = 200, description = "a page of key requests", body = Page<KeyRequest>)),
+)]
+pub async fn list_key_requests(
+    State(s): State<AppState>,
+    _: Admin,
+    Params(q): Params<ListQuery>,
+) -> Result<Json<Page<KeyRequest>>, ApiError> {
+    let q = q.allow(&["status"])?;
+    let status = q.status.as_deref().filter(|st| !st.is_empty());
+    if status.is_some_and(|st| !matches!(st, "pending" | "approved" | "rejected")) {
+        return Err(ApiError::validation("status must be pending, approved or rejected"));
+    }
+    let limit = q.limit()?;
+    let after = q.cursor.as_deref().map(parse_time_cursor).transpose()?;
+    let mut conn = s.pool.acquire().await?;
+    let rows = qtg_store::api_keys::list_requests(&mut conn, status, after, limit + 1).await?;
+    Ok(Page::from_rows(rows, limit, |k| time_cursor(k.created_at, k.id)))
+}
+
+#[utoipa::path(
     delete,
     path = "/v3/api-keys/{id}",
     summary = "Revoke an API key",

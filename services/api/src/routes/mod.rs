@@ -2,6 +2,7 @@
 //! first, then its path, query and body (see `crate::extract`), and calls one engine
 //! operation for a change or the store for a read.
 
+pub mod attention;
 pub mod audit;
 pub mod balances;
 pub mod callbacks;
@@ -22,11 +23,11 @@ use crate::AppState;
 /// Every operation, served and documented from the same `routes!` calls.
 pub fn all() -> OpenApiRouter<AppState> {
     use self::{
-        audit::*, balances::*, callbacks::*, capital::*, controls::*, drift::*, keys::*, movements::*, operator::*,
-        roster::*, templates::*,
+        attention::*, audit::*, balances::*, callbacks::*, capital::*, controls::*, drift::*, keys::*, movements::*,
+        operator::*, roster::*, templates::*,
     };
     OpenApiRouter::new()
-        .routes(routes!(propose_template))
+        .routes(routes!(propose_template, list_proposals))
         .routes(routes!(get_proposal))
         .routes(routes!(approve_proposal))
         .routes(routes!(reject_proposal))
@@ -50,6 +51,7 @@ pub fn all() -> OpenApiRouter<AppState> {
         .routes(routes!(list_workers))
         .routes(routes!(list_callbacks))
         .routes(routes!(replay_callback))
+        .routes(routes!(replay_callbacks))
         .routes(routes!(list_controls))
         .routes(routes!(pause_dispatch))
         .routes(routes!(resume_dispatch))
@@ -63,7 +65,9 @@ pub fn all() -> OpenApiRouter<AppState> {
         .routes(routes!(record_baseline))
         .routes(routes!(create_api_key, list_api_keys))
         .routes(routes!(revoke_api_key))
+        .routes(routes!(list_key_requests))
         .routes(routes!(approve_key_request))
         .routes(routes!(reject_key_request))
         .routes(routes!(whoami))
+        .routes(routes!(attention))
 }

@@ -254,8 +254,9 @@ pub async fn get_movement(
 #[utoipa::path(
     get,
     path = "/v3/movements",
-    summary = "List movements, newest first (state, template_key, created_by, since; cursor paging)",
-    description = "Role: viewer.",
+    summary = "List and search movements, newest first (state, template, creator, time, id, idempotency key, \
+               destination, asset, amount range, a node's state, waiting for my approval; cursor paging)",
+    description = "Role: viewer. Each item carries approvals_given (of approvals_required).",
     params(
         ("state" = Option<crate::openapi::MovementState>, Query, description = "only movements in this state"),
         ("template_key" = Option<String>, Query, description = "only movements of this template"),
@@ -265,22 +266,78 @@ pub async fn get_movement(
             Query,
             description = "only movements created at or after this RFC 3339 time"
         ),
+        (
+            "until" = Option<chrono::DateTime<chrono::Utc>>,
+            Query,
+            description = "only movements created before this time"
+        ),
+        ("id" = Option<String>, Query, description = "a movement id or its first characters (at least 4 hex digits)"),
+        ("idempotency_key" = Option<String>, Query, description = "the idempotency key it was created with"),
+        ("destination" = Option<String>, Query, description = "the intent's destination (any case)"),
+        ("asset" = Option<String>, Query, description = "the intent's asset (any case)"),
+        ("amount_min" = Option<String>, Query, description = "the intent's amount at least (a decimal)"),
+        ("amount_max" = Option<String>, Query, description = "the intent's amount at most (a decimal)"),
+        (
+            "node_state" = Option<String>,
+            Query,
+            description = "only movements with a node in this state (UNKNOWN: recovery's or a person's)"
+        ),
+        (
+            "awaiting_approval" = Option<String>,
+            Query,
+            description = "`me`: only PENDING_APPROVAL movements the caller may still approve (not theirs, not \
+                           approved by them)"
+        ),
         TimePageQuery
     ),
     responses((status = 200, description = "a page of movements (without nodes)", body = Page<Movement>)),
 )]
 pub async fn list_movements(
     State(s): State<AppState>,
-    _: Viewer,
+    Viewer(who): Viewer,
     Params(q): Params<ListQuery>,
 ) -> Result<Json<Page<Value>>, ApiError> {
-    let q = q.allow(&["state", "template_key", "created_by", "since"])?;
+    let q = q.allow(&[
+        "state",
+        "template_key",
+        "created_by",
+        "since",
+        "until",
+        "id",
+        "idempotency_key",
+        "destination",
+        "asset",
+        "amount_min",
+        "amount_max",
+        "node_state",
+        "awaiting_approval",
+    ])?;
     let limit = q.limit()?;
-    let since = q.time("since")?;
+    let (since, until) = (q.time("since")?, q.time("until")?);
     if let Some(st) = &q.state {
         st.parse::<RequestState>()
             .map_err(|_| ApiError::validation(format!("state {st:?} is not a movement state")))?;
     }
+    if let Some(st) = &q.node_state {
+        st.parse::<qtg_core::NodeState>()
+            .map_err(|_| ApiError::validation(format!("node_state {st:?} is not a node state")))?;
+    }
+    let id_prefix = q.id.as_deref().map(str::to_ascii_lowercase);
+    if let Some(p) = &id_prefix {
+        if p.len() < 4 || p.len() > 36 || !p.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
+            return Err(ApiError::validation("id must be a movement id or its first 4 or more hex digits"));
+        }
+    }
+    for (name, v) in [("amount_min", &q.amount_min), ("amount_max", &q.amount_max)] {
+        if v.as_deref().is_some_and(|a| qtg_core::risk::Amount::parse(a).is_none()) {
+            return Err(ApiError::validation(format!("{name} must be a decimal amount, e.g. 125.50")));
+        }
+    }
+    let awaiting = match q.awaiting_approval.as_deref() {
+        None | Some("") => None,
+        Some("me") => Some(who.name.as_str()),
+        Some(other) => return Err(ApiError::validation(format!("awaiting_approval takes `me`, not {other:?}"))),
+    };
     let after = q.cursor.as_deref().map(parse_time_cursor).transpose()?;
     let mut conn = s.pool.acquire().await?;
     let filter = qtg_store::movements::MovementFilter {
@@ -288,10 +345,30 @@ pub async fn list_movements(
         template_key: q.template_key.as_deref(),
         created_by: q.created_by.as_deref(),
         since,
+        until,
+        id_prefix: id_prefix.as_deref(),
+        idempotency_key: q.idempotency_key.as_deref(),
+        destination: q.destination.as_deref(),
+        asset: q.asset.as_deref(),
+        amount_min: q.amount_min.as_deref(),
+        amount_max: q.amount_max.as_deref(),
+        node_state: q.node_state.as_deref(),
+        awaiting_approval_by: awaiting,
     };
     let rows = qtg_store::movements::list(&mut conn, &filter, after, limit + 1).await?;
     let page = Page::from_rows(rows, limit, |r| time_cursor(r.created_at, r.id)).0;
-    let items = page.items.iter().map(|r| movement_json(r, None)).collect();
+    let ids: Vec<uuid::Uuid> = page.items.iter().map(|r| r.id).collect();
+    let given: std::collections::HashMap<uuid::Uuid, i64> =
+        qtg_store::movements::approval_counts(&mut conn, &ids).await?.into_iter().collect();
+    let items = page
+        .items
+        .iter()
+        .map(|r| {
+            let mut v = movement_json(r, None);
+            v["approvals_given"] = json!(given.get(&r.id).copied().unwrap_or(0));
+            v
+        })
+        .collect();
     Ok(Json(Page { items, next_cursor: page.next_cursor }))
 }
 

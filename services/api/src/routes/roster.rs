@@ -84,31 +84,41 @@ pub struct WorkerView {
     #[schema(value_type = Option<String>)]
     group: Option<Group>,
     summary: Option<&'static str>,
+    /// Silent for an hour: a crashed instance that never came back (listed only with
+    /// include_gone=true; an instance that stops cleanly removes its rows).
+    gone: bool,
 }
 
 #[utoipa::path(
     get,
     path = "/v3/workers",
-    summary = "Worker heartbeats with age and stale flag, and each worker's binary and supervision group",
+    summary = "Worker heartbeats with age and stale flag, and each worker's binary and supervision group; \
+               instances silent for an hour (gone) only with include_gone=true",
     description = "Role: viewer.",
-    params(PageQuery),
+    params(PageQuery, ("include_gone" = Option<bool>, Query, description = "also instances silent for an hour")),
     responses((status = 200, description = "workers", body = Page<WorkerView>)),
 )]
 pub async fn list_workers(
     State(s): State<AppState>,
     _: Viewer,
-    Params(q): Params<ListQuery>,
+    Params(mut q): Params<ListQuery>,
 ) -> Result<Json<Page<WorkerView>>, ApiError> {
+    let include_gone = ListQuery::flag("include_gone", &q.include_gone)?;
+    q.include_gone = None;
     let mut conn = s.pool.acquire().await?;
-    let beats = qtg_store::health::list_workers(&mut conn, s.settings.worker_stale.as_secs_f64()).await?;
+    let stale = s.settings.worker_stale.as_secs_f64();
+    let gone_after = super::attention::GONE_AFTER.as_secs_f64().max(stale);
+    let beats = qtg_store::health::list_workers(&mut conn, stale).await?;
     let items = beats
         .into_iter()
+        .filter(|beat| include_gone || beat.age_seconds <= gone_after)
         .map(|beat| {
             let entry = qtg_service::workers::by_name(&beat.worker);
             WorkerView {
                 binary: entry.map(|w| w.binary),
                 group: entry.map(|w| w.group),
                 summary: entry.map(|w| w.summary),
+                gone: beat.age_seconds > gone_after,
                 beat,
             }
         })

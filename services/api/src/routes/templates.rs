@@ -90,6 +90,36 @@ pub async fn propose_template(
 
 #[utoipa::path(
     get,
+    path = "/v3/template-proposals",
+    summary = "List template proposals, newest first (status: pending, approved, rejected, expired; template_key)",
+    description = "Role: viewer.",
+    params(
+        ("status" = Option<String>, Query, description = "pending, approved, rejected or expired"),
+        ("template_key" = Option<String>, Query, description = "only proposals for this template"),
+        crate::extract::TimePageQuery
+    ),
+    responses((status = 200, description = "a page of proposals", body = Page<ProposalRow>)),
+)]
+pub async fn list_proposals(
+    State(s): State<AppState>,
+    _: Viewer,
+    Params(q): Params<ListQuery>,
+) -> Result<Json<Page<ProposalRow>>, ApiError> {
+    let q = q.allow(&["status", "template_key"])?;
+    let limit = q.limit()?;
+    let status = q.status.as_deref().filter(|st| !st.is_empty());
+    if status.is_some_and(|st| !matches!(st, "pending" | "approved" | "rejected" | "expired")) {
+        return Err(ApiError::validation("status must be pending, approved, rejected or expired"));
+    }
+    let after = q.cursor.as_deref().map(crate::extract::parse_time_cursor).transpose()?;
+    let mut conn = s.pool.acquire().await?;
+    let rows =
+        qtg_store::templates::list_proposals(&mut conn, status, q.template_key.as_deref(), after, limit + 1).await?;
+    Ok(Page::from_rows(rows, limit, |p| crate::extract::time_cursor(p.created_at, p.id)))
+}
+
+#[utoipa::path(
+    get,
     path = "/v3/template-proposals/{id}",
     summary = "Read a template proposal",
     description = "Role: viewer.",

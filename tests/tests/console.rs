@@ -298,7 +298,8 @@ async fn the_approver_sees_each_value_as_stored_and_routes_are_data() -> anyhow:
     assert_eq!(raw, json!("\"0xabc\\u202efed\""), "the JSON of the stored value");
     b.click("#action-cancel").await?;
 
-    // Routes: an id that is not one, a node key with a path in it. Nothing is fetched.
+    // Routes: an id that is not one, a node key with a path in it. Nothing is fetched (but who the
+    // key is and the navigation's counts, which no route names).
     for (route, says) in [
         ("#/movements/..%2F..%2Fapi-keys", "not a valid movement id"),
         (&format!("#/movements/{id}/nodes/a%2F..%2F..%2Fdiagnosis"), "not a valid node key"),
@@ -310,13 +311,216 @@ async fn the_approver_sees_each_value_as_stored_and_routes_are_data() -> anyhow:
         let fetched: Value = b
             .eval(
                 "return performance.getEntriesByType('resource').map(e => e.name).filter(n => n.includes('/v3/') \
-                 && !n.endsWith('/v3/me'));",
+                 && !n.endsWith('/v3/me') && !n.endsWith('/v3/attention'));",
                 json!([]),
             )
             .await?;
         assert_eq!(fetched, json!([]), "{route}: {fetched}");
     }
     b.close().await;
+    db.drop_db().await;
+    Ok(())
+}
+
+/// An operator's day, screen by screen: the attention view with its counts in the navigation
+/// (an attention case — a manual step — resolved from the console), the approval queue with
+/// m-of-n progress and four-eyes explained, a search, a template proposal reviewed with its diff
+/// and approved by a second key, a capital transfer closed, a bulk dead-letter replay with one
+/// reason, balances with totals and a history chart, API keys, the audit search, workers, and
+/// nothing of the signed-in screens before sign-in. A screenshot of each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn an_operators_day_on_every_screen() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::all_in_one(&db.url, &[("MG_NODE_OBSERVE_INTERVAL_SECONDS", "0.3")]).await?;
+    let keys = Keys::create(&api).await?;
+    let bob = api.key("bob", "approver").await?;
+    let admin = api.key("root-2", "admin").await?;
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "day.two", "nodes": [sim("a", json!({}))], "risk_controls": {"approvals_required": 2}}),
+    )
+    .await?;
+    let manual =
+        json!({"node_key": "wire", "node_kind": "manual", "action_type": "manual_bank_wire", "executor_key": "manual"});
+    install_template(&api, &keys, json!({"template_key": "day.manual", "nodes": [manual]})).await?;
+    let shots = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    let b = Browser::start().await?;
+
+    // Before sign-in: the form only, no navigation, no sign-out.
+    b.goto(&format!("{}/console", api.base)).await?;
+    b.wait("#key", T).await?;
+    let shown: Value = b
+        .eval("return [getComputedStyle(document.getElementById('top')).display, document.body.innerText];", json!([]))
+        .await?;
+    assert_eq!(shown[0], "none", "the header is not shown before sign-in");
+    assert!(!shown[1].as_str().unwrap_or_default().contains("Sign out"), "{shown}");
+
+    // A manual step waits: the attention view counts it, the operator completes it there.
+    let wire = create(&api, &keys.requester, "day.manual", "day-1").await?;
+    api.ok("POST", &format!("/v3/movements/{wire}/approve"), &keys.approver, None, 200).await?;
+    wait_state(&api, &keys.requester, &wire, &["WAITING_MANUAL_ACTION"], T).await?;
+    sign_in(&b, &api.base, &keys.operator).await?;
+    b.goto(&format!("{}/console#/attention", api.base)).await?;
+    b.wait_text("#attn-waiting", &wire[..8], T).await?;
+    b.wait_text("a[data-count=attention] .count", "1", T).await?;
+    b.screenshot(&shots, "11-attention").await?;
+    b.click(&format!("#attn-waiting a[href='#/movements/{wire}']")).await?;
+    b.click("a[data-node=wire]").await?;
+    b.click("button[data-action=complete-manually]").await?;
+    b.fill("#f-reason", "wire sent from the bank portal").await?;
+    b.fill("#f-reference", "BANK-REF-77").await?;
+    b.click("#action-submit").await?;
+    wait_state(&api, &keys.requester, &wire, &["COMPLETED"], T).await?;
+    b.goto(&format!("{}/console#/attention", api.base)).await?;
+    b.wait_text("[data-tile=attn-waiting]", "0", T).await?;
+    assert_eq!(b.count("#attn-waiting").await?, 0, "a resolved case leaves the list");
+
+    // The approval queue: m-of-n progress; the creator is told why they cannot approve.
+    let two = create(&api, &keys.requester, "day.two", "day-2").await?;
+    api.ok("POST", &format!("/v3/movements/{two}/approve"), &keys.approver, Some(json!({"reason": "one"})), 200)
+        .await?;
+    sign_in(&b, &api.base, &bob).await?;
+    b.goto(&format!("{}/console#/approvals", api.base)).await?;
+    b.wait_text("#my-approvals", "1 of 2", T).await?;
+    b.wait_text("a[data-count=approvals] .count", "1", T).await?;
+    b.screenshot(&shots, "12-approvals").await?;
+    sign_in(&b, &api.base, &keys.approver).await?;
+    b.goto(&format!("{}/console#/movements/{two}", api.base)).await?;
+    b.wait_text("#approval-progress", "You have approved it", T).await?;
+    assert_eq!(b.count("button[data-action=approve]").await?, 0, "no second approval by the same person");
+    sign_in(&b, &api.base, &keys.requester).await?;
+    b.goto(&format!("{}/console#/movements/{two}", api.base)).await?;
+    b.wait_text("#approval-progress", "four-eyes", T).await?;
+
+    // Search: by idempotency key, and by an amount range that leaves it out.
+    b.goto(&format!("{}/console#/movements", api.base)).await?;
+    b.fill("#flt-idempotency-key", "day-2").await?;
+    b.click("#search").await?;
+    b.wait_text("#movement-list", &two[..8], T).await?;
+    assert!(!b.page_text().await?.contains(&wire[..8]));
+    b.screenshot(&shots, "13-search").await?;
+    b.goto(&format!("{}/console#/movements?amount_min=1000", api.base)).await?;
+    b.wait_text("#movement-list", "No movements", T).await?;
+
+    // A proposal, reviewed with its diff: the proposer (an admin) may not approve it; a second
+    // admin does, from the console.
+    let changed = json!({"template_key": "day.two", "description": "a second step",
+        "nodes": [sim("a", json!({})), sim("b", json!({}))], "edges": [{"from": "a", "to": "b"}],
+        "risk_controls": {"approvals_required": 2}});
+    let proposal = api.ok("POST", "/v3/template-proposals", &admin, Some(changed), 201).await?;
+    let pid = proposal["id"].as_str().unwrap_or_default().to_string();
+    let root = api.key("root-3", "admin").await?;
+    sign_in(&b, &api.base, &admin).await?;
+    b.goto(&format!("{}/console#/proposals/{pid}", api.base)).await?;
+    b.wait_text("#proposal-diff", "node added", T).await?;
+    b.wait_text("#proposal-diff", "a → b", T).await?;
+    b.wait_text("#review-why", "another admin", T).await?;
+    assert_eq!(b.count("button[data-action=approve-proposal]").await?, 0);
+    sign_in(&b, &api.base, &root).await?;
+    b.goto(&format!("{}/console#/templates", api.base)).await?;
+    b.click(&format!("a[href='#/proposals/{pid}']")).await?;
+    b.wait_text("#proposal-diff", "node added", T).await?;
+    b.screenshot(&shots, "14-proposal-diff").await?;
+    b.click("button[data-action=approve-proposal]").await?;
+    b.fill("#f-reason", "second step reviewed").await?;
+    b.click("#action-submit").await?;
+    b.wait_text("h1", "APPROVED", T).await?;
+    let t = api.ok("GET", "/v3/templates/day.two", &keys.requester, None, 200).await?;
+    assert_eq!(t["latest_version"], 2, "{t}");
+    b.goto(&format!("{}/console#/templates/day.two", api.base)).await?;
+    b.wait("section[data-version='2'] .dag", T).await?;
+    b.screenshot(&shots, "15-template").await?;
+
+    // A capital transfer that needs a person, closed from the console.
+    let transfer: uuid::Uuid = sqlx::query_scalar(
+        "INSERT INTO capital_transfer_requests (id, requested_by, idempotency_key, body_hash, source, destination,
+             asset, amount, reason, template_key, state, outcome)
+         VALUES (gen_random_uuid(), 'treasury-bot', 'ct-1', 'h', 'sim_a', 'sim_b', 'USDT', 1500, 'rebalance',
+             'day.two', 'NEEDS_ATTENTION', 'its movement ended in MANUAL_INTERVENTION') RETURNING id",
+    )
+    .fetch_one(&db.pool)
+    .await?;
+    sign_in(&b, &api.base, &keys.operator).await?;
+    b.goto(&format!("{}/console#/transfers?state=NEEDS_ATTENTION", api.base)).await?;
+    b.click(&format!("a[href='#/transfers/{transfer}']")).await?;
+    b.wait_text("h1", "NEEDS_ATTENTION", T).await?;
+    b.screenshot(&shots, "16-capital-transfer").await?;
+    b.click("button[data-action=close]").await?;
+    b.fill("#f-reason", "settled by hand with the venue").await?;
+    b.click("#action-submit").await?;
+    b.wait_text("h1", "FAILED", T).await?;
+
+    // Two dead letters, replayed together with one reason.
+    for seq in [900, 901] {
+        sqlx::query(
+            "INSERT INTO movement_callback_outbox (id, request_id, event_id, event_type, sequence, payload,
+                callback_url, status, attempts, callback_timestamp, callback_nonce, last_error)
+             VALUES (gen_random_uuid(), $1::uuid, gen_random_uuid(), 'node_state_changed', $2,
+                '{\"probe\": \"payload-shown\"}'::jsonb, 'http://127.0.0.1:9/gone', 'dlq', 5, 0,
+                gen_random_uuid()::text, 'connection refused')",
+        )
+        .bind(&wire)
+        .bind(seq as i64)
+        .execute(&db.pool)
+        .await?;
+    }
+    b.goto(&format!("{}/console#/callbacks", api.base)).await?;
+    b.wait_text("#dlq-list", "connection refused", T).await?;
+    b.click("#dlq-list details summary").await?;
+    b.wait_text("#dlq-list", "payload-shown", T).await?;
+    b.click("#dlq-select-all").await?;
+    b.wait_text("#replay-selected", "(2)", T).await?;
+    b.screenshot(&shots, "17-dlq").await?;
+    b.click("#replay-selected").await?;
+    b.fill("#f-reason", "receiver fixed").await?;
+    b.click("#action-submit").await?;
+    b.wait_text("#replay-result", "Replayed 2 of 2", T).await?;
+    b.wait_text("#dlq-list", "No dead-lettered callbacks", T).await?;
+
+    // Balances: totals per asset, exact, and the history as a chart.
+    sqlx::query(
+        "INSERT INTO balance_snapshots (venue_key, account, asset, free, locked, source, as_of)
+         SELECT v, v, 'USDT', f, 0, 'worker', now() - make_interval(mins => m)
+         FROM (VALUES ('sim_a', 100.1, 50), ('sim_a', 120.2, 20), ('sim_a', 90.3, 1), ('sim_b', 0.2, 1)) AS s(v, f, m)",
+    )
+    .execute(&db.pool)
+    .await?;
+    b.goto(&format!("{}/console#/balances", api.base)).await?;
+    b.wait_text("main", "Totals per asset", T).await?;
+    b.wait_text("main", "90.5", T).await?;
+    b.click("a[data-history='sim_a/USDT']").await?;
+    b.wait("#balance-history svg polyline", T).await?;
+    b.screenshot(&shots, "18-balances").await?;
+
+    // API keys: a key created (its secret shown once) and revoked.
+    sign_in(&b, &api.base, &admin).await?;
+    b.goto(&format!("{}/console#/keys", api.base)).await?;
+    b.click("button[data-action=create-key]").await?;
+    b.fill("#f-principal", "reporting-bot").await?;
+    b.click("#action-submit").await?;
+    let secret = b.wait_text("#new-secret", "qtg_", T).await?;
+    b.click("#action-cancel").await?;
+    let (status, _) = api.call("GET", "/v3/me", secret.trim(), None).await?;
+    assert_eq!(status, 200, "the key shown works");
+    b.screenshot(&shots, "19-api-keys").await?;
+    b.wait_text("main", "reporting-bot", T).await?;
+    b.click("button[data-action=revoke-reporting-bot]").await?;
+    b.click("#action-submit").await?;
+    wait_until("the key is refused", T, || async {
+        Ok(api.call("GET", "/v3/me", secret.trim(), None).await?.0 == 401)
+    })
+    .await?;
+
+    // The audit search finds the console's actions.
+    b.goto(&format!("{}/console#/audit?action=callback.replay", api.base)).await?;
+    b.wait_text("#audit-list", "receiver fixed", T).await?;
+    b.screenshot(&shots, "20-audit").await?;
+    b.goto(&format!("{}/console#/workers", api.base)).await?;
+    b.wait_text("main", "Heartbeat", T).await?;
+    b.wait_text("main", "UTC", T).await?;
+    b.close().await;
+    drop(api);
     db.drop_db().await;
     Ok(())
 }

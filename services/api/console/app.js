@@ -94,11 +94,23 @@ function ago(t) {
   if (s < 172800) return `${Math.round(s / 3600)} h`;
   return `${Math.round(s / 86400)} d`;
 }
+/** Seconds as a person reads them: "4.2 s", "17 min", "3.1 h". */
+function secs(s) {
+  if (s === null || s === undefined || s === "" || Number.isNaN(Number(s))) return "—";
+  const n = Number(s);
+  if (n < 120) return `${n.toFixed(1)} s`;
+  if (n < 7200) return `${Math.round(n / 60)} min`;
+  return `${(n / 3600).toFixed(1)} h`;
+}
 function duration(a, b) {
   if (!a) return "";
-  const s = ((b ? new Date(b) : new Date()) - new Date(a)) / 1000;
-  return s < 120 ? `${s.toFixed(1)} s` : `${Math.round(s / 60)} min`;
+  return secs(((b ? new Date(b) : new Date()) - new Date(a)) / 1000);
 }
+/** A node's end: its completion, or for a node that stopped without one (FAILED, CANCELLED,
+ * SKIPPED) the time it last changed, so its duration stops counting. */
+const STOPPED = ["COMPLETED", "FAILED", "CANCELLED", "SKIPPED"];
+const nodeEnd = (n) => n.completed_at || (STOPPED.includes(n.node_state) ? n.updated_at : null);
+const clock = () => `${new Date().toISOString().slice(11, 19)} UTC`;
 function table(rows, columns, caption) {
   if (!rows || rows.length === 0) return h("p", { class: "muted" }, `No ${caption || "rows"}.`);
   return h("table", {},
@@ -242,49 +254,61 @@ function actionButton(label, onclick, cls) {
   return h("button", { type: "button", class: cls, onclick, "data-action": label.toLowerCase().replace(/\s+/g, "-") }, label);
 }
 
-// ---- movements list -----------------------------------------------------------------------
+// ---- movements: list and search -----------------------------------------------------------
+const NODE_STATES = ["UNKNOWN", "SUBMITTING", "SUBMITTED", "OBSERVING", "FAILED", "READY", "BLOCKED"];
+/** A `datetime-local` value read as UTC, as RFC 3339; "" stays "". */
+const utcInput = (v) => (v ? `${v.length === 16 ? `${v}:00` : v}Z` : "");
+const SEARCH = [["id", "Movement id (or its start)", 14], ["idempotency_key", "Idempotency key", 14], ["destination", "Destination", 16],
+  ["asset", "Asset", 6], ["amount_min", "Amount from", 8], ["amount_max", "Amount to", 8], ["template_key", "Template", 14], ["created_by", "Created by", 12]];
+function movementRows(items) {
+  return table(items, [
+    ["Movement", (m) => h("a", { href: `#/movements/${seg(m.id)}`, class: "mono" }, String(m.id).slice(0, 8))],
+    ["Template", (m) => m.template_key],
+    ["State", (m) => badge(m.request_state)],
+    ["Intent", (m) => intentLine(m.intent)],
+    ["Approvals", (m) => (m.request_state === "PENDING_APPROVAL" ? `${m.approvals_given ?? 0} of ${m.approvals_required ?? 1}` : "—")],
+    ["Created by", (m) => val(m.created_by)],
+    ["Age", (m) => ago(m.created_at)],
+    ["Updated (UTC)", (m) => when(m.updated_at)],
+  ], "movements");
+}
 async function movementsScreen(main, params) {
   const q = new URLSearchParams(params);
   const state = h("select", { id: "flt-state", name: "state" }, h("option", { value: "" }, "any"), STATES.map((s) => h("option", { value: s, selected: q.get("state") === s }, s)));
-  const template = h("input", { id: "flt-template", name: "template_key", value: q.get("template_key") || "", size: 18 });
-  const creator = h("input", { id: "flt-created-by", name: "created_by", value: q.get("created_by") || "", size: 14 });
-  const ages = [["", "any"], ["3600", "last hour"], ["86400", "last 24 h"], ["604800", "last 7 days"]];
-  const age = h("select", { id: "flt-age", name: "age" }, ages.map(([v, l]) => h("option", { value: v, selected: (q.get("age") || "") === v }, l)));
+  const nodeState = h("select", { id: "flt-node-state", name: "node_state" }, h("option", { value: "" }, "any"), NODE_STATES.map((s) => h("option", { value: s, selected: q.get("node_state") === s }, s)));
+  const inputs = Object.fromEntries(SEARCH.map(([k, , size]) => [k, h("input", { id: `flt-${k.replace(/_/g, "-")}`, name: k, value: q.get(k) || "", size, autocomplete: "off" })]));
+  const from = h("input", { id: "flt-since", type: "datetime-local", value: (q.get("since") || "").slice(0, 16) });
+  const to = h("input", { id: "flt-until", type: "datetime-local", value: (q.get("until") || "").slice(0, 16) });
   const live = h("input", { id: "flt-live", type: "checkbox", checked: q.get("live") !== "0" });
   const apply = (ev) => {
     if (ev) ev.preventDefault();
     const p = new URLSearchParams();
     if (state.value) p.set("state", state.value);
-    if (template.value.trim()) p.set("template_key", template.value.trim());
-    if (creator.value.trim()) p.set("created_by", creator.value.trim());
-    if (age.value) p.set("age", age.value);
+    if (nodeState.value) p.set("node_state", nodeState.value);
+    for (const [k, el] of Object.entries(inputs)) if (el.value.trim()) p.set(k, el.value.trim());
+    if (from.value) p.set("since", utcInput(from.value));
+    if (to.value) p.set("until", utcInput(to.value));
     if (!live.checked) p.set("live", "0");
     location.hash = `#/movements?${p}`;
   };
-  const form = h("form", { class: "filters", onsubmit: apply, "aria-label": "Filter movements" },
+  const form = h("form", { class: "filters", onsubmit: apply, "aria-label": "Search movements" },
     h("label", { for: "flt-state" }, "State", state),
-    h("label", { for: "flt-template" }, "Template", template),
-    h("label", { for: "flt-created-by" }, "Created by", creator),
-    h("label", { for: "flt-age" }, "Age", age),
+    h("label", { for: "flt-node-state" }, "A node in", nodeState),
+    SEARCH.map(([k, label]) => h("label", { for: inputs[k].id }, label, inputs[k])),
+    h("label", { for: "flt-since" }, "Created from (UTC)", from),
+    h("label", { for: "flt-until" }, "to (UTC)", to),
     h("label", { for: "flt-live", class: "inline" }, live, "Live refresh"),
-    h("button", { type: "submit" }, "Apply"));
+    h("button", { type: "submit", id: "search" }, "Search"),
+    h("a", { href: "#/movements" }, "Clear"));
   const list = h("div", { id: "movement-list" });
   put(main, h("h1", {}, "Movements"), form, list);
   const load = async () => {
     const p = new URLSearchParams({ limit: "100" });
-    for (const k of ["state", "template_key", "created_by"]) if (q.get(k)) p.set(k, q.get(k));
+    for (const k of ["state", "node_state", "since", "until", ...SEARCH.map(([k]) => k)]) if (q.get(k)) p.set(k, q.get(k));
     if (q.get("age")) p.set("since", new Date(Date.now() - Number(q.get("age")) * 1000).toISOString());
     const page = await api("GET", `/v3/movements?${p}`);
-    put(list, table(page.items, [
-      ["Movement", (m) => h("a", { href: `#/movements/${seg(m.id)}`, class: "mono" }, String(m.id).slice(0, 8))],
-      ["Template", (m) => m.template_key],
-      ["State", (m) => badge(m.request_state)],
-      ["Intent", (m) => intentLine(m.intent)],
-      ["Created by", (m) => m.created_by],
-      ["Age", (m) => ago(m.created_at)],
-      ["Updated", (m) => when(m.updated_at)],
-    ], "movements"), page.next_cursor ? h("p", { class: "muted" }, `The newest ${page.items.length} are shown; narrow the filters to see older ones.`) : null);
-    status(`movements: ${page.items.length} shown, ${new Date().toLocaleTimeString()}`);
+    put(list, movementRows(page.items), page.next_cursor ? h("p", { class: "muted" }, `The newest ${page.items.length} are shown; narrow the search to see older ones.`) : null);
+    status(`movements: ${page.items.length} shown, ${clock()}`);
   };
   await load();
   if (live.checked) every(main, load);
@@ -329,7 +353,7 @@ function dag(movementId, nodes, edges) {
     return el;
   };
   const { pos, W, H, width, height } = layout(nodes, edges);
-  const svg = s("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "group", "aria-label": "The movement's DAG: each node with its state" });
+  const svg = s("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "group", "aria-label": movementId === null ? "The plan's DAG: each node with its executor" : "The movement's DAG: each node with its state" });
   svg.append(s("defs", {}, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" },
     s("path", { d: "M 0 0 L 10 5 L 0 10 z", fill: "#57606a" }))));
   for (const e of edges) {
@@ -340,13 +364,20 @@ function dag(movementId, nodes, edges) {
   }
   for (const n of nodes) {
     const p = pos[n.node_key];
-    const timing = n.started_at ? `${duration(n.started_at, n.completed_at)}${n.completed_at ? "" : " so far"}` : "not started";
-    const link = s("a", { href: `#/movements/${movementId}/nodes/${encodeURIComponent(n.node_key)}`, "aria-label": `node ${n.node_key}: ${n.node_state}, ${timing}`, "data-node": n.node_key },
+    const box = (second, third) => [
       s("rect", { x: p.x, y: p.y, width: W, height: H, rx: 8, fill: FILL[n.node_state] || "#f6f8fa", stroke: STROKE[n.node_state] || "#0b5cad", "stroke-width": 2 }),
       s("text", { x: p.x + 10, y: p.y + 20, "font-weight": 700 }, n.node_key),
-      s("text", { x: p.x + 10, y: p.y + 38 }, `${n.node_state}${n.attempt_no > 1 ? ` · attempt ${n.attempt_no}` : ""}`),
-      s("text", { x: p.x + 10, y: p.y + 54, fill: "#4b535d" }, timing));
-    svg.append(link);
+      s("text", { x: p.x + 10, y: p.y + 38 }, second),
+      s("text", { x: p.x + 10, y: p.y + 54, fill: "#4b535d" }, third)];
+    if (movementId === null) {
+      // A plan (template or proposal): what each node runs; nothing ran yet.
+      svg.append(s("g", { "data-node": n.node_key }, ...box(n.executor_key, `${n.node_kind} · ${n.action_type}`)));
+      continue;
+    }
+    const end = nodeEnd(n);
+    const timing = n.started_at ? `${duration(n.started_at, end)}${end ? "" : " so far"}` : "not started";
+    svg.append(s("a", { href: `#/movements/${movementId}/nodes/${encodeURIComponent(n.node_key)}`, "aria-label": `node ${n.node_key}: ${n.node_state}, ${timing}`, "data-node": n.node_key },
+      ...box(`${n.node_state}${n.attempt_no > 1 ? ` · attempt ${n.attempt_no}` : ""}`, timing)));
   }
   return h("div", { class: "dag" }, svg);
 }
@@ -374,7 +405,21 @@ async function movementScreen(main, id) {
     const actions = h("div", { class: "actions", role: "group", "aria-label": "Actions" });
     const reload = () => load().catch(showError);
     const mine = me && m.created_by.toLowerCase() === me.principal.toLowerCase();
-    if (m.request_state === "PENDING_APPROVAL" && can("approver") && !mine) {
+    const approvals = m.approvals || [];
+    const given = approvals.length;
+    const needed = m.approvals_required || 1;
+    const approvedByMe = me && approvals.some((a) => String(a.approver).toLowerCase() === me.principal.toLowerCase());
+    // Why there is no Approve button, said plainly (four-eyes, m-of-n, role).
+    let approvalNote = null;
+    if (m.request_state === "PENDING_APPROVAL") {
+      const progress = `${given} of ${needed} approval${needed === 1 ? "" : "s"}`;
+      const why = mine ? "You created this movement: four-eyes means someone else must approve it."
+        : approvedByMe ? "You have approved it; it waits for another approver."
+        : !can("approver") ? "Approving needs the approver role."
+        : needed > 1 ? `It needs ${needed} different approvers.` : "";
+      approvalNote = h("p", { id: "approval-progress", class: "note" }, h("strong", {}, progress), why ? ` — ${why}` : "");
+    }
+    if (m.request_state === "PENDING_APPROVAL" && can("approver") && !mine && !approvedByMe) {
       const help = h("div", { id: "approve-what" },
         h("span", {}, "You approve paying exactly this (each value as stored; activate one for its raw form):"),
         intentView(m.intent),
@@ -407,9 +452,10 @@ async function movementScreen(main, id) {
     const nodes = m.nodes || [];
     put(body, 
       h("h1", {}, "Movement ", h("span", { class: "mono" }, m.id), " ", badge(m.request_state)),
+      approvalNote,
       actions.childElementCount ? actions : (me && me.role === "viewer" ? null : h("p", { class: "muted" }, "No action available to your role in this state.")),
       dl([["Template", h("span", {}, val(m.template_key), ` v${m.template_version}`)], ["Intent", intentView(m.intent)],
-        ["Created", h("span", {}, `${when(m.created_at)} by `, val(m.created_by))], ["Approval", h("span", {}, `${m.approval_status}`, m.approved_by ? h("span", {}, " by ", val(m.approved_by)) : null)],
+        ["Created", h("span", {}, `${when(m.created_at)} by `, val(m.created_by))], ["Approval", h("span", {}, `${m.approval_status} (${given} of ${needed})`, m.approved_by ? h("span", {}, " by ", val(m.approved_by)) : null)],
         ["Completed", when(m.completed_at)], ["Idempotency key", val(m.idempotency_key)]]),
       h("h2", {}, "DAG"),
       dag(m.id, nodes, edges),
@@ -418,7 +464,7 @@ async function movementScreen(main, id) {
         ["Node", (n) => h("a", { href: `#/movements/${seg(m.id)}/nodes/${seg(n.node_key)}` }, n.node_key)],
         ["State", (n) => badge(n.node_state)], ["Attempt", (n) => n.attempt_no], ["Executor", (n) => n.executor_key],
         ["Provider ref", (n) => n.provider_ref_id, "mono"], ["Error", (n) => n.error_code ? `${n.error_code}: ${n.error_detail ?? ""}` : null],
-        ["Started", (n) => when(n.started_at)], ["Took", (n) => duration(n.started_at, n.completed_at)],
+        ["Started", (n) => when(n.started_at)], ["Took", (n) => duration(n.started_at, nodeEnd(n))],
       ], "nodes"),
       h("div", { class: "grid" },
         h("section", {}, h("h2", {}, "Approvals"), table(m.approvals || [], [["By", (a) => val(a.approver ?? a.approved_by ?? a.principal)], ["At", (a) => when(a.approved_at ?? a.created_at)], ["Reason", (a) => h("bdi", {}, a.reason ?? "—")]], "approvals")),
@@ -429,7 +475,7 @@ async function movementScreen(main, id) {
         ["Entity", (a) => `${a.entity_type}`], ["Data", (a) => JSON.stringify(a.data), "mono"]], "audit events"),
       audit.next_cursor ? h("p", { class: "muted" }, `The first ${audit.items.length} audit events are shown (qtgctl or GET /v3/audit-events has the rest).`) : null,
     );
-    status(`movement ${m.request_state}, ${new Date().toLocaleTimeString()}`);
+    status(`movement ${m.request_state}, ${clock()}`);
     return !TERMINAL.includes(m.request_state); // a finished movement stops refreshing
   };
   if (await load()) every(main, load);
@@ -461,10 +507,10 @@ async function nodeScreen(main, id, key) {
       h("h1", {}, "Node ", n.node.node_key, " ", badge(n.node.node_state)),
       actions.childElementCount ? actions : null,
       diag?.error ? failure("The diagnosis", diag.error) : diag ? h("section", { class: "diagnosis", "aria-labelledby": "diag-title", id: "diagnosis" },
-        h("h2", { id: "diag-title" }, `Diagnosis: ${diag.case ?? "—"} ${diag.title ?? ""}`),
+        h("h2", { id: "diag-title" }, diag.case ? `Diagnosis: ${diag.case} ${diag.title ?? ""}` : `Diagnosis: ${diag.title ?? "—"}`),
         dl([["Required action", diag.required_action], ["Also consider", (diag.also_consider || []).join("; ")],
-          ["Reconciliation", diag.evidence?.reconciliation], ["Seconds since started", diag.evidence?.seconds_since_started],
-          ["Grace", diag.evidence?.grace_seconds], ["Submit transport failures", diag.evidence?.submit_transport_failures]])) : null,
+          ["Reconciliation", diag.evidence?.reconciliation], ["Since started", secs(diag.evidence?.seconds_since_started)],
+          ["Grace", secs(diag.evidence?.grace_seconds)], ["Submit transport failures", diag.evidence?.submit_transport_failures]])) : null,
       dl([["Executor", n.node.executor_key], ["Signer", n.node.signer_key], ["Attempt", n.node.attempt_no], ["Provider state", n.node.provider_state],
         ["Provider ref", n.node.provider_ref_id], ["Error", n.node.error_code ? `${n.node.error_code}: ${n.node.error_detail ?? ""}` : null],
         ["Started", when(n.node.started_at)], ["Completed", when(n.node.completed_at)], ["Observed", `${n.node.observe_count} times, last ${when(n.node.last_observed_at)}`]]),
@@ -479,42 +525,13 @@ async function nodeScreen(main, id, key) {
       table(n.artifacts, [["Attempt", (a) => a.attempt_no], ["Kind", (a) => a.kind], ["Hash", (a) => a.payload_hash, "mono"], ["At", (a) => when(a.created_at)],
         ["Payload", (a) => JSON.stringify(a.payload).slice(0, 300), "mono"]], "artifacts"),
     );
-    status(`node ${n.node.node_state}, ${new Date().toLocaleTimeString()}`);
+    status(`node ${n.node.node_state}, ${clock()}`);
     return !["COMPLETED", "CANCELLED", "SKIPPED"].includes(n.node.node_state);
   };
   if (await load()) every(main, load);
 }
 
 // ---- the other screens ---------------------------------------------------------------------
-async function callbacksScreen(main) {
-  if (!can("operator")) {
-    put(main, h("h1", {}, "Callbacks DLQ"), h("p", {}, "Dead-lettered callbacks are shown to operators."));
-    return;
-  }
-  const load = async () => {
-    const page = await api("GET", "/v3/callbacks?status=dlq&limit=200");
-    put(main, h("h1", {}, "Callbacks DLQ"),
-      table(page.items, [["Movement", (c) => c.request_id ? h("a", { href: `#/movements/${c.request_id}`, class: "mono" }, c.request_id.slice(0, 8)) : "— (an alert)"],
-        ["Event", (c) => c.event_type], ["Seq", (c) => c.sequence], ["URL", (c) => c.callback_url, "mono"], ["Attempts", (c) => `${c.attempts}/${c.max_attempts}`],
-        ["Last error", (c) => c.last_error], ["Created", (c) => when(c.created_at)],
-        ["", (c) => actionButton("Replay", () => act({ title: "Replay callback", help: "Sends the event again as a new delivery (same event id).", fields: [],
-          submit: () => api("POST", `/v3/callbacks/${c.id}/actions/replay`), onDone: () => load().catch(showError) }))]], "dead-lettered callbacks"));
-  };
-  await load();
-  every(main, load);
-}
-async function workersScreen(main) {
-  const load = async () => {
-    const page = await api("GET", "/v3/workers?limit=200");
-    put(main, h("h1", {}, "Workers and heartbeats"),
-      table(page.items, [["Worker", (w) => w.worker], ["Binary", (w) => w.binary], ["Group", (w) => w.group], ["Host", (w) => w.hostname], ["PID", (w) => w.pid],
-        ["Network class", (w) => w.network_class], ["Last beat", (w) => `${when(w.last_beat_at)} (${Math.round(w.age_seconds ?? 0)} s)`],
-        ["Last tick", (w) => w.last_tick_at ? when(w.last_tick_at) : "not yet"], ["Next due", (w) => w.next_tick_at ? when(w.next_tick_at) : "—"],
-        ["", (w) => badge(w.stale ? "stale" : "fresh")]], "heartbeats"));
-  };
-  await load();
-  every(main, load);
-}
 async function healthScreen(main) {
   const load = async () => {
     const [ex, si] = await Promise.all([api("GET", "/v3/executors?limit=200"), api("GET", "/v3/signers?limit=200")]);
@@ -548,9 +565,138 @@ async function controlsScreen(main) {
   await load();
   every(main, load);
 }
-async function balancesScreen(main) {
+async function callbacksScreen(main, params) {
+  if (!can("operator")) {
+    put(main, h("h1", {}, "Callbacks DLQ"), h("p", {}, "Dead-lettered callbacks are shown to operators."));
+    return;
+  }
+  const q = new URLSearchParams(params);
+  const EVENTS = ["node_state_changed", "request_state_changed", "frontier_advanced", "request_attention", "request_expired", "drift_detected", "venue_transfer_unexplained"];
+  const event = h("select", { id: "dlq-event" }, h("option", { value: "" }, "any"), EVENTS.map((e) => h("option", { value: e, selected: q.get("event_type") === e }, e)));
+  const movement = h("input", { id: "dlq-movement", value: q.get("movement_id") || "", size: 36, autocomplete: "off" });
+  const from = h("input", { id: "dlq-since", type: "datetime-local", value: (q.get("since") || "").slice(0, 16) });
+  const all = h("input", { id: "dlq-all", type: "checkbox", checked: q.get("all") === "1" });
+  const form = h("form", { class: "filters", "aria-label": "Filter dead letters", onsubmit: (ev) => {
+    ev.preventDefault();
+    const p = new URLSearchParams();
+    if (event.value) p.set("event_type", event.value);
+    if (movement.value.trim()) p.set("movement_id", movement.value.trim());
+    if (from.value) p.set("since", utcInput(from.value));
+    if (all.checked) p.set("all", "1");
+    location.hash = `#/callbacks?${p}`;
+  } },
+  h("label", { for: "dlq-event" }, "Event", event), h("label", { for: "dlq-movement" }, "Movement id", movement),
+  h("label", { for: "dlq-since" }, "Created from (UTC)", from), h("label", { for: "dlq-all", class: "inline" }, all, "Include replayed"),
+  h("button", { type: "submit" }, "Apply"));
+  const selected = new Set();
+  const list = h("div", { id: "dlq-list" });
+  const bulk = h("button", { type: "button", id: "replay-selected", class: "primary", disabled: true, "data-action": "replay-selected" }, "Replay selected");
+  const setBulk = () => { bulk.disabled = selected.size === 0; bulk.textContent = `Replay selected (${selected.size})`; };
+  const result = h("div", { id: "replay-result", role: "status" });
+  put(main, h("h1", {}, "Callbacks DLQ"), form, h("div", { class: "actions" }, bulk), result, list);
   const load = async () => {
-    const b = await api("GET", "/v3/balances");
+    const p = new URLSearchParams({ status: "dlq", limit: "200" });
+    for (const k of ["event_type", "movement_id", "since"]) if (q.get(k)) p.set(k, q.get(k));
+    if (q.get("all") !== "1") p.set("replayed", "false");
+    const page = await api("GET", `/v3/callbacks?${p}`);
+    const ids = new Set(page.items.map((c) => c.id));
+    for (const id of [...selected]) if (!ids.has(id)) selected.delete(id);
+    const pick = (c) => h("input", { type: "checkbox", "aria-label": `select ${c.id}`, "data-callback": c.id, checked: selected.has(c.id),
+      onchange: (ev) => { if (ev.target.checked) selected.add(c.id); else selected.delete(c.id); setBulk(); } });
+    const everyBox = h("input", { type: "checkbox", id: "dlq-select-all", "aria-label": "select every row shown", checked: page.items.length > 0 && selected.size === page.items.length,
+      onchange: (ev) => { for (const c of page.items) if (ev.target.checked) selected.add(c.id); else selected.delete(c.id); setBulk(); put(list, render(page)); } });
+    const render = (pg) => h("div", {},
+      h("p", { class: "muted" }, h("label", { class: "inline", for: "dlq-select-all" }, everyBox, `Select all ${pg.items.length} shown`)),
+      table(pg.items, [["", pick], ["Movement", (c) => c.request_id ? h("a", { href: `#/movements/${c.request_id}`, class: "mono" }, c.request_id.slice(0, 8)) : "— (an alert)"],
+        ["Event", (c) => c.event_type], ["Seq", (c) => c.sequence], ["URL", (c) => c.callback_url, "mono"], ["Attempts", (c) => `${c.attempts}/${c.max_attempts}`],
+        ["Last error", (c) => c.last_error], ["Created (UTC)", (c) => when(c.created_at)],
+        ["Payload", (c) => h("details", {}, h("summary", {}, "view"), json(c.payload))]], "dead-lettered callbacks"));
+    put(list, render(page));
+    setBulk();
+    status(`dlq: ${page.items.length} shown, ${clock()}`);
+  };
+  bulk.addEventListener("click", () => act({ title: "Replay selected", help: `Each of the ${selected.size} dead letter(s) is sent again once, as a new delivery of the same event; one that cannot be replayed does not stop the others.`,
+    fields: [reasonField], submit: async (v) => {
+      const r = await api("POST", "/v3/callbacks/actions/replay", { ids: [...selected], reason: v.reason });
+      const failed = r.outcomes.filter((o) => o.error);
+      put(result, h("p", { class: failed.length ? "error" : "note" }, `Replayed ${r.replayed} of ${r.outcomes.length}.`, failed.length ? ` Not replayed: ${failed.map((o) => `${o.id.slice(0, 8)} (${o.error})`).join("; ")}` : ""));
+      selected.clear();
+    }, onDone: () => load().catch(showError) }));
+  await load();
+  every(main, load);
+}
+async function workersScreen(main, params) {
+  const q = new URLSearchParams(params);
+  const gone = h("input", { id: "show-gone", type: "checkbox", checked: q.get("gone") === "1", onchange: (ev) => { location.hash = ev.target.checked ? "#/workers?gone=1" : "#/workers"; } });
+  const list = h("div", { id: "worker-list" });
+  put(main, h("h1", {}, "Workers and heartbeats"),
+    h("p", { class: "muted" }, h("label", { for: "show-gone", class: "inline" }, gone, "Also instances silent for an hour (gone: crashed and never back; one that stops cleanly removes itself)")), list);
+  const load = async () => {
+    const page = await api("GET", `/v3/workers?limit=200${q.get("gone") === "1" ? "&include_gone=true" : ""}`);
+    put(list, table(page.items, [["Worker", (w) => w.worker], ["Binary", (w) => w.binary], ["Group", (w) => w.group], ["Host", (w) => w.hostname], ["PID", (w) => w.pid],
+      ["Network class", (w) => w.network_class], ["Last beat (UTC)", (w) => `${when(w.last_beat_at)} (${secs(w.age_seconds)} ago)`],
+      ["Last tick (UTC)", (w) => w.last_tick_at ? when(w.last_tick_at) : "not yet"], ["Next due (UTC)", (w) => w.next_tick_at ? when(w.next_tick_at) : "—"],
+      ["Heartbeat", (w) => badge(w.gone ? "gone" : w.stale ? "stale" : "fresh")]], "heartbeats"));
+    status(`workers: ${page.items.length} instance(s), ${clock()}`);
+  };
+  await load();
+  every(main, load);
+}
+
+// ---- balances: totals, read now, history as a chart -----------------------------------------------
+/** Exact decimal sum of decimal strings (BigInt; no float rounding in a total). */
+function addDecimals(values) {
+  const parts = values.map((v) => String(v ?? "0").trim()).filter((v) => /^-?\d+(\.\d+)?$/.test(v));
+  const scale = Math.max(0, ...parts.map((v) => (v.split(".")[1] || "").length));
+  let total = 0n;
+  for (const v of parts) {
+    const neg = v.startsWith("-");
+    const [i, f = ""] = v.replace("-", "").split(".");
+    const n = BigInt(i + f.padEnd(scale, "0"));
+    total += neg ? -n : n;
+  }
+  const neg = total < 0n;
+  let s = (neg ? -total : total).toString().padStart(scale + 1, "0");
+  if (scale > 0) s = `${s.slice(0, -scale)}.${s.slice(-scale)}`.replace(/\.?0+$/, "");
+  return `${neg ? "-" : ""}${s}`;
+}
+/** A line chart of snapshots (one line per account): the figures a person compares at a glance. */
+function historyChart(rows) {
+  const NS = "http://www.w3.org/2000/svg";
+  const s = (tag, attrs, ...kids) => {
+    const el = document.createElementNS(NS, tag);
+    for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+    for (const c of kids) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    return el;
+  };
+  if (rows.length === 0) return h("p", { class: "muted" }, "No snapshots in this period.");
+  const W = 760, H = 260, L = 90, R = 20, T = 16, B = 40;
+  const t = rows.map((r) => new Date(r.as_of).getTime());
+  const v = rows.map((r) => Number(r.free) + Number(r.locked));
+  const [t0, t1] = [Math.min(...t), Math.max(...t)];
+  let [v0, v1] = [Math.min(...v), Math.max(...v)];
+  if (v0 === v1) { v0 -= 1; v1 += 1; }
+  const x = (tt) => L + ((tt - t0) / Math.max(1, t1 - t0)) * (W - L - R);
+  const y = (vv) => T + (1 - (vv - v0) / (v1 - v0)) * (H - T - B);
+  const svg = s("svg", { width: W, height: H, viewBox: `0 0 ${W} ${H}`, role: "img", "aria-label": `balance history: ${rows.length} snapshots` });
+  svg.append(s("line", { x1: L, y1: T, x2: L, y2: H - B, stroke: "#8c959f" }), s("line", { x1: L, y1: H - B, x2: W - R, y2: H - B, stroke: "#8c959f" }));
+  svg.append(s("text", { x: L - 6, y: y(v1) + 4, "text-anchor": "end", class: "axis" }, v1.toLocaleString("en-US", { maximumFractionDigits: 6 })));
+  svg.append(s("text", { x: L - 6, y: y(v0) + 4, "text-anchor": "end", class: "axis" }, v0.toLocaleString("en-US", { maximumFractionDigits: 6 })));
+  svg.append(s("text", { x: L, y: H - 12, class: "axis" }, when(new Date(t0).toISOString())), s("text", { x: W - R, y: H - 12, "text-anchor": "end", class: "axis" }, when(new Date(t1).toISOString())));
+  const COLORS = ["#0b5cad", "#1a7f37", "#8a5a00", "#b42318", "#6e40c9"];
+  const accounts = [...new Set(rows.map((r) => r.account))];
+  accounts.forEach((acct, i) => {
+    const pts = rows.filter((r) => r.account === acct).map((r) => `${x(new Date(r.as_of).getTime()).toFixed(1)},${y(Number(r.free) + Number(r.locked)).toFixed(1)}`);
+    svg.append(s("polyline", { points: pts.join(" "), fill: "none", stroke: COLORS[i % COLORS.length], "stroke-width": 2 }));
+    svg.append(s("text", { x: L + 8, y: T + 14 + i * 16, fill: COLORS[i % COLORS.length], class: "axis" }, `${acct} (free + locked)`));
+  });
+  return h("div", { class: "chart" }, svg);
+}
+async function balancesScreen(main, params) {
+  const q = new URLSearchParams(params);
+  const history = h("div", { id: "balance-history" });
+  const load = async (fresh) => {
+    const b = await api("GET", `/v3/balances${fresh ? "?fresh=true" : ""}`);
     // Withdrawals from a venue account that no movement explains (cex_transfer_ingest): what a
     // treasury must look at first.
     const u = await api("GET", "/v3/venue-transfers?unexplained=true&direction=withdrawal&limit=50");
@@ -559,14 +705,360 @@ async function balancesScreen(main) {
         h("h2", {}, `Needs attention: ${u.items.length} withdrawal(s) no movement explains`),
         table(u.items, [["Venue", (t) => val(t.venue_key)], ["Account", (t) => val(t.account)], ["Venue id", (t) => val(t.venue_ref)],
           ["Asset", (t) => val(t.asset)], ["Amount", (t) => val(t.amount)], ["To", (t) => val(t.address)],
-          ["Status", (t) => val(t.status)], ["Seen", (t) => when(t.first_seen_at)], ["Alerted", (t) => t.alerted_at ? when(t.alerted_at) : "not yet"]],
+          ["Status", (t) => val(t.status)], ["Seen (UTC)", (t) => when(t.first_seen_at)], ["Alerted (UTC)", (t) => t.alerted_at ? when(t.alerted_at) : "not yet"]],
           "unexplained withdrawals"))];
+    const assets = [...new Set(b.items.map((r) => r.asset))].sort();
+    const totals = assets.map((a) => {
+      const rows = b.items.filter((r) => r.asset === a);
+      return { asset: a, free: addDecimals(rows.map((r) => r.free)), locked: addDecimals(rows.map((r) => r.locked)), venues: new Set(rows.map((r) => r.venue_key)).size, stale: rows.some((r) => r.stale) };
+    });
+    const read = can("viewer") ? actionButton("Read now", async () => {
+      try {
+        const r = await load(true);
+        status(`balances read now${r ? "" : ""}, ${clock()}`);
+      } catch (e) { showError(e); }
+    }, "primary") : null;
     put(main, h("h1", {}, "Balances"), ...attention,
+      h("div", { class: "actions" }, read, b.failed?.length ? h("span", { class: "error" }, `Not read: ${b.failed.map((f) => `${f.venue_key}: ${f.error}`).join("; ")}`) : null),
+      h("h2", {}, "Totals per asset"),
+      table(totals, [["Asset", (t) => val(t.asset)], ["Free", (t) => t.free], ["Locked", (t) => t.locked], ["Venues", (t) => t.venues], ["Freshness", (t) => badge(t.stale ? "stale" : "fresh")]], "totals per asset"),
+      h("h2", {}, "Per venue and account"),
       table(b.items, [["Venue", (r) => r.venue_key], ["Account", (r) => val(r.account)], ["Asset", (r) => val(r.asset)], ["Free", (r) => val(r.free)], ["Locked", (r) => val(r.locked)],
-        ["As of", (r) => when(r.as_of)], ["Source", (r) => r.source], ["", (r) => badge(r.stale ? "stale" : "fresh")]], "balance snapshots (is qtg-balance running?)"));
+        ["As of (UTC)", (r) => when(r.as_of)], ["Source", (r) => r.source], ["Freshness", (r) => badge(r.stale ? "stale" : "fresh")],
+        ["History", (r) => h("a", { href: `#/balances?${new URLSearchParams({ venue: r.venue_key, asset: r.asset })}`, "data-history": `${r.venue_key}/${r.asset}` }, "chart")]],
+      "balance snapshots (is qtg-balance running?)"),
+      history);
+    if (q.get("venue") && q.get("asset")) {
+      const since = new Date(Date.now() - Number(q.get("hours") || 24) * 3600e3).toISOString();
+      const hist = await api("GET", `/v3/balances/history?${new URLSearchParams({ venue: q.get("venue"), asset: q.get("asset"), since, limit: "200" })}`);
+      put(history, h("h2", {}, `History: ${q.get("venue")} ${q.get("asset")} (UTC)`),
+        h("p", {}, ["24", "168"].map((hrs) => h("a", { href: `#/balances?${new URLSearchParams({ venue: q.get("venue"), asset: q.get("asset"), hours: hrs })}`, class: "range" }, hrs === "24" ? "last 24 h " : "last 7 days"))),
+        historyChart(hist.items));
+    }
+    status(`balances: ${b.items.length} row(s), ${clock()}`);
+    return true;
+  };
+  await load(false);
+  every(main, () => load(false));
+}
+
+// ---- attention: what waits for a person ------------------------------------------------------
+let counts = null; // the last GET /v3/attention, for the navigation badges
+const NAV_COUNT = {
+  attention: (c) => c.unknown + c.manual_intervention + c.waiting_manual_action + c.dlq + c.capital_transfers + c.stale_workers + c.drift + c.down + c.unexplained_withdrawals,
+  approvals: (c) => c.awaiting_my_approval,
+  transfers: (c) => c.capital_transfers,
+  callbacks: (c) => c.dlq,
+  workers: (c) => c.stale_workers,
+  health: (c) => c.down,
+  controls: (c) => c.paused,
+  balances: (c) => c.unexplained_withdrawals,
+};
+async function refreshCounts() {
+  if (!me) return;
+  try {
+    counts = await api("GET", "/v3/attention");
+  } catch {
+    return; // the badges keep their last figures; the screen says what failed
+  }
+  for (const a of document.querySelectorAll("header nav a[data-count]")) {
+    const n = NAV_COUNT[a.dataset.count]?.(counts) ?? 0;
+    const b = a.querySelector(".count");
+    b.textContent = n > 0 ? String(n) : "";
+    b.hidden = n === 0;
+    a.setAttribute("aria-label", n > 0 ? `${a.dataset.label}, ${n} waiting` : a.dataset.label);
+  }
+}
+/** One kind of waiting item: a tile with its count (a link to its list) and, when there is
+ * any, a section listing them. */
+function section(id, title, n, body) {
+  const tile = h("a", { class: n > 0 ? "tile hot" : "tile", href: n > 0 ? `#/attention` : null, "data-tile": id, onclick: n > 0 ? (ev) => { ev.preventDefault(); $(id)?.scrollIntoView(); } : null },
+    h("span", { class: "n" }, String(n)), h("span", {}, title));
+  const list = n > 0 ? h("section", { class: "attn hot", id, "aria-labelledby": `${id}-title` },
+    h("h2", { id: `${id}-title` }, title, " ", h("span", { class: "badge s-UNKNOWN" }, String(n))), body) : null;
+  return { tile, list };
+}
+async function attentionScreen(main) {
+  const load = async () => {
+    const c = await api("GET", "/v3/attention");
+    counts = c;
+    const list = (query) => api("GET", `/v3/movements?${query}&limit=50`).then((p) => p.items);
+    const [mine, unknown, manual, waiting, transfers, workers, drift, pauses, executors, signers] = await Promise.all([
+      can("approver") && c.awaiting_my_approval ? list("awaiting_approval=me") : [],
+      c.unknown ? list("node_state=UNKNOWN") : [],
+      c.manual_intervention ? list("state=MANUAL_INTERVENTION") : [],
+      c.waiting_manual_action ? list("state=WAITING_MANUAL_ACTION") : [],
+      c.capital_transfers ? api("GET", "/v3/capital-transfers?state=NEEDS_ATTENTION&limit=50").then((p) => p.items) : [],
+      c.stale_workers ? api("GET", "/v3/workers?limit=200").then((p) => p.items.filter((w) => w.stale)) : [],
+      c.drift ? api("GET", "/v3/drift?limit=200").then((p) => p.items.filter((d) => d.status === "drift" || d.status === "error")) : [],
+      c.paused ? api("GET", "/v3/controls").then((p) => p.items) : [],
+      c.down ? api("GET", "/v3/executors?limit=200").then((p) => p.items.filter((e) => e.health_state === "down")) : [],
+      c.down ? api("GET", "/v3/signers?limit=200").then((p) => p.items.filter((e) => e.health_state === "down")) : [],
+    ]);
+    if (!main.isConnected) return;
+    const parts = [
+      can("approver") ? section("attn-approvals", "Waiting for your approval", c.awaiting_my_approval, movementRows(mine)) : null,
+      section("attn-unknown", "A node in UNKNOWN (recovery's, then yours)", c.unknown, movementRows(unknown)),
+      section("attn-manual", "MANUAL_INTERVENTION", c.manual_intervention, movementRows(manual)),
+      section("attn-waiting", "WAITING_MANUAL_ACTION (a manual step to complete)", c.waiting_manual_action, movementRows(waiting)),
+      section("attn-transfers", "Capital transfers in NEEDS_ATTENTION", c.capital_transfers, transferRows(transfers)),
+      section("attn-dlq", "Dead-lettered callbacks not replayed", c.dlq, h("p", {}, h("a", { href: "#/callbacks" }, `Open the DLQ (${c.dlq})`))),
+      section("attn-workers", "Stale workers", c.stale_workers, table(workers, [["Worker", (w) => w.worker], ["Host", (w) => w.hostname], ["Last beat (UTC)", (w) => `${when(w.last_beat_at)} (${secs(w.age_seconds)} ago)`]], "stale workers")),
+      section("attn-drift", "Drift", c.drift, table(drift, [["Scope", (d) => d.scope], ["Status", (d) => badge(d.status)], ["Checked (UTC)", (d) => when(d.checked_at)], ["Differences", (d) => JSON.stringify(d.differences), "mono"], ["Error", (d) => d.error]], "drift")),
+      section("attn-down", "Executors and signers down", c.down, table([...executors.map((e) => ({ key: e.executor_key, kind: "executor", e })), ...signers.map((s) => ({ key: s.signer_key, kind: "signer", e: s }))],
+        [["Key", (r) => r.key], ["Kind", (r) => r.kind], ["Checked (UTC)", (r) => when(r.e.last_health_checked_at)], ["Last error", (r) => r.e.last_error]], "down")),
+      section("attn-paused", "Kill-switch pauses", c.paused, table(pauses, [["Scope", (p) => p.scope], ["Target", (p) => p.target], ["By", (p) => val(p.paused_by)], ["Reason", (p) => p.reason]], "pauses")),
+      section("attn-unexplained", "Venue withdrawals no movement explains", c.unexplained_withdrawals, h("p", {}, h("a", { href: "#/balances" }, "See them on the balances screen"))),
+    ].filter(Boolean);
+    const open = parts.filter((x) => x.list);
+    put(main, h("h1", {}, "Needs attention"),
+      h("div", { class: "tiles", id: "attn-summary", role: "list", "aria-label": "counts" }, parts.map((x) => x.tile)),
+      open.length ? open.map((x) => x.list) : h("p", { class: "note", id: "attn-clear" }, "Nothing waits for a person right now."));
+    status(`attention: ${NAV_COUNT.attention(c)} item(s), ${clock()}`);
   };
   await load();
   every(main, load);
+}
+
+// ---- approvals: my queue -------------------------------------------------------------------
+async function approvalsScreen(main) {
+  const load = async () => {
+    const [mine, own] = await Promise.all([
+      can("approver") ? api("GET", "/v3/movements?awaiting_approval=me&limit=100") : Promise.resolve({ items: [] }),
+      api("GET", `/v3/movements?${new URLSearchParams({ state: "PENDING_APPROVAL", created_by: me.principal, limit: "100" })}`),
+    ]);
+    put(main, h("h1", {}, "Approvals"),
+      h("h2", {}, "Waiting for your approval"),
+      can("approver") ? h("div", { id: "my-approvals" }, movementRows(mine.items)) : h("p", { class: "muted" }, "Approving needs the approver role."),
+      h("h2", {}, "Created by you, waiting for others"),
+      h("p", { class: "muted" }, "Four-eyes: the person who created a movement never approves it; with m-of-n limits each approval is from a different person."),
+      movementRows(own.items));
+    status(`approvals: ${mine.items.length} waiting for you, ${clock()}`);
+  };
+  await load();
+  every(main, load);
+}
+
+// ---- capital transfers -----------------------------------------------------------------------
+function transferRows(items) {
+  return table(items, [
+    ["Transfer", (t) => h("a", { href: `#/transfers/${seg(t.id)}`, class: "mono" }, String(t.id).slice(0, 8))],
+    ["State", (t) => badge(t.state)],
+    ["Amount", (t) => h("span", {}, val(t.amount), " ", val(t.asset))],
+    ["From → to", (t) => h("span", {}, val(t.source), " → ", val(t.destination))],
+    ["Movement", (t) => (t.movement_id ? h("a", { href: `#/movements/${seg(t.movement_id)}`, class: "mono" }, String(t.movement_id).slice(0, 8)) : "—")],
+    ["Requested by", (t) => val(t.requested_by)],
+    ["Created (UTC)", (t) => when(t.created_at)],
+  ], "capital transfers");
+}
+const TRANSFER_STATES = ["PENDING", "MOVEMENT_CREATED", "COMPLETED", "FAILED", "NEEDS_ATTENTION"];
+async function transfersScreen(main, params) {
+  const q = new URLSearchParams(params);
+  const state = h("select", { id: "flt-transfer-state" }, h("option", { value: "" }, "any"), TRANSFER_STATES.map((s) => h("option", { value: s, selected: q.get("state") === s }, s)));
+  const form = h("form", { class: "filters", "aria-label": "Filter capital transfers", onsubmit: (ev) => { ev.preventDefault(); location.hash = `#/transfers${state.value ? `?state=${state.value}` : ""}`; } },
+    h("label", { for: "flt-transfer-state" }, "State", state), h("button", { type: "submit" }, "Apply"));
+  const list = h("div", { id: "transfer-list" });
+  put(main, h("h1", {}, "Capital transfers"), form, list);
+  const load = async () => {
+    const page = await api("GET", `/v3/capital-transfers?${new URLSearchParams(q.get("state") ? { state: q.get("state"), limit: "100" } : { limit: "100" })}`);
+    put(list, transferRows(page.items));
+    status(`capital transfers: ${page.items.length} shown, ${clock()}`);
+  };
+  await load();
+  every(main, load);
+}
+async function transferScreen(main, id) {
+  const load = async () => {
+    const t = await api("GET", `/v3/capital-transfers/${seg(id)}`);
+    const reload = () => load().catch(showError);
+    const actions = h("div", { class: "actions", role: "group", "aria-label": "Actions" });
+    if (t.state === "NEEDS_ATTENTION" && can("operator")) {
+      actions.append(actionButton("Close", () => act({ title: "Close transfer", danger: true,
+        help: "Closes the request as FAILED after you have settled it by hand (its movement ended without a clear outcome). The reason is kept with it.",
+        fields: [reasonField], submit: (v) => api("POST", `/v3/capital-transfers/${seg(id)}/actions/close`, { reason: v.reason }), onDone: reload }), "danger"));
+    }
+    put(main, h("p", {}, h("a", { href: "#/transfers" }, "← Capital transfers")),
+      h("h1", {}, "Capital transfer ", h("span", { class: "mono" }, t.id), " ", badge(t.state)),
+      actions.childElementCount ? actions : null,
+      dl([["Amount", h("span", {}, val(t.amount), " ", val(t.asset))], ["From", val(t.source)], ["To", val(t.destination)], ["Reason", h("bdi", {}, t.reason)],
+        ["Template", h("span", {}, val(t.template_key), t.template_version ? ` v${t.template_version}` : "")],
+        ["Movement", t.movement_id ? h("span", {}, h("a", { href: `#/movements/${seg(t.movement_id)}`, class: "mono" }, t.movement_id), " ", badge(t.movement_state)) : "—"],
+        ["Outcome", t.outcome], ["Requested", h("span", {}, `${when(t.created_at)} by `, val(t.requested_by))], ["Closed", when(t.closed_at)],
+        ["Idempotency key", val(t.idempotency_key)]]),
+      t.settlement ? h("section", {}, h("h2", {}, "Settlement"), json(t.settlement)) : null);
+    status(`capital transfer ${t.state}, ${clock()}`);
+    return !["COMPLETED", "FAILED"].includes(t.state);
+  };
+  if (await load()) every(main, load);
+}
+
+// ---- templates and proposals -------------------------------------------------------------------
+const TEMPLATE_KEY = /^[A-Za-z0-9_.-]{1,128}$/;
+/** A plan drawn as its DAG: each node with its executor and action (no states: nothing ran). */
+const planDag = (plan) => dag(null, (plan.nodes || []).map((n) => ({ ...n, node_state: "", plan: true })), plan.edges || []);
+const planOf = (v) => ({ nodes: v?.nodes || [], edges: v?.edges || [], risk_controls: v?.risk_controls || {} });
+const stable = (v) => JSON.stringify(v, (k, x) => (x && typeof x === "object" && !Array.isArray(x) ? Object.fromEntries(Object.keys(x).sort().map((key) => [key, x[key]])) : x));
+/** What a proposal changes against the current version: nodes added, removed or changed,
+ * edges added or removed, the risk controls before and after. */
+function planDiff(before, after) {
+  const rows = [];
+  const b = Object.fromEntries(before.nodes.map((n) => [n.node_key, n]));
+  const a = Object.fromEntries(after.nodes.map((n) => [n.node_key, n]));
+  for (const k of Object.keys(a)) if (!b[k]) rows.push({ what: "node added", key: k, before: null, after: a[k] });
+  for (const k of Object.keys(b)) if (!a[k]) rows.push({ what: "node removed", key: k, before: b[k], after: null });
+  for (const k of Object.keys(a)) if (b[k] && stable(a[k]) !== stable(b[k])) rows.push({ what: "node changed", key: k, before: b[k], after: a[k] });
+  const e = (x) => `${x.from} → ${x.to}`;
+  const be = new Set(before.edges.map(e)), ae = new Set(after.edges.map(e));
+  for (const x of ae) if (!be.has(x)) rows.push({ what: "edge added", key: x, before: null, after: x });
+  for (const x of be) if (!ae.has(x)) rows.push({ what: "edge removed", key: x, before: x, after: null });
+  if (stable(before.risk_controls) !== stable(after.risk_controls)) rows.push({ what: "risk controls changed", key: "risk_controls", before: before.risk_controls, after: after.risk_controls });
+  return rows;
+}
+const pretty = (v) => (v === null || v === undefined ? "—" : h("pre", { class: "diff" }, typeof v === "string" ? v : JSON.stringify(v, null, 2)));
+async function templatesScreen(main) {
+  const load = async () => {
+    const [templates, proposals] = await Promise.all([api("GET", "/v3/templates?limit=200"), api("GET", "/v3/template-proposals?status=pending&limit=100")]);
+    put(main, h("h1", {}, "Templates"),
+      h("h2", {}, "Proposals waiting for review"),
+      table(proposals.items, [["Proposal", (p) => h("a", { href: `#/proposals/${seg(p.id)}`, class: "mono" }, String(p.id).slice(0, 8))], ["Template", (p) => val(p.template_key)],
+        ["Proposed by", (p) => val(p.proposed_by)], ["Description", (p) => (p.description ? h("bdi", {}, p.description) : "—")], ["Expires (UTC)", (p) => when(p.expires_at)]], "proposals waiting for review"),
+      h("h2", {}, "Templates"),
+      table(templates.items, [["Template", (t) => h("a", { href: `#/templates/${seg(t.template_key)}` }, t.template_key)], ["Latest version", (t) => t.latest_version],
+        ["Plan hash", (t) => t.compiled_plan_hash, "mono"], ["Since (UTC)", (t) => when(t.created_at)]], "templates"));
+    status(`templates: ${templates.items.length}, ${proposals.items.length} proposal(s) waiting, ${clock()}`);
+  };
+  await load();
+  every(main, load);
+}
+async function templateScreen(main, key) {
+  const load = async () => {
+    const t = await api("GET", `/v3/templates/${seg(key)}`);
+    const reload = () => load().catch(showError);
+    put(main, h("p", {}, h("a", { href: "#/templates" }, "← Templates")),
+      h("h1", {}, "Template ", h("span", { class: "mono" }, t.template_key)),
+      (t.versions || []).map((v) => h("section", { class: "version", "data-version": v.version },
+        h("h2", {}, `Version ${v.version} `, v.retired_at ? badge("RETIRED") : badge("ACTIVE")),
+        dl([["Plan hash", h("span", { class: "mono" }, v.compiled_plan_hash)], ["Approved (UTC)", when(v.created_at)], ["Retired (UTC)", when(v.retired_at)], ["Description", v.description]]),
+        !v.retired_at && can("admin") ? h("div", { class: "actions" }, actionButton(`Retire v${v.version}`, () => act({ title: `Retire version ${v.version}`, danger: true,
+          help: "It takes no new movement or capital transfer; movements already on it keep their plan.", fields: [reasonField],
+          submit: (x) => api("POST", `/v3/templates/${seg(key)}/versions/${v.version}/actions/retire`, { reason: x.reason }), onDone: reload }), "danger")) : null,
+        planDag(planOf(v)),
+        h("details", {}, h("summary", {}, "Nodes and risk controls as stored"), json({ nodes: v.nodes, edges: v.edges, risk_controls: v.risk_controls })))));
+    status(`template ${key}, ${clock()}`);
+  };
+  await load();
+}
+async function proposalScreen(main, id) {
+  const load = async () => {
+    const p = await api("GET", `/v3/template-proposals/${seg(id)}`);
+    const current = await api("GET", `/v3/templates/${seg(p.template_key)}`).catch((e) => (e.status === 404 ? null : Promise.reject(e)));
+    const latest = current?.versions?.find((v) => !v.retired_at) || current?.versions?.[0] || null;
+    const proposed = planOf(p.definition);
+    const changes = planDiff(planOf(latest), proposed);
+    const reload = () => load().catch(showError);
+    const mine = me && String(p.proposed_by).toLowerCase() === me.principal.toLowerCase();
+    const actions = h("div", { class: "actions", role: "group", "aria-label": "Actions" });
+    let why = null;
+    if (p.status === "pending" && !p.expired) {
+      if (!can("admin")) why = "Reviewing a proposal needs the admin role.";
+      else if (mine) why = "You proposed it: four-eyes means another admin must review it.";
+      else {
+        actions.append(actionButton("Approve proposal", () => act({ title: "Approve proposal", help: `It becomes ${p.template_key} version ${(latest?.version || 0) + 1}; the version before it is retired.`,
+          fields: [reasonField], submit: (v) => api("POST", `/v3/template-proposals/${seg(id)}/approve`, { reason: v.reason }), onDone: reload }), "primary"));
+        actions.append(actionButton("Reject proposal", () => act({ title: "Reject proposal", danger: true, fields: [reasonField],
+          submit: (v) => api("POST", `/v3/template-proposals/${seg(id)}/reject`, { reason: v.reason }), onDone: reload }), "danger"));
+      }
+    }
+    put(main, h("p", {}, h("a", { href: "#/templates" }, "← Templates")),
+      h("h1", {}, "Proposal for ", h("span", { class: "mono" }, p.template_key), " ", badge(p.expired && p.status === "pending" ? "EXPIRED" : p.status.toUpperCase())),
+      why ? h("p", { class: "note", id: "review-why" }, why) : null,
+      actions.childElementCount ? actions : null,
+      dl([["Proposed", h("span", {}, `${when(p.created_at)} by `, val(p.proposed_by))], ["Expires (UTC)", when(p.expires_at)], ["Reviewed by", val(p.reviewed_by)],
+        ["Review reason", p.review_reason], ["Description", p.description], ["Plan hash", h("span", { class: "mono" }, p.compiled_plan_hash)]]),
+      h("h2", {}, latest ? `Changes from version ${latest.version}` : "A new template (no version yet)"),
+      h("div", { id: "proposal-diff" }, changes.length === 0 ? h("p", { class: "muted" }, "No change to the plan.") :
+        table(changes, [["Change", (c) => c.what], ["Where", (c) => c.key, "mono"], ["Before", (c) => pretty(c.before)], ["After", (c) => pretty(c.after)]], "changes")),
+      h("h2", {}, "The proposed plan"), planDag(proposed));
+    status(`proposal ${p.status}, ${clock()}`);
+    return p.status === "pending";
+  };
+  if (await load()) every(main, load);
+}
+
+// ---- API keys (admin) -------------------------------------------------------------------------
+const ROLES = ["viewer", "requester", "approver", "operator", "admin"];
+async function keysScreen(main) {
+  if (!can("admin")) {
+    put(main, h("h1", {}, "API keys"), h("p", {}, "API keys are managed by admins."));
+    return;
+  }
+  const load = async () => {
+    const [keys, requests] = await Promise.all([api("GET", "/v3/api-keys?limit=200"), api("GET", "/v3/api-key-requests?status=pending&limit=100")]);
+    const reload = () => load().catch(showError);
+    const create = actionButton("Create key", () => act({ title: "Create key",
+      help: "The secret is shown once. When two admins are required, this makes a request another admin approves.",
+      fields: [{ name: "principal", label: "Principal (who acts with it)", type: "text", required: true },
+        { name: "role", label: "Role", type: "select", options: ROLES.map((r) => [r, r]) }],
+      submit: async (v) => {
+        const r = await api("POST", "/v3/api-keys", { principal: v.principal, roles: [v.role] });
+        if (r.secret || r.key) showSecret(r.secret || r.key, v.principal);
+        else status(`key request for ${v.principal}: another admin must approve it`);
+      },
+      onDone: reload }), "primary");
+    put(main, h("h1", {}, "API keys"), h("div", { class: "actions" }, create),
+      h("h2", {}, "Requests waiting for a second admin"),
+      table(requests.items, [["Principal", (r) => val(r.principal)], ["Roles", (r) => r.roles.join(", ")], ["Requested by", (r) => val(r.requested_by)], ["At (UTC)", (r) => when(r.created_at)],
+        ["", (r) => (String(r.requested_by).toLowerCase() === me.principal.toLowerCase() ? h("span", { class: "muted" }, "yours: another admin decides")
+          : h("span", {}, actionButton("Approve", () => act({ title: "Approve key request", fields: [], submit: async () => {
+            const d = await api("POST", `/v3/api-key-requests/${seg(r.id)}/approve`);
+            if (d.secret || d.key?.secret) showSecret(d.secret || d.key.secret, r.principal);
+          }, onDone: reload }), "primary"), " ",
+          actionButton("Reject", () => act({ title: "Reject key request", danger: true, fields: [], submit: () => api("POST", `/v3/api-key-requests/${seg(r.id)}/reject`), onDone: reload }), "danger")))]],
+      "key requests"),
+      h("h2", {}, "Keys"),
+      table(keys.items, [["Principal", (k) => val(k.principal)], ["Roles", (k) => k.roles.join(", ")], ["Created (UTC)", (k) => when(k.created_at)], ["By", (k) => val(k.created_by)],
+        ["Expires (UTC)", (k) => when(k.expires_at)], ["State", (k) => badge(k.revoked_at ? "REVOKED" : "ACTIVE")],
+        ["", (k) => (k.revoked_at ? null : actionButton(`Revoke ${k.principal}`, () => act({ title: "Revoke key", danger: true, help: `Every call with ${k.principal}'s key is refused from now on.`,
+          fields: [], submit: () => api("DELETE", `/v3/api-keys/${seg(k.id)}`), onDone: reload }), "danger"))]], "keys"));
+  };
+  await load();
+}
+/** A new key's secret, once: selectable, never stored by the console. */
+function showSecret(secret, principal) {
+  const box = h("p", { id: "new-secret", class: "mono secret" }, secret);
+  setTimeout(() => act({ title: `Key for ${principal}`, help: h("div", {}, h("p", {}, "Copy it now: it is shown once and only its hash is kept."), box), fields: [], submit: async () => {} }), 0);
+}
+
+// ---- audit search ---------------------------------------------------------------------------------
+async function auditScreen(main, params) {
+  const q = new URLSearchParams(params);
+  const f = Object.fromEntries([["movement_id", 36], ["actor", 14], ["action", 18]].map(([k, size]) => [k, h("input", { id: `aud-${k.replace(/_/g, "-")}`, value: q.get(k) || "", size, autocomplete: "off" })]));
+  const from = h("input", { id: "aud-since", type: "datetime-local", value: (q.get("since") || "").slice(0, 16) });
+  const to = h("input", { id: "aud-until", type: "datetime-local", value: (q.get("until") || "").slice(0, 16) });
+  const form = h("form", { class: "filters", "aria-label": "Search the audit trail", onsubmit: (ev) => {
+    ev.preventDefault();
+    const p = new URLSearchParams();
+    for (const [k, el] of Object.entries(f)) if (el.value.trim()) p.set(k, el.value.trim());
+    if (from.value) p.set("since", utcInput(from.value));
+    if (to.value) p.set("until", utcInput(to.value));
+    location.hash = `#/audit?${p}`;
+  } },
+  h("label", { for: "aud-movement-id" }, "Movement id", f.movement_id), h("label", { for: "aud-actor" }, "Actor", f.actor),
+  h("label", { for: "aud-action" }, "Action (e.g. movement.approve)", f.action), h("label", { for: "aud-since" }, "From (UTC)", from),
+  h("label", { for: "aud-until" }, "to (UTC)", to), h("button", { type: "submit", id: "audit-search" }, "Search"));
+  const list = h("div", { id: "audit-list" });
+  put(main, h("h1", {}, "Audit trail"), form, list);
+  const p = new URLSearchParams({ limit: "200" });
+  for (const k of ["movement_id", "actor", "action", "since", "until"]) if (q.get(k)) p.set(k, q.get(k));
+  if (q.get("cursor")) p.set("cursor", q.get("cursor"));
+  const page = await api("GET", `/v3/audit-events?${p}`);
+  const next = new URLSearchParams(q);
+  if (page.next_cursor) next.set("cursor", page.next_cursor);
+  put(list, table(page.items, [["#", (a) => a.id], ["At (UTC)", (a) => when(a.occurred_at)], ["Actor", (a) => val(a.actor)], ["Action", (a) => a.action],
+    ["Entity", (a) => `${a.entity_type} ${a.entity_id}`, "mono"], ["Movement", (a) => (a.movement_id ? h("a", { href: `#/movements/${seg(a.movement_id)}`, class: "mono" }, String(a.movement_id).slice(0, 8)) : "—")],
+    ["Data", (a) => JSON.stringify(a.data), "mono"]], "audit events"),
+  page.next_cursor ? h("p", {}, h("a", { href: `#/audit?${next}`, id: "audit-next" }, "Next page →")) : null);
+  status(`audit: ${page.items.length} event(s), ${clock()}`);
 }
 
 // ---- routing -------------------------------------------------------------------------------
@@ -594,12 +1086,12 @@ function showError(e) {
   $("status").classList.add("error");
 }
 async function render() {
-  $("status").classList.remove("error");
+  status(""); // the previous screen's status is not this one's
   // Each screen writes into a view of its own: a screen still loading when the operator moves
   // on writes into a view no longer on the page, and its refresh ends with it.
   const main = h("div", { class: "view" });
   $("main").replaceChildren(main);
-  const [path, query] = (location.hash.slice(1) || "/movements").split("?");
+  const [path, query] = (location.hash.slice(1) || "/attention").split("?");
   const parts = path.split("/").filter(Boolean);
   if (!me && sessionStorage.getItem(KEY)) {
     try {
@@ -619,35 +1111,51 @@ async function render() {
     return;
   }
   $("who").textContent = `${me.principal} (${me.role})`;
+  const screen = { proposals: "templates" }[parts[0]] || parts[0] || "attention";
   for (const a of document.querySelectorAll("header nav a")) {
-    if (a.getAttribute("href") === `#/${parts[0] || "movements"}`) a.setAttribute("aria-current", "page");
+    if (a.getAttribute("href") === `#/${screen}`) a.setAttribute("aria-current", "page");
     else a.removeAttribute("aria-current");
   }
+  // Screens only an admin uses are not offered to others (the API refuses them anyway).
+  for (const a of document.querySelectorAll("header nav a[data-role]")) a.hidden = !can(a.dataset.role);
+  refreshCounts();
   try {
     // A route names a screen and its data, never a path: ids and keys are checked, then
     // encoded wherever they go into a request.
     const arg = (i, re) => {
       let v;
       try { v = decodeURIComponent(parts[i]); } catch { v = null; }
-      if (v === null || !re.test(v)) throw Object.assign(new Error(`"${spelled(String(parts[i]))}" is not a valid ${re === UUID ? "movement id" : "node key"}`), { code: "NOT_A_ROUTE" });
+      if (v === null || !re.test(v)) throw Object.assign(new Error(`"${spelled(String(parts[i]))}" is not a valid ${re === NODE_KEY ? "node key" : re === TEMPLATE_KEY ? "template key" : parts[0] === "movements" ? "movement id" : "id"}`), { code: "NOT_A_ROUTE" });
       return v;
     };
+    const TRANSFER = { test: (v) => UUID.test(v) };
     if (parts[0] === "movements" && parts.length > 4) throw Object.assign(new Error("no such screen"), { code: "NOT_A_ROUTE" });
     if (parts[0] === "movements" && parts[1] && parts[2] === "nodes" && parts[3]) await nodeScreen(main, arg(1, UUID), arg(3, NODE_KEY));
     else if (parts[0] === "movements" && parts[1] && parts.length === 2) await movementScreen(main, arg(1, UUID));
     else if (parts[0] === "movements" && parts[1]) throw Object.assign(new Error("no such screen"), { code: "NOT_A_ROUTE" });
-    else if (parts[0] === "callbacks") await callbacksScreen(main);
-    else if (parts[0] === "workers") await workersScreen(main);
+    else if (parts[0] === "movements") await movementsScreen(main, query || "");
+    else if (parts[0] === "attention") await attentionScreen(main);
+    else if (parts[0] === "approvals") await approvalsScreen(main);
+    else if (parts[0] === "transfers" && parts[1]) await transferScreen(main, arg(1, TRANSFER));
+    else if (parts[0] === "transfers") await transfersScreen(main, query || "");
+    else if (parts[0] === "templates" && parts[1]) await templateScreen(main, arg(1, TEMPLATE_KEY));
+    else if (parts[0] === "templates") await templatesScreen(main);
+    else if (parts[0] === "proposals" && parts[1]) await proposalScreen(main, arg(1, UUID));
+    else if (parts[0] === "keys") await keysScreen(main);
+    else if (parts[0] === "audit") await auditScreen(main, query || "");
+    else if (parts[0] === "callbacks") await callbacksScreen(main, query || "");
+    else if (parts[0] === "workers") await workersScreen(main, query || "");
     else if (parts[0] === "health") await healthScreen(main);
     else if (parts[0] === "controls") await controlsScreen(main);
-    else if (parts[0] === "balances") await balancesScreen(main);
-    else await movementsScreen(main, query || "");
+    else if (parts[0] === "balances") await balancesScreen(main, query || "");
+    else await attentionScreen(main);
   } catch (e) {
     if (e.status === 401 || !main.isConnected) return;
     put(main, h("h1", {}, "Could not load this screen"), failure("This screen", e));
   }
 }
 window.addEventListener("hashchange", () => render());
+setInterval(() => { if (me && !$("action").open) refreshCounts(); }, 5000);
 window.addEventListener("DOMContentLoaded", () => {
   $("signout").addEventListener("click", () => signOut("Signed out."));
   // The skip link moves the focus; it must not change the route.

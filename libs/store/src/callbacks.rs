@@ -176,10 +176,18 @@ pub async fn record_failed(
     .await?)
 }
 
-/// Replays a dead letter: a new pending row with the same event (same `event_id` and
+/// Replays a dead letter once: a new pending row with the same event (same `event_id` and
 /// payload), a fresh timestamp and nonce, `replay_of` → the old row, which stays `dlq`.
 /// `None` when `id` is not a `dlq` row.
 pub async fn replay(conn: &mut PgConnection, id: Uuid) -> Result<Option<CallbackRow>> {
+    // The dead letter's row lock serializes replays of it; the insert, a statement of its own,
+    // then sees a replay another transaction committed while this one waited.
+    let locked = sqlx::query_scalar!("SELECT id FROM movement_callback_outbox WHERE id = $1 FOR UPDATE", id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    if locked.is_none() {
+        return Ok(None);
+    }
     let row = sqlx::query_as!(
         CallbackRow,
         r#"INSERT INTO movement_callback_outbox
@@ -187,8 +195,8 @@ pub async fn replay(conn: &mut PgConnection, id: Uuid) -> Result<Option<Callback
               callback_timestamp, callback_nonce, replay_of, traceparent)
          SELECT gen_random_uuid(), request_id, event_id, event_type, sequence, payload, callback_url, max_attempts,
                 extract(epoch FROM now())::bigint, gen_random_uuid()::text, id, traceparent
-         FROM movement_callback_outbox WHERE id = $1 AND status = 'dlq'
-         ON CONFLICT (replay_of) WHERE replay_of IS NOT NULL DO NOTHING
+         FROM movement_callback_outbox d WHERE d.id = $1 AND d.status = 'dlq'
+           AND NOT EXISTS (SELECT 1 FROM movement_callback_outbox r WHERE r.replay_of = $1)
          RETURNING id, request_id, event_id, event_type, sequence, payload, callback_url, status, attempts,
              max_attempts, next_attempt_at, last_error, callback_timestamp, callback_nonce, replay_of, sent_at,
              created_at, traceparent,
@@ -257,9 +265,12 @@ pub async fn list(
 
 /// The replay of dead letter `id`, if it was replayed.
 pub async fn replayed_as(conn: &mut PgConnection, id: Uuid) -> Result<Option<Uuid>> {
-    Ok(sqlx::query_scalar!("SELECT id FROM movement_callback_outbox WHERE replay_of = $1", id)
-        .fetch_optional(&mut *conn)
-        .await?)
+    Ok(sqlx::query_scalar!(
+        "SELECT id FROM movement_callback_outbox WHERE replay_of = $1 ORDER BY created_at, id LIMIT 1",
+        id
+    )
+    .fetch_optional(&mut *conn)
+    .await?)
 }
 
 pub async fn exists(conn: &mut PgConnection, id: Uuid) -> Result<bool> {

@@ -124,6 +124,34 @@ async fn a_dead_letter_replays_as_the_same_event_with_a_fresh_nonce(pool: PgPool
     Ok(())
 }
 
+/// Two operators replay the same dead letter at once: one replay, whichever commits first.
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn concurrent_replays_of_a_dead_letter_make_one(pool: PgPool) -> Result<()> {
+    let id = enqueue(&pool, "drift_detected", A).await?;
+    let token = claim(&pool, 10, 300.0).await?[0].claim_token.expect("token");
+    callbacks::record_failed(&mut *pool.acquire().await?, id, token, 1, "gone", None).await?;
+    let mut first = pool.begin().await?;
+    assert!(callbacks::replay(&mut first, id).await?.is_some());
+    let second = {
+        let pool = pool.clone();
+        tokio::spawn(async move {
+            let mut tx = pool.begin().await?;
+            let row = callbacks::replay(&mut tx, id).await?;
+            tx.commit().await?;
+            Ok::<_, qtg_store::StoreError>(row)
+        })
+    };
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    first.commit().await?;
+    assert!(second.await.expect("joined")?.is_none(), "the second replay waits, then sees the first");
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM movement_callback_outbox WHERE replay_of = $1")
+        .bind(id)
+        .fetch_one(&pool)
+        .await?;
+    assert_eq!(n, 1);
+    Ok(())
+}
+
 /// A sender that died holding the claim: its lease (0 s) is over, the row is claimed again,
 /// and once every attempt is used it dead-letters without an outcome ever being recorded.
 #[sqlx::test(migrator = "qtg_store::MIGRATOR")]

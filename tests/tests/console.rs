@@ -489,6 +489,8 @@ async fn an_operators_day_on_every_screen() -> anyhow::Result<()> {
     b.goto(&format!("{}/console#/balances", api.base)).await?;
     b.wait_text("main", "Totals per asset", T).await?;
     b.wait_text("main", "90.5", T).await?;
+    b.click("button[data-action=read-now]").await?;
+    b.wait_text("#read-at", "Venues read now at", T).await?;
     b.click("a[data-history='sim_a/USDT']").await?;
     b.wait("#balance-history svg polyline", T).await?;
     b.screenshot(&shots, "18-balances").await?;
@@ -519,6 +521,40 @@ async fn an_operators_day_on_every_screen() -> anyhow::Result<()> {
     b.goto(&format!("{}/console#/workers", api.base)).await?;
     b.wait_text("main", "Heartbeat", T).await?;
     b.wait_text("main", "UTC", T).await?;
+    b.close().await;
+    drop(api);
+    db.drop_db().await;
+    Ok(())
+}
+
+/// With MG_API_KEY_CREATION_APPROVALS=2 the console's "Create key" makes a request: its admin is
+/// told another admin decides, and a second admin approves it there and sees the secret once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn two_admins_make_a_key_in_the_console() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[]).await?;
+    let bob = api.key("bob", "admin").await?;
+    drop(api);
+    let api = Api::start(&db.url, &[("MG_API_KEY_CREATION_APPROVALS", "2")]).await?;
+    let b = Browser::start().await?;
+    sign_in(&b, &api.base, &api.admin_key).await?;
+    b.goto(&format!("{}/console#/keys", api.base)).await?;
+    b.click("button[data-action=create-key]").await?;
+    b.fill("#f-principal", "reporting-bot").await?;
+    b.click("#action-submit").await?;
+    b.wait_text("main", "yours: another admin decides", T).await?;
+    assert_eq!(b.count("#new-secret").await?, 0, "no secret before a second admin approves");
+    sign_in(&b, &api.base, &bob).await?;
+    b.goto(&format!("{}/console#/keys", api.base)).await?;
+    b.wait_text("main", "reporting-bot", T).await?;
+    b.click("button[data-action=approve]").await?;
+    b.click("#action-submit").await?;
+    let secret = b.wait_text("#new-secret", "qtg_", T).await?;
+    b.screenshot(&std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots"), "21-key-request")
+        .await?;
+    b.click("#action-cancel").await?;
+    let me = api.ok("GET", "/v3/me", secret.trim(), None, 200).await?;
+    assert_eq!(me["principal"], "reporting-bot");
     b.close().await;
     drop(api);
     db.drop_db().await;

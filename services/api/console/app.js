@@ -695,8 +695,10 @@ function historyChart(rows) {
 async function balancesScreen(main, params) {
   const q = new URLSearchParams(params);
   const history = h("div", { id: "balance-history" });
+  let lastRead = null; // when this screen last read the venues now
   const load = async (fresh) => {
     const b = await api("GET", `/v3/balances${fresh ? "?fresh=true" : ""}`);
+    if (fresh) lastRead = clock();
     // Withdrawals from a venue account that no movement explains (cex_transfer_ingest): what a
     // treasury must look at first.
     const u = await api("GET", "/v3/venue-transfers?unexplained=true&direction=withdrawal&limit=50");
@@ -712,14 +714,9 @@ async function balancesScreen(main, params) {
       const rows = b.items.filter((r) => r.asset === a);
       return { asset: a, free: addDecimals(rows.map((r) => r.free)), locked: addDecimals(rows.map((r) => r.locked)), venues: new Set(rows.map((r) => r.venue_key)).size, stale: rows.some((r) => r.stale) };
     });
-    const read = can("viewer") ? actionButton("Read now", async () => {
-      try {
-        const r = await load(true);
-        status(`balances read now${r ? "" : ""}, ${clock()}`);
-      } catch (e) { showError(e); }
-    }, "primary") : null;
+    const read = actionButton("Read now", () => load(true).catch(showError), "primary");
     put(main, h("h1", {}, "Balances"), ...attention,
-      h("div", { class: "actions" }, read, b.failed?.length ? h("span", { class: "error" }, `Not read: ${b.failed.map((f) => `${f.venue_key}: ${f.error}`).join("; ")}`) : null),
+      h("div", { class: "actions" }, read, lastRead ? h("span", { id: "read-at", class: "muted" }, `Venues read now at ${lastRead}`) : null, b.failed?.length ? h("span", { class: "error" }, `Not read: ${b.failed.map((f) => `${f.venue_key}: ${f.error}`).join("; ")}`) : null),
       h("h2", {}, "Totals per asset"),
       table(totals, [["Asset", (t) => val(t.asset)], ["Free", (t) => t.free], ["Locked", (t) => t.locked], ["Venues", (t) => t.venues], ["Freshness", (t) => badge(t.stale ? "stale" : "fresh")]], "totals per asset"),
       h("h2", {}, "Per venue and account"),

@@ -64,8 +64,17 @@ async fn search_the_approval_queue_attention_and_a_bulk_replay() -> anyhow::Resu
     assert_eq!(find("amount_max=99.99").await?, vec![two.clone(), small.clone()]);
     assert_eq!(find("amount_min=50&amount_max=100&destination=0xDEF").await?, vec![two.clone()]);
     assert_eq!(find(&format!("id={}", &small[..8])).await?, vec![small.clone()]);
+    assert_eq!(find(&format!("id={}", small[..13].to_uppercase())).await?, vec![small.clone()], "any case, dashes");
     assert!(find("until=2000-01-01T00:00:00Z").await?.is_empty());
-    for bad in ["amount_min=ten", "id=xyz", "node_state=STUCK", "awaiting_approval=bob", "until=tomorrow"] {
+    for bad in [
+        "amount_min=ten",
+        "id=xyz",
+        "id=----",
+        "id=12%25",
+        "node_state=STUCK",
+        "awaiting_approval=bob",
+        "until=tomorrow",
+    ] {
         let (status, err) = api.call("GET", &q(bad), &keys.requester, None).await?;
         assert_eq!((status, err["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{bad}: {err}");
     }
@@ -87,6 +96,8 @@ async fn search_the_approval_queue_attention_and_a_bulk_replay() -> anyhow::Resu
     assert_eq!((att["pending_approval"].as_i64(), att["awaiting_my_approval"].as_i64()), (Some(3), Some(3)), "{att}");
     let att = api.ok("GET", "/v3/attention", &keys.approver, None, 200).await?;
     assert_eq!(att["awaiting_my_approval"].as_i64(), Some(2), "{att}");
+    let att = api.ok("GET", "/v3/attention", &keys.requester, None, 200).await?;
+    assert_eq!(att["awaiting_my_approval"].as_i64(), Some(0), "only an approver has a queue: {att}");
 
     // A node in UNKNOWN is counted and found.
     let stuck = create(&api, &keys, "att.stuck", "att-4", "1", "0x1").await?;
@@ -149,6 +160,13 @@ async fn search_the_approval_queue_attention_and_a_bulk_replay() -> anyhow::Resu
             && audit.to_string().matches("receiver back after the outage").count() == 2)
     })
     .await?;
+
+    // A destination given as an object is found by its address.
+    let body = json!({"template_key": "att.one", "idempotency_key": "att-obj",
+        "intent": {"asset": "USDC", "amount": "5", "source": "venue-a",
+                   "destination": {"address": "0xObj", "memo": "7"}}});
+    let obj = api.ok("POST", "/v3/movements", &keys.requester, Some(body), 201).await?;
+    assert_eq!(find("destination=0xOBJ").await?, vec![obj["id"].as_str().unwrap_or_default().to_string()]);
 
     // Proposals and key requests are listed.
     let pending = api
@@ -217,4 +235,46 @@ async fn a_stopped_worker_leaves_no_heartbeat_and_a_long_silent_one_is_gone() ->
     drop(api);
     db.drop_db().await;
     Ok(())
+}
+
+/// The balance chart's view: the window cut into `limit` intervals, per account the last
+/// snapshot of each, whatever the snapshot rate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_balance_history_is_spread_over_its_window() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[]).await?;
+    let viewer = api.key("watcher", "viewer").await?;
+    // 600 snapshots a minute apart over the last 10 hours, the newest 30 s old.
+    sqlx::query(
+        "INSERT INTO balance_snapshots (venue_key, account, asset, free, locked, source, as_of)
+         SELECT 'sim_a', 'sim_a', 'USDT', m, 0, 'worker', now() - interval '30 seconds' - make_interval(mins => m)
+         FROM generate_series(0, 599) AS m",
+    )
+    .execute(&db.pool)
+    .await?;
+    let since = (chrono::Utc::now() - chrono::Duration::hours(10)).to_rfc3339();
+    let q = |extra: &str| {
+        format!("/v3/balances/history?venue=sim_a&asset=USDT&limit=20&since={}{extra}", urlencode(&since))
+    };
+    let plain = api.ok("GET", &q(""), &viewer, None, 200).await?;
+    let rows = plain["items"].as_array().cloned().unwrap_or_default();
+    assert_eq!(rows.len(), 20);
+    assert_eq!(rows[19]["free"], "580", "without spread: the first 20 of the window");
+    let spread = api.ok("GET", &q("&spread=true"), &viewer, None, 200).await?;
+    let rows = spread["items"].as_array().cloned().unwrap_or_default();
+    assert!((19..=21).contains(&rows.len()), "one per interval: {}", rows.len());
+    assert_eq!(rows.last().map(|r| r["free"].clone()), Some(json!("0")), "the newest snapshot closes the chart");
+    let first: i64 = rows[0]["free"].as_str().unwrap_or_default().parse()?;
+    assert!(first >= 560, "the first interval's last snapshot: {first}");
+    let times: Vec<&str> = rows.iter().filter_map(|r| r["as_of"].as_str()).collect();
+    assert!(times.windows(2).all(|w| w[0] < w[1]), "oldest first");
+    let (status, _) = api.call("GET", "/v3/balances/history?venue=sim_a&asset=USDT&spread=true", &viewer, None).await?;
+    assert_eq!(status, 400, "spread needs since");
+    drop(api);
+    db.drop_db().await;
+    Ok(())
+}
+
+fn urlencode(s: &str) -> String {
+    s.replace('+', "%2B").replace(':', "%3A")
 }

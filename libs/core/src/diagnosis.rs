@@ -6,7 +6,9 @@ use serde::Serialize;
 use serde_json::Value;
 
 use crate::codes::RunbookCase;
-use crate::markers::{LEGACY_RECONCILIATION_GATED, MANUAL_REVIEW_REQUIRED, STATUS_UNMAPPED, SUBMIT_ATTEMPT_PENDING};
+use crate::markers::{
+    LATE_EFFECT, LEGACY_RECONCILIATION_GATED, MANUAL_REVIEW_REQUIRED, STATUS_UNMAPPED, SUBMIT_ATTEMPT_PENDING,
+};
 use crate::state::{NodeState, RequestState};
 
 /// What diagnosis looks at (timing by the database's clock).
@@ -89,13 +91,24 @@ pub fn diagnose(f: &NodeFacts) -> Diagnosis {
         }
         NodeState::Unknown if never_persisted => d(RunbookCase::C6),
         NodeState::Unknown | NodeState::Observing | NodeState::Submitted => d(RunbookCase::C7),
-        // Not stuck, but the reason the movement waits for a person: say what to do about it.
+        // Not stuck, but a failed node of a movement that waits for a person: say what to do.
+        NodeState::Failed if f.request_state == RequestState::ManualIntervention && flag(refs, LATE_EFFECT) => {
+            Diagnosis {
+                case: NOT_STUCK,
+                title: "Failed, with a late effect: money may have moved",
+                required_action: "An executor reported an effect after this node ended: do not retry it. Reconcile \
+                    with the venue or chain (its provider refs and history name the reference), then cancel the \
+                    movement with the runbook case and evidence of what moved.",
+                also_consider: Vec::new(),
+            }
+        }
         NodeState::Failed if f.request_state == RequestState::ManualIntervention => Diagnosis {
             case: NOT_STUCK,
             title: "Failed: the movement waits for a person",
-            required_action: "This node's failure put the movement into MANUAL_INTERVENTION. Read its error and \
-                history. If the venue or chain shows no effect of the failed attempt, retry the node, then resume \
-                the movement; if the failure is final, cancel the movement with a reason.",
+            required_action: "This node failed and its movement waits in MANUAL_INTERVENTION (check the movement's \
+                other nodes too). Read its error and history. If the venue or chain shows no effect of the failed \
+                attempt, retry the node (the movement runs again); if the failure is final, cancel the movement \
+                with a reason.",
             also_consider: Vec::new(),
         },
         _ => Diagnosis {
@@ -148,7 +161,13 @@ mod tests {
         let f = NodeFacts { request_state: RequestState::ManualIntervention, ..facts(NodeState::Failed, json!({})) };
         let d = diagnose(&f);
         assert_eq!(d.case, NOT_STUCK);
-        assert!(d.required_action.contains("retry the node"), "{d:?}");
+        assert!(d.required_action.contains("retry the node") && !d.required_action.contains("resume"), "{d:?}");
+        let late = NodeFacts {
+            request_state: RequestState::ManualIntervention,
+            ..facts(NodeState::Failed, json!({"__late_effect": {"reported": "filled"}}))
+        };
+        let d = diagnose(&late);
+        assert!(d.required_action.contains("do not retry") && d.required_action.contains("cancel"), "{d:?}");
         let done = NodeFacts { request_state: RequestState::Failed, ..facts(NodeState::Failed, json!({})) };
         assert!(diagnose(&done).required_action.starts_with("Nothing to do"));
     }

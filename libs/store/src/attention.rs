@@ -10,7 +10,7 @@ use crate::Result;
 #[derive(Debug, Clone, Default, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Attention {
-    /// Movements not finished with a node in UNKNOWN (recovery's, then a person's).
+    /// Movements with a node in UNKNOWN (recovery's, then a person's).
     pub unknown: i64,
     /// Movements in MANUAL_INTERVENTION.
     pub manual_intervention: i64,
@@ -18,7 +18,8 @@ pub struct Attention {
     pub waiting_manual_action: i64,
     /// Movements in PENDING_APPROVAL.
     pub pending_approval: i64,
-    /// Movements waiting for the caller's approval (not created by them, not approved by them).
+    /// Movements waiting for the caller's approval (not created by them, not approved by them,
+    /// not expired); 0 for a caller who cannot approve.
     pub awaiting_my_approval: i64,
     /// Dead-lettered callbacks not replayed yet.
     pub dlq: i64,
@@ -47,14 +48,13 @@ pub async fn counts(
     let r = sqlx::query!(
         r#"SELECT
              (SELECT count(DISTINCT n.request_id) FROM movement_request_nodes n
-                JOIN movement_requests m ON m.id = n.request_id
-               WHERE n.node_state = 'UNKNOWN'
-                 AND m.request_state NOT IN ('COMPLETED', 'FAILED', 'CANCELLED', 'REJECTED', 'EXPIRED')) AS "unknown!",
+               WHERE n.node_state = 'UNKNOWN') AS "unknown!",
              (SELECT count(*) FROM movement_requests WHERE request_state = 'MANUAL_INTERVENTION') AS "manual!",
              (SELECT count(*) FROM movement_requests WHERE request_state = 'WAITING_MANUAL_ACTION') AS "waiting!",
              (SELECT count(*) FROM movement_requests WHERE request_state = 'PENDING_APPROVAL') AS "pending!",
              (SELECT count(*) FROM movement_requests m
                WHERE m.request_state = 'PENDING_APPROVAL' AND lower(m.created_by) <> lower($1)
+                 AND (m.expires_at IS NULL OR m.expires_at > now())
                  AND NOT EXISTS (SELECT 1 FROM movement_approvals a
                                   WHERE a.request_id = m.id AND lower(a.approver) = lower($1))) AS "mine!",
              (SELECT count(*) FROM movement_callback_outbox c WHERE c.status = 'dlq'

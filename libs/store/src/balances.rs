@@ -113,6 +113,38 @@ pub async fn history(
     .await?)
 }
 
+/// A chart's view of the history since `since`: the time to now cut into `buckets` equal
+/// intervals, and per account the last snapshot of each interval, oldest first (at most
+/// `buckets` rows per account, whatever the snapshot rate).
+pub async fn history_spread(
+    conn: &mut PgConnection,
+    stale_seconds: f64,
+    venue: &str,
+    asset: &str,
+    since: DateTime<Utc>,
+    buckets: i64,
+) -> Result<Vec<Snapshot>> {
+    Ok(sqlx::query_as!(
+        Snapshot,
+        r#"SELECT venue_key, account, asset, free::text AS "free!", locked::text AS "locked!", source, as_of,
+                  (as_of < now() - make_interval(secs => $1)) AS "stale!"
+             FROM (SELECT DISTINCT ON (account, bucket) *
+                     FROM (SELECT b.*, floor(extract(epoch FROM b.as_of - $4)
+                                   / greatest(extract(epoch FROM now() - $4) / $5, 0.001))::bigint AS bucket
+                             FROM balance_snapshots b
+                            WHERE b.venue_key = $2 AND upper(b.asset) = upper($3) AND b.as_of >= $4) x
+                    ORDER BY account, bucket, as_of DESC, id DESC) s
+            ORDER BY as_of, id LIMIT 5000"#,
+        stale_seconds,
+        venue,
+        asset,
+        since,
+        buckets as f64,
+    )
+    .fetch_all(&mut *conn)
+    .await?)
+}
+
 /// The source's free balance of `asset`: for every venue / account pair whose venue_key or
 /// account is `source` (case-insensitive), its latest snapshot younger than
 /// `max_age_seconds`; `covers` when any of them holds `amount` (a source named ambiguously —

@@ -251,8 +251,8 @@ pub struct MovementFilter<'a> {
     pub since: Option<DateTime<Utc>>,
     /// Created before.
     pub until: Option<DateTime<Utc>>,
-    /// The id's first characters (lower-case hex and dashes).
-    pub id_prefix: Option<&'a str>,
+    /// Ids within this range, both ends included (an id's first hex digits, padded with 0 and f).
+    pub id_range: Option<(Uuid, Uuid)>,
     pub idempotency_key: Option<&'a str>,
     /// The intent's destination, compared without case.
     pub destination: Option<&'a str>,
@@ -284,9 +284,11 @@ pub async fn list(
              AND ($6::text IS NULL OR created_by = $6)
              AND ($7::timestamptz IS NULL OR created_at >= $7)
              AND ($8::timestamptz IS NULL OR created_at < $8)
-             AND ($9::text IS NULL OR id::text LIKE $9 || '%')
+             AND ($9::uuid IS NULL OR id BETWEEN $9 AND $17)
              AND ($10::text IS NULL OR idempotency_key = $10)
-             AND ($11::text IS NULL OR lower(intent ->> 'destination') = lower($11))
+             AND ($11::text IS NULL OR lower(CASE jsonb_typeof(intent -> 'destination')
+                                                   WHEN 'object' THEN intent -> 'destination' ->> 'address'
+                                                   ELSE intent ->> 'destination' END) = lower($11))
              AND ($12::text IS NULL OR lower(intent ->> 'asset') = lower($12))
              AND ($13::text IS NULL OR (CASE WHEN intent ->> 'amount' ~ '^[0-9]+(\.[0-9]+)?$'
                                              THEN (intent ->> 'amount')::numeric END) >= $13::numeric)
@@ -295,6 +297,7 @@ pub async fn list(
              AND ($15::text IS NULL OR EXISTS (SELECT 1 FROM movement_request_nodes n
                                                WHERE n.request_id = movement_requests.id AND n.node_state = $15))
              AND ($16::text IS NULL OR (request_state = 'PENDING_APPROVAL' AND lower(created_by) <> lower($16)
+                  AND (expires_at IS NULL OR expires_at > now())
                   AND NOT EXISTS (SELECT 1 FROM movement_approvals a
                                   WHERE a.request_id = movement_requests.id AND lower(a.approver) = lower($16))))
            ORDER BY created_at DESC, id DESC LIMIT $4"#,
@@ -306,7 +309,7 @@ pub async fn list(
         filter.created_by,
         filter.since,
         filter.until,
-        filter.id_prefix,
+        filter.id_range.map(|r| r.0),
         filter.idempotency_key,
         filter.destination,
         filter.asset,
@@ -314,6 +317,7 @@ pub async fn list(
         filter.amount_max,
         filter.node_state,
         filter.awaiting_approval_by,
+        filter.id_range.map(|r| r.1),
     )
     .fetch_all(&mut *conn)
     .await?;

@@ -37,7 +37,7 @@ function focusKey(el) {
   if (!el || el === document.body) return null;
   const attr = (a) => `[${a}="${CSS.escape(el.getAttribute(a))}"]`;
   if (el.id) return `#${CSS.escape(el.id)}`;
-  for (const a of ["data-action", "data-node", "href"]) if (el.getAttribute(a)) return `${el.tagName.toLowerCase()}${attr(a)}`;
+  for (const a of ["data-action", "data-node", "data-tile", "data-callback", "data-history", "href"]) if (el.getAttribute(a)) return `${el.tagName.toLowerCase()}${attr(a)}`;
   return null;
 }
 /** Replaces el's children, skipping the null/false of optional parts; keeps the keyboard focus. */
@@ -234,9 +234,9 @@ function act({ title, help, fields, submit, danger, onDone }) {
     }
     button.disabled = true;
     try {
-      await submit(values);
+      const said = await submit(values);
       dialog.close();
-      status(`${title}: done`);
+      status(typeof said === "string" ? said : `${title}: done`);
       if (onDone) onDone();
     } catch (e) {
       $("action-error").textContent = `${e.code ? `${e.code}: ` : ""}${e.message}`;
@@ -310,7 +310,14 @@ async function movementsScreen(main, params) {
     put(list, movementRows(page.items), page.next_cursor ? h("p", { class: "muted" }, `The newest ${page.items.length} are shown; narrow the search to see older ones.`) : null);
     status(`movements: ${page.items.length} shown, ${clock()}`);
   };
-  await load();
+  // A search the API refuses (a bad id or amount) is said under the form, which stays.
+  try {
+    await load();
+  } catch (e) {
+    if (e.status === 401) throw e;
+    put(list, failure("The search", e));
+    return;
+  }
   if (live.checked) every(main, load);
 }
 
@@ -589,6 +596,7 @@ async function callbacksScreen(main, params) {
   h("label", { for: "dlq-since" }, "Created from (UTC)", from), h("label", { for: "dlq-all", class: "inline" }, all, "Include replayed"),
   h("button", { type: "submit" }, "Apply"));
   const selected = new Set();
+  const opened = new Set(); // payloads open across refreshes
   const list = h("div", { id: "dlq-list" });
   const bulk = h("button", { type: "button", id: "replay-selected", class: "primary", disabled: true, "data-action": "replay-selected" }, "Replay selected");
   const setBulk = () => { bulk.disabled = selected.size === 0; bulk.textContent = `Replay selected (${selected.size})`; };
@@ -610,11 +618,17 @@ async function callbacksScreen(main, params) {
       table(pg.items, [["", pick], ["Movement", (c) => c.request_id ? h("a", { href: `#/movements/${c.request_id}`, class: "mono" }, c.request_id.slice(0, 8)) : "— (an alert)"],
         ["Event", (c) => c.event_type], ["Seq", (c) => c.sequence], ["URL", (c) => c.callback_url, "mono"], ["Attempts", (c) => `${c.attempts}/${c.max_attempts}`],
         ["Last error", (c) => c.last_error], ["Created (UTC)", (c) => when(c.created_at)],
-        ["Payload", (c) => h("details", {}, h("summary", {}, "view"), json(c.payload))]], "dead-lettered callbacks"));
+        ["Payload", (c) => h("details", { open: opened.has(c.id), ontoggle: (ev) => { if (ev.target.open) opened.add(c.id); else opened.delete(c.id); } },
+          h("summary", { "data-callback": `payload-${c.id}` }, "view"), json(c.payload))]], "dead-lettered callbacks"));
     put(list, render(page));
     setBulk();
     status(`dlq: ${page.items.length} shown, ${clock()}`);
   };
+  const first = () => load().catch((e) => {
+    if (e.status === 401) throw e;
+    put(list, failure("The dead letters", e));
+    return false;
+  });
   bulk.addEventListener("click", () => act({ title: "Replay selected", help: `Each of the ${selected.size} dead letter(s) is sent again once, as a new delivery of the same event; one that cannot be replayed does not stop the others.`,
     fields: [reasonField], submit: async (v) => {
       const r = await api("POST", "/v3/callbacks/actions/replay", { ids: [...selected], reason: v.reason });
@@ -622,7 +636,7 @@ async function callbacksScreen(main, params) {
       put(result, h("p", { class: failed.length ? "error" : "note" }, `Replayed ${r.replayed} of ${r.outcomes.length}.`, failed.length ? ` Not replayed: ${failed.map((o) => `${o.id.slice(0, 8)} (${o.error})`).join("; ")}` : ""));
       selected.clear();
     }, onDone: () => load().catch(showError) }));
-  await load();
+  if ((await first()) === false) return;
   every(main, load);
 }
 async function workersScreen(main, params) {
@@ -646,7 +660,9 @@ async function workersScreen(main, params) {
 // ---- balances: totals, read now, history as a chart -----------------------------------------------
 /** Exact decimal sum of decimal strings (BigInt; no float rounding in a total). */
 function addDecimals(values) {
-  const parts = values.map((v) => String(v ?? "0").trim()).filter((v) => /^-?\d+(\.\d+)?$/.test(v));
+  const parts = values.map((v) => String(v ?? "0").trim());
+  // A value that is not a plain decimal (NaN, an exponent) makes the total unknown, never short.
+  if (parts.some((v) => !/^-?\d+(\.\d+)?$/.test(v))) return null;
   const scale = Math.max(0, ...parts.map((v) => (v.split(".")[1] || "").length));
   let total = 0n;
   for (const v of parts) {
@@ -660,6 +676,7 @@ function addDecimals(values) {
   if (scale > 0) s = `${s.slice(0, -scale)}.${s.slice(-scale)}`.replace(/\.?0+$/, "");
   return `${neg ? "-" : ""}${s}`;
 }
+const unreadable = () => h("span", { class: "error", title: "a balance of this asset is not a plain decimal: no total is shown rather than a wrong one" }, "— (a balance is unreadable)");
 /** A line chart of snapshots (one line per account): the figures a person compares at a glance. */
 function historyChart(rows) {
   const NS = "http://www.w3.org/2000/svg";
@@ -695,10 +712,14 @@ function historyChart(rows) {
 async function balancesScreen(main, params) {
   const q = new URLSearchParams(params);
   const history = h("div", { id: "balance-history" });
-  let lastRead = null; // when this screen last read the venues now
+  let lastRead = null; // when this screen last read the venues now, and what it could not read
+  let lastFailed = [];
   const load = async (fresh) => {
     const b = await api("GET", `/v3/balances${fresh ? "?fresh=true" : ""}`);
-    if (fresh) lastRead = clock();
+    if (fresh) {
+      lastRead = clock();
+      lastFailed = b.failed || [];
+    }
     // Withdrawals from a venue account that no movement explains (cex_transfer_ingest): what a
     // treasury must look at first.
     const u = await api("GET", "/v3/venue-transfers?unexplained=true&direction=withdrawal&limit=50");
@@ -709,16 +730,16 @@ async function balancesScreen(main, params) {
           ["Asset", (t) => val(t.asset)], ["Amount", (t) => val(t.amount)], ["To", (t) => val(t.address)],
           ["Status", (t) => val(t.status)], ["Seen (UTC)", (t) => when(t.first_seen_at)], ["Alerted (UTC)", (t) => t.alerted_at ? when(t.alerted_at) : "not yet"]],
           "unexplained withdrawals"))];
-    const assets = [...new Set(b.items.map((r) => r.asset))].sort();
+    const assets = [...new Set(b.items.map((r) => String(r.asset).toUpperCase()))].sort();
     const totals = assets.map((a) => {
-      const rows = b.items.filter((r) => r.asset === a);
+      const rows = b.items.filter((r) => String(r.asset).toUpperCase() === a);
       return { asset: a, free: addDecimals(rows.map((r) => r.free)), locked: addDecimals(rows.map((r) => r.locked)), venues: new Set(rows.map((r) => r.venue_key)).size, stale: rows.some((r) => r.stale) };
     });
     const read = actionButton("Read now", () => load(true).catch(showError), "primary");
     put(main, h("h1", {}, "Balances"), ...attention,
-      h("div", { class: "actions" }, read, lastRead ? h("span", { id: "read-at", class: "muted" }, `Venues read now at ${lastRead}`) : null, b.failed?.length ? h("span", { class: "error" }, `Not read: ${b.failed.map((f) => `${f.venue_key}: ${f.error}`).join("; ")}`) : null),
+      h("div", { class: "actions" }, read, lastRead ? h("span", { id: "read-at", class: "muted" }, `Venues read now at ${lastRead}`) : null, lastFailed.length ? h("span", { class: "error", id: "read-failed" }, `Not read: ${lastFailed.map((f) => `${f.venue_key}: ${f.error}`).join("; ")}`) : null),
       h("h2", {}, "Totals per asset"),
-      table(totals, [["Asset", (t) => val(t.asset)], ["Free", (t) => t.free], ["Locked", (t) => t.locked], ["Venues", (t) => t.venues], ["Freshness", (t) => badge(t.stale ? "stale" : "fresh")]], "totals per asset"),
+      table(totals, [["Asset", (t) => val(t.asset)], ["Free", (t) => t.free ?? unreadable()], ["Locked", (t) => t.locked ?? unreadable()], ["Venues", (t) => t.venues], ["Freshness", (t) => badge(t.stale ? "stale" : "fresh")]], "totals per asset"),
       h("h2", {}, "Per venue and account"),
       table(b.items, [["Venue", (r) => r.venue_key], ["Account", (r) => val(r.account)], ["Asset", (r) => val(r.asset)], ["Free", (r) => val(r.free)], ["Locked", (r) => val(r.locked)],
         ["As of (UTC)", (r) => when(r.as_of)], ["Source", (r) => r.source], ["Freshness", (r) => badge(r.stale ? "stale" : "fresh")],
@@ -727,7 +748,7 @@ async function balancesScreen(main, params) {
       history);
     if (q.get("venue") && q.get("asset")) {
       const since = new Date(Date.now() - Number(q.get("hours") || 24) * 3600e3).toISOString();
-      const hist = await api("GET", `/v3/balances/history?${new URLSearchParams({ venue: q.get("venue"), asset: q.get("asset"), since, limit: "200" })}`);
+      const hist = await api("GET", `/v3/balances/history?${new URLSearchParams({ venue: q.get("venue"), asset: q.get("asset"), since, limit: "200", spread: "true" })}`);
       put(history, h("h2", {}, `History: ${q.get("venue")} ${q.get("asset")} (UTC)`),
         h("p", {}, ["24", "168"].map((hrs) => h("a", { href: `#/balances?${new URLSearchParams({ venue: q.get("venue"), asset: q.get("asset"), hours: hrs })}`, class: "range" }, hrs === "24" ? "last 24 h " : "last 7 days"))),
         historyChart(hist.items));
@@ -758,8 +779,10 @@ async function refreshCounts() {
   } catch {
     return; // the badges keep their last figures; the screen says what failed
   }
+  const mayAct = { approvals: "approver", callbacks: "operator" };
   for (const a of document.querySelectorAll("header nav a[data-count]")) {
-    const n = NAV_COUNT[a.dataset.count]?.(counts) ?? 0;
+    const role = mayAct[a.dataset.count];
+    const n = role && !can(role) ? 0 : NAV_COUNT[a.dataset.count]?.(counts) ?? 0;
     const b = a.querySelector(".count");
     b.textContent = n > 0 ? String(n) : "";
     b.hidden = n === 0;
@@ -960,7 +983,7 @@ async function proposalScreen(main, id) {
       if (!can("admin")) why = "Reviewing a proposal needs the admin role.";
       else if (mine) why = "You proposed it: four-eyes means another admin must review it.";
       else {
-        actions.append(actionButton("Approve proposal", () => act({ title: "Approve proposal", help: `It becomes ${p.template_key} version ${(latest?.version || 0) + 1}; the version before it is retired.`,
+        actions.append(actionButton("Approve proposal", () => act({ title: "Approve proposal", help: `It becomes ${p.template_key} version ${(current?.versions?.[0]?.version || 0) + 1}; the version before it is retired.`,
           fields: [reasonField], submit: (v) => api("POST", `/v3/template-proposals/${seg(id)}/approve`, { reason: v.reason }), onDone: reload }), "primary"));
         actions.append(actionButton("Reject proposal", () => act({ title: "Reject proposal", danger: true, fields: [reasonField],
           submit: (v) => api("POST", `/v3/template-proposals/${seg(id)}/reject`, { reason: v.reason }), onDone: reload }), "danger"));
@@ -998,8 +1021,11 @@ async function keysScreen(main) {
         { name: "role", label: "Role", type: "select", options: ROLES.map((r) => [r, r]) }],
       submit: async (v) => {
         const r = await api("POST", "/v3/api-keys", { principal: v.principal, roles: [v.role] });
-        if (r.secret || r.key) showSecret(r.secret || r.key, v.principal);
-        else status(`key request for ${v.principal}: another admin must approve it`);
+        if (r.secret) {
+          showSecret(r.secret, v.principal);
+          return `key created for ${v.principal}`;
+        }
+        return `key request for ${v.principal}: another admin must approve it`;
       },
       onDone: reload }), "primary");
     put(main, h("h1", {}, "API keys"), h("div", { class: "actions" }, create),
@@ -1041,7 +1067,7 @@ async function auditScreen(main, params) {
     location.hash = `#/audit?${p}`;
   } },
   h("label", { for: "aud-movement-id" }, "Movement id", f.movement_id), h("label", { for: "aud-actor" }, "Actor", f.actor),
-  h("label", { for: "aud-action" }, "Action (e.g. movement.approve)", f.action), h("label", { for: "aud-since" }, "From (UTC)", from),
+  h("label", { for: "aud-action" }, "Action (e.g. movement.approval)", f.action), h("label", { for: "aud-since" }, "From (UTC)", from),
   h("label", { for: "aud-until" }, "to (UTC)", to), h("button", { type: "submit", id: "audit-search" }, "Search"));
   const list = h("div", { id: "audit-list" });
   put(main, h("h1", {}, "Audit trail"), form, list);
@@ -1152,9 +1178,16 @@ async function render() {
   }
 }
 window.addEventListener("hashchange", () => render());
-setInterval(() => { if (me && !$("action").open) refreshCounts(); }, 5000);
+(function countsLoop() {
+  const next = () => setTimeout(countsLoop, 5000);
+  if (me && !$("action").open) refreshCounts().finally(next);
+  else next();
+})();
 window.addEventListener("DOMContentLoaded", () => {
   $("signout").addEventListener("click", () => signOut("Signed out."));
+  // What a dialog showed (a new key's secret) goes with it.
+  // (The close event comes after the task that closed it: a dialog opened since keeps its help.)
+  $("action").addEventListener("close", () => { if (!$("action").open) $("action-help").replaceChildren(); });
   // The skip link moves the focus; it must not change the route.
   document.querySelector(".skip").addEventListener("click", (ev) => {
     ev.preventDefault();

@@ -265,6 +265,7 @@ pub struct ListQuery {
     pub event_type: Option<String>,
     pub include_gone: Option<String>,
     pub replayed: Option<String>,
+    pub spread: Option<String>,
 }
 
 impl ListQuery {
@@ -304,6 +305,7 @@ impl ListQuery {
             ("event_type", &self.event_type),
             ("include_gone", &self.include_gone),
             ("replayed", &self.replayed),
+            ("spread", &self.spread),
         ];
         match set.iter().find(|(name, v)| v.is_some() && !filters.contains(name)) {
             Some((name, _)) => Err(ApiError::validation(format!("unknown query parameter {name}"))),

@@ -36,5 +36,10 @@ pub async fn attention(
     let mut conn = s.pool.acquire().await?;
     let stale = s.settings.worker_stale.as_secs_f64();
     let gone = GONE_AFTER.as_secs_f64().max(stale);
-    Ok(Json(qtg_store::attention::counts(&mut conn, &who.name, stale, gone).await?))
+    let mut counts = qtg_store::attention::counts(&mut conn, &who.name, stale, gone).await?;
+    // Only an approver's queue is theirs to work through.
+    if who.require(crate::auth::Role::Approver).is_err() {
+        counts.awaiting_my_approval = 0;
+    }
+    Ok(Json(counts))
 }

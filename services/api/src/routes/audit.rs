@@ -16,7 +16,7 @@ use crate::AppState;
     params(
         ("movement_id" = Option<uuid::Uuid>, Query, description = "only events of this movement"),
         ("actor" = Option<String>, Query, description = "only events by this principal (or worker:<binary>)"),
-        ("action" = Option<String>, Query, description = "e.g. movement.approve, node.transition, api_key.create"),
+        ("action" = Option<String>, Query, description = "e.g. movement.approval, callback.replay, api_key.create"),
         ("since" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "RFC 3339, inclusive"),
         ("until" = Option<chrono::DateTime<chrono::Utc>>, Query, description = "RFC 3339, exclusive"),
         SeqPageQuery

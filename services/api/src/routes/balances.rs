@@ -90,13 +90,16 @@ pub async fn list_balances(
 #[utoipa::path(
     get,
     path = "/v3/balances/history",
-    summary = "A venue's snapshots of one asset since a time, oldest first (at most limit, default 50, up to 200)",
-    description = "Role: viewer. Query: venue and asset (required), since (RFC 3339), limit.",
+    summary = "A venue's snapshots of one asset since a time, oldest first (at most limit, default 50, up to 200); \
+               spread=true: the time since `since` cut into limit intervals, the last snapshot of each per account",
+    description = "Role: viewer. Query: venue and asset (required), since (RFC 3339), limit, spread (needs since).",
     params(
         ("venue" = String, Query, description = "the venue_key"),
         ("asset" = String, Query, description = "the asset"),
         ("since" = Option<String>, Query, description = "RFC 3339 time"),
         ("limit" = Option<i64>, Query, description = "1-200, default 50"),
+        ("spread" = Option<bool>, Query, description = "a chart's view: limit intervals since `since`, the last \
+                                                          snapshot of each per account"),
     ),
     responses((status = 200, description = "snapshots", body = Balances)),
 )]
@@ -105,7 +108,8 @@ pub async fn balance_history(
     _: Viewer,
     Params(q): Params<ListQuery>,
 ) -> Result<Json<Balances>, ApiError> {
-    let q = q.allow(&["venue", "asset", "since"])?;
+    let q = q.allow(&["venue", "asset", "since", "spread"])?;
+    let spread = ListQuery::flag("spread", &q.spread)?;
     let (Some(venue), Some(asset)) = (text(&q.venue), text(&q.asset)) else {
         return Err(ApiError::validation("venue and asset are required"));
     };
@@ -120,7 +124,13 @@ pub async fn balance_history(
     let limit = q.limit()?;
     let mut conn = s.pool.acquire().await?;
     let stale = s.engine.settings.balances.stale.as_secs_f64();
-    let items = qtg_store::balances::history(&mut conn, stale, venue, asset, since, limit).await?;
+    let items = match (spread, since) {
+        (true, Some(since)) => {
+            qtg_store::balances::history_spread(&mut conn, stale, venue, asset, since, limit).await?
+        }
+        (true, None) => return Err(ApiError::validation("spread=true needs since")),
+        (false, _) => qtg_store::balances::history(&mut conn, stale, venue, asset, since, limit).await?,
+    };
     Ok(Json(Balances { items, failed: Vec::new() }))
 }
 

@@ -204,6 +204,20 @@ pub async fn full_movement(s: &AppState, id: Uuid) -> Result<Json<Value>, ApiErr
     Ok(Json(out))
 }
 
+/// The ids a search by `prefix` covers: a movement id, or its first 4 or more hex digits (dashes
+/// ignored), as the range from the prefix padded with 0 to the prefix padded with f.
+fn id_prefix_range(prefix: &str) -> Result<(uuid::Uuid, uuid::Uuid), ApiError> {
+    let bad = || ApiError::validation("id must be a movement id or its first 4 or more hex digits");
+    let hex: String = prefix.chars().filter(|c| *c != '-').collect::<String>().to_ascii_lowercase();
+    if hex.len() < 4 || hex.len() > 32 || !hex.chars().all(|c| c.is_ascii_hexdigit()) {
+        return Err(bad());
+    }
+    let pad = |c: char| format!("{hex}{}", c.to_string().repeat(32 - hex.len()));
+    let lo = uuid::Uuid::parse_str(&pad('0')).map_err(|_| bad())?;
+    let hi = uuid::Uuid::parse_str(&pad('f')).map_err(|_| bad())?;
+    Ok((lo, hi))
+}
+
 /// A movement as the API shows it; lists leave the nodes out.
 pub fn movement_json(r: &RequestRow, nodes: Option<&[NodeRow]>) -> Value {
     let mut v = json!({
@@ -322,12 +336,7 @@ pub async fn list_movements(
         st.parse::<qtg_core::NodeState>()
             .map_err(|_| ApiError::validation(format!("node_state {st:?} is not a node state")))?;
     }
-    let id_prefix = q.id.as_deref().map(str::to_ascii_lowercase);
-    if let Some(p) = &id_prefix {
-        if p.len() < 4 || p.len() > 36 || !p.chars().all(|c| c.is_ascii_hexdigit() || c == '-') {
-            return Err(ApiError::validation("id must be a movement id or its first 4 or more hex digits"));
-        }
-    }
+    let id_range = q.id.as_deref().map(id_prefix_range).transpose()?;
     for (name, v) in [("amount_min", &q.amount_min), ("amount_max", &q.amount_max)] {
         if v.as_deref().is_some_and(|a| qtg_core::risk::Amount::parse(a).is_none()) {
             return Err(ApiError::validation(format!("{name} must be a decimal amount, e.g. 125.50")));
@@ -346,7 +355,7 @@ pub async fn list_movements(
         created_by: q.created_by.as_deref(),
         since,
         until,
-        id_prefix: id_prefix.as_deref(),
+        id_range,
         idempotency_key: q.idempotency_key.as_deref(),
         destination: q.destination.as_deref(),
         asset: q.asset.as_deref(),

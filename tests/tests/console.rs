@@ -514,7 +514,16 @@ async fn an_operators_day_on_every_screen() -> anyhow::Result<()> {
     })
     .await?;
 
-    // The audit search finds the console's actions.
+    // The audit search finds the console's actions; a time it cannot read is said under the form.
+    b.goto(&format!("{}/console#/audit", api.base)).await?;
+    b.fill("#aud-action", "callback.replay").await?;
+    b.fill("#aud-since", "2000-01-01").await?;
+    b.click("#audit-search").await?;
+    b.wait_text("#audit-list", "receiver fixed", T).await?;
+    b.fill("#aud-since", "yesterday").await?;
+    b.click("#audit-search").await?;
+    b.wait_text("#audit-list", "RFC 3339", T).await?;
+    assert_eq!(b.count("#aud-action").await?, 1, "the form stays");
     b.goto(&format!("{}/console#/audit?action=callback.replay", api.base)).await?;
     b.wait_text("#audit-list", "receiver fixed", T).await?;
     b.screenshot(&shots, "20-audit").await?;

@@ -256,8 +256,20 @@ function actionButton(label, onclick, cls) {
 
 // ---- movements: list and search -----------------------------------------------------------
 const NODE_STATES = ["UNKNOWN", "SUBMITTING", "SUBMITTED", "OBSERVING", "FAILED", "READY", "BLOCKED"];
-/** A `datetime-local` value read as UTC, as RFC 3339; "" stays "". */
-const utcInput = (v) => (v ? `${v.length === 16 ? `${v}:00` : v}Z` : "");
+/** A time typed as UTC ("2026-12-03", "2026-12-03 14:00", or RFC 3339) as RFC 3339; "" stays
+ * "" (anything else goes to the API as typed, which says what is wrong with it). */
+function utcInput(v) {
+  let t = v.trim().replace(" ", "T");
+  if (!t) return "";
+  if (/^\d{4}-\d{2}-\d{2}$/.test(t)) t += "T00:00";
+  if (/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}$/.test(t)) t += ":00";
+  if (/^\d{4}-\d{2}-\d{2}T\d{2}:\d{2}:\d{2}(\.\d+)?$/.test(t)) t += "Z";
+  return t;
+}
+/** An RFC 3339 UTC time as the time fields show it: "2026-12-03 14:00". */
+const utcShown = (t) => (t ? t.replace("T", " ").replace(/:00(\.0+)?Z$/, "").replace(/Z$/, "") : "");
+/** A time field: typed as UTC, with its format in sight. */
+const timeField = (id, value) => h("input", { id, type: "text", value: utcShown(value), size: 16, placeholder: "YYYY-MM-DD HH:MM", autocomplete: "off" });
 const SEARCH = [["id", "Movement id (or its start)", 14], ["idempotency_key", "Idempotency key", 14], ["destination", "Destination", 16],
   ["asset", "Asset", 6], ["amount_min", "Amount from", 8], ["amount_max", "Amount to", 8], ["template_key", "Template", 14], ["created_by", "Created by", 12]];
 function movementRows(items) {
@@ -277,8 +289,8 @@ async function movementsScreen(main, params) {
   const state = h("select", { id: "flt-state", name: "state" }, h("option", { value: "" }, "any"), STATES.map((s) => h("option", { value: s, selected: q.get("state") === s }, s)));
   const nodeState = h("select", { id: "flt-node-state", name: "node_state" }, h("option", { value: "" }, "any"), NODE_STATES.map((s) => h("option", { value: s, selected: q.get("node_state") === s }, s)));
   const inputs = Object.fromEntries(SEARCH.map(([k, , size]) => [k, h("input", { id: `flt-${k.replace(/_/g, "-")}`, name: k, value: q.get(k) || "", size, autocomplete: "off" })]));
-  const from = h("input", { id: "flt-since", type: "datetime-local", value: (q.get("since") || "").slice(0, 16) });
-  const to = h("input", { id: "flt-until", type: "datetime-local", value: (q.get("until") || "").slice(0, 16) });
+  const from = timeField("flt-since", q.get("since"));
+  const to = timeField("flt-until", q.get("until"));
   const live = h("input", { id: "flt-live", type: "checkbox", checked: q.get("live") !== "0" });
   const apply = (ev) => {
     if (ev) ev.preventDefault();
@@ -581,7 +593,7 @@ async function callbacksScreen(main, params) {
   const EVENTS = ["node_state_changed", "request_state_changed", "frontier_advanced", "request_attention", "request_expired", "drift_detected", "venue_transfer_unexplained"];
   const event = h("select", { id: "dlq-event" }, h("option", { value: "" }, "any"), EVENTS.map((e) => h("option", { value: e, selected: q.get("event_type") === e }, e)));
   const movement = h("input", { id: "dlq-movement", value: q.get("movement_id") || "", size: 36, autocomplete: "off" });
-  const from = h("input", { id: "dlq-since", type: "datetime-local", value: (q.get("since") || "").slice(0, 16) });
+  const from = timeField("dlq-since", q.get("since"));
   const all = h("input", { id: "dlq-all", type: "checkbox", checked: q.get("all") === "1" });
   const form = h("form", { class: "filters", "aria-label": "Filter dead letters", onsubmit: (ev) => {
     ev.preventDefault();
@@ -1056,8 +1068,8 @@ function showSecret(secret, principal) {
 async function auditScreen(main, params) {
   const q = new URLSearchParams(params);
   const f = Object.fromEntries([["movement_id", 36], ["actor", 14], ["action", 18]].map(([k, size]) => [k, h("input", { id: `aud-${k.replace(/_/g, "-")}`, value: q.get(k) || "", size, autocomplete: "off" })]));
-  const from = h("input", { id: "aud-since", type: "datetime-local", value: (q.get("since") || "").slice(0, 16) });
-  const to = h("input", { id: "aud-until", type: "datetime-local", value: (q.get("until") || "").slice(0, 16) });
+  const from = timeField("aud-since", q.get("since"));
+  const to = timeField("aud-until", q.get("until"));
   const form = h("form", { class: "filters", "aria-label": "Search the audit trail", onsubmit: (ev) => {
     ev.preventDefault();
     const p = new URLSearchParams();
@@ -1074,7 +1086,14 @@ async function auditScreen(main, params) {
   const p = new URLSearchParams({ limit: "200" });
   for (const k of ["movement_id", "actor", "action", "since", "until"]) if (q.get(k)) p.set(k, q.get(k));
   if (q.get("cursor")) p.set("cursor", q.get("cursor"));
-  const page = await api("GET", `/v3/audit-events?${p}`);
+  let page;
+  try {
+    page = await api("GET", `/v3/audit-events?${p}`);
+  } catch (e) {
+    if (e.status === 401) throw e;
+    put(list, failure("The search", e)); // the form stays, to correct it
+    return;
+  }
   const next = new URLSearchParams(q);
   if (page.next_cursor) next.set("cursor", page.next_cursor);
   put(list, table(page.items, [["#", (a) => a.id], ["At (UTC)", (a) => when(a.occurred_at)], ["Actor", (a) => val(a.actor)], ["Action", (a) => a.action],

@@ -530,6 +530,23 @@ async fn an_operators_day_on_every_screen() -> anyhow::Result<()> {
     b.goto(&format!("{}/console#/workers", api.base)).await?;
     b.wait_text("main", "Heartbeat", T).await?;
     b.wait_text("main", "UTC", T).await?;
+
+    // An admin retires the template's current version from its page.
+    b.goto(&format!("{}/console#/templates/day.two", api.base)).await?;
+    b.click("button[data-action=retire-v2]").await?;
+    b.fill("#f-reason", "replaced by the wire process").await?;
+    b.click("#action-submit").await?;
+    b.wait_text("section[data-version='2'] h2", "RETIRED", T).await?;
+    let (status, err) = api
+        .call(
+            "POST",
+            "/v3/movements",
+            &keys.requester,
+            Some(json!({"template_key": "day.two", "idempotency_key": "day-9",
+                "intent": {"asset": "USDC", "amount": "1", "source": "venue-a", "destination": "0xdest"}})),
+        )
+        .await?;
+    assert!(status >= 400, "a retired template takes no new movement: {status} {err}");
     b.close().await;
     drop(api);
     db.drop_db().await;

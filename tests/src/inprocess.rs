@@ -66,11 +66,12 @@ pub async fn create_approved(engine: &qtg_engine::Engine, template: &str, idem: 
                 callback_secret: None,
                 idempotency_key: idem.into(),
                 body_hash: idem.into(),
+                created_by_role: None,
             },
             Duration::from_secs(300),
         )
         .await?;
-    engine.approve_movement("alice", row.id, None).await?;
+    engine.approve_movement("alice", "approver", row.id, None).await?;
     Ok(row.id)
 }
 

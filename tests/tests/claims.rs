@@ -49,11 +49,12 @@ async fn each_ready_node_is_claimed_exactly_once() -> anyhow::Result<()> {
                     callback_secret: None,
                     idempotency_key: format!("k{i}"),
                     body_hash: format!("{i}"),
+                    created_by_role: None,
                 },
                 Duration::from_secs(300),
             )
             .await?;
-        engine.approve_movement("alice", row.id, None).await?;
+        engine.approve_movement("alice", "approver", row.id, None).await?;
     }
     let ready: i64 = sqlx::query_scalar("SELECT count(*) FROM movement_request_nodes WHERE node_state = 'READY'")
         .fetch_one(&db.pool)

@@ -117,6 +117,7 @@ async fn cancel_needs_c6_evidence_while_a_side_effect_may_exist() -> anyhow::Res
                 callback_secret: None,
                 idempotency_key: "p".into(),
                 body_hash: "p".into(),
+                created_by_role: None,
             },
             Duration::from_secs(300),
         )

@@ -9,6 +9,7 @@ pub mod lane;
 pub mod markers;
 pub mod observe;
 pub mod plan;
+pub mod policy;
 pub mod protocol;
 pub mod refs;
 pub mod risk;

@@ -76,6 +76,7 @@ fn movement_input(t: &CapitalTransfer) -> NewMovementInput {
         // One movement per request, whoever creates it (the API, or the follow-up).
         idempotency_key: format!("capital-transfer:{}", t.id),
         body_hash: canonical_hash(&body),
+        created_by_role: Some("requester".into()),
     }
 }
 

@@ -173,9 +173,17 @@ impl Engine {
         // (a lowered limit or what was approved meanwhile); nothing is sent if they refuse.
         let risk =
             if item.request_state == RequestState::Approved { self.risk_refusal(&mut tx, &item).await? } else { None };
+        // And the approval policy in force now: a rule that blocks it since stops it here.
+        let policy = if item.request_state == RequestState::Approved && risk.is_none() {
+            self.policy_refusal(&mut tx, &item).await?
+        } else {
+            None
+        };
         // Refusals that need no call end here, under the claim's locks.
         let refusal = if let Some(why) = risk {
             Some((codes::RISK_LIMIT_EXCEEDED, format!("risk limits checked again before the first submit: {why}")))
+        } else if let Some(why) = policy {
+            Some((codes::POLICY_BLOCKED, format!("the approval policy checked again before the first submit: {why}")))
         } else if item.compiled_plan_hash != item.current_plan_hash
             || item.approved_plan_hash.as_deref().is_some_and(|h| h != item.compiled_plan_hash)
         {
@@ -227,6 +235,26 @@ impl Engine {
                 tx.commit().await?;
                 Ok(Claim::Ended)
             }
+        }
+    }
+
+    /// Why the approval policy in force now blocks the movement, if it does.
+    async fn policy_refusal(&self, conn: &mut PgConnection, item: &WorkItem) -> Result<Option<String>> {
+        let Some(row) = qtg_store::movements::get(conn, item.request_id).await? else {
+            return Ok(None);
+        };
+        let facts = crate::policy::Facts {
+            template_key: &row.template_key,
+            intent: &row.intent,
+            requester: &row.created_by,
+            requester_role: row.created_by_role.as_deref(),
+            at: chrono::Utc::now(),
+        };
+        match self.policy_decision(conn, &facts).await {
+            Ok(Some(d)) => Ok(d.refusal().map(|e| e.to_string())),
+            Ok(None) => Ok(None),
+            Err(crate::movements::OpError::Store(e)) => Err(e),
+            Err(other) => Ok(Some(other.to_string())),
         }
     }
 

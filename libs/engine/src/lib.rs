@@ -19,6 +19,7 @@ pub mod movements;
 pub mod observe;
 pub mod operator;
 pub mod plans;
+pub mod policy;
 pub mod reaper;
 pub mod recover;
 pub mod sidecars;
@@ -100,6 +101,10 @@ pub struct EngineSettings {
     pub health_stale: Duration,
     /// Admins a new API key needs (`MG_API_KEY_CREATION_APPROVALS`, 1 or 2).
     pub key_creation_approvals: u32,
+    /// Approvals by admins other than its proposer a new policy version needs.
+    pub policy_change_approvals: u32,
+    /// The least cool-down of an address-book entry.
+    pub address_book_cool_down: Duration,
     /// How old an untouched EVM nonce reservation must be before the reaper reclaims it.
     pub evm_nonce_reaper_age: Duration,
     /// How long a CCIP send intent may stay unresolved before the stranded reaper ends it.
@@ -150,6 +155,8 @@ impl Default for EngineSettings {
             approval_health_gate: HealthGate::Strict,
             health_stale: Duration::from_secs(180),
             key_creation_approvals: 1,
+            policy_change_approvals: 1,
+            address_book_cool_down: Duration::ZERO,
             evm_nonce_reaper_age: Duration::from_secs(600),
             ccip_stranded_age: Duration::from_secs(7200),
             drift: drift::DriftSettings::default(),

@@ -48,6 +48,10 @@ pub enum OpError {
     /// The source's latest fresh-enough balance snapshot holds less than the amount.
     #[error("{0}")]
     InsufficientBalance(String),
+    /// The approval policy refuses: `code` is POLICY_BLOCKED, POLICY_NOT_APPROVER or
+    /// ADDRESS_NOT_IN_BOOK.
+    #[error("{message}")]
+    Policy { code: &'static str, message: String },
     #[error(transparent)]
     Store(StoreError),
 }
@@ -81,6 +85,8 @@ pub struct NewMovementInput {
     pub idempotency_key: String,
     /// sha256 of the request body's canonical JSON.
     pub body_hash: String,
+    /// The requester's role (an approval policy's rules may name roles).
+    pub created_by_role: Option<String>,
 }
 
 impl Engine {
@@ -115,7 +121,31 @@ impl Engine {
         let (limits, amount) = self.risk_limits(&pv.plan.risk_controls, &input.intent)?;
         self.check_intent(&pv.plan, &input.intent)?;
         let source = self.paying_source(&pv.plan, input.intent.get("source").and_then(Value::as_str))?;
-        let approvals_required = limits.approvals_needed(&amount) as i32;
+        let mut approvals_required = limits.approvals_needed(&amount) as i32;
+        // The approval policy in force decides first: a block refuses before anything exists.
+        if let Err(e) = self.check_book(&mut tx, &pv.plan.risk_controls, &input.intent).await {
+            return finish(tx, Err(e)).await;
+        }
+        let facts = crate::policy::Facts {
+            template_key: &pv.template_key,
+            intent: &input.intent,
+            requester: actor,
+            requester_role: input.created_by_role.as_deref(),
+            at: chrono::Utc::now(),
+        };
+        let decided = match self.policy_decision(&mut tx, &facts).await {
+            Ok(d) => d,
+            Err(e) => return finish(tx, Err(e)).await,
+        };
+        if let Some(d) = &decided {
+            if let Some(refusal) = d.refusal() {
+                tracing::warn!(actor, template = %pv.template_key, version = d.version, rule = %d.decision.rule,
+                    "the approval policy blocked a movement");
+                return finish(tx, Err(refusal)).await;
+            }
+            let seats: u32 = d.decision.groups().iter().map(|g| g.min).sum();
+            approvals_required = approvals_required.max(seats as i32);
+        }
         let lanes: Vec<&'static str> =
             pv.nodes.iter().map(|(_, n)| self.registry.lane(&n.executor_key).as_str()).collect();
         let nodes: Vec<_> = pv
@@ -158,6 +188,7 @@ impl Engine {
                 {
                     return finish(tx, Err(e)).await;
                 }
+                self.record_decision(&mut tx, id, decided.as_ref(), input.created_by_role.as_deref()).await?;
                 audit::record(
                     &mut tx,
                     &AuditRecord {
@@ -167,7 +198,9 @@ impl Engine {
                         entity_id: id.to_string(),
                         movement_id: Some(id),
                         data: json!({"template_key": pv.template_key, "template_version": pv.version,
-                                 "intent_hash": intent_hash, "idempotency_key": input.idempotency_key}),
+                                 "intent_hash": intent_hash, "idempotency_key": input.idempotency_key,
+                                 "policy_version": decided.as_ref().map(|d| d.version),
+                                 "policy_rule": decided.as_ref().map(|d| d.decision.rule.clone())}),
                     },
                 )
                 .await?;
@@ -296,7 +329,13 @@ impl Engine {
     /// hashes they saw, after the risk limits pass again. When the movement has the distinct
     /// approvals it needs (m-of-n), approves it: roots READY, re-derived. Returns whether it
     /// is now approved.
-    pub async fn approve_movement(&self, actor: &str, id: Uuid, reason: Option<&str>) -> Result<bool, OpError> {
+    pub async fn approve_movement(
+        &self,
+        actor: &str,
+        actor_role: &str,
+        id: Uuid,
+        reason: Option<&str>,
+    ) -> Result<bool, OpError> {
         let mut tx = self.pool.begin().await?;
         let res: Result<_, OpError> = async {
             let state = claims::lock_request_nowait(&mut tx, id).await?.ok_or(OpError::NotFound("movement"))?;
@@ -320,17 +359,34 @@ impl Engine {
             let (limits, amount) = self.movement_limits(&mut tx, id, &pv.plan.risk_controls, &row.intent).await?;
             self.check_risk(&mut tx, &limits, &amount, &row.intent, id).await?;
             let needed = row.approvals_required.max(limits.approvals_needed(&amount) as i32);
-            if needed > row.approvals_required {
-                mq::raise_approvals_required(&mut tx, id, needed).await?;
-            }
             // Distinct approvers are distinct people: not one principal in two spellings.
             let given = mq::approvals(&mut tx, id).await?;
             let already = given.iter().any(|a| qtg_core::text::same_principal(&a.approver, actor));
-            if already || !mq::add_approval(&mut tx, id, actor, reason).await? {
+            if already {
+                return Err(OpError::Conflict(format!("{actor} has already approved this movement")));
+            }
+            // The policy in force now: it may block; the approver must fill a seat it still needs.
+            let policy = self.policy_at_approval(&mut tx, &row, actor, actor_role, &given).await?;
+            if let Some((decided, _)) = &policy {
+                if row.policy_version != Some(decided.version)
+                    || row.policy_rule.as_deref() != Some(&decided.decision.rule)
+                {
+                    self.record_decision(&mut tx, id, Some(decided), None).await?;
+                }
+            }
+            let needed = match &policy {
+                Some((d, _)) => needed.max(d.decision.groups().iter().map(|g| g.min as i32).sum()),
+                None => needed,
+            };
+            if needed > row.approvals_required {
+                mq::raise_approvals_required(&mut tx, id, needed).await?;
+            }
+            if !mq::add_approval(&mut tx, id, actor, Some(actor_role), reason).await? {
                 return Err(OpError::Conflict(format!("{actor} has already approved this movement")));
             }
             // The row just added, under the movement's lock.
             let have = given.len() as i32 + 1;
+            let policy_met = policy.as_ref().is_none_or(|(_, satisfied)| *satisfied);
             audit::record(
                 &mut tx,
                 &AuditRecord {
@@ -340,11 +396,15 @@ impl Engine {
                     entity_id: id.to_string(),
                     movement_id: Some(id),
                     data: json!({"intent_hash": row.intent_hash, "plan_hash": row.compiled_plan_hash,
-                                 "approvals": have, "approvals_required": needed, "reason": reason}),
+                                 "approvals": have, "approvals_required": needed, "reason": reason,
+                                 "approver_role": actor_role,
+                                 "policy_version": policy.as_ref().map(|(d, _)| d.version),
+                                 "policy_rule": policy.as_ref().map(|(d, _)| d.decision.rule.clone()),
+                                 "policy_satisfied": policy.as_ref().map(|(_, s)| *s)}),
                 },
             )
             .await?;
-            if have < needed {
+            if have < needed || !policy_met {
                 return Ok(false);
             }
             let meta = Meta { actor, reason };

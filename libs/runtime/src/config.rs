@@ -87,6 +87,12 @@ pub struct Settings {
     /// `MG_API_KEY_CREATION_APPROVALS` (1): 2 makes a new API key a request a second admin
     /// approves.
     pub key_creation_approvals: u32,
+    /// `MG_POLICY_CHANGE_APPROVALS` (1): approvals by admins other than its proposer a new
+    /// approval-policy version needs (1-5; the proposer never counts).
+    pub policy_change_approvals: u32,
+    /// `MG_ADDRESS_BOOK_COOL_DOWN_SECONDS` (0): the least time between an address-book entry's
+    /// activation and its first use (an entry may ask for longer).
+    pub address_book_cool_down: Duration,
     /// `MG_EVM_NONCE_REAPER_AGE_SECONDS` (600): how old an untouched EVM nonce reservation
     /// must be before the reaper may reclaim it.
     pub evm_nonce_reaper_age: Duration,
@@ -408,6 +414,8 @@ impl Settings {
             workers_enabled: s.flag("MG_WORKERS_ENABLED", true)?,
             strict_settings: s.flag("MG_STRICT_SETTINGS", false)?,
             key_creation_approvals: s.count("MG_API_KEY_CREATION_APPROVALS", 1, 2)? as u32,
+            policy_change_approvals: s.count("MG_POLICY_CHANGE_APPROVALS", 1, 5)? as u32,
+            address_book_cool_down: s.interval("MG_ADDRESS_BOOK_COOL_DOWN_SECONDS", 0.0)?,
             evm_nonce_reaper_age: s.interval("MG_EVM_NONCE_REAPER_AGE_SECONDS", 600.0)?,
             ccip_stranded_age: s.interval("MG_CCIP_STRANDED_REAPER_AGE_SECONDS", 7200.0)?,
             verify_drift_pause: s.flag("MG_VERIFY_DRIFT_PAUSE", false)?,

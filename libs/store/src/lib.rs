@@ -24,6 +24,7 @@ pub mod health;
 pub mod heartbeats;
 pub mod movements;
 mod params;
+pub mod policy;
 pub mod rows;
 pub mod signals;
 pub mod sim;

@@ -130,6 +130,10 @@ struct RequestRecord {
     created_at: DateTime<Utc>,
     updated_at: DateTime<Utc>,
     approvals_required: i32,
+    policy_version: Option<i32>,
+    policy_rule: Option<String>,
+    policy_groups: Option<Value>,
+    created_by_role: Option<String>,
 }
 
 /// `query_as!(RequestRecord, …)`: a movement's columns `FROM movement_requests`, then `$tail`
@@ -142,7 +146,7 @@ macro_rules! requests {
                    intent, intent_hash, input_params, request_state, approval_status, approved_by, approved_at,
                    review_reason, created_by, idempotency_key, body_hash, callback_url, current_frontier,
                    expires_at, COALESCE(expires_at <= now(), false) AS "expired!", completed_at, created_at,
-                   updated_at, approvals_required
+                   updated_at, approvals_required, policy_version, policy_rule, policy_groups, created_by_role
                FROM movement_requests "# + $tail
             $(, $arg)*
         )
@@ -177,6 +181,10 @@ impl RequestRecord {
             created_at: self.created_at,
             updated_at: self.updated_at,
             approvals_required: self.approvals_required,
+            policy_version: self.policy_version,
+            policy_rule: self.policy_rule,
+            policy_groups: self.policy_groups,
+            created_by_role: self.created_by_role,
         })
     }
 }
@@ -441,6 +449,8 @@ pub async fn velocity_used(
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
 pub struct Approval {
     pub approver: String,
+    /// The approver's role when they approved (none before approval policies).
+    pub approver_role: Option<String>,
     pub intent_hash: String,
     pub plan_hash: String,
     pub reason: Option<String>,
@@ -452,15 +462,17 @@ pub async fn add_approval(
     conn: &mut PgConnection,
     request_id: Uuid,
     approver: &str,
+    approver_role: Option<&str>,
     reason: Option<&str>,
 ) -> Result<bool> {
     let done = sqlx::query!(
-        "INSERT INTO movement_approvals (request_id, approver, intent_hash, plan_hash, reason)
-         SELECT id, $2, intent_hash, compiled_plan_hash, $3 FROM movement_requests WHERE id = $1
+        "INSERT INTO movement_approvals (request_id, approver, intent_hash, plan_hash, reason, approver_role)
+         SELECT id, $2, intent_hash, compiled_plan_hash, $3, $4 FROM movement_requests WHERE id = $1
          ON CONFLICT (request_id, approver) DO NOTHING",
         request_id,
         approver,
-        reason
+        reason,
+        approver_role
     )
     .execute(&mut *conn)
     .await?;
@@ -471,7 +483,7 @@ pub async fn add_approval(
 pub async fn approvals(conn: &mut PgConnection, request_id: Uuid) -> Result<Vec<Approval>> {
     Ok(sqlx::query_as!(
         Approval,
-        "SELECT approver, intent_hash, plan_hash, reason, approved_at FROM movement_approvals
+        "SELECT approver, approver_role, intent_hash, plan_hash, reason, approved_at FROM movement_approvals
          WHERE request_id = $1 ORDER BY approved_at, approver",
         request_id
     )
@@ -489,4 +501,53 @@ pub async fn raise_approvals_required(conn: &mut PgConnection, request_id: Uuid,
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// Records what decided a movement: the policy version, its rule and the approver groups they
+/// require, and the requester's role.
+pub async fn set_policy(
+    conn: &mut PgConnection,
+    id: Uuid,
+    version: Option<i32>,
+    rule: Option<&str>,
+    groups: Option<&Value>,
+    created_by_role: Option<&str>,
+) -> Result<()> {
+    sqlx::query!(
+        "UPDATE movement_requests SET policy_version = $2, policy_rule = $3, policy_groups = $4,
+                created_by_role = COALESCE($5, created_by_role)
+          WHERE id = $1",
+        id,
+        version,
+        rule,
+        groups,
+        created_by_role
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// Shortens a pending movement's approval window to `seconds` from now (a policy's approval
+/// TTL), never lengthens it.
+pub async fn shorten_expiry(conn: &mut PgConnection, id: Uuid, seconds: f64) -> Result<()> {
+    sqlx::query!(
+        "UPDATE movement_requests
+            SET expires_at = LEAST(COALESCE(expires_at, 'infinity'), now() + make_interval(secs => $2))
+          WHERE id = $1",
+        id,
+        seconds
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// The movements created since `since`, oldest first (at most `limit`): what a policy
+/// simulation replays.
+pub async fn created_since(conn: &mut PgConnection, since: DateTime<Utc>, limit: i64) -> Result<Vec<RequestRow>> {
+    let records = requests!("WHERE created_at >= $1 ORDER BY created_at, id LIMIT $2", since, limit)
+        .fetch_all(&mut *conn)
+        .await?;
+    records.into_iter().map(RequestRecord::into_row).collect()
 }

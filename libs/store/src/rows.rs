@@ -143,6 +143,13 @@ pub struct RequestRow {
     pub updated_at: DateTime<Utc>,
     /// Distinct approvers needed (m-of-n).
     pub approvals_required: i32,
+    /// The approval policy version and rule that decided it, and the approver groups they
+    /// require (none: no policy was in force).
+    pub policy_version: Option<i32>,
+    pub policy_rule: Option<String>,
+    pub policy_groups: Option<Value>,
+    /// The requester's role when it was created.
+    pub created_by_role: Option<String>,
 }
 
 /// A node as the API shows it.

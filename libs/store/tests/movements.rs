@@ -78,9 +78,9 @@ async fn the_list_filters_and_pages_newest_first(pool: PgPool) -> Result<()> {
 async fn an_approver_counts_once_and_is_bound_to_the_hashes_they_saw(pool: PgPool) -> Result<()> {
     let m = one_node_movement(&pool, "t.approve", None).await?;
     let mut conn = pool.acquire().await?;
-    assert!(movements::add_approval(&mut conn, m.id, "alice", Some("ok")).await?);
-    assert!(!movements::add_approval(&mut conn, m.id, "alice", Some("again")).await?);
-    assert!(movements::add_approval(&mut conn, m.id, "bob", None).await?);
+    assert!(movements::add_approval(&mut conn, m.id, "alice", Some("approver"), Some("ok")).await?);
+    assert!(!movements::add_approval(&mut conn, m.id, "alice", None, Some("again")).await?);
+    assert!(movements::add_approval(&mut conn, m.id, "bob", None, None).await?);
     let row = movements::get(&mut conn, m.id).await?.expect("movement");
     let approvals = movements::approvals(&mut conn, m.id).await?;
     let who: Vec<_> = approvals.iter().map(|a| (a.approver.as_str(), a.reason.as_deref())).collect();

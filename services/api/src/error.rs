@@ -94,6 +94,7 @@ impl From<OpError> for ApiError {
             OpError::Risk(v) => {
                 ApiError { limit: Some(v.limit), ..ApiError::of(codes::RISK_LIMIT_EXCEEDED, v.message) }
             }
+            OpError::Policy { code, message } => ApiError::of(code, message),
             OpError::Store(e) => ApiError::internal(e),
         }
     }

@@ -163,7 +163,25 @@ path_id!(
     KeyId => "api key",
     KeyRequestId => "api key request",
     CapitalTransferId => "capital transfer",
+    BookEntryId => "address-book entry",
 );
+
+/// A policy `{version}` in the path (404 when it is not a version number).
+pub struct PolicyVersionParam(pub i32);
+
+impl<S: Send + Sync> FromRequestParts<S> for PolicyVersionParam {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, ApiError> {
+        let params = path_params(parts, state).await;
+        params
+            .get("version")
+            .and_then(|v| v.parse::<i32>().ok())
+            .filter(|v| *v >= 1)
+            .map(PolicyVersionParam)
+            .ok_or_else(|| ApiError::not_found("policy version"))
+    }
+}
 
 /// The `{key}` of a template or signer in the path (404 when the path cannot be read).
 pub struct KeyParam(pub String);

@@ -190,6 +190,14 @@ pub struct Movement {
     approvals_required: i32,
     /// Each approval with the intent and plan hashes it was bound to (not in lists).
     approvals: Option<Vec<qtg_store::movements::Approval>>,
+    /// In lists: the approvals given so far.
+    approvals_given: Option<i64>,
+    /// The approval-policy version and rule that decided it (null: no policy was in force).
+    policy_version: Option<i32>,
+    policy_rule: Option<String>,
+    /// (Not in lists) the policy's approver groups and who fills their seats.
+    #[schema(value_type = Option<Object>)]
+    policy: Option<Value>,
     #[schema(value_type = IntentDoc)]
     intent: Value,
     intent_hash: String,

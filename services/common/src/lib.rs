@@ -199,6 +199,8 @@ pub fn engine_settings(s: &Settings) -> EngineSettings {
             qtg_engine::HealthGate::DownOnly
         },
         key_creation_approvals: s.key_creation_approvals,
+        policy_change_approvals: s.policy_change_approvals,
+        address_book_cool_down: s.address_book_cool_down,
         evm_nonce_reaper_age: s.evm_nonce_reaper_age,
         ccip_stranded_age: s.ccip_stranded_age,
         drift: qtg_engine::drift::DriftSettings {

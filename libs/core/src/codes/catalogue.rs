@@ -88,6 +88,30 @@ catalogue! {
             caller's last one; no venue was read.",
         action: "Wait the time the message names, or read the stored snapshots without `fresh=true`.",
     }
+    POLICY_BLOCKED {
+        source: Api,
+        status: Some(422),
+        meaning: "The approval policy in force blocks the movement (the message names the policy version and the \
+            rule): at creation or approval nothing is created or approved; at the first claim the node is FAILED \
+            with this code and nothing was sent.",
+        action: "Read the rule (`GET /v3/policies/{version}`); change the movement (amount, destination, time), or \
+            have the policy changed — a new version proposed and approved by other admins.",
+    }
+    POLICY_NOT_APPROVER {
+        source: Api,
+        status: Some(403),
+        meaning: "The caller may not approve this movement under the policy in force: they belong to none of the \
+            approver groups its rule still needs (or only to groups already filled); nothing changed.",
+        action: "Have a member of a group the movement still needs approve it; its page shows each group's progress.",
+    }
+    ADDRESS_NOT_IN_BOOK {
+        source: Api,
+        status: Some(422),
+        meaning: "The template requires its destination to be an active address-book entry past its cool-down, and \
+            it is not (unknown, pending a second admin, or still cooling down); nothing was created.",
+        action: "Add the address to the book (`POST /v3/address-book`), have another admin approve it, and wait for \
+            its cool-down; or send to an address the book holds.",
+    }
     RISK_LIMIT_EXCEEDED {
         source: Api,
         status: Some(422),

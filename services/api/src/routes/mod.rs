@@ -12,6 +12,7 @@ pub mod drift;
 pub mod keys;
 pub mod movements;
 pub mod operator;
+pub mod policies;
 pub mod roster;
 pub mod templates;
 
@@ -24,7 +25,7 @@ use crate::AppState;
 pub fn all() -> OpenApiRouter<AppState> {
     use self::{
         attention::*, audit::*, balances::*, callbacks::*, capital::*, controls::*, drift::*, keys::*, movements::*,
-        operator::*, roster::*, templates::*,
+        operator::*, policies::*, roster::*, templates::*,
     };
     OpenApiRouter::new()
         .routes(routes!(propose_template, list_proposals))
@@ -70,4 +71,14 @@ pub fn all() -> OpenApiRouter<AppState> {
         .routes(routes!(reject_key_request))
         .routes(routes!(whoami))
         .routes(routes!(attention))
+        .routes(routes!(propose_policy, list_policies))
+        .routes(routes!(current_policy))
+        .routes(routes!(get_policy))
+        .routes(routes!(approve_policy))
+        .routes(routes!(reject_policy))
+        .routes(routes!(simulate_policy))
+        .routes(routes!(propose_entry, list_entries))
+        .routes(routes!(approve_entry))
+        .routes(routes!(reject_entry))
+        .routes(routes!(remove_entry))
 }

@@ -186,6 +186,7 @@ pub async fn create_movement(
         callback_secret: b.callback_secret,
         idempotency_key: b.idempotency_key,
         body_hash: canonical_hash(&body.raw),
+        created_by_role: Some(who.highest.as_str().to_string()),
     };
     let (row, fresh) = s.engine.create_movement(&who.name, input, s.settings.approval_ttl).await?;
     let (row, nodes) = s.engine.movement(row.id).await?;
@@ -200,6 +201,22 @@ pub async fn full_movement(s: &AppState, id: Uuid) -> Result<Json<Value>, ApiErr
     let mut conn = s.pool.acquire().await?;
     let approvals = qtg_store::movements::approvals(&mut conn, id).await?;
     let mut out = movement_json(&row, Some(&nodes));
+    // What the policy that decided it asks, and how far the approvals go (each approver fills
+    // one seat of one group).
+    if let (Some(version), Some(groups)) = (row.policy_version, &row.policy_groups) {
+        let policy = qtg_store::policy::get_version(&mut conn, version, false)
+            .await?
+            .and_then(|v| qtg_core::policy::Policy::from_json(&v.document).ok());
+        let groups: Vec<qtg_core::policy::ApproverGroup> = serde_json::from_value(groups.clone()).unwrap_or_default();
+        if let Some(policy) = policy {
+            let given: Vec<(String, String)> = approvals
+                .iter()
+                .map(|a| (a.approver.clone(), a.approver_role.clone().unwrap_or_else(|| "approver".into())))
+                .collect();
+            out["policy"] = json!({"version": version, "rule": row.policy_rule,
+                                   "progress": policy.progress(&groups, &given, &row.created_by)});
+        }
+    }
     out["approvals"] = json!(approvals);
     Ok(Json(out))
 }
@@ -231,6 +248,8 @@ pub fn movement_json(r: &RequestRow, nodes: Option<&[NodeRow]>) -> Value {
         "approved_at": r.approved_at,
         "review_reason": r.review_reason,
         "approvals_required": r.approvals_required,
+        "policy_version": r.policy_version,
+        "policy_rule": r.policy_rule,
         "intent": r.intent,
         "intent_hash": r.intent_hash,
         "input_params": r.input_params,
@@ -398,7 +417,7 @@ pub async fn approve_movement(
     MovementId(id): MovementId,
     OptBody(b): OptBody<ReasonBody>,
 ) -> Result<Json<Value>, ApiError> {
-    review(&s, &who.name, id, &b, true).await
+    review(&s, &who, id, &b, true).await
 }
 
 #[utoipa::path(
@@ -416,15 +435,21 @@ pub async fn reject_movement(
     MovementId(id): MovementId,
     OptBody(b): OptBody<ReasonBody>,
 ) -> Result<Json<Value>, ApiError> {
-    review(&s, &who.name, id, &b, false).await
+    review(&s, &who, id, &b, false).await
 }
 
 /// An approver's decision on movement `id`; answers the movement.
-async fn review(s: &AppState, who: &str, id: Uuid, b: &ReasonBody, approve: bool) -> Result<Json<Value>, ApiError> {
+async fn review(
+    s: &AppState,
+    who: &crate::auth::Principal,
+    id: Uuid,
+    b: &ReasonBody,
+    approve: bool,
+) -> Result<Json<Value>, ApiError> {
     if approve {
-        s.engine.approve_movement(who, id, b.reason()?).await?;
+        s.engine.approve_movement(&who.name, who.highest.as_str(), id, b.reason()?).await?;
     } else {
-        s.engine.reject_movement(who, id, b.reason()?).await?;
+        s.engine.reject_movement(&who.name, id, b.reason()?).await?;
     }
     full_movement(s, id).await
 }

@@ -1,0 +1,273 @@
+//! Approval policy as code and the address book, black-box (docs/architecture.md §15): tiered
+//! approver groups filled by distinct people, a block rule, a time-window rule, a destination
+//! outside the book refused, a policy change its proposer cannot approve alone, a simulation
+//! that reports exactly the movements whose outcome changes, and the deciding rule recorded.
+
+use std::time::Duration;
+
+use qtg_tests::*;
+use serde_json::{json, Value};
+
+const T: Duration = Duration::from_secs(30);
+
+fn sim(key: &str) -> Value {
+    json!({"node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+           "config": {"sim": {}}})
+}
+
+fn intent(amount: &str, to: &str) -> Value {
+    json!({"asset": "USDC", "amount": amount, "source": "venue-a", "destination": to})
+}
+
+async fn create(
+    api: &Api,
+    key: &str,
+    template: &str,
+    idem: &str,
+    amount: &str,
+    to: &str,
+) -> anyhow::Result<(u16, Value)> {
+    let body = json!({"template_key": template, "idempotency_key": idem, "intent": intent(amount, to)});
+    api.call("POST", "/v3/movements", key, Some(body)).await
+}
+
+/// Proposes `document` as the bootstrap admin and has `second` approve it; answers its version.
+async fn enact(api: &Api, second: &str, document: Value) -> anyhow::Result<i64> {
+    let v = api.ok("POST", "/v3/policies", &api.admin_key, Some(json!({"document": document})), 201).await?;
+    let version = v["version"].as_i64().unwrap_or_default();
+    let (status, err) = api.call("POST", &format!("/v3/policies/{version}/approve"), &api.admin_key, None).await?;
+    assert_eq!((status, err["error"]["code"].as_str()), (403, Some("SELF_APPROVAL")), "{err}");
+    let done = api
+        .ok("POST", &format!("/v3/policies/{version}/approve"), second, Some(json!({"reason": "reviewed"})), 200)
+        .await?;
+    assert_eq!(done["status"], "approved", "{done}");
+    Ok(version)
+}
+
+fn tiered() -> Value {
+    json!({
+        "groups": {"finance": ["alice", "bob"], "risk": ["carol"]},
+        "rules": [
+            {"name": "sanctioned", "when": {"destinations": {"addresses": ["0xbad"]}},
+             "action": {"type": "block", "reason": "sanctioned address"}},
+            {"name": "small", "when": {"amount_below": "1000"},
+             "action": {"type": "approve", "groups": [{"min": 1, "role": "approver"}]}},
+            {"name": "large", "when": {"amount_at_least": "1000"},
+             "action": {"type": "approve", "groups": [{"min": 2, "group": "finance"}, {"min": 1, "group": "risk"}]}}
+        ]
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn tiered_approver_groups_a_block_and_the_deciding_rule() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::all_in_one(&db.url, &[("MG_NODE_OBSERVE_INTERVAL_SECONDS", "0.3")]).await?;
+    let keys = Keys::create(&api).await?;
+    let (bob, carol, erin) =
+        (api.key("bob", "approver").await?, api.key("carol", "approver").await?, api.key("erin", "approver").await?);
+    let root2 = api.key("root-2", "admin").await?;
+    install_template(&api, &keys, json!({"template_key": "pol.t", "nodes": [sim("a")]})).await?;
+    let (status, _) = api.call("GET", "/v3/policies/current", &keys.requester, None).await?;
+    assert_eq!(status, 404, "no policy in force yet");
+    let (status, err) = api.call("POST", "/v3/policies", &keys.operator, Some(json!({"document": tiered()}))).await?;
+    assert_eq!(status, 403, "only an admin proposes: {err}");
+    let (status, err) = api
+        .call(
+            "POST",
+            "/v3/policies",
+            &api.admin_key,
+            Some(json!({"document": {"rules": [{"name": "x",
+            "action": {"type": "approve", "groups": [{"min": 2, "group": "nope"}]}}]}})),
+        )
+        .await?;
+    assert_eq!((status, err["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{err}");
+    let version = enact(&api, &root2, tiered()).await?;
+    let current = api.ok("GET", "/v3/policies/current", &keys.requester, None, 200).await?;
+    assert_eq!(current["version"].as_i64(), Some(version));
+
+    // Under 1000: one approver.
+    let (status, small) = create(&api, &keys.requester, "pol.t", "p-1", "999.99", "0xabc").await?;
+    assert_eq!(status, 201, "{small}");
+    assert_eq!((small["policy_version"].as_i64(), small["policy_rule"].as_str()), (Some(version), Some("small")));
+    let id = small["id"].as_str().unwrap_or_default().to_string();
+    let m = api.ok("POST", &format!("/v3/movements/{id}/approve"), &erin, None, 200).await?;
+    assert_eq!(m["request_state"], "APPROVED", "{m}");
+
+    // 1000 and above: two of finance and one of risk, each a different person.
+    let (_, large) = create(&api, &keys.requester, "pol.t", "p-2", "1000", "0xabc").await?;
+    let id = large["id"].as_str().unwrap_or_default().to_string();
+    assert_eq!((large["policy_rule"].as_str(), large["approvals_required"].as_i64()), (Some("large"), Some(3)));
+    api.ok("POST", &format!("/v3/movements/{id}/approve"), &carol, None, 200).await?;
+    let (status, err) = api.call("POST", &format!("/v3/movements/{id}/approve"), &erin, None).await?;
+    assert_eq!((status, err["error"]["code"].as_str()), (403, Some("POLICY_NOT_APPROVER")), "{err}");
+    assert!(err["error"]["message"].as_str().unwrap_or_default().contains("finance (0 of 2)"), "{err}");
+    let m = api.ok("POST", &format!("/v3/movements/{id}/approve"), &keys.approver, None, 200).await?;
+    assert_eq!(m["request_state"], "PENDING_APPROVAL");
+    let finance = &m["policy"]["progress"]["groups"][0];
+    assert_eq!(
+        (finance["group"].as_str(), finance["approved_by"].as_array().map(Vec::len)),
+        (Some("finance"), Some(1)),
+        "{m}"
+    );
+    let m = api.ok("POST", &format!("/v3/movements/{id}/approve"), &bob, None, 200).await?;
+    assert_eq!(m["request_state"], "APPROVED", "{m}");
+    wait_state(&api, &keys.requester, &id, &["COMPLETED"], T).await?;
+
+    // A block refuses before anything exists.
+    let (status, err) = create(&api, &keys.requester, "pol.t", "p-3", "5", "0xBAD").await?;
+    assert_eq!((status, err["error"]["code"].as_str()), (422, Some("POLICY_BLOCKED")), "{err}");
+    assert!(err["error"]["message"].as_str().unwrap_or_default().contains("sanctioned"), "{err}");
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM movement_requests WHERE idempotency_key = 'p-3'")
+        .fetch_one(&db.pool)
+        .await?;
+    assert_eq!(n, 0);
+
+    // The deciding rule is on the movement and in its audit trail.
+    wait_until("the creation audited with its rule", T, || async {
+        let a = api
+            .ok("GET", &format!("/v3/audit-events?movement_id={id}&action=movement.create"), &keys.requester, None, 200)
+            .await?;
+        Ok(a["items"][0]["data"]["policy_rule"] == "large" && a["items"][0]["data"]["policy_version"] == version)
+    })
+    .await?;
+    drop(api);
+    db.drop_db().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_time_window_the_address_book_and_a_change_of_policy_by_two_admins() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[("MG_POLICY_CHANGE_APPROVALS", "2")]).await?;
+    let keys = Keys::create(&api).await?;
+    let (root2, root3) = (api.key("root-2", "admin").await?, api.key("root-3", "admin").await?);
+    install_template(&api, &keys, json!({"template_key": "pol.t", "nodes": [sim("a")]})).await?;
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "pol.book", "nodes": [sim("a")], "risk_controls": {"require_address_book": true}}),
+    )
+    .await?;
+
+    // The book: proposed by one admin, activated by another; one with a cool-down waits.
+    let entry = json!({"name": "custody-cold", "lane": "sim", "address": "0xC01D", "tags": ["custody"]});
+    let e = api.ok("POST", "/v3/address-book", &api.admin_key, Some(entry), 201).await?;
+    let eid = e["id"].as_str().unwrap_or_default().to_string();
+    assert_eq!(e["status"], "pending");
+    let (status, _) = api.call("POST", &format!("/v3/address-book/{eid}/approve"), &api.admin_key, None).await?;
+    assert_eq!(status, 403, "its proposer does not activate it");
+    let e = api.ok("POST", &format!("/v3/address-book/{eid}/approve"), &root2, None, 200).await?;
+    assert_eq!((e["status"].as_str(), e["usable"].as_bool()), (Some("active"), Some(true)), "{e}");
+    let slow = json!({"name": "new-exchange", "lane": "sim", "address": "0xE1E1", "cool_down_seconds": 3600});
+    let s = api.ok("POST", "/v3/address-book", &root2, Some(slow), 201).await?;
+    let s = api
+        .ok("POST", &format!("/v3/address-book/{}/approve", s["id"].as_str().unwrap_or_default()), &root3, None, 200)
+        .await?;
+    assert_eq!(s["usable"], false, "cooling down: {s}");
+    let (status, err) = api
+        .call("POST", "/v3/address-book", &root2, Some(json!({"name": "x\u{200B}y", "lane": "sim", "address": "0x1"})))
+        .await?;
+    assert_eq!(status, 400, "a name with a hidden character: {err}");
+
+    // A template that requires the book.
+    let (status, err) = create(&api, &keys.requester, "pol.book", "b-1", "5", "0xnot-in-book").await?;
+    assert_eq!((status, err["error"]["code"].as_str()), (422, Some("ADDRESS_NOT_IN_BOOK")), "{err}");
+    let (status, err) = create(&api, &keys.requester, "pol.book", "b-2", "5", "0xE1E1").await?;
+    assert_eq!(
+        (status, err["error"]["code"].as_str()),
+        (422, Some("ADDRESS_NOT_IN_BOOK")),
+        "still cooling down: {err}"
+    );
+    let (status, m) = create(&api, &keys.requester, "pol.book", "b-3", "5", "0xc01d").await?;
+    assert_eq!(status, 201, "{m}");
+
+    // A policy whose office-hours window holds now, destinations in the book only; a change
+    // needs two admins other than its proposer.
+    let hour = chrono::Utc::now().format("%H").to_string().parse::<u32>()?;
+    let window =
+        |from: u32, to: u32| json!({"from": format!("{:02}:00", from % 24), "to": format!("{:02}:00", to % 24)});
+    let doc = |hours: Value| {
+        json!({"rules": [
+            {"name": "outside-book", "when": {"destinations": {"in_book": false}}, "action": {"type": "block",
+                "reason": "not in the book"}},
+            {"name": "office", "when": {"hours": hours}, "action": {"type": "approve", "groups": [{"min": 1,
+                "role": "approver"}]}}
+        ]})
+    };
+    let v = api
+        .ok("POST", "/v3/policies", &api.admin_key, Some(json!({"document": doc(window(hour + 22, hour + 2))})), 201)
+        .await?;
+    let version = v["version"].as_i64().unwrap_or_default();
+    let one = api.ok("POST", &format!("/v3/policies/{version}/approve"), &root2, None, 200).await?;
+    assert_eq!(one["status"], "pending", "one of two approvals: {one}");
+    let (status, _) = create(&api, &keys.requester, "pol.t", "w-0", "5", "0xnowhere").await?;
+    assert_eq!(status, 201, "not in force before its second approval");
+    let two = api.ok("POST", &format!("/v3/policies/{version}/approve"), &root3, None, 200).await?;
+    assert_eq!(two["status"], "approved", "{two}");
+    let (status, err) = create(&api, &keys.requester, "pol.t", "w-1", "5", "0xnowhere").await?;
+    assert_eq!((status, err["error"]["code"].as_str()), (422, Some("POLICY_BLOCKED")), "{err}");
+    let (status, m) = create(&api, &keys.requester, "pol.t", "w-2", "5", "0xC01D").await?;
+    assert_eq!((status, m["policy_rule"].as_str()), (201, Some("office")), "{m}");
+    // Outside the window: the default blocks.
+    let v =
+        api.ok("POST", "/v3/policies", &root2, Some(json!({"document": doc(window(hour + 3, hour + 5))})), 201).await?;
+    let later = v["version"].as_i64().unwrap_or_default();
+    api.ok("POST", &format!("/v3/policies/{later}/approve"), &api.admin_key, None, 200).await?;
+    api.ok("POST", &format!("/v3/policies/{later}/approve"), &root3, None, 200).await?;
+    let (status, err) = create(&api, &keys.requester, "pol.t", "w-3", "5", "0xC01D").await?;
+    assert_eq!((status, err["error"]["code"].as_str()), (422, Some("POLICY_BLOCKED")), "{err}");
+    assert!(err["error"]["message"].as_str().unwrap_or_default().contains("\"default\""), "{err}");
+    // Every version is kept.
+    let all = api.ok("GET", "/v3/policies", &keys.requester, None, 200).await?;
+    assert_eq!(all["items"].as_array().map(Vec::len), Some(2));
+    drop(api);
+    db.drop_db().await;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_simulation_reports_exactly_the_movements_whose_outcome_changes() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[]).await?;
+    let keys = Keys::create(&api).await?;
+    let root2 = api.key("root-2", "admin").await?;
+    install_template(&api, &keys, json!({"template_key": "pol.t", "nodes": [sim("a")]})).await?;
+    // One movement from before any policy, then three under the tiered one.
+    let (_, legacy) = create(&api, &keys.requester, "pol.t", "s-0", "10", "0xabc").await?;
+    enact(&api, &root2, tiered()).await?;
+    let (_, small) = create(&api, &keys.requester, "pol.t", "s-1", "10", "0xabc").await?;
+    let (_, mid) = create(&api, &keys.requester, "pol.t", "s-2", "5000", "0xabc").await?;
+    let (_, big) = create(&api, &keys.requester, "pol.t", "s-3", "50000", "0xdef").await?;
+    // The candidate: the same, but 10000 and above blocked.
+    let mut candidate = tiered();
+    candidate["rules"].as_array_mut().unwrap().insert(
+        1,
+        json!({"name": "cap", "when": {"amount_at_least": "10000"}, "action": {"type": "block",
+            "reason": "over the cap"}}),
+    );
+    let sim = api
+        .ok("POST", "/v3/policies/simulate", &keys.operator, Some(json!({"document": candidate, "days": 1})), 200)
+        .await?;
+    assert_eq!(sim["evaluated"].as_u64(), Some(4), "{sim}");
+    let changed: Vec<&str> =
+        sim["changed"].as_array().unwrap().iter().filter_map(|c| c["movement_id"].as_str()).collect();
+    assert_eq!(changed, vec![big["id"].as_str().unwrap_or_default()], "{sim}");
+    let c = &sim["changed"][0];
+    assert_eq!(
+        (c["before"]["rule"].as_str(), c["after"]["rule"].as_str(), c["after"]["outcome"].as_str()),
+        (Some("large"), Some("cap"), Some("blocked")),
+        "{sim}"
+    );
+    // Nothing changed by simulating.
+    let m = api
+        .ok("GET", &format!("/v3/movements/{}", big["id"].as_str().unwrap_or_default()), &keys.requester, None, 200)
+        .await?;
+    assert_eq!((m["request_state"].as_str(), m["policy_rule"].as_str()), (Some("PENDING_APPROVAL"), Some("large")));
+    assert!(legacy["policy_version"].is_null() && small["policy_rule"] == "small" && mid["policy_rule"] == "large");
+    let (status, _) =
+        api.call("POST", "/v3/policies/simulate", &keys.requester, Some(json!({"document": tiered()}))).await?;
+    assert_eq!(status, 403, "simulating is an operator's");
+    drop(api);
+    db.drop_db().await;
+    Ok(())
+}

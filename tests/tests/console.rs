@@ -586,3 +586,82 @@ async fn two_admins_make_a_key_in_the_console() -> anyhow::Result<()> {
     db.drop_db().await;
     Ok(())
 }
+
+/// The approval policy and the address book in the console: an entry proposed by one admin and
+/// activated by another; a policy drafted, simulated against past movements, proposed, and
+/// approved by a second admin; a movement then shows the rule that decided it and the book's
+/// name beside its destination.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn policy_and_address_book_in_the_console() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[]).await?;
+    let keys = Keys::create(&api).await?;
+    let root2 = api.key("root-2", "admin").await?;
+    install_template(&api, &keys, json!({"template_key": "pol.c", "nodes": [sim("a", json!({}))]})).await?;
+    let shots = std::path::PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("console-screenshots");
+    let movement = |idem: &str, to: &str| {
+        json!({"template_key": "pol.c", "idempotency_key": idem,
+               "intent": {"asset": "USDC", "amount": "10", "source": "venue-a", "destination": to}})
+    };
+    api.ok("POST", "/v3/movements", &keys.requester, Some(movement("c-1", "0xc01d")), 201).await?;
+    let outside = api.ok("POST", "/v3/movements", &keys.requester, Some(movement("c-2", "0xnowhere")), 201).await?;
+    let b = Browser::start().await?;
+
+    // The book: one admin proposes, another activates.
+    sign_in(&b, &api.base, &api.admin_key).await?;
+    b.goto(&format!("{}/console#/book", api.base)).await?;
+    b.click("button[data-action=propose-entry]").await?;
+    b.fill("#f-name", "custody-cold").await?;
+    b.fill("#f-address", "0xC01D").await?;
+    b.fill("#f-tags", "custody").await?;
+    b.click("#action-submit").await?;
+    b.wait_text("main", "yours: another admin decides", T).await?;
+    sign_in(&b, &api.base, &root2).await?;
+    b.goto(&format!("{}/console#/book", api.base)).await?;
+    b.click("button[data-action=activate-custody-cold]").await?;
+    b.wait_text("#action-help", "0xC01D", T).await?;
+    b.fill("#f-reason", "our cold wallet, checked on the custody portal").await?;
+    b.click("#action-submit").await?;
+    b.wait_text("main", "Activated by", T).await?;
+    b.wait("button[data-action=remove-custody-cold]", T).await?;
+    b.screenshot(&shots, "22-address-book").await?;
+
+    // A policy: drafted, simulated, proposed by one admin, approved by another.
+    let doc = json!({"rules": [
+        {"name": "outside-book", "when": {"destinations": {"in_book": false}},
+         "action": {"type": "block", "reason": "not in the book"}},
+        {"name": "any", "action": {"type": "approve", "groups": [{"min": 1, "role": "approver"}]}}]});
+    sign_in(&b, &api.base, &api.admin_key).await?;
+    b.goto(&format!("{}/console#/policies", api.base)).await?;
+    b.wait_text("#policy-current", "No policy is in force", T).await?;
+    b.fill("#policy-doc", &doc.to_string()).await?;
+    b.click("#policy-simulate").await?;
+    let sim = b.wait_text("#simulation", "1 of 2 movement(s) would change", T).await?;
+    assert!(sim.contains(&outside["id"].as_str().unwrap_or_default()[..8]) && sim.contains("blocked"), "{sim}");
+    b.screenshot(&shots, "23-policy-simulation").await?;
+    b.click("#policy-propose").await?;
+    b.wait_text("#policy-why", "You proposed it", T).await?;
+    assert_eq!(b.count("button[data-action=approve-policy]").await?, 0);
+    sign_in(&b, &api.base, &root2).await?;
+    b.goto(&format!("{}/console#/policies/1", api.base)).await?;
+    b.wait_text("#policy-diff", "rule added", T).await?;
+    b.click("button[data-action=approve-policy]").await?;
+    b.fill("#f-reason", "book-only, reviewed").await?;
+    b.click("#action-submit").await?;
+    b.wait_text("h1", "IN FORCE", T).await?;
+    b.screenshot(&shots, "24-policy-version").await?;
+
+    // A movement under it: the deciding rule, and the book's name beside the destination.
+    let m = api.ok("POST", "/v3/movements", &keys.requester, Some(movement("c-3", "0xc01d")), 201).await?;
+    b.goto(&format!("{}/console#/movements/{}", api.base, m["id"].as_str().unwrap_or_default())).await?;
+    b.wait_text("#policy-decision", "rule", T).await?;
+    b.wait_text("#policy-decision", "any", T).await?;
+    b.wait_text("main", "custody-cold", T).await?;
+    b.screenshot(&shots, "25-movement-policy").await?;
+    let (status, _) = api.call("POST", "/v3/movements", &keys.requester, Some(movement("c-4", "0xnowhere"))).await?;
+    assert_eq!(status, 422, "outside the book is blocked now");
+    b.close().await;
+    drop(api);
+    db.drop_db().await;
+    Ok(())
+}

@@ -69,14 +69,34 @@ function val(v) {
   return el;
 }
 /** An intent as an approver must read it: each field on its own line, each value isolated. */
+// The address book's active entries by lower-case address: the name shown beside a raw
+// address everywhere one is shown (refreshed each minute; a viewer may read it).
+let book = new Map();
+let bookRead = 0;
+async function refreshBook() {
+  if (!me || Date.now() - bookRead < 60000) return;
+  bookRead = Date.now();
+  try {
+    const page = await api("GET", "/v3/address-book?status=active&limit=200");
+    book = new Map(page.items.map((e) => [String(e.address).toLowerCase(), e]));
+  } catch {
+    bookRead = 0; // try again on the next screen
+  }
+}
+/** A raw address as stored, and beside it its address-book name (or that it is not in it). */
+function addr(v) {
+  const raw = v && typeof v === "object" && !Array.isArray(v) ? v.address : v;
+  const e = typeof raw === "string" ? book.get(raw.toLowerCase()) : null;
+  return h("span", { class: "addr" }, val(v), e ? h("span", { class: e.usable ? "book" : "book cooling", title: e.usable ? `address book: ${e.name} (${e.lane}${e.network ? ` ${e.network}` : ""})` : "in the book, still cooling down" }, `📒 ${e.name}${e.usable ? "" : " (cooling down)"}`) : null);
+}
 function intentView(intent) {
   const i = intent || {};
-  const rows = [["Amount", i.amount], ["Asset", i.asset], ["From", i.source], ["To", i.destination]];
-  for (const [k, v] of Object.entries(i)) if (!["amount", "asset", "source", "destination"].includes(k)) rows.push([k, v]);
-  return h("dl", { class: "kv intent" }, rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, val(v))]));
+  const rows = [["Amount", val(i.amount)], ["Asset", val(i.asset)], ["From", addr(i.source)], ["To", addr(i.destination)]];
+  for (const [k, v] of Object.entries(i)) if (!["amount", "asset", "source", "destination"].includes(k)) rows.push([k, val(v)]);
+  return h("dl", { class: "kv intent" }, rows.flatMap(([k, v]) => [h("dt", {}, k), h("dd", {}, v)]));
 }
 /** One line for lists: amount, asset, from → to, each value isolated. */
-const intentLine = (i) => h("span", {}, val(i?.amount), " ", val(i?.asset), " ", val(i?.source), " → ", val(i?.destination));
+const intentLine = (i) => h("span", {}, val(i?.amount), " ", val(i?.asset), " ", addr(i?.source), " → ", addr(i?.destination));
 // Route parameters are data: a movement id is a UUID, a node key its plan's charset.
 const UUID = /^[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}$/i;
 const NODE_KEY = /^[A-Za-z0-9_-]{1,64}$/;
@@ -469,9 +489,14 @@ async function movementScreen(main, id) {
         submit: (v) => api("POST", `/v3/movements/${seg(m.id)}/actions/resume`, { reason: v.reason }), onDone: reload })));
     }
     const nodes = m.nodes || [];
+    const policy = m.policy_version ? h("section", { id: "policy-decision", class: "note" },
+      h("p", {}, "Decided by ", h("a", { href: `#/policies/${m.policy_version}` }, `policy version ${m.policy_version}`), ", rule ", val(m.policy_rule)),
+      m.policy?.progress ? table(m.policy.progress.groups, [["Approver group", (g) => g.group], ["Needs", (g) => g.min], ["Approved by", (g) => g.approved_by.length ? g.approved_by.join(", ") : "—"],
+        ["", (g) => badge(g.approved_by.length >= g.min ? "filled" : "open")]], "approver groups") : null) : null;
     put(body, 
       h("h1", {}, "Movement ", h("span", { class: "mono" }, m.id), " ", badge(m.request_state)),
       approvalNote,
+      policy,
       actions.childElementCount ? actions : (me && me.role === "viewer" ? null : h("p", { class: "muted" }, "No action available to your role in this state.")),
       dl([["Template", h("span", {}, val(m.template_key), ` v${m.template_version}`)], ["Intent", intentView(m.intent)],
         ["Created", h("span", {}, `${when(m.created_at)} by `, val(m.created_by))], ["Approval", h("span", {}, `${m.approval_status} (${given} of ${needed})`, m.approved_by ? h("span", {}, " by ", val(m.approved_by)) : null)],
@@ -1103,6 +1128,184 @@ async function auditScreen(main, params) {
   status(`audit: ${page.items.length} event(s), ${clock()}`);
 }
 
+
+// ---- approval policy ------------------------------------------------------------------------------
+/** A rule's conditions in words. */
+function whenText(w) {
+  if (!w) return "every movement";
+  const parts = [];
+  if (w.templates?.length) parts.push(`template ${w.templates.join(" or ")}`);
+  if (w.assets?.length) parts.push(`asset ${w.assets.join(" or ")}`);
+  if (w.amount_at_least) parts.push(`amount ≥ ${w.amount_at_least}`);
+  if (w.amount_below) parts.push(`amount < ${w.amount_below}`);
+  for (const [side, e] of [["source", w.sources], ["destination", w.destinations]]) {
+    if (!e) continue;
+    const any = [...(e.addresses || []), ...(e.book_entries || []).map((n) => `book entry ${n}`), ...(e.book_tags || []).map((t) => `book tag ${t}`)];
+    if (any.length) parts.push(`${side} ${any.join(" or ")}`);
+    if (e.in_book === true) parts.push(`${side} in the address book`);
+    if (e.in_book === false) parts.push(`${side} NOT in the address book`);
+  }
+  if (w.requesters?.length) parts.push(`requested by ${w.requesters.join(" or ")}`);
+  if (w.requester_roles?.length) parts.push(`requester role ${w.requester_roles.join(" or ")}`);
+  if (w.weekdays?.length) parts.push(`on ${w.weekdays.join(", ")}`);
+  if (w.hours) parts.push(`${w.hours.from}–${w.hours.to} UTC`);
+  return parts.length ? parts.join("; ") : "every movement";
+}
+function actionText(a) {
+  if (!a) return "—";
+  if (a.type === "block") return `BLOCK: ${a.reason}`;
+  const groups = (a.groups || []).map((g) => `${g.min} of ${g.group || (g.principals?.length ? g.principals.join(", ") : `role ${g.role}`)}${g.group && g.role ? ` or role ${g.role}` : ""}`);
+  return `approve by ${groups.join(" + ")}${a.approval_ttl_seconds ? `, within ${secs(a.approval_ttl_seconds)}` : ""}${a.max_fee ? `, fee ≤ ${a.max_fee}` : ""}`;
+}
+function rulesTable(doc) {
+  const rows = [...(doc?.rules || []).map((r, i) => ({ n: String(i + 1), name: r.name, when: whenText(r.when), action: actionText(r.action) })),
+    { n: "—", name: "default", when: "no rule above holds", action: actionText(doc?.default || { type: "block", reason: "no rule covers it" }) }];
+  return h("div", {},
+    doc?.groups && Object.keys(doc.groups).length ? dl(Object.entries(doc.groups).map(([g, m]) => [`group ${g}`, m.join(", ")])) : null,
+    table(rows, [["#", (r) => r.n], ["Rule", (r) => h("bdi", {}, r.name)], ["When", (r) => r.when], ["Then", (r) => r.action]], "rules (the first that holds decides)"));
+}
+/** What a version changes from another: rules added, removed, changed or moved; groups; default. */
+function policyDiff(before, after) {
+  const rows = [];
+  const b = new Map((before?.rules || []).map((r, i) => [r.name, { r, i }]));
+  const a = new Map((after?.rules || []).map((r, i) => [r.name, { r, i }]));
+  for (const [n, x] of a) if (!b.has(n)) rows.push({ what: "rule added", key: n, before: null, after: `${x.i + 1}. ${whenText(x.r.when)} → ${actionText(x.r.action)}` });
+  for (const [n, x] of b) if (!a.has(n)) rows.push({ what: "rule removed", key: n, before: `${x.i + 1}. ${whenText(x.r.when)} → ${actionText(x.r.action)}`, after: null });
+  for (const [n, x] of a) {
+    const y = b.get(n);
+    if (!y) continue;
+    if (stable(x.r) !== stable(y.r)) rows.push({ what: "rule changed", key: n, before: `${whenText(y.r.when)} → ${actionText(y.r.action)}`, after: `${whenText(x.r.when)} → ${actionText(x.r.action)}` });
+    else if (x.i !== y.i) rows.push({ what: "rule moved", key: n, before: `position ${y.i + 1}`, after: `position ${x.i + 1}` });
+  }
+  if (stable(before?.groups || {}) !== stable(after?.groups || {})) rows.push({ what: "groups changed", key: "groups", before: before?.groups || {}, after: after?.groups || {} });
+  if (stable(before?.default || null) !== stable(after?.default || null)) rows.push({ what: "default changed", key: "default", before: actionText(before?.default), after: actionText(after?.default) });
+  return rows;
+}
+function simulationView(sim) {
+  return h("section", { id: "simulation" }, h("h2", {}, `Simulation: ${sim.changed.length} of ${sim.evaluated} movement(s) would change`),
+    table(sim.changed, [["Movement", (c) => h("a", { href: `#/movements/${seg(c.movement_id)}`, class: "mono" }, String(c.movement_id).slice(0, 8))],
+      ["Intent", (c) => intentLine(c.intent)], ["Created (UTC)", (c) => when(c.created_at)],
+      ["Before", (c) => `${c.before.rule ?? "no policy"}: ${c.before.outcome}${c.before.approvers.length ? ` (${c.before.approvers.join(" + ")})` : ""}`],
+      ["After", (c) => `${c.after.rule}: ${c.after.outcome}${c.after.approvers.length ? ` (${c.after.approvers.join(" + ")})` : ""}`]], "movements whose outcome changes"));
+}
+async function policiesScreen(main) {
+  const [list, current] = await Promise.all([api("GET", "/v3/policies?limit=100"), api("GET", "/v3/policies/current").catch((e) => (e.status === 404 ? null : Promise.reject(e)))]);
+  const doc = h("textarea", { id: "policy-doc", rows: 14, cols: 100, spellcheck: "false", class: "mono" }, JSON.stringify(current?.document || { groups: {}, rules: [], default: { type: "block", reason: "no rule covers it" } }, null, 2));
+  const desc = h("input", { id: "policy-desc", size: 60, autocomplete: "off" });
+  const eff = timeField("policy-effective", "");
+  const out = h("div", { id: "policy-result" });
+  const parse = () => { try { return JSON.parse(doc.value); } catch (e) { put(out, h("p", { class: "error", role: "alert" }, `The document is not JSON: ${e.message}`)); return null; } };
+  const simulate = async () => {
+    const d = parse();
+    if (!d) return;
+    try { put(out, simulationView(await api("POST", "/v3/policies/simulate", { document: d, days: 30 }))); } catch (e) { put(out, failure("The simulation", e)); }
+  };
+  const propose = async (ev) => {
+    ev.preventDefault();
+    const d = parse();
+    if (!d) return;
+    try {
+      const body = { document: d };
+      if (desc.value.trim()) body.description = desc.value.trim();
+      if (eff.value.trim()) body.effective_at = utcInput(eff.value);
+      const v = await api("POST", "/v3/policies", body);
+      location.hash = `#/policies/${v.version}`;
+    } catch (e) { put(out, failure("The proposal", e)); }
+  };
+  put(main, h("h1", {}, "Approval policy"),
+    current ? h("p", { class: "note", id: "policy-current" }, "In force: ", h("a", { href: `#/policies/${current.version}` }, `version ${current.version}`), ` since ${when(current.effective_at)}`)
+      : h("p", { class: "note", id: "policy-current" }, "No policy is in force: each template's approvals and the risk limits alone apply."),
+    current ? rulesTable(current.document) : null,
+    h("h2", {}, "Versions"),
+    table(list.items, [["Version", (v) => h("a", { href: `#/policies/${v.version}` }, `v${v.version}`)], ["Status", (v) => badge(v.status.toUpperCase())],
+      ["Proposed by", (v) => val(v.proposed_by)], ["Effective (UTC)", (v) => when(v.effective_at)], ["Decided by", (v) => val(v.decided_by)], ["Description", (v) => (v.description ? h("bdi", {}, v.description) : "—")]], "policy versions"),
+    can("admin") || can("operator") ? h("section", {}, h("h2", {}, "Draft a new version"),
+      h("p", { class: "muted" }, "Edit the document (JSON: groups, rules in order — the first that holds decides — and a default), simulate it against the last 30 days, then propose it: other admins approve it before it is in force."),
+      h("form", { onsubmit: propose, "aria-label": "Draft a policy version" },
+        h("label", { for: "policy-doc" }, "Policy document", doc),
+        h("div", { class: "filters" }, h("label", { for: "policy-desc" }, "Description", desc), h("label", { for: "policy-effective" }, "Effective from (UTC; empty: at its approval)", eff)),
+        h("div", { class: "actions" }, h("button", { type: "button", id: "policy-simulate", onclick: simulate }, "Simulate"),
+          can("admin") ? h("button", { type: "submit", id: "policy-propose", class: "primary" }, "Propose") : null)),
+      out) : null);
+  status(`policy: ${list.items.length} version(s), ${clock()}`);
+}
+async function policyScreen(main, version) {
+  const load = async () => {
+    const v = await api("GET", `/v3/policies/${version}`);
+    const current = await api("GET", "/v3/policies/current").catch((e) => (e.status === 404 ? null : Promise.reject(e)));
+    const reload = () => load().catch(showError);
+    const mine = me && String(v.proposed_by).toLowerCase() === me.principal.toLowerCase();
+    const approvedByMe = (v.approvals || []).some((a) => String(a.approver).toLowerCase() === me.principal.toLowerCase());
+    const actions = h("div", { class: "actions", role: "group", "aria-label": "Actions" });
+    let why = null;
+    if (v.status === "pending") {
+      if (!can("admin")) why = "Deciding on a policy version needs the admin role.";
+      else if (mine) why = "You proposed it: other admins approve it (you may withdraw it).";
+      else if (approvedByMe) why = "You have approved it; it waits for another admin.";
+      if (can("admin") && !mine && !approvedByMe) {
+        actions.append(actionButton("Approve policy", () => act({ title: "Approve policy", help: `Version ${v.version} is in force once it has ${v.approvals_required} approval(s) by admins other than ${v.proposed_by}, from ${when(v.effective_at)} or then.`,
+          fields: [reasonField], submit: (x) => api("POST", `/v3/policies/${version}/approve`, { reason: x.reason }), onDone: reload }), "primary"));
+      }
+      if (can("admin")) actions.append(actionButton(mine ? "Withdraw policy" : "Reject policy", () => act({ title: mine ? "Withdraw policy" : "Reject policy", danger: true, fields: [reasonField],
+        submit: (x) => api("POST", `/v3/policies/${version}/reject`, { reason: x.reason }), onDone: reload }), "danger"));
+      actions.append(actionButton("Simulate", async () => {
+        try { put($("policy-sim"), simulationView(await api("POST", "/v3/policies/simulate", { document: v.document, days: 30 }))); } catch (e) { put($("policy-sim"), failure("The simulation", e)); }
+      }));
+    }
+    const base = current && current.version !== v.version ? current : null;
+    const changes = policyDiff(base?.document || null, v.document);
+    put(main, h("p", {}, h("a", { href: "#/policies" }, "← Approval policy")),
+      h("h1", {}, `Policy version ${v.version} `, badge(v.in_force ? "IN FORCE" : v.status.toUpperCase())),
+      why ? h("p", { class: "note", id: "policy-why" }, why) : null,
+      actions.childElementCount ? actions : null,
+      dl([["Proposed", h("span", {}, `${when(v.created_at)} by `, val(v.proposed_by))], ["Effective (UTC)", when(v.effective_at)],
+        ["Approvals", `${(v.approvals || []).length} of ${v.approvals_required}: ${(v.approvals || []).map((a) => a.approver).join(", ") || "none yet"}`],
+        ["Decided", v.decided_at ? `${when(v.decided_at)} by ${v.decided_by}` : "—"], ["Description", v.description], ["Document hash", h("span", { class: "mono" }, v.document_hash)]]),
+      h("div", { id: "policy-sim" }),
+      h("h2", {}, base ? `Changes from version ${base.version} (in force)` : "Changes from no policy"),
+      h("div", { id: "policy-diff" }, changes.length ? table(changes, [["Change", (c) => c.what], ["Rule", (c) => h("bdi", {}, c.key)], ["Before", (c) => pretty(c.before)], ["After", (c) => pretty(c.after)]], "changes") : h("p", { class: "muted" }, "No change.")),
+      h("h2", {}, "Rules"), rulesTable(v.document));
+    status(`policy version ${v.version} ${v.status}, ${clock()}`);
+  };
+  await load();
+}
+
+// ---- the address book ---------------------------------------------------------------------------------
+async function bookScreen(main) {
+  const load = async () => {
+    const [active, pending] = await Promise.all([api("GET", "/v3/address-book?status=active&limit=200"), api("GET", "/v3/address-book?status=pending&limit=200")]);
+    bookRead = 0;
+    await refreshBook();
+    const reload = () => load().catch(showError);
+    const propose = can("admin") ? actionButton("Propose entry", () => act({ title: "Propose entry", help: "Another admin activates it; it is usable after its cool-down.",
+      fields: [{ name: "name", label: "Name", type: "text", required: true }, { name: "lane", label: "Lane", type: "select", options: ["evm", "cex", "cctp", "ccip", "sim", "other"].map((l) => [l, l]) },
+        { name: "network", label: "Network or chain (optional)", type: "text" }, { name: "address", label: "Address", type: "text", required: true },
+        { name: "tags", label: "Tags (comma separated)", type: "text" }, { name: "cool_down", label: "Cool-down seconds (optional)", type: "text" }, { name: "reason", label: "Reason", type: "text" }],
+      submit: (v) => {
+        const body = { name: v.name, lane: v.lane, address: v.address, tags: v.tags ? v.tags.split(",").map((t) => t.trim()).filter(Boolean) : [] };
+        if (v.network) body.network = v.network;
+        if (v.cool_down) body.cool_down_seconds = Number(v.cool_down);
+        if (v.reason) body.reason = v.reason;
+        return api("POST", "/v3/address-book", body);
+      }, onDone: reload }), "primary") : null;
+    const entryCols = [["Name", (e) => h("bdi", {}, e.name)], ["Lane", (e) => e.lane], ["Network", (e) => e.network || "—"], ["Address", (e) => val(e.address)], ["Tags", (e) => e.tags.join(", ") || "—"]];
+    put(main, h("h1", {}, "Address book"), propose ? h("div", { class: "actions" }, propose) : null,
+      h("h2", {}, "Waiting for a second admin"),
+      table(pending.items, [...entryCols, ["Proposed by", (e) => val(e.proposed_by)], ["Cool-down", (e) => secs(e.cool_down_seconds)],
+        ["", (e) => (String(e.proposed_by).toLowerCase() === me.principal.toLowerCase() ? h("span", { class: "muted" }, "yours: another admin decides") : can("admin") ? h("span", {},
+          actionButton(`Activate ${e.name}`, () => act({ title: "Activate entry", help: h("div", {}, h("p", {}, "You activate paying to exactly this address:"), dl([["Name", h("bdi", {}, e.name)], ["Address", val(e.address)], ["Lane / network", `${e.lane} ${e.network}`]])),
+            fields: [reasonField], submit: (x) => api("POST", `/v3/address-book/${seg(e.id)}/approve`, { reason: x.reason }), onDone: reload }), "primary"), " ",
+          actionButton(`Reject ${e.name}`, () => act({ title: "Reject entry", danger: true, fields: [reasonField], submit: (x) => api("POST", `/v3/address-book/${seg(e.id)}/reject`, { reason: x.reason }), onDone: reload }), "danger")) : null)]],
+      "entries waiting for a second admin"),
+      h("h2", {}, "Active"),
+      table(active.items, [...entryCols, ["Usable from (UTC)", (e) => `${when(e.usable_at)}${e.usable ? "" : " (cooling down)"}`], ["Activated by", (e) => val(e.decided_by)],
+        ["", (e) => (can("admin") ? actionButton(`Remove ${e.name}`, () => act({ title: "Remove entry", danger: true, help: "It can no longer be paid as a book entry.", fields: [reasonField],
+          submit: (x) => api("POST", `/v3/address-book/${seg(e.id)}/actions/remove`, { reason: x.reason }), onDone: reload }), "danger") : null)]], "active entries"));
+    status(`address book: ${active.items.length} active, ${pending.items.length} waiting, ${clock()}`);
+  };
+  await load();
+}
+
 // ---- routing -------------------------------------------------------------------------------
 /** Refreshes a screen every REFRESH_MS, one load at a time, for as long as its view is on the
  * page (a newer screen replaces the view, which ends this chain); skipped while a dialog is
@@ -1161,6 +1364,7 @@ async function render() {
   // Screens only an admin uses are not offered to others (the API refuses them anyway).
   for (const a of document.querySelectorAll("header nav a[data-role]")) a.hidden = !can(a.dataset.role);
   refreshCounts();
+  await refreshBook();
   try {
     // A route names a screen and its data, never a path: ids and keys are checked, then
     // encoded wherever they go into a request.
@@ -1184,6 +1388,9 @@ async function render() {
     else if (parts[0] === "templates") await templatesScreen(main);
     else if (parts[0] === "proposals" && parts[1]) await proposalScreen(main, arg(1, UUID));
     else if (parts[0] === "keys") await keysScreen(main);
+    else if (parts[0] === "policies" && parts[1]) await policyScreen(main, arg(1, /^[1-9][0-9]{0,8}$/));
+    else if (parts[0] === "policies") await policiesScreen(main);
+    else if (parts[0] === "book") await bookScreen(main);
     else if (parts[0] === "audit") await auditScreen(main, query || "");
     else if (parts[0] === "callbacks") await callbacksScreen(main, query || "");
     else if (parts[0] === "workers") await workersScreen(main, query || "");

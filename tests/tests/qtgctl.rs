@@ -166,3 +166,73 @@ async fn qtgctl_drives_a_movement_end_to_end() -> anyhow::Result<()> {
     db.drop_db().await;
     Ok(())
 }
+
+/// The approval policy and the address book from the command line: a book entry proposed and
+/// activated by two admins, a draft simulated, proposed, shown with its changes and approved
+/// by another admin; `policies current` exits 4 while none is in force.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn qtgctl_changes_the_policy_and_the_book_with_two_admins() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[]).await?;
+    let ctl = Ctl { url: api.base.clone() };
+    let admin = api.admin_key.clone();
+    let root2 = api.key("root-2", "admin").await?;
+    let viewer = api.key("eve", "viewer").await?;
+    let none = ctl.run(&viewer, &["policies", "current"]).await?;
+    assert_eq!(none.code, 4, "{}{}", none.stdout, none.stderr);
+
+    let e = ctl
+        .ok(
+            &admin,
+            &[
+                "--json",
+                "book",
+                "propose",
+                "--name",
+                "cold",
+                "--lane",
+                "evm",
+                "--network",
+                "1",
+                "--address",
+                "0xC01D",
+                "--tag",
+                "custody",
+            ],
+        )
+        .await?
+        .json();
+    let id = e["id"].as_str().unwrap_or_default().to_string();
+    let own = ctl.run(&admin, &["book", "approve", &id]).await?;
+    assert_eq!(own.code, 1, "its proposer does not activate it: {}", own.stderr);
+    assert!(own.stderr.contains("SELF_APPROVAL"), "{}", own.stderr);
+    ctl.ok(&root2, &["book", "approve", &id, "--reason", "checked"]).await?;
+    let listed = ctl.ok(&viewer, &["book", "list", "--status", "active"]).await?.stdout;
+    assert!(listed.contains("cold") && listed.contains("0xC01D"), "{listed}");
+
+    let draft = std::env::temp_dir().join(format!("{}-policy.json", db.name));
+    std::fs::write(
+        &draft,
+        json!({"rules": [{"name": "book-only", "when": {"destinations": {"in_book": false}},
+                          "action": {"type": "block", "reason": "not in the book"}},
+                         {"name": "any", "action": {"type": "approve", "groups": [{"min": 1, "role": "approver"}]}}]})
+        .to_string(),
+    )?;
+    let file = draft.to_string_lossy().to_string();
+    let sim = ctl.ok(&root2, &["policies", "simulate", &file, "--days", "1"]).await?.stdout;
+    assert!(sim.contains("0 of 0 movement(s) would change"), "{sim}");
+    let v = ctl.ok(&admin, &["--json", "policies", "propose", &file, "--description", "book only"]).await?.json();
+    let version = v["version"].to_string();
+    let shown = ctl.ok(&viewer, &["policies", "show", &version]).await?.stdout;
+    assert!(shown.contains("changes from no policy") && shown.contains("rule added"), "{shown}");
+    assert!(shown.contains("destinations NOT in the book -> BLOCK: not in the book"), "{shown}");
+    let own = ctl.run(&admin, &["policies", "approve", &version]).await?;
+    assert_eq!(own.code, 1, "{}", own.stderr);
+    ctl.ok(&root2, &["policies", "approve", &version, "--reason", "reviewed"]).await?;
+    let current = ctl.ok(&viewer, &["policies", "current"]).await?.stdout;
+    assert!(current.contains(&format!("policy version {version}: approved")), "{current}");
+    std::fs::remove_file(&draft).ok();
+    drop(api);
+    db.drop_db().await;
+    Ok(())
+}

@@ -69,6 +69,12 @@ enum Command {
     /// and the venue's MG_<VENUE>_* credentials like a worker — run it where the workers run)
     #[command(subcommand)]
     Venues(Venues),
+    /// The approval policy: versions, the one in force, a draft simulated, proposed, approved
+    #[command(subcommand)]
+    Policies(Policies),
+    /// The address book: named destinations, proposed and activated by two admins
+    #[command(subcommand)]
+    Book(Book),
     /// Approve a movement (same as `movements approve`)
     Approve {
         id: String,
@@ -206,6 +212,93 @@ struct CreateMovement {
     /// Required: retrying with the same key never creates a second movement
     #[arg(long, required_unless_present = "file")]
     idempotency_key: Option<String>,
+}
+
+#[derive(Subcommand)]
+enum Policies {
+    /// The version in force (exit 4 when none is)
+    Current,
+    /// Every version, newest first
+    List(Paging),
+    /// A version: its rules, approvals, and what it changes from the version in force
+    Show { version: i32 },
+    /// What a draft (a JSON file; `-` reads stdin) would have decided for the movements of the
+    /// last days: the ones whose outcome changes
+    Simulate {
+        file: PathBuf,
+        #[arg(long, default_value_t = 30.0)]
+        days: f64,
+    },
+    /// Propose a version from a JSON policy document (admin); other admins approve it
+    Propose {
+        file: PathBuf,
+        #[arg(long)]
+        description: Option<String>,
+        /// RFC 3339 (UTC); default: at its approval
+        #[arg(long)]
+        effective_at: Option<String>,
+    },
+    /// Approve a pending version (admin; not your own)
+    Approve {
+        version: i32,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Reject (or, its proposer, withdraw) a pending version (admin)
+    Reject {
+        version: i32,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+}
+
+#[derive(Subcommand)]
+enum Book {
+    /// Entries (by status: pending, active, rejected, removed)
+    List {
+        #[arg(long)]
+        status: Option<String>,
+    },
+    /// Propose an entry (admin); another admin activates it
+    Propose {
+        #[arg(long)]
+        name: String,
+        /// cex, evm, cctp, ccip, sim or other
+        #[arg(long)]
+        lane: String,
+        #[arg(long, default_value = "")]
+        network: String,
+        #[arg(long)]
+        address: String,
+        /// Repeatable
+        #[arg(long = "tag")]
+        tags: Vec<String>,
+        #[arg(long)]
+        cool_down_seconds: Option<f64>,
+        /// The active entry this one changes
+        #[arg(long)]
+        replaces: Option<String>,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Activate a pending entry (admin; not your own)
+    Approve {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Reject a pending entry (admin)
+    Reject {
+        id: String,
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Remove an active entry (admin)
+    Remove {
+        id: String,
+        #[arg(long)]
+        reason: String,
+    },
 }
 
 #[derive(Subcommand)]
@@ -509,6 +602,35 @@ async fn run(cli: &Cli) -> anyhow::Result<i32> {
             let v = inspect_node(&c, id, node_key).await?;
             out(&v, &render::node);
         }
+        Command::Policies(p) => return policies(&c, p, &out).await,
+        Command::Book(b) => match b {
+            Book::List { status } => {
+                let path = match status {
+                    Some(s) => format!("/v3/address-book?status={}&limit=200", encode(s)),
+                    None => "/v3/address-book?limit=200".into(),
+                };
+                out(&c.get(&path).await?, &render::book)
+            }
+            Book::Propose { name, lane, network, address, tags, cool_down_seconds, replaces, reason } => {
+                let body = json!({"name": name, "lane": lane, "network": network, "address": address, "tags": tags,
+                                  "cool_down_seconds": cool_down_seconds, "replaces": replaces, "reason": reason});
+                out(&c.post("/v3/address-book", body).await?, &render::object)
+            }
+            Book::Approve { id, reason } => out(
+                &c.post(&format!("/v3/address-book/{}/approve", encode(id)), reason_body(reason)).await?,
+                &render::object,
+            ),
+            Book::Reject { id, reason } => out(
+                &c.post(&format!("/v3/address-book/{}/reject", encode(id)), reason_body(reason)).await?,
+                &render::object,
+            ),
+            Book::Remove { id, reason } => {
+                let v = c
+                    .post(&format!("/v3/address-book/{}/actions/remove", encode(id)), json!({"reason": reason}))
+                    .await?;
+                out(&v, &render::object)
+            }
+        },
         Command::Approve { id, reason } => {
             let v = c.post(&format!("/v3/movements/{}/approve", encode(id)), reason_body(reason)).await?;
             out(&v, &|v| render::movement(v, None));
@@ -573,6 +695,45 @@ async fn run(cli: &Cli) -> anyhow::Result<i32> {
                 });
             }
         },
+    }
+    Ok(0)
+}
+
+async fn policies(c: &Client, p: &Policies, out: &Printer<'_>) -> anyhow::Result<i32> {
+    let version_path = |v: &i32, rest: &str| format!("/v3/policies/{v}{rest}");
+    match p {
+        Policies::Current => match c.get("/v3/policies/current").await {
+            Ok(v) => out(&v, &render::policy),
+            Err(e) if e.downcast_ref::<ApiRefusal>().is_some_and(|r| r.status == 404) => {
+                eprintln!("no policy is in force: each template's approvals and the risk limits alone apply");
+                return Ok(4);
+            }
+            Err(e) => return Err(e),
+        },
+        Policies::List(paging) => out(&c.list("/v3/policies", paging).await?, &render::policies),
+        Policies::Show { version } => {
+            let mut v = c.get(&version_path(version, "")).await?;
+            // What it changes from the version in force (none: from no policy).
+            let current = c.get("/v3/policies/current").await.ok();
+            let base = current.filter(|cur| cur["version"] != v["version"]);
+            v["changes"] = render::policy_changes(base.as_ref().map(|b| &b["document"]), &v["document"]);
+            v["changes_from"] = base.map(|b| b["version"].clone()).unwrap_or(Value::Null);
+            out(&v, &render::policy)
+        }
+        Policies::Simulate { file, days } => {
+            let body = json!({"document": read_json(file)?, "days": days});
+            out(&c.post("/v3/policies/simulate", body).await?, &render::simulation)
+        }
+        Policies::Propose { file, description, effective_at } => {
+            let body = json!({"document": read_json(file)?, "description": description, "effective_at": effective_at});
+            out(&c.post("/v3/policies", body).await?, &render::policy)
+        }
+        Policies::Approve { version, reason } => {
+            out(&c.post(&version_path(version, "/approve"), reason_body(reason)).await?, &render::policy)
+        }
+        Policies::Reject { version, reason } => {
+            out(&c.post(&version_path(version, "/reject"), reason_body(reason)).await?, &render::policy)
+        }
     }
     Ok(0)
 }

@@ -376,6 +376,198 @@ pub fn drift(v: &Value) -> String {
     out
 }
 
+/// A rule's conditions in words.
+fn when_text(w: &Value) -> String {
+    let list = |k: &str| w[k].as_array().filter(|a| !a.is_empty()).map(|a| cell(&Value::Array(a.clone())));
+    let mut parts = Vec::new();
+    for (k, label) in
+        [("templates", "template"), ("assets", "asset"), ("requesters", "requested by"), ("requester_roles", "role")]
+    {
+        if let Some(v) = list(k) {
+            parts.push(format!("{label} {v}"));
+        }
+    }
+    if let Some(v) = w["amount_at_least"].as_str() {
+        parts.push(format!("amount >= {v}"));
+    }
+    if let Some(v) = w["amount_below"].as_str() {
+        parts.push(format!("amount < {v}"));
+    }
+    for side in ["sources", "destinations"] {
+        let e = &w[side];
+        for k in ["addresses", "book_entries", "book_tags"] {
+            if let Some(v) = e[k].as_array().filter(|a| !a.is_empty()) {
+                parts.push(format!("{side} {k} {}", cell(&Value::Array(v.clone()))));
+            }
+        }
+        if let Some(b) = e["in_book"].as_bool() {
+            parts.push(format!("{side} {}in the book", if b { "" } else { "NOT " }));
+        }
+    }
+    if let Some(v) = list("weekdays") {
+        parts.push(format!("on {v}"));
+    }
+    if w["hours"].is_object() {
+        parts.push(format!("{}-{} UTC", cell(&w["hours"]["from"]), cell(&w["hours"]["to"])));
+    }
+    if parts.is_empty() {
+        "every movement".into()
+    } else {
+        parts.join("; ")
+    }
+}
+
+fn action_text(a: &Value) -> String {
+    match a["type"].as_str() {
+        Some("block") => format!("BLOCK: {}", cell(&a["reason"])),
+        Some("approve") => {
+            let groups: Vec<String> = a["groups"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|g| {
+                    let who = g["group"]
+                        .as_str()
+                        .map(String::from)
+                        .or_else(|| {
+                            g["principals"].as_array().filter(|p| !p.is_empty()).map(|p| cell(&Value::Array(p.clone())))
+                        })
+                        .unwrap_or_else(|| format!("role {}", cell(&g["role"])));
+                    format!("{} of {who}", cell(&g["min"]))
+                })
+                .collect();
+            format!("approve by {}", groups.join(" + "))
+        }
+        _ => cell(a),
+    }
+}
+
+/// What `after` changes from `before` (none: from no policy): rules added, removed, changed or
+/// moved by name; groups; the default.
+pub fn policy_changes(before: Option<&Value>, after: &Value) -> Value {
+    let rules = |d: Option<&Value>| -> Vec<(String, Value)> {
+        d.and_then(|d| d["rules"].as_array())
+            .into_iter()
+            .flatten()
+            .map(|r| (r["name"].as_str().unwrap_or_default().to_string(), r.clone()))
+            .collect()
+    };
+    let (b, a) = (rules(before), rules(Some(after)));
+    let mut out = Vec::new();
+    let describe = |r: &Value| format!("{} -> {}", when_text(&r["when"]), action_text(&r["action"]));
+    for (i, (n, r)) in a.iter().enumerate() {
+        match b.iter().position(|(m, _)| m == n) {
+            None => out.push(serde_json::json!({"change": "rule added", "rule": n, "after": describe(r)})),
+            Some(j) if b[j].1 != *r => out
+                .push(serde_json::json!({"change": "rule changed", "rule": n, "before": describe(&b[j].1),
+                    "after": describe(r)})),
+            Some(j) if j != i => out.push(serde_json::json!({"change": "rule moved", "rule": n,
+                "before": format!("position {}", j + 1), "after": format!("position {}", i + 1)})),
+            Some(_) => {}
+        }
+    }
+    for (n, r) in &b {
+        if !a.iter().any(|(m, _)| m == n) {
+            out.push(serde_json::json!({"change": "rule removed", "rule": n, "before": describe(r)}));
+        }
+    }
+    let field = |d: Option<&Value>, k: &str| d.map(|d| d[k].clone()).unwrap_or(Value::Null);
+    if field(before, "groups") != after["groups"] {
+        out.push(serde_json::json!({"change": "groups changed", "rule": "groups",
+            "before": field(before, "groups"), "after": after["groups"]}));
+    }
+    if field(before, "default") != after["default"] {
+        out.push(serde_json::json!({"change": "default changed", "rule": "default",
+            "before": action_text(&field(before, "default")), "after": action_text(&after["default"])}));
+    }
+    Value::Array(out)
+}
+
+/// A policy version: its status, approvals, rules and (from `policies show`) its changes.
+pub fn policy(v: &Value) -> String {
+    let mut s = format!(
+        "policy version {}: {} (proposed by {}, effective {})\n",
+        cell(&v["version"]),
+        cell(&v["status"]),
+        cell(&v["proposed_by"]),
+        cell(&v["effective_at"])
+    );
+    if let Some(a) = v["approvals"].as_array() {
+        let who: Vec<String> = a.iter().map(|x| cell(&x["approver"])).collect();
+        let _ = writeln!(s, "approvals: {} of {}: {}", a.len(), cell(&v["approvals_required"]), who.join(", "));
+    }
+    let doc = &v["document"];
+    if let Some(g) = doc["groups"].as_object().filter(|g| !g.is_empty()) {
+        for (name, members) in g {
+            let _ = writeln!(s, "group {}: {}", qtg_core::text::visible(name), cell(members));
+        }
+    }
+    let mut rows: Vec<Vec<String>> = doc["rules"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .enumerate()
+        .map(|(i, r)| vec![(i + 1).to_string(), cell(&r["name"]), when_text(&r["when"]), action_text(&r["action"])])
+        .collect();
+    let default =
+        if doc["default"].is_null() { "BLOCK: no rule covers it".to_string() } else { action_text(&doc["default"]) };
+    rows.push(vec!["-".into(), "default".into(), "no rule above holds".into(), default]);
+    s.push_str(&table(&["#", "rule", "when", "then"], &rows));
+    if let Some(changes) = v["changes"].as_array() {
+        let from = match v["changes_from"].as_i64() {
+            Some(n) => format!("version {n} (in force)"),
+            None => "no policy".into(),
+        };
+        let _ = writeln!(s, "\nchanges from {from}:");
+        let rows: Vec<Vec<String>> = changes
+            .iter()
+            .map(|c| vec![cell(&c["change"]), cell(&c["rule"]), cell(&c["before"]), cell(&c["after"])])
+            .collect();
+        s.push_str(&table(&["change", "rule", "before", "after"], &rows));
+    }
+    s
+}
+
+pub fn policies(v: &Value) -> String {
+    with_cursor(
+        table(
+            &["version", "status", "proposed_by", "effective_at", "decided_by"],
+            &rows(v, &["version", "status", "proposed_by", "effective_at", "decided_by"]),
+        ),
+        v,
+    )
+}
+
+pub fn simulation(v: &Value) -> String {
+    let changed = v["changed"].as_array().cloned().unwrap_or_default();
+    let mut s = format!("{} of {} movement(s) would change\n", changed.len(), cell(&v["evaluated"]));
+    let side = |o: &Value| {
+        let approvers = o["approvers"].as_array().map(|a| cell(&Value::Array(a.clone()))).unwrap_or_default();
+        format!("{}: {} {}", cell(&o["rule"]), cell(&o["outcome"]), approvers).trim_end().to_string()
+    };
+    let rows: Vec<Vec<String>> = changed
+        .iter()
+        .map(|c| {
+            vec![
+                cell(&c["movement_id"]),
+                cell(&c["intent"]["amount"]),
+                cell(&c["intent"]["asset"]),
+                side(&c["before"]),
+                side(&c["after"]),
+            ]
+        })
+        .collect();
+    s.push_str(&table(&["movement", "amount", "asset", "before", "after"], &rows));
+    s
+}
+
+pub fn book(v: &Value) -> String {
+    table(
+        &["id", "name", "lane", "network", "address", "tags", "status", "usable_at"],
+        &rows(v, &["id", "name", "lane", "network", "address", "tags", "status", "usable_at"]),
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -61,6 +61,9 @@ pub async fn build_execution_context(
         .collect();
     let node_config = resolve_config(&item.config, &completed_refs)?;
 
+    // The approval policy's fee cap, where its rule set one (the lanes that quote a fee in the
+    // asset's units read risk_controls.max_fee).
+    let policy_fee = qtg_store::movements::policy_max_fee(conn, item.request_id).await?;
     let pred_ids: Vec<_> = preds.iter().map(|p| p.id).collect();
     let prior_artifacts = q::node_artifacts(conn, &pred_ids).await?;
 
@@ -82,7 +85,7 @@ pub async fn build_execution_context(
             "signer_key": item.signer_key,
             "signing_required": item.signing_required,
         }),
-        risk_controls: item.risk_controls.clone(),
+        risk_controls: with_policy_fee(&item.risk_controls, &item.intent, policy_fee.as_deref()),
         prior_artifacts,
         node_config,
         provider_context: Value::Object(provider_context),
@@ -100,6 +103,36 @@ pub async fn build_execution_context(
         provider_ref_id: if attempt_no > item.attempt_no { None } else { item.provider_ref_id.clone() },
         executor_key: item.executor_key.clone(),
     })
+}
+
+/// `risk_controls` with `max_fee` the stricter of its own cap for the intent's asset (a plain
+/// amount, or one per asset) and the policy's `fee`. Without a policy cap, unchanged; with one
+/// and an unreadable own cap, the policy's (never looser than it).
+pub fn with_policy_fee(risk_controls: &Value, intent: &Value, fee: Option<&str>) -> Value {
+    use qtg_core::risk::Amount;
+    let Some(cap) = fee.and_then(Amount::parse) else {
+        return risk_controls.clone();
+    };
+    let asset = intent.get("asset").and_then(Value::as_str).unwrap_or("");
+    let own = match risk_controls.get("max_fee") {
+        Some(Value::String(s)) => Amount::parse(s),
+        Some(Value::Object(per)) => per
+            .iter()
+            .find(|(k, _)| k.eq_ignore_ascii_case(asset))
+            .and_then(|(_, v)| v.as_str())
+            .and_then(Amount::parse),
+        _ => None,
+    };
+    let stricter = match own {
+        Some(o) if o < cap => o,
+        _ => cap,
+    };
+    let mut out = match risk_controls {
+        Value::Object(m) => m.clone(),
+        _ => Map::new(),
+    };
+    out.insert("max_fee".into(), Value::String(stricter.to_string()));
+    Value::Object(out)
 }
 
 /// A node's `provider_refs` as its executor may see them: without qtg's own markers
@@ -120,4 +153,27 @@ fn refs_without(refs: &Value, dropped: impl Fn(&str) -> bool) -> Map<String, Val
     refs.as_object()
         .map(|m| m.iter().filter(|(k, _)| !dropped(k)).map(|(k, v)| (k.clone(), v.clone())).collect())
         .unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_policy_fee_cap_is_never_looser_than_the_plans() {
+        let usdt = json!({"asset": "USDT", "amount": "100"});
+        let plain = json!({"max_fee": "2", "approvals_required": 1});
+        assert_eq!(with_policy_fee(&plain, &usdt, None), plain, "no policy cap: unchanged");
+        assert_eq!(with_policy_fee(&plain, &usdt, Some("1.5"))["max_fee"], "1.5", "the policy's is stricter");
+        assert_eq!(with_policy_fee(&plain, &usdt, Some("3"))["max_fee"], "2", "the plan's is stricter");
+        assert_eq!(with_policy_fee(&plain, &usdt, Some("3"))["approvals_required"], 1, "the rest kept");
+        let per_asset = json!({"max_fee": {"usdt": "0.5", "BTC": "0.001"}});
+        assert_eq!(with_policy_fee(&per_asset, &usdt, Some("1"))["max_fee"], "0.5");
+        assert_eq!(with_policy_fee(&json!({}), &usdt, Some("1"))["max_fee"], "1", "no plan cap: the policy's");
+        assert_eq!(
+            with_policy_fee(&json!({"max_fee": 7}), &usdt, Some("1"))["max_fee"],
+            "1",
+            "unreadable: the policy's"
+        );
+    }
 }

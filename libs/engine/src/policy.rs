@@ -193,16 +193,21 @@ impl Engine {
         requester_role: Option<&str>,
     ) -> Result<(), OpError> {
         let Some(d) = decided else {
-            qtg_store::movements::set_policy(conn, id, None, None, None, requester_role).await?;
+            qtg_store::movements::set_policy(conn, id, None, None, None, None, requester_role).await?;
             return Ok(());
         };
         let groups = json!(d.decision.groups());
+        let max_fee = match &d.decision.action {
+            qtg_core::policy::Action::Approve { max_fee, .. } => max_fee.as_deref(),
+            qtg_core::policy::Action::Block { .. } => None,
+        };
         qtg_store::movements::set_policy(
             conn,
             id,
             Some(d.version),
             Some(&d.decision.rule),
             Some(&groups),
+            max_fee,
             requester_role,
         )
         .await?;

@@ -505,27 +505,38 @@ pub async fn raise_approvals_required(conn: &mut PgConnection, request_id: Uuid,
 
 /// Records what decided a movement: the policy version, its rule and the approver groups they
 /// require, and the requester's role.
+#[allow(clippy::too_many_arguments)]
 pub async fn set_policy(
     conn: &mut PgConnection,
     id: Uuid,
     version: Option<i32>,
     rule: Option<&str>,
     groups: Option<&Value>,
+    max_fee: Option<&str>,
     created_by_role: Option<&str>,
 ) -> Result<()> {
     sqlx::query!(
         "UPDATE movement_requests SET policy_version = $2, policy_rule = $3, policy_groups = $4,
-                created_by_role = COALESCE($5, created_by_role)
+                created_by_role = COALESCE($5, created_by_role), policy_max_fee = $6
           WHERE id = $1",
         id,
         version,
         rule,
         groups,
-        created_by_role
+        created_by_role,
+        max_fee
     )
     .execute(&mut *conn)
     .await?;
     Ok(())
+}
+
+/// The fee cap the approval policy put on movement `id`, if any.
+pub async fn policy_max_fee(conn: &mut PgConnection, id: Uuid) -> Result<Option<String>> {
+    Ok(sqlx::query_scalar!("SELECT policy_max_fee FROM movement_requests WHERE id = $1", id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .flatten())
 }
 
 /// Shortens a pending movement's approval window to `seconds` from now (a policy's approval

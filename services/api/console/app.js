@@ -462,7 +462,8 @@ async function movementScreen(main, id) {
       const help = h("div", { id: "approve-what" },
         h("span", {}, "You approve paying exactly this (each value as stored; activate one for its raw form):"),
         intentView(m.intent),
-        dl([["Template", h("span", {}, val(m.template_key), " v", String(m.template_version))], ["Intent hash", val(m.intent_hash)], ["Movement", val(m.id)]]));
+        dl([["Template", h("span", {}, val(m.template_key), " v", String(m.template_version))], ["Intent hash", val(m.intent_hash)], ["Movement", val(m.id)],
+          ...(m.policy_version ? [["Decided by", h("span", {}, `policy version ${m.policy_version}, rule `, val(m.policy_rule))]] : [])]));
       actions.append(actionButton("Approve", () => act({ title: "Approve", help,
         fields: [reasonField], submit: (v) => api("POST", `/v3/movements/${seg(m.id)}/approve`, { reason: v.reason }), onDone: reload }), "primary"));
       actions.append(actionButton("Reject", () => act({ title: "Reject", fields: [reasonField], danger: true,
@@ -764,7 +765,7 @@ async function balancesScreen(main, params) {
       h("section", { class: "attention", role: "alert", "aria-label": "unexplained withdrawals" },
         h("h2", {}, `Needs attention: ${u.items.length} withdrawal(s) no movement explains`),
         table(u.items, [["Venue", (t) => val(t.venue_key)], ["Account", (t) => val(t.account)], ["Venue id", (t) => val(t.venue_ref)],
-          ["Asset", (t) => val(t.asset)], ["Amount", (t) => val(t.amount)], ["To", (t) => val(t.address)],
+          ["Asset", (t) => val(t.asset)], ["Amount", (t) => val(t.amount)], ["To", (t) => addr(t.address)],
           ["Status", (t) => val(t.status)], ["Seen (UTC)", (t) => when(t.first_seen_at)], ["Alerted (UTC)", (t) => t.alerted_at ? when(t.alerted_at) : "not yet"]],
           "unexplained withdrawals"))];
     const assets = [...new Set(b.items.map((r) => String(r.asset).toUpperCase()))].sort();
@@ -902,7 +903,7 @@ function transferRows(items) {
     ["Transfer", (t) => h("a", { href: `#/transfers/${seg(t.id)}`, class: "mono" }, String(t.id).slice(0, 8))],
     ["State", (t) => badge(t.state)],
     ["Amount", (t) => h("span", {}, val(t.amount), " ", val(t.asset))],
-    ["From → to", (t) => h("span", {}, val(t.source), " → ", val(t.destination))],
+    ["From → to", (t) => h("span", {}, addr(t.source), " → ", addr(t.destination))],
     ["Movement", (t) => (t.movement_id ? h("a", { href: `#/movements/${seg(t.movement_id)}`, class: "mono" }, String(t.movement_id).slice(0, 8)) : "—")],
     ["Requested by", (t) => val(t.requested_by)],
     ["Created (UTC)", (t) => when(t.created_at)],
@@ -937,7 +938,7 @@ async function transferScreen(main, id) {
     put(main, h("p", {}, h("a", { href: "#/transfers" }, "← Capital transfers")),
       h("h1", {}, "Capital transfer ", h("span", { class: "mono" }, t.id), " ", badge(t.state)),
       actions.childElementCount ? actions : null,
-      dl([["Amount", h("span", {}, val(t.amount), " ", val(t.asset))], ["From", val(t.source)], ["To", val(t.destination)], ["Reason", h("bdi", {}, t.reason)],
+      dl([["Amount", h("span", {}, val(t.amount), " ", val(t.asset))], ["From", addr(t.source)], ["To", addr(t.destination)], ["Reason", h("bdi", {}, t.reason)],
         ["Template", h("span", {}, val(t.template_key), t.template_version ? ` v${t.template_version}` : "")],
         ["Movement", t.movement_id ? h("span", {}, h("a", { href: `#/movements/${seg(t.movement_id)}`, class: "mono" }, t.movement_id), " ", badge(t.movement_state)) : "—"],
         ["Outcome", t.outcome], ["Requested", h("span", {}, `${when(t.created_at)} by `, val(t.requested_by))], ["Closed", when(t.closed_at)],

@@ -271,3 +271,87 @@ async fn a_simulation_reports_exactly_the_movements_whose_outcome_changes() -> a
     db.drop_db().await;
     Ok(())
 }
+
+/// The template's own m-of-n keeps working under a policy (every seat filled, any other
+/// approver counts towards it); a removed book entry stops the approval of a movement a
+/// `require_address_book` template made to it; a newer version supersedes an older one
+/// scheduled for later.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn template_approvals_book_removal_and_supersession_under_a_policy() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[]).await?;
+    let keys = Keys::create(&api).await?;
+    let (bob, root2) = (api.key("bob", "approver").await?, api.key("root-2", "admin").await?);
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "pol.two", "nodes": [sim("a")], "risk_controls": {"approvals_required": 2}}),
+    )
+    .await?;
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "pol.book", "nodes": [sim("a")], "risk_controls": {"require_address_book": true}}),
+    )
+    .await?;
+    let any =
+        json!({"rules": [{"name": "any", "action": {"type": "approve", "groups": [{"min": 1, "role": "approver"}]}}]});
+    let first = enact(&api, &root2, any.clone()).await?;
+
+    // One seat, two approvals the template asks for: the second approver is taken.
+    let (_, m) = create(&api, &keys.requester, "pol.two", "t-1", "5", "0xabc").await?;
+    let id = m["id"].as_str().unwrap_or_default().to_string();
+    assert_eq!(m["approvals_required"].as_i64(), Some(2), "{m}");
+    let one = api.ok("POST", &format!("/v3/movements/{id}/approve"), &keys.approver, None, 200).await?;
+    assert_eq!(one["request_state"], "PENDING_APPROVAL");
+    let two = api.ok("POST", &format!("/v3/movements/{id}/approve"), &bob, None, 200).await?;
+    assert_eq!(two["request_state"], "APPROVED", "{two}");
+
+    // A book entry removed after creation: the approval is refused.
+    let e = api
+        .ok(
+            "POST",
+            "/v3/address-book",
+            &api.admin_key,
+            Some(json!({"name": "hot", "lane": "sim", "address": "0xB0B"})),
+            201,
+        )
+        .await?;
+    let eid = e["id"].as_str().unwrap_or_default().to_string();
+    api.ok("POST", &format!("/v3/address-book/{eid}/approve"), &root2, None, 200).await?;
+    let (status, m) = create(&api, &keys.requester, "pol.book", "t-2", "5", "0xb0b").await?;
+    assert_eq!(status, 201, "{m}");
+    api.ok(
+        "POST",
+        &format!("/v3/address-book/{eid}/actions/remove"),
+        &root2,
+        Some(json!({"reason": "compromised"})),
+        200,
+    )
+    .await?;
+    let (status, err) = api
+        .call("POST", &format!("/v3/movements/{}/approve", m["id"].as_str().unwrap_or_default()), &bob, None)
+        .await?;
+    assert_eq!((status, err["error"]["code"].as_str()), (422, Some("ADDRESS_NOT_IN_BOOK")), "{err}");
+
+    // A version scheduled for tomorrow, then a newer one in force today: tomorrow stays the newer.
+    let tomorrow = (chrono::Utc::now() + chrono::Duration::days(1)).to_rfc3339();
+    let later = api
+        .ok("POST", "/v3/policies", &api.admin_key, Some(json!({"document": any, "effective_at": tomorrow})), 201)
+        .await?;
+    api.ok("POST", &format!("/v3/policies/{}/approve", later["version"]), &root2, None, 200).await?;
+    let block = json!({"rules": [], "default": {"type": "block", "reason": "frozen"}});
+    let newest = enact(&api, &root2, block).await?;
+    let current = api.ok("GET", "/v3/policies/current", &keys.requester, None, 200).await?;
+    assert_eq!(current["version"].as_i64(), Some(newest), "the newest approved version whose time has come");
+    assert!(newest > first);
+    let mut conn = db.pool.acquire().await?;
+    let in_two_days =
+        qtg_store::policy::in_force(&mut conn, Some(chrono::Utc::now() + chrono::Duration::days(2))).await?;
+    let in_a_day = in_two_days.map(|v| v.version as i64).unwrap_or_default();
+    drop(conn); // back to the pool, which drop_db closes
+    assert_eq!(in_a_day, newest, "the version scheduled for tomorrow never comes back over the newer one");
+    drop(api);
+    db.drop_db().await;
+    Ok(())
+}

@@ -229,7 +229,8 @@ impl Endpoint {
         }
         value.is_some_and(|v| any_case(&self.addresses, v))
             || entry.is_some_and(|e| {
-                self.book_entries.contains(&e.name) || e.tags.iter().any(|t| self.book_tags.contains(t))
+                self.book_entries.iter().any(|n| n.eq_ignore_ascii_case(&e.name))
+                    || e.tags.iter().any(|t| any_case(&self.book_tags, t))
             })
     }
 }
@@ -330,7 +331,17 @@ impl Policy {
                 return err("hours must be two different HH:MM times (UTC)".into());
             }
         }
-        for list in [&w.templates, &w.assets, &w.requesters, &w.sources.addresses, &w.destinations.addresses] {
+        for list in [
+            &w.templates,
+            &w.assets,
+            &w.requesters,
+            &w.sources.addresses,
+            &w.destinations.addresses,
+            &w.sources.book_entries,
+            &w.destinations.book_entries,
+            &w.sources.book_tags,
+            &w.destinations.book_tags,
+        ] {
             for v in list {
                 crate::text::check_plain("a rule's value", v, 200).map_err(|e| PolicyError(format!("{at}: {e}")))?;
             }
@@ -351,12 +362,16 @@ impl Policy {
                 if max_fee.as_deref().is_some_and(|f| Amount::parse(f).is_none()) {
                     return err("max_fee must be a decimal".into());
                 }
-                if approval_ttl_seconds.is_some_and(|t| t == 0) {
-                    return err("approval_ttl_seconds must be above 0".into());
+                if approval_ttl_seconds.is_some_and(|t| t == 0 || t > 2_592_000) {
+                    return err("approval_ttl_seconds must be between 1 and 2592000 (30 days)".into());
                 }
                 for g in groups {
-                    if g.min == 0 {
-                        return err("a group's min is at least 1".into());
+                    if g.min == 0 || g.min > 50 {
+                        return err("a group's min is between 1 and 50".into());
+                    }
+                    for p in &g.principals {
+                        crate::text::check_plain("a group's principal", p, 200)
+                            .map_err(|e| PolicyError(format!("{at}: {e}")))?;
                     }
                     if let Some(name) = &g.group {
                         if !self.groups.contains_key(name) {

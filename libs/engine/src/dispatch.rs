@@ -248,8 +248,19 @@ impl Engine {
             intent: &row.intent,
             requester: &row.created_by,
             requester_role: row.created_by_role.as_deref(),
-            at: chrono::Utc::now(),
+            at: row.created_at,
+            policy_at: Some(chrono::Utc::now()),
         };
+        // The address book, read now: an entry removed since approval stops the payment.
+        let controls = qtg_store::templates::plan_version(conn, &row.template_key, Some(row.template_version))
+            .await?
+            .map(|pv| pv.plan.risk_controls)
+            .unwrap_or_default();
+        match self.check_book(conn, &controls, &row.intent).await {
+            Ok(()) => {}
+            Err(crate::movements::OpError::Store(e)) => return Err(e),
+            Err(other) => return Ok(Some(other.to_string())),
+        }
         match self.policy_decision(conn, &facts).await {
             Ok(Some(d)) => Ok(d.refusal().map(|e| e.to_string())),
             Ok(None) => Ok(None),

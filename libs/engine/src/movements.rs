@@ -132,6 +132,7 @@ impl Engine {
             requester: actor,
             requester_role: input.created_by_role.as_deref(),
             at: chrono::Utc::now(),
+            policy_at: None,
         };
         let decided = match self.policy_decision(&mut tx, &facts).await {
             Ok(d) => d,
@@ -366,7 +367,9 @@ impl Engine {
                 return Err(OpError::Conflict(format!("{actor} has already approved this movement")));
             }
             // The policy in force now: it may block; the approver must fill a seat it still needs.
-            let policy = self.policy_at_approval(&mut tx, &row, actor, actor_role, &given).await?;
+            // And the address book, read now (an entry removed since creation no longer covers it).
+            self.check_book(&mut tx, &pv.plan.risk_controls, &row.intent).await?;
+            let policy = self.policy_at_approval(&mut tx, &row, actor, actor_role, &given, needed).await?;
             if let Some((decided, _)) = &policy {
                 if row.policy_version != Some(decided.version)
                     || row.policy_rule.as_deref() != Some(&decided.decision.rule)

@@ -47,7 +47,11 @@ pub struct Facts<'a> {
     pub intent: &'a Value,
     pub requester: &'a str,
     pub requester_role: Option<&'a str>,
+    /// The moment a rule's weekdays and hours are read at: the movement's creation (a
+    /// movement asked for in office hours stays in them while it is approved and claimed).
     pub at: DateTime<Utc>,
+    /// When the version in force is read (now at approval and claim; `None`: at `at`).
+    pub policy_at: Option<DateTime<Utc>>,
 }
 
 /// The intent's destination as an address: a string, or an object's `address`.
@@ -90,6 +94,8 @@ pub struct Outcome {
 pub struct Simulation {
     /// Movements evaluated (created in the window).
     pub evaluated: usize,
+    /// More movements were created in the window than were evaluated (the oldest were).
+    pub truncated: bool,
     pub changed: Vec<SimulatedChange>,
 }
 
@@ -110,7 +116,7 @@ impl Engine {
         conn: &mut PgConnection,
         facts: &Facts<'_>,
     ) -> Result<Option<Decided>, OpError> {
-        let Some(v) = pq::in_force(conn, Some(facts.at)).await? else {
+        let Some(v) = pq::in_force(conn, Some(facts.policy_at.unwrap_or(facts.at))).await? else {
             return Ok(None);
         };
         let policy = Policy::from_json(&v.document)
@@ -226,13 +232,15 @@ impl Engine {
         actor: &str,
         actor_role: &str,
         approvals: &[qtg_store::movements::Approval],
+        needed: i32,
     ) -> Result<Option<(Decided, bool)>, OpError> {
         let facts = Facts {
             template_key: &row.template_key,
             intent: &row.intent,
             requester: &row.created_by,
             requester_role: row.created_by_role.as_deref(),
-            at: Utc::now(),
+            at: row.created_at,
+            policy_at: Some(Utc::now()),
         };
         let Some(decided) = self.policy_decision(conn, &facts).await? else {
             return Ok(None);
@@ -245,7 +253,13 @@ impl Engine {
             .map(|a| (a.approver.clone(), a.approver_role.clone().unwrap_or_else(|| "approver".into())))
             .collect();
         let groups = decided.decision.groups().to_vec();
-        if !decided.policy.would_count(&groups, &given, &row.created_by, actor, actor_role) {
+        // Every seat filled but the template's or the risk limits' m-of-n not yet: any other
+        // approver counts towards that count.
+        let seats_filled = decided.policy.progress(&groups, &given, &row.created_by).satisfied;
+        let count_short = (given.len() as i32) < needed;
+        let counts = decided.policy.would_count(&groups, &given, &row.created_by, actor, actor_role)
+            || (seats_filled && count_short);
+        if !counts {
             let progress = decided.policy.progress(&groups, &given, &row.created_by);
             let open: Vec<String> = progress
                 .groups
@@ -372,25 +386,27 @@ impl Engine {
                 requester: &row.created_by,
                 requester_role: row.created_by_role.as_deref(),
                 at: row.created_at,
+                policy_at: None,
             };
-            // What decided it: the version recorded at creation, read again (the rule and
-            // groups it would give are those it recorded, the book read now for both sides).
-            let before = match row.policy_version {
-                Some(version) => match pq::get_version(&mut conn, version, false).await? {
-                    Some(v) => match Policy::from_json(&v.document) {
-                        Ok(p) => Some(outcome(Some(version), &self.decide_with(&mut conn, &p, &facts).await?)),
-                        Err(_) => None,
-                    },
-                    None => None,
+            // What decided it, as recorded on it (a movement that exists was not blocked).
+            let before = match (&row.policy_rule, &row.policy_groups) {
+                (Some(rule), Some(groups)) => {
+                    let groups: Vec<qtg_core::policy::ApproverGroup> =
+                        serde_json::from_value(groups.clone()).unwrap_or_default();
+                    Outcome {
+                        policy_version: row.policy_version,
+                        rule: Some(rule.clone()),
+                        outcome: "approve".into(),
+                        approvers: groups.iter().map(|g| format!("{} of {}", g.min, g.label())).collect(),
+                    }
+                }
+                _ => Outcome {
+                    policy_version: None,
+                    rule: None,
+                    outcome: "approve".into(),
+                    approvers: vec![format!("{} of role approver", row.approvals_required)],
                 },
-                None => None,
             };
-            let before = before.unwrap_or_else(|| Outcome {
-                policy_version: None,
-                rule: None,
-                outcome: "approve".into(),
-                approvers: vec![format!("{} of role approver", row.approvals_required)],
-            });
             let after = outcome(None, &self.decide_with(&mut conn, &candidate, &facts).await?);
             if before.outcome != after.outcome || before.approvers != after.approvers {
                 changed.push(SimulatedChange {
@@ -403,7 +419,7 @@ impl Engine {
                 });
             }
         }
-        Ok(Simulation { evaluated: rows.len(), changed })
+        Ok(Simulation { evaluated: rows.len(), truncated: rows.len() as i64 >= limit, changed })
     }
 
     /// Proposes an address-book entry (or a change of entry `replaces`): pending until an admin

@@ -96,12 +96,12 @@ pub async fn list_versions(conn: &mut PgConnection, before: Option<i32>, limit: 
         .await?)
 }
 
-/// The version in force at `at` (now when `None`): the approved one with the latest
-/// `effective_at` not after it.
+/// The version in force at `at` (now when `None`): the newest approved version whose
+/// `effective_at` has come (a newer version supersedes an older one, whatever their dates).
 pub async fn in_force(conn: &mut PgConnection, at: Option<DateTime<Utc>>) -> Result<Option<PolicyVersion>> {
     Ok(versions!(
         "WHERE status = 'approved' AND effective_at <= COALESCE($1, now())
-         ORDER BY effective_at DESC, version DESC LIMIT 1",
+         ORDER BY version DESC LIMIT 1",
         at
     )
     .fetch_optional(&mut *conn)

@@ -1184,6 +1184,7 @@ function policyDiff(before, after) {
 }
 function simulationView(sim) {
   return h("section", { id: "simulation" }, h("h2", {}, `Simulation: ${sim.changed.length} of ${sim.evaluated} movement(s) would change`),
+    sim.truncated ? h("p", { class: "error" }, "Only the oldest movements of the window were evaluated: narrow the days.") : null,
     table(sim.changed, [["Movement", (c) => h("a", { href: `#/movements/${seg(c.movement_id)}`, class: "mono" }, String(c.movement_id).slice(0, 8))],
       ["Intent", (c) => intentLine(c.intent)], ["Created (UTC)", (c) => when(c.created_at)],
       ["Before", (c) => `${c.before.rule ?? "no policy"}: ${c.before.outcome}${c.before.approvers.length ? ` (${c.before.approvers.join(" + ")})` : ""}`],
@@ -1294,7 +1295,8 @@ async function bookScreen(main) {
       h("h2", {}, "Waiting for a second admin"),
       table(pending.items, [...entryCols, ["Proposed by", (e) => val(e.proposed_by)], ["Cool-down", (e) => secs(e.cool_down_seconds)],
         ["", (e) => (String(e.proposed_by).toLowerCase() === me.principal.toLowerCase() ? h("span", { class: "muted" }, "yours: another admin decides") : can("admin") ? h("span", {},
-          actionButton(`Activate ${e.name}`, () => act({ title: "Activate entry", help: h("div", {}, h("p", {}, "You activate paying to exactly this address:"), dl([["Name", h("bdi", {}, e.name)], ["Address", val(e.address)], ["Lane / network", `${e.lane} ${e.network}`]])),
+          actionButton(`Activate ${e.name}`, () => act({ title: "Activate entry", help: h("div", {}, h("p", {}, "You activate paying to exactly this address:"), dl([["Name", h("bdi", {}, e.name)], ["Address", val(e.address)], ["Lane / network", `${e.lane} ${e.network}`],
+            ...(e.replaces ? [["Replaces", (() => { const old = active.items.find((x) => x.id === e.replaces); return old ? h("span", {}, h("bdi", {}, old.name), " at ", val(old.address), old.address.toLowerCase() === e.address.toLowerCase() ? " (same address)" : h("strong", { class: "error" }, " — the address changes")) : val(e.replaces); })()]] : [])])),
             fields: [reasonField], submit: (x) => api("POST", `/v3/address-book/${seg(e.id)}/approve`, { reason: x.reason }), onDone: reload }), "primary"), " ",
           actionButton(`Reject ${e.name}`, () => act({ title: "Reject entry", danger: true, fields: [reasonField], submit: (x) => api("POST", `/v3/address-book/${seg(e.id)}/reject`, { reason: x.reason }), onDone: reload }), "danger")) : null)]],
       "entries waiting for a second admin"),

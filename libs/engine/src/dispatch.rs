@@ -182,8 +182,8 @@ impl Engine {
         // Refusals that need no call end here, under the claim's locks.
         let refusal = if let Some(why) = risk {
             Some((codes::RISK_LIMIT_EXCEEDED, format!("risk limits checked again before the first submit: {why}")))
-        } else if let Some(why) = policy {
-            Some((codes::POLICY_BLOCKED, format!("the approval policy checked again before the first submit: {why}")))
+        } else if let Some((code, why)) = policy {
+            Some((code, format!("the approval policy checked again before the first submit: {why}")))
         } else if item.compiled_plan_hash != item.current_plan_hash
             || item.approved_plan_hash.as_deref().is_some_and(|h| h != item.compiled_plan_hash)
         {
@@ -239,7 +239,14 @@ impl Engine {
     }
 
     /// Why the approval policy in force now blocks the movement, if it does.
-    async fn policy_refusal(&self, conn: &mut PgConnection, item: &WorkItem) -> Result<Option<String>> {
+    async fn policy_refusal(&self, conn: &mut PgConnection, item: &WorkItem) -> Result<Option<(&'static str, String)>> {
+        // The address book, read now: an entry removed since approval stops the payment.
+        match self.check_book(conn, &item.risk_controls, &item.intent).await {
+            Ok(()) => {}
+            Err(crate::movements::OpError::Store(e)) => return Err(e),
+            Err(other) => return Ok(Some((codes::ADDRESS_NOT_IN_BOOK, other.to_string()))),
+        }
+        // Who asked and when: on the movement, not on the claimed node.
         let Some(row) = qtg_store::movements::get(conn, item.request_id).await? else {
             return Ok(None);
         };
@@ -251,21 +258,11 @@ impl Engine {
             at: row.created_at,
             policy_at: Some(chrono::Utc::now()),
         };
-        // The address book, read now: an entry removed since approval stops the payment.
-        let controls = qtg_store::templates::plan_version(conn, &row.template_key, Some(row.template_version))
-            .await?
-            .map(|pv| pv.plan.risk_controls)
-            .unwrap_or_default();
-        match self.check_book(conn, &controls, &row.intent).await {
-            Ok(()) => {}
-            Err(crate::movements::OpError::Store(e)) => return Err(e),
-            Err(other) => return Ok(Some(other.to_string())),
-        }
         match self.policy_decision(conn, &facts).await {
-            Ok(Some(d)) => Ok(d.refusal().map(|e| e.to_string())),
+            Ok(Some(d)) => Ok(d.refusal().map(|e| (codes::POLICY_BLOCKED, e.to_string()))),
             Ok(None) => Ok(None),
             Err(crate::movements::OpError::Store(e)) => Err(e),
-            Err(other) => Ok(Some(other.to_string())),
+            Err(other) => Ok(Some((codes::POLICY_BLOCKED, other.to_string()))),
         }
     }
 

@@ -87,7 +87,7 @@ async function refreshBook() {
 function addr(v) {
   const raw = v && typeof v === "object" && !Array.isArray(v) ? v.address : v;
   const e = typeof raw === "string" ? book.get(raw.toLowerCase()) : null;
-  return h("span", { class: "addr" }, val(v), e ? h("span", { class: e.usable ? "book" : "book cooling", title: e.usable ? `address book: ${e.name} (${e.lane}${e.network ? ` ${e.network}` : ""})` : "in the book, still cooling down" }, `📒 ${e.name}${e.usable ? "" : " (cooling down)"}`) : null);
+  return h("span", { class: "addr" }, val(v), e ? h("span", { class: e.usable ? "book" : "book cooling", title: e.usable ? `address book: ${e.name} (${e.lane}${e.network ? ` ${e.network}` : ""})` : "in the book, still cooling down" }, "📒 ", h("bdi", {}, e.name), e.usable ? "" : " (cooling down)") : null);
 }
 function intentView(intent) {
   const i = intent || {};
@@ -379,18 +379,19 @@ function layout(nodes, edges) {
   const cols = Object.keys(columns).length || 1;
   return { pos, W, H, width: 24 + cols * W + (cols - 1) * GX, height: 24 + maxRows * H + (maxRows - 1) * GY };
 }
+/** An SVG element (values set as attributes and text, never as markup). */
+function svgEl(tag, attrs, ...kids) {
+  const el = document.createElementNS("http://www.w3.org/2000/svg", tag);
+  for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
+  for (const c of kids) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+  return el;
+}
 const FILL = { COMPLETED: "#dafbe1", FAILED: "#ffebe9", UNKNOWN: "#fff1c2", CANCELLED: "#eaeef2", SKIPPED: "#eaeef2",
   BLOCKED: "#f6f8fa", READY: "#ddf4ff", PREPARING: "#ddf4ff", AWAITING_SIGNATURE: "#ddf4ff", SUBMITTING: "#b6e3ff",
   SUBMITTED: "#b6e3ff", OBSERVING: "#b6e3ff" };
 const STROKE = { COMPLETED: "#1a7f37", FAILED: "#b42318", UNKNOWN: "#8a5a00" };
 function dag(movementId, nodes, edges) {
-  const NS = "http://www.w3.org/2000/svg";
-  const s = (tag, attrs, ...kids) => {
-    const el = document.createElementNS(NS, tag);
-    for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
-    for (const c of kids) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
-    return el;
-  };
+  const s = svgEl;
   const { pos, W, H, width, height } = layout(nodes, edges);
   const svg = s("svg", { width, height, viewBox: `0 0 ${width} ${height}`, role: "group", "aria-label": movementId === null ? "The plan's DAG: each node with its executor" : "The movement's DAG: each node with its state" });
   svg.append(s("defs", {}, s("marker", { id: "arrow", viewBox: "0 0 10 10", refX: 10, refY: 5, markerWidth: 7, markerHeight: 7, orient: "auto" },
@@ -717,13 +718,7 @@ function addDecimals(values) {
 const unreadable = () => h("span", { class: "error", title: "a balance of this asset is not a plain decimal: no total is shown rather than a wrong one" }, "— (a balance is unreadable)");
 /** A line chart of snapshots (one line per account): the figures a person compares at a glance. */
 function historyChart(rows) {
-  const NS = "http://www.w3.org/2000/svg";
-  const s = (tag, attrs, ...kids) => {
-    const el = document.createElementNS(NS, tag);
-    for (const [k, v] of Object.entries(attrs)) el.setAttribute(k, String(v));
-    for (const c of kids) el.append(c instanceof Node ? c : document.createTextNode(String(c)));
-    return el;
-  };
+  const s = svgEl;
   if (rows.length === 0) return h("p", { class: "muted" }, "No snapshots in this period.");
   const W = 760, H = 260, L = 90, R = 20, T = 16, B = 40;
   const t = rows.map((r) => new Date(r.as_of).getTime());

@@ -342,6 +342,11 @@ async fn template_approvals_book_removal_and_supersession_under_a_policy() -> an
     api.ok("POST", &format!("/v3/policies/{}/approve", later["version"]), &root2, None, 200).await?;
     let block = json!({"rules": [], "default": {"type": "block", "reason": "frozen"}});
     let newest = enact(&api, &root2, block).await?;
+    // A retry of a movement created before (same key and body) answers it; a new one is blocked.
+    let (status, again) = create(&api, &keys.requester, "pol.two", "t-1", "5", "0xabc").await?;
+    assert_eq!((status, again["id"].as_str()), (200, Some(id.as_str())), "{again}");
+    let (status, err) = create(&api, &keys.requester, "pol.two", "t-9", "5", "0xabc").await?;
+    assert_eq!((status, err["error"]["code"].as_str()), (422, Some("POLICY_BLOCKED")), "{err}");
     let current = api.ok("GET", "/v3/policies/current", &keys.requester, None, 200).await?;
     assert_eq!(current["version"].as_i64(), Some(newest), "the newest approved version whose time has come");
     assert!(newest > first);

@@ -14,6 +14,7 @@ use serde_json::{json, Value};
 use uuid::Uuid;
 
 use crate::advance::apply_request_state;
+use crate::policy::Decided;
 use crate::Engine;
 
 /// Why an operation was refused; the API maps each to a status and code.
@@ -122,10 +123,13 @@ impl Engine {
         self.check_intent(&pv.plan, &input.intent)?;
         let source = self.paying_source(&pv.plan, input.intent.get("source").and_then(Value::as_str))?;
         let mut approvals_required = limits.approvals_needed(&amount) as i32;
-        // The approval policy in force decides first: a block refuses before anything exists.
-        if let Err(e) = self.check_book(&mut tx, &pv.plan.risk_controls, &input.intent).await {
-            return finish(tx, Err(e)).await;
-        }
+        // The approval policy in force and the address book decide a new movement; a retry of
+        // one already created (same key and body) answers it whatever they say now.
+        let book_refusal = match self.check_book(&mut tx, &pv.plan.risk_controls, &input.intent).await {
+            Ok(()) => None,
+            Err(OpError::Store(e)) => return finish(tx, Err(OpError::Store(e))).await,
+            Err(e) => Some(e),
+        };
         let facts = crate::policy::Facts {
             template_key: &pv.template_key,
             intent: &input.intent,
@@ -138,12 +142,8 @@ impl Engine {
             Ok(d) => d,
             Err(e) => return finish(tx, Err(e)).await,
         };
+        let policy_refusal = decided.as_ref().and_then(Decided::refusal);
         if let Some(d) = &decided {
-            if let Some(refusal) = d.refusal() {
-                tracing::warn!(actor, template = %pv.template_key, version = d.version, rule = %d.decision.rule,
-                    "the approval policy blocked a movement");
-                return finish(tx, Err(refusal)).await;
-            }
             let seats: u32 = d.decision.groups().iter().map(|g| g.min).sum();
             approvals_required = approvals_required.max(seats as i32);
         }
@@ -181,6 +181,14 @@ impl Engine {
         .await?;
         let (id, fresh) = match created {
             Created::New(id) => {
+                if let Some(e) = book_refusal {
+                    return finish(tx, Err(e)).await;
+                }
+                if let (Some(e), Some(d)) = (policy_refusal, &decided) {
+                    tracing::warn!(actor, template = %pv.template_key, version = d.version, rule = %d.decision.rule,
+                        "the approval policy blocked a movement");
+                    return finish(tx, Err(e)).await;
+                }
                 if let Err(e) = self.check_risk(&mut tx, &limits, &amount, &input.intent, id).await {
                     return finish(tx, Err(e)).await;
                 }

@@ -75,7 +75,8 @@ impl Proc {
         Ok(Proc { name: binary.to_string(), child, lines, reader: Some(reader) })
     }
 
-    /// Waits for a JSON log line carrying `field` and returns its value.
+    /// Waits for a JSON log line carrying `field` and returns its value (a string's text, else
+    /// the JSON).
     pub async fn wait_field(&self, field: &str, timeout: Duration) -> anyhow::Result<String> {
         let deadline = Instant::now() + timeout;
         loop {
@@ -83,8 +84,8 @@ impl Proc {
                 let lines = self.lines.lock().expect("log lock");
                 for l in lines.iter() {
                     if let Ok(v) = serde_json::from_str::<Value>(l) {
-                        if let Some(s) = v.get(field).and_then(Value::as_str) {
-                            return Ok(s.to_string());
+                        if let Some(x) = v.get(field) {
+                            return Ok(x.as_str().map(str::to_string).unwrap_or_else(|| x.to_string()));
                         }
                     }
                 }

@@ -308,8 +308,8 @@ async fn worker_connections_bound_what_a_frozen_process_can_hold() -> anyhow::Re
     )
     .await?;
     // As the server reports them for the worker's own connections.
-    assert_eq!(dispatcher.wait_field("lock_timeout", Duration::from_secs(20)).await?, "1234ms");
-    assert_eq!(dispatcher.wait_field("idle_in_transaction_session_timeout", Duration::from_secs(5)).await?, "7500ms");
+    assert_eq!(dispatcher.wait_field("lock_timeout_ms", Duration::from_secs(20)).await?, "1234");
+    assert_eq!(dispatcher.wait_field("idle_in_transaction_session_timeout_ms", Duration::from_secs(5)).await?, "7500");
     assert_eq!(dispatcher.wait_field("synchronous_commit", Duration::from_secs(5)).await?, "on");
     let active: i64 = sqlx::query_scalar(
         "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND application_name = \

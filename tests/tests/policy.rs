@@ -360,3 +360,108 @@ async fn template_approvals_book_removal_and_supersession_under_a_policy() -> an
     db.drop_db().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn book_entries_match_on_lane_network_and_memo_and_no_admin_mints_a_key_alone() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[]).await?;
+    let keys = Keys::create(&api).await?;
+    let root2 = api.key("root-2", "admin").await?;
+    let book = json!({"require_address_book": true});
+    install_template(&api, &keys, json!({"template_key": "b.sim", "nodes": [sim("a")], "risk_controls": book})).await?;
+    let on_eth = json!({"node_key": "a", "node_kind": "action", "action_type": "transfer",
+                        "executor_key": "exec.sim.transfer", "config": {"sim": {}, "network": "ETH"}});
+    install_template(&api, &keys, json!({"template_key": "b.eth", "nodes": [on_eth], "risk_controls": book})).await?;
+
+    // Before anything governs, one admin makes a key alone (MG_API_KEY_CREATION_APPROVALS=1).
+    let body = json!({"principal": "temp", "roles": ["viewer"]});
+    api.ok("POST", "/v3/api-keys", &api.admin_key, Some(body), 201).await?;
+
+    let activate = |entry: Value| {
+        let (api, root2) = (&api, &root2);
+        async move {
+            let e = api.ok("POST", "/v3/address-book", &api.admin_key, Some(entry), 201).await?;
+            let path = format!("/v3/address-book/{}/approve", e["id"].as_str().unwrap_or_default());
+            api.ok("POST", &path, root2, None, 200).await
+        }
+    };
+    activate(json!({"name": "eth-only", "lane": "sim", "network": "eth", "address": "0xAAA"})).await?;
+    activate(json!({"name": "desk-77", "lane": "sim", "address": "rDesk", "memo": "77"})).await?;
+    activate(json!({"name": "evm-lane", "lane": "evm", "address": "0xCCC"})).await?;
+    // The same address with another memo is another entry.
+    activate(json!({"name": "desk-78", "lane": "sim", "address": "rDesk", "memo": "78"})).await?;
+    let (status, err) = api
+        .call(
+            "POST",
+            "/v3/address-book",
+            &api.admin_key,
+            Some(json!({"name": "m", "lane": "sim", "address": "r",
+                                                                      "memo": "7\u{200B}7"})),
+        )
+        .await?;
+    assert_eq!(status, 400, "a memo with a hidden character: {err}");
+
+    let try_create = |template: &'static str, idem: &'static str, intent: Value| {
+        let api = &api;
+        let key = keys.requester.clone();
+        async move {
+            let body = json!({"template_key": template, "idempotency_key": idem, "intent": intent});
+            api.call("POST", "/v3/movements", &key, Some(body)).await
+        }
+    };
+    let pay = |to: &str, extra: Value| {
+        let mut i = json!({"asset": "USDC", "amount": "5", "destination": to});
+        if let (Some(o), Some(x)) = (i.as_object_mut(), extra.as_object()) {
+            o.extend(x.clone());
+        }
+        i
+    };
+    let cases = [
+        ("b.sim", "n-1", pay("0xaaa", json!({"network": "ETH"})), 201, "network named by the intent, any case"),
+        ("b.sim", "n-2", pay("0xAAA", json!({"network": "TRX"})), 422, "another network"),
+        ("b.sim", "n-3", pay("0xAAA", json!({})), 422, "no network where the entry names one"),
+        ("b.eth", "n-4", pay("0xAAA", json!({})), 201, "the network of the paying node"),
+        ("b.sim", "m-1", pay("rDesk", json!({"memo": "77"})), 201, "its memo"),
+        ("b.sim", "m-2", pay("rDesk", json!({"memo": "78"})), 201, "the other entry's memo"),
+        ("b.sim", "m-3", pay("rDesk", json!({"memo": "79"})), 422, "a memo no entry has"),
+        ("b.sim", "m-4", pay("rDesk", json!({})), 422, "no memo where every entry has one"),
+        (
+            "b.sim",
+            "m-5",
+            json!({"asset": "USDC", "amount": "5", "destination": {"address": "rDesk", "tag": "77"}}),
+            201,
+            "the destination object's tag",
+        ),
+        ("b.sim", "l-1", pay("0xCCC", json!({})), 422, "an entry of another lane"),
+    ];
+    for (template, idem, intent, expected, why) in cases {
+        let (status, body) = try_create(template, idem, intent).await?;
+        assert_eq!(status, expected, "{why}: {body}");
+        if expected == 422 {
+            assert_eq!(body["error"]["code"], "ADDRESS_NOT_IN_BOOK", "{why}: {body}");
+        }
+    }
+
+    // Now that the book governs, no admin makes a key alone — not for a new principal, not for
+    // an existing one.
+    for principal in ["mallory", "root-2", "alice"] {
+        let body = json!({"principal": principal, "roles": ["admin"]});
+        let request = api.ok("POST", "/v3/api-keys", &api.admin_key, Some(body), 202).await?;
+        assert!(request.get("secret").is_none(), "a request carries no secret: {request}");
+        let path = format!("/v3/api-key-requests/{}/approve", request["id"].as_str().unwrap_or_default());
+        let (status, err) = api.call("POST", &path, &api.admin_key, None).await?;
+        assert_eq!((status, err["error"]["code"].as_str()), (403, Some("SELF_APPROVAL")), "{err}");
+        if principal == "mallory" {
+            let done = api.ok("POST", &path, &root2, None, 201).await?;
+            assert!(done["key"]["secret"].as_str().is_some_and(|s| s.starts_with("qtg_")), "{done}");
+        }
+    }
+    let why: Vec<Option<String>> =
+        sqlx::query_scalar("SELECT data->>'two_admins' FROM audit_outbox WHERE action = 'api_key.request'")
+            .fetch_all(&db.pool)
+            .await?;
+    assert_eq!(why, vec![Some("a policy or the address book is in force".to_string()); 3], "audited with why");
+    drop(api);
+    db.drop_db().await;
+    Ok(())
+}

@@ -201,6 +201,17 @@ impl PlanDefinition {
         Ok(order)
     }
 
+    /// The action nodes in topological order (by node_key where the plan does not order
+    /// them; in node order if it has a cycle, which validation refuses).
+    pub fn action_nodes_in_order(&self) -> Vec<&PlanNode> {
+        let order =
+            self.topological_order().unwrap_or_else(|_| self.nodes.iter().map(|n| n.node_key.as_str()).collect());
+        order
+            .iter()
+            .filter_map(|k| self.nodes.iter().find(|n| n.node_key == *k && n.node_kind == NodeKind::Action))
+            .collect()
+    }
+
     pub fn successors<'a>(&'a self, key: &str) -> Vec<&'a str> {
         successors(&self.edges, key)
     }

@@ -149,6 +149,96 @@ pub struct BookFacts {
     pub tags: Vec<String>,
 }
 
+/// The lanes a book entry names (`exec.<lane>.…` executor keys; any other key is `other`).
+pub const BOOK_LANES: [&str; 6] = ["cex", "evm", "cctp", "ccip", "sim", "other"];
+
+/// One end of a movement as the address book matches it: the lane and network it is paid
+/// on, the address and the memo (or tag) beside it. A book entry covers it only when all four
+/// agree — the same address on another chain, or with another memo at an exchange, may
+/// belong to someone else.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Payee {
+    pub lane: String,
+    /// Empty when neither the intent nor the paying node names one.
+    pub network: String,
+    pub address: String,
+    /// Empty when none is given.
+    pub memo: String,
+}
+
+/// The text of a JSON string or integer (a chain id, a selector), trimmed; `None` if empty.
+fn text_of(v: Option<&serde_json::Value>) -> Option<String> {
+    match v? {
+        serde_json::Value::String(s) if !s.trim().is_empty() => Some(s.trim().to_string()),
+        serde_json::Value::Number(n) => Some(n.to_string()),
+        _ => None,
+    }
+}
+
+impl Payee {
+    /// Where `plan` pays `intent`'s destination: the address (`intent.destination`, a string
+    /// or an object's `address`; else the paying node's `config.address`), on the lane of the
+    /// plan's last action node (in topological order), on the network the intent names (`intent.network`, the
+    /// destination object's `network`) or else that node's (`config.network`, then
+    /// `destination_chain_selector`, then `chain_id`), with the memo of the intent
+    /// (`memo`/`tag`, on it or its destination object) or of the node. `None` without address.
+    pub fn destination(plan: &crate::plan::PlanDefinition, intent: &serde_json::Value) -> Option<Payee> {
+        let node = plan.action_nodes_in_order().last().copied();
+        let dest = intent.get("destination");
+        let object = dest.filter(|d| d.is_object());
+        let address = match dest {
+            Some(serde_json::Value::Object(o)) => text_of(o.get("address")),
+            other => text_of(other),
+        }
+        .or_else(|| node.and_then(|n| text_of(n.config.get("address"))))?;
+        let from_intent = |field: &str| text_of(intent.get(field)).or_else(|| text_of(object?.get(field)));
+        let from_node = |field: &str| node.and_then(|n| text_of(n.config.get(field)));
+        let network = from_intent("network")
+            .or_else(|| from_node("network"))
+            .or_else(|| from_node("destination_chain_selector"))
+            .or_else(|| from_node("chain_id"));
+        let memo = from_intent("memo").or_else(|| from_intent("tag")).or_else(|| from_node("memo"));
+        Some(Payee {
+            lane: node.map_or("other", |n| Self::lane_of(&n.executor_key)).to_string(),
+            network: network.unwrap_or_default(),
+            address,
+            memo: memo.unwrap_or_default(),
+        })
+    }
+
+    /// Where `plan` takes `intent.source` from: on the lane and network (`config.network`,
+    /// then `chain_id`) of the plan's first action node, without a memo.
+    pub fn source(plan: &crate::plan::PlanDefinition, intent: &serde_json::Value) -> Option<Payee> {
+        let node = plan.action_nodes_in_order().first().copied();
+        let from_node = |field: &str| node.and_then(|n| text_of(n.config.get(field)));
+        Some(Payee {
+            lane: node.map_or("other", |n| Self::lane_of(&n.executor_key)).to_string(),
+            network: from_node("network").or_else(|| from_node("chain_id")).unwrap_or_default(),
+            address: text_of(intent.get("source"))?,
+            memo: String::new(),
+        })
+    }
+
+    /// The book lane of an executor key: `exec.<lane>.…` for a known lane, else `other`.
+    pub fn lane_of(executor_key: &str) -> &'static str {
+        let mut parts = executor_key.split('.');
+        match (parts.next(), parts.next()) {
+            (Some("exec"), Some(lane)) => BOOK_LANES.iter().find(|l| **l == lane).copied().unwrap_or("other"),
+            _ => "other",
+        }
+    }
+
+    /// Whether a book entry (lane, network, address, memo) covers this end: the same lane,
+    /// the same network (any case) or an entry naming none, the same address (any case) and
+    /// exactly the same memo (none for none).
+    pub fn matches(&self, lane: &str, network: &str, address: &str, memo: &str) -> bool {
+        lane == self.lane
+            && (network.is_empty() || network.eq_ignore_ascii_case(&self.network))
+            && address.to_lowercase() == self.address.to_lowercase()
+            && memo == self.memo
+    }
+}
+
 /// What a policy is evaluated against: a movement, its requester, the book's view of its
 /// endpoints (active entries only) and the UTC moment.
 #[derive(Debug, Clone)]
@@ -526,6 +616,67 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;
+
+    fn plan(plan: serde_json::Value) -> crate::plan::PlanDefinition {
+        serde_json::from_value(plan).expect("a plan")
+    }
+
+    #[test]
+    fn the_payee_is_where_the_last_action_pays() {
+        // CCTP: the mint (after the burn) pays, on the destination chain.
+        let cctp = plan(json!({"nodes": [
+            {"node_key": "mint", "node_kind": "action", "action_type": "cctp_mint", "executor_key": "exec.cctp.mint",
+             "config": {"chain_id": 31338}},
+            {"node_key": "burn", "node_kind": "action", "action_type": "cctp_burn", "executor_key": "exec.cctp.burn",
+             "config": {"chain_id": 31337}},
+            {"node_key": "z", "node_kind": "observe", "action_type": "cctp_attestation",
+             "executor_key": "exec.cctp.attestation", "config": {"chain_id": 1}}],
+            "edges": [{"from": "burn", "to": "z"}, {"from": "z", "to": "mint"}]}));
+        let p = Payee::destination(&cctp, &json!({"destination": "0xAbC", "source": "0x1"})).expect("a payee");
+        assert_eq!(
+            (p.lane.as_str(), p.network.as_str(), p.address.as_str(), p.memo.as_str()),
+            ("cctp", "31338", "0xAbC", "")
+        );
+        let s = Payee::source(&cctp, &json!({"destination": "0xAbC", "source": "0x1"})).expect("a source");
+        assert_eq!((s.network.as_str(), s.address.as_str()), ("31337", "0x1"));
+        // CCIP: the destination chain's selector, not the source chain.
+        let ccip = plan(json!({"nodes": [{"node_key": "send", "node_kind": "action", "action_type": "ccip_send",
+            "executor_key": "exec.ccip.send",
+            "config": {"chain_id": 1, "destination_chain_selector": "4949039107694359620"}}]}));
+        assert_eq!(
+            Payee::destination(&ccip, &json!({"destination": "0xd"})).map(|p| p.network),
+            Some("4949039107694359620".into())
+        );
+        // CEX: the network and memo the intent names win over the node's.
+        let cex = plan(json!({"nodes": [{"node_key": "w", "node_kind": "action", "action_type": "cex_withdrawal",
+            "executor_key": "exec.cex.withdrawal_action.a", "config": {"network": "ETH", "address": "rFixed"}}]}));
+        let p = Payee::destination(&cex, &json!({"network": "XRP", "memo": " 42 "})).expect("the node's address");
+        assert_eq!(
+            (p.lane.as_str(), p.network.as_str(), p.address.as_str(), p.memo.as_str()),
+            ("cex", "XRP", "rFixed", "42")
+        );
+        let p = Payee::destination(&cex, &json!({"destination": {"address": "rX", "tag": "7"}})).expect("a payee");
+        assert_eq!((p.network.as_str(), p.address.as_str(), p.memo.as_str()), ("ETH", "rX", "7"));
+        // A remote executor's key is lane `other`; no address, no payee.
+        let remote = plan(json!({"nodes": [{"node_key": "g", "node_kind": "action", "action_type": "t",
+                              "executor_key": "exec.ex.grpc"}]}));
+        assert_eq!(Payee::destination(&remote, &json!({"destination": "x"})).map(|p| p.lane), Some("other".into()));
+        assert_eq!(Payee::destination(&remote, &json!({"amount": "1"})), None);
+    }
+
+    #[test]
+    fn a_book_entry_covers_a_payee_only_on_its_lane_network_and_memo() {
+        let p = Payee { lane: "cex".into(), network: "XRP".into(), address: "rAbC".into(), memo: "42".into() };
+        assert!(p.matches("cex", "xrp", "RABC", "42"), "network and address in any case");
+        assert!(p.matches("cex", "", "rAbC", "42"), "an entry naming no network covers any");
+        assert!(!p.matches("evm", "XRP", "rAbC", "42"), "another lane");
+        assert!(!p.matches("cex", "ETH", "rAbC", "42"), "another network");
+        assert!(!p.matches("cex", "XRP", "rAbC", ""), "an entry without the memo");
+        assert!(!p.matches("cex", "XRP", "rAbC", "420"), "another memo");
+        assert!(!p.matches("cex", "XRP", "rAbD", "42"), "another address");
+        let none = Payee { memo: String::new(), ..p };
+        assert!(!none.matches("cex", "XRP", "rAbC", "42"), "a memo the movement does not carry");
+    }
 
     fn subject<'a>(amount: &'a Amount, template: &'a str, asset: &'a str) -> Subject<'a> {
         Subject {

@@ -77,8 +77,9 @@ pub struct CreatedKey {
 
 impl Engine {
     /// Creates an API key for `principal` with `roles` (validated by the caller) — or, when
-    /// key creation needs two admins (`MG_API_KEY_CREATION_APPROVALS=2`), records a request a
-    /// second admin approves. A principal is plain text (`qtg_core::text::check_plain`: no
+    /// key creation needs two admins (`MG_API_KEY_CREATION_APPROVALS=2`, or once a policy
+    /// version has been approved or a book entry activated), records a request a second admin
+    /// approves. A principal is plain text (`qtg_core::text::check_plain`: no
     /// control, format or invisible characters, no surrounding spaces) and does not look like
     /// another: `Alice`, `alice` and `аlice` (Cyrillic а) would be one person to the eye and
     /// two to the four-eyes rules.
@@ -87,11 +88,16 @@ impl Engine {
         let mut tx = self.pool.begin().await?;
         let res = async {
             refuse_lookalike(&mut tx, principal).await?;
-            if self.settings.key_creation_approvals >= 2 {
+            // Once a policy or the address book governs, no admin makes a key alone: a second
+            // identity (or a key for an existing approver) would let one person change a rule
+            // and approve its use.
+            let governed = qtg_store::policy::governed(&mut tx).await?;
+            if self.settings.key_creation_approvals >= 2 || governed {
                 let request =
                     qtg_store::api_keys::insert_request(&mut tx, Uuid::new_v4(), principal, roles, actor).await?;
+                let why = if governed { "a policy or the address book is in force" } else { "configured" };
                 AuditRecord::new(actor, "api_key.request", "api_key", request.id)
-                    .data(json!({"principal": principal, "roles": roles}))
+                    .data(json!({"principal": principal, "roles": roles, "two_admins": why}))
                     .record(&mut tx)
                     .await?;
                 return Ok(KeyCreation::Requested(request));

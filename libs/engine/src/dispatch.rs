@@ -240,18 +240,26 @@ impl Engine {
 
     /// Why the approval policy in force now blocks the movement, if it does.
     async fn policy_refusal(&self, conn: &mut PgConnection, item: &WorkItem) -> Result<Option<(&'static str, String)>> {
+        // Who asked, when and by which plan: on the movement, not on the claimed node.
+        let Some(row) = qtg_store::movements::get(conn, item.request_id).await? else {
+            return Ok(None);
+        };
+        let Some(pv) = qtg_store::templates::plan_version(conn, &row.template_key, Some(row.template_version)).await?
+        else {
+            return Err(StoreError::corrupt(format!(
+                "movement {} names template {} version {}, which is not stored",
+                row.id, row.template_key, row.template_version
+            )));
+        };
         // The address book, read now: an entry removed since approval stops the payment.
-        match self.check_book(conn, &item.risk_controls, &item.intent).await {
+        match self.check_book(conn, &pv.plan, &item.intent).await {
             Ok(()) => {}
             Err(crate::movements::OpError::Store(e)) => return Err(e),
             Err(other) => return Ok(Some((codes::ADDRESS_NOT_IN_BOOK, other.to_string()))),
         }
-        // Who asked and when: on the movement, not on the claimed node.
-        let Some(row) = qtg_store::movements::get(conn, item.request_id).await? else {
-            return Ok(None);
-        };
         let facts = crate::policy::Facts {
             template_key: &row.template_key,
+            plan: &pv.plan,
             intent: &row.intent,
             requester: &row.created_by,
             requester_role: row.created_by_role.as_deref(),

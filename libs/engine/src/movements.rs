@@ -125,13 +125,14 @@ impl Engine {
         let mut approvals_required = limits.approvals_needed(&amount) as i32;
         // The approval policy in force and the address book decide a new movement; a retry of
         // one already created (same key and body) answers it whatever they say now.
-        let book_refusal = match self.check_book(&mut tx, &pv.plan.risk_controls, &input.intent).await {
+        let book_refusal = match self.check_book(&mut tx, &pv.plan, &input.intent).await {
             Ok(()) => None,
             Err(OpError::Store(e)) => return finish(tx, Err(OpError::Store(e))).await,
             Err(e) => Some(e),
         };
         let facts = crate::policy::Facts {
             template_key: &pv.template_key,
+            plan: &pv.plan,
             intent: &input.intent,
             requester: actor,
             requester_role: input.created_by_role.as_deref(),
@@ -376,8 +377,8 @@ impl Engine {
             }
             // The policy in force now: it may block; the approver must fill a seat it still needs.
             // And the address book, read now (an entry removed since creation no longer covers it).
-            self.check_book(&mut tx, &pv.plan.risk_controls, &row.intent).await?;
-            let policy = self.policy_at_approval(&mut tx, &row, actor, actor_role, &given, needed).await?;
+            self.check_book(&mut tx, &pv.plan, &row.intent).await?;
+            let policy = self.policy_at_approval(&mut tx, &row, &pv.plan, actor, actor_role, &given, needed).await?;
             if let Some((decided, _)) = &policy {
                 if row.policy_version != Some(decided.version)
                     || row.policy_rule.as_deref() != Some(&decided.decision.rule)

@@ -7,7 +7,8 @@
 use chrono::{DateTime, Datelike, Timelike, Utc};
 use qtg_core::codes;
 use qtg_core::hash::canonical_hash;
-use qtg_core::policy::{BookFacts, Decision, Policy, Subject};
+use qtg_core::plan::PlanDefinition;
+use qtg_core::policy::{BookFacts, Decision, Payee, Policy, Subject};
 use qtg_core::risk::Amount;
 use qtg_store::audit::AuditRecord;
 use qtg_store::policy::{self as pq, BookEntry, NewEntry, PolicyApproval, PolicyVersion};
@@ -44,6 +45,8 @@ impl Decided {
 /// A movement's facts as a policy reads them.
 pub struct Facts<'a> {
     pub template_key: &'a str,
+    /// The movement's plan: which lane and network its ends are on.
+    pub plan: &'a PlanDefinition,
     pub intent: &'a Value,
     pub requester: &'a str,
     pub requester_role: Option<&'a str>,
@@ -65,6 +68,14 @@ pub fn destination(intent: &Value) -> Option<&str> {
 
 fn facts_of(entry: Option<BookEntry>) -> Option<BookFacts> {
     entry.map(|e| BookFacts { name: e.name, tags: e.tags })
+}
+
+/// The active entry past its cool-down that covers `payee` — its lane, network, address and
+/// memo (`Payee::matches`) — if any.
+async fn book_entry(conn: &mut PgConnection, payee: Option<&Payee>) -> Result<Option<BookEntry>, OpError> {
+    let Some(p) = payee else { return Ok(None) };
+    let entries = pq::usable_entries(conn, &p.address).await?;
+    Ok(entries.into_iter().find(|e| p.matches(&e.lane, &e.network, &e.address, &e.memo)))
 }
 
 /// One movement whose outcome a candidate version changes.
@@ -134,22 +145,15 @@ impl Engine {
     ) -> Result<Decision, OpError> {
         let intent = facts.intent;
         let amount = intent.get("amount").and_then(Value::as_str).and_then(Amount::parse).unwrap_or(Amount::ZERO);
-        let source = intent.get("source").and_then(Value::as_str);
-        let dest = destination(intent);
-        let source_entry = match source {
-            Some(s) => facts_of(pq::usable_entry(conn, s).await?),
-            None => None,
-        };
-        let dest_entry = match dest {
-            Some(d) => facts_of(pq::usable_entry(conn, d).await?),
-            None => None,
-        };
+        let (source, dest) = (Payee::source(facts.plan, intent), Payee::destination(facts.plan, intent));
+        let source_entry = facts_of(book_entry(conn, source.as_ref()).await?);
+        let dest_entry = facts_of(book_entry(conn, dest.as_ref()).await?);
         let subject = Subject {
             template_key: facts.template_key,
             asset: intent.get("asset").and_then(Value::as_str).unwrap_or(""),
             amount: &amount,
-            source,
-            destination: dest,
+            source: source.as_ref().map(|p| p.address.as_str()),
+            destination: dest.as_ref().map(|p| p.address.as_str()),
             source_entry: source_entry.as_ref(),
             destination_entry: dest_entry.as_ref(),
             requester: facts.requester,
@@ -160,30 +164,31 @@ impl Engine {
         Ok(policy.decide(&subject))
     }
 
-    /// A template whose `risk_controls.require_address_book` is true sends only to an active
-    /// book entry past its cool-down.
+    /// A template whose `risk_controls.require_address_book` is true pays only an active book
+    /// entry past its cool-down, on the lane, network and memo the movement pays with.
     pub(crate) async fn check_book(
         &self,
         conn: &mut PgConnection,
-        risk_controls: &Value,
+        plan: &PlanDefinition,
         intent: &Value,
     ) -> Result<(), OpError> {
-        if risk_controls.get("require_address_book").and_then(Value::as_bool) != Some(true) {
+        if plan.risk_controls.get("require_address_book").and_then(Value::as_bool) != Some(true) {
             return Ok(());
         }
-        let Some(dest) = destination(intent) else {
+        let Some(payee) = Payee::destination(plan, intent) else {
             return Err(OpError::Policy {
                 code: codes::ADDRESS_NOT_IN_BOOK,
                 message: "the template requires an address-book destination and the intent names none".into(),
             });
         };
-        match pq::usable_entry(conn, dest).await? {
+        match book_entry(conn, Some(&payee)).await? {
             Some(_) => Ok(()),
             None => Err(OpError::Policy {
                 code: codes::ADDRESS_NOT_IN_BOOK,
                 message: format!(
-                    "destination {dest:?} is not an active address-book entry past its cool-down (the template \
-                     requires one)"
+                    "destination {:?} (lane {}, network {:?}, memo {:?}) is not an active address-book entry past \
+                     its cool-down (the template requires one)",
+                    payee.address, payee.lane, payee.network, payee.memo
                 ),
             }),
         }
@@ -225,10 +230,12 @@ impl Engine {
 
     /// The approvals `row` has (principal, role) and whether `actor` may add one, under the
     /// policy in force now. `Ok(None)`: no policy is in force.
+    #[allow(clippy::too_many_arguments)]
     pub(crate) async fn policy_at_approval(
         &self,
         conn: &mut PgConnection,
         row: &RequestRow,
+        plan: &PlanDefinition,
         actor: &str,
         actor_role: &str,
         approvals: &[qtg_store::movements::Approval],
@@ -236,6 +243,7 @@ impl Engine {
     ) -> Result<Option<(Decided, bool)>, OpError> {
         let facts = Facts {
             template_key: &row.template_key,
+            plan,
             intent: &row.intent,
             requester: &row.created_by,
             requester_role: row.created_by_role.as_deref(),
@@ -378,10 +386,20 @@ impl Engine {
         let mut conn = self.pool.acquire().await?;
         let since = Utc::now() - chrono::Duration::milliseconds((days * 86_400_000.0) as i64);
         let rows = qtg_store::movements::created_since(&mut conn, since, limit).await?;
+        let mut plans: std::collections::HashMap<(String, i32), PlanDefinition> = std::collections::HashMap::new();
         let mut changed = Vec::new();
         for row in &rows {
+            let which = (row.template_key.clone(), row.template_version);
+            if !plans.contains_key(&which) {
+                let pv = qtg_store::templates::plan_version(&mut conn, &row.template_key, Some(row.template_version))
+                    .await?
+                    .ok_or(OpError::NotFound("template version"))?;
+                plans.insert(which.clone(), pv.plan);
+            }
+            let plan = &plans[&which];
             let facts = Facts {
                 template_key: &row.template_key,
+                plan,
                 intent: &row.intent,
                 requester: &row.created_by,
                 requester_role: row.created_by_role.as_deref(),
@@ -432,6 +450,7 @@ impl Engine {
         lane: &str,
         network: &str,
         address: &str,
+        memo: &str,
         tags: &[String],
         cool_down_seconds: Option<f64>,
         replaces: Option<Uuid>,
@@ -457,6 +476,7 @@ impl Engine {
                     lane,
                     network,
                     address,
+                    memo,
                     tags,
                     proposed_by: actor,
                     cool_down_seconds: cool_down,
@@ -466,7 +486,8 @@ impl Engine {
             )
             .await?;
             AuditRecord::new(actor, "address_book.propose", "address_book", e.id)
-                .data(json!({"name": name, "lane": lane, "network": network, "address": address, "tags": tags,
+                .data(json!({"name": name, "lane": lane, "network": network, "address": address, "memo": memo,
+                             "tags": tags,
                              "cool_down_seconds": cool_down, "replaces": replaces, "reason": reason}))
                 .record(&mut tx)
                 .await?;
@@ -500,7 +521,8 @@ impl Engine {
                     if e.as_database_error().is_some_and(|d| d.is_unique_violation()) =>
                 {
                     return Err(OpError::Conflict(
-                        "an active entry already has this name, or this address on this lane and network".into(),
+                        "an active entry already has this name, or this address and memo on this lane and network"
+                            .into(),
                     ));
                 }
                 other => other?,

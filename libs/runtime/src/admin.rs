@@ -1,6 +1,7 @@
 //! The admin HTTP server every process runs on `MG_ADMIN_ADDR`: `/healthz` (the process is
-//! up; never touches the database), `/readyz` (Postgres answers and the process' heartbeat
-//! writer succeeded within the stale threshold),
+//! up; never touches the database), `/readyz` (Postgres answers, its newest connection was
+//! not refused by the session check, and the process' heartbeat writer succeeded within the
+//! stale threshold; the body names the commits' durability),
 //! `/metrics` (Prometheus text).
 
 use std::net::SocketAddr;
@@ -11,6 +12,7 @@ use axum::http::{header, StatusCode};
 use axum::response::IntoResponse;
 use axum::routing::get;
 use axum::Router;
+use qtg_store::session::SessionGuard;
 use qtg_store::PgPool;
 use tokio_util::sync::CancellationToken;
 
@@ -20,6 +22,7 @@ use crate::metrics::Metrics;
 #[derive(Clone)]
 struct AdminState {
     pool: PgPool,
+    session: SessionGuard,
     metrics: Metrics,
     heartbeats: Heartbeats,
     stale_after: Duration,
@@ -27,16 +30,18 @@ struct AdminState {
 }
 
 /// Binds `addr` and serves until `shutdown`. Returns the bound address (port 0 resolved).
+#[allow(clippy::too_many_arguments)]
 pub async fn serve(
     addr: SocketAddr,
     pool: PgPool,
+    session: SessionGuard,
     metrics: Metrics,
     heartbeats: Heartbeats,
     stale_after: Duration,
     stale_submitting_after: f64,
     shutdown: CancellationToken,
 ) -> anyhow::Result<SocketAddr> {
-    let state = AdminState { pool, metrics, heartbeats, stale_after, stale_submitting_after };
+    let state = AdminState { pool, session, metrics, heartbeats, stale_after, stale_submitting_after };
     let app = Router::new()
         .route("/healthz", get(|| async { "ok" }))
         .route("/readyz", get(readyz))
@@ -59,13 +64,27 @@ async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
     if !matches!(db, Ok(Ok(()))) {
         return (StatusCode::SERVICE_UNAVAILABLE, "database unreachable".to_string());
     }
+    let session = s.session.last();
+    if let Some(why) = session.as_ref().and_then(|st| st.refused.as_deref()) {
+        return (StatusCode::SERVICE_UNAVAILABLE, format!("database connection refused: {why}"));
+    }
     if !s.heartbeats.is_empty() && s.heartbeats.age() > s.stale_after {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("heartbeat stale for {:?}", s.heartbeats.age()));
     }
-    (StatusCode::OK, "ready".to_string())
+    match session {
+        Some(st) if !st.warnings.is_empty() => (
+            StatusCode::OK,
+            format!("ready; durability {}; warning: {}", st.report.durability(), st.warnings.join("; ")),
+        ),
+        Some(st) => (StatusCode::OK, format!("ready; durability {}", st.report.durability())),
+        None => (StatusCode::OK, "ready".to_string()),
+    }
 }
 
 async fn metrics_text(State(s): State<AdminState>) -> impl IntoResponse {
+    if let Some(st) = s.session.last() {
+        s.metrics.set_session(&st, &s.session.policy().limits);
+    }
     // The paging signals come from the database; a slow or unreachable database leaves the
     // last values (and /readyz says why).
     match tokio::time::timeout(Duration::from_secs(2), qtg_store::signals::read(&s.pool, s.stale_submitting_after))

@@ -68,6 +68,14 @@ pub struct Settings {
     /// `MG_DB_IDLE_IN_TRANSACTION_TIMEOUT_SECONDS` (half the lease, at most 60):
     /// `idle_in_transaction_session_timeout` of every connection; must be below the lease.
     pub db_idle_in_transaction_timeout: Duration,
+    /// `MG_DB_SESSION_CHECK` (`refuse`): a connection whose session limits the server reports
+    /// missing or weaker than asked (a pooler that drops the startup options, a role default)
+    /// is refused; `warn` accepts it and logs an error-level warning.
+    pub db_refuse_weaker_session: bool,
+    /// `MG_DB_REQUIRE_SYNC_REPLICATION` (false): the workers that make effects (dispatcher,
+    /// recovery, reaper) refuse a connection whose commits are not synchronously replicated;
+    /// otherwise every process warns.
+    pub db_require_sync_replication: bool,
     pub observe_timeout_enforcement: bool,
     pub approval_ttl: Duration,
     pub template_proposal_ttl: Duration,
@@ -397,6 +405,12 @@ impl Settings {
             lease: Duration::ZERO,
             db_lock_timeout: s.millis("MG_DB_LOCK_TIMEOUT_MS", 5_000)?,
             db_idle_in_transaction_timeout: Duration::ZERO,
+            db_refuse_weaker_session: match s.text("MG_DB_SESSION_CHECK").as_deref() {
+                None | Some("refuse") => true,
+                Some("warn") => false,
+                Some(other) => return Err(Source::err("MG_DB_SESSION_CHECK", format!("{other:?} is not refuse|warn"))),
+            },
+            db_require_sync_replication: s.flag("MG_DB_REQUIRE_SYNC_REPLICATION", false)?,
             observe_timeout_enforcement: s.flag("MG_OBSERVE_TIMEOUT_ENFORCEMENT_ENABLED", false)?,
             approval_ttl: s.interval("MG_APPROVAL_TTL_SECONDS", 300.0)?,
             template_proposal_ttl: s.interval("MG_TEMPLATE_PROPOSAL_TTL_SECONDS", 7.0 * 86400.0)?,
@@ -439,6 +453,7 @@ impl Settings {
             effective: BTreeMap::new(),
         };
         s.note("MG_APPROVAL_HEALTH_GATE", if settings.approval_health_gate_strict { "strict" } else { "down-only" });
+        s.note("MG_DB_SESSION_CHECK", if settings.db_refuse_weaker_session { "refuse" } else { "warn" });
         settings.fence_times(&s)?;
         settings.heartbeat_times(&s)?;
         if let Some(k) = &settings.bootstrap_admin_key {

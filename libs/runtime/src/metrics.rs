@@ -72,6 +72,9 @@ pub struct Metrics {
 
 struct Inner {
     registry: Registry,
+    db_synchronous: Gauge,
+    db_session_weaker: Gauge,
+    db_session_refused: Gauge,
     unknown_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     stale_submitting_age: Gauge<f64, std::sync::atomic::AtomicU64>,
     manual_age: Gauge<f64, std::sync::atomic::AtomicU64>,
@@ -205,9 +208,33 @@ impl Metrics {
              = \"v3\"), by operation",
             deprecated_signatures.clone(),
         );
+        let db_synchronous = Gauge::default();
+        let db_session_weaker = Gauge::default();
+        let db_session_refused = Gauge::default();
+        registry.register(
+            "db_synchronous_replication",
+            "1 when the newest database connection's commits are synchronously replicated (synchronous_commit on \
+             or remote_apply with synchronous_standby_names set), else 0",
+            db_synchronous.clone(),
+        );
+        registry.register(
+            "db_session_limits_weaker",
+            "1 when the newest database connection runs with lock_timeout, idle_in_transaction_session_timeout \
+             or synchronous_commit missing or weaker than asked (MG_DB_SESSION_CHECK=warn let it through)",
+            db_session_weaker.clone(),
+        );
+        registry.register(
+            "db_session_refused",
+            "1 when the newest database connection was refused (a standby, weaker limits, no synchronous \
+             replication where MG_DB_REQUIRE_SYNC_REPLICATION asks it)",
+            db_session_refused.clone(),
+        );
         Metrics {
             inner: Arc::new(Inner {
                 registry,
+                db_synchronous,
+                db_session_weaker,
+                db_session_refused,
                 venue_unknown_status,
                 deprecated_signatures,
                 transitions,
@@ -272,6 +299,14 @@ impl Metrics {
         for (scope, n) in &s.drift_differences_by_scope {
             i.drift_differences.get_or_create(&ScopeLabel { scope: scope.clone() }).set(*n);
         }
+    }
+
+    /// The verdict on the newest database connection (`qtg_store::session::SessionGuard`).
+    pub fn set_session(&self, s: &qtg_store::session::SessionState, limits: &qtg_store::SessionLimits) {
+        let i = &self.inner;
+        i.db_synchronous.set(i64::from(s.report.synchronous()));
+        i.db_session_weaker.set(i64::from(!s.report.weaker_than(limits).is_empty()));
+        i.db_session_refused.set(i64::from(s.refused.is_some()));
     }
 
     /// The text exposition format.

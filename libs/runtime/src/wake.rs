@@ -110,3 +110,29 @@ async fn listen(pool: &PgPool, hub: &WakeHub, shutdown: &CancellationToken) -> R
         }
     }
 }
+
+/// Whether LISTEN/NOTIFY works through `pool`: a notification sent through the pool reaches a
+/// listener on another of its connections within `wait`. It does not behind a transaction or
+/// statement pooler (PgBouncer's `pool_mode = transaction`), where the listener's server
+/// connection goes back to the pool after each statement — and where sqlx's named prepared
+/// statements and the migrator's session advisory lock break too (docs/architecture.md §16).
+pub async fn notify_reaches_listener(pool: &PgPool, wait: Duration) -> anyhow::Result<bool> {
+    let channel = format!("qtg_probe_{}", std::process::id());
+    let payload = format!("{:x}", std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH)?.as_nanos());
+    let mut listener = PgListener::connect_with(pool).await?;
+    listener.listen(&channel).await?;
+    qtg_store::session::notify(pool, &channel, &payload).await?;
+    let heard = tokio::time::timeout(wait, async {
+        loop {
+            match listener.try_recv().await {
+                Ok(Some(n)) if n.payload() == payload => return true,
+                Ok(Some(_)) => continue,
+                Ok(None) | Err(_) => return false,
+            }
+        }
+    })
+    .await
+    .unwrap_or(false);
+    let _ = listener.unlisten(&channel).await;
+    Ok(heard)
+}

@@ -3,7 +3,7 @@ use qtg_core::TransitionError;
 #[derive(Debug, thiserror::Error)]
 pub enum StoreError {
     #[error("database error: {0}")]
-    Sqlx(#[from] sqlx::Error),
+    Sqlx(sqlx::Error),
     #[error("migration failed: {0}")]
     Migrate(String),
     #[error(transparent)]
@@ -16,6 +16,15 @@ pub enum StoreError {
     Busy(String),
     #[error("corrupt row: {0}")]
     Corrupt(String),
+}
+
+/// Every database error passes here: one that says the server went away or turned read-only
+/// makes the pool drop its older connections (`session::observe_error`).
+impl From<sqlx::Error> for StoreError {
+    fn from(e: sqlx::Error) -> Self {
+        crate::session::observe_error(&e);
+        StoreError::Sqlx(e)
+    }
 }
 
 impl StoreError {

@@ -26,6 +26,7 @@ pub mod movements;
 mod params;
 pub mod policy;
 pub mod rows;
+pub mod session;
 pub mod signals;
 pub mod sim;
 pub mod templates;
@@ -69,6 +70,37 @@ pub async fn connect_limited(
     limits: Option<SessionLimits>,
     application_name: &str,
 ) -> Result<PgPool> {
+    let options = connect_options(url, limits, application_name)?;
+    Ok(pool_options(max_connections).connect_with(options).await?)
+}
+
+/// A pool for workers: every connection asks for the guard's limits, and is checked by it
+/// where it is made — at start and on every reconnect ([`session::SessionGuard`]); a
+/// connection made before the server went away or turned read-only is dropped when next
+/// acquired, so the pool reconnects through the same URL to the primary it reaches now.
+pub async fn connect_guarded(
+    url: &str,
+    max_connections: u32,
+    guard: session::SessionGuard,
+    application_name: &str,
+) -> Result<PgPool> {
+    let options = connect_options(url, Some(guard.policy().limits), application_name)?;
+    let pool = pool_options(max_connections)
+        .after_connect(move |conn, _meta| {
+            let guard = guard.clone();
+            Box::pin(async move { guard.check(conn).await })
+        })
+        .before_acquire(|_conn, meta| Box::pin(async move { Ok(!session::stale(meta.age)) }))
+        .connect_with(options)
+        .await?;
+    Ok(pool)
+}
+
+fn connect_options(
+    url: &str,
+    limits: Option<SessionLimits>,
+    application_name: &str,
+) -> Result<sqlx::postgres::PgConnectOptions> {
     let mut options = sqlx::postgres::PgConnectOptions::from_str(url)?.application_name(application_name);
     if let Some(l) = limits {
         options = options.options([
@@ -77,32 +109,14 @@ pub async fn connect_limited(
             ("synchronous_commit", "on".to_string()),
         ]);
     }
-    let pool = sqlx::postgres::PgPoolOptions::new()
+    Ok(options)
+}
+
+fn pool_options(max_connections: u32) -> sqlx::postgres::PgPoolOptions {
+    sqlx::postgres::PgPoolOptions::new()
         .max_connections(max_connections)
         .min_connections(0)
         .acquire_timeout(Duration::from_secs(10))
-        .connect_with(options)
-        .await?;
-    Ok(pool)
-}
-
-/// The session settings a connection of `pool` runs with (as the server reports them).
-#[derive(Debug, Clone)]
-pub struct SessionSettings {
-    pub lock_timeout: String,
-    pub idle_in_transaction_session_timeout: String,
-    pub synchronous_commit: String,
-}
-
-pub async fn session_settings(pool: &PgPool) -> Result<SessionSettings> {
-    Ok(sqlx::query_as!(
-        SessionSettings,
-        r#"SELECT current_setting('lock_timeout') AS "lock_timeout!",
-                  current_setting('idle_in_transaction_session_timeout') AS "idle_in_transaction_session_timeout!",
-                  current_setting('synchronous_commit') AS "synchronous_commit!""#,
-    )
-    .fetch_one(pool)
-    .await?)
 }
 
 /// Applies pending migrations (idempotent; safe under concurrent starters thanks to sqlx's

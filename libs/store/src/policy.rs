@@ -51,6 +51,19 @@ macro_rules! versions {
     };
 }
 
+/// Whether the rules are governed: a policy version has been approved or an address-book
+/// entry activated. From then on a new API key needs a second admin (docs/architecture.md
+/// §15): one admin could otherwise mint a second identity and approve their own change.
+pub async fn governed(conn: &mut PgConnection) -> Result<bool> {
+    Ok(sqlx::query_scalar!(
+        r#"SELECT EXISTS (SELECT 1 FROM policy_versions WHERE status = 'approved')
+               OR EXISTS (SELECT 1 FROM address_book WHERE decided_by IS NOT NULL AND status IN ('active', 'removed'))
+               AS "governed!""#
+    )
+    .fetch_one(&mut *conn)
+    .await?)
+}
+
 /// Adds a pending version, numbered after every other (numbers are never reused).
 pub async fn insert_version(
     conn: &mut PgConnection,
@@ -167,8 +180,11 @@ pub struct BookEntry {
     pub id: Uuid,
     pub name: String,
     pub lane: String,
+    /// Empty: any network of the lane.
     pub network: String,
     pub address: String,
+    /// The memo or tag beside the address (empty: none).
+    pub memo: String,
     pub tags: Vec<String>,
     /// pending, active, rejected, removed
     pub status: String,
@@ -190,7 +206,7 @@ macro_rules! entries {
     ($tail:literal $(, $arg:expr)* $(,)?) => {
         sqlx::query_as!(
             BookEntry,
-            r#"SELECT id, name, lane, network, address, tags, status, proposed_by, decided_by, decided_at,
+            r#"SELECT id, name, lane, network, address, memo, tags, status, proposed_by, decided_by, decided_at,
                    cool_down_seconds, usable_at, replaces, reason, created_at,
                    (status = 'active' AND usable_at <= now()) AS "usable!"
                FROM address_book "# + $tail
@@ -205,6 +221,7 @@ pub struct NewEntry<'a> {
     pub lane: &'a str,
     pub network: &'a str,
     pub address: &'a str,
+    pub memo: &'a str,
     pub tags: &'a [String],
     pub proposed_by: &'a str,
     pub cool_down_seconds: f64,
@@ -215,14 +232,15 @@ pub struct NewEntry<'a> {
 pub async fn insert_entry(conn: &mut PgConnection, e: &NewEntry<'_>) -> Result<BookEntry> {
     let id = Uuid::new_v4();
     sqlx::query!(
-        "INSERT INTO address_book (id, name, lane, network, address, tags, proposed_by, cool_down_seconds, replaces,
-             reason)
-         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10)",
+        "INSERT INTO address_book (id, name, lane, network, address, memo, tags, proposed_by, cool_down_seconds,
+             replaces, reason)
+         VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11)",
         id,
         e.name,
         e.lane,
         e.network,
         e.address,
+        e.memo,
         e.tags,
         e.proposed_by,
         e.cool_down_seconds,
@@ -283,14 +301,15 @@ pub async fn remove_entry(conn: &mut PgConnection, id: Uuid) -> Result<bool> {
     Ok(done.rows_affected() == 1)
 }
 
-/// The active entry for `address` (any case) that is past its cool-down, if any; `None` also
-/// for an entry still cooling down (it may not be used yet).
-pub async fn usable_entry(conn: &mut PgConnection, address: &str) -> Result<Option<BookEntry>> {
+/// The active entries for `address` (any case) past their cool-down, by name: the caller
+/// keeps those whose lane, network and memo match (`qtg_core::policy::Payee::matches`). An
+/// entry still cooling down is not among them (it may not be used yet).
+pub async fn usable_entries(conn: &mut PgConnection, address: &str) -> Result<Vec<BookEntry>> {
     Ok(entries!(
-        "WHERE status = 'active' AND lower(address) = lower($1) AND usable_at <= now() ORDER BY lower(name) LIMIT 1",
+        "WHERE status = 'active' AND lower(address) = lower($1) AND usable_at <= now() ORDER BY lower(name)",
         address
     )
-    .fetch_optional(&mut *conn)
+    .fetch_all(&mut *conn)
     .await?)
 }
 

@@ -87,7 +87,7 @@ async function refreshBook() {
 function addr(v) {
   const raw = v && typeof v === "object" && !Array.isArray(v) ? v.address : v;
   const e = typeof raw === "string" ? book.get(raw.toLowerCase()) : null;
-  return h("span", { class: "addr" }, val(v), e ? h("span", { class: e.usable ? "book" : "book cooling", title: e.usable ? `address book: ${e.name} (${e.lane}${e.network ? ` ${e.network}` : ""})` : "in the book, still cooling down" }, "📒 ", h("bdi", {}, e.name), e.usable ? "" : " (cooling down)") : null);
+  return h("span", { class: "addr" }, val(v), e ? h("span", { class: e.usable ? "book" : "book cooling", title: e.usable ? `address book: ${e.name} (${e.lane}${e.network ? ` ${e.network}` : ""}${e.memo ? `, memo ${e.memo}` : ""})` : "in the book, still cooling down" }, "📒 ", h("bdi", {}, e.name), e.usable ? "" : " (cooling down)") : null);
 }
 function intentView(intent) {
   const i = intent || {};
@@ -1277,20 +1277,22 @@ async function bookScreen(main) {
     const propose = can("admin") ? actionButton("Propose entry", () => act({ title: "Propose entry", help: "Another admin activates it; it is usable after its cool-down.",
       fields: [{ name: "name", label: "Name", type: "text", required: true }, { name: "lane", label: "Lane", type: "select", options: ["evm", "cex", "cctp", "ccip", "sim", "other"].map((l) => [l, l]) },
         { name: "network", label: "Network or chain (optional)", type: "text" }, { name: "address", label: "Address", type: "text", required: true },
+        { name: "memo", label: "Memo or tag (optional)", type: "text" },
         { name: "tags", label: "Tags (comma separated)", type: "text" }, { name: "cool_down", label: "Cool-down seconds (optional)", type: "text" }, { name: "reason", label: "Reason", type: "text" }],
       submit: (v) => {
         const body = { name: v.name, lane: v.lane, address: v.address, tags: v.tags ? v.tags.split(",").map((t) => t.trim()).filter(Boolean) : [] };
         if (v.network) body.network = v.network;
+        if (v.memo) body.memo = v.memo;
         if (v.cool_down) body.cool_down_seconds = Number(v.cool_down);
         if (v.reason) body.reason = v.reason;
         return api("POST", "/v3/address-book", body);
       }, onDone: reload }), "primary") : null;
-    const entryCols = [["Name", (e) => h("bdi", {}, e.name)], ["Lane", (e) => e.lane], ["Network", (e) => e.network || "—"], ["Address", (e) => val(e.address)], ["Tags", (e) => e.tags.join(", ") || "—"]];
+    const entryCols = [["Name", (e) => h("bdi", {}, e.name)], ["Lane", (e) => e.lane], ["Network", (e) => e.network || "—"], ["Address", (e) => val(e.address)], ["Memo", (e) => (e.memo ? val(e.memo) : "—")], ["Tags", (e) => e.tags.join(", ") || "—"]];
     put(main, h("h1", {}, "Address book"), propose ? h("div", { class: "actions" }, propose) : null,
       h("h2", {}, "Waiting for a second admin"),
       table(pending.items, [...entryCols, ["Proposed by", (e) => val(e.proposed_by)], ["Cool-down", (e) => secs(e.cool_down_seconds)],
         ["", (e) => (String(e.proposed_by).toLowerCase() === me.principal.toLowerCase() ? h("span", { class: "muted" }, "yours: another admin decides") : can("admin") ? h("span", {},
-          actionButton(`Activate ${e.name}`, () => act({ title: "Activate entry", help: h("div", {}, h("p", {}, "You activate paying to exactly this address:"), dl([["Name", h("bdi", {}, e.name)], ["Address", val(e.address)], ["Lane / network", `${e.lane} ${e.network}`],
+          actionButton(`Activate ${e.name}`, () => act({ title: "Activate entry", help: h("div", {}, h("p", {}, "You activate paying to exactly this address:"), dl([["Name", h("bdi", {}, e.name)], ["Address", val(e.address)], ["Memo", e.memo ? val(e.memo) : "none"], ["Lane / network", `${e.lane} ${e.network || "(any network)"}`],
             ...(e.replaces ? [["Replaces", (() => { const old = active.items.find((x) => x.id === e.replaces); return old ? h("span", {}, h("bdi", {}, old.name), " at ", val(old.address), old.address.toLowerCase() === e.address.toLowerCase() ? " (same address)" : h("strong", { class: "error" }, " — the address changes")) : val(e.replaces); })()]] : [])])),
             fields: [reasonField], submit: (x) => api("POST", `/v3/address-book/${seg(e.id)}/approve`, { reason: x.reason }), onDone: reload }), "primary"), " ",
           actionButton(`Reject ${e.name}`, () => act({ title: "Reject entry", danger: true, fields: [reasonField], submit: (x) => api("POST", `/v3/address-book/${seg(e.id)}/reject`, { reason: x.reason }), onDone: reload }), "danger")) : null)]],

@@ -27,6 +27,8 @@ pub struct Process {
     pub binary: &'static str,
     pub settings: Settings,
     pub pool: PgPool,
+    /// The session check of the pool's connections (its newest verdict for /readyz, /metrics).
+    pub session: qtg_store::session::SessionGuard,
     pub registry: Arc<Registry>,
     pub metrics: Metrics,
     pub shutdown: CancellationToken,
@@ -39,6 +41,10 @@ pub struct Process {
 pub fn env_vars() -> HashMap<String, String> {
     std::env::vars().collect()
 }
+
+/// The binaries whose workers make effects (submit, recover, release nonces): the ones
+/// `MG_DB_REQUIRE_SYNC_REPLICATION` holds to synchronously replicated commits.
+pub const EFFECT_BINARIES: [&str; 4] = ["qtg", "qtg-dispatcher", "qtg-recovery", "qtg-reaper"];
 
 /// Reads settings (printing them and exiting on `--print-config`), starts logging, connects,
 /// migrates when `MG_MIGRATE` says so and loads the registry.
@@ -75,10 +81,37 @@ pub async fn boot(binary: &'static str, migrate_default: bool) -> anyhow::Result
         lock_timeout: settings.db_lock_timeout,
         idle_in_transaction: settings.db_idle_in_transaction_timeout,
     };
+    // Every connection is checked where it is made, at start and on every reconnect: a
+    // standby is refused, and so are limits a pooler or a role default left weaker
+    // (MG_DB_SESSION_CHECK) and, for the workers that make effects, commits that are not
+    // synchronously replicated when MG_DB_REQUIRE_SYNC_REPLICATION asks it.
+    let effects = EFFECT_BINARIES.contains(&binary);
+    let session = qtg_store::session::SessionGuard::new(qtg_store::session::SessionPolicy {
+        limits,
+        refuse_weaker_limits: settings.db_refuse_weaker_session,
+        require_sync_replication: settings.db_require_sync_replication && effects,
+    });
+    let migrate_only = std::env::args().any(|a| a == "--migrate-only");
+    let pool = qtg_store::connect_guarded(&settings.database_url, settings.db_pool_size, session.clone(), binary)
+        .await
+        .map_err(|e| {
+            anyhow::anyhow!("cannot connect to the database: {e} (docs/architecture.md §16 says what qtg needs)")
+        })?;
+    // Behind a transaction pooler a notification never reaches its listener (nor do sqlx's
+    // prepared statements or the migrator's advisory lock work): refuse to run.
+    let heard = qtg_runtime::wake::notify_reaches_listener(&pool, Duration::from_secs(5))
+        .await
+        .context("cannot check LISTEN/NOTIFY through the pool")?;
+    if !heard {
+        anyhow::bail!(
+            "LISTEN/NOTIFY does not work through MG_DATABASE_URL: a notification sent through the pool never reached \
+             the listener — a transaction or statement pooler (PgBouncer pool_mode = transaction)? qtg needs session \
+             pooling or a direct connection (docs/architecture.md §16)"
+        );
+    }
     // `--migrate-only` (the Kubernetes migration Job): apply migrations and exit. Migrations
     // run on a connection of their own, without the workers' lock_timeout: a starter waits
     // for another one's migration (sqlx's advisory lock) instead of failing.
-    let migrate_only = std::env::args().any(|a| a == "--migrate-only");
     if settings.migrate || migrate_only {
         let migrator = qtg_store::connect_limited(&settings.database_url, 1, None, binary)
             .await
@@ -90,16 +123,6 @@ pub async fn boot(binary: &'static str, migrate_default: bool) -> anyhow::Result
     if migrate_only {
         std::process::exit(0);
     }
-    let pool = qtg_store::connect_limited(&settings.database_url, settings.db_pool_size, Some(limits), binary)
-        .await
-        .context("cannot connect to the database")?;
-    let session = qtg_store::session_settings(&pool).await.context("cannot read the session settings")?;
-    tracing::info!(
-        lock_timeout = %session.lock_timeout,
-        idle_in_transaction_session_timeout = %session.idle_in_transaction_session_timeout,
-        synchronous_commit = %session.synchronous_commit,
-        "database session limits"
-    );
     let (registry, read_by_lanes) = load_registry(&settings, &pool, &vars)?;
     let registry = Arc::new(registry);
     // A misspelt setting must not silently do nothing.
@@ -117,6 +140,7 @@ pub async fn boot(binary: &'static str, migrate_default: bool) -> anyhow::Result
         binary,
         settings,
         pool,
+        session,
         registry,
         metrics,
         shutdown: qtg_runtime::shutdown::on_signals(),
@@ -310,6 +334,7 @@ impl Process {
         qtg_runtime::admin::serve(
             self.settings.admin_addr,
             self.pool.clone(),
+            self.session.clone(),
             self.metrics.clone(),
             heartbeats,
             self.settings.worker_stale,

@@ -266,10 +266,14 @@ enum Book {
         /// cex, evm, cctp, ccip, sim or other
         #[arg(long)]
         lane: String,
+        /// A CEX network code, an EVM chain id, a CCIP destination selector (empty: any)
         #[arg(long, default_value = "")]
         network: String,
         #[arg(long)]
         address: String,
+        /// The memo or tag beside the address (an exchange's deposit tag)
+        #[arg(long, default_value = "")]
+        memo: String,
         /// Repeatable
         #[arg(long = "tag")]
         tags: Vec<String>,
@@ -611,9 +615,10 @@ async fn run(cli: &Cli) -> anyhow::Result<i32> {
                 };
                 out(&c.get(&path).await?, &render::book)
             }
-            Book::Propose { name, lane, network, address, tags, cool_down_seconds, replaces, reason } => {
-                let body = json!({"name": name, "lane": lane, "network": network, "address": address, "tags": tags,
-                                  "cool_down_seconds": cool_down_seconds, "replaces": replaces, "reason": reason});
+            Book::Propose { name, lane, network, address, memo, tags, cool_down_seconds, replaces, reason } => {
+                let body = json!({"name": name, "lane": lane, "network": network, "address": address, "memo": memo,
+                                  "tags": tags, "cool_down_seconds": cool_down_seconds, "replaces": replaces,
+                                  "reason": reason});
                 out(&c.post("/v3/address-book", body).await?, &render::object)
             }
             Book::Approve { id, reason } => out(

@@ -563,8 +563,8 @@ pub fn simulation(v: &Value) -> String {
 
 pub fn book(v: &Value) -> String {
     table(
-        &["id", "name", "lane", "network", "address", "tags", "status", "usable_at"],
-        &rows(v, &["id", "name", "lane", "network", "address", "tags", "status", "usable_at"]),
+        &["id", "name", "lane", "network", "address", "memo", "tags", "status", "usable_at"],
+        &rows(v, &["id", "name", "lane", "network", "address", "memo", "tags", "status", "usable_at"]),
     )
 }
 

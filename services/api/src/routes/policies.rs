@@ -197,13 +197,20 @@ pub async fn simulate_policy(
 pub struct ProposeEntry {
     #[schema(min_length = 1, max_length = 200)]
     name: String,
-    /// The lane it is paid on: cex, evm, cctp, ccip, sim, other.
+    /// The lane it is paid on: cex, evm, cctp, ccip, sim, other (the `exec.<lane>.` of the
+    /// executor key of the plan's last action node).
     lane: String,
-    /// The network or chain (e.g. an EVM chain id, a CEX network code); empty for none.
+    /// The network: a CEX network code (ETH), an EVM chain id (8453), a CCIP destination chain
+    /// selector; empty matches any network of the lane.
     #[serde(default)]
     network: String,
     #[schema(min_length = 1, max_length = 200)]
     address: String,
+    /// The memo or tag beside the address (an exchange's deposit tag); a movement with another
+    /// memo, or with one where this has none, is not covered.
+    #[serde(default)]
+    #[schema(max_length = 200)]
+    memo: String,
     #[serde(default)]
     tags: Vec<String>,
     /// Seconds between activation and first use (at least MG_ADDRESS_BOOK_COOL_DOWN_SECONDS).
@@ -235,7 +242,8 @@ pub async fn propose_entry(
     plain("name", &b.name, 200)?;
     plain("address", &b.address, 200)?;
     plain("network", &b.network, 100).or_else(|e| if b.network.is_empty() { Ok("") } else { Err(e) })?;
-    if !["cex", "evm", "cctp", "ccip", "sim", "other"].contains(&b.lane.as_str()) {
+    plain("memo", &b.memo, 200).or_else(|e| if b.memo.is_empty() { Ok("") } else { Err(e) })?;
+    if !qtg_core::policy::BOOK_LANES.contains(&b.lane.as_str()) {
         return Err(ApiError::validation("lane must be one of cex, evm, cctp, ccip, sim, other"));
     }
     for t in &b.tags {
@@ -260,6 +268,7 @@ pub async fn propose_entry(
             &b.lane,
             &b.network,
             &b.address,
+            &b.memo,
             &b.tags,
             b.cool_down_seconds,
             b.replaces,

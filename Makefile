@@ -16,11 +16,11 @@ run: build
 ## Every test: unit, property, store and black-box (real binaries, real Postgres).
 test:
 	@url="$$(./scripts/ensure-postgres.sh)" && anvil="$$(./scripts/ensure-evm-tools.sh)" && \
-	driver="$$(./scripts/ensure-chromium.sh)" && \
+	driver="$$(./scripts/ensure-chromium.sh)" && bouncer="$$(./scripts/ensure-pgbouncer.sh)" && \
 	./scripts/sqlx.sh check && \
 	cargo build --workspace --bins && \
 	DATABASE_URL="$$url" QTG_TEST_DATABASE_URL="$$url" QTG_ANVIL="$$anvil" QTG_CHROMEDRIVER="$$driver" \
-	cargo test --workspace -- --test-threads=4
+	QTG_PGBOUNCER="$$bouncer" cargo test --workspace -- --test-threads=4
 	@$(MAKE) --no-print-directory lint-deploy
 	@$(MAKE) --no-print-directory lint-proto
 

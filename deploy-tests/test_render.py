@@ -545,6 +545,158 @@ def test_notes(default: Render):
 
 
 # ---------------------------------------------------------------------------------------
+# The database (docs/architecture.md §16)
+# ---------------------------------------------------------------------------------------
+
+DB_ENV = ("MG_DB_REQUIRE_SYNC_REPLICATION", "MG_DB_SESSION_CHECK")
+
+
+def qtg_containers(docs: list[dict[str, Any]]) -> list[tuple[str, dict[str, Any]]]:
+    """Every container that runs a qtg binary against the database: the workers and the Job."""
+    out = []
+    for o in docs:
+        if o["kind"] == "Deployment" and o["spec"]["template"]["metadata"]["labels"].get("qtg-role") == "worker" \
+                or o["kind"] == "Job":
+            out.extend((o["metadata"]["name"], c) for c in pod_spec(o)["containers"])
+    return out
+
+
+def db_env(docs: list[dict[str, Any]]) -> dict[str, tuple[str, str]]:
+    """name -> (MG_DB_REQUIRE_SYNC_REPLICATION, MG_DB_SESSION_CHECK) of every qtg container."""
+    out = {}
+    for name, c in qtg_containers(docs):
+        e = env_of(c)
+        for var in DB_ENV:
+            assert var in e, f"{name}/{c['name']}: no {var}"
+            assert "value" in e[var], f"{name}/{c['name']}: {var} is not a plain value"
+        out[name] = (e[DB_ENV[0]]["value"], e[DB_ENV[1]]["value"])
+    return out
+
+
+def test_database_checks_reach_every_qtg_container(render: Render):
+    db = render.values["database"]
+    want = ("true" if db["requireSyncReplication"] else "false", db["sessionCheck"])
+    got = db_env(render.docs)
+    assert "qtg-migrate" in got and len(got) == len(render.workers()) + 1, sorted(got)
+    assert set(got.values()) == {want}, f"{render.name}: {got}"
+
+
+def test_database_defaults(default: Render, full: Render):
+    assert set(db_env(default.docs).values()) == {("false", "refuse")}
+    # The production setting, in the full render.
+    assert set(db_env(full.docs).values()) == {("true", "refuse")}
+    assert "database.requireSyncReplication is false" in default.notes
+    assert "requireSyncReplication is false" not in full.notes
+    assert "sessionCheck is warn" not in default.notes
+
+
+def test_database_values_flow_to_every_worker():
+    values = d.values_file("default-values.yaml")
+    values["database"] = {"requireSyncReplication": True, "sessionCheck": "warn"}
+    rendered = d.render_chart(values)
+    got = db_env(d.manifests(rendered))
+    assert len(got) >= 13 and set(got.values()) == {("true", "warn")}, got
+    notes = d.notes(rendered)
+    assert "requireSyncReplication is false" not in notes and "sessionCheck is warn" in notes
+    # A value left out keeps its default.
+    values["database"] = {"sessionCheck": "warn"}
+    assert set(db_env(d.manifests(d.render_chart(values))).values()) == {("false", "warn")}
+
+
+def test_database_values_are_validated():
+    ok = d.values_file("default-values.yaml")
+    for bad in ({"sessionCheck": "maybe"}, {"sessionCheck": ""}, {"requireSyncReplication": "true"},
+                {"requireSyncReplication": "yes"}, {"requireSyncReplication": 1}, {"requireSync": True}):
+        v = copy.deepcopy(ok)
+        v["database"] = bad
+        refused(v)
+    # The two variables come from `database` only: never twice, never contradicting it.
+    for var in DB_ENV:
+        v = copy.deepcopy(ok)
+        v["env"] = {var: "warn"}
+        refused(v)
+        v = copy.deepcopy(ok)
+        v["workers"] = {"dispatcher": {"env": {var: "true"}}}
+        refused(v)
+        v = copy.deepcopy(ok)
+        v["migrations"] = {"env": {var: "true"}}
+        refused(v)
+
+
+CNPG_EXAMPLE = d.ROOT / "deploy" / "cnpg-cluster.yaml"
+
+
+def cnpg_example() -> dict[str, dict[str, Any]]:
+    docs = d.load_all(CNPG_EXAMPLE.read_text())
+    by_kind = {o["kind"]: o for o in docs}
+    assert len(by_kind) == len(docs) == 2, [o["kind"] for o in docs]
+    for o in docs:
+        assert o["apiVersion"] == "postgresql.cnpg.io/v1"
+    return by_kind
+
+
+def test_cnpg_cluster_replicates_synchronously():
+    cluster = cnpg_example()["Cluster"]
+    spec = cluster["spec"]
+    assert spec["instances"] >= 2, "a standby to fail over to"
+    sync = spec["postgresql"]["synchronous"]
+    assert sync["method"] in ("any", "first")
+    assert sync["number"] >= 1 and sync["number"] <= spec["instances"] - 1
+    assert sync["dataDurability"] == "required", "a commit is never acknowledged without a synchronous standby"
+    assert "minSyncReplicas" not in spec and "maxSyncReplicas" not in spec, "the legacy stanza excludes `synchronous`"
+    assert spec["postgresql"].get("parameters", {}).get("synchronous_commit", "on") in ("on", "remote_apply")
+
+
+def test_cnpg_cluster_sets_the_session_limits_on_the_role():
+    cluster = cnpg_example()["Cluster"]
+    initdb = cluster["spec"]["bootstrap"]["initdb"]
+    assert initdb["database"] == "qtg" and initdb["owner"] == "qtg"
+    sql = " ".join(initdb["postInitApplicationSQL"])
+    # The values qtg asks by default (MG_DB_LOCK_TIMEOUT_MS 5000, idle-in-transaction 50 s):
+    # a role value above them is "weaker" and refused behind a pooler.
+    for setting, value in (("lock_timeout", "'5s'"), ("idle_in_transaction_session_timeout", "'50s'"),
+                           ("synchronous_commit", "on")):
+        assert re.search(rf"ALTER ROLE {initdb['owner']} SET {setting} = {value}(\s|$)", sql), f"no {setting} on the role"
+
+
+def default_connection_demand(default: Render) -> int:
+    """Server connections the default install may hold: (MG_DB_POOL_SIZE 8 + 1 listener) per
+    process, over every replica, a surge pod per worker while rolling, and the Job."""
+    assert "MG_DB_POOL_SIZE" not in default.values["env"]
+    workers = [o for o in default.workers()]
+    pods = sum(o["spec"]["replicas"] for o in workers) + len(workers) + 1
+    return (8 + 1) * pods
+
+
+def test_cnpg_pooler_is_session_mode_and_sized(default: Render):
+    example = cnpg_example()
+    pooler, cluster = example["Pooler"], example["Cluster"]
+    spec = pooler["spec"]
+    assert spec["cluster"]["name"] == cluster["metadata"]["name"] != pooler["metadata"]["name"]
+    assert spec["type"] == "rw", "through the -rw Service: always the primary"
+    assert spec["pgbouncer"]["poolMode"] == "session", "transaction pooling breaks qtg"
+    params = spec["pgbouncer"]["parameters"]
+    assert all(isinstance(v, str) for v in params.values()), "CNPG takes PgBouncer parameters as strings"
+    ignored = {p.strip() for p in params["ignore_startup_parameters"].split(",")}
+    assert {"extra_float_digits", "options"} <= ignored
+    demand = default_connection_demand(default)
+    pool = int(params["default_pool_size"])
+    assert pool >= demand, f"default_pool_size {pool} < the default install's {demand} connections"
+    max_connections = int(cluster["spec"]["postgresql"]["parameters"]["max_connections"])
+    assert max_connections >= spec["instances"] * pool and max_connections >= demand
+
+
+def test_deployment_doc_covers_ha():
+    doc = (d.ROOT / "docs" / "deployment.md").read_text()
+    assert "## PostgreSQL for high availability" in doc
+    for needle in ("deploy/cnpg-cluster.yaml", "-rw", "database.requireSyncReplication", "ignore_startup_parameters",
+                   "architecture.md#16-durability-and-failover", "qtg_db_synchronous_replication"):
+        assert needle in doc, f"docs/deployment.md does not mention {needle}"
+    values = (d.CHART / "values.yaml").read_text()
+    assert "-rw" in values and "deploy/cnpg-cluster.yaml" in values
+
+
+# ---------------------------------------------------------------------------------------
 # Values the chart refuses
 # ---------------------------------------------------------------------------------------
 

@@ -45,6 +45,16 @@ pub struct Profile {
     pub pg_restarts: usize,
     /// How long the venue, the remote executor and the receiver are down, and the cut lasts.
     pub outage: Duration,
+    /// Whether processes are SIGKILLed, and the venue, executor, receiver and a dispatcher's
+    /// database go away for `outage`.
+    pub kills: bool,
+    pub outages: bool,
+    /// PostgreSQL failovers: the database is a primary with a streaming standby behind one
+    /// proxy (the `-rw` Service) that every process connects through; the primary is killed
+    /// right after an arm and while an answer is being recorded, the standby promoted.
+    pub failovers: usize,
+    /// The standby is synchronous (`synchronous_standby_names = '*'`).
+    pub sync_replication: bool,
     pub quiesce_timeout: Duration,
 }
 
@@ -60,6 +70,31 @@ impl Profile {
             pauses: 2,
             pg_restarts: 1,
             outage: Duration::from_secs(8),
+            kills: true,
+            outages: true,
+            failovers: 0,
+            sync_replication: true,
+            quiesce_timeout: Duration::from_secs(150),
+        }
+    }
+
+    /// Two PostgreSQL failovers under synchronous replication, every lane in flight, nothing
+    /// else failing (`tests/tests/failover.rs`; `make chaos FAILOVER=1` for the full stream).
+    pub fn failover(seed: u64) -> Profile {
+        Profile {
+            seed,
+            movements: 36,
+            span: Duration::from_secs(40),
+            dispatchers: 2,
+            replicas: 1,
+            kill_gap_ms: (2500, 5000),
+            pauses: 0,
+            pg_restarts: 0,
+            outage: Duration::from_secs(8),
+            kills: false,
+            outages: false,
+            failovers: 2,
+            sync_replication: true,
             quiesce_timeout: Duration::from_secs(150),
         }
     }
@@ -75,6 +110,10 @@ impl Profile {
             pauses: 6,
             pg_restarts: 2,
             outage: Duration::from_secs(12),
+            kills: true,
+            outages: true,
+            failovers: 0,
+            sync_replication: true,
             quiesce_timeout: Duration::from_secs(300),
         }
     }
@@ -113,7 +152,11 @@ pub struct PrivatePg {
 
 impl PrivatePg {
     pub async fn start() -> anyhow::Result<PrivatePg> {
-        let bindir = std::fs::read_dir("/usr/lib/postgresql")
+        Self::primary(&[]).await
+    }
+
+    fn bindir() -> anyhow::Result<PathBuf> {
+        std::fs::read_dir("/usr/lib/postgresql")
             .ok()
             .into_iter()
             .flatten()
@@ -123,18 +166,69 @@ impl PrivatePg {
             .max()
             .context(
                 "no PostgreSQL server binaries under /usr/lib/postgresql (scripts/ensure-postgres.sh installs them)",
-            )?;
+            )
+    }
+
+    /// A cluster directory of its own and a free port (nothing started).
+    fn place() -> anyhow::Result<PrivatePg> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let dir = std::env::temp_dir().join(format!("qtg-chaos-pg-{}", uuid::Uuid::new_v4().simple()));
         std::fs::create_dir_all(&dir)?;
-        let pg = PrivatePg { dir, bindir, port, url: format!("postgres://postgres@127.0.0.1:{port}/postgres") };
+        let pg = PrivatePg {
+            dir,
+            bindir: Self::bindir()?,
+            port,
+            url: format!("postgres://postgres@127.0.0.1:{port}/postgres"),
+        };
         if is_root() {
             run_tool(std::process::Command::new("chown").arg("-R").arg("postgres").arg(&pg.dir))?;
         }
+        Ok(pg)
+    }
+
+    /// A new cluster whose postgresql.conf also carries `conf` (copied to its standbys).
+    pub async fn primary(conf: &[(&str, &str)]) -> anyhow::Result<PrivatePg> {
+        let pg = Self::place()?;
         let data = pg.dir.join("data");
         run_tool(pg.as_postgres("initdb").arg("-D").arg(&data).args(["-U", "postgres", "--auth=trust", "-E", "UTF8"]))?;
+        if !conf.is_empty() {
+            use std::io::Write;
+            let mut f = std::fs::OpenOptions::new().append(true).open(data.join("postgresql.conf"))?;
+            for (k, v) in conf {
+                writeln!(f, "{k} = '{v}'")?;
+            }
+        }
         pg.start_server()?;
         Ok(pg)
+    }
+
+    /// A hot standby of `primary`, streaming from it (`pg_basebackup -R`: its configuration,
+    /// `synchronous_standby_names` included, is the primary's).
+    pub async fn standby_of(primary: &PrivatePg) -> anyhow::Result<PrivatePg> {
+        let pg = Self::place()?;
+        run_tool(
+            pg.as_postgres("pg_basebackup")
+                .args(["-h", "127.0.0.1", "-p", &primary.port.to_string(), "-U", "postgres", "-D"])
+                .arg(pg.dir.join("data"))
+                .args(["-R", "-X", "stream", "-c", "fast"]),
+        )?;
+        pg.start_server()?;
+        Ok(pg)
+    }
+
+    /// `host:port`, as a proxy forwards to it.
+    pub fn addr(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    /// The server dies at once (no checkpoint, every connection gone).
+    pub fn kill(&self) -> anyhow::Result<()> {
+        run_tool(self.as_postgres("pg_ctl").arg("-D").arg(self.dir.join("data")).args(["-m", "immediate", "stop"]))
+    }
+
+    /// A standby becomes a primary (waits until it accepts writes).
+    pub fn promote(&self) -> anyhow::Result<()> {
+        run_tool(self.as_postgres("pg_ctl").arg("-D").arg(self.dir.join("data")).args(["-w", "promote"]))
     }
 
     fn as_postgres(&self, tool: &str) -> std::process::Command {
@@ -185,6 +279,61 @@ impl Drop for PrivatePg {
             .stderr(std::process::Stdio::null())
             .status();
         let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
+/// A primary with a streaming hot standby, as a PostgreSQL operator runs it: with
+/// `sync`, `synchronous_standby_names = '*'` (a commit returns once the standby flushed it),
+/// else asynchronous. [`ReplicatedPg::fail_over`] is a failover as CloudNativePG does one.
+pub struct ReplicatedPg {
+    pub primary: PrivatePg,
+    pub standby: PrivatePg,
+    pub sync: bool,
+}
+
+impl ReplicatedPg {
+    pub async fn start(sync: bool) -> anyhow::Result<ReplicatedPg> {
+        let conf: &[(&str, &str)] = if sync { &[("synchronous_standby_names", "*")] } else { &[] };
+        let primary = PrivatePg::primary(conf).await?;
+        let standby = PrivatePg::standby_of(&primary).await?;
+        let pair = ReplicatedPg { primary, standby, sync };
+        pair.wait_streaming().await?;
+        Ok(pair)
+    }
+
+    /// Until the primary has a standby streaming (synchronously, with `sync`).
+    async fn wait_streaming(&self) -> anyhow::Result<()> {
+        let db = PgPool::connect(&self.primary.url).await?;
+        let want = if self.sync { "sync" } else { "async" };
+        crate::wait_until("a streaming standby", Duration::from_secs(60), || async {
+            let n: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM pg_stat_replication WHERE state = 'streaming' AND sync_state = $1",
+            )
+            .bind(want)
+            .fetch_one(&db)
+            .await?;
+            Ok(n > 0)
+        })
+        .await?;
+        db.close().await;
+        Ok(())
+    }
+
+    /// The primary dies at once; `proxy` (the `-rw` Service) drops every connection; the
+    /// standby is promoted and the proxy sends new connections to it; a new standby is made of
+    /// it in the old one's place (with `sync`, commits on the new primary wait for it, as with
+    /// CloudNativePG's `dataDurability: required`). Returns how long writes were impossible.
+    pub async fn fail_over(&mut self, proxy: &DbProxy) -> anyhow::Result<Duration> {
+        let t = Instant::now();
+        self.primary.kill()?;
+        proxy.cut();
+        self.standby.promote()?;
+        proxy.switch(&self.standby.addr());
+        let fresh = PrivatePg::standby_of(&self.standby).await?;
+        let old = std::mem::replace(&mut self.primary, std::mem::replace(&mut self.standby, fresh));
+        drop(old);
+        self.wait_streaming().await?;
+        Ok(t.elapsed())
     }
 }
 
@@ -369,6 +518,9 @@ pub struct Report {
     pub pauses_in_prepare: usize,
     pub pauses_after_arm: usize,
     pub pg_restarts: usize,
+    /// PostgreSQL failovers: when each struck (right after an arm, while an answer was being
+    /// recorded) and how long writes were impossible.
+    pub failovers: Vec<String>,
     /// The node each pause caught, what became of it and what the venue saw.
     pub paused_nodes: Vec<String>,
     pub outages: Vec<String>,
@@ -445,6 +597,7 @@ impl Report {
                 ),
             ),
             ("PostgreSQL crash-restarts", self.pg_restarts.to_string()),
+            ("PostgreSQL failovers", format!("{} ({})", self.failovers.len(), self.failovers.join("; "))),
             ("outages", self.outages.join(", ")),
             ("sim venue submit calls", self.sim_submit_calls.to_string()),
             ("  refused by the fence (void, late, superseded)", self.refused_by_fence.to_string()),
@@ -733,7 +886,19 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         "the binaries are not built: run `cargo build --workspace --bins`"
     );
 
-    let pg = PrivatePg::start().await?;
+    // One server that can crash-restart, or (failovers) a primary with a streaming standby
+    // behind the proxy every process connects through, as through a `-rw` Service.
+    let mut pair = if p.failovers > 0 { Some(ReplicatedPg::start(p.sync_replication).await?) } else { None };
+    let single = if pair.is_none() { Some(PrivatePg::start().await?) } else { None };
+    let server_url = match (&single, &pair) {
+        (Some(g), _) => g.url.clone(),
+        (None, Some(r)) => r.primary.url.clone(),
+        (None, None) => bail!("no database"),
+    };
+    // Dispatcher #0 (or, with failovers, every process) reaches Postgres through a proxy.
+    let proxy = DbProxy::start(&server_url).await?;
+    let via_proxy = p.failovers > 0;
+    let db_url = if via_proxy { proxy.url.clone() } else { server_url.clone() };
     let anvil = Anvil::start().await?;
     let venue = VenueSim::start(&format!("chaos-{}", p.seed)).await?;
     let receiver = Receiver::start().await?;
@@ -809,6 +974,10 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
     .map(|(k, v)| (k.to_string(), v))
     .collect();
     env.extend(VENUE_SIM_CREDENTIALS.iter().map(|(k, v)| (k.to_string(), v.to_string())));
+    if p.failovers > 0 && p.sync_replication {
+        // The production setting with a standby that can be promoted (docs/architecture.md §16).
+        env.push(("MG_DB_REQUIRE_SYNC_REPLICATION".into(), "true".into()));
+    }
 
     // The API replicas, on fixed ports; the first one migrates.
     let mut slots: Vec<Slot> = Vec::new();
@@ -822,7 +991,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         let mut s = Slot {
             name: format!("qtg-api#{n}"),
             binary: "qtg-api",
-            db_url: pg.url.clone(),
+            db_url: db_url.clone(),
             env: e,
             live: None,
             past: vec![],
@@ -853,8 +1022,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         anyhow::ensure!(s == 200, "approve template {}: {s} {v}", t["template_key"]);
     }
 
-    // The workers. Dispatcher #0 reaches Postgres through a proxy the run cuts.
-    let proxy = DbProxy::start(&pg.url).await?;
+    // The workers. Dispatcher #0 reaches Postgres through the proxy the run cuts.
     let mut workers: Vec<(&'static str, usize)> = vec![("qtg-dispatcher", p.dispatchers)];
     for b in [
         "qtg-observer",
@@ -872,7 +1040,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
     }
     for (binary, n) in workers {
         for i in 0..n {
-            let db_url = if binary == "qtg-dispatcher" && i == 0 { proxy.url.clone() } else { pg.url.clone() };
+            let db_url = if binary == "qtg-dispatcher" && i == 0 { proxy.url.clone() } else { db_url.clone() };
             let mut s = Slot {
                 name: format!("{binary}#{i}"),
                 binary,
@@ -939,6 +1107,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         ("dispatcher #0 cut from Postgres", 0.75),
     ]
     .into_iter()
+    .filter(|_| p.outages)
     .map(|(w, f)| (w, frac(f), None, false))
     .collect();
     let pause_for = Duration::from_secs_f64(PAUSE_S);
@@ -947,8 +1116,27 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
     let mut next_kind_after_arm = false;
     let mut seen: HashMap<String, usize> = HashMap::new();
     let mut pause_targets: Vec<(String, bool)> = Vec::new();
-    let (mut baits, mut next_bait, mut bait_tasks) = (0usize, Instant::now(), Vec::new());
-    let db = PgPool::connect(&pg.url).await?;
+    let (mut next_bait, mut bait_tasks) = (Instant::now(), Vec::new());
+    // A movement of its own for a fault to catch (a slow prepare, a call held on the wire),
+    // created and approved in the background, numbered after the stream's.
+    let baits = std::sync::atomic::AtomicUsize::new(0);
+    let bait = |lane: Lane, what: &'static str| {
+        let k = baits.fetch_add(1, Ordering::SeqCst);
+        let i = p.movements + k;
+        let mut b = body(lane, i, &receiver.url());
+        b["idempotency_key"] = json!(format!("chaos-{what}-{k}"));
+        let (apis, created, errors, requester, approver) =
+            (apis.clone(), created.clone(), stream_errors.clone(), requester.clone(), approver.clone());
+        tokio::spawn(async move {
+            match create(&apis, &requester, &approver, &b).await {
+                Ok(id) => created.lock().expect("created").push((i, lane, id)),
+                Err(e) => errors.lock().expect("errors").push(format!("{what} movement {k}: {e}")),
+            }
+        })
+    };
+    let db = PgPool::connect(&db_url).await?;
+    let mut failover_times: Vec<Instant> =
+        (0..p.failovers).map(|k| frac((k as f64 + 0.4) / (p.failovers as f64 + 0.2))).collect();
 
     // Until the span is over and every fault of the schedule has run (none is skipped).
     while Instant::now() < start + p.span
@@ -956,6 +1144,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         || hunting.is_some()
         || !pause_times.is_empty()
         || !pg_restarts.is_empty()
+        || !failover_times.is_empty()
         || outages.iter().any(|o| !o.3)
     {
         let now = Instant::now();
@@ -967,7 +1156,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         }
         // Kills, never of the paused process.
         // Kills wait while a pause is looking for its moment (a kill could take it away).
-        if now >= next_kill && now < start + p.span && hunting.is_none() {
+        if p.kills && now >= next_kill && now < start + p.span && hunting.is_none() {
             let candidates: Vec<usize> = (0..slots.len()).filter(|i| paused.map(|(s, _)| s) != Some(*i)).collect();
             let victim = candidates[rng.below(candidates.len())];
             slots[victim].kill().await?;
@@ -979,7 +1168,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         // PostgreSQL crash-restarts.
         if pg_restarts.first().is_some_and(|t| now >= *t) {
             pg_restarts.remove(0);
-            let away = pg.crash_restart()?;
+            let away = single.as_ref().context("a crash-restart needs the single server")?.crash_restart()?;
             report.pg_restarts += 1;
             note(&format!("PostgreSQL crash-restarted ({:.1} s away)", away.as_secs_f64()));
         }
@@ -1016,6 +1205,52 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
                 _ => {}
             }
         }
+        // Failovers: the primary dies right after a dispatcher armed a node (its call on the
+        // wire for 1.5 s), then as the answer of one comes back and is recorded; the standby is
+        // promoted and the proxy moves to it. Each brings its own chaos.sim.hold movement.
+        if failover_times.first().is_some_and(|t| now >= *t) {
+            failover_times.remove(0);
+            let during_record = report.failovers.len() % 2 == 1;
+            bait_tasks.push(bait(Lane::Sim("chaos.sim.hold"), "failover"));
+            let give_up = Instant::now() + Duration::from_secs(60);
+            let mut caught = None;
+            while caught.is_none() && Instant::now() < give_up {
+                for s in slots.iter().filter(|s| s.binary == "qtg-dispatcher") {
+                    let Some(proc) = s.live.as_ref() else { continue };
+                    let key = format!("{}:{}", s.name, proc.pid().unwrap_or(0));
+                    let (lines, len) = lines_since(proc, seen.get(&key).copied().unwrap_or(0));
+                    seen.insert(key, len);
+                    for l in lines.iter().filter(|l| message(l) == "armed; submitting") {
+                        let node = field(l, "node_id").unwrap_or_default();
+                        let hold: bool = sqlx::query_scalar(
+                            "SELECT coalesce(bool_or(node_key = 'hold'), false) FROM movement_request_nodes \
+                             WHERE id::text = $1",
+                        )
+                        .bind(&node)
+                        .fetch_one(&db)
+                        .await
+                        .unwrap_or(false);
+                        if hold && caught.is_none() {
+                            caught = Some(node);
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+            if during_record {
+                // The held call answers 1.5 s after the arm: its answer is being recorded.
+                tokio::time::sleep(Duration::from_millis(1450)).await;
+            }
+            let away = pair.as_mut().context("a failover needs the replicated database")?.fail_over(&proxy).await?;
+            let when = if during_record { "as an answer was recorded" } else { "right after an arm" };
+            note(&format!("PostgreSQL failed over {when} ({:.1} s without writes)", away.as_secs_f64()));
+            match caught {
+                Some(node) => {
+                    report.failovers.push(format!("{when}, node {node}: {:.1} s without writes", away.as_secs_f64()))
+                }
+                None => report.problems.push(format!("no dispatcher armed a chaos.sim.hold node within 60 s ({when})")),
+            }
+        }
         // Pauses: find a dispatcher holding a node in PREPARING, or one that has just armed.
         // Each pause brings its own movement (a slow prepare, or a call held on the wire after
         // the arm), so that there is something to catch whatever the mix — another one every
@@ -1028,19 +1263,7 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         }
         if let Some((after_arm, _)) = hunting.filter(|_| now >= next_bait) {
             next_bait = now + Duration::from_secs(10);
-            let (k, i) = (baits, p.movements + baits);
-            baits += 1;
-            let lane = Lane::Sim(if after_arm { "chaos.sim.hold" } else { "chaos.sim.prepare" });
-            let mut b = body(lane, i, &receiver.url());
-            b["idempotency_key"] = json!(format!("chaos-pause-{k}"));
-            let (apis, created, errors, requester, approver) =
-                (apis.clone(), created.clone(), stream_errors.clone(), requester.clone(), approver.clone());
-            bait_tasks.push(tokio::spawn(async move {
-                match create(&apis, &requester, &approver, &b).await {
-                    Ok(id) => created.lock().expect("created").push((i, lane, id)),
-                    Err(e) => errors.lock().expect("errors").push(format!("pause movement {k}: {e}")),
-                }
-            }));
+            bait_tasks.push(bait(Lane::Sim(if after_arm { "chaos.sim.hold" } else { "chaos.sim.prepare" }), "pause"));
         }
         if let Some((after_arm, give_up)) = hunting {
             let mut target = None;
@@ -1138,12 +1361,15 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         let _ = t.await;
     }
     report.problems.extend(stream_errors.lock().expect("errors").iter().cloned());
-    if report.pauses() < p.pauses || report.outages.len() < 5 {
+    let outages_due = if p.outages { 5 } else { 0 };
+    if report.pauses() < p.pauses || report.outages.len() < outages_due || report.failovers.len() < p.failovers {
         report.problems.push(format!(
-            "the schedule ran {} of {} pauses and {} of 5 outages",
+            "the schedule ran {} of {} pauses, {} of {outages_due} outages and {} of {} failovers",
             report.pauses(),
             p.pauses,
-            report.outages.len()
+            report.outages.len(),
+            report.failovers.len(),
+            p.failovers
         ));
     }
     let created = created.lock().expect("created").clone();

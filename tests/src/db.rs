@@ -155,6 +155,7 @@ impl Drop for TestDb {
 pub struct DbProxy {
     /// `url` with the proxy's address instead of the server's.
     pub url: String,
+    upstream: Arc<Mutex<String>>,
     cut: Arc<std::sync::atomic::AtomicBool>,
     conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>>,
     task: tokio::task::JoinHandle<()>,
@@ -169,14 +170,15 @@ impl DbProxy {
         let url = format!("{head}@{}/{tail}", listener.local_addr()?);
         let cut = Arc::new(std::sync::atomic::AtomicBool::new(false));
         let conns: Arc<Mutex<Vec<tokio::task::AbortHandle>>> = Arc::default();
-        let (upstream, c, k) = (upstream.to_string(), cut.clone(), conns.clone());
+        let upstream = Arc::new(Mutex::new(upstream.to_string()));
+        let (up, c, k) = (upstream.clone(), cut.clone(), conns.clone());
         let task = tokio::spawn(async move {
             while let Ok((mut client, _)) = listener.accept().await {
                 if c.load(std::sync::atomic::Ordering::SeqCst) {
                     drop(client);
                     continue;
                 }
-                let upstream = upstream.clone();
+                let upstream = up.lock().expect("upstream").clone();
                 let h = tokio::spawn(async move {
                     if let Ok(mut server) = tokio::net::TcpStream::connect(&upstream).await {
                         let _ = tokio::io::copy_bidirectional(&mut client, &mut server).await;
@@ -187,7 +189,7 @@ impl DbProxy {
                 conns.push(h.abort_handle());
             }
         });
-        Ok(DbProxy { url, cut, conns, task })
+        Ok(DbProxy { url, upstream, cut, conns, task })
     }
 
     pub fn cut(&self) {
@@ -199,6 +201,14 @@ impl DbProxy {
 
     pub fn restore(&self) {
         self.cut.store(false, std::sync::atomic::Ordering::SeqCst);
+    }
+
+    /// New connections go to `addr` (`host:port`) from now on; the ones through the proxy
+    /// are dropped (a Service that moved to another server).
+    pub fn switch(&self, addr: &str) {
+        self.cut();
+        *self.upstream.lock().expect("upstream") = addr.to_string();
+        self.restore();
     }
 }
 

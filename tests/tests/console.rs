@@ -613,6 +613,8 @@ async fn policy_and_address_book_in_the_console() -> anyhow::Result<()> {
     b.click("button[data-action=propose-entry]").await?;
     b.fill("#f-name", "custody-cold").await?;
     b.fill("#f-address", "0xC01D").await?;
+    // The lane the movements pay on (their template's executor is exec.sim.…).
+    b.eval("document.querySelector('#f-lane').value = 'sim'; return true;", json!([])).await?;
     b.fill("#f-tags", "custody").await?;
     b.click("#action-submit").await?;
     b.wait_text("main", "yours: another admin decides", T).await?;

@@ -86,17 +86,29 @@ Call with (dict "env" $map "where" "workers.api.env").
 */}}
 {{- define "qtg.plainEnv" -}}
 {{- $forbidden := splitList " " (include "qtg.secretOnlyVars" .) -}}
-{{- $reserved := list "MG_ADMIN_ADDR" "MG_API_ADDR" "MG_EXECUTOR_REGISTRY" -}}
+{{- $reserved := list "MG_ADMIN_ADDR" "MG_API_ADDR" "MG_EXECUTOR_REGISTRY" "MG_DB_REQUIRE_SYNC_REPLICATION" "MG_DB_SESSION_CHECK" -}}
 {{- range $k := keys .env | sortAlpha }}
 {{- if has $k $forbidden }}
 {{- fail (printf "%s.%s: %s is a secret; map it from secrets.existingSecret (secretEnv), never as a value" $.where $k $k) }}
 {{- end }}
 {{- if has $k $reserved }}
-{{- fail (printf "%s.%s: %s is set by the chart (adminPort, http.port, executorRegistry)" $.where $k $k) }}
+{{- fail (printf "%s.%s: %s is set by the chart (adminPort, http.port, executorRegistry, database)" $.where $k $k) }}
 {{- end }}
 - name: {{ $k }}
   value: {{ index $.env $k | toString | quote }}
 {{- end }}
+{{- end }}
+
+{{/*
+The database checks of every qtg container (workers and the migration Job), from `database`:
+MG_DB_REQUIRE_SYNC_REPLICATION and MG_DB_SESSION_CHECK (docs/architecture.md §16).
+*/}}
+{{- define "qtg.databaseEnv" -}}
+{{- $db := default (dict) .Values.database -}}
+- name: MG_DB_REQUIRE_SYNC_REPLICATION
+  value: {{ ternary "true" "false" (eq (toString $db.requireSyncReplication) "true") | quote }}
+- name: MG_DB_SESSION_CHECK
+  value: {{ default "refuse" $db.sessionCheck | quote }}
 {{- end }}
 
 {{/* A secretKeyRef env entry. Call with (dict "root" $ "name" "ENV" "key" "key" "optional" false). */}}

@@ -141,6 +141,23 @@ impl SessionGuard {
         self.last.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
+    /// Records a refusal that has no session report (the check itself could not run).
+    fn refuse(&self, why: String) {
+        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+        if last.as_ref().and_then(|s| s.refused.as_deref()) != Some(why.as_str()) {
+            tracing::error!(refused = %why, "database connection refused");
+        }
+        let report = last.as_ref().map(|s| s.report.clone()).unwrap_or(SessionReport {
+            lock_timeout_ms: 0,
+            idle_in_transaction_session_timeout_ms: 0,
+            synchronous_commit: String::new(),
+            synchronous_standby_names: String::new(),
+            in_recovery: false,
+            read_only: false,
+        });
+        *last = Some(SessionState { report, refused: Some(why), warnings: Vec::new() });
+    }
+
     /// Judges `report`: refused for a standby, for weaker limits (unless warned only) and for
     /// asynchronous durability when synchronous replication is required.
     pub fn judge(&self, report: SessionReport) -> SessionState {
@@ -179,6 +196,18 @@ impl SessionGuard {
     /// verdict is logged once.
     pub async fn check(&self, conn: &mut PgConnection) -> Result<(), sqlx::Error> {
         let report = report(conn).await.map_err(|e| match e {
+            // Another client's prepared statement on this server connection (or ours gone):
+            // the connection is shared between clients — a transaction or statement pooler.
+            crate::StoreError::Sqlx(sqlx::Error::Database(db))
+                if matches!(db.code().as_deref(), Some("42P05" | "26000")) =>
+            {
+                let why = format!(
+                    "{db}: this server connection is shared with other clients — a transaction or statement pooler \
+                     (PgBouncer pool_mode = transaction)? qtg needs session pooling or a direct connection"
+                );
+                self.refuse(why.clone());
+                sqlx::Error::Configuration(why.into())
+            }
             crate::StoreError::Sqlx(e) => e,
             other => sqlx::Error::Protocol(other.to_string()),
         })?;

@@ -92,11 +92,16 @@ pub async fn boot(binary: &'static str, migrate_default: bool) -> anyhow::Result
         require_sync_replication: settings.db_require_sync_replication && effects,
     });
     let migrate_only = std::env::args().any(|a| a == "--migrate-only");
-    let pool = qtg_store::connect_guarded(&settings.database_url, settings.db_pool_size, session.clone(), binary)
+    let pool = match qtg_store::connect_guarded(&settings.database_url, settings.db_pool_size, session.clone(), binary)
         .await
-        .map_err(|e| {
-            anyhow::anyhow!("cannot connect to the database: {e} (docs/architecture.md §16 says what qtg needs)")
-        })?;
+    {
+        Ok(pool) => pool,
+        // A pool that timed out retrying refused connections: say why they were refused.
+        Err(e) => match session.last().and_then(|s| s.refused) {
+            Some(why) => anyhow::bail!("database connections refused: {why} (docs/architecture.md §16)"),
+            None => anyhow::bail!("cannot connect to the database: {e} (docs/architecture.md §16 says what qtg needs)"),
+        },
+    };
     // Behind a transaction pooler a notification never reaches its listener (nor do sqlx's
     // prepared statements or the migrator's advisory lock work): refuse to run.
     let heard = qtg_runtime::wake::notify_reaches_listener(&pool, Duration::from_secs(5))

@@ -28,11 +28,12 @@ test:
 ## cluster, 520 movements, SIGKILLs, SIGSTOPs past the lease, PostgreSQL crash-restarts, outages;
 ## prints the table, fails on any duplicate or lost callback. `make chaos SEED=n` for another
 ## schedule. A small seeded version runs in `make test` (tests/tests/chaos.rs).
+## `make chaos FAILOVER=sync` (or `async`): PostgreSQL failovers instead (architecture §16).
 SEED ?= 1
 chaos:
 	@./scripts/ensure-postgres.sh >/dev/null && anvil="$$(./scripts/ensure-evm-tools.sh)" && \
 	cargo build --workspace --bins && \
-	QTG_ANVIL="$$anvil" ./target/debug/qtg-chaos --seed $(SEED)
+	QTG_ANVIL="$$anvil" ./target/debug/qtg-chaos --seed $(SEED) $(if $(FAILOVER),--failover $(FAILOVER))
 
 ## Render the Helm chart (default and full values) and k8s/, lint, validate strictly against
 ## the Kubernetes schemas and assert the deployment properties (Python venv in .qtg/).

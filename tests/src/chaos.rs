@@ -79,7 +79,7 @@ impl Profile {
     }
 
     /// Two PostgreSQL failovers under synchronous replication, every lane in flight, nothing
-    /// else failing (`tests/tests/failover.rs`; `make chaos FAILOVER=1` for the full stream).
+    /// else failing (`tests/tests/failover.rs`; `make chaos FAILOVER=sync` or `async` for a longer run).
     pub fn failover(seed: u64) -> Profile {
         Profile {
             seed,
@@ -202,13 +202,15 @@ impl PrivatePg {
         Ok(pg)
     }
 
-    /// A hot standby of `primary`, streaming from it (`pg_basebackup -R`: its configuration,
-    /// `synchronous_standby_names` included, is the primary's).
-    pub async fn standby_of(primary: &PrivatePg) -> anyhow::Result<PrivatePg> {
+    /// A hot standby of the primary at `upstream` (`host:port`; a proxy in front of it when
+    /// the replication link is to be cut), streaming from it (`pg_basebackup -R`: its
+    /// configuration, `synchronous_standby_names` included, is the primary's).
+    pub async fn standby_of(upstream: &str) -> anyhow::Result<PrivatePg> {
         let pg = Self::place()?;
+        let (host, port) = upstream.rsplit_once(':').context("host:port")?;
         run_tool(
             pg.as_postgres("pg_basebackup")
-                .args(["-h", "127.0.0.1", "-p", &primary.port.to_string(), "-U", "postgres", "-D"])
+                .args(["-h", host, "-p", port, "-U", "postgres", "-D"])
                 .arg(pg.dir.join("data"))
                 .args(["-R", "-X", "stream", "-c", "fast"]),
         )?;
@@ -289,14 +291,17 @@ pub struct ReplicatedPg {
     pub primary: PrivatePg,
     pub standby: PrivatePg,
     pub sync: bool,
+    /// The standby's link to the primary (a proxy that can be cut).
+    link: DbProxy,
 }
 
 impl ReplicatedPg {
     pub async fn start(sync: bool) -> anyhow::Result<ReplicatedPg> {
         let conf: &[(&str, &str)] = if sync { &[("synchronous_standby_names", "*")] } else { &[] };
         let primary = PrivatePg::primary(conf).await?;
-        let standby = PrivatePg::standby_of(&primary).await?;
-        let pair = ReplicatedPg { primary, standby, sync };
+        let link = DbProxy::start(&primary.url).await?;
+        let standby = PrivatePg::standby_of(&link.addr()).await?;
+        let pair = ReplicatedPg { primary, standby, sync, link };
         pair.wait_streaming().await?;
         Ok(pair)
     }
@@ -319,6 +324,13 @@ impl ReplicatedPg {
         Ok(())
     }
 
+    /// Cuts the standby's link to the primary: commits go on on the primary (which does not
+    /// wait for an asynchronous standby) and never reach the standby — the lag a failover to
+    /// an asynchronous standby loses.
+    pub fn cut_replication(&self) {
+        self.link.cut();
+    }
+
     /// The primary dies at once; `proxy` (the `-rw` Service) drops every connection; the
     /// standby is promoted and the proxy sends new connections to it; a new standby is made of
     /// it in the old one's place (with `sync`, commits on the new primary wait for it, as with
@@ -329,7 +341,8 @@ impl ReplicatedPg {
         proxy.cut();
         self.standby.promote()?;
         proxy.switch(&self.standby.addr());
-        let fresh = PrivatePg::standby_of(&self.standby).await?;
+        self.link = DbProxy::start(&self.standby.url).await?;
+        let fresh = PrivatePg::standby_of(&self.link.addr()).await?;
         let old = std::mem::replace(&mut self.primary, std::mem::replace(&mut self.standby, fresh));
         drop(old);
         self.wait_streaming().await?;
@@ -539,6 +552,9 @@ pub struct Report {
     /// Nodes whose final state the boundary contradicts (COMPLETED without exactly one
     /// execution there, FAILED with one).
     pub verdicts_disagreeing: usize,
+    /// Movements the API created, and nodes a boundary executed, that the database no longer
+    /// has (what a failover to a standby without the last commits loses).
+    pub forgotten: usize,
     pub callbacks: i64,
     pub callbacks_dlq: i64,
     pub callbacks_redelivered: usize,
@@ -609,6 +625,7 @@ impl Report {
             ("  nonces still held by a finished node", self.nonces_held.to_string()),
             ("duplicates (must be 0)", self.duplicates.to_string()),
             ("verdicts the boundary contradicts (must be 0)", self.verdicts_disagreeing.to_string()),
+            ("movements and executions the database forgot (must be 0)", self.forgotten.to_string()),
             (
                 "callbacks (sent or in DLQ)",
                 format!(
@@ -1211,6 +1228,10 @@ pub async fn run(p: Profile) -> anyhow::Result<Report> {
         if failover_times.first().is_some_and(|t| now >= *t) {
             failover_times.remove(0);
             let during_record = report.failovers.len() % 2 == 1;
+            if !p.sync_replication {
+                // From now on nothing reaches the asynchronous standby: what the failover loses.
+                pair.as_ref().context("a failover needs the replicated database")?.cut_replication();
+            }
             bait_tasks.push(bait(Lane::Sim("chaos.sim.hold"), "failover"));
             let give_up = Instant::now() + Duration::from_secs(60);
             let mut caught = None;
@@ -1731,6 +1752,25 @@ async fn check(
                 "movement {movement} node {key} is {state} but the boundary executed it {at_boundary} times"
             ));
         }
+    }
+
+    // What the API answered for and what the boundaries executed must still be in the
+    // database: a failover to a standby that lacks the last commits forgets them.
+    let known: HashSet<String> =
+        sqlx::query_scalar("SELECT id::text FROM movement_requests").fetch_all(db).await?.into_iter().collect();
+    let known_nodes: HashSet<String> =
+        sqlx::query_scalar("SELECT id::text FROM movement_request_nodes").fetch_all(db).await?.into_iter().collect();
+    for (i, lane, id) in created.iter().filter(|(_, _, id)| !known.contains(id)) {
+        report.forgotten += 1;
+        let on_chain = matches!(lane, Lane::Evm) && by_value.get(&evm_wei(*i)).is_some_and(|n| *n > 0);
+        report.problems.push(format!(
+            "movement {id} was created (the API answered) but the database no longer has it{}",
+            if on_chain { "; the chain holds its transfer" } else { "" }
+        ));
+    }
+    for (node, n) in paid.iter().chain(per_node.iter()).filter(|(node, _)| !known_nodes.contains(*node)) {
+        report.forgotten += 1;
+        report.problems.push(format!("the boundary executed node {node} ({n}×), which the database no longer knows"));
     }
 
     // Callbacks: each transition of a node, and of a movement (its audit row is its history),

@@ -192,6 +192,11 @@ impl DbProxy {
         Ok(DbProxy { url, upstream, cut, conns, task })
     }
 
+    /// `host:port` it listens on.
+    pub fn addr(&self) -> String {
+        self.url.split_once('@').and_then(|(_, r)| r.split_once('/')).map(|(a, _)| a.to_string()).unwrap_or_default()
+    }
+
     pub fn cut(&self) {
         self.cut.store(true, std::sync::atomic::Ordering::SeqCst);
         for h in self.conns.lock().expect("conns").drain(..) {

@@ -5,9 +5,10 @@
 //! (its call on the wire) and again as an answer was being recorded, the standby promoted, a
 //! new standby made. Then the boundaries — submit calls the sim venue recorded, withdraw
 //! requests the CEX venue logged, transactions on the chain, executions the remote executor
-//! logged — show one execution per node, and every movement settled. And against an
-//! asynchronous standby the binaries that make effects refuse to run when
-//! `MG_DB_REQUIRE_SYNC_REPLICATION=true`, the others warn, and a standby is refused.
+//! logged — show one execution per node, and every movement settled. Against an asynchronous
+//! standby the same failover forgets what the API answered for; so the binaries that make
+//! effects refuse to run there when `MG_DB_REQUIRE_SYNC_REPLICATION=true`, the others warn,
+//! and a standby is always refused.
 
 use std::time::Duration;
 
@@ -20,7 +21,22 @@ async fn two_failovers_under_synchronous_replication_execute_every_node_once() -
     println!("{}", report.table());
     assert!(report.passed(), "{}", report.table());
     assert_eq!(report.failovers.len(), 2, "{}", report.table());
-    assert_eq!((report.duplicates, report.callbacks_lost, report.verdicts_disagreeing), (0, 0, 0));
+    assert_eq!((report.duplicates, report.callbacks_lost, report.verdicts_disagreeing, report.forgotten), (0, 0, 0, 0));
+    Ok(())
+}
+
+/// What the check below refuses: the same failover over an asynchronous standby whose link is
+/// cut just before (its lag), with `MG_DB_REQUIRE_SYNC_REPLICATION` off. Movements the API
+/// answered for, and executions the boundaries saw, are gone from the new primary.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_failover_to_an_asynchronous_standby_forgets_what_was_answered() -> anyhow::Result<()> {
+    let mut profile = Profile::failover(5);
+    (profile.sync_replication, profile.failovers, profile.movements) = (false, 1, 16);
+    profile.span = std::time::Duration::from_secs(20);
+    let report = run(profile).await?;
+    println!("{}", report.table());
+    assert_eq!(report.failovers.len(), 1, "{}", report.table());
+    assert!(report.forgotten >= 1, "the movement created after the link was cut is lost: {}", report.table());
     Ok(())
 }
 

@@ -172,3 +172,41 @@ async fn a_tls_connection_verifies_the_servers_certificate() -> anyhow::Result<(
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_server_turned_read_only_is_left_and_the_primary_found_again() -> anyhow::Result<()> {
+    // A switchover as the old primary sees it: its sessions turn read-only under the workers.
+    let pg = qtg_tests::chaos::PrivatePg::start().await?;
+    let api = Api::start(&pg.url, &[]).await?;
+    let admin = api.proc.wait_field("admin_addr", Duration::from_secs(20)).await?;
+    let db = sqlx::PgPool::connect(&pg.url).await?;
+    let body = || serde_json::json!({"principal": "p", "roles": ["viewer"]});
+    api.ok("POST", "/v3/api-keys", &api.admin_key, Some(body()), 201).await?;
+    let read_only = |on: bool| {
+        let db = db.clone();
+        async move {
+            let set = if on { "ALTER SYSTEM SET default_transaction_read_only = on" } else { "ALTER SYSTEM RESET ALL" };
+            sqlx::query(set).execute(&db).await?;
+            sqlx::query("SELECT pg_reload_conf()").execute(&db).await?;
+            anyhow::Ok(())
+        }
+    };
+    read_only(true).await?;
+    // A write fails; the pool drops its connections and refuses the read-only server.
+    wait_until("the write refused and /readyz unready", Duration::from_secs(30), || async {
+        let (status, _) = api.call("POST", "/v3/api-keys", &api.admin_key, Some(body())).await?;
+        let ready = http_client().get(format!("http://{admin}/readyz")).send().await?;
+        Ok(status >= 500 && ready.status() == 503)
+    })
+    .await?;
+    assert!(api.proc.log().contains("turned read-only"), "{}", api.proc.log());
+    assert!(api.proc.log().contains("new transactions are read-only"), "{}", api.proc.log());
+    // The server writable again (the primary found again): the same process carries on.
+    read_only(false).await?;
+    wait_until("writes again, without a restart", Duration::from_secs(30), || async {
+        Ok(api.call("POST", "/v3/api-keys", &api.admin_key, Some(body())).await?.0 == 201)
+    })
+    .await?;
+    drop(api);
+    Ok(())
+}

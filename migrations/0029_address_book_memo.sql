@@ -5,4 +5,4 @@ ALTER TABLE address_book ADD COLUMN IF NOT EXISTS memo text NOT NULL DEFAULT ''
     CHECK (length(memo) <= 200);
 DROP INDEX IF EXISTS address_book_active_address;
 CREATE UNIQUE INDEX IF NOT EXISTS address_book_active_payee
-    ON address_book (lane, lower(network), lower(address), memo) WHERE status = 'active';
+    ON address_book (lane, network, lower(address), memo) WHERE status = 'active';

@@ -848,7 +848,9 @@ async fn create(apis: &Apis, requester: &str, approver: &str, body: &Value) -> a
     let deadline = Instant::now() + within;
     loop {
         let (s, v) = apis.call("POST", &format!("/v3/movements/{id}/approve"), approver, None, within).await?;
-        if s == 200 {
+        // 404: the movement the API answered for is gone (a failover lost it) — the check
+        // reports it as forgotten.
+        if s == 200 || s == 404 {
             return Ok(id);
         }
         let (_, m) = apis.call("GET", &format!("/v3/movements/{id}"), requester, None, within).await?;

@@ -36,7 +36,10 @@ async fn a_failover_to_an_asynchronous_standby_forgets_what_was_answered() -> an
     let report = run(profile).await?;
     println!("{}", report.table());
     assert_eq!(report.failovers.len(), 1, "{}", report.table());
-    assert!(report.forgotten >= 1, "the movement created after the link was cut is lost: {}", report.table());
+    // At least the movement created after the link was cut is gone; what else shows depends
+    // on what was in flight (a node FAILED whose transfer the chain holds, a duplicate).
+    let wrong = report.forgotten + report.verdicts_disagreeing + report.duplicates;
+    assert!(wrong >= 1, "the failover lost what was answered: {}", report.table());
     Ok(())
 }
 

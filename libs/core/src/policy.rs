@@ -176,12 +176,22 @@ fn text_of(v: Option<&serde_json::Value>) -> Option<String> {
 }
 
 impl Payee {
-    /// Where `plan` pays `intent`'s destination: the address (`intent.destination`, a string
-    /// or an object's `address`; else the paying node's `config.address`), on the lane of the
-    /// plan's last action node (in topological order), on the network the intent names (`intent.network`, the
-    /// destination object's `network`) or else that node's (`config.network`, then
-    /// `destination_chain_selector`, then `chain_id`), with the memo of the intent
-    /// (`memo`/`tag`, on it or its destination object) or of the node. `None` without address.
+    /// Where `plan` pays `intent`'s destination, read as the lane that pays reads it (an
+    /// intent cannot name one network or memo to the book and have another paid):
+    /// - the address: `intent.destination` (a string, or an object's `address`), else the
+    ///   paying node's `config.address`;
+    /// - the paying node: the plan's last action node in topological order; its lane is its
+    ///   executor key's `exec.<lane>.`;
+    /// - `cex` (the CEX lane's withdrawal payload): the network is the node's `network`, else
+    ///   the intent's; the memo the node's or the intent's `address_tag`, else `memo`;
+    /// - `evm`, `cctp`, `ccip`: the chain the node pays on — its `destination_chain_selector`,
+    ///   else `chain_id` (the intent cannot change it); no memo;
+    /// - `sim`, `other` (a remote executor may read either): the node's `network`,
+    ///   `destination_chain_selector` or `chain_id`, else the intent's (or its destination
+    ///   object's) `network`; the memo from any of `address_tag`, `memo`, `tag` on the node,
+    ///   the intent or its destination object.
+    ///
+    /// `None` without an address.
     pub fn destination(plan: &crate::plan::PlanDefinition, intent: &serde_json::Value) -> Option<Payee> {
         let node = plan.action_nodes_in_order().last().copied();
         let dest = intent.get("destination");
@@ -191,15 +201,25 @@ impl Payee {
             other => text_of(other),
         }
         .or_else(|| node.and_then(|n| text_of(n.config.get("address"))))?;
-        let from_intent = |field: &str| text_of(intent.get(field)).or_else(|| text_of(object?.get(field)));
+        let lane = node.map_or("other", |n| Self::lane_of(&n.executor_key));
         let from_node = |field: &str| node.and_then(|n| text_of(n.config.get(field)));
-        let network = from_intent("network")
-            .or_else(|| from_node("network"))
-            .or_else(|| from_node("destination_chain_selector"))
-            .or_else(|| from_node("chain_id"));
-        let memo = from_intent("memo").or_else(|| from_intent("tag")).or_else(|| from_node("memo"));
+        let from_intent = |field: &str| text_of(intent.get(field));
+        let from_object = |field: &str| object.and_then(|o| text_of(o.get(field)));
+        let either = |field: &str| from_node(field).or_else(|| from_intent(field));
+        let chain = || from_node("destination_chain_selector").or_else(|| from_node("chain_id"));
+        let (network, memo) = match lane {
+            "cex" => (either("network"), either("address_tag").or_else(|| either("memo"))),
+            "evm" | "cctp" | "ccip" => (chain(), None),
+            _ => (
+                from_node("network")
+                    .or_else(chain)
+                    .or_else(|| from_intent("network"))
+                    .or_else(|| from_object("network")),
+                ["address_tag", "memo", "tag"].iter().find_map(|f| either(f).or_else(|| from_object(f))),
+            ),
+        };
         Some(Payee {
-            lane: node.map_or("other", |n| Self::lane_of(&n.executor_key)).to_string(),
+            lane: lane.to_string(),
             network: network.unwrap_or_default(),
             address,
             memo: memo.unwrap_or_default(),
@@ -647,16 +667,25 @@ mod tests {
             Payee::destination(&ccip, &json!({"destination": "0xd"})).map(|p| p.network),
             Some("4949039107694359620".into())
         );
-        // CEX: the network and memo the intent names win over the node's.
+        // CEX: as the withdrawal payload reads them — the node's network first, the tag from
+        // address_tag before memo; an intent cannot name another network to the book.
         let cex = plan(json!({"nodes": [{"node_key": "w", "node_kind": "action", "action_type": "cex_withdrawal",
             "executor_key": "exec.cex.withdrawal_action.a", "config": {"network": "ETH", "address": "rFixed"}}]}));
         let p = Payee::destination(&cex, &json!({"network": "XRP", "memo": " 42 "})).expect("the node's address");
-        assert_eq!(
-            (p.lane.as_str(), p.network.as_str(), p.address.as_str(), p.memo.as_str()),
-            ("cex", "XRP", "rFixed", "42")
-        );
-        let p = Payee::destination(&cex, &json!({"destination": {"address": "rX", "tag": "7"}})).expect("a payee");
-        assert_eq!((p.network.as_str(), p.address.as_str(), p.memo.as_str()), ("ETH", "rX", "7"));
+        let got = (p.lane.as_str(), p.network.as_str(), p.address.as_str(), p.memo.as_str());
+        assert_eq!(got, ("cex", "ETH", "rFixed", "42"));
+        let p = Payee::destination(&cex, &json!({"destination": "rX", "address_tag": "999", "memo": "1"}));
+        assert_eq!(p.map(|p| p.memo), Some("999".into()), "the tag the payload sends");
+        // EVM: the chain the node pays on, whatever the intent says.
+        let evm = plan(json!({"nodes": [{"node_key": "t", "node_kind": "action", "action_type": "evm_transfer",
+            "executor_key": "exec.evm.transfer", "config": {"chain_id": 31337}}]}));
+        let p = Payee::destination(&evm, &json!({"destination": "0xA", "network": "1", "memo": "x"})).expect("a payee");
+        assert_eq!((p.network.as_str(), p.memo.as_str()), ("31337", ""));
+        // Sim or a remote executor: any memo-like field counts.
+        let sim = plan(json!({"nodes": [{"node_key": "s", "node_kind": "action", "action_type": "t",
+            "executor_key": "exec.sim.transfer"}]}));
+        let p = Payee::destination(&sim, &json!({"destination": {"address": "rX", "tag": "7"}, "network": "XRP"}));
+        assert_eq!(p.map(|p| (p.network, p.memo)), Some(("XRP".into(), "7".into())));
         // A remote executor's key is lane `other`; no address, no payee.
         let remote = plan(json!({"nodes": [{"node_key": "g", "node_kind": "action", "action_type": "t",
                               "executor_key": "exec.ex.grpc"}]}));

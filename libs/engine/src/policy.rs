@@ -74,8 +74,14 @@ fn facts_of(entry: Option<BookEntry>) -> Option<BookFacts> {
 /// memo (`Payee::matches`) — if any.
 async fn book_entry(conn: &mut PgConnection, payee: Option<&Payee>) -> Result<Option<BookEntry>, OpError> {
     let Some(p) = payee else { return Ok(None) };
-    let entries = pq::usable_entries(conn, &p.address).await?;
-    Ok(entries.into_iter().find(|e| p.matches(&e.lane, &e.network, &e.address, &e.memo)))
+    let mut entries: Vec<BookEntry> = pq::usable_entries(conn, &p.address)
+        .await?
+        .into_iter()
+        .filter(|e| p.matches(&e.lane, &e.network, &e.address, &e.memo))
+        .collect();
+    // An entry naming the network before one that covers any network of the lane.
+    entries.sort_by_key(|e| e.network.is_empty());
+    Ok(entries.into_iter().next())
 }
 
 /// One movement whose outcome a candidate version changes.

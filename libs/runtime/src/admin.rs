@@ -60,24 +60,24 @@ pub async fn serve(
 }
 
 async fn readyz(State(s): State<AdminState>) -> impl IntoResponse {
-    let db = tokio::time::timeout(Duration::from_secs(2), qtg_store::ping(&s.pool)).await;
-    if !matches!(db, Ok(Ok(()))) {
-        return (StatusCode::SERVICE_UNAVAILABLE, "database unreachable".to_string());
-    }
     let session = s.session.last();
     if let Some(why) = session.as_ref().and_then(|st| st.refused.as_deref()) {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("database connection refused: {why}"));
     }
+    let db = tokio::time::timeout(Duration::from_secs(2), qtg_store::ping(&s.pool)).await;
+    if !matches!(db, Ok(Ok(()))) {
+        return (StatusCode::SERVICE_UNAVAILABLE, "database unreachable".to_string());
+    }
     if !s.heartbeats.is_empty() && s.heartbeats.age() > s.stale_after {
         return (StatusCode::SERVICE_UNAVAILABLE, format!("heartbeat stale for {:?}", s.heartbeats.age()));
     }
-    match session {
-        Some(st) if !st.warnings.is_empty() => (
-            StatusCode::OK,
-            format!("ready; durability {}; warning: {}", st.report.durability(), st.warnings.join("; ")),
-        ),
-        Some(st) => (StatusCode::OK, format!("ready; durability {}", st.report.durability())),
-        None => (StatusCode::OK, "ready".to_string()),
+    let durability = session.as_ref().and_then(|st| st.report.as_ref()).map(|r| r.durability());
+    match (session, durability) {
+        (Some(st), Some(d)) if !st.warnings.is_empty() => {
+            (StatusCode::OK, format!("ready; durability {d}; warning: {}", st.warnings.join("; ")))
+        }
+        (_, Some(d)) => (StatusCode::OK, format!("ready; durability {d}")),
+        _ => (StatusCode::OK, "ready".to_string()),
     }
 }
 

@@ -454,6 +454,12 @@ impl Settings {
         };
         s.note("MG_APPROVAL_HEALTH_GATE", if settings.approval_health_gate_strict { "strict" } else { "down-only" });
         s.note("MG_DB_SESSION_CHECK", if settings.db_refuse_weaker_session { "refuse" } else { "warn" });
+        if settings.db_pool_size < 2 {
+            return Err(Source::err(
+                "MG_DB_POOL_SIZE",
+                "must be at least 2 (one connection is the LISTEN/NOTIFY listener's)",
+            ));
+        }
         settings.fence_times(&s)?;
         settings.heartbeat_times(&s)?;
         if let Some(k) = &settings.bootstrap_admin_key {

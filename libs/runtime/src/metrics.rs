@@ -304,8 +304,10 @@ impl Metrics {
     /// The verdict on the newest database connection (`qtg_store::session::SessionGuard`).
     pub fn set_session(&self, s: &qtg_store::session::SessionState, limits: &qtg_store::SessionLimits) {
         let i = &self.inner;
-        i.db_synchronous.set(i64::from(s.report.synchronous()));
-        i.db_session_weaker.set(i64::from(!s.report.weaker_than(limits).is_empty()));
+        if let Some(r) = &s.report {
+            i.db_synchronous.set(i64::from(r.synchronous()));
+            i.db_session_weaker.set(i64::from(!r.weaker_than(limits).is_empty()));
+        }
         i.db_session_refused.set(i64::from(s.refused.is_some()));
     }
 

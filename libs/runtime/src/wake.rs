@@ -126,8 +126,9 @@ pub async fn notify_reaches_listener(pool: &PgPool, wait: Duration) -> anyhow::R
         loop {
             match listener.try_recv().await {
                 Ok(Some(n)) if n.payload() == payload => return true,
-                Ok(Some(_)) => continue,
-                Ok(None) | Err(_) => return false,
+                // Another notification, or the listener's connection lost (it reconnects).
+                Ok(Some(_)) | Ok(None) => continue,
+                Err(_) => return false,
             }
         }
     })

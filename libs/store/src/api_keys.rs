@@ -38,6 +38,13 @@ pub struct NewKey<'a> {
 }
 
 /// Inserts a key; `false` if a key with this hash already exists.
+/// Whether a key with this hash is registered (revoked or not).
+pub async fn hash_known(conn: &mut PgConnection, key_hash: &str) -> Result<bool> {
+    Ok(sqlx::query_scalar!(r#"SELECT EXISTS (SELECT 1 FROM api_keys WHERE key_hash = $1) AS "known!""#, key_hash)
+        .fetch_one(&mut *conn)
+        .await?)
+}
+
 pub async fn insert(conn: &mut PgConnection, key: &NewKey<'_>) -> Result<bool> {
     let res = sqlx::query!(
         "INSERT INTO api_keys (id, principal, roles, key_hash, created_by, expires_at, bootstrap)

@@ -112,7 +112,8 @@ pub async fn report(conn: &mut PgConnection) -> crate::Result<SessionReport> {
 /// The verdict on one connection.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct SessionState {
-    pub report: SessionReport,
+    /// `None` when the check itself could not run (the refusal says why).
+    pub report: Option<SessionReport>,
     /// Why the connection was refused (`None`: accepted).
     pub refused: Option<String>,
     /// What is weaker than asked but accepted (warn mode).
@@ -143,19 +144,61 @@ impl SessionGuard {
 
     /// Records a refusal that has no session report (the check itself could not run).
     fn refuse(&self, why: String) {
-        let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-        if last.as_ref().and_then(|s| s.refused.as_deref()) != Some(why.as_str()) {
-            tracing::error!(refused = %why, "database connection refused");
+        self.record(SessionState { report: None, refused: Some(why), warnings: Vec::new() });
+    }
+
+    /// Keeps `state` as the newest verdict; a change of verdict is logged once.
+    fn record(&self, state: SessionState) {
+        let changed = {
+            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
+            let changed = last.as_ref() != Some(&state);
+            *last = Some(state.clone());
+            changed
+        };
+        if !changed {
+            return;
         }
-        let report = last.as_ref().map(|s| s.report.clone()).unwrap_or(SessionReport {
-            lock_timeout_ms: 0,
-            idle_in_transaction_session_timeout_ms: 0,
-            synchronous_commit: String::new(),
-            synchronous_standby_names: String::new(),
-            in_recovery: false,
-            read_only: false,
-        });
-        *last = Some(SessionState { report, refused: Some(why), warnings: Vec::new() });
+        let Some(r) = &state.report else {
+            tracing::error!(refused = ?state.refused, "database connection refused");
+            return;
+        };
+        match (&state.refused, state.warnings.is_empty()) {
+            (Some(why), _) => tracing::error!(
+                refused = %why, durability = r.durability(), lock_timeout_ms = r.lock_timeout_ms,
+                idle_in_transaction_session_timeout_ms = r.idle_in_transaction_session_timeout_ms,
+                synchronous_commit = %r.synchronous_commit,
+                synchronous_standby_names = %r.synchronous_standby_names,
+                in_recovery = r.in_recovery, "database connection refused"
+            ),
+            (None, false) => tracing::warn!(
+                warnings = ?state.warnings, durability = r.durability(), lock_timeout_ms = r.lock_timeout_ms,
+                idle_in_transaction_session_timeout_ms = r.idle_in_transaction_session_timeout_ms,
+                synchronous_commit = %r.synchronous_commit,
+                synchronous_standby_names = %r.synchronous_standby_names,
+                "database session is weaker than money safety needs"
+            ),
+            (None, true) => tracing::info!(
+                durability = r.durability(), lock_timeout_ms = r.lock_timeout_ms,
+                idle_in_transaction_session_timeout_ms = r.idle_in_transaction_session_timeout_ms,
+                synchronous_commit = %r.synchronous_commit,
+                synchronous_standby_names = %r.synchronous_standby_names,
+                "database session checked"
+            ),
+        }
+    }
+
+    /// Checks the server again on a pooled connection: what is checked where a connection is
+    /// made can change under it (`synchronous_standby_names` emptied, the server turned
+    /// read-only). A refusal drops every connection made before, so the next ones are checked.
+    pub async fn recheck(&self, pool: &sqlx::PgPool) -> crate::Result<()> {
+        let mut conn = pool.acquire().await?;
+        let state = self.judge(report(&mut conn).await?);
+        drop(conn);
+        if state.refused.is_some() {
+            invalidate();
+        }
+        self.record(state);
+        Ok(())
     }
 
     /// Judges `report`: refused for a standby, for weaker limits (unless warned only) and for
@@ -189,7 +232,7 @@ impl SessionGuard {
             }
         }
         let refused = (!refusals.is_empty()).then(|| refusals.join("; "));
-        SessionState { report, refused, warnings }
+        SessionState { report: Some(report), refused, warnings }
     }
 
     /// Checks a new connection: `Err` refuses it (the pool does not hand it out). A change of
@@ -212,38 +255,7 @@ impl SessionGuard {
             other => sqlx::Error::Protocol(other.to_string()),
         })?;
         let state = self.judge(report);
-        let changed = {
-            let mut last = self.last.lock().unwrap_or_else(|e| e.into_inner());
-            let changed = last.as_ref() != Some(&state);
-            *last = Some(state.clone());
-            changed
-        };
-        if changed {
-            let r = &state.report;
-            match (&state.refused, state.warnings.is_empty()) {
-                (Some(why), _) => tracing::error!(
-                    refused = %why, durability = r.durability(), lock_timeout_ms = r.lock_timeout_ms,
-                    idle_in_transaction_session_timeout_ms = r.idle_in_transaction_session_timeout_ms,
-                    synchronous_commit = %r.synchronous_commit,
-                    synchronous_standby_names = %r.synchronous_standby_names,
-                    in_recovery = r.in_recovery, "database connection refused"
-                ),
-                (None, false) => tracing::warn!(
-                    warnings = ?state.warnings, durability = r.durability(), lock_timeout_ms = r.lock_timeout_ms,
-                    idle_in_transaction_session_timeout_ms = r.idle_in_transaction_session_timeout_ms,
-                    synchronous_commit = %r.synchronous_commit,
-                    synchronous_standby_names = %r.synchronous_standby_names,
-                    "database session is weaker than money safety needs"
-                ),
-                (None, true) => tracing::info!(
-                    durability = r.durability(), lock_timeout_ms = r.lock_timeout_ms,
-                    idle_in_transaction_session_timeout_ms = r.idle_in_transaction_session_timeout_ms,
-                    synchronous_commit = %r.synchronous_commit,
-                    synchronous_standby_names = %r.synchronous_standby_names,
-                    "database session checked"
-                ),
-            }
-        }
+        self.record(state.clone());
         match state.refused {
             Some(why) => Err(sqlx::Error::Configuration(why.into())),
             None => Ok(()),
@@ -272,6 +284,13 @@ static STALE_BEFORE_MS: AtomicU64 = AtomicU64::new(0);
 /// failed (class 08).
 fn server_gone(code: &str) -> bool {
     matches!(code, "25006" | "57P01" | "57P02" | "57P03") || code.starts_with("08")
+}
+
+/// Every connection made before now is dropped when it is next acquired.
+fn invalidate() {
+    // One past now: a connection made in this very millisecond may predate the cause.
+    let now = epoch().elapsed().as_millis() as u64 + 1;
+    STALE_BEFORE_MS.fetch_max(now, Ordering::SeqCst);
 }
 
 /// Called for every database error: after one that says the server went away (or an I/O

@@ -108,6 +108,7 @@ impl From<qtg_store::StoreError> for ApiError {
 
 impl From<sqlx::Error> for ApiError {
     fn from(e: sqlx::Error) -> Self {
+        qtg_store::session::observe_error(&e);
         ApiError::internal(e)
     }
 }

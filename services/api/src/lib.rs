@@ -105,11 +105,21 @@ async fn trace_request(req: Request, next: axum::middleware::Next) -> Response {
 pub async fn bootstrap_admin(pool: &PgPool, secret: &str, ttl: Option<Duration>) -> anyhow::Result<()> {
     let ttl_seconds = ttl.map(|d| d.as_secs_f64());
     let mut conn = pool.acquire().await?;
+    let hash = qtg_engine::access::key_hash(secret);
+    // Once a policy or the address book governs, a new key needs a second admin: a new
+    // bootstrap secret in the deployment's environment is not one (docs/architecture.md §15).
+    if !qtg_store::api_keys::hash_known(&mut conn, &hash).await? && qtg_store::policy::governed(&mut conn).await? {
+        tracing::error!(
+            "MG_API_BOOTSTRAP_ADMIN_KEY is a new key while an approval policy or the address book is in force: not \
+             registered (a new admin key is a request a second admin approves)"
+        );
+        return Ok(());
+    }
     let key = qtg_store::api_keys::NewKey {
         id: Uuid::new_v4(),
         principal: "bootstrap-admin",
         roles: &["admin".to_string()],
-        key_hash: &qtg_engine::access::key_hash(secret),
+        key_hash: &hash,
         created_by: None,
         ttl_seconds,
         bootstrap: true,

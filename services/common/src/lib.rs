@@ -102,6 +102,20 @@ pub async fn boot(binary: &'static str, migrate_default: bool) -> anyhow::Result
             None => anyhow::bail!("cannot connect to the database: {e} (docs/architecture.md §16 says what qtg needs)"),
         },
     };
+    // What is checked where a connection is made can change under it (the standby names
+    // emptied, the server turned read-only): checked again every 5 s.
+    {
+        let (guard, pool) = (session.clone(), pool.clone());
+        tokio::spawn(async move {
+            let mut every = tokio::time::interval(Duration::from_secs(5));
+            loop {
+                every.tick().await;
+                if let Err(e) = guard.recheck(&pool).await {
+                    tracing::debug!(error = %e, "session recheck");
+                }
+            }
+        });
+    }
     // Behind a transaction pooler a notification never reaches its listener (nor do sqlx's
     // prepared statements or the migrator's advisory lock work): refuse to run.
     let heard = qtg_runtime::wake::notify_reaches_listener(&pool, Duration::from_secs(5))

@@ -461,7 +461,13 @@ async fn book_entries_match_on_lane_network_and_memo_and_no_admin_mints_a_key_al
             .fetch_all(&db.pool)
             .await?;
     assert_eq!(why, vec![Some("a policy or the address book is in force".to_string()); 3], "audited with why");
-    drop(api);
+    // A new bootstrap secret in the deployment's environment is no second admin either.
+    let secret = "a-new-bootstrap-secret-0001";
+    let other = Api::start(&db.url, &[("MG_API_BOOTSTRAP_ADMIN_KEY", secret)]).await?;
+    let (status, _) = other.call("GET", "/v3/api-keys", secret, None).await?;
+    assert_eq!(status, 401, "{}", other.proc.log());
+    assert!(other.proc.log().contains("not registered"), "{}", other.proc.log());
+    drop((api, other));
     db.drop_db().await;
     Ok(())
 }

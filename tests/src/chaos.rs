@@ -264,7 +264,7 @@ impl PrivatePg {
     /// recovery. Returns how long it was away.
     pub fn crash_restart(&self) -> anyhow::Result<Duration> {
         let t = Instant::now();
-        run_tool(self.as_postgres("pg_ctl").arg("-D").arg(self.dir.join("data")).args(["-m", "immediate", "stop"]))?;
+        self.kill()?;
         self.start_server()?;
         Ok(t.elapsed())
     }
@@ -350,7 +350,8 @@ impl ReplicatedPg {
     }
 }
 
-fn is_root() -> bool {
+/// Whether the tests run as root (PostgreSQL's tools and PgBouncer then run as `postgres`).
+pub fn is_root() -> bool {
     std::process::Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"))
 }
 

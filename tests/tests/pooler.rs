@@ -8,6 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::Context;
+use qtg_tests::chaos::is_root;
 use qtg_tests::*;
 use serde_json::json;
 
@@ -16,10 +17,6 @@ struct Bouncer {
     dir: PathBuf,
     port: u16,
     _child: tokio::process::Child,
-}
-
-fn is_root() -> bool {
-    std::process::Command::new("id").arg("-u").output().is_ok_and(|o| o.stdout.starts_with(b"0\n"))
 }
 
 impl Bouncer {

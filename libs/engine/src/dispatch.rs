@@ -240,6 +240,16 @@ impl Engine {
 
     /// Why the approval policy in force now blocks the movement, if it does.
     async fn policy_refusal(&self, conn: &mut PgConnection, item: &WorkItem) -> Result<Option<(&'static str, String)>> {
+        let now = chrono::Utc::now();
+        let in_force = match self.policy_in_force(conn, now).await {
+            Ok(p) => p,
+            Err(crate::movements::OpError::Store(e)) => return Err(e),
+            Err(other) => return Ok(Some((codes::POLICY_BLOCKED, other.to_string()))),
+        };
+        // Neither a policy nor the book applies: nothing more to read.
+        if in_force.is_none() && !crate::policy::requires_book(&item.risk_controls) {
+            return Ok(None);
+        }
         // Who asked, when and by which plan: on the movement, not on the claimed node.
         let Some(row) = qtg_store::movements::get(conn, item.request_id).await? else {
             return Ok(None);
@@ -264,11 +274,11 @@ impl Engine {
             requester: &row.created_by,
             requester_role: row.created_by_role.as_deref(),
             at: row.created_at,
-            policy_at: Some(chrono::Utc::now()),
+            policy_at: Some(now),
         };
-        match self.policy_decision(conn, &facts).await {
-            Ok(Some(d)) => Ok(d.refusal().map(|e| (codes::POLICY_BLOCKED, e.to_string()))),
-            Ok(None) => Ok(None),
+        let Some(in_force) = in_force else { return Ok(None) };
+        match self.decide(conn, in_force, &facts).await {
+            Ok(d) => Ok(d.refusal().map(|e| (codes::POLICY_BLOCKED, e.to_string()))),
             Err(crate::movements::OpError::Store(e)) => Err(e),
             Err(other) => Ok(Some((codes::POLICY_BLOCKED, other.to_string()))),
         }

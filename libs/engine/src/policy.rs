@@ -70,6 +70,11 @@ fn facts_of(entry: Option<BookEntry>) -> Option<BookFacts> {
     entry.map(|e| BookFacts { name: e.name, tags: e.tags })
 }
 
+/// Whether a plan's `risk_controls` require destinations from the address book.
+pub(crate) fn requires_book(risk_controls: &Value) -> bool {
+    risk_controls.get("require_address_book").and_then(Value::as_bool) == Some(true)
+}
+
 /// The active entry past its cool-down that covers `payee` — its lane, network, address and
 /// memo (`Payee::matches`) — if any.
 async fn book_entry(conn: &mut PgConnection, payee: Option<&Payee>) -> Result<Option<BookEntry>, OpError> {
@@ -133,13 +138,35 @@ impl Engine {
         conn: &mut PgConnection,
         facts: &Facts<'_>,
     ) -> Result<Option<Decided>, OpError> {
-        let Some(v) = pq::in_force(conn, Some(facts.policy_at.unwrap_or(facts.at))).await? else {
+        match self.policy_in_force(conn, facts.policy_at.unwrap_or(facts.at)).await? {
+            Some(in_force) => Ok(Some(self.decide(conn, in_force, facts).await?)),
+            None => Ok(None),
+        }
+    }
+
+    /// The policy version in force at `at`, read (`None`: none is).
+    pub(crate) async fn policy_in_force(
+        &self,
+        conn: &mut PgConnection,
+        at: DateTime<Utc>,
+    ) -> Result<Option<(i32, Policy)>, OpError> {
+        let Some(v) = pq::in_force(conn, Some(at)).await? else {
             return Ok(None);
         };
         let policy = Policy::from_json(&v.document)
             .map_err(|e| OpError::Validation(format!("policy version {} cannot be read: {e}", v.version)))?;
+        Ok(Some((v.version, policy)))
+    }
+
+    /// What version `in_force` decides for `facts`, the address book read now.
+    pub(crate) async fn decide(
+        &self,
+        conn: &mut PgConnection,
+        (version, policy): (i32, Policy),
+        facts: &Facts<'_>,
+    ) -> Result<Decided, OpError> {
         let decision = self.decide_with(conn, &policy, facts).await?;
-        Ok(Some(Decided { version: v.version, policy, decision }))
+        Ok(Decided { version, policy, decision })
     }
 
     /// `policy`'s decision for `facts`, the address book read now.
@@ -178,7 +205,7 @@ impl Engine {
         plan: &PlanDefinition,
         intent: &Value,
     ) -> Result<(), OpError> {
-        if plan.risk_controls.get("require_address_book").and_then(Value::as_bool) != Some(true) {
+        if !requires_book(&plan.risk_controls) {
             return Ok(());
         }
         let Some(payee) = Payee::destination(plan, intent) else {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Creates (or reuses) the Python venv that the Rust integration tests spawn their helpers
-# from (tests/py/otlp_receiver.py, tests/py/parse_metrics.py), at .qtg/venv-test.
+# from (tests/py/*.py), at .qtg/venv-test.
 #
 #   scripts/ensure-test-venv.sh       prints ONLY the absolute path of the venv's python on
 #                                     stdout and exits 0; every diagnostic goes to stderr
@@ -56,6 +56,11 @@ REQUIREMENTS=(
   "sortedcontainers==2.4.0"
   "urllib3==2.8.0"
   "Werkzeug==3.1.9"
+  # Receivers of tests/tests/notify.rs and callbacks.rs: Standard Webhooks verified by the
+  # reference library, mail by a real SMTP server (STARTTLS, AUTH).
+  "standardwebhooks==1.1.0"
+  "aiosmtpd==1.4.6"
+  "atpublic==9.0.0"
 )
 
 # No __pycache__ in the work tree (the venv's own site-packages are outside tests/ anyway).
@@ -112,7 +117,9 @@ if [[ ! -x "$VENV/bin/python" || "$(cat "$VENV/.qtg-requirements" 2>/dev/null)" 
   fi
   # Check that the pieces the helpers use import (catches a broken wheel before a test does).
   if ! "$VENV/bin/python" -c 'import grpc, prometheus_client.parser, jsonschema
-from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc' ; then
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
+from standardwebhooks.webhooks import Webhook
+import aiosmtpd.controller' ; then
     log "installed packages do not import"
     rm -rf "$VENV"
     exit 1

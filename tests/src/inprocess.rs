@@ -64,6 +64,7 @@ pub async fn create_approved(engine: &qtg_engine::Engine, template: &str, idem: 
                 input_params: json!({}),
                 callback_url: None,
                 callback_secret: None,
+                callback_signature: None,
                 idempotency_key: idem.into(),
                 body_hash: idem.into(),
                 created_by_role: None,

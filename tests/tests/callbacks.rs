@@ -8,6 +8,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use anyhow::Context;
 use axum::body::Bytes;
 use axum::http::{HeaderMap, StatusCode};
 use hmac::{Hmac, KeyInit, Mac};
@@ -240,6 +241,165 @@ async fn callbacks_are_signed_retried_dead_lettered_and_replayed() -> anyhow::Re
     })
     .await?;
     drop(api);
+    db.drop_db().await;
+    Ok(())
+}
+
+/// Standard Webhooks beside v3: deliveries checked by the reference `standardwebhooks`
+/// library (tests/py/webhook_receiver.py), not by qtg's code — under the deployment's secret,
+/// through a rotation (old and new both verify while both sign; the old one no longer after),
+/// under a movement's own `whsec_` secret; a retry keeps its `webhook-id` and signs its own
+/// time; a v3 movement beside them keeps v3; bad choices are refused at creation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn standard_webhooks_verify_with_the_reference_library_through_a_rotation() -> anyhow::Result<()> {
+    const OLD: &str = "whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw";
+    const NEW: &str = "whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD";
+    const OWN: &str = "whsec_dGhpcy1pcy1hLW1vdmVtZW50cy1vd24ta2V5IQ==";
+    let receiver = PyHelper::spawn(
+        "webhook_receiver.py",
+        &[format!("--secret=old={OLD}"), format!("--secret=new={NEW}"), format!("--secret=own={OWN}")],
+    )
+    .await?;
+    let hook = format!("http://127.0.0.1:{}/hook", receiver.port);
+    let db = TestDb::new().await?;
+    let api =
+        Api::start(&db.url, &[("MG_CALLBACK_ALLOW_PRIVATE", "true"), ("MG_CALLBACK_WEBHOOK_SECRETS", OLD)]).await?;
+    let keys = Keys::create(&api).await?;
+    install_template(
+        &api,
+        &keys,
+        json!({"template_key": "t.sw", "nodes": [
+        {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer"}]}),
+    )
+    .await?;
+    let create = |idem: &str, extra: Value| {
+        let mut body = json!({"template_key": "t.sw", "intent": {"asset": "USDC", "amount": "1"},
+                              "idempotency_key": idem, "callback_url": hook,
+                              "callback_signature": "standard_webhooks"});
+        for (k, v) in extra.as_object().cloned().unwrap_or_default() {
+            body[k] = v;
+        }
+        body
+    };
+    // Refused at creation, nothing created: an unknown scheme, a secret that is not whsec_.
+    for (idem, extra) in [
+        ("sw-bad-1", json!({"callback_signature": "v9"})),
+        ("sw-bad-2", json!({"callback_secret": "not-a-standard-webhooks-secret"})),
+        ("sw-bad-3", json!({"callback_secret": "whsec_c2hvcnQ="})),
+    ] {
+        let (s, b) = api.call("POST", "/v3/movements", &keys.requester, Some(create(idem, extra))).await?;
+        assert_eq!((s, b["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{idem}: {b}");
+    }
+    let n: i64 = sqlx::query_scalar("SELECT count(*) FROM movement_requests").fetch_one(&db.pool).await?;
+    assert_eq!(n, 0, "a refused creation creates nothing");
+
+    let start = |idem: &'static str, extra: Value| {
+        let (api, keys, body) = (&api, &keys, create(idem, extra));
+        async move {
+            let m = api.ok("POST", "/v3/movements", &keys.requester, Some(body), 201).await?;
+            let id = m["id"].as_str().context("id")?.to_string();
+            api.ok("POST", &format!("/v3/movements/{id}/approve"), &keys.approver, None, 200).await?;
+            anyhow::Ok(id)
+        }
+    };
+    let all_sent = |id: String| {
+        let pool = db.pool.clone();
+        async move {
+            wait_until("every callback of the movement sent", Duration::from_secs(60), || async {
+                let (pending, sent): (i64, i64) = sqlx::query_as(
+                    "SELECT count(*) FILTER (WHERE status <> 'sent'), count(*) FILTER (WHERE status = 'sent')
+                       FROM movement_callback_outbox WHERE request_id = $1::uuid",
+                )
+                .bind(&id)
+                .fetch_one(&pool)
+                .await?;
+                Ok(pending == 0 && sent > 0)
+            })
+            .await
+        }
+    };
+    let verified = |id: &str| -> Vec<Vec<String>> {
+        receiver
+            .lines()
+            .into_iter()
+            .filter(|l| {
+                serde_json::from_str::<Value>(l["body"].as_str().unwrap_or_default())
+                    .is_ok_and(|b| b["movement_id"] == id)
+            })
+            .map(|l| l["verified_by"].as_array().unwrap().iter().map(|v| v.as_str().unwrap().to_string()).collect())
+            .collect()
+    };
+    let worker = |secrets: &'static str| {
+        let url = db.url.clone();
+        async move {
+            let env = [
+                ("MG_CALLBACK_ALLOW_PRIVATE", "true"),
+                ("MG_CALLBACK_SIGNATURE", "standard_webhooks"),
+                ("MG_CALLBACK_WEBHOOK_SECRETS", secrets),
+                ("MG_CALLBACK_SECRET", SECRET),
+                ("MG_CALLBACK_DISPATCH_INTERVAL_SECONDS", "0.2"),
+            ];
+            Proc::spawn("qtg-callback", &url, &env).await
+        }
+    };
+
+    // The deployment's secret.
+    let mut w = worker(OLD).await?;
+    let before = start("sw-1", json!({})).await?;
+    let v3 = start("sw-v3", json!({"callback_signature": "v3"})).await?;
+    let own = start("sw-own", json!({"callback_secret": OWN})).await?;
+    for id in [&before, &v3, &own] {
+        all_sent(id.clone()).await?;
+    }
+    assert!(verified(&before).iter().all(|v| v == &["old"]), "{:?}", verified(&before));
+    assert!(verified(&own).iter().all(|v| v == &["own"]), "{:?}", verified(&own));
+    assert!(verified(&v3).iter().all(Vec::is_empty), "a v3 movement is not signed as Standard Webhooks");
+    let v3_lines: Vec<Value> =
+        receiver.lines().into_iter().filter(|l| l["body"].as_str().unwrap().contains(&v3)).collect();
+    assert!(v3_lines
+        .iter()
+        .all(|l| l["headers"]["x-qtg-callback-signature-version"] == "v3"
+            && l["headers"].get("webhook-signature").is_none()));
+
+    // The rotation: the new secret first, the old one still signing.
+    w.signal("TERM");
+    w.wait_exit(Duration::from_secs(10)).await?;
+    let mut w = worker("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD,whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw").await?;
+    let during = start("sw-2", json!({})).await?;
+    all_sent(during.clone()).await?;
+    assert!(verified(&during).iter().all(|v| v == &["old", "new"]), "{:?}", verified(&during));
+    // The rotation over: only the new one.
+    w.signal("TERM");
+    w.wait_exit(Duration::from_secs(10)).await?;
+    let _w = worker("whsec_C2FVsBQIhrscChlQIMV+b5sSYspob7oD").await?;
+    let after = start("sw-3", json!({})).await?;
+    all_sent(after.clone()).await?;
+    assert!(verified(&after).iter().all(|v| v == &["new"]), "{:?}", verified(&after));
+
+    // A failing receiver: each retry carries the event's id and a fresh, verifiable signature.
+    let failing = start("sw-fail", json!({"callback_url": format!("http://127.0.0.1:{}/fail", receiver.port)})).await?;
+    wait_until("two attempts of the first event", Duration::from_secs(60), || async {
+        let a: i32 =
+            sqlx::query_scalar("SELECT max(attempts) FROM movement_callback_outbox WHERE request_id = $1::uuid")
+                .bind(&failing)
+                .fetch_one(&db.pool)
+                .await?;
+        if a >= 1 {
+            sqlx::query("UPDATE movement_callback_outbox SET next_attempt_at = now() WHERE request_id = $1::uuid")
+                .bind(&failing)
+                .execute(&db.pool)
+                .await?;
+        }
+        Ok(a >= 2)
+    })
+    .await?;
+    let tries: Vec<Value> = receiver.lines().into_iter().filter(|l| l["path"] == "/fail").collect();
+    let event = |l: &Value| serde_json::from_str::<Value>(l["body"].as_str().unwrap()).unwrap()["event_id"].clone();
+    let first_event = event(&tries[0]);
+    let same: Vec<&Value> = tries.iter().filter(|l| event(l) == first_event).collect();
+    assert!(same.len() >= 2, "{tries:?}");
+    assert!(same.iter().all(|l| l["headers"]["webhook-id"] == first_event), "webhook-id is the event id");
+    assert!(same.iter().all(|l| l["verified_by"] == json!(["new"])), "{same:?}");
     db.drop_db().await;
     Ok(())
 }

@@ -47,6 +47,7 @@ async fn each_ready_node_is_claimed_exactly_once() -> anyhow::Result<()> {
                     input_params: json!({}),
                     callback_url: None,
                     callback_secret: None,
+                    callback_signature: None,
                     idempotency_key: format!("k{i}"),
                     body_hash: format!("{i}"),
                     created_by_role: None,

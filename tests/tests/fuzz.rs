@@ -14,15 +14,9 @@ use std::time::Duration;
 
 use qtg_tests::*;
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_served_document_holds_under_a_schema_driven_fuzzer() -> anyhow::Result<()> {
-    let venv = tokio::process::Command::new(repo().join("scripts/ensure-test-venv.sh")).output().await?;
-    anyhow::ensure!(venv.status.success(), "{}", String::from_utf8_lossy(&venv.stderr));
-    let python = PathBuf::from(String::from_utf8(venv.stdout)?.trim());
+    let python = PathBuf::from(test_python().await?);
     let st = python.with_file_name("st");
 
     let db = TestDb::new().await?;

@@ -3,15 +3,10 @@
 //! document declares for that operation and status, by jsonschema's Draft 2020-12 validator
 //! (`tests/py/check_openapi.py`, from the test venv).
 
-use std::path::PathBuf;
 use std::time::Duration;
 
 use qtg_tests::*;
 use serde_json::{json, Value};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn live_answers_conform_to_the_openapi_document() -> anyhow::Result<()> {

@@ -115,6 +115,7 @@ async fn cancel_needs_c6_evidence_while_a_side_effect_may_exist() -> anyhow::Res
                 input_params: json!({}),
                 callback_url: None,
                 callback_secret: None,
+                callback_signature: None,
                 idempotency_key: "p".into(),
                 body_hash: "p".into(),
                 created_by_role: None,

@@ -13,7 +13,6 @@
 //! says `signature = "v3"` (docs/executors.md §5a), and qtg counts those calls in
 //! `qtg_deprecated_signature_calls_total`; a v4-signed call, today's default, it refuses.
 
-use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -21,10 +20,6 @@ use std::time::Duration;
 use qtg_tests::*;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
-
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
 
 /// `tests/py/grpc_executor.py`, running, with its stderr lines.
 struct PyExecutor {
@@ -38,9 +33,7 @@ impl PyExecutor {
     /// `proto-released`), verifying `signature` (`v4` or `v3`) under `secret`, its key store
     /// in a temp file.
     async fn start(db: &TestDb, protos: &str, signature: &str, secret: &str) -> anyhow::Result<PyExecutor> {
-        let venv = tokio::process::Command::new(repo().join("scripts/ensure-test-venv.sh")).output().await?;
-        anyhow::ensure!(venv.status.success(), "{}", String::from_utf8_lossy(&venv.stderr));
-        let python = String::from_utf8(venv.stdout)?.trim().to_string();
+        let python = test_python().await?;
         let stubs = std::env::temp_dir().join(format!("{}-py-stubs", db.name));
         std::fs::create_dir_all(&stubs)?;
         let key_store = std::env::temp_dir().join(format!("{}-py-keys.jsonl", db.name));

@@ -16,21 +16,6 @@ use qtg_tests::*;
 use serde_json::{json, Value};
 use tokio::io::{AsyncBufReadExt, BufReader};
 
-fn repo() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..")
-}
-
-/// The test venv's python (created on first use; shared by concurrent tests).
-async fn python() -> anyhow::Result<String> {
-    let out = tokio::process::Command::new(repo().join("scripts/ensure-test-venv.sh")).output().await?;
-    anyhow::ensure!(
-        out.status.success(),
-        "scripts/ensure-test-venv.sh failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    Ok(String::from_utf8(out.stdout)?.trim().to_string())
-}
-
 struct Receiver {
     _child: tokio::process::Child,
     port: u16,
@@ -82,7 +67,7 @@ fn trace_of(traceparent: &str) -> String {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn traces_reach_an_otlp_receiver_executors_and_callbacks_and_every_worker_exposes_metrics() -> anyhow::Result<()>
 {
-    let py = python().await?;
+    let py = test_python().await?;
     let db = TestDb::new().await?;
     let receiver = otlp_receiver(&py, &db.name).await?;
     let endpoint = format!("http://127.0.0.1:{}", receiver.port);

@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use qtg_store::callbacks::{self, CallbackRow};
+pub use qtg_wire_auth::standard::{Scheme, WebhookSecret};
 use tokio::sync::Semaphore;
 
 use crate::{Engine, Result};
@@ -52,6 +53,10 @@ pub struct CallbackSettings {
     /// `MG_CALLBACK_SECRET`: the v3 signing secret. Without it nothing is sent (each attempt
     /// fails with a clear `last_error`).
     pub secret: Option<Vec<u8>>,
+    /// `MG_CALLBACK_SIGNATURE`: the scheme of callbacks whose movement did not choose one.
+    pub signature: Scheme,
+    /// `MG_CALLBACK_WEBHOOK_SECRETS`: the Standard Webhooks secrets (each signs).
+    pub webhook_secrets: Vec<WebhookSecret>,
     pub max_attempts: i32,
     pub timeout: Duration,
     /// `MG_CALLBACK_ALLOW_PRIVATE`: allow loopback/private/link-local destinations.
@@ -76,6 +81,8 @@ impl std::fmt::Debug for CallbackSettings {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallbackSettings")
             .field("secret", &self.secret.as_ref().map(|_| "***"))
+            .field("signature", &self.signature)
+            .field("webhook_secrets", &self.webhook_secrets.len())
             .field("max_attempts", &self.max_attempts)
             .field("timeout", &self.timeout)
             .field("allow_private", &self.allow_private)
@@ -230,6 +237,13 @@ pub async fn check_destination(url: &str, s: &CallbackSettings) -> std::result::
     Ok((host, first))
 }
 
+/// How one callback is signed: the movement's scheme (else the deployment's) with the
+/// movement's own secret (else the deployment's).
+enum Signing<'a> {
+    V3(&'a [u8]),
+    Standard(Vec<WebhookSecret>),
+}
+
 struct Failure {
     error: String,
     retry_after: Option<f64>,
@@ -276,6 +290,29 @@ impl Engine {
     pub async fn finish_in_flight(&self) {
         let d = &self.settings.callbacks.delivery;
         let _all = d.slots.acquire_many(d.capacity).await;
+    }
+
+    /// How `row` is signed, or why it cannot be (then nothing is sent).
+    fn signing<'a>(&'a self, row: &'a CallbackRow) -> std::result::Result<Signing<'a>, String> {
+        let s = &self.settings.callbacks;
+        let scheme = match row.movement_signature.as_deref() {
+            Some(name) => Scheme::parse(name)?,
+            None => s.signature,
+        };
+        match (scheme, &row.movement_secret) {
+            (Scheme::V3, Some(own)) => Ok(Signing::V3(own.as_bytes())),
+            (Scheme::V3, None) => match &s.secret {
+                Some(global) => Ok(Signing::V3(global)),
+                None => Err("MG_CALLBACK_SECRET is not set; nothing is sent unsigned".into()),
+            },
+            (Scheme::StandardWebhooks, Some(own)) => WebhookSecret::parse_list(own)
+                .map(Signing::Standard)
+                .map_err(|e| format!("the movement's callback_secret cannot sign Standard Webhooks: {e}")),
+            (Scheme::StandardWebhooks, None) if s.webhook_secrets.is_empty() => {
+                Err("MG_CALLBACK_WEBHOOK_SECRETS is not set; nothing is sent unsigned".into())
+            }
+            (Scheme::StandardWebhooks, None) => Ok(Signing::Standard(s.webhook_secrets.clone())),
+        }
     }
 
     /// Sends one claimed row and records the outcome by its claim.
@@ -335,15 +372,9 @@ impl Engine {
     async fn send(&self, row: &CallbackRow) -> std::result::Result<(), Failure> {
         let s = &self.settings.callbacks;
         let fail = |error: String| Failure { error, retry_after: None };
-        // The movement's own secret wins over the global one.
-        let secret: &[u8] = match (&row.movement_secret, &s.secret) {
-            (Some(own), _) => own.as_bytes(),
-            (None, Some(global)) => global,
-            (None, None) => return Err(fail("MG_CALLBACK_SECRET is not set; nothing is sent unsigned".into())),
-        };
+        let signing = self.signing(row).map_err(fail)?;
         let (host, addr) = check_destination(&row.callback_url, s).await.map_err(fail)?;
         let body = serde_json::to_vec(&row.payload).map_err(|e| fail(e.to_string()))?;
-        let ts = row.callback_timestamp.to_string();
         qtg_executor::remote::install_tls_provider();
         // No proxy: a proxy would resolve the host itself and undo the pinned address.
         let client = reqwest::Client::builder()
@@ -358,8 +389,24 @@ impl Engine {
         if let Some(tp) = &row.traceparent {
             req = req.header("traceparent", tp);
         }
-        // The nonce and timestamp stay those of the event across retries (receivers dedupe).
-        for (name, value) in qtg_wire_auth::signature_headers(secret, &ts, &row.callback_nonce, &body) {
+        let headers = match signing {
+            // The nonce and timestamp stay those of the event across retries (receivers dedupe).
+            Signing::V3(secret) => qtg_wire_auth::signature_headers(
+                secret,
+                &row.callback_timestamp.to_string(),
+                &row.callback_nonce,
+                &body,
+            ),
+            // The event's id on every attempt and replay (receivers dedupe by it); the
+            // attempt's own time, which the reference libraries hold within five minutes.
+            Signing::Standard(secrets) => qtg_wire_auth::standard::headers(
+                &secrets,
+                &row.event_id.to_string(),
+                chrono::Utc::now().timestamp(),
+                &body,
+            ),
+        };
+        for (name, value) in headers {
             req = req.header(name, value);
         }
         let resp = req.body(body).send().await.map_err(|e| {

@@ -73,6 +73,7 @@ fn movement_input(t: &CapitalTransfer) -> NewMovementInput {
         input_params,
         callback_url: t.callback_url.clone(),
         callback_secret: None,
+        callback_signature: None,
         // One movement per request, whoever creates it (the API, or the follow-up).
         idempotency_key: format!("capital-transfer:{}", t.id),
         body_hash: canonical_hash(&body),

@@ -83,6 +83,8 @@ pub struct NewMovementInput {
     pub callback_url: Option<String>,
     /// The movement's own callback signing secret (else the global one).
     pub callback_secret: Option<String>,
+    /// How its callbacks are signed (`v3`, `standard_webhooks`); none = the deployment's default.
+    pub callback_signature: Option<String>,
     pub idempotency_key: String,
     /// sha256 of the request body's canonical JSON.
     pub body_hash: String,
@@ -174,6 +176,7 @@ impl Engine {
                 body_hash: &input.body_hash,
                 callback_url: input.callback_url.as_deref(),
                 callback_secret: input.callback_secret.as_deref(),
+                callback_signature: input.callback_signature.as_deref(),
                 ttl_seconds: ttl.as_secs_f64(),
                 approvals_required,
             },

@@ -36,6 +36,12 @@ pub struct Settings {
     pub worker_stale: Duration,
     /// Secret: never printed.
     pub callback_secret: Option<String>,
+    /// `MG_CALLBACK_SIGNATURE` (`v3`): how callbacks are signed when their movement does not
+    /// say — `v3` or `standard_webhooks`.
+    pub callback_signature: qtg_wire_auth::standard::Scheme,
+    /// `MG_CALLBACK_WEBHOOK_SECRETS`: the Standard Webhooks secrets (`whsec_…`, comma- or
+    /// space-separated, every one signs: a rotation). Secret: never printed.
+    pub callback_webhook_secrets: Vec<qtg_wire_auth::standard::WebhookSecret>,
     pub callback_max_attempts: i32,
     pub callback_timeout: Duration,
     pub callback_allow_private: bool,
@@ -385,6 +391,16 @@ impl Settings {
             heartbeat_interval: Duration::ZERO,
             worker_stale: Duration::ZERO,
             callback_secret: s.secret("MG_CALLBACK_SECRET"),
+            callback_signature: {
+                let v = s.get("MG_CALLBACK_SIGNATURE").unwrap_or("v3");
+                s.note("MG_CALLBACK_SIGNATURE", v);
+                qtg_wire_auth::standard::Scheme::parse(v).map_err(|e| Source::err("MG_CALLBACK_SIGNATURE", e))?
+            },
+            callback_webhook_secrets: match s.secret("MG_CALLBACK_WEBHOOK_SECRETS") {
+                None => Vec::new(),
+                Some(v) => qtg_wire_auth::standard::WebhookSecret::parse_list(&v)
+                    .map_err(|e| Source::err("MG_CALLBACK_WEBHOOK_SECRETS", e))?,
+            },
             callback_max_attempts: s.count("MG_CALLBACK_MAX_ATTEMPTS", 5, 100)? as i32,
             callback_timeout: s.interval("MG_CALLBACK_TIMEOUT_SECONDS", 10.0)?,
             callback_allow_private: s.flag("MG_CALLBACK_ALLOW_PRIVATE", false)?,
@@ -458,6 +474,14 @@ impl Settings {
             return Err(Source::err(
                 "MG_DB_POOL_SIZE",
                 "must be at least 2 (one connection is the LISTEN/NOTIFY listener's)",
+            ));
+        }
+        if settings.callback_signature == qtg_wire_auth::standard::Scheme::StandardWebhooks
+            && settings.callback_webhook_secrets.is_empty()
+        {
+            return Err(Source::err(
+                "MG_CALLBACK_SIGNATURE",
+                "standard_webhooks needs MG_CALLBACK_WEBHOOK_SECRETS (whsec_…)",
             ));
         }
         settings.fence_times(&s)?;

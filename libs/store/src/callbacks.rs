@@ -38,6 +38,9 @@ pub struct CallbackRow {
     /// The movement's own signing secret, if it has one (never serialized).
     #[serde(skip)]
     pub movement_secret: Option<String>,
+    /// The movement's signature scheme, if it chose one (`v3`, `standard_webhooks`).
+    #[serde(skip)]
+    pub movement_signature: Option<String>,
     /// The claim this row was read under (only from [`claim`]; absent from other reads).
     #[serde(skip)]
     pub claim_token: Option<Uuid>,
@@ -123,6 +126,7 @@ pub async fn claim(
              max_attempts, next_attempt_at, last_error, callback_timestamp, callback_nonce, replay_of, sent_at,
              created_at, traceparent,
              (SELECT r.callback_secret FROM movement_requests r WHERE r.id = request_id) AS "movement_secret?",
+             (SELECT r.callback_signature FROM movement_requests r WHERE r.id = request_id) AS "movement_signature?",
              o.claim_token"#,
         limit,
         per_receiver,
@@ -201,6 +205,7 @@ pub async fn replay(conn: &mut PgConnection, id: Uuid) -> Result<Option<Callback
              max_attempts, next_attempt_at, last_error, callback_timestamp, callback_nonce, replay_of, sent_at,
              created_at, traceparent,
              (SELECT r.callback_secret FROM movement_requests r WHERE r.id = request_id) AS "movement_secret?",
+             (SELECT r.callback_signature FROM movement_requests r WHERE r.id = request_id) AS "movement_signature?",
              NULL::uuid AS "claim_token?""#,
         id
     )
@@ -239,6 +244,7 @@ pub async fn list(
                   max_attempts, next_attempt_at, last_error, callback_timestamp, callback_nonce, replay_of, sent_at,
                   created_at, traceparent,
                   (SELECT r.callback_secret FROM movement_requests r WHERE r.id = request_id) AS "movement_secret?",
+             (SELECT r.callback_signature FROM movement_requests r WHERE r.id = request_id) AS "movement_signature?",
                   NULL::uuid AS "claim_token?"
              FROM movement_callback_outbox c
             WHERE ($1::text IS NULL OR status = $1) AND ($2::uuid IS NULL OR request_id = $2)

@@ -25,6 +25,8 @@ pub struct NewMovement<'a> {
     pub body_hash: &'a str,
     pub callback_url: Option<&'a str>,
     pub callback_secret: Option<&'a str>,
+    /// `v3` or `standard_webhooks`; none = the deployment's default.
+    pub callback_signature: Option<&'a str>,
     pub ttl_seconds: f64,
     pub approvals_required: i32,
 }
@@ -50,9 +52,9 @@ pub async fn insert(conn: &mut PgConnection, m: &NewMovement<'_>, nodes: &[NewNo
         "INSERT INTO movement_requests (id, template_id, plan_version_id, template_key,
              template_version, compiled_plan_hash, intent, intent_hash, input_params,
              request_state, created_by, idempotency_key, body_hash, callback_url, expires_at, callback_secret,
-             approvals_required)
+             approvals_required, callback_signature)
          VALUES ($1, $2, $3, $4, $5, $6, $7, $8, $9, 'PENDING_APPROVAL', $10, $11, $12, $13,
-             now() + make_interval(secs => $14), $15, $16)
+             now() + make_interval(secs => $14), $15, $16, $17)
          ON CONFLICT (created_by, idempotency_key) DO NOTHING
          RETURNING id",
         m.id,
@@ -70,7 +72,8 @@ pub async fn insert(conn: &mut PgConnection, m: &NewMovement<'_>, nodes: &[NewNo
         m.callback_url,
         m.ttl_seconds,
         m.callback_secret,
-        m.approvals_required
+        m.approvals_required,
+        m.callback_signature
     )
     .fetch_optional(&mut *conn)
     .await?;

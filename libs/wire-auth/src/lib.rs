@@ -16,9 +16,13 @@
 //!   accepts a timestamp within [`TOLERANCE_SECONDS`] of its clock and any of its secrets
 //!   (rotation).
 //!
+//! Callbacks and notification webhooks may instead be signed as [Standard Webhooks](standard).
+//!
 //! Clients hold [`Credentials`], servers a [`Verifier`]; callbacks are signed with [`sign`].
 //! Header names are lower case (HTTP/2 and gRPC metadata require it; HTTP/1 is
 //! case-insensitive).
+
+pub mod standard;
 
 use std::time::{SystemTime, UNIX_EPOCH};
 

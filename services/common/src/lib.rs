@@ -227,6 +227,8 @@ pub fn engine_settings(s: &Settings) -> EngineSettings {
         call_failure_backoff: EngineSettings::default().call_failure_backoff,
         callbacks: qtg_engine::callbacks::CallbackSettings {
             secret: s.callback_secret.clone().map(String::into_bytes),
+            signature: s.callback_signature,
+            webhook_secrets: s.callback_webhook_secrets.clone(),
             max_attempts: s.callback_max_attempts,
             timeout: s.callback_timeout,
             allow_private: s.callback_allow_private,

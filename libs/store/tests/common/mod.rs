@@ -110,6 +110,7 @@ pub async fn insert_movement(pool: &PgPool, spec: &Spec<'_>) -> Result<Created> 
             body_hash: spec.body_hash,
             callback_url: spec.callback_url,
             callback_secret: None,
+            callback_signature: None,
             ttl_seconds: spec.ttl_seconds,
             approvals_required: 1,
         },

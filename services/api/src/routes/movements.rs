@@ -7,6 +7,7 @@ use axum::Json;
 use qtg_core::hash::canonical_hash;
 use qtg_core::risk::Amount;
 use qtg_core::RequestState;
+use qtg_engine::callbacks::{Scheme, WebhookSecret};
 use qtg_engine::movements::NewMovementInput;
 use qtg_store::{NodeRow, RequestRow};
 use serde::Deserialize;
@@ -44,6 +45,12 @@ pub struct CreateMovementBody {
     #[schema(min_length = 16, max_length = 256)]
     #[serde(default)]
     callback_secret: Option<String>,
+    /// How this movement's callbacks are signed: `v3` (qtg's x-qtg-callback-* headers) or
+    /// `standard_webhooks` (webhook-id / webhook-timestamp / webhook-signature; a
+    /// callback_secret is then one or more whsec_ secrets). MG_CALLBACK_SIGNATURE when absent
+    #[schema(value_type = Option<String>, pattern = "^(v3|standard_webhooks)$")]
+    #[serde(default)]
+    callback_signature: Option<String>,
     /// Retrying with the same key and body answers the same movement
     #[schema(min_length = 1, max_length = 200, pattern = "^[^\\u0000]*[^\\s\\u0085\\u0000][^\\u0000]*$")]
     idempotency_key: String,
@@ -53,6 +60,15 @@ pub struct CreateMovementBody {
 const INTENT_TEXT_MAX: usize = 4096;
 
 impl CreateMovementBody {
+    /// The scheme this movement's callbacks are signed with: its own choice, else the
+    /// deployment's (recorded at creation, so a later change of the default does not change it).
+    fn signature(&self, s: &AppState) -> Result<Scheme, ApiError> {
+        match &self.callback_signature {
+            Some(name) => Scheme::parse(name).map_err(|e| ApiError::validation(format!("callback_signature: {e}"))),
+            None => Ok(s.engine.settings.callbacks.signature),
+        }
+    }
+
     /// Checks what the engine takes for granted; every problem is a 400 naming the field.
     fn validate(&self, s: &AppState) -> Result<(), ApiError> {
         plain("idempotency_key", &self.idempotency_key, 200)?;
@@ -98,6 +114,22 @@ impl CreateMovementBody {
         }
         if self.callback_secret.is_some() && self.callback_url.is_none() {
             return Err(ApiError::validation("callback_secret needs a callback_url"));
+        }
+        let scheme = self.signature(s)?;
+        if scheme == Scheme::StandardWebhooks {
+            match &self.callback_secret {
+                Some(own) => {
+                    WebhookSecret::parse_list(own)
+                        .map_err(|e| ApiError::validation(format!("callback_secret: {e}")))?;
+                }
+                None if s.engine.settings.callbacks.webhook_secrets.is_empty() => {
+                    return Err(ApiError::validation(
+                        "callback_signature standard_webhooks needs a callback_secret (whsec_…): this deployment \
+                         has no MG_CALLBACK_WEBHOOK_SECRETS",
+                    ))
+                }
+                None => {}
+            }
         }
         if self.template_version.is_some_and(|v| v < 1) {
             return Err(ApiError::validation("template_version must be >= 1"));
@@ -176,6 +208,7 @@ pub async fn create_movement(
     body: Body<CreateMovementBody>,
 ) -> Result<(StatusCode, Json<Value>), ApiError> {
     body.value.validate(&s)?;
+    let callback_signature = body.value.signature(&s)?.as_str().to_string();
     let b = body.value;
     let input = NewMovementInput {
         template_key: b.template_key,
@@ -184,6 +217,7 @@ pub async fn create_movement(
         input_params: Value::Object(b.input_params.unwrap_or_default()),
         callback_url: b.callback_url.or_else(|| s.settings.callback_default_url.clone()),
         callback_secret: b.callback_secret,
+        callback_signature: Some(callback_signature),
         idempotency_key: b.idempotency_key,
         body_hash: canonical_hash(&body.raw),
         created_by_role: Some(who.highest.as_str().to_string()),

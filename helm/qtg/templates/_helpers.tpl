@@ -77,7 +77,7 @@ qtg-role: worker
 
 {{/* Variables that must never be plain env values. */}}
 {{- define "qtg.secretOnlyVars" -}}
-MG_DATABASE_URL DATABASE_URL MG_CALLBACK_SECRET MG_API_BOOTSTRAP_ADMIN_KEY
+MG_DATABASE_URL DATABASE_URL MG_CALLBACK_SECRET MG_CALLBACK_WEBHOOK_SECRETS MG_API_BOOTSTRAP_ADMIN_KEY
 {{- end }}
 
 {{/*

@@ -486,3 +486,100 @@ async fn numbers_from_a_venue_are_numbers_and_the_payer_is_the_account_checked()
     t.db.drop_db().await;
     Ok(())
 }
+
+/// balance_history_rollup, black-box: snapshots placed across hour and day boundaries (UTC, the
+/// test sets their times — nothing waits for an hour to pass) are rolled by two `qtg-balance`
+/// replicas into one row per venue / account / asset / hour and day with the right first, last,
+/// min, max and count; the rollups stay when the snapshot retention deletes the snapshots, rolling
+/// again changes nothing, and `GET /v3/balances/history?granularity=` serves each.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn snapshots_roll_up_per_hour_and_day_once_and_outlive_the_snapshots() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[]).await?;
+    let viewer = api.key("treasury-viewer", "viewer").await?;
+    // D0 is three days ago (UTC midnight): its last half hour, then D1's first and sixth hours.
+    sqlx::query(
+        "INSERT INTO balance_snapshots (venue_key, account, asset, free, locked, source, as_of)
+         SELECT 'sim_a', a, 'USDT', f, l, 'worker',
+                date_trunc('day', now(), 'UTC') - interval '3 days' + make_interval(secs => s)
+           FROM (VALUES ('acct-1', 50, 1, 84600), ('acct-1', 70, 3, 86399.5), ('acct-1', 30, 0, 85000),
+                        ('acct-1', 60, 0, 86400), ('acct-1', 65, 2, 88200), ('acct-1', 40, 0, 104999),
+                        ('acct-2', 5, 0, 86401)) AS t(a, f, l, s)",
+    )
+    .execute(&db.pool)
+    .await?;
+    let env = [
+        ("MG_BALANCE_HISTORY_INTERVAL_SECONDS", "0.3"),
+        ("MG_BALANCE_SNAPSHOT_ENABLED", "true"),
+        ("MG_BALANCE_SNAPSHOT_INTERVAL_SECONDS", "0.3"),
+        ("MG_BALANCE_SNAPSHOT_RETENTION_SECONDS", "86400"),
+    ];
+    let replicas = (Proc::spawn("qtg-balance", &db.url, &env).await?, Proc::spawn("qtg-balance", &db.url, &env).await?);
+    type Row = (String, String, f64, String, String, String, String, String, i64);
+    let rows = || async {
+        let r: Vec<Row> = sqlx::query_as(
+            "SELECT granularity, account,
+                    extract(epoch FROM bucket_start - (date_trunc('day', now(), 'UTC') - interval '3 days'))::float8,
+                    free_first::text, free_last::text, free_min::text, free_max::text, locked_last::text, samples
+               FROM balance_history WHERE venue_key = 'sim_a' AND asset = 'USDT'
+              ORDER BY granularity DESC, bucket_start, account",
+        )
+        .fetch_all(&db.pool)
+        .await?;
+        anyhow::Ok(r)
+    };
+    let raw_left = || async {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM balance_snapshots WHERE as_of < date_trunc('day', now(), 'UTC') - interval '1 day'",
+        )
+        .fetch_one(&db.pool)
+        .await?;
+        anyhow::Ok(n)
+    };
+    wait_until("the days rolled and the old snapshots deleted", Duration::from_secs(60), || async {
+        Ok(rows().await?.iter().filter(|r| r.0 == "day").count() == 3 && raw_left().await? == 0)
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("{e}\n{}\n{}", replicas.0.log(), replicas.1.log()))?;
+    let s = |v: &str| v.to_string();
+    let expected: Vec<Row> = vec![
+        // Hours: D0 23:00 (three snapshots), D1 00:00 (acct-1 two, acct-2 one), D1 05:00.
+        (s("hour"), s("acct-1"), 82800.0, s("50"), s("70"), s("30"), s("70"), s("3"), 3),
+        (s("hour"), s("acct-1"), 86400.0, s("60"), s("65"), s("60"), s("65"), s("2"), 2),
+        (s("hour"), s("acct-2"), 86400.0, s("5"), s("5"), s("5"), s("5"), s("0"), 1),
+        (s("hour"), s("acct-1"), 104400.0, s("40"), s("40"), s("40"), s("40"), s("0"), 1),
+        // Days: D0, D1 per account.
+        (s("day"), s("acct-1"), 0.0, s("50"), s("70"), s("30"), s("70"), s("3"), 3),
+        (s("day"), s("acct-1"), 86400.0, s("60"), s("40"), s("40"), s("65"), s("0"), 3),
+        (s("day"), s("acct-2"), 86400.0, s("5"), s("5"), s("5"), s("5"), s("0"), 1),
+    ];
+    let mut got = rows().await?;
+    got.sort_by(|a, b| b.0.cmp(&a.0).then(a.2.total_cmp(&b.2)).then(a.1.cmp(&b.1)));
+    let mut want = expected.clone();
+    want.sort_by(|a, b| b.0.cmp(&a.0).then(a.2.total_cmp(&b.2)).then(a.1.cmp(&b.1)));
+    assert_eq!(got, want, "one row per bucket across two replicas, with its figures");
+
+    // More ticks of both replicas change nothing; the API serves each granularity.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let mut again = rows().await?;
+    again.sort_by(|a, b| b.0.cmp(&a.0).then(a.2.total_cmp(&b.2)).then(a.1.cmp(&b.1)));
+    assert_eq!(again, want, "rolling again is idempotent");
+    let hours =
+        api.ok("GET", "/v3/balances/history?venue=sim_a&asset=usdt&granularity=hour", &viewer, None, 200).await?;
+    assert_eq!(hours["granularity"], "hour");
+    let items = hours["items"].as_array().unwrap();
+    assert_eq!(items.len(), 4, "{hours:#}");
+    assert_eq!((items[0]["free_first"].as_str(), items[0]["samples"].as_i64()), (Some("50"), Some(3)));
+    let days = api.ok("GET", "/v3/balances/history?venue=sim_a&asset=USDT&granularity=day", &viewer, None, 200).await?;
+    assert_eq!(days["items"].as_array().unwrap().len(), 3, "{days:#}");
+    let raw = api.ok("GET", "/v3/balances/history?venue=sim_a&asset=USDT", &viewer, None, 200).await?;
+    assert_eq!(raw["granularity"], "raw");
+    for bad in ["granularity=week", "granularity=hour&spread=true", "granularity=day&limit=2001"] {
+        let (status, b) =
+            api.call("GET", &format!("/v3/balances/history?venue=sim_a&asset=USDT&{bad}"), &viewer, None).await?;
+        assert_eq!((status, b["error"]["code"].as_str()), (400, Some("VALIDATION_ERROR")), "{bad}: {b}");
+    }
+    drop(replicas);
+    db.drop_db().await;
+    Ok(())
+}

@@ -494,6 +494,21 @@ async fn an_operators_day_on_every_screen() -> anyhow::Result<()> {
     b.click("a[data-history='sim_a/USDT']").await?;
     b.wait("#balance-history svg polyline", T).await?;
     b.screenshot(&shots, "18-balances").await?;
+    // The last 7 days from the hourly rollups (as balance_history_rollup writes them).
+    sqlx::query(
+        "INSERT INTO balance_history (granularity, venue_key, account, asset, bucket_start, free_first, free_last,
+             free_min, free_max, locked_first, locked_last, locked_min, locked_max, samples, first_at, last_at)
+         SELECT 'hour', 'sim_a', 'sim_a', 'USDT', date_trunc('hour', now()) - make_interval(hours => h),
+                100 + h, 101 + h, 99 + h, 102 + h, 0, 0, 0, 0, 120, now() - make_interval(hours => h),
+                now() - make_interval(hours => h)
+           FROM generate_series(3, 150, 3) AS h",
+    )
+    .execute(&db.pool)
+    .await?;
+    b.click("a[data-range='7d']").await?;
+    b.wait_text("#balance-history", "last 7 days, hourly", T).await?;
+    b.wait("#balance-history svg polyline", T).await?;
+    b.screenshot(&shots, "18b-balances-hourly").await?;
 
     // API keys: a key created (its secret shown once) and revoked.
     sign_in(&b, &api.base, &admin).await?;

@@ -7,11 +7,15 @@
 
 use std::time::Duration;
 
-use qtg_store::balances;
+use qtg_store::balances::{self, Granularity};
 use serde_json::Value;
 
 use crate::movements::OpError;
 use crate::{Engine, Result};
+
+/// How long after an hour ends it is rolled: a snapshot's time is its transaction's start, so
+/// one committing just after the hour may still belong to it.
+pub const ROLLUP_LAG: Duration = Duration::from_secs(120);
 
 #[derive(Debug, Clone)]
 pub struct BalanceSettings {
@@ -21,6 +25,13 @@ pub struct BalanceSettings {
     pub stale: Duration,
     /// `MG_BALANCE_FETCH_TIMEOUT_SECONDS`: one fetcher's read.
     pub fetch_timeout: Duration,
+    /// `MG_BALANCE_HISTORY_ENABLED` (true): balance_history_rollup runs, and the snapshot
+    /// retention keeps what it has not rolled yet.
+    pub history: bool,
+    /// `MG_BALANCE_HISTORY_HOURLY_RETENTION_SECONDS` (90 days): hourly rollups kept.
+    pub hourly_retention: Duration,
+    /// `MG_BALANCE_HISTORY_DAILY_RETENTION_SECONDS` (5 years): daily rollups kept.
+    pub daily_retention: Duration,
 }
 
 impl Default for BalanceSettings {
@@ -29,6 +40,9 @@ impl Default for BalanceSettings {
             retention: Duration::from_secs(7 * 86_400),
             stale: Duration::from_secs(120),
             fetch_timeout: Duration::from_secs(10),
+            history: true,
+            hourly_retention: Duration::from_secs(90 * 86_400),
+            daily_retention: Duration::from_secs(5 * 365 * 86_400),
         }
     }
 }
@@ -45,11 +59,52 @@ impl Engine {
     pub async fn snapshot_balances_tick(&self) -> Result<usize> {
         let fetched = self.fetch_balances(None, "worker", self.settings.balances.fetch_timeout).await?;
         let mut conn = self.pool.acquire().await?;
-        let deleted = balances::delete_older_than(&mut conn, self.settings.balances.retention.as_secs_f64()).await?;
+        let b = &self.settings.balances;
+        let deleted = balances::delete_older_than(&mut conn, b.retention.as_secs_f64(), b.history).await?;
         if deleted > 0 {
             tracing::info!(deleted, "balance snapshots past the retention deleted");
         }
         Ok(fetched.stored.len())
+    }
+
+    /// balance_history_rollup: rolls the closed UTC hours out of the snapshots, then the
+    /// closed days out of the hours — each granularity in a transaction of its own under its
+    /// progress row's lock, skipped when another replica holds it — then deletes rollups past
+    /// their retention. Answers the buckets written.
+    pub async fn roll_balance_history_tick(&self) -> Result<usize> {
+        let mut written = 0;
+        for granularity in [Granularity::Hour, Granularity::Day] {
+            let mut tx = self.pool.begin().await?;
+            let Some(from) = balances::lock_progress(&mut tx, granularity).await? else {
+                tracing::debug!(granularity = granularity.as_str(), "another replica is rolling it");
+                continue;
+            };
+            let rolled = match granularity {
+                Granularity::Hour => balances::roll_hours(&mut tx, from, ROLLUP_LAG.as_secs_f64()).await?,
+                Granularity::Day => balances::roll_days(&mut tx, from).await?,
+            };
+            tx.commit().await?;
+            if rolled.buckets > 0 {
+                tracing::info!(
+                    granularity = granularity.as_str(), buckets = rolled.buckets,
+                    rolled_until = ?rolled.until, "balance history rolled up"
+                );
+            }
+            written += rolled.buckets as usize;
+        }
+        let b = &self.settings.balances;
+        let mut conn = self.pool.acquire().await?;
+        for (granularity, keep) in [(Granularity::Hour, b.hourly_retention), (Granularity::Day, b.daily_retention)] {
+            let deleted = balances::delete_rollups_older_than(&mut conn, granularity, keep.as_secs_f64()).await?;
+            if deleted > 0 {
+                tracing::info!(
+                    granularity = granularity.as_str(),
+                    deleted,
+                    "balance rollups past the retention deleted"
+                );
+            }
+        }
+        Ok(written)
     }
 
     /// Reads the fetchers (all, or the one of `venue`) at once, each within `timeout`, and

@@ -129,6 +129,10 @@ pub struct Settings {
     pub balance_retention: Duration,
     pub balance_stale: Duration,
     pub balance_fetch_timeout: Duration,
+    /// balance_history_rollup: `MG_BALANCE_HISTORY_HOURLY_RETENTION_SECONDS` (90 days) and
+    /// `MG_BALANCE_HISTORY_DAILY_RETENTION_SECONDS` (1825 days) of hourly and daily rollups.
+    pub balance_hourly_retention: Duration,
+    pub balance_daily_retention: Duration,
     pub balance_fresh_min_interval: Duration,
     /// capital_transfer_followup: `MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS` (300).
     pub capital_transfer_stale: Duration,
@@ -454,6 +458,8 @@ impl Settings {
             balance_retention: s.interval("MG_BALANCE_SNAPSHOT_RETENTION_SECONDS", 7.0 * 86_400.0)?,
             balance_stale: s.interval("MG_BALANCE_STALE_THRESHOLD_SECONDS", 120.0)?,
             balance_fetch_timeout: s.interval("MG_BALANCE_FETCH_TIMEOUT_SECONDS", 10.0)?,
+            balance_hourly_retention: s.interval("MG_BALANCE_HISTORY_HOURLY_RETENTION_SECONDS", 90.0 * 86_400.0)?,
+            balance_daily_retention: s.interval("MG_BALANCE_HISTORY_DAILY_RETENTION_SECONDS", 1825.0 * 86_400.0)?,
             balance_fresh_min_interval: s.interval("MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS", 5.0)?,
             capital_transfer_stale: s.interval("MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS", 300.0)?,
             approval_health_gate_strict: match s.text("MG_APPROVAL_HEALTH_GATE").as_deref() {

@@ -53,11 +53,15 @@ pub async fn append(conn: &mut PgConnection, venue_key: &str, rows: &[NewBalance
     Ok(done.rows_affected())
 }
 
-/// Deletes snapshots older than `retention_seconds`.
-pub async fn delete_older_than(conn: &mut PgConnection, retention_seconds: f64) -> Result<u64> {
+/// Deletes snapshots older than `retention_seconds` — with `keep_unrolled`, only those the
+/// hourly rollup has already covered (a rollup that is behind keeps its snapshots).
+pub async fn delete_older_than(conn: &mut PgConnection, retention_seconds: f64, keep_unrolled: bool) -> Result<u64> {
     let done = sqlx::query!(
-        "DELETE FROM balance_snapshots WHERE as_of < now() - make_interval(secs => $1)",
-        retention_seconds
+        "DELETE FROM balance_snapshots WHERE as_of < now() - make_interval(secs => $1)
+           AND (NOT $2 OR as_of < COALESCE((SELECT rolled_until FROM balance_rollup_progress
+                                              WHERE granularity = 'hour'), '-infinity'))",
+        retention_seconds,
+        keep_unrolled
     )
     .execute(&mut *conn)
     .await?;
@@ -187,4 +191,193 @@ pub async fn source_covers(
         row.covers.ok_or_else(|| null("covers"))?,
         row.as_of.ok_or_else(|| null("as_of"))?,
     )))
+}
+
+/// A granularity of the balance history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Granularity {
+    Hour,
+    Day,
+}
+
+impl Granularity {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Granularity::Hour => "hour",
+            Granularity::Day => "day",
+        }
+    }
+}
+
+/// One rollup row: a venue / account / asset's snapshots within one UTC hour or day.
+#[derive(Debug, Clone, Serialize)]
+#[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]
+pub struct Rollup {
+    /// `hour` or `day`.
+    pub granularity: String,
+    pub venue_key: String,
+    pub account: String,
+    pub asset: String,
+    /// The bucket's start (UTC hour or day).
+    pub bucket_start: DateTime<Utc>,
+    /// Decimal strings: the free balance of the bucket's first and last snapshot, its least
+    /// and greatest.
+    pub free_first: String,
+    pub free_last: String,
+    pub free_min: String,
+    pub free_max: String,
+    pub locked_first: String,
+    pub locked_last: String,
+    pub locked_min: String,
+    pub locked_max: String,
+    /// How many snapshots the bucket holds.
+    pub samples: i64,
+    /// The bucket's first and last snapshot's time.
+    pub first_at: DateTime<Utc>,
+    pub last_at: DateTime<Utc>,
+}
+
+/// What one roll of a granularity did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Rolled {
+    /// Buckets written.
+    pub buckets: u64,
+    /// Rolled up to here now (exclusive); none: nothing to roll yet.
+    pub until: Option<DateTime<Utc>>,
+}
+
+/// Holds `granularity`'s progress row for this transaction, or `None` when another replica
+/// holds it (it is rolling that granularity now). Answers how far it is rolled.
+pub async fn lock_progress(conn: &mut PgConnection, granularity: Granularity) -> Result<Option<Option<DateTime<Utc>>>> {
+    Ok(sqlx::query_scalar!(
+        "SELECT rolled_until FROM balance_rollup_progress WHERE granularity = $1 FOR UPDATE SKIP LOCKED",
+        granularity.as_str()
+    )
+    .fetch_optional(&mut *conn)
+    .await?)
+}
+
+/// Rolls every UTC hour that ended at least `lag_seconds` ago and is not rolled yet (from
+/// `from`, the progress [`lock_progress`] answered, else the first snapshot's hour) out of the
+/// snapshots, and advances the progress — in the caller's transaction, under the progress lock.
+/// A bucket already written is left as it is.
+pub async fn roll_hours(conn: &mut PgConnection, from: Option<DateTime<Utc>>, lag_seconds: f64) -> Result<Rolled> {
+    let row = sqlx::query!(
+        r#"WITH bounds AS (
+             SELECT COALESCE($1::timestamptz,
+                             (SELECT date_trunc('hour', min(as_of), 'UTC') FROM balance_snapshots)) AS lo,
+                    date_trunc('hour', now() - make_interval(secs => $2), 'UTC') AS hi
+         ), written AS (
+             INSERT INTO balance_history (granularity, venue_key, account, asset, bucket_start,
+                 free_first, free_last, free_min, free_max, locked_first, locked_last, locked_min, locked_max,
+                 samples, first_at, last_at)
+             SELECT 'hour', venue_key, account, asset, date_trunc('hour', as_of, 'UTC'),
+                    (array_agg(free ORDER BY as_of, id))[1], (array_agg(free ORDER BY as_of DESC, id DESC))[1],
+                    min(free), max(free),
+                    (array_agg(locked ORDER BY as_of, id))[1], (array_agg(locked ORDER BY as_of DESC, id DESC))[1],
+                    min(locked), max(locked), count(*), min(as_of), max(as_of)
+               FROM balance_snapshots, bounds
+              WHERE as_of >= bounds.lo AND as_of < bounds.hi
+              GROUP BY venue_key, account, asset, date_trunc('hour', as_of, 'UTC')
+             ON CONFLICT DO NOTHING
+             RETURNING 1
+         ), advanced AS (
+             UPDATE balance_rollup_progress p SET rolled_until = GREATEST(p.rolled_until, b.hi), updated_at = now()
+               FROM bounds b WHERE p.granularity = 'hour' AND b.lo IS NOT NULL
+             RETURNING p.rolled_until
+         )
+         SELECT (SELECT count(*) FROM written) AS "buckets!", (SELECT rolled_until FROM advanced) AS until"#,
+        from,
+        lag_seconds
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(Rolled { buckets: row.buckets as u64, until: row.until })
+}
+
+/// Rolls every UTC day whose hours are all rolled and that is not rolled yet (from `from`,
+/// else the first hour's day) out of the hourly rows, and advances the progress — in the
+/// caller's transaction, under the progress lock.
+pub async fn roll_days(conn: &mut PgConnection, from: Option<DateTime<Utc>>) -> Result<Rolled> {
+    let row = sqlx::query!(
+        r#"WITH bounds AS (
+             SELECT COALESCE($1::timestamptz,
+                             (SELECT date_trunc('day', min(bucket_start), 'UTC') FROM balance_history
+                               WHERE granularity = 'hour')) AS lo,
+                    (SELECT date_trunc('day', rolled_until, 'UTC') FROM balance_rollup_progress
+                      WHERE granularity = 'hour') AS hi
+         ), written AS (
+             INSERT INTO balance_history (granularity, venue_key, account, asset, bucket_start,
+                 free_first, free_last, free_min, free_max, locked_first, locked_last, locked_min, locked_max,
+                 samples, first_at, last_at)
+             SELECT 'day', venue_key, account, asset, date_trunc('day', bucket_start, 'UTC'),
+                    (array_agg(free_first ORDER BY bucket_start))[1],
+                    (array_agg(free_last ORDER BY bucket_start DESC))[1],
+                    min(free_min), max(free_max),
+                    (array_agg(locked_first ORDER BY bucket_start))[1],
+                    (array_agg(locked_last ORDER BY bucket_start DESC))[1],
+                    min(locked_min), max(locked_max), sum(samples)::bigint, min(first_at), max(last_at)
+               FROM balance_history, bounds
+              WHERE granularity = 'hour' AND bucket_start >= bounds.lo AND bucket_start < bounds.hi
+              GROUP BY venue_key, account, asset, date_trunc('day', bucket_start, 'UTC')
+             ON CONFLICT DO NOTHING
+             RETURNING 1
+         ), advanced AS (
+             UPDATE balance_rollup_progress p SET rolled_until = GREATEST(p.rolled_until, b.hi), updated_at = now()
+               FROM bounds b WHERE p.granularity = 'day' AND b.lo IS NOT NULL AND b.hi IS NOT NULL
+             RETURNING p.rolled_until
+         )
+         SELECT (SELECT count(*) FROM written) AS "buckets!", (SELECT rolled_until FROM advanced) AS until"#,
+        from,
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    Ok(Rolled { buckets: row.buckets as u64, until: row.until })
+}
+
+/// Deletes `granularity`'s rollups whose bucket started more than `retention_seconds` ago.
+pub async fn delete_rollups_older_than(
+    conn: &mut PgConnection,
+    granularity: Granularity,
+    retention_seconds: f64,
+) -> Result<u64> {
+    Ok(sqlx::query!(
+        "DELETE FROM balance_history WHERE granularity = $1 AND bucket_start < now() - make_interval(secs => $2)",
+        granularity.as_str(),
+        retention_seconds
+    )
+    .execute(&mut *conn)
+    .await?
+    .rows_affected())
+}
+
+/// A venue's rollups of one asset (case-insensitive) at `granularity` since `since`, oldest
+/// first (at most `limit`).
+pub async fn rollups(
+    conn: &mut PgConnection,
+    granularity: Granularity,
+    venue: &str,
+    asset: &str,
+    since: Option<DateTime<Utc>>,
+    limit: i64,
+) -> Result<Vec<Rollup>> {
+    Ok(sqlx::query_as!(
+        Rollup,
+        r#"SELECT granularity, venue_key, account, asset, bucket_start,
+                  free_first::text AS "free_first!", free_last::text AS "free_last!", free_min::text AS "free_min!",
+                  free_max::text AS "free_max!", locked_first::text AS "locked_first!",
+                  locked_last::text AS "locked_last!", locked_min::text AS "locked_min!",
+                  locked_max::text AS "locked_max!", samples, first_at, last_at
+             FROM balance_history
+            WHERE granularity = $1 AND venue_key = $2 AND upper(asset) = upper($3)
+              AND ($4::timestamptz IS NULL OR bucket_start >= $4)
+            ORDER BY bucket_start, account LIMIT $5"#,
+        granularity.as_str(),
+        venue,
+        asset,
+        since,
+        limit,
+    )
+    .fetch_all(&mut *conn)
+    .await?)
 }

@@ -163,8 +163,9 @@ async fn balances_answer_the_latest_snapshot_and_whether_a_source_covers(pool: P
     // Only a fresh-enough snapshot counts.
     assert_eq!(balances::source_covers(&mut conn, "binance", "USDC", "1", -1.0).await?, None);
 
-    assert_eq!(balances::delete_older_than(&mut conn, 3600.0).await?, 0);
-    assert_eq!(balances::delete_older_than(&mut conn, -1.0).await?, 4);
+    assert_eq!(balances::delete_older_than(&mut conn, 3600.0, false).await?, 0);
+    assert_eq!(balances::delete_older_than(&mut conn, -1.0, true).await?, 0, "not rolled up yet: kept");
+    assert_eq!(balances::delete_older_than(&mut conn, -1.0, false).await?, 4);
     assert!(balances::latest(&mut conn, 3600.0, None, None).await?.is_empty());
     Ok(())
 }
@@ -264,5 +265,39 @@ async fn an_unexplained_withdrawal_is_alerted_once(pool: PgPool) -> Result<()> {
     assert!(!venue_transfers::mark_alerted(&mut conn, due[0].id).await?, "alerted once");
     assert!(!venue_transfers::mark_alerted(&mut conn, linked.id).await?, "explained: never alerted");
     assert_eq!(venue_transfers::unexplained_due(&mut conn, -1.0, 10).await?.len(), 1);
+    Ok(())
+}
+
+/// balance_history_rollup's exactly-once: a granularity's progress row is held by one
+/// transaction; another skips it (and rolls nothing), then finds the buckets done.
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn a_granularity_is_rolled_by_one_holder_at_a_time(pool: PgPool) -> Result<()> {
+    use balances::Granularity;
+    sqlx::query(
+        "INSERT INTO balance_snapshots (venue_key, account, asset, free, source, as_of)
+         VALUES ('v', 'a', 'USDC', 10, 'worker', date_trunc('hour', now(), 'UTC') - interval '5 hours 30 minutes'),
+                ('v', 'a', 'USDC', 12, 'worker', date_trunc('hour', now(), 'UTC') - interval '5 hours 10 minutes')",
+    )
+    .execute(&pool)
+    .await?;
+    let mut first = pool.begin().await?;
+    let from = balances::lock_progress(&mut first, Granularity::Hour).await?.expect("free");
+    assert_eq!(from, None, "nothing rolled yet");
+    let mut second = pool.begin().await?;
+    assert_eq!(balances::lock_progress(&mut second, Granularity::Hour).await?, None, "held: skipped");
+    let rolled = balances::roll_hours(&mut first, from, 120.0).await?;
+    assert_eq!(rolled.buckets, 1);
+    first.commit().await?;
+    let from = balances::lock_progress(&mut second, Granularity::Hour).await?.expect("free now");
+    assert_eq!(from, rolled.until);
+    assert_eq!(balances::roll_hours(&mut second, from, 120.0).await?.buckets, 0, "done once");
+    // Even from the start again, a written bucket is left as it is.
+    assert_eq!(balances::roll_hours(&mut second, None, 120.0).await?.buckets, 0);
+    second.commit().await?;
+    let mut conn = pool.acquire().await?;
+    let r = balances::rollups(&mut conn, Granularity::Hour, "v", "usdc", None, 10).await?;
+    assert_eq!(r.len(), 1);
+    assert_eq!((r[0].free_first.as_str(), r[0].free_last.as_str(), r[0].samples), ("10", "12", 2));
+    assert_eq!(balances::delete_older_than(&mut conn, 60.0, true).await?, 2, "rolled: the retention may delete them");
     Ok(())
 }

@@ -742,6 +742,12 @@ function historyChart(rows) {
   });
   return h("div", { class: "chart" }, svg);
 }
+/** The balance chart's periods: the last day from the snapshots, longer ones from the rollups. */
+const HISTORY_RANGES = {
+  "24h": { hours: 24, granularity: "raw", label: "last 24 h, snapshots" },
+  "7d": { hours: 168, granularity: "hour", label: "last 7 days, hourly" },
+  "90d": { hours: 2160, granularity: "day", label: "last 90 days, daily" },
+};
 async function balancesScreen(main, params) {
   const q = new URLSearchParams(params);
   const history = h("div", { id: "balance-history" });
@@ -780,11 +786,18 @@ async function balancesScreen(main, params) {
       "balance snapshots (is qtg-balance running?)"),
       history);
     if (q.get("venue") && q.get("asset")) {
-      const since = new Date(Date.now() - Number(q.get("hours") || 24) * 3600e3).toISOString();
-      const hist = await api("GET", `/v3/balances/history?${new URLSearchParams({ venue: q.get("venue"), asset: q.get("asset"), since, limit: "200", spread: "true" })}`);
-      put(history, h("h2", {}, `History: ${q.get("venue")} ${q.get("asset")} (UTC)`),
-        h("p", {}, ["24", "168"].map((hrs) => h("a", { href: `#/balances?${new URLSearchParams({ venue: q.get("venue"), asset: q.get("asset"), hours: hrs })}`, class: "range" }, hrs === "24" ? "last 24 h " : "last 7 days"))),
-        historyChart(hist.items));
+      // The last day from the snapshots; longer periods from balance_history_rollup's hourly and
+      // daily rollups (the last figure of each bucket), which outlive the snapshots.
+      const range = HISTORY_RANGES[q.get("range")] ? q.get("range") : "24h";
+      const { hours, granularity } = HISTORY_RANGES[range];
+      const since = new Date(Date.now() - hours * 3600e3).toISOString();
+      const query = { venue: q.get("venue"), asset: q.get("asset"), since, granularity };
+      Object.assign(query, granularity === "raw" ? { limit: "200", spread: "true" } : { limit: "2000" });
+      const hist = await api("GET", `/v3/balances/history?${new URLSearchParams(query)}`);
+      const points = hist.items.map((r) => (granularity === "raw" ? r : { account: r.account, as_of: r.bucket_start, free: r.free_last, locked: r.locked_last }));
+      put(history, h("h2", {}, `History: ${q.get("venue")} ${q.get("asset")} (UTC, ${HISTORY_RANGES[range].label})`),
+        h("p", {}, Object.entries(HISTORY_RANGES).map(([key, r]) => h("a", { href: `#/balances?${new URLSearchParams({ venue: q.get("venue"), asset: q.get("asset"), range: key })}`, class: "range", "data-range": key }, `${r.label} `))),
+        historyChart(points));
     }
     status(`balances: ${b.items.length} row(s), ${clock()}`);
     return true;

@@ -284,6 +284,7 @@ pub struct ListQuery {
     pub include_gone: Option<String>,
     pub replayed: Option<String>,
     pub spread: Option<String>,
+    pub granularity: Option<String>,
 }
 
 impl ListQuery {
@@ -324,6 +325,7 @@ impl ListQuery {
             ("include_gone", &self.include_gone),
             ("replayed", &self.replayed),
             ("spread", &self.spread),
+            ("granularity", &self.granularity),
         ];
         match set.iter().find(|(name, v)| v.is_some() && !filters.contains(name)) {
             Some((name, _)) => Err(ApiError::validation(format!("unknown query parameter {name}"))),
@@ -348,11 +350,16 @@ impl ListQuery {
 
     /// `limit`: 1-200, default 50.
     pub fn limit(&self) -> Result<i64, ApiError> {
+        self.limit_up_to(200)
+    }
+
+    /// `limit` (default 50) for a list that allows up to `max`.
+    pub fn limit_up_to(&self, max: i64) -> Result<i64, ApiError> {
         match self.limit.as_deref() {
             None => Ok(50),
             Some(l) => match l.parse::<i64>() {
-                Ok(n) if (1..=200).contains(&n) => Ok(n),
-                _ => Err(ApiError::validation("limit must be an integer between 1 and 200")),
+                Ok(n) if (1..=max).contains(&n) => Ok(n),
+                _ => Err(ApiError::validation(format!("limit must be an integer between 1 and {max}"))),
             },
         }
     }

@@ -258,6 +258,9 @@ pub fn engine_settings(s: &Settings) -> EngineSettings {
             retention: s.balance_retention,
             stale: s.balance_stale,
             fetch_timeout: s.balance_fetch_timeout,
+            history: s.workers.get("balance_history_rollup").is_some_and(|w| w.enabled),
+            hourly_retention: s.balance_hourly_retention,
+            daily_retention: s.balance_daily_retention,
         },
         ingest: qtg_engine::ingest::IngestSettings {
             venues: s.cex_transfer_ingest_venues.clone(),

@@ -193,6 +193,20 @@ pub static WORKERS: &[Worker] = &[
         },
     },
     Worker {
+        name: "balance_history_rollup",
+        binary: "qtg-balance",
+        summary: "rolls balance snapshots into hourly and daily first/last/min/max/count, once per bucket across \
+                  replicas, kept longer than the snapshots",
+        interval_key: "MG_BALANCE_HISTORY_INTERVAL_SECONDS",
+        default_interval: Duration::from_secs(300),
+        concurrency_key: None,
+        wake: None,
+        group: Group::Sidecar,
+        enabled_by: Some(Flag { key: "MG_BALANCE_HISTORY_ENABLED", default: true, list: false }),
+        requires: None,
+        tick: |e| Box::pin(async move { Ok(e.roll_balance_history_tick().await?.into()) }),
+    },
+    Worker {
         name: "cex_transfer_ingest",
         binary: "qtg-balance",
         summary: "ingests the listed venue accounts' withdrawal and deposit history, links it to the nodes that \

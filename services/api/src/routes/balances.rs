@@ -7,7 +7,7 @@ use std::time::Instant;
 
 use axum::extract::State;
 use axum::Json;
-use qtg_store::balances::Snapshot;
+use qtg_store::balances::{Granularity, Rollup, Snapshot};
 use serde::Serialize;
 
 use crate::error::ApiError;
@@ -87,31 +87,58 @@ pub async fn list_balances(
     Ok(Json(Balances { items, failed }))
 }
 
+/// A balance history: snapshots (`raw`) or rollups (`hour`, `day`).
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct BalanceHistory {
+    /// `raw`, `hour` or `day`.
+    granularity: &'static str,
+    items: Vec<HistoryItem>,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+#[serde(untagged)]
+pub enum HistoryItem {
+    Snapshot(Snapshot),
+    Rollup(Rollup),
+}
+
 #[utoipa::path(
     get,
     path = "/v3/balances/history",
-    summary = "A venue's snapshots of one asset since a time, oldest first (at most limit, default 50, up to 200); \
-               spread=true: the time since `since` cut into limit intervals, the last snapshot of each per account",
-    description = "Role: viewer. Query: venue and asset (required), since (RFC 3339), limit, spread (needs since).",
+    summary = "A venue's history of one asset since a time, oldest first (at most limit): \
+               granularity=raw (the default) its snapshots — spread=true cuts the time since `since` into limit \
+               intervals, the last snapshot of each per account; hour or day its rollups (first, last, min, max \
+               and count per UTC hour or day, kept after the snapshots are gone)",
+    description = "Role: viewer. Query: venue and asset (required), granularity (raw|hour|day), since (RFC 3339), \
+                   limit, spread (raw only, needs since).",
     params(
         ("venue" = String, Query, description = "the venue_key"),
         ("asset" = String, Query, description = "the asset"),
+        ("granularity" = Option<String>, Query, description = "raw (default), hour or day"),
         ("since" = Option<String>, Query, description = "RFC 3339 time"),
-        ("limit" = Option<i64>, Query, description = "1-200, default 50"),
-        ("spread" = Option<bool>, Query, description = "a chart's view: limit intervals since `since`, the last \
-                                                          snapshot of each per account"),
+        ("limit" = Option<i64>, Query, description = "default 50; 1-200 snapshots, 1-2000 rollups"),
+        ("spread" = Option<bool>, Query, description = "raw only — a chart's view: limit intervals since `since`, \
+                                                          the last snapshot of each per account"),
     ),
-    responses((status = 200, description = "snapshots", body = Balances)),
+    responses((status = 200, description = "snapshots or rollups", body = BalanceHistory)),
 )]
 pub async fn balance_history(
     State(s): State<AppState>,
     _: Viewer,
     Params(q): Params<ListQuery>,
-) -> Result<Json<Balances>, ApiError> {
-    let q = q.allow(&["venue", "asset", "since", "spread"])?;
+) -> Result<Json<BalanceHistory>, ApiError> {
+    let q = q.allow(&["venue", "asset", "since", "spread", "granularity"])?;
     let spread = ListQuery::flag("spread", &q.spread)?;
     let (Some(venue), Some(asset)) = (text(&q.venue), text(&q.asset)) else {
         return Err(ApiError::validation("venue and asset are required"));
+    };
+    let granularity = match text(&q.granularity) {
+        None | Some("raw") => None,
+        Some("hour") => Some(Granularity::Hour),
+        Some("day") => Some(Granularity::Day),
+        Some(other) => {
+            return Err(ApiError::validation(format!("granularity must be raw, hour or day, not {other:?}")))
+        }
     };
     let since = match text(&q.since) {
         None => None,
@@ -121,8 +148,19 @@ pub async fn balance_history(
                 .with_timezone(&chrono::Utc),
         ),
     };
-    let limit = q.limit()?;
+    // A chart of rollups reads a period at once: up to 2,000 buckets (e.g. 90 days of 20 accounts).
+    let limit = if granularity.is_some() { q.limit_up_to(2000)? } else { q.limit()? };
     let mut conn = s.pool.acquire().await?;
+    if let Some(g) = granularity {
+        if spread {
+            return Err(ApiError::validation("spread=true is for granularity=raw"));
+        }
+        let items = qtg_store::balances::rollups(&mut conn, g, venue, asset, since, limit).await?;
+        return Ok(Json(BalanceHistory {
+            granularity: g.as_str(),
+            items: items.into_iter().map(HistoryItem::Rollup).collect(),
+        }));
+    }
     let stale = s.engine.settings.balances.stale.as_secs_f64();
     let items = match (spread, since) {
         (true, Some(since)) => {
@@ -131,7 +169,7 @@ pub async fn balance_history(
         (true, None) => return Err(ApiError::validation("spread=true needs since")),
         (false, _) => qtg_store::balances::history(&mut conn, stale, venue, asset, since, limit).await?,
     };
-    Ok(Json(Balances { items, failed: Vec::new() }))
+    Ok(Json(BalanceHistory { granularity: "raw", items: items.into_iter().map(HistoryItem::Snapshot).collect() }))
 }
 
 impl AppState {

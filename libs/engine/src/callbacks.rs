@@ -244,9 +244,58 @@ enum Signing<'a> {
     Standard(Vec<WebhookSecret>),
 }
 
-struct Failure {
-    error: String,
-    retry_after: Option<f64>,
+/// Why a POST did not deliver: the error (never the URL, which may be a credential) and the
+/// receiver's `Retry-After` in seconds, when it gave one.
+pub(crate) struct Failure {
+    pub(crate) error: String,
+    pub(crate) retry_after: Option<f64>,
+}
+
+impl Failure {
+    pub(crate) fn new(error: impl Into<String>) -> Failure {
+        Failure { error: error.into(), retry_after: None }
+    }
+}
+
+/// POSTs a JSON `body` with `headers` to `url` through the destination guard (`s`): the host
+/// resolved and checked once and the connection pinned to that address, no proxy (it would
+/// resolve the host itself), no redirect followed, all within `timeout`. 2xx delivers; any
+/// other answer is a failure with its `Retry-After`.
+pub(crate) async fn post_guarded(
+    s: &CallbackSettings,
+    url: &str,
+    timeout: Duration,
+    headers: Vec<(&'static str, String)>,
+    body: Vec<u8>,
+) -> std::result::Result<(), Failure> {
+    let (host, addr) = check_destination(url, s).await.map_err(Failure::new)?;
+    qtg_executor::remote::install_tls_provider();
+    let client = reqwest::Client::builder()
+        .no_proxy()
+        .redirect(reqwest::redirect::Policy::none())
+        .timeout(timeout)
+        .resolve(&host, addr)
+        .build()
+        .map_err(|e| Failure::new(e.to_string()))?;
+    let mut req = client.post(url).header("content-type", "application/json");
+    for (name, value) in headers {
+        req = req.header(name, value);
+    }
+    let resp = req.body(body).send().await.map_err(|e| {
+        // Never the URL: it may carry credentials.
+        Failure::new(if e.is_timeout() { format!("timed out after {timeout:?}") } else { e.without_url().to_string() })
+    })?;
+    let status = resp.status();
+    if status.is_success() {
+        return Ok(());
+    }
+    let retry_after = resp
+        .headers()
+        .get("retry-after")
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|v| v.is_finite() && *v >= 0.0);
+    Err(Failure { error: format!("HTTP {status}"), retry_after })
 }
 
 impl Engine {
@@ -371,25 +420,9 @@ impl Engine {
 
     async fn send(&self, row: &CallbackRow) -> std::result::Result<(), Failure> {
         let s = &self.settings.callbacks;
-        let fail = |error: String| Failure { error, retry_after: None };
-        let signing = self.signing(row).map_err(fail)?;
-        let (host, addr) = check_destination(&row.callback_url, s).await.map_err(fail)?;
-        let body = serde_json::to_vec(&row.payload).map_err(|e| fail(e.to_string()))?;
-        qtg_executor::remote::install_tls_provider();
-        // No proxy: a proxy would resolve the host itself and undo the pinned address.
-        let client = reqwest::Client::builder()
-            .no_proxy()
-            .redirect(reqwest::redirect::Policy::none())
-            .timeout(s.timeout)
-            .resolve(&host, addr)
-            .build()
-            .map_err(|e| fail(e.to_string()))?;
-        let mut req = client.post(&row.callback_url).header("content-type", "application/json");
-        // The receiver joins the trace of the step that produced the event.
-        if let Some(tp) = &row.traceparent {
-            req = req.header("traceparent", tp);
-        }
-        let headers = match signing {
+        let signing = self.signing(row).map_err(Failure::new)?;
+        let body = serde_json::to_vec(&row.payload).map_err(|e| Failure::new(e.to_string()))?;
+        let mut headers = match signing {
             // The nonce and timestamp stay those of the event across retries (receivers dedupe).
             Signing::V3(secret) => qtg_wire_auth::signature_headers(
                 secret,
@@ -406,24 +439,11 @@ impl Engine {
                 &body,
             ),
         };
-        for (name, value) in headers {
-            req = req.header(name, value);
+        // The receiver joins the trace of the step that produced the event.
+        if let Some(tp) = &row.traceparent {
+            headers.push(("traceparent", tp.clone()));
         }
-        let resp = req.body(body).send().await.map_err(|e| {
-            // Never the URL: it may carry credentials.
-            fail(if e.is_timeout() { format!("timed out after {:?}", s.timeout) } else { e.without_url().to_string() })
-        })?;
-        let status = resp.status();
-        if status.is_success() {
-            return Ok(());
-        }
-        let retry_after = resp
-            .headers()
-            .get("retry-after")
-            .and_then(|v| v.to_str().ok())
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|v| v.is_finite() && *v >= 0.0);
-        Err(Failure { error: format!("HTTP {status}"), retry_after })
+        post_guarded(s, &row.callback_url, s.timeout, headers, body).await
     }
 }
 

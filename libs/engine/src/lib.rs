@@ -16,6 +16,7 @@ pub mod health;
 mod hints;
 pub mod ingest;
 pub mod movements;
+pub mod notify;
 pub mod observe;
 pub mod operator;
 pub mod plans;
@@ -113,6 +114,7 @@ pub struct EngineSettings {
     pub balances: balances::BalanceSettings,
     pub capital: capital::CapitalSettings,
     pub ingest: ingest::IngestSettings,
+    pub notify: notify::NotifySettings,
 }
 
 /// The approval gate on bound executors' and signers' health.
@@ -163,6 +165,7 @@ impl Default for EngineSettings {
             balances: balances::BalanceSettings::default(),
             capital: capital::CapitalSettings::default(),
             ingest: ingest::IngestSettings::default(),
+            notify: notify::NotifySettings::default(),
         }
     }
 }

@@ -23,6 +23,7 @@ pub mod expiry;
 pub mod health;
 pub mod heartbeats;
 pub mod movements;
+pub mod notify;
 mod params;
 pub mod policy;
 pub mod rows;

@@ -164,6 +164,8 @@ path_id!(
     KeyRequestId => "api key request",
     CapitalTransferId => "capital transfer",
     BookEntryId => "address-book entry",
+    ChannelId => "notification channel",
+    RouteId => "notification route",
 );
 
 /// A policy `{version}` in the path (404 when it is not a version number).
@@ -285,6 +287,7 @@ pub struct ListQuery {
     pub replayed: Option<String>,
     pub spread: Option<String>,
     pub granularity: Option<String>,
+    pub kind: Option<String>,
 }
 
 impl ListQuery {
@@ -326,6 +329,7 @@ impl ListQuery {
             ("replayed", &self.replayed),
             ("spread", &self.spread),
             ("granularity", &self.granularity),
+            ("kind", &self.kind),
         ];
         match set.iter().find(|(name, v)| v.is_some() && !filters.contains(name)) {
             Some((name, _)) => Err(ApiError::validation(format!("unknown query parameter {name}"))),

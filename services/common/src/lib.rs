@@ -262,6 +262,14 @@ pub fn engine_settings(s: &Settings) -> EngineSettings {
             hourly_retention: s.balance_hourly_retention,
             daily_retention: s.balance_daily_retention,
         },
+        notify: qtg_engine::notify::NotifySettings {
+            max_attempts: s.notify_max_attempts,
+            timeout: s.notify_timeout,
+            unknown_grace: s.notify_unknown_grace,
+            worker_stale: s.worker_stale,
+            link_base: s.notify_link_base.clone(),
+            ..qtg_engine::notify::NotifySettings::new(s.notify_max_in_flight)
+        },
         ingest: qtg_engine::ingest::IngestSettings {
             venues: s.cex_transfer_ingest_venues.clone(),
             lookback: s.cex_transfer_ingest_lookback,
@@ -334,9 +342,10 @@ impl Process {
                 });
                 let task: Task = Box::pin(async move {
                     fut.await;
-                    // Sends the loop started on tasks of their own (callbacks) record their
-                    // outcome before the process goes.
+                    // Sends the loop started on tasks of their own (callbacks, notifications)
+                    // record their outcome before the process goes.
                     in_flight.finish_in_flight().await;
+                    in_flight.finish_notifications().await;
                     Ok(())
                 });
                 let group = match worker.group {

@@ -115,6 +115,20 @@ pub static WORKERS: &[Worker] = &[
         tick: |e| Box::pin(async move { Ok(e.deliver_callbacks_tick().await?.into()) }),
     },
     Worker {
+        name: "notification_dispatcher",
+        binary: "qtg-callback",
+        summary: "tells people what waits for them: routes the notifications outbox to Slack/Teams, signed webhooks \
+                  and e-mail, once per event and channel, one bad channel never holding the others",
+        interval_key: "MG_NOTIFY_DISPATCH_INTERVAL_SECONDS",
+        default_interval: Duration::from_secs(2),
+        concurrency_key: None,
+        wake: None,
+        group: Group::Sidecar,
+        enabled_by: Some(Flag { key: "MG_NOTIFY_ENABLED", default: false, list: false }),
+        requires: None,
+        tick: |e| Box::pin(async move { Ok(e.notify_tick().await?.into()) }),
+    },
+    Worker {
         name: "expiration_checker",
         binary: "qtg-expiry",
         summary: "expires movements past their approval window",

@@ -11,6 +11,7 @@ pub mod controls;
 pub mod drift;
 pub mod keys;
 pub mod movements;
+pub mod notify;
 pub mod operator;
 pub mod policies;
 pub mod roster;
@@ -25,7 +26,7 @@ use crate::AppState;
 pub fn all() -> OpenApiRouter<AppState> {
     use self::{
         attention::*, audit::*, balances::*, callbacks::*, capital::*, controls::*, drift::*, keys::*, movements::*,
-        operator::*, policies::*, roster::*, templates::*,
+        notify::*, operator::*, policies::*, roster::*, templates::*,
     };
     OpenApiRouter::new()
         .routes(routes!(propose_template, list_proposals))
@@ -81,4 +82,9 @@ pub fn all() -> OpenApiRouter<AppState> {
         .routes(routes!(approve_entry))
         .routes(routes!(reject_entry))
         .routes(routes!(remove_entry))
+        .routes(routes!(create_channel, list_channels))
+        .routes(routes!(delete_channel))
+        .routes(routes!(create_route, list_routes))
+        .routes(routes!(delete_route))
+        .routes(routes!(list_notifications))
 }

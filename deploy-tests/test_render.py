@@ -391,6 +391,47 @@ def test_network_policies(render: Render):
     assert egress_ports(nps["qtg-callback"], "0.0.0.0/0") >= {80, 443}
 
 
+SMTP_PORTS = {25, 465, 587}
+
+
+def smtp_rules(np: dict[str, Any]) -> list[dict[str, Any]]:
+    return [r for r in np["spec"].get("egress", []) if {p["port"] for p in r.get("ports", [])} & SMTP_PORTS]
+
+
+def test_smtp_egress_is_opt_in(render: Render):
+    """notification_dispatcher's e-mail: SMTP ports only for workers with egress.smtp, and only
+    once networkPolicy.smtp names a relay (the default opens nothing)."""
+    smtp = render.values["networkPolicy"]["smtp"]
+    relay = bool(smtp["cidrs"] or smtp["to"])
+    for np in render.of("NetworkPolicy"):
+        comp = np["spec"]["podSelector"]["matchLabels"]["app.kubernetes.io/component"]
+        wants = relay and render.values["workers"].get(comp, {}).get("egress", {}).get("smtp", False)
+        rules = smtp_rules(np)
+        assert bool(rules) == wants, f"{render.name}/{comp}: SMTP egress {rules}"
+        for r in rules:
+            assert {p["port"] for p in r["ports"]} == set(smtp["ports"]), r
+            assert "0.0.0.0/0" not in {p.get("ipBlock", {}).get("cidr") for p in r["to"]}, r
+    assert render.values["workers"]["callback"]["egress"]["smtp"] is True
+
+
+def test_smtp_egress_reaches_the_named_relay(default: Render, full: Render):
+    assert not smtp_rules(default.get("NetworkPolicy", "qtg-callback")), "SMTP is closed by default"
+    (rule,) = smtp_rules(full.get("NetworkPolicy", "qtg-callback"))
+    assert rule["to"] == [{"ipBlock": {"cidr": "10.40.0.25/32"}}]
+    assert not smtp_rules(full.get("NetworkPolicy", "qtg-dispatcher"))
+    # A relay named by a NetworkPolicyPeer; a worker may opt in or out.
+    v = d.values_file("default-values.yaml")
+    peer = {"namespaceSelector": {"matchLabels": {"kubernetes.io/metadata.name": "mail"}}}
+    v["networkPolicy"] = {"smtp": {"to": [peer], "ports": [587]}}
+    v["workers"] = {"callback": {"egress": {"smtp": False}}, "health": {"egress": {"smtp": True}}}
+    nps = {o["metadata"]["name"]: o for o in d.manifests(d.render_chart(v)) if o["kind"] == "NetworkPolicy"}
+    assert not smtp_rules(nps["qtg-callback"])
+    (rule,) = smtp_rules(nps["qtg-health"])
+    assert rule["to"] == [peer] and rule["ports"] == [{"port": 587, "protocol": "TCP"}]
+    v["networkPolicy"] = {"smtp": {"cidrs": ["10.40.0.25/32"], "ports": []}}
+    refused(v)
+
+
 def test_pdbs(render: Render):
     pdbs = {o["metadata"]["name"]: o for o in render.of("PodDisruptionBudget")}
     for o in render.workers():

@@ -68,7 +68,7 @@ CREATE INDEX notifications_recent ON notifications (created_at DESC, id DESC);
 
 CREATE TABLE notification_deliveries (
     id               uuid PRIMARY KEY DEFAULT gen_random_uuid(),
-    notification_id  uuid NOT NULL REFERENCES notifications (id),
+    notification_id  uuid NOT NULL REFERENCES notifications (id) ON DELETE CASCADE,
     channel_id       uuid NOT NULL REFERENCES notification_channels (id) ON DELETE CASCADE,
     route_id         uuid,
     status           text NOT NULL DEFAULT 'pending' CHECK (status IN ('pending', 'sent', 'dlq')),
@@ -92,12 +92,14 @@ CREATE INDEX notification_deliveries_recent ON notification_deliveries (channel_
     WHERE last_attempt_at IS NOT NULL;
 
 -- One notification per event: kind, severity, subject, data; the movement and template when
--- there is one. A second write of the same event (the same dedupe key) is a no-op.
+-- there is one. A second write of the same event (the same dedupe key) is a no-op. Nothing is
+-- written while no route exists (a deployment that tells nobody keeps no outbox).
 CREATE OR REPLACE FUNCTION qtg_notify(
     p_key text, p_kind text, p_severity text, p_movement uuid, p_template text, p_subject text, p_data jsonb
 ) RETURNS void LANGUAGE sql AS $$
     INSERT INTO notifications (dedupe_key, kind, severity, movement_id, template_key, subject, data)
-    VALUES (p_key, p_kind, p_severity, p_movement, p_template, left(p_subject, 500), p_data)
+    SELECT p_key, p_kind, p_severity, p_movement, p_template, left(p_subject, 500), p_data
+     WHERE EXISTS (SELECT 1 FROM notification_routes)
     ON CONFLICT (dedupe_key) DO NOTHING
 $$;
 

@@ -119,6 +119,9 @@ impl Treasury {
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn snapshots_retention_a_failing_fetcher_fresh_and_stale() -> anyhow::Result<()> {
     let t = Treasury::start(&[
+        // Retention alone: with balance_history_rollup on, a snapshot stays until its hour is
+        // rolled up (snapshots_roll_up_per_hour_and_day_once_and_outlive_the_snapshots).
+        ("MG_BALANCE_HISTORY_ENABLED", "false"),
         ("MG_BALANCE_SNAPSHOT_RETENTION_SECONDS", "3"),
         ("MG_BALANCE_STALE_THRESHOLD_SECONDS", "2"),
         ("MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS", "30"),

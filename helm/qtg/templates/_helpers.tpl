@@ -133,7 +133,7 @@ args: {{ default (list) $w.args | toJson }}
 env: {{ default (dict) $w.env | toJson }}
 secretEnv: {{ default (dict) $w.secretEnv | toJson }}
 http: {{ mergeOverwrite (dict "enabled" false "port" 8080) (default (dict) $w.http) | toJson }}
-egress: {{ mergeOverwrite (dict "executors" false "callbacks" false) (default (dict) $w.egress) | toJson }}
+egress: {{ mergeOverwrite (dict "executors" false "callbacks" false "smtp" false) (default (dict) $w.egress) | toJson }}
 resources: {{ default (dict) $w.resources | toJson }}
 autoscaling: {{ mergeOverwrite (dict "enabled" false "minReplicas" 2 "maxReplicas" 6 "targetCPUUtilizationPercentage" 70) (default (dict) $w.autoscaling) | toJson }}
 pdb: {{ default (dict) $w.pdb | toJson }}

@@ -20,7 +20,8 @@ pub const MAX_RULES: usize = 200;
 /// The roles of qtg's API keys, lowest first; a group's `role` admits that role and above.
 pub const ROLES: [&str; 5] = ["viewer", "requester", "approver", "operator", "admin"];
 
-fn rank(role: &str) -> Option<usize> {
+/// A role's place in [`ROLES`] (a higher role holds every lower one).
+pub fn rank(role: &str) -> Option<usize> {
     ROLES.iter().position(|r| *r == role)
 }
 

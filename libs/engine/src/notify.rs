@@ -16,9 +16,12 @@
 //! the others are leased and sent meanwhile. Channel secrets (a chat webhook's URL, a signing
 //! secret, an SMTP password) are read only to send and never logged.
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use qtg_core::policy::{ApproverGroup, Policy};
+use qtg_core::text::same_principal;
 use qtg_store::notify::{self, Leased, Taken};
 use qtg_wire_auth::standard::{Scheme, WebhookSecret};
 use serde_json::{json, Value};
@@ -60,6 +63,9 @@ pub struct NotifySettings {
     pub unknown_grace: Duration,
     /// `MG_WORKER_STALE_SECONDS`: a heartbeat older than this is a stale worker.
     pub worker_stale: Duration,
+    /// `MG_NOTIFY_RETENTION_SECONDS` (30 days): notifications whose deliveries are all final
+    /// are deleted after this.
+    pub retention: Duration,
     /// `MG_NOTIFY_LINK_BASE_URL`: the console's base URL, for links in messages.
     pub link_base: Option<String>,
     /// `MG_NOTIFY_MAX_IN_FLIGHT` (8): messages in flight at once per process.
@@ -81,6 +87,7 @@ impl NotifySettings {
             timeout: Duration::from_secs(10),
             unknown_grace: Duration::from_secs(300),
             worker_stale: Duration::from_secs(30),
+            retention: Duration::from_secs(30 * 86_400),
             link_base: None,
             slots: Arc::new(Semaphore::new(capacity as usize)),
             capacity,
@@ -99,6 +106,7 @@ impl std::fmt::Debug for NotifySettings {
             .field("max_attempts", &self.max_attempts)
             .field("timeout", &self.timeout)
             .field("unknown_grace", &self.unknown_grace)
+            .field("retention", &self.retention)
             .field("link_base", &self.link_base)
             .field("max_in_flight", &self.capacity)
             .finish()
@@ -125,7 +133,35 @@ impl Engine {
                 "conditions to tell people found (UNKNOWN past grace, stale workers)"
             );
         }
-        let (routed, deliveries) = notify::route(&mut conn, ROUTE_BATCH, s.max_attempts).await?;
+        let deleted = notify::delete_older_than(&mut conn, s.retention.as_secs_f64()).await?;
+        if deleted > 0 {
+            tracing::info!(deleted, "notifications past the retention deleted");
+        }
+        let (evaluated, candidates) = notify::approver_candidates(&mut conn, ROUTE_BATCH).await?;
+        let eligible = if candidates.is_empty() {
+            Vec::new()
+        } else {
+            let keys = notify::active_principals(&mut conn).await?;
+            let mut policies: BTreeMap<i32, Option<Policy>> = BTreeMap::new();
+            let mut eligible = Vec::new();
+            for c in &candidates {
+                let policy = match c.policy_version {
+                    None => None,
+                    Some(v) => {
+                        if let std::collections::btree_map::Entry::Vacant(e) = policies.entry(v) {
+                            let doc = qtg_store::policy::get_version(&mut conn, v, false).await?;
+                            e.insert(doc.and_then(|d| serde_json::from_value::<Policy>(d.document).ok()));
+                        }
+                        policies.get(&v).and_then(Option::as_ref)
+                    }
+                };
+                if may_approve(c, policy, &keys) {
+                    eligible.push((c.notification_id, c.route_id));
+                }
+            }
+            eligible
+        };
+        let (routed, deliveries) = notify::route(&mut conn, ROUTE_BATCH, s.max_attempts, &evaluated, &eligible).await?;
         if routed > 0 {
             tracing::info!(notifications = routed, deliveries, "notifications routed");
         }
@@ -347,6 +383,42 @@ impl Engine {
         }
         .await;
         finish(tx, res).await
+    }
+}
+
+/// Whether the route's approver may give the approval the notification asks for, as the
+/// approval itself would judge it: not the movement's creator, not one who approved already, an
+/// active key of approver rank or above, and — when a policy decided the movement — a seat in
+/// one of its approver groups (named, by a named group of the policy, or by role or above).
+fn may_approve(c: &notify::ApproverCandidate, policy: Option<&Policy>, keys: &[(String, Vec<String>)]) -> bool {
+    let Some(created_by) = &c.created_by else { return false };
+    if same_principal(&c.approver, created_by) || c.approved_by.iter().any(|a| same_principal(a, &c.approver)) {
+        return false;
+    }
+    let Some(role) = keys
+        .iter()
+        .filter(|(p, _)| same_principal(p, &c.approver))
+        .flat_map(|(_, roles)| roles.iter())
+        .max_by_key(|r| qtg_core::policy::rank(r))
+    else {
+        return false;
+    };
+    if qtg_core::policy::rank(role) < qtg_core::policy::rank("approver") {
+        return false;
+    }
+    let groups: Vec<ApproverGroup> =
+        c.policy_groups.clone().and_then(|g| serde_json::from_value(g).ok()).unwrap_or_default();
+    if groups.is_empty() {
+        return true;
+    }
+    match policy {
+        Some(p) => groups.iter().any(|g| p.is_member(g, &c.approver, role)),
+        // The version is unreadable: only a group naming the principal or a role seats them.
+        None => groups.iter().any(|g| {
+            g.principals.iter().any(|p| same_principal(p, &c.approver))
+                || g.role.as_deref().and_then(qtg_core::policy::rank) <= qtg_core::policy::rank(role)
+                    && g.role.is_some()
+        }),
     }
 }
 

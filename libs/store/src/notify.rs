@@ -216,14 +216,96 @@ pub async fn scan_conditions(
     Ok(unknown + stale)
 }
 
+/// Deletes notifications older than `retention_seconds` whose deliveries are all final (sent or
+/// dead-lettered), with their deliveries (at most 5,000 a call). Returns how many notifications.
+pub async fn delete_older_than(conn: &mut PgConnection, retention_seconds: f64) -> Result<u64> {
+    let r = sqlx::query!(
+        "DELETE FROM notifications WHERE id IN (
+             SELECT n.id FROM notifications n
+              WHERE n.created_at < now() - make_interval(secs => $1)
+                AND NOT EXISTS (SELECT 1 FROM notification_deliveries d
+                                 WHERE d.notification_id = n.id AND d.status = 'pending')
+              LIMIT 5000)",
+        retention_seconds
+    )
+    .execute(&mut *conn)
+    .await?;
+    Ok(r.rows_affected())
+}
+
+/// A route naming an approver, against an `approval_needed` notification not routed yet: what
+/// deciding whether that principal may give the approval needs.
+#[derive(Debug, Clone)]
+pub struct ApproverCandidate {
+    pub notification_id: Uuid,
+    pub route_id: Uuid,
+    pub approver: String,
+    /// The movement's creator, its policy version and approver groups, who approved it so far
+    /// (none when the movement is gone).
+    pub created_by: Option<String>,
+    pub policy_version: Option<i32>,
+    pub policy_groups: Option<Value>,
+    pub approved_by: Vec<String>,
+}
+
+/// The oldest `approval_needed` notifications not routed yet (up to `limit`), and each of them
+/// against every route that names an approver.
+pub async fn approver_candidates(conn: &mut PgConnection, limit: i64) -> Result<(Vec<Uuid>, Vec<ApproverCandidate>)> {
+    let ids: Vec<Uuid> = sqlx::query_scalar!(
+        "SELECT id FROM notifications WHERE routed_at IS NULL AND kind = 'approval_needed'
+          ORDER BY created_at, id LIMIT $1",
+        limit
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    let candidates = sqlx::query_as!(
+        ApproverCandidate,
+        r#"SELECT n.id AS notification_id, r.id AS route_id, r.approver AS "approver!", m.created_by AS "created_by?",
+                  m.policy_version, m.policy_groups,
+                  COALESCE((SELECT array_agg(a.approver) FROM movement_approvals a WHERE a.request_id = m.id),
+                           '{}') AS "approved_by!"
+             FROM notifications n
+             JOIN notification_routes r ON r.approver IS NOT NULL
+             LEFT JOIN movement_requests m ON m.id = n.movement_id
+            WHERE n.id = ANY ($1)"#,
+        &ids
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    Ok((ids, candidates))
+}
+
+/// Every active API key's principal and roles (who may approve what).
+pub async fn active_principals(conn: &mut PgConnection) -> Result<Vec<(String, Vec<String>)>> {
+    Ok(sqlx::query!(
+        "SELECT principal, roles FROM api_keys WHERE revoked_at IS NULL AND (expires_at IS NULL OR expires_at > now())"
+    )
+    .fetch_all(&mut *conn)
+    .await?
+    .into_iter()
+    .map(|r| (r.principal, r.roles))
+    .collect())
+}
+
 /// Routes up to `limit` notifications not routed yet (SKIP LOCKED: each by one replica): a
 /// delivery per matching route's channel (one per notification and channel), due now, at the
-/// end of the route's quiet hours (below `critical`) or at its next digest boundary. Returns
-/// `(notifications routed, deliveries made)`.
-pub async fn route(conn: &mut PgConnection, limit: i64, max_attempts: i32) -> Result<(u64, u64)> {
+/// end of the route's quiet hours (below `critical`) or at its next digest boundary. An
+/// `approval_needed` notification is routed only once `evaluated` (its approver routes judged,
+/// [`approver_candidates`]), through an approver route only when `eligible` pairs it with that
+/// route. Returns `(notifications routed, deliveries made)`.
+pub async fn route(
+    conn: &mut PgConnection,
+    limit: i64,
+    max_attempts: i32,
+    evaluated: &[Uuid],
+    eligible: &[(Uuid, Uuid)],
+) -> Result<(u64, u64)> {
+    let (eligible_n, eligible_r): (Vec<Uuid>, Vec<Uuid>) = eligible.iter().copied().unzip();
     let r = sqlx::query!(
         r#"WITH picked AS (
-             SELECT id FROM notifications WHERE routed_at IS NULL ORDER BY created_at, id LIMIT $1
+             SELECT id FROM notifications
+              WHERE routed_at IS NULL AND (kind <> 'approval_needed' OR id = ANY ($3))
+              ORDER BY created_at, id LIMIT $1
              FOR UPDATE SKIP LOCKED
          ), matched AS (
              SELECT DISTINCT ON (n.id, r.channel_id) n.id AS notification_id, r.channel_id, r.id AS route_id,
@@ -237,24 +319,8 @@ pub async fn route(conn: &mut PgConnection, limit: i64, max_attempts: i32) -> Re
                     >= array_position(ARRAY['info', 'warning', 'critical'], r.min_severity)
                JOIN notification_channels c ON c.id = r.channel_id AND c.enabled
                LEFT JOIN movement_requests m ON m.id = n.movement_id
-              WHERE r.approver IS NULL OR n.kind <> 'approval_needed' OR (
-                    m.id IS NOT NULL AND lower(r.approver) <> lower(m.created_by)
-                AND NOT EXISTS (SELECT 1 FROM movement_approvals a
-                                 WHERE a.request_id = m.id AND lower(a.approver) = lower(r.approver))
-                AND EXISTS (SELECT 1 FROM api_keys k
-                             WHERE lower(k.principal) = lower(r.approver) AND k.revoked_at IS NULL
-                               AND (k.expires_at IS NULL OR k.expires_at > now())
-                               AND k.roles && ARRAY['approver', 'operator', 'admin'])
-                AND (m.policy_groups IS NULL OR jsonb_typeof(m.policy_groups) <> 'array'
-                     OR jsonb_array_length(m.policy_groups) = 0
-                     OR EXISTS (SELECT 1 FROM jsonb_array_elements(m.policy_groups) g
-                                 WHERE EXISTS (SELECT 1 FROM jsonb_array_elements_text(
-                                                   CASE WHEN jsonb_typeof(g -> 'principals') = 'array'
-                                                        THEN g -> 'principals' ELSE '[]'::jsonb END) p
-                                                WHERE lower(p) = lower(r.approver))
-                                    OR EXISTS (SELECT 1 FROM api_keys k
-                                                WHERE lower(k.principal) = lower(r.approver)
-                                                  AND k.revoked_at IS NULL AND (g ->> 'role') = ANY (k.roles)))))
+              WHERE r.approver IS NULL OR n.kind <> 'approval_needed'
+                 OR (n.id, r.id) IN (SELECT * FROM unnest($4::uuid[], $5::uuid[]))
               ORDER BY n.id, r.channel_id, r.created_at
          ), timed AS (
              SELECT x.*, now() AS now_,
@@ -287,7 +353,10 @@ pub async fn route(conn: &mut PgConnection, limit: i64, max_attempts: i32) -> Re
          )
          SELECT (SELECT count(*) FROM marked) AS "routed!", (SELECT count(*) FROM made) AS "made!""#,
         limit,
-        max_attempts
+        max_attempts,
+        evaluated,
+        &eligible_n,
+        &eligible_r
     )
     .fetch_one(&mut *conn)
     .await?;
@@ -399,7 +468,7 @@ pub async fn take(
     .await?)
 }
 
-/// Records a message of channel lease `token`: its deliveries `ids` sent, or failed with
+/// Records a message of channel lease `token` (while it holds): its deliveries `ids` sent, or failed with
 /// `error` — each retried after `max(2^min(attempts,6), min(retry_after, 64))` s, dead-lettered
 /// once its attempts are used — and audits each; then releases the lease. Returns the
 /// deliveries whose outcome was recorded, with their new status.
@@ -423,6 +492,9 @@ pub async fn record(
                                                                  LEAST(COALESCE($5::float8, 0), 64))) END,
                  updated_at = now()
               WHERE d.id = ANY ($3) AND d.channel_id = $1 AND d.batch_id = $2 AND d.status = 'pending'
+                -- Only while the lease is this one: a lease that ran out and was taken again
+                -- records nothing (the message is sent again: at least once).
+                AND EXISTS (SELECT 1 FROM notification_channels c WHERE c.id = $1 AND c.lease_token = $2)
              RETURNING d.id, d.status, d.attempts, d.notification_id, d.last_error
          ), audited AS (
              INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)

@@ -268,6 +268,7 @@ pub fn engine_settings(s: &Settings) -> EngineSettings {
             unknown_grace: s.notify_unknown_grace,
             worker_stale: s.worker_stale,
             link_base: s.notify_link_base.clone(),
+            retention: s.notify_retention,
             ..qtg_engine::notify::NotifySettings::new(s.notify_max_in_flight)
         },
         ingest: qtg_engine::ingest::IngestSettings {

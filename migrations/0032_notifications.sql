@@ -38,6 +38,9 @@ CREATE TABLE notification_routes (
     -- approval_needed only when this principal may give the approval (not its creator, an
     -- approver's key, a seat in the policy's groups when the movement has them).
     approver       text,
+    -- approval_needed only when a holder of this role may give the approval (the policy's
+    -- groups admit the role, or no policy decided it): e.g. a channel every approver reads.
+    approver_role  text CHECK (approver_role IN ('approver', 'operator', 'admin')),
     -- Quiet hours, minutes of the UTC day [start, end) (may wrap midnight): deliveries below
     -- critical wait for the end.
     quiet_start    integer CHECK (quiet_start BETWEEN 0 AND 1439),

@@ -65,6 +65,8 @@ async fn approvers_are_told_once_by_mail_and_webhook_and_a_failing_channel_holds
     let chat =
         channel(json!({"name": "ops-chat", "kind": "slack", "url": format!("{base}/slack/{SLACK_TOKEN}")})).await?;
     let broken = channel(json!({"name": "broken-hook", "kind": "webhook", "url": format!("{base}/fail")})).await?;
+    let approvers =
+        channel(json!({"name": "approvers-chat", "kind": "teams", "url": format!("{base}/teams/approvers")})).await?;
     let generated = broken["secret"].as_str().context("a generated secret is shown once")?.to_string();
     assert!(mail.get("secret").is_none() && hook.get("secret").is_none(), "a given secret is never shown");
 
@@ -97,11 +99,16 @@ async fn approvers_are_told_once_by_mail_and_webhook_and_a_failing_channel_holds
     route(json!({"channel_id": id(&hook), "event_kinds": ["approval_needed"], "templates": ["t.notify"]})).await?;
     route(json!({"channel_id": id(&chat)})).await?;
     route(json!({"channel_id": id(&broken), "event_kinds": ["approval_needed"]})).await?;
+    // A channel every approver reads: told when a holder of the role may approve.
+    route(json!({"channel_id": id(&approvers), "event_kinds": ["approval_needed"], "approver_role": "approver"}))
+        .await?;
     for bad in [
         json!({"channel_id": id(&mail), "event_kinds": ["coffee_ready"]}),
         json!({"channel_id": id(&mail), "quiet_hours": {"start": "25:00", "end": "07:00"}}),
         json!({"channel_id": id(&mail), "min_severity": "loud"}),
         json!({"channel_id": uuid::Uuid::new_v4()}),
+        json!({"channel_id": id(&mail), "approver": "alice", "approver_role": "approver"}),
+        json!({"channel_id": id(&mail), "approver_role": "viewer"}),
     ] {
         let (s, b) = api.call("POST", "/v3/notification-routes", &admin, Some(bad.clone())).await?;
         assert!(matches!(s, 400 | 404), "{bad}: {s} {b}");
@@ -167,6 +174,7 @@ async fn approvers_are_told_once_by_mail_and_webhook_and_a_failing_channel_holds
             Ok(sent(status(id(&mail)).await?)
                 && sent(status(id(&hook)).await?)
                 && sent(status(id(&chat)).await?)
+                && sent(status(id(&approvers)).await?)
                 && status(id(&broken)).await?.is_some_and(|r| r.1 >= 1))
         },
     )
@@ -206,6 +214,7 @@ async fn approvers_are_told_once_by_mail_and_webhook_and_a_failing_channel_holds
     let text: Value = serde_json::from_str(chats[0]["body"].as_str().unwrap())?;
     assert!(text["text"].as_str().unwrap().contains("Approval needed: t.notify 125.5 USDC"), "{text}");
     assert!(on("/fail").len() >= 2 || broken_now.1 >= 1, "the broken channel was tried");
+    assert_eq!(on("/teams/approvers").len(), 1, "the approvers' channel, once");
 
     // Every delivery audited; the API shows them.
     let audited: Vec<(String, Value)> =
@@ -217,12 +226,12 @@ async fn approvers_are_told_once_by_mail_and_webhook_and_a_failing_channel_holds
         audited.iter().filter(|a| a.0 == "notification.delivered").map(|a| a.1["channel"].as_str().unwrap()).collect();
     let mut delivered = delivered;
     delivered.sort();
-    assert_eq!(delivered, ["alice-mail", "ops-chat", "ops-hook"], "{audited:#?}");
+    assert_eq!(delivered, ["alice-mail", "approvers-chat", "ops-chat", "ops-hook"], "{audited:#?}");
     assert!(audited.iter().any(|a| a.0 == "notification.failed" && a.1["channel"] == "broken-hook"));
     let listed = api.ok("GET", "/v3/notifications?kind=approval_needed", &keys.operator, None, 200).await?;
     let item = &listed["items"][0];
     assert_eq!(item["id"], notification.as_str());
-    assert_eq!(item["deliveries"].as_array().unwrap().len(), 4, "{item:#}");
+    assert_eq!(item["deliveries"].as_array().unwrap().len(), 5, "{item:#}");
     drop(replicas);
     db.drop_db().await;
     Ok(())

@@ -150,7 +150,7 @@ impl Engine {
                     Some(v) => {
                         if let std::collections::btree_map::Entry::Vacant(e) = policies.entry(v) {
                             let doc = qtg_store::policy::get_version(&mut conn, v, false).await?;
-                            e.insert(doc.and_then(|d| serde_json::from_value::<Policy>(d.document).ok()));
+                            e.insert(doc.and_then(|d| Policy::from_json(&d.document).ok()));
                         }
                         policies.get(&v).and_then(Option::as_ref)
                     }
@@ -234,6 +234,13 @@ impl Engine {
         match recorded {
             Ok(rows) => {
                 let dlq = rows.iter().filter(|r| r.1 == "dlq").count();
+                for (_, status) in &rows {
+                    qtg_telemetry::sink().notification_delivery(match status.as_str() {
+                        "sent" => "delivered",
+                        "dlq" => "dlq",
+                        _ => "retry",
+                    });
+                }
                 match &outcome {
                     Ok(()) => tracing::info!(
                         channel = %channel.name, kind = %channel.kind, notifications = ?notifications,
@@ -387,39 +394,43 @@ impl Engine {
 }
 
 /// Whether the route's approver may give the approval the notification asks for, as the
-/// approval itself would judge it: not the movement's creator, not one who approved already, an
-/// active key of approver rank or above, and — when a policy decided the movement — a seat in
-/// one of its approver groups (named, by a named group of the policy, or by role or above).
+/// approval itself would judge it. A principal: not the movement's creator, not one who
+/// approved already, an active key of approver rank or above, and — when a policy decided the
+/// movement — a seat in one of its approver groups (named, through a named group of the policy,
+/// or by role or above). A role (of approver rank or above): no policy decided it, or one of
+/// its groups seats that role.
 fn may_approve(c: &notify::ApproverCandidate, policy: Option<&Policy>, keys: &[(String, Vec<String>)]) -> bool {
+    use qtg_core::policy::rank;
     let Some(created_by) = &c.created_by else { return false };
-    if same_principal(&c.approver, created_by) || c.approved_by.iter().any(|a| same_principal(a, &c.approver)) {
-        return false;
-    }
-    let Some(role) = keys
-        .iter()
-        .filter(|(p, _)| same_principal(p, &c.approver))
-        .flat_map(|(_, roles)| roles.iter())
-        .max_by_key(|r| qtg_core::policy::rank(r))
-    else {
-        return false;
-    };
-    if qtg_core::policy::rank(role) < qtg_core::policy::rank("approver") {
-        return false;
-    }
     let groups: Vec<ApproverGroup> =
         c.policy_groups.clone().and_then(|g| serde_json::from_value(g).ok()).unwrap_or_default();
-    if groups.is_empty() {
-        return true;
-    }
-    match policy {
-        Some(p) => groups.iter().any(|g| p.is_member(g, &c.approver, role)),
-        // The version is unreadable: only a group naming the principal or a role seats them.
+    let seats = |principal: &str, role: &str| match policy {
+        Some(p) => groups.iter().any(|g| p.is_member(g, principal, role)),
+        // The version is unreadable: only a group naming the principal or its role seats them.
         None => groups.iter().any(|g| {
-            g.principals.iter().any(|p| same_principal(p, &c.approver))
-                || g.role.as_deref().and_then(qtg_core::policy::rank) <= qtg_core::policy::rank(role)
-                    && g.role.is_some()
+            g.principals.iter().any(|p| same_principal(p, principal))
+                || g.role.as_deref().and_then(rank).is_some_and(|need| rank(role).is_some_and(|has| has >= need))
         }),
-    }
+    };
+    let (principal, role) = match (&c.approver, &c.approver_role) {
+        (Some(p), _) => {
+            if same_principal(p, created_by) || c.approved_by.iter().any(|a| same_principal(a, p)) {
+                return false;
+            }
+            let role = keys
+                .iter()
+                .filter(|(k, _)| same_principal(k, p))
+                .flat_map(|(_, roles)| roles.iter())
+                .max_by_key(|r| rank(r))
+                .map(String::as_str);
+            (p.as_str(), role)
+        }
+        // No principal: a role is seated only by a group naming that role (or none at all).
+        (None, Some(r)) => ("", Some(r.as_str())),
+        (None, None) => return false,
+    };
+    let Some(role) = role.filter(|r| rank(r) >= rank("approver")) else { return false };
+    groups.is_empty() || seats(principal, role)
 }
 
 /// The console's link to what a notification is about, when a base URL is set.
@@ -566,6 +577,56 @@ mod tests {
             data: json!({}),
             created_at: chrono::DateTime::from_timestamp(1_796_000_000, 0).unwrap(),
         }
+    }
+
+    /// The approver routes judge as the approval does: the creator, one who approved, a key
+    /// below approver and a principal without a seat in the policy's groups are never told; a
+    /// named group of the policy and a higher role seat them; a role route follows the groups.
+    #[test]
+    fn an_approver_route_tells_only_who_may_approve() {
+        let policy = Policy::from_json(&json!({
+            "groups": {"finance": ["erin"]},
+            "rules": [{"name": "all", "action": {"type": "approve", "groups": [{"min": 1, "group": "finance"}]}}]
+        }))
+        .unwrap();
+        let keys: Vec<(String, Vec<String>)> = [
+            ("alice", "approver"),
+            ("erin", "approver"),
+            ("ops", "operator"),
+            ("bot", "requester"),
+            ("viewer", "viewer"),
+        ]
+        .iter()
+        .map(|(p, r)| (p.to_string(), vec![r.to_string()]))
+        .collect();
+        let candidate = |approver: Option<&str>, role: Option<&str>, groups: Option<Value>, approved: &[&str]| {
+            notify::ApproverCandidate {
+                notification_id: Uuid::nil(),
+                route_id: Uuid::nil(),
+                approver: approver.map(str::to_string),
+                approver_role: role.map(str::to_string),
+                created_by: Some("bot".into()),
+                policy_version: groups.as_ref().map(|_| 1),
+                policy_groups: groups,
+                approved_by: approved.iter().map(|a| a.to_string()).collect(),
+            }
+        };
+        let no_policy = |p: &str| may_approve(&candidate(Some(p), None, None, &[]), None, &keys);
+        assert!(no_policy("alice") && no_policy("ops") && no_policy("ALICE"));
+        assert!(!no_policy("bot"), "the creator");
+        assert!(!no_policy("viewer") && !no_policy("nobody"), "no approver key");
+        assert!(!may_approve(&candidate(Some("alice"), None, None, &["alice"]), None, &keys), "approved already");
+        let finance = json!([{"min": 1, "group": "finance"}]);
+        let by_group =
+            |p: &str| may_approve(&candidate(Some(p), None, Some(finance.clone()), &[]), Some(&policy), &keys);
+        assert!(by_group("erin") && !by_group("alice"), "a seat through the policy's named group");
+        let operators = json!([{"min": 1, "role": "operator"}]);
+        let by_role = |p: Option<&str>, r: Option<&str>| {
+            may_approve(&candidate(p, r, Some(operators.clone()), &[]), Some(&policy), &keys)
+        };
+        assert!(by_role(Some("ops"), None) && !by_role(Some("alice"), None), "operator or above");
+        assert!(by_role(None, Some("admin")) && by_role(None, Some("operator")) && !by_role(None, Some("approver")));
+        assert!(may_approve(&candidate(None, Some("approver"), None, &[]), None, &keys), "no policy: approvers");
     }
 
     #[test]

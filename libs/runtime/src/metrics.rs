@@ -92,6 +92,7 @@ struct Inner {
     executor_calls: Family<CallLabel, Histogram>,
     claim_misses: Family<PickupLabel, Counter>,
     callback_deliveries: Family<OutcomeLabel, Counter>,
+    notification_deliveries: Family<OutcomeLabel, Counter>,
     venue_unknown_status: Family<VenueStatusLabel, Counter>,
     deprecated_signatures: Family<SignatureLabel, Counter>,
 }
@@ -168,8 +169,10 @@ impl Metrics {
         let claim_misses = Family::<PickupLabel, Counter>::default();
         let callback_deliveries = Family::<OutcomeLabel, Counter>::default();
         // Series exist from the start (at 0), so rate()/increase() see the first event.
+        let notification_deliveries = Family::<OutcomeLabel, Counter>::default();
         for outcome in ["delivered", "retry", "dlq"] {
             let _ = callback_deliveries.get_or_create(&OutcomeLabel { outcome: outcome.into() });
+            let _ = notification_deliveries.get_or_create(&OutcomeLabel { outcome: outcome.into() });
         }
         for pickup in ["dispatch", "observe", "recover"] {
             let _ = claim_misses.get_or_create(&PickupLabel { pickup: pickup.into() });
@@ -194,6 +197,11 @@ impl Metrics {
             "callback_deliveries",
             "Callback delivery attempts by outcome (delivered, retry, dlq)",
             callback_deliveries.clone(),
+        );
+        registry.register(
+            "notification_deliveries",
+            "Notification deliveries attempted by outcome (delivered, retry, dlq; a digest counts each it carried)",
+            notification_deliveries.clone(),
         );
         let venue_unknown_status = Family::<VenueStatusLabel, Counter>::default();
         registry.register(
@@ -241,6 +249,7 @@ impl Metrics {
                 executor_calls,
                 claim_misses,
                 callback_deliveries,
+                notification_deliveries,
                 processed,
                 tick_errors,
                 consecutive_errors,
@@ -338,6 +347,10 @@ impl qtg_telemetry::Sink for Metrics {
 
     fn callback_delivery(&self, outcome: &str) {
         self.inner.callback_deliveries.get_or_create(&OutcomeLabel { outcome: outcome.into() }).inc();
+    }
+
+    fn notification_delivery(&self, outcome: &str) {
+        self.inner.notification_deliveries.get_or_create(&OutcomeLabel { outcome: outcome.into() }).inc();
     }
 
     fn venue_unknown_status(&self, venue: &str, kind: &str, code: i64) {

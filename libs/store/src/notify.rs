@@ -98,6 +98,8 @@ pub struct Route {
     pub min_severity: String,
     /// `approval_needed` only when this principal may give the approval.
     pub approver: Option<String>,
+    /// `approval_needed` only when a holder of this role may give it.
+    pub approver_role: Option<String>,
     /// Quiet hours, minutes of the UTC day `[start, end)`.
     pub quiet_start: Option<i32>,
     pub quiet_end: Option<i32>,
@@ -113,6 +115,7 @@ pub struct NewRoute<'a> {
     pub templates: &'a [String],
     pub min_severity: &'a str,
     pub approver: Option<&'a str>,
+    pub approver_role: Option<&'a str>,
     pub quiet: Option<(i32, i32)>,
     pub digest_minutes: Option<i32>,
     pub created_by: &'a str,
@@ -123,10 +126,10 @@ pub async fn create_route(conn: &mut PgConnection, r: &NewRoute<'_>) -> Result<O
     Ok(sqlx::query_as!(
         Route,
         "INSERT INTO notification_routes (id, channel_id, event_kinds, templates, min_severity, approver, quiet_start,
-             quiet_end, digest_minutes, created_by)
-         SELECT $1, c.id, $3, $4, $5, $6, $7, $8, $9, $10 FROM notification_channels c WHERE c.id = $2
-         RETURNING id, channel_id, event_kinds, templates, min_severity, approver, quiet_start, quiet_end,
-                   digest_minutes, created_by, created_at",
+             quiet_end, digest_minutes, created_by, approver_role)
+         SELECT $1, c.id, $3, $4, $5, $6, $7, $8, $9, $10, $11 FROM notification_channels c WHERE c.id = $2
+         RETURNING id, channel_id, event_kinds, templates, min_severity, approver, approver_role, quiet_start,
+                   quiet_end, digest_minutes, created_by, created_at",
         r.id,
         r.channel_id,
         r.event_kinds,
@@ -136,7 +139,8 @@ pub async fn create_route(conn: &mut PgConnection, r: &NewRoute<'_>) -> Result<O
         r.quiet.map(|q| q.0),
         r.quiet.map(|q| q.1),
         r.digest_minutes,
-        r.created_by
+        r.created_by,
+        r.approver_role
     )
     .fetch_optional(&mut *conn)
     .await?)
@@ -145,8 +149,8 @@ pub async fn create_route(conn: &mut PgConnection, r: &NewRoute<'_>) -> Result<O
 pub async fn routes(conn: &mut PgConnection) -> Result<Vec<Route>> {
     Ok(sqlx::query_as!(
         Route,
-        "SELECT id, channel_id, event_kinds, templates, min_severity, approver, quiet_start, quiet_end,
-                digest_minutes, created_by, created_at
+        "SELECT id, channel_id, event_kinds, templates, min_severity, approver, approver_role, quiet_start,
+                quiet_end, digest_minutes, created_by, created_at
            FROM notification_routes ORDER BY created_at, id"
     )
     .fetch_all(&mut *conn)
@@ -157,18 +161,18 @@ pub async fn delete_route(conn: &mut PgConnection, id: Uuid) -> Result<Option<Ro
     Ok(sqlx::query_as!(
         Route,
         "DELETE FROM notification_routes WHERE id = $1
-         RETURNING id, channel_id, event_kinds, templates, min_severity, approver, quiet_start, quiet_end,
-                   digest_minutes, created_by, created_at",
+         RETURNING id, channel_id, event_kinds, templates, min_severity, approver, approver_role, quiet_start,
+                   quiet_end, digest_minutes, created_by, created_at",
         id
     )
     .fetch_optional(&mut *conn)
     .await?)
 }
 
-/// Writes the notifications of conditions that are a matter of time — a node UNKNOWN longer
-/// than `unknown_grace_seconds` (once per node and attempt), a worker whose heartbeat is older
-/// than `stale_seconds` but not gone (`gone_seconds`; once per instance and last beat).
-/// Returns how many were new.
+/// Writes (while a route exists) the notifications of conditions that are a matter of time —
+/// a node UNKNOWN longer than `unknown_grace_seconds` (once per node and attempt), a worker
+/// whose heartbeat is older than `stale_seconds` but not gone (`gone_seconds`; once per
+/// instance and last beat). Returns how many were new.
 pub async fn scan_conditions(
     conn: &mut PgConnection,
     unknown_grace_seconds: f64,
@@ -180,6 +184,7 @@ pub async fn scan_conditions(
              SELECT n.id, n.request_id, n.node_key, n.attempt_no, n.lane, n.updated_at, m.template_key
                FROM movement_request_nodes n JOIN movement_requests m ON m.id = n.request_id
               WHERE n.node_state = 'UNKNOWN' AND n.updated_at < now() - make_interval(secs => $1)
+                AND EXISTS (SELECT 1 FROM notification_routes)
               LIMIT 500)
          INSERT INTO notifications (dedupe_key, kind, severity, movement_id, template_key, subject, data)
          SELECT 'node_unknown:' || id || ':' || attempt_no, 'node_unknown', 'critical', request_id, template_key,
@@ -206,6 +211,7 @@ pub async fn scan_conditions(
            FROM worker_heartbeats
           WHERE last_beat_at < now() - make_interval(secs => $1)
             AND last_beat_at >= now() - make_interval(secs => $2)
+            AND EXISTS (SELECT 1 FROM notification_routes)
          ON CONFLICT (dedupe_key) DO NOTHING",
         stale_seconds,
         gone_seconds
@@ -239,7 +245,9 @@ pub async fn delete_older_than(conn: &mut PgConnection, retention_seconds: f64) 
 pub struct ApproverCandidate {
     pub notification_id: Uuid,
     pub route_id: Uuid,
-    pub approver: String,
+    /// The principal the route names, or none when it names a role.
+    pub approver: Option<String>,
+    pub approver_role: Option<String>,
     /// The movement's creator, its policy version and approver groups, who approved it so far
     /// (none when the movement is gone).
     pub created_by: Option<String>,
@@ -249,7 +257,7 @@ pub struct ApproverCandidate {
 }
 
 /// The oldest `approval_needed` notifications not routed yet (up to `limit`), and each of them
-/// against every route that names an approver.
+/// against every route that names an approver (a principal or a role).
 pub async fn approver_candidates(conn: &mut PgConnection, limit: i64) -> Result<(Vec<Uuid>, Vec<ApproverCandidate>)> {
     let ids: Vec<Uuid> = sqlx::query_scalar!(
         "SELECT id FROM notifications WHERE routed_at IS NULL AND kind = 'approval_needed'
@@ -260,12 +268,12 @@ pub async fn approver_candidates(conn: &mut PgConnection, limit: i64) -> Result<
     .await?;
     let candidates = sqlx::query_as!(
         ApproverCandidate,
-        r#"SELECT n.id AS notification_id, r.id AS route_id, r.approver AS "approver!", m.created_by AS "created_by?",
-                  m.policy_version, m.policy_groups,
+        r#"SELECT n.id AS notification_id, r.id AS route_id, r.approver, r.approver_role,
+                  m.created_by AS "created_by?", m.policy_version, m.policy_groups,
                   COALESCE((SELECT array_agg(a.approver) FROM movement_approvals a WHERE a.request_id = m.id),
                            '{}') AS "approved_by!"
              FROM notifications n
-             JOIN notification_routes r ON r.approver IS NOT NULL
+             JOIN notification_routes r ON r.approver IS NOT NULL OR r.approver_role IS NOT NULL
              LEFT JOIN movement_requests m ON m.id = n.movement_id
             WHERE n.id = ANY ($1)"#,
         &ids
@@ -319,7 +327,7 @@ pub async fn route(
                     >= array_position(ARRAY['info', 'warning', 'critical'], r.min_severity)
                JOIN notification_channels c ON c.id = r.channel_id AND c.enabled
                LEFT JOIN movement_requests m ON m.id = n.movement_id
-              WHERE r.approver IS NULL OR n.kind <> 'approval_needed'
+              WHERE (r.approver IS NULL AND r.approver_role IS NULL) OR n.kind <> 'approval_needed'
                  OR (n.id, r.id) IN (SELECT * FROM unnest($4::uuid[], $5::uuid[]))
               ORDER BY n.id, r.channel_id, r.created_at
          ), timed AS (
@@ -389,7 +397,9 @@ pub async fn lease_channels(conn: &mut PgConnection, limit: i64, lease_seconds: 
                 AND (SELECT count(DISTINCT d.batch_id) FROM notification_deliveries d
                       WHERE d.channel_id = c.id AND d.last_attempt_at > now() - interval '1 minute')
                     < c.rate_per_minute
-              ORDER BY c.lease_expires_at NULLS FIRST, c.id
+              -- The channel whose oldest due delivery waited longest first: none starves.
+              ORDER BY (SELECT min(d.next_attempt_at) FROM notification_deliveries d
+                         WHERE d.channel_id = c.id AND d.status = 'pending'), c.id
               LIMIT $1
               FOR UPDATE SKIP LOCKED
          )
@@ -432,10 +442,18 @@ pub async fn take(
     lease_seconds: f64,
 ) -> Result<Vec<Taken>> {
     sqlx::query!(
-        "UPDATE notification_deliveries SET status = 'dlq', updated_at = now(),
-             last_error = left('no outcome recorded for attempt ' || attempts
-                               || COALESCE(' (last error: ' || last_error || ')', ''), 2000)
-          WHERE channel_id = $1 AND status = 'pending' AND attempts >= max_attempts AND next_attempt_at <= now()",
+        "WITH dead AS (
+             UPDATE notification_deliveries SET status = 'dlq', updated_at = now(),
+                 last_error = left('no outcome recorded for attempt ' || attempts
+                                   || COALESCE(' (last error: ' || last_error || ')', ''), 2000)
+              WHERE channel_id = $1 AND status = 'pending' AND attempts >= max_attempts AND next_attempt_at <= now()
+             RETURNING id, notification_id, attempts, last_error)
+         INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
+         SELECT gen_random_uuid(), 'notification_dispatcher', 'notification.dead_lettered', 'notification',
+                d.notification_id::text, n.movement_id,
+                jsonb_build_object('delivery_id', d.id, 'channel_id', $1::uuid, 'channel', c.name, 'kind', n.kind,
+                                   'attempt', d.attempts, 'error', d.last_error)
+           FROM dead d JOIN notifications n ON n.id = d.notification_id JOIN notification_channels c ON c.id = $1",
         channel_id
     )
     .execute(&mut *conn)

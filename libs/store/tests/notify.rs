@@ -51,6 +51,7 @@ async fn route(
             templates: &[],
             min_severity: "info",
             approver: None,
+            approver_role: None,
             quiet,
             digest_minutes: digest,
             created_by: "admin",

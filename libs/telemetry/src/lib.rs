@@ -16,6 +16,8 @@ pub trait Sink: Send + Sync {
     fn claim_miss(&self, _pickup: &str) {}
     /// A callback delivery attempt ended: `delivered`, `retry` or `dlq`.
     fn callback_delivery(&self, _outcome: &str) {}
+    /// A notification message ended: `delivered`, `retry` or `dlq` (once per delivery it carried).
+    fn notification_delivery(&self, _outcome: &str) {}
     /// A venue reported a status code the lane's mapping does not know (runbook C5): `kind`
     /// is `withdrawal` or `deposit`.
     fn venue_unknown_status(&self, _venue: &str, _kind: &str, _code: i64) {}

@@ -332,6 +332,10 @@ pub struct CreateRouteBody {
     #[serde(default)]
     #[schema(max_length = 128)]
     approver: Option<String>,
+    /// approval_needed goes through this route only when a holder of this role (approver,
+    /// operator or admin) may give the approval; not with approver
+    #[serde(default)]
+    approver_role: Option<String>,
     /// Below critical, deliveries wait for the end of these hours
     #[serde(default)]
     quiet_hours: Option<QuietHours>,
@@ -383,6 +387,15 @@ pub async fn create_route(
     if let Some(a) = &b.approver {
         plain("approver", a, 128)?;
     }
+    match (&b.approver, b.approver_role.as_deref()) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::validation("a route names an approver or an approver_role, not both"))
+        }
+        (_, Some(r)) if !matches!(r, "approver" | "operator" | "admin") => {
+            return Err(ApiError::validation("approver_role must be approver, operator or admin"));
+        }
+        _ => {}
+    }
     let quiet = match &b.quiet_hours {
         None => None,
         Some(q) => {
@@ -408,6 +421,7 @@ pub async fn create_route(
                 templates: &b.templates,
                 min_severity: severity,
                 approver: b.approver.as_deref(),
+                approver_role: b.approver_role.as_deref(),
                 quiet,
                 digest_minutes: b.digest_minutes,
                 created_by: &who.name,

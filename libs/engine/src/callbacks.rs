@@ -344,9 +344,12 @@ impl Engine {
     /// How `row` is signed, or why it cannot be (then nothing is sent).
     fn signing<'a>(&'a self, row: &'a CallbackRow) -> std::result::Result<Signing<'a>, String> {
         let s = &self.settings.callbacks;
-        let scheme = match row.movement_signature.as_deref() {
-            Some(name) => Scheme::parse(name)?,
-            None => s.signature,
+        let scheme = match (row.request_id, row.movement_signature.as_deref()) {
+            (_, Some(name)) => Scheme::parse(name)?,
+            // A movement created before the scheme was recorded: v3, as it was then.
+            (Some(_), None) => Scheme::V3,
+            // An alert of no movement: the deployment's scheme.
+            (None, None) => s.signature,
         };
         match (scheme, &row.movement_secret) {
             (Scheme::V3, Some(own)) => Ok(Signing::V3(own.as_bytes())),

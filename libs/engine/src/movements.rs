@@ -176,7 +176,11 @@ impl Engine {
                 body_hash: &input.body_hash,
                 callback_url: input.callback_url.as_deref(),
                 callback_secret: input.callback_secret.as_deref(),
-                callback_signature: input.callback_signature.as_deref(),
+                // Recorded at creation (the deployment's scheme when the request named none), so
+                // a later change of the default does not change how this movement is signed.
+                callback_signature: Some(
+                    input.callback_signature.as_deref().unwrap_or(self.settings.callbacks.signature.as_str()),
+                ),
                 ttl_seconds: ttl.as_secs_f64(),
                 approvals_required,
             },

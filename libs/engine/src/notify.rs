@@ -55,7 +55,8 @@ pub const KINDS: &[&str] = &[
 
 #[derive(Clone)]
 pub struct NotifySettings {
-    /// `MG_NOTIFY_MAX_ATTEMPTS` (8): attempts of a delivery before it is dead-lettered.
+    /// `MG_NOTIFY_MAX_ATTEMPTS` (20): attempts of a delivery before it is dead-lettered (with
+    /// the backoff doubling to 10 minutes, about two hours of a channel's outage).
     pub max_attempts: i32,
     /// `MG_NOTIFY_TIMEOUT_SECONDS` (10): one message's deadline (connect to answer).
     pub timeout: Duration,
@@ -83,7 +84,7 @@ impl NotifySettings {
     pub fn new(max_in_flight: u32) -> NotifySettings {
         let capacity = max_in_flight.max(1);
         NotifySettings {
-            max_attempts: 8,
+            max_attempts: 20,
             timeout: Duration::from_secs(10),
             unknown_grace: Duration::from_secs(300),
             worker_stale: Duration::from_secs(30),
@@ -523,7 +524,8 @@ async fn send_mail(channel: &Leased, taken: &[Taken], s: &NotifySettings) -> std
     let c = &channel.config;
     let text = |k: &str| c.get(k).and_then(Value::as_str);
     let host = text("host").ok_or_else(|| Failure::new("no SMTP host"))?.to_string();
-    let port = c.get("port").and_then(Value::as_u64).unwrap_or(587) as u16;
+    let implicit_tls = text("tls") == Some("tls");
+    let port = c.get("port").and_then(Value::as_u64).unwrap_or(if implicit_tls { 465 } else { 587 }) as u16;
     qtg_executor::remote::install_tls_provider();
     let params = || {
         let mut b = TlsParameters::builder(host.clone());

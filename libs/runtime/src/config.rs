@@ -132,7 +132,7 @@ pub struct Settings {
     /// balance_history_rollup: `MG_BALANCE_HISTORY_HOURLY_RETENTION_SECONDS` (90 days) and
     /// `MG_BALANCE_HISTORY_DAILY_RETENTION_SECONDS` (1825 days) of hourly and daily rollups.
     pub balance_hourly_retention: Duration,
-    /// notification_dispatcher: `MG_NOTIFY_MAX_ATTEMPTS` (8), `MG_NOTIFY_TIMEOUT_SECONDS` (10),
+    /// notification_dispatcher: `MG_NOTIFY_MAX_ATTEMPTS` (20), `MG_NOTIFY_TIMEOUT_SECONDS` (10),
     /// `MG_NOTIFY_UNKNOWN_GRACE_SECONDS` (300), `MG_NOTIFY_MAX_IN_FLIGHT` (8) and
     /// `MG_NOTIFY_LINK_BASE_URL` (the console's base URL for links in messages).
     pub notify_max_attempts: i32,
@@ -468,7 +468,7 @@ impl Settings {
             balance_retention: s.interval("MG_BALANCE_SNAPSHOT_RETENTION_SECONDS", 7.0 * 86_400.0)?,
             balance_stale: s.interval("MG_BALANCE_STALE_THRESHOLD_SECONDS", 120.0)?,
             balance_fetch_timeout: s.interval("MG_BALANCE_FETCH_TIMEOUT_SECONDS", 10.0)?,
-            notify_max_attempts: s.count("MG_NOTIFY_MAX_ATTEMPTS", 8, 100)? as i32,
+            notify_max_attempts: s.count("MG_NOTIFY_MAX_ATTEMPTS", 20, 100)? as i32,
             notify_timeout: s.interval("MG_NOTIFY_TIMEOUT_SECONDS", 10.0)?,
             notify_unknown_grace: s.interval("MG_NOTIFY_UNKNOWN_GRACE_SECONDS", 300.0)?,
             notify_max_in_flight: s.count("MG_NOTIFY_MAX_IN_FLIGHT", 8, 1024)? as u32,

@@ -185,7 +185,9 @@ pub async fn scan_conditions(
                FROM movement_request_nodes n JOIN movement_requests m ON m.id = n.request_id
               WHERE n.node_state = 'UNKNOWN' AND n.updated_at < now() - make_interval(secs => $1)
                 AND EXISTS (SELECT 1 FROM notification_routes)
-              LIMIT 500)
+                AND NOT EXISTS (SELECT 1 FROM notifications x
+                                 WHERE x.dedupe_key = 'node_unknown:' || n.id || ':' || n.attempt_no)
+              ORDER BY n.updated_at LIMIT 500)
          INSERT INTO notifications (dedupe_key, kind, severity, movement_id, template_key, subject, data)
          SELECT 'node_unknown:' || id || ':' || attempt_no, 'node_unknown', 'critical', request_id, template_key,
                 left('Node ' || node_key || ' UNKNOWN for over ' || round($1::numeric) || ' s: ' || template_key
@@ -316,7 +318,7 @@ pub async fn route(
               ORDER BY created_at, id LIMIT $1
              FOR UPDATE SKIP LOCKED
          ), matched AS (
-             SELECT DISTINCT ON (n.id, r.channel_id) n.id AS notification_id, r.channel_id, r.id AS route_id,
+             SELECT n.id AS notification_id, r.channel_id, r.id AS route_id,
                     n.severity, r.quiet_start, r.quiet_end, r.digest_minutes
                FROM notifications n
                JOIN picked p ON p.id = n.id
@@ -327,14 +329,18 @@ pub async fn route(
                     >= array_position(ARRAY['info', 'warning', 'critical'], r.min_severity)
                JOIN notification_channels c ON c.id = r.channel_id AND c.enabled
                LEFT JOIN movement_requests m ON m.id = n.movement_id
-              WHERE (r.approver IS NULL AND r.approver_role IS NULL) OR n.kind <> 'approval_needed'
-                 OR (n.id, r.id) IN (SELECT * FROM unnest($4::uuid[], $5::uuid[]))
-              ORDER BY n.id, r.channel_id, r.created_at
+              WHERE ((r.approver IS NULL AND r.approver_role IS NULL) OR n.kind <> 'approval_needed'
+                     OR (n.id, r.id) IN (SELECT * FROM unnest($4::uuid[], $5::uuid[])))
+                -- Nobody is asked for an approval no longer wanted (approved, rejected, expired
+                -- meanwhile), nor told of what is a day old (a backlog from a dispatcher that was off).
+                AND (n.kind <> 'approval_needed'
+                     OR (m.request_state = 'PENDING_APPROVAL' AND (m.expires_at IS NULL OR m.expires_at > now())))
+                AND n.created_at > now() - interval '1 day'
          ), timed AS (
              SELECT x.*, now() AS now_,
                     floor(extract(epoch FROM now() - date_trunc('day', now(), 'UTC')) / 60)::int AS minute
                FROM matched x
-         ), due AS (
+         ), each_route AS (
              SELECT t.notification_id, t.channel_id, t.route_id,
                     GREATEST(
                       CASE WHEN t.quiet_start IS NULL OR t.severity = 'critical' THEN t.now_
@@ -351,6 +357,10 @@ pub async fn route(
                                 + make_interval(mins => ((t.minute / t.digest_minutes) + 1) * t.digest_minutes) END
                     ) AS at
                FROM timed t
+         ), due AS (
+             -- Several routes to one channel: the one that would send soonest decides.
+             SELECT DISTINCT ON (notification_id, channel_id) notification_id, channel_id, route_id, at
+               FROM each_route ORDER BY notification_id, channel_id, at, route_id
          ), made AS (
              INSERT INTO notification_deliveries (notification_id, channel_id, route_id, max_attempts, next_attempt_at)
              SELECT notification_id, channel_id, route_id, $2, at FROM due
@@ -371,8 +381,8 @@ pub async fn route(
     Ok((r.routed as u64, r.made as u64))
 }
 
-/// A channel leased for one message, with what it needs to send.
-#[derive(Debug, Clone)]
+/// A channel leased for one message, with what it needs to send (Debug never shows the secret).
+#[derive(Clone)]
 pub struct Leased {
     pub channel_id: Uuid,
     pub token: Uuid,
@@ -381,6 +391,17 @@ pub struct Leased {
     pub config: Value,
     /// Never logged.
     pub secret: Option<String>,
+}
+
+impl std::fmt::Debug for Leased {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Leased")
+            .field("channel_id", &self.channel_id)
+            .field("name", &self.name)
+            .field("kind", &self.kind)
+            .field("secret", &self.secret.as_ref().map(|_| "***"))
+            .finish_non_exhaustive()
+    }
 }
 
 /// Leases up to `limit` channels for `lease_seconds` (SKIP LOCKED and checked again on the
@@ -487,7 +508,7 @@ pub async fn take(
 }
 
 /// Records a message of channel lease `token` (while it holds): its deliveries `ids` sent, or failed with
-/// `error` — each retried after `max(2^min(attempts,6), min(retry_after, 64))` s, dead-lettered
+/// `error` — each retried after `min(max(2^min(attempts,10), retry_after), 600)` s, dead-lettered
 /// once its attempts are used — and audits each; then releases the lease. Returns the
 /// deliveries whose outcome was recorded, with their new status.
 pub async fn record(
@@ -506,8 +527,8 @@ pub async fn record(
                  sent_at = CASE WHEN $4::text IS NULL THEN now() END,
                  last_error = CASE WHEN $4::text IS NULL THEN NULL ELSE left($4, 2000) END,
                  next_attempt_at = CASE WHEN $4::text IS NULL THEN d.next_attempt_at
-                     ELSE now() + make_interval(secs => GREATEST(power(2, LEAST(d.attempts, 6))::float8,
-                                                                 LEAST(COALESCE($5::float8, 0), 64))) END,
+                     ELSE now() + make_interval(secs => LEAST(GREATEST(power(2, LEAST(d.attempts, 10))::float8,
+                                                                       COALESCE($5::float8, 0)), 600)) END,
                  updated_at = now()
               WHERE d.id = ANY ($3) AND d.channel_id = $1 AND d.batch_id = $2 AND d.status = 'pending'
                 -- Only while the lease is this one: a lease that ran out and was taken again

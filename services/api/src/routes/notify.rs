@@ -27,7 +27,7 @@ pub struct SmtpBody {
     /// The relay's host name or address
     #[schema(min_length = 1, max_length = 253)]
     host: String,
-    /// 587 when absent
+    /// 587 when absent (465 with tls: tls)
     #[schema(minimum = 1, maximum = 65535)]
     #[serde(default)]
     port: Option<u16>,
@@ -206,7 +206,7 @@ impl SmtpBody {
         }
         let mut config = Map::new();
         config.insert("host".into(), json!(self.host));
-        config.insert("port".into(), json!(self.port.unwrap_or(587)));
+        config.insert("port".into(), json!(self.port.unwrap_or(if tls == "tls" { 465 } else { 587 })));
         config.insert("tls".into(), json!(tls));
         config.insert("from".into(), json!(self.from));
         config.insert("to".into(), json!(self.to));

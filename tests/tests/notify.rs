@@ -228,6 +228,17 @@ async fn approvers_are_told_once_by_mail_and_webhook_and_a_failing_channel_holds
     delivered.sort();
     assert_eq!(delivered, ["alice-mail", "approvers-chat", "ops-chat", "ops-hook"], "{audited:#?}");
     assert!(audited.iter().any(|a| a.0 == "notification.failed" && a.1["channel"] == "broken-hook"));
+    // A dead-lettered delivery goes again on an operator's word (audited); 409 when none is.
+    sqlx::query("UPDATE notification_deliveries SET status = 'dlq' WHERE channel_id = $1::uuid")
+        .bind(id(&broken))
+        .execute(&db.pool)
+        .await?;
+    let path = format!("/v3/notifications/{notification}/actions/redeliver");
+    let again = api.ok("POST", &path, &keys.operator, Some(json!({"reason": "receiver fixed"})), 200).await?;
+    assert_eq!(again["channels"], json!([id(&broken)]));
+    assert_eq!(status(id(&broken)).await?.map(|r| r.0), Some("pending".to_string()));
+    let (s, b) = api.call("POST", &path, &keys.operator, Some(json!({"reason": "again"}))).await?;
+    assert_eq!((s, b["error"]["code"].as_str()), (409, Some("CONFLICT")), "{b}");
     let listed = api.ok("GET", "/v3/notifications?kind=approval_needed", &keys.operator, None, 200).await?;
     let item = &listed["items"][0];
     assert_eq!(item["id"], notification.as_str());

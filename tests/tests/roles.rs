@@ -84,6 +84,7 @@ fn endpoints() -> Vec<Cell> {
         ("GET", "/v3/notification-routes".into(), Some("operator"), None, 200),
         ("DELETE", format!("/v3/notification-routes/{id}"), Some("admin"), None, 404),
         ("GET", "/v3/notifications".into(), Some("operator"), None, 200),
+        ("POST", format!("/v3/notifications/{id}/actions/redeliver"), Some("operator"), Some(reason.clone()), 404),
         ("POST", format!("/v3/address-book/{id}/approve"), Some("admin"), None, 404),
         ("POST", format!("/v3/address-book/{id}/reject"), Some("admin"), None, 404),
         ("POST", format!("/v3/address-book/{id}/actions/remove"), Some("admin"), Some(reason.clone()), 404),

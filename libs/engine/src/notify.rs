@@ -355,6 +355,29 @@ impl Engine {
         finish(tx, res).await
     }
 
+    /// Sends a notification's dead-lettered deliveries again (operator), audited with `reason`.
+    /// Answers the channels; `Conflict` when none of its deliveries is dead-lettered.
+    pub async fn redeliver_notification(&self, actor: &str, id: Uuid, reason: &str) -> Result<Vec<Uuid>, OpError> {
+        let mut tx = self.pool.begin().await?;
+        let res = async {
+            let channels = notify::redeliver(&mut tx, id).await?.ok_or(OpError::NotFound("notification"))?;
+            if channels.is_empty() {
+                return Err(OpError::Conflict("none of this notification's deliveries is dead-lettered".into()));
+            }
+            qtg_store::audit::AuditRecord::new(actor, "notification.redeliver", "notification", id)
+                .data(json!({"channels": channels, "reason": reason}))
+                .record(&mut tx)
+                .await?;
+            tracing::info!(
+                notification = %id, channels = channels.len(), actor,
+                "dead-lettered notification sent again"
+            );
+            Ok(channels)
+        }
+        .await;
+        finish(tx, res).await
+    }
+
     pub async fn create_route(&self, actor: &str, r: &notify::NewRoute<'_>) -> Result<notify::Route, OpError> {
         let mut tx = self.pool.begin().await?;
         let res = async {

@@ -578,6 +578,27 @@ pub async fn release(conn: &mut PgConnection, channel_id: Uuid, token: Uuid) -> 
     Ok(())
 }
 
+/// Sends a notification's dead-lettered deliveries again: each pending, due now, with its
+/// attempts counted from zero. `None` when there is no such notification; else how many.
+pub async fn redeliver(conn: &mut PgConnection, id: Uuid) -> Result<Option<Vec<Uuid>>> {
+    let exists = sqlx::query_scalar!("SELECT id FROM notifications WHERE id = $1 FOR UPDATE", id)
+        .fetch_optional(&mut *conn)
+        .await?;
+    if exists.is_none() {
+        return Ok(None);
+    }
+    Ok(Some(
+        sqlx::query_scalar!(
+            "UPDATE notification_deliveries SET status = 'pending', attempts = 0, next_attempt_at = now(),
+                 last_error = NULL, updated_at = now()
+              WHERE notification_id = $1 AND status = 'dlq' RETURNING channel_id",
+            id
+        )
+        .fetch_all(&mut *conn)
+        .await?,
+    ))
+}
+
 /// A notification with its deliveries, as the API shows it.
 #[derive(Debug, Clone, Serialize)]
 #[cfg_attr(feature = "openapi", derive(utoipa::ToSchema))]

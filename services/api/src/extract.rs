@@ -166,6 +166,7 @@ path_id!(
     BookEntryId => "address-book entry",
     ChannelId => "notification channel",
     RouteId => "notification route",
+    NotificationId => "notification",
 );
 
 /// A policy `{version}` in the path (404 when it is not a version number).

@@ -87,4 +87,5 @@ pub fn all() -> OpenApiRouter<AppState> {
         .routes(routes!(create_route, list_routes))
         .routes(routes!(delete_route))
         .routes(routes!(list_notifications))
+        .routes(routes!(redeliver_notification))
 }

@@ -15,8 +15,8 @@ use uuid::Uuid;
 
 use crate::error::ApiError;
 use crate::extract::{
-    parse_time_cursor, plain, time_cursor, Admin, Body, ChannelId, ListQuery, Operator, Page, PageQuery, Params,
-    RouteId, TimePageQuery,
+    parse_time_cursor, plain, required_reason, time_cursor, Admin, Body, ChannelId, ListQuery, NotificationId,
+    Operator, Page, PageQuery, Params, RouteId, TimePageQuery,
 };
 use crate::AppState;
 
@@ -488,4 +488,40 @@ pub async fn list_notifications(
     let mut conn = s.pool.acquire().await?;
     let rows = qtg_store::notify::list(&mut conn, kind, after, limit + 1).await?;
     Ok(Page::from_rows(rows, limit, |n| time_cursor(n.created_at, n.id)))
+}
+
+/// Why a dead-lettered notification is sent again.
+#[derive(Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RedeliverBody {
+    /// 1-2000 characters, recorded in the audit trail
+    #[schema(min_length = 1, max_length = 2000)]
+    reason: String,
+}
+
+#[derive(Serialize, utoipa::ToSchema)]
+pub struct Redelivered {
+    /// The channels whose dead-lettered delivery goes again
+    channels: Vec<Uuid>,
+}
+
+#[utoipa::path(
+    post,
+    path = "/v3/notifications/{id}/actions/redeliver",
+    summary = "Send a notification's dead-lettered deliveries again (attempts from zero); 409 when none is \
+               dead-lettered",
+    description = "Role: operator.",
+    request_body = RedeliverBody,
+    params(("id" = uuid::Uuid, Path, description = "the notification id")),
+    responses((status = 200, description = "the channels sent to again", body = Redelivered)),
+)]
+pub async fn redeliver_notification(
+    State(s): State<AppState>,
+    Operator(who): Operator,
+    NotificationId(id): NotificationId,
+    body: Body<RedeliverBody>,
+) -> Result<Json<Redelivered>, ApiError> {
+    let reason = required_reason(&body.value.reason)?;
+    let channels = s.engine.redeliver_notification(&who.name, id, reason).await?;
+    Ok(Json(Redelivered { channels }))
 }

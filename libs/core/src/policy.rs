@@ -310,7 +310,8 @@ pub struct PolicyError(pub String);
 
 const WEEKDAYS: [&str; 7] = ["mon", "tue", "wed", "thu", "fri", "sat", "sun"];
 
-fn minutes(hhmm: &str) -> Option<u16> {
+/// Minutes of the day of an `HH:MM` time (UTC), or `None` when it is not one.
+pub fn minutes(hhmm: &str) -> Option<u16> {
     let (h, m) = hhmm.split_once(':')?;
     if h.len() != 2 || m.len() != 2 {
         return None;

@@ -318,10 +318,7 @@ impl Engine {
             let channel = notify::create_channel(&mut tx, c)
                 .await?
                 .ok_or_else(|| OpError::Conflict(format!("a notification channel named {:?} exists", c.name)))?;
-            let mut config = channel.config.clone();
-            if let Some(Value::String(u)) = config.get("url") {
-                config["url"] = Value::String(qtg_core::urls::redact(u));
-            }
+            let config = channel.clone().masked().config;
             qtg_store::audit::AuditRecord::new(
                 actor,
                 "notification.channel.create",

@@ -30,6 +30,16 @@ pub struct Channel {
     pub created_at: DateTime<Utc>,
 }
 
+impl Channel {
+    /// As shown anywhere (API, audit): a webhook's URL with its credentials masked.
+    pub fn masked(mut self) -> Channel {
+        if let Some(Value::String(u)) = self.config.get("url") {
+            self.config["url"] = Value::String(qtg_core::urls::redact(u));
+        }
+        self
+    }
+}
+
 /// A new channel.
 pub struct NewChannel<'a> {
     pub id: Uuid,

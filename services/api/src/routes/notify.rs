@@ -146,7 +146,7 @@ impl CreateChannelBody {
                     (None, Scheme::V3) => (format!("qtgnotify_{}", Uuid::new_v4().simple()), true),
                     (None, Scheme::StandardWebhooks) => (WebhookSecret::generate(), true),
                 };
-                // Sent to as given; shown with its credentials masked (`shown`).
+                // Sent to as given; shown with its credentials masked (`Channel::masked`).
                 Ok(Parsed { config: json!({"url": u, "signature": scheme.as_str()}), secret: Some(secret), generated })
             }
             "email" => {
@@ -220,14 +220,6 @@ impl SmtpBody {
     }
 }
 
-/// A channel as shown: a webhook's URL masked.
-fn shown(mut c: Channel) -> Channel {
-    if let Some(Value::String(u)) = c.config.get("url") {
-        c.config["url"] = Value::String(qtg_core::urls::redact(u));
-    }
-    c
-}
-
 #[utoipa::path(
     post,
     path = "/v3/notification-channels",
@@ -264,7 +256,7 @@ pub async fn create_channel(
         )
         .await?;
     let secret = if p.generated { p.secret } else { None };
-    Ok((StatusCode::CREATED, Json(ChannelCreated { channel: shown(channel), secret })))
+    Ok((StatusCode::CREATED, Json(ChannelCreated { channel: channel.masked(), secret })))
 }
 
 #[utoipa::path(
@@ -281,7 +273,7 @@ pub async fn list_channels(
     Params(q): Params<ListQuery>,
 ) -> Result<Json<Page<Channel>>, ApiError> {
     let mut conn = s.pool.acquire().await?;
-    let items = qtg_store::notify::channels(&mut conn).await?.into_iter().map(shown).collect();
+    let items = qtg_store::notify::channels(&mut conn).await?.into_iter().map(Channel::masked).collect();
     Page::of_roster(items, |c: &Channel| c.name.clone(), q)
 }
 
@@ -298,7 +290,7 @@ pub async fn delete_channel(
     Admin(who): Admin,
     ChannelId(id): ChannelId,
 ) -> Result<Json<Channel>, ApiError> {
-    Ok(Json(shown(s.engine.delete_channel(&who.name, id).await?)))
+    Ok(Json(s.engine.delete_channel(&who.name, id).await?.masked()))
 }
 
 /// Quiet hours, UTC.
@@ -346,12 +338,9 @@ pub struct CreateRouteBody {
 }
 
 fn minute_of_day(field: &str, v: &str) -> Result<i32, ApiError> {
-    let bad = || ApiError::validation(format!("{field} must be HH:MM (UTC)"));
-    let (h, m) = v.split_once(':').filter(|(h, m)| h.len() == 2 && m.len() == 2).ok_or_else(bad)?;
-    match (h.parse::<i32>(), m.parse::<i32>()) {
-        (Ok(h), Ok(m)) if (0..24).contains(&h) && (0..60).contains(&m) => Ok(h * 60 + m),
-        _ => Err(bad()),
-    }
+    qtg_core::policy::minutes(v)
+        .map(i32::from)
+        .ok_or_else(|| ApiError::validation(format!("{field} must be HH:MM (UTC)")))
 }
 
 #[utoipa::path(

@@ -57,7 +57,9 @@ lint:
 fmt:
 	cargo fmt --all
 
-## Throughput and latency against the same machine's raw Postgres ceiling (release build).
+## Throughput and latency against the same run's raw Postgres ceiling, on a PostgreSQL of its own with
+## pg_stat_statements (release build; about 25 min: the history phase loads 1,000,000 nodes).
+## QTG_BENCH_ONLY=fan,idle,scal,hist picks the parts after the empty-database run.
 bench:
 	@./scripts/bench.sh
 

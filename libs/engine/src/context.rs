@@ -62,8 +62,8 @@ pub async fn build_execution_context(
     let node_config = resolve_config(&item.config, &completed_refs)?;
 
     // The approval policy's fee cap, where its rule set one (the lanes that quote a fee in the
-    // asset's units read risk_controls.max_fee).
-    let policy_fee = qtg_store::movements::policy_max_fee(conn, item.request_id).await?;
+    // asset's units read risk_controls.max_fee): read with the claim.
+    let policy_fee = item.policy_max_fee.clone();
     let pred_ids: Vec<_> = preds.iter().map(|p| p.id).collect();
     let prior_artifacts = q::node_artifacts(conn, &pred_ids).await?;
 

@@ -55,26 +55,53 @@ struct Claimed {
 }
 
 enum Claim {
-    Nothing,
+    /// No node claimed; `missed`: some candidates were there, locked by another claim.
+    Nothing {
+        missed: bool,
+    },
     /// Claimed and ended in the claim transaction (drift, unknown executor…).
     Ended,
     Held(Box<Claimed>, tracing::Span),
 }
 
+/// How soon a dispatch loop tries again when every candidate it saw was locked by another
+/// claim (the claim locks the movement row too, so a fan-out's branches are claimed one at a
+/// time): a claim transaction is short and the work it hid is still there, so the loop does
+/// not wait for the interval (2 s) or a wake-up that may never come. The run loop's shortest
+/// pause (100 ms) bounds it.
+pub const RETRY_AFTER_MISS: std::time::Duration = std::time::Duration::from_millis(100);
+
+/// What one dispatch tick did.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Dispatched {
+    /// Nodes claimed (0 or 1).
+    pub claimed: usize,
+    /// Nothing claimed but candidates were locked by other claims: try again this soon.
+    pub retry_in: Option<std::time::Duration>,
+}
+
 impl Engine {
     /// Dispatches at most one node. Returns 1 if it claimed one.
     pub async fn dispatch_tick(&self) -> Result<usize> {
-        match self.claim_for_dispatch().await? {
-            Claim::Nothing => Ok(0),
-            Claim::Ended => Ok(1),
+        Ok(self.dispatch().await?.claimed)
+    }
+
+    /// [`Engine::dispatch_tick`], telling also when to try again after a miss.
+    pub async fn dispatch(&self) -> Result<Dispatched> {
+        let claimed = match self.claim_for_dispatch().await? {
+            Claim::Nothing { missed } => {
+                return Ok(Dispatched { claimed: 0, retry_in: missed.then_some(RETRY_AFTER_MISS) })
+            }
+            Claim::Ended => 1,
             Claim::Held(c, span) => {
                 let node_id = c.item.node_id;
                 if let Err(e) = self.run_claimed(*c).instrument(span).await {
                     self.contain(node_id, "claim", e).await?;
                 }
-                Ok(1)
+                1
             }
-        }
+        };
+        Ok(Dispatched { claimed, retry_in: None })
     }
 
     /// The claim: one short transaction. Candidates are listed outside it (an idle tick is
@@ -91,7 +118,7 @@ impl Engine {
                 std::mem::take(&mut hinted)
             };
             if ids.is_empty() {
-                return Ok(Claim::Nothing);
+                return Ok(Claim::Nothing { missed: !tried.is_empty() });
             }
             for id in ids {
                 let mut tx = self.pool.begin().await?;

@@ -115,6 +115,9 @@ pub struct EngineSettings {
     pub capital: capital::CapitalSettings,
     pub ingest: ingest::IngestSettings,
     pub notify: notify::NotifySettings,
+    /// outbox_retention: how long promoted audit rows and acknowledged callbacks stay in their
+    /// outboxes (`MG_OUTBOX_RETENTION_SECONDS`).
+    pub outbox_retention: Duration,
 }
 
 /// The approval gate on bound executors' and signers' health.
@@ -166,6 +169,7 @@ impl Default for EngineSettings {
             capital: capital::CapitalSettings::default(),
             ingest: ingest::IngestSettings::default(),
             notify: notify::NotifySettings::default(),
+            outbox_retention: Duration::from_secs(90 * 86_400),
         }
     }
 }

@@ -1,5 +1,5 @@
-//! The sidecar ticks that need no executor: approval expiry, template-proposal expiry and
-//! audit promotion.
+//! The sidecar ticks that need no executor: approval expiry, template-proposal expiry, audit
+//! promotion and the outboxes' retention.
 
 use qtg_core::RequestState;
 use qtg_store::transition::{self, Meta, RequestPatch};
@@ -13,6 +13,9 @@ pub const EXPIRY_BATCH: i64 = 20;
 pub const PROPOSAL_EXPIRY_BATCH: i64 = 20;
 /// Outbox rows promoted per tick.
 pub const AUDIT_BATCH: i64 = 500;
+/// Rows of each outbox deleted per retention pass (a pass that deletes some is followed by
+/// another at once).
+pub const RETENTION_BATCH: i64 = 2000;
 
 impl Engine {
     /// PENDING_APPROVAL past `expires_at` → approval rejected, request EXPIRED,
@@ -56,5 +59,21 @@ impl Engine {
         let n = audit::promote(&mut tx, AUDIT_BATCH).await?;
         tx.commit().await?;
         Ok(n as usize)
+    }
+
+    /// outbox_retention: promoted audit rows and acknowledged callbacks older than
+    /// `MG_OUTBOX_RETENTION_SECONDS` are deleted, a batch of each per pass.
+    pub async fn prune_outboxes_tick(&self) -> Result<usize> {
+        let mut conn = self.pool.acquire().await?;
+        let pruned =
+            qtg_store::retention::prune_outboxes(&mut conn, self.settings.outbox_retention, RETENTION_BATCH).await?;
+        if pruned.total() > 0 {
+            tracing::info!(
+                audit = pruned.audit,
+                callbacks = pruned.callbacks,
+                "outbox rows past their retention deleted"
+            );
+        }
+        Ok(pruned.total() as usize)
     }
 }

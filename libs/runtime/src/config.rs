@@ -142,6 +142,9 @@ pub struct Settings {
     pub notify_link_base: Option<String>,
     /// `MG_NOTIFY_RETENTION_SECONDS` (30 days): finished notifications kept.
     pub notify_retention: Duration,
+    /// outbox_retention: `MG_OUTBOX_RETENTION_SECONDS` (90 days): promoted audit rows and
+    /// acknowledged callbacks kept in their outboxes.
+    pub outbox_retention: Duration,
     pub balance_daily_retention: Duration,
     pub balance_fresh_min_interval: Duration,
     /// capital_transfer_followup: `MG_CAPITAL_TRANSFER_FOLLOWUP_STALE_SECONDS` (300).
@@ -474,6 +477,7 @@ impl Settings {
             notify_max_in_flight: s.count("MG_NOTIFY_MAX_IN_FLIGHT", 8, 1024)? as u32,
             notify_link_base: s.url("MG_NOTIFY_LINK_BASE_URL")?,
             notify_retention: s.interval("MG_NOTIFY_RETENTION_SECONDS", 30.0 * 86_400.0)?,
+            outbox_retention: s.interval("MG_OUTBOX_RETENTION_SECONDS", 90.0 * 86_400.0)?,
             balance_hourly_retention: s.interval("MG_BALANCE_HISTORY_HOURLY_RETENTION_SECONDS", 90.0 * 86_400.0)?,
             balance_daily_retention: s.interval("MG_BALANCE_HISTORY_DAILY_RETENTION_SECONDS", 1825.0 * 86_400.0)?,
             balance_fresh_min_interval: s.interval("MG_BALANCE_FRESH_MIN_INTERVAL_SECONDS", 5.0)?,

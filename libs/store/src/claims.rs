@@ -91,10 +91,14 @@ pub async fn candidates(
     exclude: &[Uuid],
     limit: i64,
 ) -> Result<Vec<Uuid>> {
-    // Dynamic: the predicate, its parameters and the order depend on `pickup`.
+    // Dynamic: the predicate, its parameters and the order depend on `pickup`. The nodes come
+    // from the state's partial index; each one's movement is then looked up by its key (the
+    // `OFFSET 0` keeps that lookup a nested index probe: on a table whose statistics lag its
+    // growth, the planner otherwise scanned every movement once per candidate node).
     let sql = format!(
         "SELECT n.id FROM movement_request_nodes n
-         JOIN movement_requests r ON r.id = n.request_id
+         CROSS JOIN LATERAL (SELECT r0.request_state, r0.created_at FROM movement_requests r0
+                             WHERE r0.id = n.request_id OFFSET 0) r
          JOIN plan_nodes p ON p.id = n.plan_node_id
          WHERE {} AND NOT (n.id = ANY($1)) ORDER BY {} LIMIT $2",
         pickup.predicate(3),

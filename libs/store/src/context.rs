@@ -106,11 +106,15 @@ pub async fn node_artifacts(conn: &mut PgConnection, node_ids: &[Uuid]) -> Resul
     if node_ids.is_empty() {
         return Ok(Vec::new());
     }
+    // Each node by its key, then its current attempt's artifacts by theirs (`OFFSET 0` keeps
+    // both probes: on a table whose statistics lag its growth the planner scanned every node).
     Ok(sqlx::query_scalar!(
         r#"SELECT jsonb_build_object('node_key', n.node_key, 'kind', a.kind,
                 'attempt_no', a.attempt_no, 'payload', a.payload, 'payload_hash', a.payload_hash) AS "artifact!"
-         FROM artifacts a JOIN movement_request_nodes n ON n.id = a.request_node_id
-         WHERE a.request_node_id = ANY($1) AND a.attempt_no = n.attempt_no
+         FROM (SELECT DISTINCT unnest($1::uuid[]) AS id) k
+         CROSS JOIN LATERAL (SELECT n0.id, n0.node_key, n0.attempt_no FROM movement_request_nodes n0
+                             WHERE n0.id = k.id OFFSET 0) n
+         JOIN artifacts a ON a.request_node_id = n.id AND a.attempt_no = n.attempt_no
          ORDER BY a.created_at, a.id"#,
         node_ids
     )

@@ -26,6 +26,7 @@ pub mod movements;
 pub mod notify;
 mod params;
 pub mod policy;
+pub mod retention;
 pub mod rows;
 pub mod session;
 pub mod signals;

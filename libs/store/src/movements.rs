@@ -534,14 +534,6 @@ pub async fn set_policy(
     Ok(())
 }
 
-/// The fee cap the approval policy put on movement `id`, if any.
-pub async fn policy_max_fee(conn: &mut PgConnection, id: Uuid) -> Result<Option<String>> {
-    Ok(sqlx::query_scalar!("SELECT policy_max_fee FROM movement_requests WHERE id = $1", id)
-        .fetch_optional(&mut *conn)
-        .await?
-        .flatten())
-}
-
 /// Shortens a pending movement's approval window to `seconds` from now (a policy's approval
 /// TTL), never lengthens it.
 pub async fn shorten_expiry(conn: &mut PgConnection, id: Uuid, seconds: f64) -> Result<()> {

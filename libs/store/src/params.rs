@@ -31,17 +31,30 @@ impl Params {
     /// The statement: `WITH arg AS (SELECT $1::type AS name, …), <rest>`; `rest` continues the
     /// `WITH` list. Every declared value must be read by `rest` (checked in debug builds: a
     /// value declared and never read is a write that silently does less than its caller asked).
+    ///
+    /// `{$name}` in `rest` is the value itself (`$n::type`), for the key a statement finds its
+    /// row by: the planner then sees a parameter, not a column of the `arg` CTE, and looks the
+    /// row up by its index whatever it believes of the table's size (on a young or just-grown
+    /// table it believed a sequential scan cheaper, and scanned every node on every write).
     pub fn statement(&self, rest: &str) -> String {
+        let mut rest = rest.to_string();
         let mut sql = String::from("WITH arg AS (SELECT ");
         for (i, (name, ty)) in self.columns.iter().enumerate() {
-            debug_assert!(rest.contains(&format!("arg.{name}")), "parameter {name} is never read");
+            let value = format!("${}::{ty}", i + 1);
+            let direct = format!("{{${name}}}");
+            debug_assert!(
+                rest.contains(&format!("arg.{name}")) || rest.contains(&direct),
+                "parameter {name} is never read"
+            );
+            rest = rest.replace(&direct, &value);
             if i > 0 {
                 sql.push_str(", ");
             }
-            sql.push_str(&format!("${}::{ty} AS {name}", i + 1));
+            sql.push_str(&format!("{value} AS {name}"));
         }
+        debug_assert!(!rest.contains("{$"), "a {{$name}} in the statement names no parameter");
         sql.push_str("), ");
-        sql.push_str(rest);
+        sql.push_str(&rest);
         sql
     }
 
@@ -76,6 +89,16 @@ mod tests {
              upd AS (SELECT arg.node_id, arg.to_state FROM arg) SELECT 1"
         );
         assert!(p.into_arguments().is_ok());
+    }
+
+    #[test]
+    fn a_key_is_read_as_the_value_itself() {
+        let p = Params::default().with("node_id", "uuid", uuid::Uuid::nil()).with("to_state", "text", "READY");
+        assert_eq!(
+            p.statement("upd AS (UPDATE t SET s = arg.to_state FROM arg WHERE t.id = {$node_id}) SELECT 1"),
+            "WITH arg AS (SELECT $1::uuid AS node_id, $2::text AS to_state), \
+             upd AS (UPDATE t SET s = arg.to_state FROM arg WHERE t.id = $1::uuid) SELECT 1"
+        );
     }
 
     #[test]

@@ -59,6 +59,8 @@ pub struct WorkItem {
     pub intent: Value,
     pub input_params: Value,
     pub risk_controls: Value,
+    /// The approval policy's fee cap, where its rule set one (`movement_requests.policy_max_fee`).
+    pub policy_max_fee: Option<String>,
 }
 
 pub(crate) const WORK_ITEM_COLUMNS: &str = "
@@ -75,7 +77,7 @@ pub(crate) const WORK_ITEM_COLUMNS: &str = "
     p.config, p.timeout_policy,
     r.request_state, r.compiled_plan_hash, v.compiled_plan_hash AS current_plan_hash,
     r.approved_plan_hash, r.intent_hash, r.approved_intent_hash, r.plan_version_id,
-    r.template_key, r.template_version, r.intent, r.input_params, v.risk_controls";
+    r.template_key, r.template_version, r.intent, r.input_params, v.risk_controls, r.policy_max_fee";
 
 pub(crate) const WORK_ITEM_FROM: &str = "
     FROM movement_request_nodes n

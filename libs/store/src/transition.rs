@@ -260,7 +260,7 @@ const NODE_WRITE: &str = r#"clk AS (SELECT clock_timestamp() AS ts), upd AS (
             + CASE WHEN arg.observed THEN 1 ELSE 0 END,
         updated_at = now()
     FROM clk, arg
-    WHERE n.id = arg.node_id AND n.node_state = arg.from_state
+    WHERE n.id = {$node_id} AND n.node_state = arg.from_state
       AND (arg.guard_token IS NULL OR n.claim_token = arg.guard_token)
       AND (arg.guard_attempt IS NULL OR n.attempt_no = arg.guard_attempt)
       AND (NOT arg.guard_submit_pending OR n.provider_refs ? '__submit_attempt_pending')
@@ -477,7 +477,7 @@ const REQUEST_WRITE: &str = r#"upd AS (
             + CASE WHEN r.callback_url IS NULL THEN 0 WHEN arg.attention THEN 2 ELSE 1 END,
         updated_at = now()
     FROM arg
-    WHERE r.id = arg.request_id AND r.request_state = arg.from_state
+    WHERE r.id = {$request_id} AND r.request_state = arg.from_state
     RETURNING r.id, r.callback_url, r.callback_sequence, r.request_state
 ), events AS (
     SELECT upd.*, e.event_type, upd.callback_sequence - e.back AS seq, gen_random_uuid() AS event_id

@@ -90,3 +90,73 @@ async fn one_promoter_at_a_time(pool: PgPool) -> Result<()> {
     assert_eq!(events(&pool, &AuditFilter::default()).await?.len(), 1);
     Ok(())
 }
+
+/// A callback row of no movement (as a drift alert's), `status` and sent or created `days` ago.
+async fn callback(pool: &PgPool, status: &str, days: f64, replay_of: Option<Uuid>) -> Result<Uuid> {
+    let id = Uuid::new_v4();
+    sqlx::query(
+        "INSERT INTO movement_callback_outbox (id, event_id, event_type, sequence, payload, callback_url, status,
+             callback_timestamp, callback_nonce, replay_of, sent_at, created_at)
+         VALUES ($1, gen_random_uuid(), 'drift_detected', 1, '{}', 'https://hooks.example.com/q', $2, 0,
+             gen_random_uuid()::text, $3, CASE WHEN $2 = 'sent' THEN now() - make_interval(days => $4::int) END,
+             now() - make_interval(days => $4::int))",
+    )
+    .bind(id)
+    .bind(status)
+    .bind(replay_of)
+    .bind(days as i32)
+    .execute(pool)
+    .await?;
+    Ok(id)
+}
+
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn the_outboxes_keep_what_lives_nowhere_else(pool: PgPool) -> Result<()> {
+    use qtg_store::retention::{prune_outboxes, Pruned};
+    let ninety_days = std::time::Duration::from_secs(90 * 86_400);
+    let mut conn = pool.acquire().await?;
+    for actor in ["a", "b", "c"] {
+        AuditRecord::new(actor, "control.pause", "control", "global").record(&mut conn).await?;
+    }
+    drop(conn);
+    assert_eq!(promote(&pool).await?, 3);
+    // Two promoted 100 days ago, one yesterday; one more never promoted, made 100 days ago.
+    sqlx::query("UPDATE audit_outbox SET promoted_at = now() - interval '100 days' WHERE actor IN ('a', 'b')")
+        .execute(&pool)
+        .await?;
+    sqlx::query("UPDATE audit_outbox SET promoted_at = now() - interval '1 day' WHERE actor = 'c'")
+        .execute(&pool)
+        .await?;
+    let mut conn = pool.acquire().await?;
+    AuditRecord::new("d", "control.pause", "control", "global").record(&mut conn).await?;
+    drop(conn);
+    sqlx::query("UPDATE audit_outbox SET created_at = now() - interval '100 days' WHERE actor = 'd'")
+        .execute(&pool)
+        .await?;
+
+    let old = callback(&pool, "sent", 100.0, None).await?;
+    let replayed = callback(&pool, "sent", 100.0, None).await?;
+    let replay = callback(&pool, "pending", 1.0, Some(replayed)).await?;
+    let dead = callback(&pool, "dlq", 100.0, None).await?;
+    let recent = callback(&pool, "sent", 1.0, None).await?;
+
+    let mut conn = pool.acquire().await?;
+    assert_eq!(prune_outboxes(&mut conn, ninety_days, 1).await?, Pruned { audit: 1, callbacks: 1 });
+    assert_eq!(prune_outboxes(&mut conn, ninety_days, 1).await?, Pruned { audit: 1, callbacks: 0 });
+    assert_eq!(prune_outboxes(&mut conn, ninety_days, 10).await?, Pruned::default(), "nothing more is due");
+    drop(conn);
+
+    let actors: Vec<String> = sqlx::query_scalar("SELECT actor FROM audit_outbox ORDER BY id").fetch_all(&pool).await?;
+    assert_eq!(actors, ["c", "d"], "the recent and the unpromoted rows stay");
+    let left: Vec<Uuid> =
+        sqlx::query_scalar("SELECT id FROM movement_callback_outbox ORDER BY created_at, id").fetch_all(&pool).await?;
+    assert!(!left.contains(&old), "an old acknowledged callback goes");
+    for kept in [replayed, replay, dead, recent] {
+        assert!(left.contains(&kept), "a replayed, pending, dead-lettered or recent callback stays");
+    }
+    // The trail itself is whole, and promotion goes on after the deletions.
+    assert_eq!(events(&pool, &AuditFilter::default()).await?.len(), 3);
+    assert_eq!(promote(&pool).await?, 1, "the unpromoted row is promoted as before");
+    assert_eq!(events(&pool, &AuditFilter::default()).await?.len(), 4);
+    Ok(())
+}

@@ -288,6 +288,7 @@ pub fn engine_settings(s: &Settings) -> EngineSettings {
         health_stale: 3 * s.worker("executor_health").map(|w| w.interval).unwrap_or(Duration::from_secs(60)),
         submit_window: s.submit_window,
         clock_skew: s.clock_skew,
+        outbox_retention: s.outbox_retention,
     }
 }
 

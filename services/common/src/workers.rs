@@ -31,7 +31,12 @@ pub static WORKERS: &[Worker] = &[
         group: Group::Core,
         enabled_by: None,
         requires: None,
-        tick: |e| Box::pin(async move { Ok(e.dispatch_tick().await?.into()) }),
+        tick: |e| {
+            Box::pin(async move {
+                let d = e.dispatch().await?;
+                Ok(Tick { processed: d.claimed, due_in: d.retry_in })
+            })
+        },
     },
     Worker {
         name: "node_observer",
@@ -290,6 +295,20 @@ pub static WORKERS: &[Worker] = &[
         enabled_by: None,
         requires: None,
         tick: |e| Box::pin(async move { Ok(e.promote_audit_tick().await?.into()) }),
+    },
+    Worker {
+        name: "outbox_retention",
+        binary: "qtg-audit",
+        summary: "deletes audit_outbox rows promoted and callbacks acknowledged longer than \
+                  MG_OUTBOX_RETENTION_SECONDS ago (audit_events and the movements stay)",
+        interval_key: "MG_OUTBOX_RETENTION_INTERVAL_SECONDS",
+        default_interval: Duration::from_secs(300),
+        concurrency_key: None,
+        wake: None,
+        group: Group::Sidecar,
+        enabled_by: Some(Flag { key: "MG_OUTBOX_RETENTION_ENABLED", default: true, list: false }),
+        requires: None,
+        tick: |e| Box::pin(async move { Ok(e.prune_outboxes_tick().await?.into()) }),
     },
 ];
 

@@ -37,23 +37,342 @@ fn sorted(mut v: Vec<f64>) -> Vec<f64> {
     v
 }
 
+/// The figures of one run of the sequential and load phases on one database.
+struct Phases {
+    seq_steps: Vec<f64>,
+    seq_first: Vec<f64>,
+    load_steps: Vec<f64>,
+    load_first: Vec<f64>,
+    /// Audited transitions (node and movement) per second of the load window.
+    audited_tps: f64,
+    node_tps: f64,
+    movements_per_s: f64,
+    /// The load's statements, heaviest first (empty without pg_stat_statements).
+    statements: Vec<Statement>,
+    audited: i64,
+    rss: Vec<(String, f64)>,
+}
+
+/// One normalised statement of `pg_stat_statements` over the load window.
+struct Statement {
+    calls: i64,
+    total_ms: f64,
+    /// Planning time (pg_stat_statements.track_planning), apart from `total_ms`.
+    plan_ms: f64,
+    blocks: i64,
+    query: String,
+}
+
+/// Which history a run starts on.
+#[derive(Clone, Copy)]
+enum History {
+    Empty,
+    /// `finished` COMPLETED nodes (with their movements, node events, audit rows, artifacts and
+    /// delivered callbacks) and `open` nodes of movements pending approval or executing.
+    Grown {
+        finished: usize,
+        open: usize,
+    },
+}
+
 #[tokio::main]
 async fn main() -> anyhow::Result<()> {
     let n = env_usize("QTG_BENCH_MOVEMENTS", 200);
     let k = env_usize("QTG_BENCH_NODES", 4);
     let seq = env_usize("QTG_BENCH_SEQUENTIAL", 20);
+    let fan_runs = env_usize("QTG_BENCH_FANOUT_RUNS", 20);
+    let history_nodes = env_usize("QTG_BENCH_HISTORY_NODES", 1_000_000);
+    let history_open = env_usize("QTG_BENCH_HISTORY_OPEN", 10_000);
+    let only = std::env::var("QTG_BENCH_ONLY").unwrap_or_default();
     let pg: Value = serde_json::from_str(&std::env::var("QTG_BENCH_PGBENCH").unwrap_or_else(|_| "{}".into()))?;
+    let dispatchers = env_usize("QTG_BENCH_DISPATCHERS", 2);
+    let concurrency = std::env::var("QTG_BENCH_DISPATCHER_CONCURRENCY").unwrap_or_else(|_| "4".into());
+    let statements = statements_available().await;
 
+    let pg1_ms = pg["1"]["latency_ms"].as_f64().unwrap_or(f64::NAN);
+    let best_tps = ["1", "2", "4", "8"].iter().filter_map(|c| pg[c]["tps"].as_f64()).fold(f64::NAN, f64::max);
+    println!();
+    println!("qtg bench — {k}-node sequential sim chain (submit completes), release build, seed default intervals");
+    println!(
+        "workers: {dispatchers} x qtg-dispatcher (concurrency {concurrency}), 1 x qtg-observer (concurrency 2), 1 \
+         x qtg-recovery, qtg-api; 2 cores"
+    );
+    println!();
+    println!("raw Postgres ceiling (pgbench: SKIP LOCKED claim + update + two inserts, commit):");
+    for c in ["1", "2", "4", "8"] {
+        println!(
+            "  {c} client(s): {:>8.0} tx/s   latency {:>6.2} ms",
+            pg[c]["tps"].as_f64().unwrap_or(f64::NAN),
+            pg[c]["latency_ms"].as_f64().unwrap_or(f64::NAN)
+        );
+    }
+    println!();
+
+    let empty = phases(History::Empty, n, k, seq, dispatchers, &concurrency, statements).await?;
+    print_phases("empty database", &empty, n, k, seq, best_tps, pg1_ms);
+    let mut block = Vec::new();
+    let seq_p50 = pct(&empty.seq_steps, 50.0);
+    let commits_per_step = 4.0;
+    block.push("| figure | value | ratio to the same-run ceiling |".to_string());
+    block.push("|---|---|---|".to_string());
+    block.push(format!("| pgbench best (tx/s) | {best_tps:.0} | 1.00 |"));
+    block.push(format!("| pgbench 1-client transition (ms) | {pg1_ms:.2} | 1.00 |"));
+    block.push(format!(
+        "| sequential per-step overhead p50 (ms) | {seq_p50:.1} | {:.1} x one transition = {:.2} x (transition x \
+         {commits_per_step:.0} commits); target <= 3 |",
+        seq_p50 / pg1_ms,
+        seq_p50 / (pg1_ms * commits_per_step)
+    ));
+    block.push(format!(
+        "| load audited transitions/s | {:.0} | {:.2} of best pgbench; target >= 0.7 |",
+        empty.audited_tps,
+        empty.audited_tps / best_tps
+    ));
+
+    if only.is_empty() || only.contains("fan") {
+        let fan = fan_out(fan_runs).await?;
+        let s = sorted(fan.last_submit_s.clone());
+        println!(
+            "fan-out: 8 branches, remote executor prepare 500 ms + signer 500 ms, dispatcher concurrency 8, {} runs",
+            s.len()
+        );
+        println!(
+            "  approve → last submit p50/p99/max {:.2} / {:.2} / {:.2} s   (aim p99 < 2 s; serialised would be ~8 s)",
+            pct(&s, 50.0),
+            pct(&s, 99.0),
+            s.last().copied().unwrap_or(f64::NAN)
+        );
+        println!(
+            "  dispatcher connections busy while all 8 calls were in flight: max {} over {} samples (aim 0)",
+            fan.held_max, fan.samples
+        );
+        for seen in &fan.busy_seen {
+            println!("    busy: {seen}");
+        }
+        println!();
+        block.push(format!(
+            "| fan-out approve → last submit p50 / p99 (s, {} runs) | {:.2} / {:.2} | aim p99 < 2 |",
+            s.len(),
+            pct(&s, 50.0),
+            pct(&s, 99.0)
+        ));
+        block.push(format!("| dispatcher connections busy during slow calls | {} | aim 0 |", fan.held_max));
+    }
+
+    if only.is_empty() || only.contains("idle") {
+        let (idle_procs, idle_per_proc) = idle(dispatchers, &concurrency).await?;
+        println!(
+            "idle: {idle_procs} processes (API, {dispatchers} dispatchers, observer, recovery) on a fresh database, \
+             20 s"
+        );
+        println!(
+            "  transactions/s per idle process {idle_per_proc:>6.2}   (aim <= 1; every idle statement is its own \
+             transaction)"
+        );
+        println!();
+        block.push(format!(
+            "| idle transactions/s per process ({idle_procs} processes) | {idle_per_proc:.2} | aim <= 1 |"
+        ));
+    }
+
+    if only.is_empty() || only.contains("scal") {
+        let m = env_usize("QTG_BENCH_SCALING_MOVEMENTS", 100);
+        println!("scaling: {m} movements x {k} nodes, r x qtg-dispatcher (concurrency 4) + r x qtg-observer");
+        for r in [1, 2, 4] {
+            let (tps, mps) = scale(r, m, k).await?;
+            println!(
+                "  r = {r}: {:>7.1} audited transitions/s ({:.2} of best pgbench), {:>6.1} movements/s",
+                tps,
+                tps / best_tps,
+                mps
+            );
+            block.push(format!("| scaling r = {r} (audited transitions/s) | {tps:.0} | {:.2} |", tps / best_tps));
+        }
+        println!();
+    }
+
+    if only.is_empty() || only.contains("hist") {
+        let grown = History::Grown { finished: history_nodes, open: history_open };
+        let grown = phases(grown, n, k, seq, dispatchers, &concurrency, statements).await?;
+        let title = format!("history grown to {history_nodes} finished + {history_open} open nodes");
+        print_phases(&title, &grown, n, k, seq, best_tps, pg1_ms);
+        let load_ratio = grown.audited_tps / empty.audited_tps;
+        let seq_ratio = pct(&grown.seq_steps, 50.0) / seq_p50;
+        println!("history grown against the empty database (aim: each within 15 %):");
+        println!(
+            "  load audited transitions/s {:.0} against {:.0}: {:.2} x   {}",
+            grown.audited_tps,
+            empty.audited_tps,
+            load_ratio,
+            within(load_ratio, false)
+        );
+        println!(
+            "  sequential per-step p50 {:.1} ms against {:.1} ms: {:.2} x   {}",
+            pct(&grown.seq_steps, 50.0),
+            seq_p50,
+            seq_ratio,
+            within(seq_ratio, true)
+        );
+        println!();
+        block.push(format!(
+            "| history grown: load audited transitions/s | {:.0} | {:.2} of the empty run; aim >= 0.85 |",
+            grown.audited_tps, load_ratio
+        ));
+        block.push(format!(
+            "| history grown: sequential per-step p50 (ms) | {:.1} | {:.2} of the empty run; aim <= 1.15 |",
+            pct(&grown.seq_steps, 50.0),
+            seq_ratio
+        ));
+    }
+    for (name, mib) in &empty.rss {
+        block.push(format!("| RSS {name} (MiB) | {mib:.1} | — |"));
+    }
+
+    // One block to paste into docs/benchmarks.md.
+    for line in block {
+        println!("{line}");
+    }
+    Ok(())
+}
+
+fn within(ratio: f64, lower_is_better: bool) -> &'static str {
+    let ok = if lower_is_better { ratio <= 1.15 } else { ratio >= 0.85 };
+    if ok {
+        "within 15 %"
+    } else {
+        "NOT within 15 %"
+    }
+}
+
+fn print_phases(title: &str, p: &Phases, n: usize, k: usize, seq: usize, best_tps: f64, pg1_ms: f64) {
+    println!("== {title} ==");
+    println!("load: {n} movements x {k} nodes, approved at once");
+    println!("  movements/s                {:>8.1}", p.movements_per_s);
+    println!("  node transitions/s         {:>8.1}", p.node_tps);
+    println!(
+        "  audited transitions/s      {:>8.1}   ({:.2} of the best pgbench tx/s {best_tps:.0})",
+        p.audited_tps,
+        p.audited_tps / best_tps
+    );
+    println!("  per-step ms p50/p99        {:>8.1} / {:.1}", pct(&p.load_steps, 50.0), pct(&p.load_steps, 99.0));
+    println!("  approve→first submit p50/p99 {:>6.1} / {:.1} ms", pct(&p.load_first, 50.0), pct(&p.load_first, 99.0));
+    println!();
+    println!("sequential: {seq} movements one at a time");
+    println!(
+        "  per-step ms p50/p99        {:>8.1} / {:.1}   (p50 = {:.1} x the 1-client pgbench transition {pg1_ms:.2} ms)",
+        pct(&p.seq_steps, 50.0),
+        pct(&p.seq_steps, 99.0),
+        pct(&p.seq_steps, 50.0) / pg1_ms
+    );
+    println!("  approve→first submit p50/p99 {:>6.1} / {:.1} ms", pct(&p.seq_first, 50.0), pct(&p.seq_first, 99.0));
+    println!();
+    if !p.statements.is_empty() {
+        let total: f64 = p.statements.iter().map(|s| s.total_ms).sum();
+        let calls: i64 = p.statements.iter().map(|s| s.calls).sum();
+        let planning: f64 = p.statements.iter().map(|s| s.plan_ms).sum();
+        println!(
+            "load statements (pg_stat_statements): {calls} calls, {total:.0} ms executing + {planning:.0} ms planning \
+             = {:.1} calls and {:.3} ms per audited transition",
+            calls as f64 / p.audited.max(1) as f64,
+            (total + planning) / p.audited.max(1) as f64
+        );
+        println!(
+            "  {:>7} {:>9} {:>6} {:>8} {:>8} {:>7}  statement",
+            "calls", "total ms", "share", "mean ms", "plan ms", "blk/call"
+        );
+        for s in p.statements.iter().take(14) {
+            println!(
+                "  {:>7} {:>9.0} {:>5.1}% {:>8.3} {:>8.3} {:>7.1}  {}",
+                s.calls,
+                s.total_ms,
+                100.0 * s.total_ms / total,
+                s.total_ms / s.calls.max(1) as f64,
+                s.plan_ms / s.calls.max(1) as f64,
+                s.blocks as f64 / s.calls.max(1) as f64,
+                s.query
+            );
+        }
+        println!();
+    }
+    for (name, mib) in &p.rss {
+        println!("  RSS {name:<28} {mib:>6.1} MiB");
+    }
+    println!();
+}
+
+/// Whether the server has `pg_stat_statements` loaded (scripts/bench.sh starts one that does).
+async fn statements_available() -> bool {
+    let Ok(pool) = qtg_store::connect(&admin_url(), 1).await else { return false };
+    let ok = sqlx::query("CREATE EXTENSION IF NOT EXISTS pg_stat_statements").execute(&pool).await.is_ok()
+        && sqlx::query("SELECT pg_stat_statements_reset()").execute(&pool).await.is_ok();
+    pool.close().await;
+    if !ok {
+        println!("(pg_stat_statements is not loaded on this server: no per-statement figures)");
+    }
+    ok
+}
+
+async fn reset_statements() -> anyhow::Result<()> {
+    let pool = qtg_store::connect(&admin_url(), 1).await?;
+    sqlx::query("SELECT pg_stat_statements_reset()").execute(&pool).await?;
+    pool.close().await;
+    Ok(())
+}
+
+/// The statements of database `db` since the last reset, heaviest first.
+async fn read_statements(db: &str) -> anyhow::Result<Vec<Statement>> {
+    let pool = qtg_store::connect(&admin_url(), 1).await?;
+    let rows: Vec<(i64, f64, f64, i64, String)> = sqlx::query_as(
+        "SELECT s.calls, s.total_exec_time, s.total_plan_time,
+                (s.shared_blks_hit + s.shared_blks_read)::int8, s.query
+         FROM pg_stat_statements s JOIN pg_database d ON d.oid = s.dbid
+         WHERE d.datname = $1 ORDER BY s.total_exec_time DESC",
+    )
+    .bind(db)
+    .fetch_all(&pool)
+    .await?;
+    pool.close().await;
+    Ok(rows
+        .into_iter()
+        .map(|(calls, total_ms, plan_ms, blocks, query)| {
+            let flat = query.split_whitespace().collect::<Vec<_>>().join(" ");
+            let query =
+                if flat.chars().count() > 110 { flat.chars().take(110).collect::<String>() + "…" } else { flat };
+            Statement { calls, total_ms, plan_ms, blocks, query }
+        })
+        .collect())
+}
+
+fn chain_template(k: usize) -> Value {
+    let nodes: Vec<Value> = (0..k)
+        .map(|i| {
+            json!({"node_key": format!("s{i:02}"), "node_kind": "action", "action_type": "transfer",
+                        "executor_key": "exec.sim.transfer", "config": {"sim": {"submit_result": "completed"}}})
+        })
+        .collect();
+    let edges: Vec<Value> =
+        (1..k).map(|i| json!({"from": format!("s{:02}", i - 1), "to": format!("s{i:02}")})).collect();
+    json!({"template_key": "bench.chain", "nodes": nodes, "edges": edges})
+}
+
+/// The sequential and load phases on a fresh database that starts with `history`.
+async fn phases(
+    history: History,
+    n: usize,
+    k: usize,
+    seq: usize,
+    dispatchers: usize,
+    concurrency: &str,
+    statements: bool,
+) -> anyhow::Result<Phases> {
     let db = TestDb::new().await?;
     let api = Api::start(&db.url, &[("RUST_LOG", "warn,qtg_api=info,qtg_runtime::admin=info")]).await?;
     let log = std::env::var("QTG_BENCH_WORKER_LOG").unwrap_or_else(|_| "warn,qtg_runtime::admin=info".into());
-    let dispatchers = env_usize("QTG_BENCH_DISPATCHERS", 2);
-    let concurrency = std::env::var("QTG_BENCH_DISPATCHER_CONCURRENCY").unwrap_or_else(|_| "4".into());
     let quiet = [("RUST_LOG", log.as_str()), ("MG_DB_POOL_SIZE", "8")];
     let conc = [
         ("RUST_LOG", log.as_str()),
         ("MG_DB_POOL_SIZE", "8"),
-        ("MG_DISPATCHER_CONCURRENCY", concurrency.as_str()),
+        ("MG_DISPATCHER_CONCURRENCY", concurrency),
         ("MG_OBSERVER_CONCURRENCY", "2"),
     ];
     let mut procs = Vec::new();
@@ -64,22 +383,15 @@ async fn main() -> anyhow::Result<()> {
     procs.push(Proc::spawn("qtg-recovery", &db.url, &quiet).await?);
     tokio::time::sleep(Duration::from_millis(500)).await;
     let keys = Keys::create(&api).await?;
-    let nodes: Vec<Value> = (0..k)
-        .map(|i| {
-            json!({"node_key": format!("s{i:02}"), "node_kind": "action", "action_type": "transfer",
-                        "executor_key": "exec.sim.transfer", "config": {"sim": {"submit_result": "completed"}}})
-        })
-        .collect();
-    let edges: Vec<Value> =
-        (1..k).map(|i| json!({"from": format!("s{:02}", i - 1), "to": format!("s{i:02}")})).collect();
-    install_template(&api, &keys, json!({"template_key": "bench.chain", "nodes": nodes, "edges": edges})).await?;
+    install_template(&api, &keys, chain_template(k)).await?;
+    if let History::Grown { finished, open } = history {
+        grow_history(&db, &api, &keys, finished, open).await?;
+    }
 
     // Phase 1: one movement at a time — per-step overhead and approve→first-submit latency.
-    let mut seq_ids = Vec::new();
     for i in 0..seq {
         let id = start_movement(&api, &keys, "bench.chain", &format!("seq-{i}"), None).await?;
         wait_state(&api, &keys.requester, &id, &["COMPLETED"], Duration::from_secs(60)).await?;
-        seq_ids.push(id);
     }
 
     // Phase 2: N movements created, then approved as fast as the API takes them.
@@ -97,6 +409,9 @@ async fn main() -> anyhow::Result<()> {
             .await?;
         ids.push(m["id"].as_str().context("id")?.to_string());
     }
+    if statements {
+        reset_statements().await?;
+    }
     let started = Instant::now();
     let mut set = tokio::task::JoinSet::new();
     for id in &ids {
@@ -107,11 +422,14 @@ async fn main() -> anyhow::Result<()> {
     while let Some(r) = set.join_next().await {
         anyhow::ensure!(r?? == 200, "approve failed");
     }
+    // Polled by the load's own ids: a filter on state and idempotency key read every finished
+    // movement of a grown history ten times a second (the bench's own load, measured as qtg's).
+    let load_ids: Vec<uuid::Uuid> = ids.iter().map(|i| i.parse()).collect::<Result<_, _>>()?;
     loop {
         let done: i64 = sqlx::query_scalar(
-            "SELECT count(*) FROM movement_requests WHERE request_state = 'COMPLETED' AND \
-             idempotency_key LIKE 'load-%'",
+            "SELECT count(*) FROM movement_requests WHERE id = ANY($1) AND request_state = 'COMPLETED'",
         )
+        .bind(&load_ids)
         .fetch_one(&db.pool)
         .await?;
         if done as usize == n {
@@ -120,6 +438,7 @@ async fn main() -> anyhow::Result<()> {
         anyhow::ensure!(started.elapsed() < Duration::from_secs(600), "load phase did not finish: {done}/{n}");
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    let statements = if statements { read_statements(&db.name).await? } else { Vec::new() };
 
     let window: Option<f64> = sqlx::query_scalar(
         "SELECT extract(epoch FROM max(completed_at) - min(approved_at))::float8 FROM movement_requests WHERE \
@@ -170,125 +489,25 @@ async fn main() -> anyhow::Result<()> {
             anyhow::Ok(sorted(v))
         }
     };
-    let seq_steps = step_ms("seq-%").await?;
-    let seq_first = first_submit_ms("seq-%").await?;
-    let load_steps = step_ms("load-%").await?;
-    let load_first = first_submit_ms("load-%").await?;
-
-    let pg1_ms = pg["1"]["latency_ms"].as_f64().unwrap_or(f64::NAN);
-    let best_tps = ["1", "2", "4", "8"].iter().filter_map(|c| pg[c]["tps"].as_f64()).fold(f64::NAN, f64::max);
-    println!();
-    println!("qtg bench — {k}-node sequential sim chain (submit completes), release build, seed default intervals");
-    println!(
-        "workers: {dispatchers} x qtg-dispatcher (concurrency {concurrency}), 1 x qtg-observer (concurrency 2), 1 \
-         x qtg-recovery, qtg-api; 2 cores"
-    );
-    println!();
-    println!("raw Postgres ceiling (pgbench: SKIP LOCKED claim + update + two inserts, commit):");
-    for c in ["1", "2", "4", "8"] {
-        println!(
-            "  {c} client(s): {:>8.0} tx/s   latency {:>6.2} ms",
-            pg[c]["tps"].as_f64().unwrap_or(f64::NAN),
-            pg[c]["latency_ms"].as_f64().unwrap_or(f64::NAN)
-        );
-    }
-    println!();
-    println!("load: {n} movements x {k} nodes, approved at once");
-    println!("  movements/s                {:>8.1}", n as f64 / window);
-    println!("  node transitions/s         {:>8.1}", node_transitions as f64 / window);
-    println!(
-        "  audited transitions/s      {:>8.1}   ({:.2} of the best pgbench tx/s {best_tps:.0})",
-        audited as f64 / window,
-        audited as f64 / window / best_tps
-    );
-    println!("  per-step ms p50/p99        {:>8.1} / {:.1}", pct(&load_steps, 50.0), pct(&load_steps, 99.0));
-    println!("  approve→first submit p50/p99 {:>6.1} / {:.1} ms", pct(&load_first, 50.0), pct(&load_first, 99.0));
-    println!();
-    println!("sequential: {seq} movements one at a time");
-    println!(
-        "  per-step ms p50/p99        {:>8.1} / {:.1}   (p50 = {:.1} x the 1-client pgbench transition {pg1_ms:.2} ms)",
-        pct(&seq_steps, 50.0),
-        pct(&seq_steps, 99.0),
-        pct(&seq_steps, 50.0) / pg1_ms
-    );
-    println!("  approve→first submit p50/p99 {:>6.1} / {:.1} ms", pct(&seq_first, 50.0), pct(&seq_first, 99.0));
-    println!();
-
-    let rss: Vec<(String, f64)> = procs.iter().map(|p| (format!("{} (after load)", p.name), rss_mib(p))).collect();
-    for (name, mib) in &rss {
-        println!("  RSS {name:<28} {mib:>6.1} MiB");
-    }
-    println!();
-
+    let phases = Phases {
+        seq_steps: step_ms("seq-%").await?,
+        seq_first: first_submit_ms("seq-%").await?,
+        load_steps: step_ms("load-%").await?,
+        load_first: first_submit_ms("load-%").await?,
+        audited_tps: audited as f64 / window,
+        node_tps: node_transitions as f64 / window,
+        movements_per_s: n as f64 / window,
+        statements,
+        audited,
+        rss: procs.iter().map(|p| (format!("{} (after load)", p.name), rss_mib(p))).collect(),
+    };
     for p in &mut procs {
         p.signal("TERM");
         let _ = p.wait_exit(Duration::from_secs(20)).await;
     }
     drop(api);
     db.drop_db().await;
-
-    let (idle_procs, idle_per_proc) = idle(dispatchers, &concurrency).await?;
-    println!(
-        "idle: {idle_procs} processes (API, {dispatchers} dispatchers, observer, recovery) on a fresh database, 20 s"
-    );
-    println!(
-        "  transactions/s per idle process {idle_per_proc:>6.2}   (aim <= 1; every idle statement is its \
-         own transaction)"
-    );
-    println!();
-
-    let fan = fan_out().await?;
-    println!("fan-out: 8 branches, remote executor prepare 500 ms + signer 500 ms, dispatcher concurrency 8");
-    println!("  approve → last submit      {:>8.2} s   (aim < 2 s; serialised would be ~8 s)", fan.last_submit_s);
-    println!(
-        "  dispatcher connections busy while all 8 calls were in flight: max {} over {} samples (aim 0)",
-        fan.held_max, fan.samples
-    );
-    println!();
-
-    let m = env_usize("QTG_BENCH_SCALING_MOVEMENTS", 100);
-    println!("scaling: {m} movements x {k} nodes, r x qtg-dispatcher (concurrency 4) + r x qtg-observer");
-    let mut scaling = Vec::new();
-    for r in [1, 2, 4] {
-        let (tps, mps) = scale(r, m, k).await?;
-        println!(
-            "  r = {r}: {:>7.1} audited transitions/s ({:.2} of best pgbench), {:>6.1} movements/s",
-            tps,
-            tps / best_tps,
-            mps
-        );
-        scaling.push((r, tps));
-    }
-    println!();
-
-    // One block to paste into docs/benchmarks.md.
-    let commits_per_step = 4.0;
-    let seq_p50 = pct(&seq_steps, 50.0);
-    println!("| figure | value | ratio to the same-run ceiling |");
-    println!("|---|---|---|");
-    println!("| pgbench best (tx/s) | {best_tps:.0} | 1.00 |");
-    println!("| pgbench 1-client transition (ms) | {pg1_ms:.2} | 1.00 |");
-    println!(
-        "| sequential per-step overhead p50 (ms) | {seq_p50:.1} | {:.1} x one transition = {:.2} x (transition x \
-         {commits_per_step:.0} commits); target <= 3 |",
-        seq_p50 / pg1_ms,
-        seq_p50 / (pg1_ms * commits_per_step)
-    );
-    println!(
-        "| load audited transitions/s | {:.0} | {:.2} of best pgbench; target >= 0.7 |",
-        audited as f64 / window,
-        audited as f64 / window / best_tps
-    );
-    for (r, tps) in &scaling {
-        println!("| scaling r = {r} (audited transitions/s) | {tps:.0} | {:.2} |", tps / best_tps);
-    }
-    println!("| fan-out approve → last submit (s) | {:.2} | aim < 2 |", fan.last_submit_s);
-    println!("| dispatcher connections busy during slow calls | {} | aim 0 |", fan.held_max);
-    println!("| idle transactions/s per process ({idle_procs} processes) | {idle_per_proc:.2} | aim <= 1 |");
-    for (name, mib) in &rss {
-        println!("| RSS {name} (MiB) | {mib:.1} | — |");
-    }
-    Ok(())
+    Ok(phases)
 }
 
 /// The idle load: the bench's process set on a fresh database (no autovacuum work), 10 s.
@@ -355,13 +574,16 @@ fn rss_mib(p: &Proc) -> f64 {
 }
 
 struct FanOut {
-    last_submit_s: f64,
+    last_submit_s: Vec<f64>,
     held_max: i64,
     samples: usize,
+    /// `state: statement` of the dispatcher connections seen busy during the calls.
+    busy_seen: std::collections::BTreeSet<String>,
 }
 
-/// 8 parallel branches on the reference remote executor (prepare 500 ms, signer 500 ms).
-async fn fan_out() -> anyhow::Result<FanOut> {
+/// 8 parallel branches on the reference remote executor (prepare 500 ms, signer 500 ms),
+/// `runs` movements one after another on one dispatcher.
+async fn fan_out(runs: usize) -> anyhow::Result<FanOut> {
     let db = TestDb::new().await?;
     let remote = start_example(&db, 5000, &[("EXAMPLE_SIGN_DELAY_MS", "500")]).await?;
     let reg = remote.registry.to_string_lossy().to_string();
@@ -385,42 +607,79 @@ async fn fan_out() -> anyhow::Result<FanOut> {
         .collect();
     install_template(&api, &keys, json!({"template_key": "bench.fan", "nodes": nodes})).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let id = start_movement(&api, &keys, "bench.fan", "fan-1", None).await?;
     let (mut held_max, mut samples) = (0i64, 0usize);
-    let deadline = Instant::now() + Duration::from_secs(60);
-    loop {
-        let (in_calls, held, armed): (i64, i64, i64) = sqlx::query_as(
-            "SELECT (SELECT count(*) FROM movement_request_nodes WHERE request_id = $1::uuid
-                       AND node_state IN ('PREPARING', 'AWAITING_SIGNATURE')),
-                    (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-                       AND application_name = 'qtg-dispatcher' AND state <> 'idle'),
-                    (SELECT count(*) FROM movement_request_nodes WHERE request_id = $1::uuid AND \
-                        started_at IS NOT NULL)",
-        )
-        .bind(&id)
-        .fetch_one(&db.pool)
-        .await?;
-        if in_calls == 8 {
-            samples += 1;
-            held_max = held_max.max(held);
+    let mut busy_seen = std::collections::BTreeSet::new();
+    let mut last_submit_s = Vec::new();
+    for run in 0..runs {
+        let id = start_movement(&api, &keys, "bench.fan", &format!("fan-{run}"), None).await?;
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let (in_calls, held, armed): (i64, i64, i64) = sqlx::query_as(
+                "SELECT (SELECT count(*) FROM movement_request_nodes WHERE request_id = $1::uuid
+                           AND node_state IN ('PREPARING', 'AWAITING_SIGNATURE')),
+                        (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+                           AND application_name = 'qtg-dispatcher' AND state <> 'idle'),
+                        (SELECT count(*) FROM movement_request_nodes WHERE request_id = $1::uuid AND \
+                            started_at IS NOT NULL)",
+            )
+            .bind(&id)
+            .fetch_one(&db.pool)
+            .await?;
+            if in_calls == 8 {
+                samples += 1;
+                held_max = held_max.max(held);
+                if held > 0 {
+                    // What the busy connections were doing, to tell a claim loop's statement
+                    // from a connection held across a call (`idle in transaction`).
+                    let seen: Vec<String> = sqlx::query_scalar(
+                        "SELECT state || ': ' || left(regexp_replace(query, '\\s+', ' ', 'g'), 70)
+                         FROM pg_stat_activity WHERE datname = current_database()
+                           AND application_name = 'qtg-dispatcher' AND state <> 'idle'",
+                    )
+                    .fetch_all(&db.pool)
+                    .await?;
+                    busy_seen.extend(seen);
+                }
+            }
+            if armed == 8 {
+                break;
+            }
+            anyhow::ensure!(Instant::now() < deadline, "the fan-out never armed its 8 branches");
+            tokio::time::sleep(Duration::from_millis(20)).await;
         }
-        if armed == 8 {
-            break;
+        last_submit_s.push(
+            sqlx::query_scalar(
+                "SELECT extract(epoch FROM max(n.started_at) - r.approved_at)::float8
+                 FROM movement_request_nodes n JOIN movement_requests r ON r.id = n.request_id
+                 WHERE r.id = $1::uuid GROUP BY r.approved_at",
+            )
+            .bind(&id)
+            .fetch_one(&db.pool)
+            .await?,
+        );
+        // The branches' submits are recorded before the next movement starts (no observer runs
+        // here: they stay SUBMITTED).
+        loop {
+            let busy: i64 = sqlx::query_scalar(
+                "SELECT count(*) FROM movement_request_nodes WHERE request_id = $1::uuid
+                   AND node_state IN ('READY', 'PREPARING', 'AWAITING_SIGNATURE', 'SUBMITTING')",
+            )
+            .bind(&id)
+            .fetch_one(&db.pool)
+            .await?;
+            if busy == 0 {
+                break;
+            }
+            if Instant::now() > deadline {
+                println!("  (fan-out run {run}: {busy} branches still in flight after 60 s; going on)");
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
-        anyhow::ensure!(Instant::now() < deadline, "the fan-out never armed its 8 branches");
-        tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let last_submit_s: f64 = sqlx::query_scalar(
-        "SELECT extract(epoch FROM max(n.started_at) - r.approved_at)::float8
-         FROM movement_request_nodes n JOIN movement_requests r ON r.id = n.request_id
-         WHERE r.id = $1::uuid GROUP BY r.approved_at",
-    )
-    .bind(&id)
-    .fetch_one(&db.pool)
-    .await?;
     drop((dispatcher, api, remote));
     db.drop_db().await;
-    Ok(FanOut { last_submit_s, held_max, samples })
+    Ok(FanOut { last_submit_s, held_max, samples, busy_seen })
 }
 
 /// `m` movements of the K-node chain through `r` dispatchers and `r` observers; returns
@@ -441,15 +700,7 @@ async fn scale(r: usize, m: usize, k: usize) -> anyhow::Result<(f64, f64)> {
         procs.push(Proc::spawn("qtg-observer", &db.url, &env).await?);
     }
     let keys = Keys::create(&api).await?;
-    let nodes: Vec<Value> = (0..k)
-        .map(|i| {
-            json!({"node_key": format!("s{i:02}"), "node_kind": "action", "action_type": "transfer",
-                        "executor_key": "exec.sim.transfer", "config": {"sim": {"submit_result": "completed"}}})
-        })
-        .collect();
-    let edges: Vec<Value> =
-        (1..k).map(|i| json!({"from": format!("s{:02}", i - 1), "to": format!("s{i:02}")})).collect();
-    install_template(&api, &keys, json!({"template_key": "bench.chain", "nodes": nodes, "edges": edges})).await?;
+    install_template(&api, &keys, chain_template(k)).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
     let mut ids = Vec::new();
     for i in 0..m {
@@ -493,4 +744,220 @@ async fn scale(r: usize, m: usize, k: usize) -> anyhow::Result<(f64, f64)> {
     db.drop_db().await;
     // Audited transitions of the load only (approval included: every movement.transition).
     Ok((audited as f64 / window, m as f64 / window))
+}
+
+/// The columns of `table` an INSERT may name (generated ones left out), comma-separated.
+async fn insertable_columns(pool: &sqlx::PgPool, table: &str) -> anyhow::Result<String> {
+    let cols: Vec<String> = sqlx::query_scalar(
+        "SELECT quote_ident(column_name::text) FROM information_schema.columns
+         WHERE table_schema = 'public' AND table_name = $1 AND is_generated = 'NEVER' ORDER BY ordinal_position",
+    )
+    .bind(table)
+    .fetch_all(pool)
+    .await?;
+    anyhow::ensure!(!cols.is_empty(), "no table {table}");
+    Ok(cols.join(", "))
+}
+
+/// Copies rows of `table`: `source` is a FROM clause that yields `src` (a row of `table`),
+/// and `over` a JSON object (evaluated per copied row) of the columns that differ in the copy.
+async fn clone_rows(pool: &sqlx::PgPool, table: &str, over: &str, source: &str) -> anyhow::Result<u64> {
+    let cols = insertable_columns(pool, table).await?;
+    let picked = cols.split(", ").map(|c| format!("x.{c}")).collect::<Vec<_>>().join(", ");
+    let sql = format!(
+        "INSERT INTO {table} ({cols}) SELECT {picked}
+         FROM (SELECT to_jsonb(src) || {over} AS row FROM {source}) s
+         CROSS JOIN LATERAL jsonb_populate_record(NULL::{table}, s.row) x"
+    );
+    Ok(sqlx::query(sqlx::AssertSqlSafe(sql)).execute(pool).await?.rows_affected())
+}
+
+/// A deployment's history, made before the phases run: `finished` COMPLETED nodes over the
+/// last 90 days — copies of a movement that ran here, with its node events, audit rows
+/// (promoted), artifacts and delivered callbacks — and `open` nodes of movements still pending
+/// approval (half) or executing with a node observed again in a day (half). Then VACUUM
+/// ANALYZE, as autovacuum leaves a table that has settled.
+async fn grow_history(db: &TestDb, api: &Api, keys: &Keys, finished: usize, open: usize) -> anyhow::Result<()> {
+    let t = Instant::now();
+    let seed = start_movement(api, keys, "bench.chain", "hist-seed", None).await?;
+    wait_state(api, &keys.requester, &seed, &["COMPLETED"], Duration::from_secs(60)).await?;
+    let pending = api
+        .ok(
+            "POST",
+            "/v3/movements",
+            &keys.requester,
+            Some(json!({"template_key": "bench.chain", "intent": {"asset": "USDC", "amount": "1"},
+                        "idempotency_key": "open-seed"})),
+            201,
+        )
+        .await?;
+    let pending = pending["id"].as_str().context("id")?.to_string();
+    let pool = &db.pool;
+    let k: i64 = sqlx::query_scalar("SELECT count(*) FROM movement_request_nodes WHERE request_id = $1::uuid")
+        .bind(&seed)
+        .fetch_one(pool)
+        .await?;
+    let k = k.max(1) as usize;
+    let movements = finished.div_ceil(k);
+    let open_movements = open.div_ceil(k);
+    let mut steps = vec![
+        format!(
+            "CREATE TABLE bench_hist_m AS SELECT g, gen_random_uuid() AS id,
+               now() - interval '90 days' + interval '90 days' * (g::float8 / {movements}) - interval '1 hour' AS at
+             FROM generate_series(1, {movements}) g"
+        ),
+        format!(
+            "CREATE TABLE bench_hist_n AS SELECT m.id AS req, m.at, n.id AS seed_node, gen_random_uuid() AS id
+             FROM bench_hist_m m CROSS JOIN movement_request_nodes n WHERE n.request_id = '{seed}' ORDER BY m.g"
+        ),
+        format!(
+            "CREATE TABLE bench_open_m AS SELECT g, gen_random_uuid() AS id, g % 2 = 0 AS executing,
+               now() - interval '1 minute' * g AS at FROM generate_series(1, {open_movements}) g"
+        ),
+    ];
+    for s in steps.drain(..) {
+        sqlx::query(sqlx::AssertSqlSafe(s)).execute(pool).await?;
+    }
+    let mut rows = Vec::new();
+    // (table, the columns that differ as a JSON object, where the copied rows come from)
+    let clones = [
+        (
+            "movement_requests",
+            "jsonb_build_object('id', m.id, 'idempotency_key', 'hist-' || m.g, 'created_at', m.at,
+               'approved_at', m.at + interval '1 second', 'updated_at', m.at + interval '5 seconds',
+               'completed_at', m.at + interval '5 seconds', 'expires_at', m.at + interval '1 day',
+               'callback_url', 'https://hooks.example.com/qtg')"
+                .to_string(),
+            format!("movement_requests src CROSS JOIN bench_hist_m m WHERE src.id = '{seed}'"),
+        ),
+        (
+            "movement_request_nodes",
+            "jsonb_build_object('id', h.id, 'request_id', h.req, 'created_at', h.at,
+               'started_at', h.at + interval '2 seconds', 'submit_by', h.at + interval '62 seconds',
+               'completed_at', h.at + interval '3 seconds', 'updated_at', h.at + interval '3 seconds',
+               'claim_token', NULL)"
+                .to_string(),
+            "bench_hist_n h JOIN movement_request_nodes src ON src.id = h.seed_node".to_string(),
+        ),
+        (
+            "node_events",
+            "jsonb_build_object('id', nextval('node_events_id_seq'), 'request_id', h.req, 'request_node_id', h.id,
+               'created_at', h.at + interval '2 seconds')"
+                .to_string(),
+            "bench_hist_n h JOIN node_events src ON src.request_node_id = h.seed_node".to_string(),
+        ),
+        (
+            "artifacts",
+            "jsonb_build_object('id', gen_random_uuid(), 'request_id', h.req, 'request_node_id', h.id,
+               'created_at', h.at + interval '2 seconds')"
+                .to_string(),
+            "bench_hist_n h JOIN artifacts src ON src.request_node_id = h.seed_node".to_string(),
+        ),
+        (
+            "audit_outbox",
+            "jsonb_build_object('id', nextval('audit_outbox_id_seq'), 'event_id', gen_random_uuid(),
+               'movement_id', h.req, 'entity_id', h.id::text, 'created_at', h.at + interval '2 seconds',
+               'promoted_at', h.at + interval '10 seconds')"
+                .to_string(),
+            format!(
+                "bench_hist_n h JOIN audit_outbox src ON src.entity_type = 'node' AND src.entity_id = h.seed_node::text
+                   AND src.movement_id = '{seed}'"
+            ),
+        ),
+        (
+            "audit_outbox",
+            "jsonb_build_object('id', nextval('audit_outbox_id_seq'), 'event_id', gen_random_uuid(),
+               'movement_id', m.id, 'entity_id', m.id::text, 'created_at', m.at + interval '1 second',
+               'promoted_at', m.at + interval '10 seconds')"
+                .to_string(),
+            format!(
+                "bench_hist_m m JOIN audit_outbox src ON src.movement_id = '{seed}' AND src.entity_type = 'movement'"
+            ),
+        ),
+        (
+            "movement_requests",
+            "jsonb_build_object('id', m.id, 'idempotency_key', 'open-' || m.g, 'created_at', m.at, 'updated_at', m.at,
+               'expires_at', now() + interval '30 days', 'completed_at', NULL,
+               'request_state', CASE WHEN m.executing THEN 'EXECUTING' ELSE 'PENDING_APPROVAL' END)"
+                .to_string(),
+            format!(
+                "bench_open_m m JOIN movement_requests src ON src.id = CASE WHEN m.executing THEN '{seed}'::uuid
+                   ELSE '{pending}'::uuid END"
+            ),
+        ),
+        (
+            "movement_request_nodes",
+            "CASE WHEN NOT m.executing THEN
+                 jsonb_build_object('id', gen_random_uuid(), 'request_id', m.id, 'created_at', m.at, 'updated_at', m.at)
+               WHEN src.node_key = 's00' THEN
+                 jsonb_build_object('id', gen_random_uuid(), 'request_id', m.id, 'created_at', m.at,
+                   'updated_at', m.at, 'node_state', 'OBSERVING', 'completed_at', NULL,
+                   'next_observe_at', now() + interval '1 day', 'claim_token', NULL)
+               ELSE jsonb_build_object('id', gen_random_uuid(), 'request_id', m.id, 'created_at', m.at,
+                   'updated_at', m.at, 'node_state', 'BLOCKED', 'attempt_no', 0, 'started_at', NULL,
+                   'completed_at', NULL, 'submit_by', NULL, 'submit_accepted_at', NULL, 'claim_token', NULL,
+                   'provider_refs', '{}'::jsonb, 'provider_state', NULL, 'provider_ref_id', NULL) END"
+                .to_string(),
+            format!(
+                "bench_open_m m JOIN movement_request_nodes src ON src.request_id = CASE WHEN m.executing
+                   THEN '{seed}'::uuid ELSE '{pending}'::uuid END"
+            ),
+        ),
+    ];
+    for (table, over, source) in &clones {
+        rows.push((table.to_string(), clone_rows(pool, table, over, source).await?));
+    }
+    // The delivered callbacks: one per node transition to COMPLETED and one per movement's.
+    let callbacks = sqlx::query(
+        "INSERT INTO movement_callback_outbox (id, request_id, event_id, event_type, sequence, payload, callback_url,
+             status, attempts, callback_timestamp, callback_nonce, sent_at, created_at, updated_at, next_attempt_at)
+         SELECT gen_random_uuid(), h.req, gen_random_uuid(), 'node_state_changed', 1,
+             jsonb_build_object('event_type', 'node_state_changed',
+                 'data', jsonb_build_object('node_state', 'COMPLETED')),
+             'https://hooks.example.com/qtg', 'sent', 1, extract(epoch FROM h.at)::bigint, gen_random_uuid()::text,
+             h.at + interval '4 seconds', h.at + interval '3 seconds', h.at + interval '4 seconds', h.at
+         FROM bench_hist_n h
+         UNION ALL
+         SELECT gen_random_uuid(), m.id, gen_random_uuid(), 'request_state_changed', 2,
+             jsonb_build_object('event_type', 'request_state_changed', 'data',
+                 jsonb_build_object('request_state', 'COMPLETED')),
+             'https://hooks.example.com/qtg', 'sent', 1, extract(epoch FROM m.at)::bigint, gen_random_uuid()::text,
+             m.at + interval '6 seconds', m.at + interval '5 seconds', m.at + interval '6 seconds', m.at
+         FROM bench_hist_m m",
+    )
+    .execute(pool)
+    .await?
+    .rows_affected();
+    rows.push(("movement_callback_outbox".into(), callbacks));
+    for s in ["DROP TABLE bench_hist_m", "DROP TABLE bench_hist_n", "DROP TABLE bench_open_m"] {
+        sqlx::query(s).execute(pool).await?;
+    }
+    let loaded = t.elapsed();
+    sqlx::query(
+        "VACUUM (ANALYZE) movement_requests, movement_request_nodes, node_events, artifacts, audit_outbox,
+           movement_callback_outbox",
+    )
+    .execute(pool)
+    .await?;
+    // The load's gigabytes are written out now, not by a checkpoint during the phases.
+    sqlx::query("CHECKPOINT").execute(pool).await?;
+    let (nodes, open_nodes, bytes): (i64, i64, i64) = sqlx::query_as(
+        "SELECT (SELECT count(*) FROM movement_request_nodes WHERE completed_at IS NOT NULL),
+                (SELECT count(*) FROM movement_request_nodes WHERE completed_at IS NULL),
+                pg_database_size(current_database())",
+    )
+    .fetch_one(pool)
+    .await?;
+    println!(
+        "history: {nodes} finished and {open_nodes} open nodes, database {:.0} MiB; loaded in {:.0} s, vacuumed \
+         and checkpointed in {:.0} s",
+        bytes as f64 / 1048576.0,
+        loaded.as_secs_f64(),
+        (t.elapsed() - loaded).as_secs_f64()
+    );
+    for (table, n) in rows {
+        println!("  {table:<26} +{n}");
+    }
+    println!();
+    Ok(())
 }

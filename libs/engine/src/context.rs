@@ -1,6 +1,6 @@
 //! build_execution_context: the work order for one step of one node, from a claimed
-//! [`WorkItem`] plus three queries (the request's nodes, the plan's edges, the direct
-//! predecessors' artifacts) whatever the plan's size.
+//! [`WorkItem`] — which carries the request's nodes and the direct predecessors' artifacts,
+//! read by the claim's own statement — and the plan's edges (read once per plan version).
 
 use std::collections::HashMap;
 
@@ -9,7 +9,7 @@ use qtg_core::plan::predecessors;
 use qtg_core::protocol::PROTOCOL_VERSION;
 use qtg_core::refs::{resolve_config, RefError};
 use qtg_core::{ExecutionContext, NodeState};
-use qtg_store::{context as q, NodeBrief, PgConnection, WorkItem};
+use qtg_store::{NodeBrief, PgConnection, WorkItem};
 use serde_json::{json, Map, Value};
 
 #[derive(Debug, thiserror::Error)]
@@ -27,7 +27,7 @@ pub async fn build_execution_context(
     item: &WorkItem,
     attempt_no: i32,
 ) -> Result<ExecutionContext, ContextError> {
-    let nodes = q::request_nodes(conn, item.request_id).await?;
+    let nodes = &item.context.nodes;
     let edges = crate::plans::edges(conn, item.plan_version_id).await?;
     let by_key: HashMap<&str, &NodeBrief> = nodes.iter().map(|n| (n.node_key.as_str(), n)).collect();
 
@@ -64,8 +64,9 @@ pub async fn build_execution_context(
     // The approval policy's fee cap, where its rule set one (the lanes that quote a fee in the
     // asset's units read risk_controls.max_fee): read with the claim.
     let policy_fee = item.policy_max_fee.clone();
-    let pred_ids: Vec<_> = preds.iter().map(|p| p.id).collect();
-    let prior_artifacts = q::node_artifacts(conn, &pred_ids).await?;
+    // The claim read the artifacts of the same predecessors (the plan's edges into this node,
+    // COMPLETED), in the same snapshot as the nodes.
+    let prior_artifacts = item.context.prior_artifacts.clone();
 
     Ok(ExecutionContext {
         protocol_version: PROTOCOL_VERSION.to_string(),

@@ -468,7 +468,7 @@ impl Engine {
         // Arm: intent before effect. The clock of the submit window starts before the
         // statement is sent.
         let armed_at = Instant::now();
-        let Some(submit_by) = self.arm(&c, state, &prepared, signed.as_ref(), calls).await? else {
+        let Some((submit_by, stored_hash)) = self.arm(&c, state, &prepared, signed.as_ref(), calls).await? else {
             return Ok(());
         };
         tracing::info!(node_id = %c.item.node_id, attempt_no = c.attempt_no, %submit_by, "armed; submitting");
@@ -477,11 +477,8 @@ impl Engine {
         let window = self.settings.submit_window.saturating_sub(self.settings.clock_skew);
         let key = idempotency_key(&c.ctx.request_node_id, c.attempt_no);
         // What is sent is what was stored for the attempt: the prepared action's hash against the
-        // one its artifact holds (written when it was prepared), not against itself.
-        let stored_hash = {
-            let mut conn = self.pool.acquire().await?;
-            qtg_store::artifacts::submission(&mut conn, c.item.node_id, c.attempt_no).await?.0.map(|(_, h)| h)
-        };
+        // one its artifact holds (written by the arm, or when it was prepared before signing, and
+        // answered by the arm's statement), not against itself.
         if stored_hash.as_deref() != Some(prepared.computed_hash().as_str()) {
             tracing::error!(
                 node_id = %c.item.node_id, attempt_no = c.attempt_no, stored = ?stored_hash,
@@ -592,8 +589,9 @@ impl Engine {
         }
     }
 
-    /// The arm. `Some(submit_by)` once SUBMITTING for attempt N is committed; `None` when the
-    /// compare-and-set matched nothing (cancelled, re-claimed, paused) — nothing is sent.
+    /// The arm. `Some((submit_by, stored prepared hash))` once SUBMITTING for attempt N is
+    /// committed; `None` when the compare-and-set matched nothing (cancelled, re-claimed,
+    /// paused) — nothing is sent.
     async fn arm(
         &self,
         c: &Claimed,
@@ -601,7 +599,7 @@ impl Engine {
         prepared: &PreparedAction,
         signed: Option<&qtg_core::SignResult>,
         calls: Vec<Call>,
-    ) -> Result<Option<chrono::DateTime<chrono::Utc>>> {
+    ) -> Result<Option<(chrono::DateTime<chrono::Utc>, Option<String>)>> {
         // One statement, committed on its own: the attempt, its markers, the calls so far and
         // the prepared (and signed) artifacts.
         let mut artifacts = Vec::new();
@@ -634,7 +632,7 @@ impl Engine {
                 let submit_by = written
                     .submit_by
                     .ok_or_else(|| StoreError::corrupt("an armed attempt has no submit_by".to_string()))?;
-                Ok(Some(submit_by))
+                Ok(Some((submit_by, written.prepared_hash)))
             }
             Ok(Cas::Stale(_)) => {
                 let mut tx = sqlx::Acquire::begin(&mut *conn).await?;

@@ -158,6 +158,9 @@ impl Engine {
             .zip(&lanes)
             .map(|((id, n), lane)| (*id, n.node_key.as_str(), n.node_kind.as_str(), *lane))
             .collect();
+        // Random (v4), unlike the rows a step inserts (migration 0034): people quote a movement
+        // by the first characters of its id, which in a time-ordered id would be the minute
+        // it was made in, shared by its neighbours.
         let id = Uuid::new_v4();
         let created = mq::insert(
             &mut tx,

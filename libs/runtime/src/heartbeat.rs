@@ -105,12 +105,8 @@ impl Heartbeats {
     /// Writes every row now. A failure is logged and leaves the age growing (readiness says
     /// so once it passes the stale threshold).
     pub async fn beat_all(&self, pool: &PgPool, deadline: Duration) {
-        let round = async {
-            for hb in self.rows.iter() {
-                heartbeats::beat(pool, &hb.key, hb.times()).await?;
-            }
-            Ok::<_, qtg_store::StoreError>(())
-        };
+        let beats: Vec<_> = self.rows.iter().map(|hb| (&*hb.key, hb.times())).collect();
+        let round = heartbeats::beat(pool, &beats);
         match tokio::time::timeout(deadline, round).await {
             Ok(Ok(())) => self.last_ok.store(now_ms(), Ordering::Relaxed),
             Ok(Err(e)) => tracing::warn!(error = %e, "heartbeat failed"),

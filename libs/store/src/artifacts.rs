@@ -39,7 +39,7 @@ pub async fn insert(
 ) -> Result<()> {
     sqlx::query!(
         "INSERT INTO artifacts (id, request_id, request_node_id, attempt_no, kind, payload, payload_hash)
-         VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, $6)",
+         VALUES (qtg_uuid7(), $1, $2, $3, $4, $5, $6)",
         request_id,
         node_id,
         attempt_no,

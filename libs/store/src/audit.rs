@@ -47,7 +47,7 @@ impl<'a> AuditRecord<'a> {
 pub async fn record(conn: &mut PgConnection, rec: &AuditRecord<'_>) -> Result<()> {
     sqlx::query!(
         "INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
-         VALUES (gen_random_uuid(), $1, $2, $3, $4, $5, $6)",
+         VALUES (qtg_uuid7(), $1, $2, $3, $4, $5, $6)",
         rec.actor,
         rec.action,
         rec.entity_type,

@@ -197,7 +197,7 @@ pub async fn replay(conn: &mut PgConnection, id: Uuid) -> Result<Option<Callback
         r#"INSERT INTO movement_callback_outbox
              (id, request_id, event_id, event_type, sequence, payload, callback_url, max_attempts,
               callback_timestamp, callback_nonce, replay_of, traceparent)
-         SELECT gen_random_uuid(), request_id, event_id, event_type, sequence, payload, callback_url, max_attempts,
+         SELECT qtg_uuid7(), request_id, event_id, event_type, sequence, payload, callback_url, max_attempts,
                 extract(epoch FROM now())::bigint, gen_random_uuid()::text, id, traceparent
          FROM movement_callback_outbox d WHERE d.id = $1 AND d.status = 'dlq'
            AND NOT EXISTS (SELECT 1 FROM movement_callback_outbox r WHERE r.replay_of = $1)
@@ -296,11 +296,11 @@ pub async fn enqueue_event(
     data: &Value,
 ) -> Result<()> {
     sqlx::query!(
-        "WITH ev AS (SELECT gen_random_uuid() AS event_id)
+        "WITH ev AS (SELECT qtg_uuid7() AS event_id)
          INSERT INTO movement_callback_outbox
              (id, request_id, event_id, event_type, sequence, payload, callback_url, callback_timestamp, callback_nonce,
               traceparent)
-         SELECT gen_random_uuid(), $1, ev.event_id, $2, 0,
+         SELECT qtg_uuid7(), $1, ev.event_id, $2, 0,
              qtg_callback_envelope(ev.event_id, $2::text, $1::uuid, NULL, $4::jsonb),
              $3, extract(epoch FROM now())::bigint, gen_random_uuid()::text, $5::text
          FROM ev",

@@ -41,18 +41,26 @@ pub struct LoopTimes {
     pub due_in: Option<f64>,
 }
 
-/// Beats this process' row for one worker: `last_beat_at = now()` and the loop's times.
-pub async fn beat(pool: &PgPool, key: &HeartbeatKey, times: LoopTimes) -> Result<()> {
+/// Beats this process' rows, one per worker, in one statement: `last_beat_at = now()` and
+/// each loop's times.
+pub async fn beat(pool: &PgPool, beats: &[(&HeartbeatKey, LoopTimes)]) -> Result<()> {
+    let workers: Vec<&str> = beats.iter().map(|(k, _)| k.worker.as_str()).collect();
+    let classes: Vec<&str> = beats.iter().map(|(k, _)| k.network_class.as_str()).collect();
+    let instances: Vec<&str> = beats.iter().map(|(k, _)| k.instance_id.as_str()).collect();
+    let ago: Vec<Option<f64>> = beats.iter().map(|(_, t)| t.ticked_ago).collect();
+    let due: Vec<Option<f64>> = beats.iter().map(|(_, t)| t.due_in).collect();
     sqlx::query!(
-        "UPDATE worker_heartbeats SET last_beat_at = now(),
-             last_tick_at = now() - make_interval(secs => $4),
-             next_tick_at = now() + make_interval(secs => $5)
-         WHERE worker = $1 AND network_class = $2 AND instance_id = $3",
-        key.worker,
-        key.network_class,
-        key.instance_id,
-        times.ticked_ago,
-        times.due_in,
+        "UPDATE worker_heartbeats h SET last_beat_at = now(),
+             last_tick_at = now() - make_interval(secs => b.ago),
+             next_tick_at = now() + make_interval(secs => b.due)
+         FROM unnest($1::text[], $2::text[], $3::text[], $4::float8[], $5::float8[])
+             AS b(worker, network_class, instance_id, ago, due)
+         WHERE h.worker = b.worker AND h.network_class = b.network_class AND h.instance_id = b.instance_id",
+        &workers as &[&str],
+        &classes as &[&str],
+        &instances as &[&str],
+        &ago as &[Option<f64>],
+        &due as &[Option<f64>],
     )
     .execute(pool)
     .await?;

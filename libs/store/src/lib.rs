@@ -92,7 +92,14 @@ pub async fn connect_guarded(
             let guard = guard.clone();
             Box::pin(async move { guard.check(conn).await })
         })
-        .before_acquire(|_conn, meta| Box::pin(async move { Ok(!session::stale(meta.age)) }))
+        .before_acquire(|conn, meta| {
+            Box::pin(async move {
+                if session::stale(meta.age) {
+                    return Ok(false);
+                }
+                ping_if_idle(conn, meta.idle_for).await.map(|()| true)
+            })
+        })
         .connect_with(options)
         .await?;
     Ok(pool)
@@ -119,6 +126,25 @@ fn pool_options(max_connections: u32) -> sqlx::postgres::PgPoolOptions {
         .max_connections(max_connections)
         .min_connections(0)
         .acquire_timeout(Duration::from_secs(10))
+        // sqlx pings every connection it hands out: a round trip per acquire, several per node
+        // step, on the same cores as the database. Only a connection that sat idle is pinged.
+        .test_before_acquire(false)
+        .before_acquire(|conn, meta| Box::pin(async move { ping_if_idle(conn, meta.idle_for).await.map(|()| true) }))
+}
+
+/// How long a pooled connection may sit idle and still be handed out without a ping.
+const PING_AFTER_IDLE: Duration = Duration::from_secs(1);
+
+/// Pings a pooled connection that sat idle for `idle_for` before it is handed out: one in use
+/// a moment ago is not (the ping would cost a round trip per acquire); one idle for longer
+/// must answer (the server may have restarted or failed over meanwhile), else the pool drops
+/// it hard and opens another. A connection that breaks between two uses fails its
+/// statement, as it could right after any ping.
+async fn ping_if_idle(conn: &mut PgConnection, idle_for: Duration) -> std::result::Result<(), sqlx::Error> {
+    if idle_for < PING_AFTER_IDLE {
+        return Ok(());
+    }
+    conn.ping().await
 }
 
 /// Applies pending migrations (idempotent; safe under concurrent starters thanks to sqlx's

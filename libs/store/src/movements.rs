@@ -93,7 +93,7 @@ pub async fn insert(conn: &mut PgConnection, m: &NewMovement<'_>, nodes: &[NewNo
     let lanes: Vec<&str> = nodes.iter().map(|n| n.3).collect();
     sqlx::query!(
         "INSERT INTO movement_request_nodes (id, request_id, plan_node_id, node_key, node_kind, lane, node_state)
-         SELECT gen_random_uuid(), $1, p, k, kind, lane, 'BLOCKED'
+         SELECT qtg_uuid7(), $1, p, k, kind, lane, 'BLOCKED'
          FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[]) AS x(p, k, kind, lane)",
         id,
         &plan_node_ids,

@@ -480,7 +480,7 @@ pub async fn take(
               WHERE channel_id = $1 AND status = 'pending' AND attempts >= max_attempts AND next_attempt_at <= now()
              RETURNING id, notification_id, attempts, last_error)
          INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
-         SELECT gen_random_uuid(), 'notification_dispatcher', 'notification.dead_lettered', 'notification',
+         SELECT qtg_uuid7(), 'notification_dispatcher', 'notification.dead_lettered', 'notification',
                 d.notification_id::text, n.movement_id,
                 jsonb_build_object('delivery_id', d.id, 'channel_id', $1::uuid, 'channel', c.name, 'kind', n.kind,
                                    'attempt', d.attempts, 'error', d.last_error)
@@ -547,7 +547,7 @@ pub async fn record(
              RETURNING d.id, d.status, d.attempts, d.notification_id, d.last_error
          ), audited AS (
              INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
-             SELECT gen_random_uuid(), 'notification_dispatcher',
+             SELECT qtg_uuid7(), 'notification_dispatcher',
                     CASE u.status WHEN 'sent' THEN 'notification.delivered' WHEN 'dlq' THEN 'notification.dead_lettered'
                                   ELSE 'notification.failed' END,
                     'notification', u.notification_id::text, n.movement_id,

@@ -61,7 +61,79 @@ pub struct WorkItem {
     pub risk_controls: Value,
     /// The approval policy's fee cap, where its rule set one (`movement_requests.policy_max_fee`).
     pub policy_max_fee: Option<String>,
+    /// What the execution context is built from, read by the claim's statement.
+    #[sqlx(skip)]
+    pub context: ClaimContext,
 }
+
+/// The request's nodes and the direct predecessors' artifacts, as the claim read them (one
+/// statement, one snapshot, with the claimed row).
+#[derive(Debug, Clone, Default)]
+pub struct ClaimContext {
+    /// Every node of the request, in `node_key` order.
+    pub nodes: Vec<NodeBrief>,
+    /// The current attempt's artifacts of the direct predecessors that completed, oldest first,
+    /// as `{node_key, kind, attempt_no, payload, payload_hash}` objects.
+    pub prior_artifacts: Vec<Value>,
+}
+
+/// A node of a movement with the movement's state — kind and states as text, as the database
+/// has them: a row of a snapshot (`context.rs`), or an element of the claim's `context_nodes`.
+#[derive(serde::Deserialize)]
+pub(crate) struct NodeRecord {
+    pub(crate) request_state: String,
+    pub(crate) id: Uuid,
+    pub(crate) node_key: String,
+    pub(crate) node_kind: String,
+    pub(crate) node_state: String,
+    pub(crate) provider_refs: Value,
+    pub(crate) error_code: Option<String>,
+    pub(crate) submit_accepted: bool,
+}
+
+impl NodeRecord {
+    /// The node, its kind and state parsed.
+    pub(crate) fn brief(self) -> Result<NodeBrief, StoreError> {
+        Ok(NodeBrief {
+            id: self.id,
+            node_key: self.node_key,
+            node_kind: column("node_kind", self.node_kind)?,
+            node_state: column("node_state", self.node_state)?,
+            provider_refs: self.provider_refs,
+            error_code: self.error_code,
+            submit_accepted: self.submit_accepted,
+        })
+    }
+}
+
+impl ClaimContext {
+    /// From the claim's two JSON columns.
+    pub(crate) fn from_json(nodes: Value, prior_artifacts: Value) -> Result<Self, StoreError> {
+        let nodes: Vec<NodeRecord> = serde_json::from_value(nodes).map_err(StoreError::corrupt)?;
+        let nodes = nodes.into_iter().map(NodeRecord::brief).collect::<Result<_, StoreError>>()?;
+        let prior_artifacts = serde_json::from_value(prior_artifacts).map_err(StoreError::corrupt)?;
+        Ok(ClaimContext { nodes, prior_artifacts })
+    }
+}
+
+/// The claim's context columns for the node `n` of request `r` (a [`ClaimContext`]): every
+/// node of the request, and the current attempt's artifacts of the direct predecessors that
+/// completed — what `context::request_nodes` and `context::node_artifacts` read, in the
+/// claim's own statement.
+pub(crate) const CLAIM_CONTEXT_COLUMNS: &str = "
+    COALESCE((SELECT jsonb_agg(jsonb_build_object('request_state', r.request_state, 'id', m.id,
+                  'node_key', m.node_key, 'node_kind', m.node_kind,
+                  'node_state', m.node_state, 'provider_refs', m.provider_refs, 'error_code', m.error_code,
+                  'submit_accepted', m.submit_accepted_at IS NOT NULL) ORDER BY m.node_key)
+              FROM movement_request_nodes m WHERE m.request_id = n.request_id), '[]') AS context_nodes,
+    COALESCE((SELECT jsonb_agg(jsonb_build_object('node_key', m.node_key, 'kind', a.kind,
+                  'attempt_no', a.attempt_no, 'payload', a.payload, 'payload_hash', a.payload_hash)
+                  ORDER BY a.created_at, a.id)
+              FROM plan_edges e
+              JOIN movement_request_nodes m ON m.request_id = n.request_id AND m.node_key = e.from_node_key
+              JOIN artifacts a ON a.request_node_id = m.id AND a.attempt_no = m.attempt_no
+              WHERE e.plan_version_id = r.plan_version_id AND e.to_node_key = n.node_key
+                AND m.node_state = 'COMPLETED'), '[]') AS context_artifacts";
 
 pub(crate) const WORK_ITEM_COLUMNS: &str = "
     n.id AS node_id, n.request_id, n.node_key, n.node_kind, n.lane, n.node_state, n.attempt_no,

@@ -279,7 +279,7 @@ const NODE_WRITE: &str = r#"clk AS (SELECT clock_timestamp() AS ts), upd AS (
     INSERT INTO movement_callback_outbox
         (id, request_id, event_id, event_type, sequence, payload, callback_url,
          callback_timestamp, callback_nonce, traceparent)
-    SELECT gen_random_uuid(), req.id, ev.event_id, 'node_state_changed', req.callback_sequence,
+    SELECT qtg_uuid7(), req.id, ev.event_id, 'node_state_changed', req.callback_sequence,
         qtg_callback_envelope(ev.event_id, 'node_state_changed', req.id,
             jsonb_build_object('sequence', req.callback_sequence, 'request_state', req.request_state,
                 'node_key', upd.node_key, 'node_state', upd.node_state),
@@ -287,10 +287,10 @@ const NODE_WRITE: &str = r#"clk AS (SELECT clock_timestamp() AS ts), upd AS (
                 'attempt_no', upd.attempt_no, 'provider_state', upd.provider_state,
                 'error_code', upd.error_code)),
         req.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text, arg.traceparent
-    FROM req CROSS JOIN upd CROSS JOIN arg CROSS JOIN (SELECT gen_random_uuid() AS event_id) ev
+    FROM req CROSS JOIN upd CROSS JOIN arg CROSS JOIN (SELECT qtg_uuid7() AS event_id) ev
 ), aud AS (
     INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
-    SELECT gen_random_uuid(), arg.actor, 'node.transition', 'node', upd.id::text, upd.request_id,
+    SELECT qtg_uuid7(), arg.actor, 'node.transition', 'node', upd.id::text, upd.request_id,
         jsonb_build_object('node_key', upd.node_key, 'from', arg.from_state, 'to', upd.node_state,
             'attempt_no', upd.attempt_no, 'error_code', upd.error_code, 'reason', arg.reason)
     FROM upd, arg WHERE arg.transition
@@ -314,9 +314,10 @@ const NODE_WRITE: &str = r#"clk AS (SELECT clock_timestamp() AS ts), upd AS (
     ORDER BY ev.ord
 ), art AS (
     INSERT INTO artifacts (id, request_id, request_node_id, attempt_no, kind, payload, payload_hash)
-    SELECT gen_random_uuid(), upd.request_id, upd.id, COALESCE(arg.calls_attempt, upd.attempt_no), a->>'kind',
+    SELECT qtg_uuid7(), upd.request_id, upd.id, COALESCE(arg.calls_attempt, upd.attempt_no), a->>'kind',
         a->'payload', a->>'payload_hash'
     FROM upd CROSS JOIN arg CROSS JOIN jsonb_array_elements(arg.artifacts) AS a
+    RETURNING kind, payload_hash
 ), ntf AS (
     -- The wake-ups (the node's worker channel, the callback worker). A CTE runs only when the
     -- statement reads it: `notified` below exists so that it does. Removing that "unused"
@@ -326,17 +327,28 @@ const NODE_WRITE: &str = r#"clk AS (SELECT clock_timestamp() AS ts), upd AS (
     UNION ALL
     SELECT pg_notify('qtg_callback', '') FROM req
 )
-SELECT upd.attempt_no, upd.submit_by, (SELECT count(*) FROM ntf) AS notified FROM upd
+SELECT upd.attempt_no, upd.submit_by,
+    -- An attempt begun: the hash of its prepared action as stored (written now, or when it
+    -- was prepared before signing), which the submit must carry.
+    CASE WHEN arg.begin_attempt THEN COALESCE(
+        (SELECT art.payload_hash FROM art WHERE art.kind = 'prepared_action' LIMIT 1),
+        (SELECT a.payload_hash FROM artifacts a
+         WHERE a.request_node_id = upd.id AND a.attempt_no = upd.attempt_no AND a.kind = 'prepared_action'
+         ORDER BY a.created_at DESC, a.id DESC LIMIT 1)) END AS prepared_hash,
+    (SELECT count(*) FROM ntf) AS notified
+FROM upd, arg
 "#;
 
 static NODE_WRITE_REST: std::sync::LazyLock<String> =
     std::sync::LazyLock::new(|| NODE_WRITE.replace("{PAUSED}", crate::controls::PAUSED));
 
-/// What a node write left: the attempt, and the armed attempt's `submit_by`.
-#[derive(Debug, Clone, Copy, sqlx::FromRow)]
+/// What a node write left: the attempt, and the armed attempt's `submit_by` and the hash of
+/// its prepared action as stored.
+#[derive(Debug, Clone, sqlx::FromRow)]
 pub struct Written {
     pub attempt_no: i32,
     pub submit_by: Option<chrono::DateTime<chrono::Utc>>,
+    pub prepared_hash: Option<String>,
 }
 
 async fn write_node(
@@ -480,7 +492,7 @@ const REQUEST_WRITE: &str = r#"upd AS (
     WHERE r.id = {$request_id} AND r.request_state = arg.from_state
     RETURNING r.id, r.callback_url, r.callback_sequence, r.request_state
 ), events AS (
-    SELECT upd.*, e.event_type, upd.callback_sequence - e.back AS seq, gen_random_uuid() AS event_id
+    SELECT upd.*, e.event_type, upd.callback_sequence - e.back AS seq, qtg_uuid7() AS event_id
     FROM upd CROSS JOIN arg
     CROSS JOIN LATERAL (VALUES (arg.event_type, CASE WHEN arg.attention THEN 1 ELSE 0 END),
                                ('request_attention', 0)) AS e(event_type, back)
@@ -489,7 +501,7 @@ const REQUEST_WRITE: &str = r#"upd AS (
     INSERT INTO movement_callback_outbox
         (id, request_id, event_id, event_type, sequence, payload, callback_url,
          callback_timestamp, callback_nonce, traceparent)
-    SELECT gen_random_uuid(), ev.id, ev.event_id, ev.event_type, ev.seq,
+    SELECT qtg_uuid7(), ev.id, ev.event_id, ev.event_type, ev.seq,
         qtg_callback_envelope(ev.event_id, ev.event_type, ev.id,
             jsonb_build_object('sequence', ev.seq, 'request_state', ev.request_state),
             jsonb_build_object('from', arg.from_state, 'to', ev.request_state, 'reason', arg.reason)),
@@ -497,7 +509,7 @@ const REQUEST_WRITE: &str = r#"upd AS (
     FROM events ev CROSS JOIN arg
 ), aud AS (
     INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
-    SELECT gen_random_uuid(), arg.actor, 'movement.transition', 'movement', upd.id::text, upd.id,
+    SELECT qtg_uuid7(), arg.actor, 'movement.transition', 'movement', upd.id::text, upd.id,
         jsonb_build_object('from', arg.from_state, 'to', upd.request_state, 'reason', arg.reason)
     FROM upd CROSS JOIN arg
 ), ntf AS (
@@ -561,11 +573,11 @@ WITH req AS (
         updated_at = now()
     WHERE id = $1
     RETURNING id, callback_sequence, callback_url, request_state
-), ev AS (SELECT gen_random_uuid() AS event_id), cb AS (
+), ev AS (SELECT qtg_uuid7() AS event_id), cb AS (
     INSERT INTO movement_callback_outbox
         (id, request_id, event_id, event_type, sequence, payload, callback_url,
          callback_timestamp, callback_nonce, traceparent)
-    SELECT gen_random_uuid(), req.id, ev.event_id, $2, req.callback_sequence,
+    SELECT qtg_uuid7(), req.id, ev.event_id, $2, req.callback_sequence,
         qtg_callback_envelope(ev.event_id, $2::text, req.id,
             jsonb_build_object('sequence', req.callback_sequence, 'request_state', req.request_state),
             $3::jsonb),

@@ -68,8 +68,21 @@ async fn a_heartbeat_records_the_loops_times_by_the_databases_clock(pool: PgPool
         (Some("host-a"), Some(42), None)
     );
 
-    heartbeats::beat(&pool, &key, LoopTimes { ticked_ago: Some(2.0), due_in: Some(5.0) }).await?;
-    let w = health::list_workers(&mut conn, 3600.0).await?.remove(0);
+    // A process beats all its workers' rows in one statement.
+    let other = HeartbeatKey { worker: "observe".into(), ..key.clone() };
+    heartbeats::seed(&pool, &other, "host-a", 42).await?;
+    let beats = [
+        (&key, LoopTimes { ticked_ago: Some(2.0), due_in: Some(5.0) }),
+        (&other, LoopTimes { ticked_ago: Some(1.0), due_in: None }),
+    ];
+    heartbeats::beat(&pool, &beats).await?;
+    let mut workers = health::list_workers(&mut conn, 3600.0).await?;
+    workers.sort_by(|a, b| a.worker.cmp(&b.worker));
+    let observe = workers.pop().expect("two rows");
+    assert_eq!(observe.worker, "observe");
+    assert_eq!(observe.last_beat_at - observe.last_tick_at.expect("ticked"), chrono::Duration::seconds(1));
+    assert_eq!(observe.next_tick_at, None);
+    let w = workers.remove(0);
     let (tick, next) = (w.last_tick_at.expect("ticked"), w.next_tick_at.expect("due"));
     assert_eq!(w.last_beat_at - tick, chrono::Duration::seconds(2));
     assert_eq!(next - w.last_beat_at, chrono::Duration::seconds(5));

@@ -6,6 +6,7 @@ mod common;
 use common::*;
 use qtg_core::{NodeKind, NodeState, RequestState};
 use qtg_store::artifacts::{self, ArtifactKind};
+use qtg_store::claims::{self, Pickup};
 use qtg_store::movements::{self, Created, MovementFilter};
 use qtg_store::transition::NodePatch;
 use qtg_store::{context, diagnosis, expiry, health, PgPool, Result};
@@ -201,13 +202,7 @@ async fn context_reads_the_snapshot_and_the_current_attempts_artifacts(pool: PgP
     let seen: Vec<_> = nodes.iter().map(|n| (n.node_key.as_str(), n.node_kind, n.node_state)).collect();
     assert_eq!(seen, vec![("a", NodeKind::Action, NodeState::Submitting), ("b", NodeKind::Action, NodeState::Blocked)]);
     assert_eq!(context::plan_edges(&mut conn, m_plan_version(&pool, m.id).await?).await?.len(), 1);
-    let arts = context::node_artifacts(&mut conn, &[a, m.node("b")]).await?;
-    assert_eq!(
-        arts,
-        vec![json!({"node_key": "a", "kind": "proof", "attempt_no": 1, "payload": {"attempt": 1},
-        "payload_hash": "h"})]
-    );
-    assert!(context::node_artifacts(&mut conn, &[]).await?.is_empty());
+
     // The API's view never shows a signature's payload (a signed transaction anyone could send).
     artifacts::insert(&mut conn, m.id, a, 1, ArtifactKind::SignResult, &json!({"raw": "0xf86c"}), Some("sh")).await?;
     let shown = artifacts::of_node(&mut conn, a).await?;
@@ -224,6 +219,35 @@ async fn context_reads_the_snapshot_and_the_current_attempts_artifacts(pool: PgP
     assert!(evidence.seconds_since_started.is_some());
     assert_eq!(evidence.recent_events.first().and_then(|e| e["to"].as_str()), Some("SUBMITTING"));
     assert!(diagnosis::node_evidence(&mut conn, m.id, "zz").await?.is_none());
+    // The claim of the successor reads, in its own statement, every node and the artifacts
+    // of its completed predecessor's current attempt.
+    let (b, served) = (m.node("b"), [EXECUTOR.to_string()]);
+    walk(&pool, a, &[NodeState::Submitting, NodeState::Completed]).await?;
+    walk(&pool, b, &[NodeState::Blocked, NodeState::Ready]).await?;
+    let mut tx = pool.begin().await?;
+    let item = claims::claim_first(&mut tx, Pickup::Dispatch, &served, b).await?.expect("b is READY");
+    let seen: Vec<_> = item.context.nodes.iter().map(|n| (n.node_key.as_str(), n.node_kind, n.node_state)).collect();
+    assert_eq!(seen, vec![("a", NodeKind::Action, NodeState::Completed), ("b", NodeKind::Action, NodeState::Ready)]);
+    assert_eq!(
+        item.context.prior_artifacts,
+        vec![
+            json!({"node_key": "a", "kind": "proof", "attempt_no": 1, "payload": {"attempt": 1}, "payload_hash": "h"}),
+            json!({"node_key": "a", "kind": "sign_result", "attempt_no": 1, "payload": {"raw": "0xf86c"},
+                   "payload_hash": "sh"}),
+        ],
+        "the current attempt's only, oldest first"
+    );
+    tx.rollback().await?;
+    // The first node has no predecessor: nothing prior.
+    install(&pool, "t.context.one", &plan(vec![action("a")], &[])).await?;
+    let one = movement(&pool, &Spec::new("t.context.one", "k-one")).await?;
+    execute(&pool, one.id).await?;
+    walk(&pool, one.node("a"), &[NodeState::Blocked, NodeState::Ready]).await?;
+    let mut tx = pool.begin().await?;
+    let item = claims::claim_first(&mut tx, Pickup::Dispatch, &served, one.node("a")).await?.expect("READY");
+    assert!(item.context.prior_artifacts.is_empty());
+    assert_eq!(item.context.nodes.len(), 1);
+    tx.rollback().await?;
     Ok(())
 }
 

@@ -10,7 +10,7 @@ use qtg_core::{NodeState, RequestState};
 use qtg_store::artifacts::{self, ArtifactKind};
 use qtg_store::events::{self, Call};
 use qtg_store::transition::{self, Cas, Guard, Lease, Meta, NewArtifact, NodePatch, RequestPatch, Schedule, Stale};
-use qtg_store::{callbacks, movements, PgListener, PgPool, Result, StoreError};
+use qtg_store::{callbacks, context, movements, PgListener, PgPool, Result, StoreError};
 use serde_json::json;
 use uuid::Uuid;
 
@@ -66,6 +66,8 @@ async fn a_node_write_applies_once_and_the_stale_repeat_is_an_answer(pool: PgPoo
     assert_eq!(cbs.len(), 1);
     let cb = &cbs[0];
     assert_eq!((cb.event_type.as_str(), cb.sequence, cb.status.as_str()), ("node_state_changed", 1, "pending"));
+    // Rows are keyed by time-ordered UUIDs (v7, migration 0034): new keys at each index's edge.
+    assert_eq!((n.get_version_num(), cb.id.get_version_num(), cb.event_id.get_version_num()), (7, 7, 7));
     assert_eq!(cb.callback_url, HOOK);
     assert_eq!(cb.payload["movement_id"], json!(m.id));
     assert_eq!(cb.payload["event_id"], json!(cb.event_id));
@@ -169,12 +171,22 @@ async fn a_stale_claim_token_or_attempt_matches_nothing(pool: PgPool) -> Result<
         n,
         NodeState::Preparing,
         NodeState::Submitting,
-        &arm(ours),
+        &NodePatch {
+            artifacts: vec![NewArtifact {
+                kind: ArtifactKind::PreparedAction,
+                payload: json!({"action": "transfer"}),
+                payload_hash: Some("hash-armed".into()),
+            }],
+            calls_attempt: Some(1),
+            ..arm(ours)
+        },
         &Meta::actor(ACTOR),
     )
     .await?
     .or_stale()?;
     assert_eq!(written.attempt_no, 1);
+    // The arm answers the prepared action's hash as it stored it (what the submit must carry).
+    assert_eq!(written.prepared_hash.as_deref(), Some("hash-armed"));
 
     // The attempt starts clean: nothing of the claim's refs or error, the pending marker set,
     // submit_by = started_at + the window.
@@ -379,5 +391,55 @@ async fn a_node_entering_unknown_wakes_recovery_and_the_callback_worker(pool: Pg
         heard.insert(note.channel().to_string());
     }
     assert_eq!(heard.into_iter().collect::<Vec<_>>(), vec!["qtg_callback", "qtg_recover"]);
+    Ok(())
+}
+
+/// Two parallel branches record at once on a movement without a callback URL (so the node
+/// write does not touch the movement row): the second derivation waits for the first's lock
+/// on the movement, and then reads what the first committed meanwhile. Read by the statement
+/// that waited, the first branch would still be BLOCKED for it, and neither branch would see
+/// both done (a fan-in never activated, a movement never completed).
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn a_derivation_that_waited_for_the_movement_reads_what_the_holder_committed(pool: PgPool) -> Result<()> {
+    install(&pool, "t.branches", &plan(vec![action("a"), action("b")], &[])).await?;
+    let m = movement(&pool, &Spec::new("t.branches", "k-branches")).await?;
+    let (a, b) = (m.node("a"), m.node("b"));
+    let meta = Meta::actor(ACTOR);
+
+    let mut first = pool.begin().await?;
+    transition::transition_node(&mut first, a, NodeState::Blocked, NodeState::Ready, &NodePatch::default(), &meta)
+        .await?
+        .or_stale()?;
+    context::request_snapshot_for_update(&mut first, m.id).await?;
+
+    let mut second = pool.begin().await?;
+    transition::transition_node(&mut second, b, NodeState::Blocked, NodeState::Ready, &NodePatch::default(), &meta)
+        .await?
+        .or_stale()?;
+    let waiting = tokio::spawn(async move {
+        let read = context::request_snapshot_for_update(&mut second, m.id).await;
+        (second, read)
+    });
+    // The second derivation is waiting for the movement's lock before the first commits.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+    loop {
+        let blocked: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'",
+        )
+        .fetch_one(&pool)
+        .await?;
+        if blocked > 0 {
+            break;
+        }
+        assert!(tokio::time::Instant::now() < deadline, "the second derivation never waited for the lock");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    first.commit().await?;
+
+    let (second, read) = waiting.await.expect("the waiting derivation");
+    let (_, nodes) = read?;
+    let states: Vec<_> = nodes.iter().map(|n| (n.node_key.as_str(), n.node_state)).collect();
+    assert_eq!(states, vec![("a", NodeState::Ready), ("b", NodeState::Ready)], "what the first branch committed");
+    second.commit().await?;
     Ok(())
 }

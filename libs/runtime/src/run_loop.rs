@@ -31,7 +31,8 @@ pub struct LoopSpec {
     /// Woken early by NOTIFY; the interval stays the safety net.
     pub wake: Option<Waker>,
     /// A second (third…) claim loop of the same worker in one process: it ignores `due_in`
-    /// (the first loop wakes for scheduled work and recruits the others while work lasts), so
+    /// (the first loop wakes for scheduled work and recruits the others while work lasts) —
+    /// not `retry_in`, work it saw but could not take yet —, so
     /// an idle process polls about once per `interval` however many loops it runs. Its own
     /// `interval` is the long safety net.
     pub secondary: bool,
@@ -60,6 +61,9 @@ pub fn pause_after(
             if let Ok(Tick { due_in: Some(due), .. }) = result {
                 pause = pause.min(due.as_secs_f64());
             }
+            if let Ok(Tick { retry_in: Some(retry), .. }) = result {
+                pause = pause.min(retry.as_secs_f64());
+            }
             Some(Duration::from_secs_f64(pause.max(MIN_SLEEP.as_secs_f64())))
         }
     }
@@ -70,11 +74,23 @@ pub fn pause_after(
 pub struct Tick {
     pub processed: usize,
     pub due_in: Option<Duration>,
+    /// Work was there but another claim held it: try again this soon. Every loop does,
+    /// secondary ones too (a secondary that missed would otherwise wait for a wake-up that may
+    /// not come, or its long safety-net interval).
+    pub retry_in: Option<Duration>,
+}
+
+impl Tick {
+    /// The tick as a secondary loop pauses after it: scheduled work is the first loop's to
+    /// wake for; a retry is every loop's.
+    pub fn for_secondary(self) -> Tick {
+        Tick { due_in: None, ..self }
+    }
 }
 
 impl From<usize> for Tick {
     fn from(processed: usize) -> Self {
-        Tick { processed, due_in: None }
+        Tick { processed, ..Default::default() }
     }
 }
 
@@ -125,7 +141,7 @@ pub async fn run_loop<F, Fut>(
         };
         metrics.set_consecutive_errors(&spec.name, consecutive_errors);
         let for_pause = match &outcome {
-            Ok(t) if spec.secondary => Ok(Tick { due_in: None, ..*t }),
+            Ok(t) if spec.secondary => Ok(t.for_secondary()),
             other => *other,
         };
         let pause = pause_after(&for_pause, consecutive_errors, spec.interval, spec.jitter);
@@ -171,10 +187,16 @@ mod tests {
         let i = Duration::from_secs(2);
         assert_eq!(pause_after(&Ok(3.into()), 0, i, Duration::ZERO), None);
         assert_eq!(pause_after(&Ok(0.into()), 0, i, Duration::ZERO), Some(i));
-        let soon = Tick { processed: 0, due_in: Some(Duration::from_millis(300)) };
+        let soon = Tick { due_in: Some(Duration::from_millis(300)), ..Default::default() };
         assert_eq!(pause_after(&Ok(soon), 0, i, Duration::ZERO), Some(Duration::from_millis(300)));
-        let late = Tick { processed: 0, due_in: Some(Duration::from_secs(30)) };
+        let late = Tick { due_in: Some(Duration::from_secs(30)), ..Default::default() };
         assert_eq!(pause_after(&Ok(late), 0, i, Duration::ZERO), Some(i));
+        let missed = Tick { retry_in: Some(Duration::from_millis(100)), ..Default::default() };
+        assert_eq!(pause_after(&Ok(missed), 0, i, Duration::ZERO), Some(Duration::from_millis(100)));
+        // What a secondary loop sees of it: the schedule erased, the retry kept.
+        let both =
+            Tick { due_in: Some(Duration::from_millis(300)), retry_in: Some(Duration::from_millis(150)), processed: 0 };
+        assert_eq!(pause_after(&Ok(both.for_secondary()), 0, i, Duration::ZERO), Some(Duration::from_millis(150)));
         assert_eq!(pause_after(&Err(()), 1, i, Duration::ZERO), Some(i));
         assert_eq!(pause_after(&Err(()), 5, i, Duration::ZERO), Some(Duration::from_secs(32)));
         assert_eq!(pause_after(&Err(()), 6, i, Duration::ZERO), Some(Duration::from_secs(60)));

@@ -34,7 +34,7 @@ pub static WORKERS: &[Worker] = &[
         tick: |e| {
             Box::pin(async move {
                 let d = e.dispatch().await?;
-                Ok(Tick { processed: d.claimed, due_in: d.retry_in })
+                Ok(Tick { processed: d.claimed, due_in: None, retry_in: d.retry_in })
             })
         },
     },
@@ -54,7 +54,7 @@ pub static WORKERS: &[Worker] = &[
                 let processed = e.observe_tick().await?;
                 // Idle: wake when the next scheduled observation falls due.
                 let due_in = if processed == 0 { e.observe_due_in().await? } else { None };
-                Ok(Tick { processed, due_in })
+                Ok(Tick { processed, due_in, retry_in: None })
             })
         },
     },
@@ -73,7 +73,7 @@ pub static WORKERS: &[Worker] = &[
             Box::pin(async move {
                 let processed = e.recover_tick().await?;
                 let due_in = if processed == 0 { e.recovery_due_in().await? } else { None };
-                Ok(Tick { processed, due_in })
+                Ok(Tick { processed, due_in, retry_in: None })
             })
         },
     },

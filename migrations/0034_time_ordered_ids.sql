@@ -8,14 +8,15 @@
 -- gen_random_uuid(): they must not be guessable. A movement's own id stays random too: people
 -- quote a movement by the first characters of its id, which in a time-ordered id would be the
 -- minute it was made in.
-CREATE FUNCTION qtg_uuid7() RETURNS uuid
+CREATE FUNCTION qtg_uuid7(at timestamptz DEFAULT clock_timestamp()) RETURNS uuid
 LANGUAGE sql VOLATILE PARALLEL SAFE AS $$
-    -- The v4's first 48 bits replaced by the milliseconds, its version nibble 0100 made 0111
-    -- (bits 52 and 53 of the bytea, least significant first within each byte).
+    -- The v4's first 48 bits replaced by `at`'s Unix milliseconds (now, unless a caller keys a
+    -- row by another time: `make bench` loads history that way), its version nibble 0100 made
+    -- 0111 (bits 52 and 53 of the bytea, least significant first within each byte).
     SELECT encode(
         set_bit(set_bit(
             overlay(uuid_send(gen_random_uuid())
-                    PLACING substring(int8send((extract(epoch FROM clock_timestamp()) * 1000)::bigint) FROM 3)
+                    PLACING substring(int8send((extract(epoch FROM at) * 1000)::bigint) FROM 3)
                     FROM 1 FOR 6),
             52, 1), 53, 1),
         'hex')::uuid

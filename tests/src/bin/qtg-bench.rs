@@ -805,30 +805,21 @@ async fn grow_history(db: &TestDb, api: &Api, keys: &Keys, finished: usize, open
     let k = k.max(1) as usize;
     let movements = finished.div_ceil(k);
     let open_movements = open.div_ceil(k);
-    // The history's keys as qtg makes them (time-ordered UUIDs, migration 0034, each at the
-    // time its row pretends to be from; a movement's own id random).
-    sqlx::query(
-        "CREATE FUNCTION bench_uuid7(at timestamptz) RETURNS uuid LANGUAGE sql VOLATILE AS $$
-           SELECT encode(set_bit(set_bit(overlay(uuid_send(gen_random_uuid())
-               PLACING substring(int8send((extract(epoch FROM at) * 1000)::bigint) FROM 3) FROM 1 FOR 6),
-               52, 1), 53, 1), 'hex')::uuid $$",
-    )
-    .execute(pool)
-    .await?;
+    // Rows keyed as qtg keys them (migration 0034): time-ordered, each at the time it pretends
+    // to be from (`qtg_uuid7(at)`); a movement's own id random.
     let mut steps = vec![
         format!(
-            "CREATE TABLE bench_hist_m AS SELECT g, gen_random_uuid() AS id, at FROM (SELECT g,
+            "CREATE TABLE bench_hist_m AS SELECT g, gen_random_uuid() AS id,
                now() - interval '90 days' + interval '90 days' * (g::float8 / {movements}) - interval '1 hour' AS at
-             FROM generate_series(1, {movements}) g) s"
+             FROM generate_series(1, {movements}) g"
         ),
         format!(
-            "CREATE TABLE bench_hist_n AS SELECT m.id AS req, m.at, n.id AS seed_node, bench_uuid7(m.at) AS id
+            "CREATE TABLE bench_hist_n AS SELECT m.id AS req, m.at, n.id AS seed_node, qtg_uuid7(m.at) AS id
              FROM bench_hist_m m CROSS JOIN movement_request_nodes n WHERE n.request_id = '{seed}' ORDER BY m.g"
         ),
         format!(
-            "CREATE TABLE bench_open_m AS SELECT g, gen_random_uuid() AS id, executing, at FROM (SELECT g,
-               g % 2 = 0 AS executing, now() - interval '1 minute' * g AS at
-             FROM generate_series(1, {open_movements}) g) s"
+            "CREATE TABLE bench_open_m AS SELECT g, gen_random_uuid() AS id, g % 2 = 0 AS executing,
+               now() - interval '1 minute' * g AS at FROM generate_series(1, {open_movements}) g"
         ),
     ];
     for s in steps.drain(..) {
@@ -864,14 +855,14 @@ async fn grow_history(db: &TestDb, api: &Api, keys: &Keys, finished: usize, open
         ),
         (
             "artifacts",
-            "jsonb_build_object('id', bench_uuid7(h.at), 'request_id', h.req, 'request_node_id', h.id,
+            "jsonb_build_object('id', qtg_uuid7(h.at), 'request_id', h.req, 'request_node_id', h.id,
                'created_at', h.at + interval '2 seconds')"
                 .to_string(),
             "bench_hist_n h JOIN artifacts src ON src.request_node_id = h.seed_node".to_string(),
         ),
         (
             "audit_outbox",
-            "jsonb_build_object('id', nextval('audit_outbox_id_seq'), 'event_id', bench_uuid7(h.at),
+            "jsonb_build_object('id', nextval('audit_outbox_id_seq'), 'event_id', qtg_uuid7(h.at),
                'movement_id', h.req, 'entity_id', h.id::text, 'created_at', h.at + interval '2 seconds',
                'promoted_at', h.at + interval '10 seconds')"
                 .to_string(),
@@ -882,7 +873,7 @@ async fn grow_history(db: &TestDb, api: &Api, keys: &Keys, finished: usize, open
         ),
         (
             "audit_outbox",
-            "jsonb_build_object('id', nextval('audit_outbox_id_seq'), 'event_id', bench_uuid7(m.at),
+            "jsonb_build_object('id', nextval('audit_outbox_id_seq'), 'event_id', qtg_uuid7(m.at),
                'movement_id', m.id, 'entity_id', m.id::text, 'created_at', m.at + interval '1 second',
                'promoted_at', m.at + interval '10 seconds')"
                 .to_string(),
@@ -904,12 +895,12 @@ async fn grow_history(db: &TestDb, api: &Api, keys: &Keys, finished: usize, open
         (
             "movement_request_nodes",
             "CASE WHEN NOT m.executing THEN
-                 jsonb_build_object('id', bench_uuid7(m.at), 'request_id', m.id, 'created_at', m.at, 'updated_at', m.at)
+                 jsonb_build_object('id', qtg_uuid7(m.at), 'request_id', m.id, 'created_at', m.at, 'updated_at', m.at)
                WHEN src.node_key = 's00' THEN
-                 jsonb_build_object('id', bench_uuid7(m.at), 'request_id', m.id, 'created_at', m.at,
+                 jsonb_build_object('id', qtg_uuid7(m.at), 'request_id', m.id, 'created_at', m.at,
                    'updated_at', m.at, 'node_state', 'OBSERVING', 'completed_at', NULL,
                    'next_observe_at', now() + interval '1 day', 'claim_token', NULL)
-               ELSE jsonb_build_object('id', bench_uuid7(m.at), 'request_id', m.id, 'created_at', m.at,
+               ELSE jsonb_build_object('id', qtg_uuid7(m.at), 'request_id', m.id, 'created_at', m.at,
                    'updated_at', m.at, 'node_state', 'BLOCKED', 'attempt_no', 0, 'started_at', NULL,
                    'completed_at', NULL, 'submit_by', NULL, 'submit_accepted_at', NULL, 'claim_token', NULL,
                    'provider_refs', '{}'::jsonb, 'provider_state', NULL, 'provider_ref_id', NULL) END"
@@ -927,14 +918,14 @@ async fn grow_history(db: &TestDb, api: &Api, keys: &Keys, finished: usize, open
     let callbacks = sqlx::query(
         "INSERT INTO movement_callback_outbox (id, request_id, event_id, event_type, sequence, payload, callback_url,
              status, attempts, callback_timestamp, callback_nonce, sent_at, created_at, updated_at, next_attempt_at)
-         SELECT bench_uuid7(h.at), h.req, bench_uuid7(h.at), 'node_state_changed', 1,
+         SELECT qtg_uuid7(h.at), h.req, qtg_uuid7(h.at), 'node_state_changed', 1,
              jsonb_build_object('event_type', 'node_state_changed',
                  'data', jsonb_build_object('node_state', 'COMPLETED')),
              'https://hooks.example.com/qtg', 'sent', 1, extract(epoch FROM h.at)::bigint, gen_random_uuid()::text,
              h.at + interval '4 seconds', h.at + interval '3 seconds', h.at + interval '4 seconds', h.at
          FROM bench_hist_n h
          UNION ALL
-         SELECT bench_uuid7(m.at), m.id, bench_uuid7(m.at), 'request_state_changed', 2,
+         SELECT qtg_uuid7(m.at), m.id, qtg_uuid7(m.at), 'request_state_changed', 2,
              jsonb_build_object('event_type', 'request_state_changed', 'data',
                  jsonb_build_object('request_state', 'COMPLETED')),
              'https://hooks.example.com/qtg', 'sent', 1, extract(epoch FROM m.at)::bigint, gen_random_uuid()::text,

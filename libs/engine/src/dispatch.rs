@@ -120,7 +120,8 @@ impl Engine {
             if ids.is_empty() {
                 return Ok(Claim::Nothing { missed: !tried.is_empty() });
             }
-            for id in ids {
+            let mut queue = std::collections::VecDeque::from(ids);
+            while let Some(id) = queue.pop_front() {
                 let mut tx = self.pool.begin().await?;
                 match claims::claim_first(&mut tx, Pickup::Dispatch, &served, id).await? {
                     Some(item) => {
@@ -136,6 +137,13 @@ impl Engine {
                     None => {
                         tx.rollback().await?;
                         tried.push(id);
+                        // Another loop holds it (or took it since the listing), and is likely
+                        // going down the same list: go on from a random place in it rather than
+                        // collide again on every next candidate.
+                        if queue.len() > 1 {
+                            let k = rand::Rng::random_range(&mut rand::rng(), 0..queue.len());
+                            queue.rotate_left(k);
+                        }
                     }
                 }
             }

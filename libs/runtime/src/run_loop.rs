@@ -159,13 +159,13 @@ pub async fn run_loop<F, Fut>(
             }
             Some(pause) => {
                 // Backoff after errors ignores wake-ups; an idle pause does not.
-                let wake = spec.wake.as_ref().map(|w| w.own.clone()).filter(|_| outcome.is_ok());
+                let wake = spec.wake.as_ref().filter(|_| outcome.is_ok());
                 tokio::select! {
                     _ = shutdown.cancelled() => break,
                     _ = tokio::time::sleep(pause) => {}
                     _ = async {
-                        match &wake {
-                            Some(n) => n.notified().await,
+                        match wake {
+                            Some(w) => w.woken().await,
                             None => std::future::pending().await,
                         }
                     } => {}
@@ -212,7 +212,7 @@ mod tests {
         let calls = Arc::new(AtomicUsize::new(0));
         let mut hub = crate::wake::WakeHub::default();
         let waker = hub.subscribe("c");
-        let wake = waker.own.clone();
+        let group = waker.group.clone();
         let shutdown = CancellationToken::new();
         let spec = LoopSpec {
             name: "t".into(),
@@ -232,7 +232,7 @@ mod tests {
         }));
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(calls.load(Ordering::SeqCst), 4, "drains without sleeping, then idles");
-        wake.notify_one();
+        group.wake_one(None);
         tokio::time::sleep(Duration::from_secs(1)).await;
         assert_eq!(calls.load(Ordering::SeqCst), 5, "a NOTIFY wakes an idle loop");
         shutdown.cancel();

@@ -5,7 +5,7 @@
 //! loop once, in case something was missed).
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
@@ -13,34 +13,55 @@ use qtg_store::{PgListener, PgPool};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
+/// One loop of a group: its notifier, and whether it is asleep waiting for it.
+#[derive(Default)]
+pub struct Member {
+    notify: Notify,
+    idle: AtomicBool,
+}
+
+impl Member {
+    /// Wakes this loop now, or, if it is busy, when it next goes idle.
+    pub fn notify(&self) {
+        self.notify.notify_one();
+    }
+}
+
 /// The loops listening on one channel.
 #[derive(Default)]
 pub struct WakeGroup {
-    members: RwLock<Vec<Arc<Notify>>>,
+    members: RwLock<Vec<Arc<Member>>>,
     next: AtomicUsize,
 }
 
 impl WakeGroup {
-    fn members(&self) -> Vec<Arc<Notify>> {
+    fn members(&self) -> Vec<Arc<Member>> {
         self.members.read().unwrap_or_else(|p| p.into_inner()).clone()
     }
 
-    /// Wakes one member other than `except` (a permit is stored if it is busy).
-    pub fn wake_one(&self, except: Option<&Arc<Notify>>) {
+    /// Wakes one member other than `except`: an idle one (round robin) if there is one — a
+    /// wake-up given to a loop that is busy would leave the idle ones asleep while the work
+    /// waits —, else the next one gets a permit and looks once more when its tick ends, so a
+    /// wake-up that arrives while every loop is finishing is not lost.
+    pub fn wake_one(&self, except: Option<&Arc<Member>>) {
         let members = self.members();
-        for _ in 0..members.len() {
-            let m = &members[self.next.fetch_add(1, Ordering::Relaxed) % members.len()];
-            if except.is_some_and(|e| Arc::ptr_eq(e, m)) {
-                continue;
-            }
-            m.notify_one();
-            return;
+        let start = self.next.fetch_add(1, Ordering::Relaxed);
+        let members = &members;
+        let others = || {
+            (0..members.len())
+                .map(move |i| &members[(start + i) % members.len()])
+                .filter(|m| !except.is_some_and(|e| Arc::ptr_eq(e, m)))
+        };
+        if let Some(m) = others().find(|m| m.idle.swap(false, Ordering::AcqRel)) {
+            m.notify();
+        } else if let Some(m) = others().next() {
+            m.notify();
         }
     }
 
     fn wake_all(&self) {
         for m in self.members() {
-            m.notify_one();
+            m.notify();
         }
     }
 }
@@ -48,7 +69,7 @@ impl WakeGroup {
 /// A loop's membership: its own notifier and its group.
 #[derive(Clone)]
 pub struct Waker {
-    pub own: Arc<Notify>,
+    pub own: Arc<Member>,
     pub group: Arc<WakeGroup>,
 }
 
@@ -56,6 +77,20 @@ impl Waker {
     /// Recruits another loop of the group (after a tick that found work).
     pub fn recruit(&self) {
         self.group.wake_one(Some(&self.own));
+    }
+
+    /// Waits for a wake-up, marked idle meanwhile (until this future completes or is dropped).
+    pub async fn woken(&self) {
+        struct Busy<'a>(&'a AtomicBool);
+        impl Drop for Busy<'_> {
+            fn drop(&mut self) {
+                self.0.store(false, Ordering::Release);
+            }
+        }
+        let notified = self.own.notify.notified();
+        self.own.idle.store(true, Ordering::Release);
+        let _busy = Busy(&self.own.idle);
+        notified.await;
     }
 }
 
@@ -68,7 +103,7 @@ impl WakeHub {
     /// A new member of `channel`'s group.
     pub fn subscribe(&mut self, channel: &str) -> Waker {
         let group = self.groups.entry(channel.to_string()).or_default().clone();
-        let own = Arc::new(Notify::new());
+        let own = Arc::new(Member::default());
         group.members.write().unwrap_or_else(|p| p.into_inner()).push(own.clone());
         Waker { own, group }
     }
@@ -136,4 +171,37 @@ pub async fn notify_reaches_listener(pool: &PgPool, wait: Duration) -> anyhow::R
     .unwrap_or(false);
     let _ = listener.unlisten(&channel).await;
     Ok(heard)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test(start_paused = true)]
+    async fn a_wake_up_goes_to_an_idle_loop_before_a_busy_one() {
+        let mut hub = WakeHub::default();
+        let loops: Vec<Waker> = (0..4).map(|_| hub.subscribe("c")).collect();
+        // Loop 2 sleeps; the others are busy (in a tick). Whatever the round robin's position,
+        // every wake-up reaches loop 2 while it is the only one asleep.
+        for _ in 0..4 {
+            let sleeper = loops[2].clone();
+            let asleep = tokio::spawn(async move { sleeper.woken().await });
+            tokio::task::yield_now().await;
+            loops[0].recruit();
+            tokio::time::timeout(Duration::from_secs(1), asleep).await.expect("the idle loop was woken").expect("join");
+        }
+        // Nobody asleep: the wake-up is kept as a permit, so a loop finishing its tick looks again.
+        loops[0].group.wake_one(None);
+        let woken = tokio::time::timeout(Duration::from_millis(10), async {
+            for l in &loops {
+                let l = l.clone();
+                if tokio::time::timeout(Duration::from_millis(1), async move { l.woken().await }).await.is_ok() {
+                    return true;
+                }
+            }
+            false
+        })
+        .await;
+        assert_eq!(woken, Ok(true), "one loop holds the permit");
+    }
 }

@@ -21,6 +21,7 @@
 //! recovery finds the marker once `submit_by` plus the skew margin has passed.
 
 use chrono::{DateTime, Utc};
+use rand::Rng;
 use std::sync::Arc;
 use std::time::Instant;
 
@@ -141,7 +142,7 @@ impl Engine {
                         // going down the same list: go on from a random place in it rather than
                         // collide again on every next candidate.
                         if queue.len() > 1 {
-                            let k = rand::Rng::random_range(&mut rand::rng(), 0..queue.len());
+                            let k = rand::rng().random_range(0..queue.len());
                             queue.rotate_left(k);
                         }
                     }

@@ -43,15 +43,10 @@ struct Phases {
     seq_first: Vec<f64>,
     load_steps: Vec<f64>,
     load_first: Vec<f64>,
-    /// Audited transitions (node and movement) per second of the load window.
-    audited_tps: f64,
-    /// Every round's audited transitions/s, in the order they ran (`audited_tps` is their median).
+    /// The median load round (by audited transitions/s).
+    load: LoadRound,
+    /// Every round's audited transitions/s, in the order they ran.
     load_rates: Vec<f64>,
-    node_tps: f64,
-    movements_per_s: f64,
-    /// The load's statements, heaviest first (empty without pg_stat_statements).
-    statements: Vec<Statement>,
-    audited: i64,
     rss: Vec<(String, f64)>,
 }
 
@@ -127,8 +122,8 @@ async fn main() -> anyhow::Result<()> {
     ));
     block.push(format!(
         "| load audited transitions/s | {:.0} | {:.2} of best pgbench; target >= 0.7 |",
-        empty.audited_tps,
-        empty.audited_tps / best_tps
+        empty.load.audited_tps,
+        empty.load.audited_tps / best_tps
     ));
 
     if only.is_empty() || only.contains("fan") {
@@ -198,13 +193,13 @@ async fn main() -> anyhow::Result<()> {
         let grown = phases(grown, n, k, seq, dispatchers, &concurrency, statements).await?;
         let title = format!("history grown to {history_nodes} finished + {history_open} open nodes");
         print_phases(&title, &grown, n, k, seq, best_tps, pg1_ms);
-        let load_ratio = grown.audited_tps / empty.audited_tps;
+        let load_ratio = grown.load.audited_tps / empty.load.audited_tps;
         let seq_ratio = pct(&grown.seq_steps, 50.0) / seq_p50;
         println!("history grown against the empty database (aim: each within 15 %):");
         println!(
             "  load audited transitions/s {:.0} against {:.0}: {:.2} x   {}",
-            grown.audited_tps,
-            empty.audited_tps,
+            grown.load.audited_tps,
+            empty.load.audited_tps,
             load_ratio,
             within(load_ratio, false)
         );
@@ -218,7 +213,7 @@ async fn main() -> anyhow::Result<()> {
         println!();
         block.push(format!(
             "| history grown: load audited transitions/s | {:.0} | {:.2} of the empty run; aim >= 0.85 |",
-            grown.audited_tps, load_ratio
+            grown.load.audited_tps, load_ratio
         ));
         block.push(format!(
             "| history grown: sequential per-step p50 (ms) | {:.1} | {:.2} of the empty run; aim <= 1.15 |",
@@ -251,12 +246,12 @@ fn print_phases(title: &str, p: &Phases, n: usize, k: usize, seq: usize, best_tp
     println!("load: {n} movements x {k} nodes, approved at once; {} rounds, the median shown", p.load_rates.len());
     let rates: Vec<String> = p.load_rates.iter().map(|r| format!("{r:.0}")).collect();
     println!("  audited transitions/s per round {}", rates.join(" / "));
-    println!("  movements/s                {:>8.1}", p.movements_per_s);
-    println!("  node transitions/s         {:>8.1}", p.node_tps);
+    println!("  movements/s                {:>8.1}", p.load.movements_per_s);
+    println!("  node transitions/s         {:>8.1}", p.load.node_tps);
     println!(
         "  audited transitions/s      {:>8.1}   ({:.2} of the best pgbench tx/s {best_tps:.0})",
-        p.audited_tps,
-        p.audited_tps / best_tps
+        p.load.audited_tps,
+        p.load.audited_tps / best_tps
     );
     println!("  per-step ms p50/p99        {:>8.1} / {:.1}", pct(&p.load_steps, 50.0), pct(&p.load_steps, 99.0));
     println!("  approve→first submit p50/p99 {:>6.1} / {:.1} ms", pct(&p.load_first, 50.0), pct(&p.load_first, 99.0));
@@ -270,21 +265,21 @@ fn print_phases(title: &str, p: &Phases, n: usize, k: usize, seq: usize, best_tp
     );
     println!("  approve→first submit p50/p99 {:>6.1} / {:.1} ms", pct(&p.seq_first, 50.0), pct(&p.seq_first, 99.0));
     println!();
-    if !p.statements.is_empty() {
-        let total: f64 = p.statements.iter().map(|s| s.total_ms).sum();
-        let calls: i64 = p.statements.iter().map(|s| s.calls).sum();
-        let planning: f64 = p.statements.iter().map(|s| s.plan_ms).sum();
+    if !p.load.statements.is_empty() {
+        let total: f64 = p.load.statements.iter().map(|s| s.total_ms).sum();
+        let calls: i64 = p.load.statements.iter().map(|s| s.calls).sum();
+        let planning: f64 = p.load.statements.iter().map(|s| s.plan_ms).sum();
         println!(
             "load statements (pg_stat_statements): {calls} calls, {total:.0} ms executing + {planning:.0} ms planning \
              = {:.1} calls and {:.3} ms per audited transition",
-            calls as f64 / p.audited.max(1) as f64,
-            (total + planning) / p.audited.max(1) as f64
+            calls as f64 / p.load.audited.max(1) as f64,
+            (total + planning) / p.load.audited.max(1) as f64
         );
         println!(
             "  {:>7} {:>9} {:>6} {:>8} {:>8} {:>7}  statement",
             "calls", "total ms", "share", "mean ms", "plan ms", "blk/call"
         );
-        for s in p.statements.iter().take(14) {
+        for s in p.load.statements.iter().take(14) {
             println!(
                 "  {:>7} {:>9.0} {:>5.1}% {:>8.3} {:>8.3} {:>7.1}  {}",
                 s.calls,
@@ -444,12 +439,8 @@ async fn phases(
         seq_first: first_submit_ms("seq-%").await?,
         load_steps: step_ms("load%").await?,
         load_first: first_submit_ms("load%").await?,
-        audited_tps: median.audited_tps,
+        load: median,
         load_rates: rates,
-        node_tps: median.node_tps,
-        movements_per_s: median.movements_per_s,
-        statements: median.statements,
-        audited: median.audited,
         rss: procs.iter().map(|p| (format!("{} (after load)", p.name), rss_mib(p))).collect(),
     };
     for p in &mut procs {
@@ -461,8 +452,9 @@ async fn phases(
     Ok(phases)
 }
 
-/// One load round: what it did per second of its window.
+/// One load round: what it did per second of its window, and its statements.
 struct LoadRound {
+    /// Audited transitions (node and movement) per second of the window.
     audited_tps: f64,
     node_tps: f64,
     movements_per_s: f64,

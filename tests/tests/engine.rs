@@ -402,6 +402,123 @@ async fn transitions_wake_the_workers() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A step whose submit completes it hands its successor to the same loop: claimed in the
+/// record's transaction, so one tick runs the chain, each node through every state (READY
+/// included, audited), one submit each, and no dispatcher is woken for a node already taken.
+#[tokio::test]
+async fn a_completed_step_hands_its_successor_to_the_same_loop() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let engine = sim_engine(&db, test_settings())?;
+    let node = |key: &str| {
+        json!({"node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+               "config": {"sim": {"submit_result": "completed"}}})
+    };
+    install_plan(
+        &engine,
+        "t.chain",
+        json!({
+            "nodes": [node("a"), node("b"), node("c")],
+            "edges": [{"from": "a", "to": "b"}, {"from": "b", "to": "c"}],
+        }),
+    )
+    .await?;
+    let mut listener = sqlx::postgres::PgListener::connect(&db.url).await?;
+    listener.listen_all(["qtg_dispatch", "qtg_test_mark"]).await?;
+    let id = create_approved(&engine, "t.chain", "chain-1").await?;
+    assert!(wakes_before_mark(&db, &mut listener).await? >= 1, "the approval woke the dispatchers");
+    assert_eq!(engine.dispatch_tick().await?, 3, "a, then b and c handed on");
+    assert_eq!(request_state(&db.pool, id).await?, "COMPLETED");
+    // One wake-up: the movement's start (APPROVED → EXECUTING, a's claim); none for b or c,
+    // which were claimed when they became READY.
+    assert_eq!(wakes_before_mark(&db, &mut listener).await?, 1, "nobody is woken for a node already claimed");
+    for key in ["b", "c"] {
+        let path: Vec<(String, String)> = sqlx::query_as(
+            "SELECT e.from_state, e.to_state FROM node_events e JOIN movement_request_nodes n ON n.id = e.request_node_id
+              WHERE n.request_id = $1 AND n.node_key = $2 AND e.kind = 'transition' ORDER BY e.id",
+        )
+        .bind(id)
+        .bind(key)
+        .fetch_all(&db.pool)
+        .await?;
+        let path: Vec<(&str, &str)> = path.iter().map(|(f, t)| (f.as_str(), t.as_str())).collect();
+        assert_eq!(
+            path,
+            [("BLOCKED", "READY"), ("READY", "PREPARING"), ("PREPARING", "SUBMITTING"), ("SUBMITTING", "COMPLETED")],
+            "{key}"
+        );
+        let audited: i64 = sqlx::query_scalar(
+            "SELECT count(*) FROM audit_outbox a JOIN movement_request_nodes n ON a.entity_id = n.id::text
+              WHERE n.request_id = $1 AND n.node_key = $2 AND a.action = 'node.transition'",
+        )
+        .bind(id)
+        .bind(key)
+        .fetch_one(&db.pool)
+        .await?;
+        assert_eq!(audited, 4, "{key}: every transition audited");
+    }
+    let calls: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT n.node_key, count(c.*) FROM movement_request_nodes n
+           LEFT JOIN sim_submit_calls c ON c.request_node_id = n.id
+          WHERE n.request_id = $1 GROUP BY 1 ORDER BY 1",
+    )
+    .bind(id)
+    .fetch_all(&db.pool)
+    .await?;
+    assert_eq!(calls, [("a".to_string(), 1), ("b".to_string(), 1), ("c".to_string(), 1)], "one submit call each");
+    db.drop_db().await;
+    Ok(())
+}
+
+/// A successor the loop does not take (here a manual node, which no dispatcher claims) is left
+/// READY by the record, and the dispatchers are woken for it as for any activation.
+#[tokio::test]
+async fn a_successor_the_loop_does_not_take_is_left_ready_and_announced() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let engine = sim_engine(&db, test_settings())?;
+    install_plan(
+        &engine,
+        "t.then_manual",
+        json!({
+            "nodes": [
+                {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+                 "config": {"sim": {"submit_result": "completed"}}},
+                {"node_key": "m", "node_kind": "manual", "action_type": "manual_bank_wire", "executor_key": "manual"},
+            ],
+            "edges": [{"from": "a", "to": "m"}],
+        }),
+    )
+    .await?;
+    let mut listener = sqlx::postgres::PgListener::connect(&db.url).await?;
+    listener.listen_all(["qtg_dispatch", "qtg_test_mark"]).await?;
+    let id = create_approved(&engine, "t.then_manual", "manual-1").await?;
+    assert!(wakes_before_mark(&db, &mut listener).await? >= 1, "the approval woke the dispatchers");
+    assert_eq!(engine.dispatch_tick().await?, 1);
+    assert_eq!(node_row(&db.pool, id, "a").await?.0, "COMPLETED");
+    assert_eq!(node_row(&db.pool, id, "m").await?.0, "READY");
+    assert_eq!(request_state(&db.pool, id).await?, "WAITING_MANUAL_ACTION");
+    // The movement's start (a's claim), and m made READY by a's record.
+    assert_eq!(wakes_before_mark(&db, &mut listener).await?, 2, "the READY node is announced");
+    db.drop_db().await;
+    Ok(())
+}
+
+/// The `qtg_dispatch` wake-ups committed so far: NOTIFYs reach a listener in commit order, so
+/// those committed before a mark sent now all arrive before it.
+async fn wakes_before_mark(db: &TestDb, listener: &mut sqlx::postgres::PgListener) -> anyhow::Result<usize> {
+    sqlx::query("SELECT pg_notify('qtg_test_mark', '')").execute(&db.pool).await?;
+    let mut wakes = 0;
+    loop {
+        let n = tokio::time::timeout(Duration::from_secs(10), listener.recv())
+            .await
+            .map_err(|_| anyhow::anyhow!("the mark did not arrive within 10 s"))??;
+        match n.channel() {
+            "qtg_test_mark" => return Ok(wakes),
+            "qtg_dispatch" => wakes += 1,
+            _ => {}
+        }
+    }
+}
+
 /// Waits (10 s at most) for a NOTIFY on `channel`, skipping the others.
 async fn heard(listener: &mut sqlx::postgres::PgListener, channel: &str) -> anyhow::Result<()> {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);

@@ -29,19 +29,31 @@ pub struct Answer<'a> {
     pub method: Method,
     pub guard: Guard,
     pub calls: &'a [qtg_store::events::Call],
+    /// The caller claims a successor this answer activates, in the same transaction: the
+    /// first one is activated without a wake-up and answered in [`Recorded::handed_off`].
+    pub hand_off: bool,
+}
+
+/// What recording an answer did: the node's new state, and the successor activated for the
+/// caller to claim (with [`Answer::hand_off`]). The caller claims it in this transaction or
+/// wakes the dispatchers for it ([`qtg_store::transition::wake`]) before it commits.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Recorded {
+    pub state: NodeState,
+    pub handed_off: Option<Uuid>,
 }
 
 /// Records `answer` for `item` (currently `from`) by compare-and-set on its guard (a miss
 /// writes nothing and is answered as [`Cas::Stale`]), then locks the request (waiting: node
-/// before request) and advances or derives. Answers the node's new state.
+/// before request) and advances or derives.
 pub async fn apply_result(
     conn: &mut PgConnection,
     item: &WorkItem,
     from: NodeState,
     answer: &Answer<'_>,
     actor: &str,
-) -> Result<Cas<NodeState>> {
-    let Answer { result, method, guard, calls } = *answer;
+) -> Result<Cas<Recorded>> {
+    let Answer { result, method, guard, calls, hand_off } = *answer;
     let to = result.next_state;
     let mut patch = NodePatch {
         provider_state: result.provider_state.clone(),
@@ -105,14 +117,18 @@ pub async fn apply_result(
     if let Cas::Stale(stale) = written {
         return Ok(Cas::Stale(stale));
     }
-    match to {
+    let handed_off = match to {
         NodeState::Completed => {
-            advance_after_completion(conn, item.request_id, item.plan_version_id, &item.node_key, actor).await?
+            let after = Completion { request_id: item.request_id, plan_version_id: item.plan_version_id, hand_off };
+            advance_after_completion(conn, &after, &item.node_key, actor).await?
         }
-        NodeState::Observing if from == NodeState::Observing => {}
-        _ => apply_request_state(conn, item.request_id, actor).await?,
-    }
-    Ok(Cas::Applied(to))
+        NodeState::Observing if from == NodeState::Observing => None,
+        _ => {
+            apply_request_state(conn, item.request_id, actor).await?;
+            None
+        }
+    };
+    Ok(Cas::Applied(Recorded { state: to, handed_off }))
 }
 
 /// Seconds as a `Duration` (negative or non-finite is zero).
@@ -120,42 +136,63 @@ fn secs(s: f64) -> std::time::Duration {
     std::time::Duration::try_from_secs_f64(s.max(0.0)).unwrap_or_default()
 }
 
+/// The movement a node of which completed, and whether the caller claims a successor.
+#[derive(Debug, Clone, Copy)]
+pub struct Completion {
+    pub request_id: Uuid,
+    pub plan_version_id: Uuid,
+    /// See [`Answer::hand_off`].
+    pub hand_off: bool,
+}
+
 /// After `completed_key` reached COMPLETED: successors whose predecessors are all done become
-/// READY, the frontier moves (`frontier_advanced`), and the request state is re-derived.
+/// READY, the frontier moves (`frontier_advanced`), and the request state is re-derived. With
+/// `hand_off`, the first successor activated is written without a wake-up and answered (the
+/// caller claims it in this transaction); the others wake the dispatchers and are offered as
+/// this process's hints.
 pub async fn advance_after_completion(
     conn: &mut PgConnection,
-    request_id: Uuid,
-    plan_version_id: Uuid,
+    at: &Completion,
     completed_key: &str,
     actor: &str,
-) -> Result<()> {
+) -> Result<Option<Uuid>> {
+    let request_id = at.request_id;
     let (state, mut nodes) = q::request_snapshot_for_update(conn, request_id).await?;
-    let edges = crate::plans::edges(conn, plan_version_id).await?;
+    let edges = crate::plans::edges(conn, at.plan_version_id).await?;
+    let mut handed_off = None;
     if !successors(&edges, completed_key).is_empty() {
         let states: HashMap<&str, NodeState> = nodes.iter().map(|n| (n.node_key.as_str(), n.node_state)).collect();
         let activated: Vec<String> =
             activated_successors(&edges, completed_key, &states).into_iter().map(String::from).collect();
         if !activated.is_empty() {
+            let mut offered = Vec::new();
             for node in nodes.iter_mut().filter(|n| activated.contains(&n.node_key)) {
+                let quiet = at.hand_off && handed_off.is_none();
                 transition::transition_node(
                     conn,
                     node.id,
                     NodeState::Blocked,
                     NodeState::Ready,
-                    &NodePatch::default(),
+                    &NodePatch { quiet, ..Default::default() },
                     &Meta::actor(actor),
                 )
                 .await?
                 // The request is locked: no other writer activates its nodes.
                 .or_stale()?;
                 node.node_state = NodeState::Ready;
+                if quiet {
+                    handed_off = Some(node.id);
+                } else {
+                    offered.push(node.id);
+                }
             }
             let data = json!({"completed": completed_key, "frontier": activated});
             transition::enqueue_event(conn, request_id, "frontier_advanced", &data, Some(&activated)).await?;
-            crate::hints::offer(nodes.iter().filter(|n| activated.contains(&n.node_key)).map(|n| n.id));
+            crate::hints::offer(offered);
         }
     }
-    derive_and_apply(conn, request_id, state, &nodes, actor).await
+    derive_and_apply(conn, request_id, state, &nodes, actor).await?;
+    Ok(handed_off)
 }
 
 /// Derives the request's state from its nodes and moves it there if that is a change the

@@ -55,6 +55,17 @@ struct Claimed {
     ctx: ExecutionContext,
 }
 
+/// What became of a successor handed on by a record (see [`Engine::record_submit`]).
+enum Handed {
+    /// Claimed in the record's transaction: the loop runs it next (or it ended in the claim).
+    Claimed(Claim),
+    /// Not for this loop (a manual node, a pause, an executor it does not serve): READY, the
+    /// dispatchers woken.
+    Released,
+    /// The claim failed and was rolled back to its savepoint: READY, the dispatchers woken.
+    Failed(crate::EngineError),
+}
+
 enum Claim {
     /// No node claimed; `missed`: some candidates were there, locked by another claim.
     Nothing {
@@ -72,6 +83,11 @@ enum Claim {
 /// pause (100 ms) bounds it.
 pub const RETRY_AFTER_MISS: std::time::Duration = std::time::Duration::from_millis(100);
 
+/// How many nodes one dispatch tick runs through hand-offs at most: a loop stays in a chain of
+/// steps that complete at submit for a bounded time (a shutdown waits for the tick in hand);
+/// past it, the record wakes the dispatchers for the successor instead.
+pub const HAND_OFF_LIMIT: usize = 8;
+
 /// What one dispatch tick did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dispatched {
@@ -82,26 +98,37 @@ pub struct Dispatched {
 }
 
 impl Engine {
-    /// Dispatches at most one node. Returns 1 if it claimed one.
+    /// Dispatches one node, and the successors handed on to it: a node whose submit completes
+    /// it claims its first activated successor in the same transaction (see
+    /// [`Engine::record_submit`]), and the tick goes on with that one. Returns how many nodes
+    /// it claimed (0 when it found none).
     pub async fn dispatch_tick(&self) -> Result<usize> {
         Ok(self.dispatch().await?.claimed)
     }
 
     /// [`Engine::dispatch_tick`], telling also when to try again after a miss.
     pub async fn dispatch(&self) -> Result<Dispatched> {
-        let claimed = match self.claim_for_dispatch().await? {
+        let mut claim = match self.claim_for_dispatch().await? {
             Claim::Nothing { missed } => {
                 return Ok(Dispatched { claimed: 0, retry_in: missed.then_some(RETRY_AFTER_MISS) })
             }
-            Claim::Ended => 1,
-            Claim::Held(c, span) => {
-                let node_id = c.item.node_id;
-                if let Err(e) = self.run_claimed(*c).instrument(span).await {
-                    self.contain(node_id, "claim", e).await?;
-                }
-                1
-            }
+            claim => claim,
         };
+        let mut claimed = 1;
+        while let Claim::Held(c, span) = claim {
+            let node_id = c.item.node_id;
+            claim = match self.run_claimed(*c, claimed < HAND_OFF_LIMIT).instrument(span).await {
+                Ok(Some(next)) => {
+                    claimed += 1;
+                    next
+                }
+                Ok(None) => break,
+                Err(e) => {
+                    self.contain(node_id, "claim", e).await?;
+                    break;
+                }
+            };
+        }
         Ok(Dispatched { claimed, retry_in: None })
     }
 
@@ -126,13 +153,17 @@ impl Engine {
                 let mut tx = self.pool.begin().await?;
                 match claims::claim_first(&mut tx, Pickup::Dispatch, &served, id).await? {
                     Some(item) => {
-                        // One trace per node step: claim, calls, arm, submit and record.
-                        let span = crate::step_span("dispatch", &item, item.attempt_no + 1);
                         let node_id = item.node_id;
-                        return match self.claimed(tx, item, span.clone()).instrument(span).await {
-                            Ok(claim) => Ok(claim),
+                        return match self.claimed(&mut tx, item).await {
+                            Ok(claim) => {
+                                tx.commit().await?;
+                                Ok(claim)
+                            }
                             // Rolled back; the node is held back, not claimed again at once.
-                            Err(e) => self.contain(node_id, "claim", e).await.map(|()| Claim::Ended),
+                            Err(e) => {
+                                drop(tx);
+                                self.contain(node_id, "claim", e).await.map(|()| Claim::Ended)
+                            }
                         };
                     }
                     None => {
@@ -151,13 +182,15 @@ impl Engine {
         }
     }
 
-    /// The rest of the claim transaction, under the step's span.
-    async fn claimed(
-        &self,
-        mut tx: sqlx::Transaction<'static, sqlx::Postgres>,
-        item: WorkItem,
-        span: tracing::Span,
-    ) -> Result<Claim> {
+    /// The rest of the claim, in `tx`'s transaction, under the step's span (the caller commits;
+    /// on an error it rolls back).
+    async fn claimed(&self, tx: &mut PgConnection, item: WorkItem) -> Result<Claim> {
+        // One trace per node step: claim, calls, arm, submit and record.
+        let span = crate::step_span("dispatch", &item, item.attempt_no + 1);
+        self.claimed_in(tx, item, span.clone()).instrument(span).await
+    }
+
+    async fn claimed_in(&self, tx: &mut PgConnection, item: WorkItem, span: tracing::Span) -> Result<Claim> {
         let meta = Meta::actor(&self.actor);
         let token = Uuid::new_v4();
         let attempt_no = item.attempt_no + 1;
@@ -166,7 +199,7 @@ impl Engine {
         match item.node_state {
             NodeState::Ready => {
                 transition::transition_node(
-                    &mut tx,
+                    &mut *tx,
                     item.node_id,
                     NodeState::Ready,
                     NodeState::Preparing,
@@ -183,11 +216,11 @@ impl Engine {
                     "lease expired before the arm; re-claiming the node");
                 let detail = format!("the lease of a {expired} node expired before it was armed; re-claimed");
                 let call = Call::failed("claim", "lease_expired", codes::LEASE_EXPIRED, &detail, 0);
-                record_calls(&mut tx, item.request_id, item.node_id, attempt_no, &[call], &self.actor).await?;
+                record_calls(&mut *tx, item.request_id, item.node_id, attempt_no, &[call], &self.actor).await?;
                 if expired == NodeState::Preparing {
-                    transition::poll_node(&mut tx, item.node_id, expired, &lease).await?.or_stale()?;
+                    transition::poll_node(&mut *tx, item.node_id, expired, &lease).await?.or_stale()?;
                 } else {
-                    transition::transition_node(&mut tx, item.node_id, expired, NodeState::Preparing, &lease, &meta)
+                    transition::transition_node(&mut *tx, item.node_id, expired, NodeState::Preparing, &lease, &meta)
                         .await?
                         .or_stale()?;
                 }
@@ -195,7 +228,7 @@ impl Engine {
         }
         if item.request_state == RequestState::Approved {
             transition::transition_request(
-                &mut tx,
+                &mut *tx,
                 item.request_id,
                 RequestState::Approved,
                 RequestState::Executing,
@@ -208,10 +241,10 @@ impl Engine {
         // The movement's first claim: its risk limits again, against what is in flight now
         // (a lowered limit or what was approved meanwhile); nothing is sent if they refuse.
         let risk =
-            if item.request_state == RequestState::Approved { self.risk_refusal(&mut tx, &item).await? } else { None };
+            if item.request_state == RequestState::Approved { self.risk_refusal(&mut *tx, &item).await? } else { None };
         // And the approval policy in force now: a rule that blocks it since stops it here.
         let policy = if item.request_state == RequestState::Approved && risk.is_none() {
-            self.policy_refusal(&mut tx, &item).await?
+            self.policy_refusal(&mut *tx, &item).await?
         } else {
             None
         };
@@ -233,7 +266,7 @@ impl Engine {
         };
         let built = match refusal {
             Some(r) => Err(r),
-            None => match build_execution_context(&mut tx, &item, attempt_no).await {
+            None => match build_execution_context(&mut *tx, &item, attempt_no).await {
                 Ok(ctx) => Ok(ctx),
                 Err(ContextError::Ref(e)) => Err((codes::CONFIG_REF_UNRESOLVED, e.to_string())),
                 Err(ContextError::Store(e)) => return Err(e),
@@ -241,7 +274,6 @@ impl Engine {
         };
         match built {
             Ok(ctx) => {
-                tx.commit().await?;
                 tracing::info!(
                     node_id = %item.node_id, node_key = %item.node_key, attempt_no,
                     "node claimed; preparing"
@@ -258,7 +290,7 @@ impl Engine {
                     "node failed before any call"
                 );
                 transition::transition_node(
-                    &mut tx,
+                    &mut *tx,
                     item.node_id,
                     NodeState::Preparing,
                     NodeState::Failed,
@@ -267,8 +299,7 @@ impl Engine {
                 )
                 .await?
                 .or_stale()?;
-                apply_request_state(&mut tx, item.request_id, &self.actor).await?;
-                tx.commit().await?;
+                apply_request_state(&mut *tx, item.request_id, &self.actor).await?;
                 Ok(Claim::Ended)
             }
         }
@@ -335,8 +366,9 @@ impl Engine {
         }
     }
 
-    /// Calls, arm, submit, record — the claim's lease held by `c.token`.
-    async fn run_claimed(&self, c: Claimed) -> Result<()> {
+    /// Calls, arm, submit, record — the claim's lease held by `c.token`. Answers the successor
+    /// the record handed on to this loop, claimed in the record's transaction.
+    async fn run_claimed(&self, c: Claimed, hand_off: bool) -> Result<Option<Claim>> {
         let deadline = self.settings.executor_timeout;
         let mut calls: Vec<Call> = Vec::new();
 
@@ -345,7 +377,7 @@ impl Engine {
         if let Some(required) = c.executor.required_signer(&c.ctx) {
             if let Some(why) = self.signer_misaligned(&c, &required).await? {
                 calls.push(Call::failed("preflight", "refused", required.code, &why, 0));
-                return self.fail_claimed(&c, NodeState::Preparing, calls, required.code, &why).await;
+                return self.fail_claimed(&c, NodeState::Preparing, calls, required.code, &why).await.map(|()| None);
             }
         }
 
@@ -365,9 +397,11 @@ impl Engine {
                     Err(v) => (codes::EXECUTOR_PROTOCOL_ERROR.to_string(), v.to_string()),
                 };
                 calls.push(Call::failed("preflight", "refused", &code, &detail, ms));
-                return self.fail_claimed(&c, NodeState::Preparing, calls, &code, &detail).await;
+                return self.fail_claimed(&c, NodeState::Preparing, calls, &code, &detail).await.map(|()| None);
             }
-            Err(e) => return self.call_failed(&c, NodeState::Preparing, calls, "preflight", &e, ms).await,
+            Err(e) => {
+                return self.call_failed(&c, NodeState::Preparing, calls, "preflight", &e, ms).await.map(|()| None)
+            }
         }
 
         // Prepare.
@@ -384,14 +418,17 @@ impl Engine {
                     Err(v) => (codes::EXECUTOR_PROTOCOL_ERROR.to_string(), v.to_string()),
                 };
                 calls.push(Call::failed("prepare", "refused", &code, &detail, ms));
-                return self.fail_claimed(&c, NodeState::Preparing, calls, &code, &detail).await;
+                return self.fail_claimed(&c, NodeState::Preparing, calls, &code, &detail).await.map(|()| None);
             }
             Ok(Prepared::Empty) => {
                 calls.push(Call::ok("prepare", "empty", ms));
                 let detail = "prepare returned no action";
-                return self.fail_claimed(&c, NodeState::Preparing, calls, codes::PREPARE_EMPTY, detail).await;
+                return self
+                    .fail_claimed(&c, NodeState::Preparing, calls, codes::PREPARE_EMPTY, detail)
+                    .await
+                    .map(|()| None);
             }
-            Err(e) => return self.call_failed(&c, NodeState::Preparing, calls, "prepare", &e, ms).await,
+            Err(e) => return self.call_failed(&c, NodeState::Preparing, calls, "prepare", &e, ms).await.map(|()| None),
         };
         let expires_at = match prepared.seal().and_then(|()| expiry(&prepared)) {
             Ok(at) => at,
@@ -400,7 +437,8 @@ impl Engine {
                 calls.push(Call::failed("prepare", "protocol_error", codes::EXECUTOR_PROTOCOL_ERROR, &detail, ms));
                 return self
                     .fail_claimed(&c, NodeState::Preparing, calls, codes::EXECUTOR_PROTOCOL_ERROR, &detail)
-                    .await;
+                    .await
+                    .map(|()| None);
             }
         };
         let expired = || expires_at.is_some_and(|at| at <= Utc::now());
@@ -412,15 +450,18 @@ impl Engine {
         if c.item.signing_required || prepared.signing_required {
             let Some(signer_key) = c.item.signer_key.clone().filter(|k| !k.is_empty()) else {
                 let detail = "signing is required but the node has no signer_key";
-                return self.fail_claimed(&c, state, calls, codes::SIGNER_BINDING_MISSING, detail).await;
+                return self.fail_claimed(&c, state, calls, codes::SIGNER_BINDING_MISSING, detail).await.map(|()| None);
             };
             let Some(signer) = self.registry.signer(&signer_key).map(|s| s.signer.clone()) else {
                 let detail = format!("signer {signer_key:?} is not in this worker's registry");
-                return self.fail_claimed(&c, state, calls, codes::SIGNER_BINDING_MISSING, &detail).await;
+                return self
+                    .fail_claimed(&c, state, calls, codes::SIGNER_BINDING_MISSING, &detail)
+                    .await
+                    .map(|()| None);
             };
             // The prepared action and the calls so far are stored before the signer sees it.
             if !self.await_signature(&c, &prepared, std::mem::take(&mut calls)).await? {
-                return Ok(());
+                return Ok(None);
             }
             state = NodeState::AwaitingSignature;
             let request = SignRequest::build(&c.ctx, &signer_key, &prepared);
@@ -442,24 +483,33 @@ impl Engine {
                 Ok(result) if let Err(v) = result.validate() => {
                     let detail = v.to_string();
                     calls.push(Call::failed("sign", "protocol_error", codes::SIGNER_PROTOCOL_ERROR, &detail, ms));
-                    return self.fail_claimed(&c, state, calls, codes::SIGNER_PROTOCOL_ERROR, &detail).await;
+                    return self
+                        .fail_claimed(&c, state, calls, codes::SIGNER_PROTOCOL_ERROR, &detail)
+                        .await
+                        .map(|()| None);
                 }
                 Ok(result) => {
                     calls.push(Call::ok("sign", "ok", ms));
                     // The address that signed must be the signer's enrolled identity.
                     if let Some(why) = self.identity_mismatch(&signer_key, &result).await? {
-                        return self.fail_claimed(&c, state, calls, codes::SIGNER_IDENTITY_MISMATCH, &why).await;
+                        return self
+                            .fail_claimed(&c, state, calls, codes::SIGNER_IDENTITY_MISMATCH, &why)
+                            .await
+                            .map(|()| None);
                     }
                     signed = Some(result);
                 }
                 Err(SignFailure::Refused(why)) => {
                     calls.push(Call::failed("sign", "refused", codes::SIGNER_REFUSED, &why, ms));
-                    return self.fail_claimed(&c, state, calls, codes::SIGNER_REFUSED, &why).await;
+                    return self.fail_claimed(&c, state, calls, codes::SIGNER_REFUSED, &why).await.map(|()| None);
                 }
                 Err(SignFailure::Call(e)) => {
                     let detail = e.to_string();
                     calls.push(Call::failed("sign", calls::outcome(&e), codes::SIGNER_UNAVAILABLE, &detail, ms));
-                    return self.fail_claimed(&c, state, calls, codes::SIGNER_UNAVAILABLE, &detail).await;
+                    return self
+                        .fail_claimed(&c, state, calls, codes::SIGNER_UNAVAILABLE, &detail)
+                        .await
+                        .map(|()| None);
                 }
             }
         }
@@ -471,14 +521,14 @@ impl Engine {
                 prepared.expires_at.as_deref().unwrap_or("")
             );
             calls.push(Call::failed("submit", "not_sent", codes::PREPARED_ACTION_EXPIRED, &detail, 0));
-            return self.fail_claimed(&c, state, calls, codes::PREPARED_ACTION_EXPIRED, &detail).await;
+            return self.fail_claimed(&c, state, calls, codes::PREPARED_ACTION_EXPIRED, &detail).await.map(|()| None);
         }
 
         // Arm: intent before effect. The clock of the submit window starts before the
         // statement is sent.
         let armed_at = Instant::now();
         let Some((submit_by, stored_hash)) = self.arm(&c, state, &prepared, signed.as_ref(), calls).await? else {
-            return Ok(());
+            return Ok(None);
         };
         tracing::info!(node_id = %c.item.node_id, attempt_no = c.attempt_no, %submit_by, "armed; submitting");
 
@@ -498,7 +548,7 @@ impl Engine {
             let detail = "the prepared action's hash is not the one stored for this attempt; nothing was sent";
             let call = Call::failed("submit", "not_sent", codes::PAYLOAD_HASH_MISMATCH, detail, 0);
             record_calls(&mut conn, c.item.request_id, c.item.node_id, c.attempt_no, &[call], &self.actor).await?;
-            return Ok(());
+            return Ok(None);
         }
         if armed_at.elapsed() >= window || expired() {
             tracing::warn!(
@@ -510,14 +560,14 @@ impl Engine {
             let detail = "the submit window closed before the submit could start; nothing was sent";
             let call = Call::failed("submit", "not_sent", codes::SUBMIT_WINDOW_CLOSED, detail, 0);
             record_calls(&mut conn, c.item.request_id, c.item.node_id, c.attempt_no, &[call], &self.actor).await?;
-            return Ok(());
+            return Ok(None);
         }
         let submission = Submission { prepared: &prepared, signed: signed.as_ref(), idempotency_key: &key, submit_by };
         let (res, ms) = with_deadline("submit", deadline, c.executor.submit(&c.ctx, &submission)).await;
         let res = res.map(ExecutionResult::erase).and_then(|r| {
             r.validate_merged(Method::Submit, &c.ctx.provider_refs).map(|_| r).map_err(|v| ExecutorError::Protocol(v.0))
         });
-        self.record_submit(&c, res, ms).await
+        self.record_submit(&c, res, ms, hand_off).await
     }
 
     /// Why the node's signer is not the caller its action requires, if it is not: the address
@@ -689,13 +739,18 @@ impl Engine {
         }
     }
 
-    /// Record: compare-and-set on the armed attempt, then apply.
+    /// Record: compare-and-set on the armed attempt, then apply. A submit that completes the
+    /// node hands on: the first successor it activates is claimed in the same transaction (no
+    /// wake-up, no listing, no other loop racing for it) and answered for this loop to run —
+    /// the claim as a savepoint, so that whatever stops it leaves the record to commit and the
+    /// successor READY with the dispatchers woken for it.
     async fn record_submit(
         &self,
         c: &Claimed,
         res: std::result::Result<ExecutionResult, ExecutorError>,
         ms: i32,
-    ) -> Result<()> {
+        hand_off: bool,
+    ) -> Result<Option<Claim>> {
         // An UNKNOWN from submit gets the lane's grace counted from now, the end of the call:
         // the venue may still be processing what it received.
         // (seconds: the wire's `retry_after_seconds`)
@@ -738,7 +793,7 @@ impl Engine {
         let mut item = c.item.clone();
         item.attempt_no = c.attempt_no;
         let calls = [call];
-        let answer = Answer { result: &result, method: Method::Submit, guard, calls: &calls };
+        let answer = Answer { result: &result, method: Method::Submit, guard, calls: &calls, hand_off };
         let mut applied = apply_result(&mut tx, &item, NodeState::Submitting, &answer, &self.actor).await?;
         if applied.is_stale() {
             // Recovery may have moved the armed attempt to UNKNOWN meanwhile: still ours to decide.
@@ -751,8 +806,45 @@ impl Engine {
             record_calls(&mut tx, c.item.request_id, c.item.node_id, c.attempt_no, &calls, &self.actor).await?;
             crate::advance::stale_answer(&mut tx, &item, "submit", &result, from_executor, &self.actor).await?;
         }
+        let handed = match applied.applied().and_then(|r| r.handed_off) {
+            Some(next) => Some((next, self.claim_handed(&mut tx, next).await?)),
+            None => None,
+        };
         tx.commit().await?;
-        Ok(())
+        match handed {
+            None => Ok(None),
+            Some((_, Handed::Claimed(claim))) => Ok(Some(claim)),
+            Some((next, Handed::Released)) => {
+                crate::hints::offer([next]);
+                Ok(None)
+            }
+            // Committed READY, with the dispatchers woken: held back, not claimed again at once.
+            Some((next, Handed::Failed(e))) => self.contain(next, "claim", e).await.map(|()| None),
+        }
+    }
+
+    /// Claims the successor `next` a record just activated quietly, inside the record's
+    /// transaction, as a savepoint. `Ok(None)`: not claimed here (a manual node, a pause, an
+    /// executor this worker does not serve); `Err`: the claim failed. Either way the savepoint
+    /// is rolled back and the dispatchers are woken for the READY node when the record commits.
+    async fn claim_handed(&self, tx: &mut PgConnection, next: Uuid) -> Result<Handed> {
+        let served = self.served_keys();
+        let mut savepoint = sqlx::Acquire::begin(&mut *tx).await?;
+        let handed = match claims::claim_first(&mut savepoint, Pickup::Dispatch, &served, next).await {
+            Ok(Some(item)) => match self.claimed(&mut savepoint, item).await {
+                Ok(claim) => Handed::Claimed(claim),
+                Err(e) => Handed::Failed(e),
+            },
+            Ok(None) => Handed::Released,
+            Err(e) => Handed::Failed(e),
+        };
+        if let Handed::Claimed(_) = handed {
+            savepoint.commit().await?;
+        } else {
+            savepoint.rollback().await?;
+            transition::wake(&mut *tx, transition::CHANNEL_DISPATCH).await?;
+        }
+        Ok(handed)
     }
 
     /// The guard of a write made under this claim: same token, attempt not yet advanced.

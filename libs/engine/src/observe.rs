@@ -93,7 +93,7 @@ impl Engine {
                     };
                     let calls = [call];
                     // Re-derives too: an executor may have handed the node to a person.
-                    let answer = Answer { result: &result, method, guard, calls: &calls };
+                    let answer = Answer { result: &result, method, guard, calls: &calls, hand_off: false };
                     let applied = apply_result(&mut tx, &item, item.node_state, &answer, &self.actor).await?;
                     if applied.is_stale() {
                         record_calls(&mut tx, item.request_id, item.node_id, item.attempt_no, &calls, &self.actor)

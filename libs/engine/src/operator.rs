@@ -14,7 +14,7 @@ use uuid::Uuid;
 
 use qtg_core::codes::RunbookCase;
 
-use crate::advance::advance_after_completion;
+use crate::advance::{advance_after_completion, Completion};
 use crate::movements::{finish, OpError};
 use crate::Engine;
 
@@ -331,7 +331,8 @@ impl Engine {
             )
             .await?;
             // Activates successors and re-derives the request (COMPLETED, EXECUTING, …).
-            advance_after_completion(&mut tx, id, row.plan_version_id, node_key, actor).await?;
+            let after = Completion { request_id: id, plan_version_id: row.plan_version_id, hand_off: false };
+            advance_after_completion(&mut tx, &after, node_key, actor).await?;
 
             Ok(())
         }

@@ -61,6 +61,10 @@ pub struct NodePatch {
     pub calls_attempt: Option<i32>,
     /// Artifacts stored in the same statement, under the written attempt.
     pub artifacts: Vec<NewArtifact>,
+    /// No wake-up on the node's worker channel: the writer claims the node in this same
+    /// transaction (a dispatcher handing a chain on to the successor it just activated). A
+    /// writer that then does not claim it calls [`wake`] before it commits.
+    pub quiet: bool,
 }
 
 /// `error_code` / `error_detail`.
@@ -408,7 +412,7 @@ async fn write_node(
         .with("artifacts", "jsonb", Value::Array(artifacts))
         .with("actor", "text", meta.actor.to_string())
         .with("reason", "text", meta.reason.map(str::to_string))
-        .with("channel", "text", if transition { wake_channel(to) } else { None })
+        .with("channel", "text", if transition && !patch.quiet { wake_channel(to) } else { None })
         // Only a transition enqueues a callback that could carry it.
         .with("traceparent", "text", if transition { qtg_telemetry::traceparent() } else { None });
     static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
@@ -553,6 +557,13 @@ pub async fn transition_request(
         Some(_) => Cas::Applied(()),
         None => Cas::Stale(Stale { entity: "movement", id: request_id, expected: from.to_string() }),
     })
+}
+
+/// Wakes the workers of `channel` when this transaction commits: a node written [`NodePatch::quiet`]
+/// that its writer did not claim after all.
+pub async fn wake(conn: &mut PgConnection, channel: &str) -> Result<()> {
+    sqlx::query("SELECT pg_notify($1, '')").bind(channel).execute(&mut *conn).await?;
+    Ok(())
 }
 
 /// Enqueues one callback event that is not a state change (e.g. `frontier_advanced`), and

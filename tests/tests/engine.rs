@@ -433,7 +433,8 @@ async fn a_completed_step_hands_its_successor_to_the_same_loop() -> anyhow::Resu
     assert_eq!(wakes_before_mark(&db, &mut listener).await?, 1, "nobody is woken for a node already claimed");
     for key in ["b", "c"] {
         let path: Vec<(String, String)> = sqlx::query_as(
-            "SELECT e.from_state, e.to_state FROM node_events e JOIN movement_request_nodes n ON n.id = e.request_node_id
+            "SELECT e.from_state, e.to_state FROM node_events e
+               JOIN movement_request_nodes n ON n.id = e.request_node_id
               WHERE n.request_id = $1 AND n.node_key = $2 AND e.kind = 'transition' ORDER BY e.id",
         )
         .bind(id)

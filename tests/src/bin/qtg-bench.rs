@@ -140,8 +140,14 @@ async fn main() -> anyhow::Result<()> {
             s.last().copied().unwrap_or(f64::NAN)
         );
         println!(
-            "  dispatcher connections busy while all 8 calls were in flight: max {} over {} samples (aim 0)",
+            "  dispatcher connections held in a transaction (`idle in transaction`) while all 8 branches were \
+             between claim and arm: max {} over {} samples (aim 0)",
             fan.held_max, fan.samples
+        );
+        println!(
+            "  dispatcher connections running a statement at those instants: max {} (the branches' own writes \
+             between their calls: the await-signature write, the arm)",
+            fan.running_max
         );
         for seen in &fan.busy_seen {
             println!("    busy: {seen}");
@@ -153,7 +159,14 @@ async fn main() -> anyhow::Result<()> {
             pct(&s, 50.0),
             pct(&s, 99.0)
         ));
-        block.push(format!("| dispatcher connections busy during slow calls | {} | aim 0 |", fan.held_max));
+        block.push(format!(
+            "| dispatcher connections held in a transaction during slow calls | {} | aim 0 |",
+            fan.held_max
+        ));
+        block.push(format!(
+            "| dispatcher connections running a statement at those instants | {} | the branches' own writes |",
+            fan.running_max
+        ));
     }
 
     if only.is_empty() || only.contains("idle") {
@@ -610,7 +623,10 @@ fn rss_mib(p: &Proc) -> f64 {
 
 struct FanOut {
     last_submit_s: Vec<f64>,
+    /// Most dispatcher connections seen `idle in transaction` (held, not working) at once.
     held_max: i64,
+    /// Most dispatcher connections seen running a statement at once.
+    running_max: i64,
     samples: usize,
     /// `state: statement` of the dispatcher connections seen busy during the calls.
     busy_seen: std::collections::BTreeSet<String>,
@@ -642,18 +658,20 @@ async fn fan_out(runs: usize) -> anyhow::Result<FanOut> {
         .collect();
     install_template(&api, &keys, json!({"template_key": "bench.fan", "nodes": nodes})).await?;
     tokio::time::sleep(Duration::from_millis(500)).await;
-    let (mut held_max, mut samples) = (0i64, 0usize);
+    let (mut held_max, mut running_max, mut samples) = (0i64, 0i64, 0usize);
     let mut busy_seen = std::collections::BTreeSet::new();
     let mut last_submit_s = Vec::new();
     for run in 0..runs {
         let id = start_movement(&api, &keys, "bench.fan", &format!("fan-{run}"), None).await?;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let (in_calls, held, armed): (i64, i64, i64) = sqlx::query_as(
+            let (in_calls, held, running, armed): (i64, i64, i64, i64) = sqlx::query_as(
                 "SELECT (SELECT count(*) FROM movement_request_nodes WHERE request_id = $1::uuid
                            AND node_state IN ('PREPARING', 'AWAITING_SIGNATURE')),
                         (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
-                           AND application_name = 'qtg-dispatcher' AND state <> 'idle'),
+                           AND application_name = 'qtg-dispatcher' AND state LIKE 'idle in transaction%'),
+                        (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
+                           AND application_name = 'qtg-dispatcher' AND state = 'active'),
                         (SELECT count(*) FROM movement_request_nodes WHERE request_id = $1::uuid AND \
                             started_at IS NOT NULL)",
             )
@@ -663,7 +681,8 @@ async fn fan_out(runs: usize) -> anyhow::Result<FanOut> {
             if in_calls == 8 {
                 samples += 1;
                 held_max = held_max.max(held);
-                if held > 0 {
+                running_max = running_max.max(running);
+                if held + running > 0 {
                     // What the busy connections were doing, to tell a claim loop's statement
                     // from a connection held across a call (`idle in transaction`).
                     let seen: Vec<String> = sqlx::query_scalar(
@@ -714,7 +733,7 @@ async fn fan_out(runs: usize) -> anyhow::Result<FanOut> {
     }
     drop((dispatcher, api, remote));
     db.drop_db().await;
-    Ok(FanOut { last_submit_s, held_max, samples, busy_seen })
+    Ok(FanOut { last_submit_s, held_max, running_max, samples, busy_seen })
 }
 
 /// `m` movements of the K-node chain through `r` dispatchers and `r` observers; returns

@@ -35,6 +35,7 @@ pub fn sim_engine(db: &TestDb, settings: qtg_engine::EngineSettings) -> anyhow::
         registry: Arc::new(registry),
         settings,
         actor: "test-worker".into(),
+        shutdown: Default::default(),
     })
 }
 

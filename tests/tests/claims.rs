@@ -25,8 +25,13 @@ async fn each_ready_node_is_claimed_exactly_once() -> anyhow::Result<()> {
         Lane::Other,
         Arc::new(qtg_sim::SimExecutor::new("exec.sim.transfer", db.pool.clone())),
     );
-    let engine =
-        Engine { pool: db.pool.clone(), registry: Arc::new(registry), settings: test_settings(), actor: "test".into() };
+    let engine = Engine {
+        pool: db.pool.clone(),
+        registry: Arc::new(registry),
+        settings: test_settings(),
+        actor: "test".into(),
+        shutdown: Default::default(),
+    };
 
     let plan = serde_json::from_value(json!({
         "nodes": [{

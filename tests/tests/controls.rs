@@ -284,6 +284,7 @@ async fn a_pause_that_commits_after_the_claim_still_stops_the_submit() -> anyhow
         registry: std::sync::Arc::new(registry),
         settings: test_settings(),
         actor: "test".into(),
+        shutdown: Default::default(),
     };
     install_plan(
         &engine,

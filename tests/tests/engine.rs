@@ -316,6 +316,7 @@ async fn a_new_attempt_sees_nothing_of_the_previous_one() -> anyhow::Result<()> 
         registry: std::sync::Arc::new(registry),
         settings: test_settings(),
         actor: "test".into(),
+        shutdown: Default::default(),
     };
     install_plan(&engine, "t.clean", one("n", json!({"observe": "fail", "provider_refs": {"venue_order": "o-1"}})))
         .await?;
@@ -470,35 +471,99 @@ async fn a_completed_step_hands_its_successor_to_the_same_loop() -> anyhow::Resu
     Ok(())
 }
 
-/// A successor the loop does not take (here a manual node, which no dispatcher claims) is left
-/// READY by the record, and the dispatchers are woken for it as for any activation.
+/// A successor the loop does not take (here its executor is not in this replica's registry)
+/// is left READY by the record, the dispatchers are woken for it, and a replica that serves
+/// it takes it.
 #[tokio::test]
 async fn a_successor_the_loop_does_not_take_is_left_ready_and_announced() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
-    let engine = sim_engine(&db, test_settings())?;
+    let full = sim_engine(&db, test_settings())?;
     install_plan(
-        &engine,
-        "t.then_manual",
+        &full,
+        "t.two_executors",
         json!({
             "nodes": [
                 {"node_key": "a", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
                  "config": {"sim": {"submit_result": "completed"}}},
-                {"node_key": "m", "node_kind": "manual", "action_type": "manual_bank_wire", "executor_key": "manual"},
+                {"node_key": "b", "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.observe",
+                 "config": {"sim": {"submit_result": "completed"}}},
             ],
-            "edges": [{"from": "a", "to": "m"}],
+            "edges": [{"from": "a", "to": "b"}],
         }),
     )
     .await?;
+    let mut registry = qtg_executor::Registry::default();
+    registry.insert_executor(
+        "exec.sim.transfer",
+        qtg_core::Lane::Other,
+        std::sync::Arc::new(qtg_sim::SimExecutor::new("exec.sim.transfer", db.pool.clone())),
+    );
+    let partial = qtg_engine::Engine { registry: std::sync::Arc::new(registry), ..full.clone() };
     let mut listener = sqlx::postgres::PgListener::connect(&db.url).await?;
     listener.listen_all(["qtg_dispatch", "qtg_test_mark"]).await?;
-    let id = create_approved(&engine, "t.then_manual", "manual-1").await?;
+    let id = create_approved(&full, "t.two_executors", "partial-1").await?;
     assert!(wakes_before_mark(&db, &mut listener).await? >= 1, "the approval woke the dispatchers");
-    assert_eq!(engine.dispatch_tick().await?, 1);
+    assert_eq!(partial.dispatch_tick().await?, 1, "a only");
     assert_eq!(node_row(&db.pool, id, "a").await?.0, "COMPLETED");
-    assert_eq!(node_row(&db.pool, id, "m").await?.0, "READY");
-    assert_eq!(request_state(&db.pool, id).await?, "WAITING_MANUAL_ACTION");
-    // The movement's start (a's claim), and m made READY by a's record.
+    assert_eq!(node_row(&db.pool, id, "b").await?.0, "READY");
+    // The movement's start (a's claim), and b released by a's record.
     assert_eq!(wakes_before_mark(&db, &mut listener).await?, 2, "the READY node is announced");
+    assert_eq!(full.dispatch_tick().await?, 1);
+    assert_eq!(node_row(&db.pool, id, "b").await?.0, "COMPLETED");
+    assert_eq!(request_state(&db.pool, id).await?, "COMPLETED");
+    db.drop_db().await;
+    Ok(())
+}
+
+/// A hand-off whose claim fails (here the database refuses b's READY → PREPARING) is rolled
+/// back to its savepoint: a's record commits, b stays READY, held back for the call-failure
+/// backoff with an `engine_error` event, and nothing of b reaches the venue.
+#[tokio::test]
+async fn a_hand_off_whose_claim_fails_keeps_the_record_and_holds_the_successor_back() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    sqlx::raw_sql(
+        "CREATE FUNCTION refuse_b() RETURNS trigger LANGUAGE plpgsql AS $$
+           BEGIN
+             IF NEW.node_key = 'b' AND OLD.node_state = 'READY' AND NEW.node_state = 'PREPARING' THEN
+               RAISE EXCEPTION 'b may not be claimed';
+             END IF;
+             RETURN NEW;
+           END $$;
+         CREATE TRIGGER refuse_b BEFORE UPDATE ON movement_request_nodes FOR EACH ROW EXECUTE FUNCTION refuse_b();",
+    )
+    .execute(&db.pool)
+    .await?;
+    let engine = sim_engine(&db, test_settings())?;
+    let node = |key: &str| {
+        json!({"node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+               "config": {"sim": {"submit_result": "completed"}}})
+    };
+    install_plan(&engine, "t.refused", json!({"nodes": [node("a"), node("b")], "edges": [{"from": "a", "to": "b"}]}))
+        .await?;
+    let id = create_approved(&engine, "t.refused", "refused-1").await?;
+    assert_eq!(engine.dispatch_tick().await?, 1);
+    assert_eq!(node_row(&db.pool, id, "a").await?.0, "COMPLETED", "the record committed");
+    assert_eq!(node_row(&db.pool, id, "b").await?.0, "READY");
+    let (held, events): (bool, i64) = sqlx::query_as(
+        "SELECT n.lease_expires_at > now(),
+                (SELECT count(*) FROM node_events e WHERE e.request_node_id = n.id
+                   AND e.method = 'claim' AND e.error_code = 'ENGINE_ERROR')
+           FROM movement_request_nodes n WHERE n.request_id = $1 AND n.node_key = 'b'",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await?;
+    assert!(held, "held back for the call-failure backoff");
+    assert_eq!(events, 1);
+    let sent: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM sim_submit_calls c JOIN movement_request_nodes n ON n.id = c.request_node_id
+          WHERE n.request_id = $1 AND n.node_key = 'b'",
+    )
+    .bind(id)
+    .fetch_one(&db.pool)
+    .await?;
+    assert_eq!(sent, 0);
+    assert_eq!(request_state(&db.pool, id).await?, "EXECUTING");
     db.drop_db().await;
     Ok(())
 }

@@ -155,6 +155,7 @@ async fn a_full_page_is_read_again_narrower_and_nothing_is_lost() -> anyhow::Res
         registry: std::sync::Arc::new(registry),
         settings,
         actor: "test".into(),
+        shutdown: Default::default(),
     };
     assert_eq!(engine.ingest_venue_transfers_tick().await?, 10, "every row, none cut off");
     let stored: i64 = sqlx::query_scalar("SELECT count(*) FROM venue_transfers").fetch_one(&db.pool).await?;

@@ -7,7 +7,7 @@ use qtg_core::markers::SUBMIT_ATTEMPT_PENDING;
 use qtg_core::observe::next_observe_delay;
 use qtg_core::plan::{activated_successors, successors};
 use qtg_core::protocol::Method;
-use qtg_core::{derive_request_state, ExecutionResult, NodeState, RequestState};
+use qtg_core::{derive_request_state, ExecutionResult, NodeKind, NodeState, RequestState};
 use qtg_store::artifacts::ArtifactKind;
 use qtg_store::transition::{
     self, Cas, ErrorField, Guard, Meta, NewArtifact, NodePatch, RequestPatch, Schedule, SubmitAccepted,
@@ -147,9 +147,9 @@ pub struct Completion {
 
 /// After `completed_key` reached COMPLETED: successors whose predecessors are all done become
 /// READY, the frontier moves (`frontier_advanced`), and the request state is re-derived. With
-/// `hand_off`, the first successor activated is written without a wake-up and answered (the
-/// caller claims it in this transaction); the others wake the dispatchers and are offered as
-/// this process's hints.
+/// `hand_off`, the first successor activated that is not a manual node is written without a
+/// wake-up and answered (the caller claims it in this transaction, or wakes the dispatchers
+/// for it); the others wake the dispatchers and are offered as this process's hints.
 pub async fn advance_after_completion(
     conn: &mut PgConnection,
     at: &Completion,
@@ -165,9 +165,14 @@ pub async fn advance_after_completion(
         let activated: Vec<String> =
             activated_successors(&edges, completed_key, &states).into_iter().map(String::from).collect();
         if !activated.is_empty() {
+            // The one handed on: the first activated that a dispatcher may claim at all.
+            let handed = nodes
+                .iter()
+                .find(|n| at.hand_off && activated.contains(&n.node_key) && n.node_kind != NodeKind::Manual)
+                .map(|n| n.id);
             let mut offered = Vec::new();
             for node in nodes.iter_mut().filter(|n| activated.contains(&n.node_key)) {
-                let quiet = at.hand_off && handed_off.is_none();
+                let quiet = handed == Some(node.id);
                 transition::transition_node(
                     conn,
                     node.id,

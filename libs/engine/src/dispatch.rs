@@ -2,9 +2,10 @@
 //! leased (docs/architecture.md §6, "The lease and the fence"). No transaction, row lock or
 //! pooled connection is held while an executor or signer call is in flight:
 //!
-//! 1. *Claim* (short transaction): READY — or PREPARING / AWAITING_SIGNATURE whose lease
-//!    expired, with a node event — → PREPARING with a fresh `claim_token` and
-//!    `lease_expires_at`; the request APPROVED → EXECUTING; the execution context is built.
+//! 1. *Claim* (a short transaction, or the predecessor's record — step 6): READY — or
+//!    PREPARING / AWAITING_SIGNATURE whose lease expired, with a node event — → PREPARING
+//!    with a fresh `claim_token` and `lease_expires_at`; the request APPROVED → EXECUTING; the
+//!    execution context is built.
 //! 2. *Calls*, outside any transaction: preflight, prepare (and a compare-and-set to
 //!    AWAITING_SIGNATURE), sign.
 //! 3. *Arm*: compare-and-set on (state, `claim_token`, `attempt_no` = N − 1, request
@@ -16,6 +17,8 @@
 //! 5. *Record*: compare-and-set on (`attempt_no` = N, SUBMITTING or UNKNOWN, marker), then the
 //!    request lock, apply, advance, derive. Otherwise a node event — or `__late_effect` when
 //!    a non-FAILED answer finds the node FAILED or CANCELLED.
+//! 6. *Hand-off*: a record that completes the node claims its first activated successor in
+//!    the same transaction (step 1's claim, as a savepoint), and the tick goes on with it.
 //!
 //! A crash before the arm leaves the node PREPARING until its lease expires; after it,
 //! recovery finds the marker once `submit_by` plus the skew margin has passed.
@@ -55,17 +58,6 @@ struct Claimed {
     ctx: ExecutionContext,
 }
 
-/// What became of a successor handed on by a record (see [`Engine::record_submit`]).
-enum Handed {
-    /// Claimed in the record's transaction: the loop runs it next (or it ended in the claim).
-    Claimed(Claim),
-    /// Not for this loop (a manual node, a pause, an executor it does not serve): READY, the
-    /// dispatchers woken.
-    Released,
-    /// The claim failed and was rolled back to its savepoint: READY, the dispatchers woken.
-    Failed(crate::EngineError),
-}
-
 enum Claim {
     /// No node claimed; `missed`: some candidates were there, locked by another claim.
     Nothing {
@@ -91,7 +83,7 @@ pub const HAND_OFF_LIMIT: usize = 8;
 /// What one dispatch tick did.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Dispatched {
-    /// Nodes claimed (0 or 1).
+    /// Nodes claimed: 0, 1, or more when records handed their successors on.
     pub claimed: usize,
     /// Nothing claimed but candidates were locked by other claims: try again this soon.
     pub retry_in: Option<std::time::Duration>,
@@ -117,7 +109,8 @@ impl Engine {
         let mut claimed = 1;
         while let Claim::Held(c, span) = claim {
             let node_id = c.item.node_id;
-            claim = match self.run_claimed(*c, claimed < HAND_OFF_LIMIT).instrument(span).await {
+            let hand_off = claimed < HAND_OFF_LIMIT && !self.shutdown.is_cancelled();
+            claim = match self.run_claimed(*c, hand_off).instrument(span).await {
                 Ok(Some(next)) => {
                     claimed += 1;
                     next
@@ -154,16 +147,20 @@ impl Engine {
                 match claims::claim_first(&mut tx, Pickup::Dispatch, &served, id).await? {
                     Some(item) => {
                         let node_id = item.node_id;
-                        return match self.claimed(&mut tx, item).await {
+                        let committed = match self.claimed(&mut tx, item).await {
+                            Ok(claim) => tx.commit().await.map(|()| claim).map_err(StoreError::from),
+                            Err(e) => {
+                                drop(tx);
+                                Err(e)
+                            }
+                        };
+                        return match committed {
                             Ok(claim) => {
-                                tx.commit().await?;
+                                announce(&claim);
                                 Ok(claim)
                             }
                             // Rolled back; the node is held back, not claimed again at once.
-                            Err(e) => {
-                                drop(tx);
-                                self.contain(node_id, "claim", e).await.map(|()| Claim::Ended)
-                            }
+                            Err(e) => self.contain(node_id, "claim", e).await.map(|()| Claim::Ended),
                         };
                     }
                     None => {
@@ -274,10 +271,6 @@ impl Engine {
         };
         match built {
             Ok(ctx) => {
-                tracing::info!(
-                    node_id = %item.node_id, node_key = %item.node_key, attempt_no,
-                    "node claimed; preparing"
-                );
                 let executor =
                     self.registry.executor(&item.executor_key).map(|e| e.executor.clone()).ok_or_else(|| {
                         StoreError::corrupt(format!("executor {:?} left the registry", item.executor_key))
@@ -743,7 +736,7 @@ impl Engine {
     /// node hands on: the first successor it activates is claimed in the same transaction (no
     /// wake-up, no listing, no other loop racing for it) and answered for this loop to run —
     /// the claim as a savepoint, so that whatever stops it leaves the record to commit and the
-    /// successor READY with the dispatchers woken for it.
+    /// successor READY (see [`Engine::claim_handed`]).
     async fn record_submit(
         &self,
         c: &Claimed,
@@ -807,44 +800,57 @@ impl Engine {
             crate::advance::stale_answer(&mut tx, &item, "submit", &result, from_executor, &self.actor).await?;
         }
         let handed = match applied.applied().and_then(|r| r.handed_off) {
-            Some(next) => Some((next, self.claim_handed(&mut tx, next).await?)),
+            Some(next) => self.claim_handed(&mut tx, next).await?,
             None => None,
         };
         tx.commit().await?;
-        match handed {
-            None => Ok(None),
-            Some((_, Handed::Claimed(claim))) => Ok(Some(claim)),
-            Some((next, Handed::Released)) => {
-                crate::hints::offer([next]);
-                Ok(None)
-            }
-            // Committed READY, with the dispatchers woken: held back, not claimed again at once.
-            Some((next, Handed::Failed(e))) => self.contain(next, "claim", e).await.map(|()| None),
-        }
+        Ok(handed.inspect(announce))
     }
 
     /// Claims the successor `next` a record just activated quietly, inside the record's
-    /// transaction, as a savepoint. `Ok(None)`: not claimed here (a manual node, a pause, an
-    /// executor this worker does not serve); `Err`: the claim failed. Either way the savepoint
-    /// is rolled back and the dispatchers are woken for the READY node when the record commits.
-    async fn claim_handed(&self, tx: &mut PgConnection, next: Uuid) -> Result<Handed> {
+    /// transaction, as a savepoint. `None` when it is not claimed here: a manual node, a pause,
+    /// an executor this worker does not serve (it stays READY and the dispatchers are woken
+    /// for it when the record commits), or a claim that failed (rolled back to the savepoint,
+    /// and the node held back for the call-failure backoff in the record's transaction, as
+    /// [`Engine::contain`] would; woken instead if even that cannot be written).
+    async fn claim_handed(&self, tx: &mut PgConnection, next: Uuid) -> Result<Option<Claim>> {
         let served = self.served_keys();
         let mut savepoint = sqlx::Acquire::begin(&mut *tx).await?;
-        let handed = match claims::claim_first(&mut savepoint, Pickup::Dispatch, &served, next).await {
-            Ok(Some(item)) => match self.claimed(&mut savepoint, item).await {
-                Ok(claim) => Handed::Claimed(claim),
-                Err(e) => Handed::Failed(e),
-            },
-            Ok(None) => Handed::Released,
-            Err(e) => Handed::Failed(e),
+        let claimed = match claims::claim_first(&mut savepoint, Pickup::Dispatch, &served, next).await {
+            Ok(Some(item)) => self.claimed(&mut savepoint, item).await.map(Some),
+            Ok(None) => Ok(None),
+            Err(e) => Err(e),
         };
-        if let Handed::Claimed(_) = handed {
-            savepoint.commit().await?;
-        } else {
-            savepoint.rollback().await?;
+        let failed = match claimed {
+            Ok(Some(claim)) => {
+                savepoint.commit().await?;
+                return Ok(Some(claim));
+            }
+            Ok(None) => None,
+            Err(e) => Some(e),
+        };
+        savepoint.rollback().await?;
+        let held = match failed {
+            Some(e) => {
+                let mut savepoint = sqlx::Acquire::begin(&mut *tx).await?;
+                match self.hold_back(&mut savepoint, next, "claim", &e).await {
+                    Ok(held) => {
+                        savepoint.commit().await?;
+                        held
+                    }
+                    Err(again) => {
+                        tracing::error!(node_id = %next, error = %again, "could not hold the node back either");
+                        savepoint.rollback().await?;
+                        false
+                    }
+                }
+            }
+            None => false,
+        };
+        if !held {
             transition::wake(&mut *tx, transition::CHANNEL_DISPATCH).await?;
         }
-        Ok(handed)
+        Ok(None)
     }
 
     /// The guard of a write made under this claim: same token, attempt not yet advanced.
@@ -965,4 +971,16 @@ fn expiry(prepared: &PreparedAction) -> Result<Option<DateTime<Utc>>, qtg_core::
                 .map_err(|_| qtg_core::protocol::ProtocolViolation(format!("expires_at {s:?} is not an RFC 3339 time")))
         })
         .transpose()
+}
+
+/// Logs a claim once its transaction has committed.
+fn announce(claim: &Claim) {
+    if let Claim::Held(c, span) = claim {
+        span.in_scope(|| {
+            tracing::info!(
+                node_id = %c.item.node_id, node_key = %c.item.node_key, attempt_no = c.attempt_no,
+                "node claimed; preparing"
+            )
+        });
+    }
 }

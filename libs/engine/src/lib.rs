@@ -182,6 +182,9 @@ pub struct Engine {
     pub registry: Arc<Registry>,
     pub settings: EngineSettings,
     pub actor: String,
+    /// The process is stopping once this is cancelled: a dispatch tick then hands on no more
+    /// successors (it finishes the node in hand, and the shutdown waits only for that).
+    pub shutdown: tokio_util::sync::CancellationToken,
 }
 
 /// The root span of one node step (`node.dispatch`, `node.observe`, `node.recover`): a new
@@ -210,12 +213,8 @@ impl Engine {
     /// call-failure backoff, and the worker goes on with its next item. Only when even that
     /// cannot be written is the error the worker's (the database is likely gone).
     pub(crate) async fn contain(&self, node_id: uuid::Uuid, method: &'static str, error: EngineError) -> Result<()> {
-        tracing::error!(%node_id, step = method, error = %error, "could not handle this node; held back, going on");
-        let detail = format!("qtg could not handle this node's {method} step: {error}");
-        let event = qtg_store::events::Call::failed(method, "engine_error", qtg_core::codes::ENGINE_ERROR, &detail, 0);
-        let backoff = self.settings.call_failure_backoff.as_secs_f64();
         let held = match self.pool.acquire().await {
-            Ok(mut conn) => qtg_store::claims::hold_back(&mut conn, node_id, backoff, &event, &self.actor).await,
+            Ok(mut conn) => self.hold_back(&mut conn, node_id, method, &error).await,
             Err(e) => Err(e.into()),
         };
         match held {
@@ -225,5 +224,21 @@ impl Engine {
                 Err(error)
             }
         }
+    }
+
+    /// [`Engine::contain`]'s hold-back, in `conn`'s transaction: the node event and the
+    /// call-failure backoff. `Ok(false)`: the node is gone.
+    pub(crate) async fn hold_back(
+        &self,
+        conn: &mut qtg_store::PgConnection,
+        node_id: uuid::Uuid,
+        method: &'static str,
+        error: &EngineError,
+    ) -> Result<bool> {
+        tracing::error!(%node_id, step = method, error = %error, "could not handle this node; held back, going on");
+        let detail = format!("qtg could not handle this node's {method} step: {error}");
+        let event = qtg_store::events::Call::failed(method, "engine_error", qtg_core::codes::ENGINE_ERROR, &detail, 0);
+        let backoff = self.settings.call_failure_backoff.as_secs_f64();
+        qtg_store::claims::hold_back(conn, node_id, backoff, &event, &self.actor).await
     }
 }

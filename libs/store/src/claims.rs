@@ -120,9 +120,11 @@ fn bind_lane(query: PgQuery<'_>, pickup: Pickup) -> PgQuery<'_> {
     }
 }
 
-/// Claims one candidate as the first statement of a fresh transaction `tx`: locks node and
-/// request (SKIP LOCKED). `None` on a miss (locked elsewhere or no longer matching): the
-/// caller rolls `tx` back, which also drops a stray lock on the node — no savepoint needed.
+/// Claims one candidate as the first statement of a fresh transaction `tx` — or of a
+/// savepoint in a transaction that already holds the node and its request (a dispatcher's
+/// hand-off) —: locks node and request (SKIP LOCKED; rows this transaction holds are not
+/// skipped). `None` on a miss (locked elsewhere or no longer matching): the caller rolls `tx`
+/// (or the savepoint) back, which also drops a stray lock on the node.
 pub async fn claim_first(
     tx: &mut PgConnection,
     pickup: Pickup,

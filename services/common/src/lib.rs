@@ -299,6 +299,7 @@ impl Process {
             registry: self.registry.clone(),
             settings: engine_settings(&self.settings),
             actor: actor.to_string(),
+            shutdown: self.shutdown.clone(),
         }
     }
 

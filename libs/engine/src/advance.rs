@@ -166,13 +166,13 @@ pub async fn advance_after_completion(
             activated_successors(&edges, completed_key, &states).into_iter().map(String::from).collect();
         if !activated.is_empty() {
             // The one handed on: the first activated that a dispatcher may claim at all.
-            let handed = nodes
+            handed_off = nodes
                 .iter()
                 .find(|n| at.hand_off && activated.contains(&n.node_key) && n.node_kind != NodeKind::Manual)
                 .map(|n| n.id);
             let mut offered = Vec::new();
             for node in nodes.iter_mut().filter(|n| activated.contains(&n.node_key)) {
-                let quiet = handed == Some(node.id);
+                let quiet = handed_off == Some(node.id);
                 transition::transition_node(
                     conn,
                     node.id,
@@ -185,9 +185,7 @@ pub async fn advance_after_completion(
                 // The request is locked: no other writer activates its nodes.
                 .or_stale()?;
                 node.node_state = NodeState::Ready;
-                if quiet {
-                    handed_off = Some(node.id);
-                } else {
+                if !quiet {
                     offered.push(node.id);
                 }
             }

@@ -816,16 +816,14 @@ impl Engine {
     async fn claim_handed(&self, tx: &mut PgConnection, next: Uuid) -> Result<Option<Claim>> {
         let served = self.served_keys();
         let mut savepoint = sqlx::Acquire::begin(&mut *tx).await?;
-        let claimed = match claims::claim_first(&mut savepoint, Pickup::Dispatch, &served, next).await {
-            Ok(Some(item)) => self.claimed(&mut savepoint, item).await.map(Some),
-            Ok(None) => Ok(None),
-            Err(e) => Err(e),
-        };
-        let failed = match claimed {
-            Ok(Some(claim)) => {
-                savepoint.commit().await?;
-                return Ok(Some(claim));
-            }
+        let failed = match claims::claim_first(&mut savepoint, Pickup::Dispatch, &served, next).await {
+            Ok(Some(item)) => match self.claimed(&mut savepoint, item).await {
+                Ok(claim) => {
+                    savepoint.commit().await?;
+                    return Ok(Some(claim));
+                }
+                Err(e) => Some(e),
+            },
             Ok(None) => None,
             Err(e) => Some(e),
         };

@@ -212,7 +212,7 @@ pub async fn replay(conn: &mut PgConnection, id: Uuid) -> Result<Option<Callback
     .fetch_optional(&mut *conn)
     .await?;
     if row.is_some() {
-        sqlx::query!("SELECT pg_notify('qtg_callback', '')").execute(&mut *conn).await?;
+        crate::transition::wake(conn, crate::transition::CHANNEL_CALLBACK).await?;
     }
     Ok(row)
 }
@@ -313,6 +313,6 @@ pub async fn enqueue_event(
     )
     .execute(&mut *conn)
     .await?;
-    sqlx::query!("SELECT pg_notify('qtg_callback', '')").execute(&mut *conn).await?;
+    crate::transition::wake(conn, crate::transition::CHANNEL_CALLBACK).await?;
     Ok(())
 }

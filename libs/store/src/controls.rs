@@ -88,7 +88,7 @@ pub async fn resume(conn: &mut PgConnection, scope: &str, target: &str) -> Resul
     .await?;
     if pause.is_some() {
         // Delivered on commit: the held nodes are picked up at once, not on the next poll.
-        sqlx::query!("SELECT pg_notify('qtg_dispatch', '')").fetch_one(&mut *conn).await?;
+        crate::transition::wake(conn, crate::transition::CHANNEL_DISPATCH).await?;
     }
     Ok(pause)
 }

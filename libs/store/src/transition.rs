@@ -559,10 +559,11 @@ pub async fn transition_request(
     })
 }
 
-/// Wakes the workers of `channel` when this transaction commits: a node written [`NodePatch::quiet`]
-/// that its writer did not claim after all.
+/// Wakes the workers of `channel` when this transaction commits (e.g. a node written
+/// [`NodePatch::quiet`] that its writer did not claim after all, a pause lifted, a callback
+/// enqueued outside the one door).
 pub async fn wake(conn: &mut PgConnection, channel: &str) -> Result<()> {
-    sqlx::query("SELECT pg_notify($1, '')").bind(channel).execute(&mut *conn).await?;
+    sqlx::query!("SELECT pg_notify($1, '')", channel).execute(&mut *conn).await?;
     Ok(())
 }
 

@@ -268,83 +268,34 @@ const NODE_WRITE: &str = r#"clk AS (SELECT clock_timestamp() AS ts), upd AS (
       AND (arg.guard_token IS NULL OR n.claim_token = arg.guard_token)
       AND (arg.guard_attempt IS NULL OR n.attempt_no = arg.guard_attempt)
       AND (NOT arg.guard_submit_pending OR n.provider_refs ? '__submit_attempt_pending')
-      AND (NOT arg.guard_dispatchable OR (
-          EXISTS (SELECT 1 FROM movement_requests r
-                  WHERE r.id = n.request_id AND r.request_state = 'EXECUTING' FOR SHARE)
-          AND NOT EXISTS (SELECT 1 FROM plan_nodes p WHERE p.id = n.plan_node_id AND {PAUSED})))
+      AND {DISPATCHABLE}
     RETURNING n.id, n.request_id, n.node_key, n.node_state, n.attempt_no, n.provider_state, n.error_code,
         n.error_detail, n.submit_by
-), req AS (
-    UPDATE movement_requests r SET callback_sequence = r.callback_sequence + 1
-    FROM upd, arg
-    WHERE arg.transition AND r.id = upd.request_id AND r.callback_url IS NOT NULL
-    RETURNING r.id, r.callback_sequence, r.callback_url, r.request_state
-), cb AS (
-    INSERT INTO movement_callback_outbox
-        (id, request_id, event_id, event_type, sequence, payload, callback_url,
-         callback_timestamp, callback_nonce, traceparent)
-    SELECT qtg_uuid7(), req.id, ev.event_id, 'node_state_changed', req.callback_sequence,
-        qtg_callback_envelope(ev.event_id, 'node_state_changed', req.id,
-            jsonb_build_object('sequence', req.callback_sequence, 'request_state', req.request_state,
-                'node_key', upd.node_key, 'node_state', upd.node_state),
-            jsonb_build_object('from', arg.from_state, 'to', upd.node_state,
-                'attempt_no', upd.attempt_no, 'provider_state', upd.provider_state,
-                'error_code', upd.error_code)),
-        req.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text, arg.traceparent
-    FROM req CROSS JOIN upd CROSS JOIN arg CROSS JOIN (SELECT qtg_uuid7() AS event_id) ev
-), aud AS (
-    INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
-    SELECT qtg_uuid7(), arg.actor, 'node.transition', 'node', upd.id::text, upd.request_id,
-        jsonb_build_object('node_key', upd.node_key, 'from', arg.from_state, 'to', upd.node_state,
-            'attempt_no', upd.attempt_no, 'error_code', upd.error_code, 'reason', arg.reason)
-    FROM upd, arg WHERE arg.transition
-), hist AS (
-    -- The calls first, then the transition: one INSERT, so ids follow this order.
-    INSERT INTO node_events (request_id, request_node_id, attempt_no, kind, method, outcome,
-        from_state, to_state, error_code, error_detail, duration_ms, actor)
-    SELECT upd.request_id, upd.id, ev.attempt_no, ev.kind, ev.method, ev.outcome, ev.from_state,
-        ev.to_state, ev.error_code, left(ev.error_detail, 2000), ev.duration_ms, arg.actor
-    FROM upd CROSS JOIN arg CROSS JOIN LATERAL (
-        SELECT c.i AS ord, COALESCE(arg.calls_attempt, upd.attempt_no) AS attempt_no, 'call' AS kind,
-            c.m AS method, c.o AS outcome, NULL::text AS from_state, NULL::text AS to_state,
-            c.cd AS error_code, c.d AS error_detail, c.ms AS duration_ms
-        FROM unnest(arg.call_methods, arg.call_outcomes, arg.call_codes, arg.call_details, arg.call_ms)
-            WITH ORDINALITY AS c(m, o, cd, d, ms, i)
-        UNION ALL
-        SELECT 2147483647, upd.attempt_no, 'transition', NULL, NULL, arg.from_state, upd.node_state,
-            upd.error_code, upd.error_detail, NULL
-        WHERE arg.transition
-    ) ev
-    ORDER BY ev.ord
-), art AS (
-    INSERT INTO artifacts (id, request_id, request_node_id, attempt_no, kind, payload, payload_hash)
-    SELECT qtg_uuid7(), upd.request_id, upd.id, COALESCE(arg.calls_attempt, upd.attempt_no), a->>'kind',
-        a->'payload', a->>'payload_hash'
-    FROM upd CROSS JOIN arg CROSS JOIN jsonb_array_elements(arg.artifacts) AS a
-    RETURNING kind, payload_hash
-), ntf AS (
-    -- The wake-ups (the node's worker channel, the callback worker). A CTE runs only when the
-    -- statement reads it: `notified` below exists so that it does. Removing that "unused"
-    -- column silently stops the NOTIFYs (the interval poll would hide it; tests/tests/engine.rs
-    -- `transitions_wake_the_workers` LISTENs and fails).
-    SELECT pg_notify(arg.channel, '') FROM upd, arg WHERE arg.channel IS NOT NULL
-    UNION ALL
-    SELECT pg_notify('qtg_callback', '') FROM req
 )
 SELECT upd.attempt_no, upd.submit_by,
-    -- An attempt begun: the hash of its prepared action as stored (written now, or when it
-    -- was prepared before signing), which the submit must carry.
-    CASE WHEN arg.begin_attempt THEN COALESCE(
-        (SELECT art.payload_hash FROM art WHERE art.kind = 'prepared_action' LIMIT 1),
-        (SELECT a.payload_hash FROM artifacts a
-         WHERE a.request_node_id = upd.id AND a.attempt_no = upd.attempt_no AND a.kind = 'prepared_action'
-         ORDER BY a.created_at DESC, a.id DESC LIMIT 1)) END AS prepared_hash,
-    (SELECT count(*) FROM ntf) AS notified
+    -- The callback, the audit row, the events, the artifacts and the wake-ups, for the row
+    -- written (migration 0036), and a begun attempt's prepared hash as stored.
+    qtg_node_written(upd.id, upd.request_id, upd.node_key, arg.from_state, upd.node_state, upd.attempt_no,
+        upd.provider_state, upd.error_code, upd.error_detail, arg.transition, arg.begin_attempt, arg.actor,
+        arg.reason, arg.call_methods, arg.call_outcomes, arg.call_codes, arg.call_details, arg.call_ms,
+        arg.calls_attempt, arg.artifacts, arg.channel, arg.traceparent) AS prepared_hash
 FROM upd, arg
 "#;
 
-static NODE_WRITE_REST: std::sync::LazyLock<String> =
-    std::sync::LazyLock::new(|| NODE_WRITE.replace("{PAUSED}", crate::controls::PAUSED));
+/// The arm's guard ([`Guard::dispatchable`]): the request is EXECUTING (held by `FOR SHARE`
+/// until the arm commits) and no pause holds the node.
+const DISPATCHABLE: &str = "arg.guard_dispatchable
+          AND EXISTS (SELECT 1 FROM movement_requests r
+                      WHERE r.id = n.request_id AND r.request_state = 'EXECUTING' FOR SHARE)
+          AND NOT EXISTS (SELECT 1 FROM plan_nodes p WHERE p.id = n.plan_node_id AND {PAUSED})";
+
+/// The node write with the arm's guard, and without it: a statement sets up every subquery it
+/// holds on every call, run or not, so a write that is not an arm does not carry the guard's.
+static NODE_WRITE_ARM: std::sync::LazyLock<String> = std::sync::LazyLock::new(|| {
+    NODE_WRITE.replace("{DISPATCHABLE}", &DISPATCHABLE.replace("{PAUSED}", crate::controls::PAUSED))
+});
+static NODE_WRITE_PLAIN: std::sync::LazyLock<String> =
+    std::sync::LazyLock::new(|| NODE_WRITE.replace("{DISPATCHABLE}", "NOT arg.guard_dispatchable"));
 
 /// What a node write left: the attempt, and the armed attempt's `submit_by` and the hash of
 /// its prepared action as stored.
@@ -415,8 +366,13 @@ async fn write_node(
         .with("channel", "text", if transition && !patch.quiet { wake_channel(to) } else { None })
         // Only a transition enqueues a callback that could carry it.
         .with("traceparent", "text", if transition { qtg_telemetry::traceparent() } else { None });
-    static SQL: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-    let sql = params.statement_once(&SQL, &NODE_WRITE_REST);
+    static ARM: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    static PLAIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    let sql = if patch.guard.dispatchable {
+        params.statement_once(&ARM, &NODE_WRITE_ARM)
+    } else {
+        params.statement_once(&PLAIN, &NODE_WRITE_PLAIN)
+    };
     let written: Option<Written> =
         sqlx::query_as_with(sql, params.into_arguments()?).fetch_optional(&mut *conn).await?;
     let Some(written) = written else {
@@ -517,7 +473,9 @@ const REQUEST_WRITE: &str = r#"upd AS (
         jsonb_build_object('from', arg.from_state, 'to', upd.request_state, 'reason', arg.reason)
     FROM upd CROSS JOIN arg
 ), ntf AS (
-    -- Read by `notified` below, or the NOTIFYs never run (see the node write above).
+    -- The wake-ups. A CTE runs only when the statement reads it: `notified` below exists so
+    -- that it does. Removing that "unused" column silently stops the NOTIFYs (the interval poll
+    -- would hide it; tests/tests/engine.rs `transitions_wake_the_workers` LISTENs and fails).
     SELECT pg_notify('qtg_callback', '') FROM upd WHERE upd.callback_url IS NOT NULL
     UNION ALL
     SELECT pg_notify('qtg_dispatch', '') FROM upd, arg WHERE arg.to_state = 'EXECUTING'

@@ -6,9 +6,9 @@
 -- their 15 indexes on a movement without a callback URL, the artifacts' table on a write
 -- without one): PostgreSQL opens every table and index of every data-modifying CTE at the
 -- statement's start, and that set-up was most of a write's time (docs/benchmarks.md,
--- session 28). Here a write runs only what it writes. VOLATILE: each statement sees the
--- node row the UPDATE has just written (the events' foreign key to it is checked at the
--- statement's end, as before).
+-- session 28). Here a write runs only what it writes. VOLATILE: each statement in it takes a
+-- fresh snapshot after the calling statement's UPDATE, so it sees the node row just written
+-- (the node events' and artifacts' foreign keys to it are checked when their INSERT ends).
 CREATE FUNCTION qtg_node_written(
     node uuid, movement uuid, node_key text, from_state text, to_state text, attempt integer,
     provider_state text, error_code text, error_detail text,

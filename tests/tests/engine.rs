@@ -524,7 +524,7 @@ async fn a_hand_off_whose_claim_fails_keeps_the_record_and_holds_the_successor_b
     sqlx::raw_sql(
         "CREATE FUNCTION refuse_b() RETURNS trigger LANGUAGE plpgsql AS $$
            BEGIN
-             IF NEW.node_key = 'b' AND OLD.node_state = 'READY' AND NEW.node_state = 'PREPARING' THEN
+             IF NEW.node_key = 'b' AND NEW.node_state = 'PREPARING' THEN
                RAISE EXCEPTION 'b may not be claimed';
              END IF;
              RETURN NEW;

@@ -10,7 +10,7 @@ use qtg_core::protocol::Method;
 use qtg_core::{derive_request_state, ExecutionResult, NodeKind, NodeState, RequestState};
 use qtg_store::artifacts::ArtifactKind;
 use qtg_store::transition::{
-    self, Cas, ErrorField, Guard, Meta, NewArtifact, NodePatch, RequestPatch, Schedule, SubmitAccepted,
+    self, Cas, ErrorField, Guard, Meta, MovementEvent, NewArtifact, NodePatch, RequestPatch, Schedule, SubmitAccepted,
 };
 use qtg_store::{context as q, NodeBrief, PgConnection, WorkItem};
 use serde_json::json;
@@ -30,17 +30,17 @@ pub struct Answer<'a> {
     pub guard: Guard,
     pub calls: &'a [qtg_store::events::Call],
     /// The caller claims a successor this answer activates, in the same transaction: the
-    /// first one is activated without a wake-up and answered in [`Recorded::handed_off`].
+    /// first one is left to it and answered in [`Recorded::handed_off`].
     pub hand_off: bool,
 }
 
 /// What recording an answer did: the node's new state, and the successor activated for the
-/// caller to claim (with [`Answer::hand_off`]). The caller claims it in this transaction or
-/// wakes the dispatchers for it ([`qtg_store::transition::wake`]) before it commits.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+/// caller to claim (with [`Answer::hand_off`]): still BLOCKED, the caller claims it in this
+/// transaction or [`activate`]s it before it commits.
+#[derive(Debug, Clone, PartialEq)]
 pub struct Recorded {
     pub state: NodeState,
-    pub handed_off: Option<Uuid>,
+    pub handed_off: Option<HandOff>,
 }
 
 /// Records `answer` for `item` (currently `from`) by compare-and-set on its guard (a miss
@@ -145,17 +145,28 @@ pub struct Completion {
     pub hand_off: bool,
 }
 
+/// A successor a completion activated and left to its caller to claim: still BLOCKED in the
+/// caller's transaction, with the movement event its activation carries. The caller writes it
+/// BLOCKED → READY → PREPARING with its claim ([`qtg_store::transition::transition_node_via`]),
+/// or READY with [`activate`] — before it commits, either way.
+#[must_use = "a successor handed on is still BLOCKED: claim it or activate it before the commit"]
+#[derive(Debug, Clone, PartialEq)]
+pub struct HandOff {
+    pub node_id: Uuid,
+    pub frontier: MovementEvent,
+}
+
 /// After `completed_key` reached COMPLETED: successors whose predecessors are all done become
-/// READY, the frontier moves (`frontier_advanced`), and the request state is re-derived. With
-/// `hand_off`, the first successor activated that is not a manual node is written without a
-/// wake-up and answered (the caller claims it in this transaction, or wakes the dispatchers
-/// for it); the others wake the dispatchers and are offered as this process's hints.
+/// READY, the frontier moves (`frontier_advanced`, carried by the last activation's write), and
+/// the request state is re-derived. With `hand_off`, the first successor activated that is not
+/// a manual node is not written here but answered, with the frontier (see [`HandOff`]); the
+/// others wake the dispatchers and are offered as this process's hints.
 pub async fn advance_after_completion(
     conn: &mut PgConnection,
     at: &Completion,
     completed_key: &str,
     actor: &str,
-) -> Result<Option<Uuid>> {
+) -> Result<Option<HandOff>> {
     let request_id = at.request_id;
     let (state, mut nodes) = q::request_snapshot_for_update(conn, request_id).await?;
     let edges = crate::plans::edges(conn, at.plan_version_id).await?;
@@ -166,36 +177,52 @@ pub async fn advance_after_completion(
             activated_successors(&edges, completed_key, &states).into_iter().map(String::from).collect();
         if !activated.is_empty() {
             // The one handed on: the first activated that a dispatcher may claim at all.
-            handed_off = nodes
+            let handed = nodes
                 .iter()
                 .find(|n| at.hand_off && activated.contains(&n.node_key) && n.node_kind != NodeKind::Manual)
                 .map(|n| n.id);
-            let mut offered = Vec::new();
-            for node in nodes.iter_mut().filter(|n| activated.contains(&n.node_key)) {
-                let quiet = handed_off == Some(node.id);
-                transition::transition_node(
-                    conn,
-                    node.id,
-                    NodeState::Blocked,
-                    NodeState::Ready,
-                    &NodePatch { quiet, ..Default::default() },
-                    &Meta::actor(actor),
-                )
-                .await?
-                // The request is locked: no other writer activates its nodes.
-                .or_stale()?;
-                node.node_state = NodeState::Ready;
-                if !quiet {
-                    offered.push(node.id);
-                }
+            let frontier = MovementEvent {
+                event_type: "frontier_advanced",
+                data: json!({"completed": completed_key, "frontier": activated}),
+                frontier: Some(activated.clone()),
+            };
+            let written: Vec<Uuid> = nodes
+                .iter()
+                .filter(|n| activated.contains(&n.node_key) && Some(n.id) != handed)
+                .map(|n| n.id)
+                .collect();
+            for (i, &node) in written.iter().enumerate() {
+                // The last write carries the frontier, unless the node handed on does.
+                let last = i + 1 == written.len() && handed.is_none();
+                let patch = NodePatch { movement_event: last.then(|| frontier.clone()), ..Default::default() };
+                write_ready(conn, node, &patch, actor).await?;
             }
-            let data = json!({"completed": completed_key, "frontier": activated});
-            transition::enqueue_event(conn, request_id, "frontier_advanced", &data, Some(&activated)).await?;
-            crate::hints::offer(offered);
+            for node in nodes.iter_mut().filter(|n| activated.contains(&n.node_key)) {
+                // READY for the derivation below: so it is when this transaction commits.
+                node.node_state = NodeState::Ready;
+            }
+            crate::hints::offer(written);
+            handed_off = handed.map(|node_id| HandOff { node_id, frontier });
         }
     }
     derive_and_apply(conn, request_id, state, &nodes, actor).await?;
     Ok(handed_off)
+}
+
+/// Writes a successor answered as [`HandOff`] READY, with its frontier event, when its caller
+/// does not claim it after all — `quiet` when the caller holds it back (no wake-up).
+pub async fn activate(conn: &mut PgConnection, handed: &HandOff, quiet: bool, actor: &str) -> Result<()> {
+    let patch = NodePatch { quiet, movement_event: Some(handed.frontier.clone()), ..Default::default() };
+    write_ready(conn, handed.node_id, &patch, actor).await
+}
+
+/// BLOCKED → READY, under the request lock its caller holds.
+async fn write_ready(conn: &mut PgConnection, node: Uuid, patch: &NodePatch, actor: &str) -> Result<()> {
+    transition::transition_node(conn, node, NodeState::Blocked, NodeState::Ready, patch, &Meta::actor(actor))
+        .await?
+        // The request is locked: no other writer activates its nodes.
+        .or_stale()?;
+    Ok(())
 }
 
 /// Derives the request's state from its nodes and moves it there if that is a change the

@@ -34,13 +34,13 @@ use qtg_executor::{Executor, ExecutorError, Prepared, SignError, SignerRequireme
 use qtg_store::artifacts::ArtifactKind;
 use qtg_store::claims::{self, Pickup};
 use qtg_store::events::{record_calls, Call};
-use qtg_store::transition::{self, Cas, Guard, Lease, Meta, NewArtifact, NodePatch, RequestPatch};
+use qtg_store::transition::{self, Cas, Guard, Lease, Meta, MovementEvent, NewArtifact, NodePatch, RequestPatch};
 use qtg_store::{PgConnection, StoreError, WorkItem};
 use serde_json::json;
 use tracing::Instrument;
 use uuid::Uuid;
 
-use crate::advance::{apply_request_state, apply_result, Answer};
+use crate::advance::{activate, apply_request_state, apply_result, Answer, HandOff};
 use crate::calls::{self, with_deadline};
 use crate::context::{build_execution_context, ContextError};
 use crate::{Engine, Result};
@@ -147,7 +147,7 @@ impl Engine {
                 match claims::claim_first(&mut tx, Pickup::Dispatch, &served, id).await? {
                     Some(item) => {
                         let node_id = item.node_id;
-                        let committed = match self.claimed(&mut tx, item).await {
+                        let committed = match self.claimed(&mut tx, item, None).await {
                             Ok(claim) => tx.commit().await.map(|()| claim).map_err(StoreError::from),
                             Err(e) => {
                                 drop(tx);
@@ -180,21 +180,41 @@ impl Engine {
     }
 
     /// The rest of the claim, in `tx`'s transaction, under the step's span (the caller commits;
-    /// on an error it rolls back).
-    async fn claimed(&self, tx: &mut PgConnection, item: WorkItem) -> Result<Claim> {
+    /// on an error it rolls back). `activation`: the item is a successor handed on still
+    /// BLOCKED ([`crate::advance::HandOff`]), written READY (with this event) and PREPARING at once.
+    async fn claimed(
+        &self,
+        tx: &mut PgConnection,
+        item: WorkItem,
+        activation: Option<&MovementEvent>,
+    ) -> Result<Claim> {
         // One trace per node step: claim, calls, arm, submit and record.
         let span = crate::step_span("dispatch", &item, item.attempt_no + 1);
-        self.claimed_in(tx, item, span.clone()).instrument(span).await
+        self.claimed_in(tx, item, activation, span.clone()).instrument(span).await
     }
 
-    async fn claimed_in(&self, tx: &mut PgConnection, item: WorkItem, span: tracing::Span) -> Result<Claim> {
+    async fn claimed_in(
+        &self,
+        tx: &mut PgConnection,
+        item: WorkItem,
+        activation: Option<&MovementEvent>,
+        span: tracing::Span,
+    ) -> Result<Claim> {
         let meta = Meta::actor(&self.actor);
         let token = Uuid::new_v4();
         let attempt_no = item.attempt_no + 1;
         let lease =
             NodePatch { lease: Some(Lease { token, expires_in: Some(self.settings.lease) }), ..Default::default() };
-        match item.node_state {
-            NodeState::Ready => {
+        match (item.node_state, activation) {
+            (NodeState::Blocked, Some(event)) => {
+                let patch = NodePatch { movement_event: Some(event.clone()), ..lease };
+                let hops = (NodeState::Blocked, NodeState::Ready, NodeState::Preparing);
+                transition::transition_node_via(&mut *tx, item.node_id, hops, &patch, &meta)
+                    .await?
+                    // The claim holds the node's row lock and the record the movement's.
+                    .or_stale()?;
+            }
+            (NodeState::Ready, None) => {
                 transition::transition_node(
                     &mut *tx,
                     item.node_id,
@@ -207,7 +227,7 @@ impl Engine {
                 // The claim holds the node's row lock: nobody else moved it.
                 .or_stale()?;
             }
-            expired => {
+            (expired @ (NodeState::Preparing | NodeState::AwaitingSignature), None) => {
                 // Its dispatcher died or froze before arming: nothing was sent for attempt N.
                 tracing::warn!(node_id = %item.node_id, node_key = %item.node_key, state = %expired,
                     "lease expired before the arm; re-claiming the node");
@@ -221,6 +241,12 @@ impl Engine {
                         .await?
                         .or_stale()?;
                 }
+            }
+            // The claim's predicate admits none other (BLOCKED only for a hand-off, which
+            // passes its activation; READY and the expired leases only without one).
+            (state, activation) => {
+                let handed = if activation.is_some() { "handed on" } else { "claimed" };
+                return Err(StoreError::corrupt(format!("node {} {handed} in state {state}", item.node_id)));
             }
         }
         if item.request_state == RequestState::Approved {
@@ -807,17 +833,18 @@ impl Engine {
         Ok(handed.inspect(announce))
     }
 
-    /// Claims the successor `next` a record just activated quietly, inside the record's
-    /// transaction, as a savepoint. `None` when it is not claimed here: a manual node, a pause,
-    /// an executor this worker does not serve (it stays READY and the dispatchers are woken
-    /// for it when the record commits), or a claim that failed (rolled back to the savepoint,
-    /// and the node held back for the call-failure backoff in the record's transaction, as
-    /// [`Engine::contain`] would; woken instead if even that cannot be written).
-    async fn claim_handed(&self, tx: &mut PgConnection, next: Uuid) -> Result<Option<Claim>> {
+    /// Claims the successor `next` a record just activated (still BLOCKED: the claim writes it
+    /// READY and PREPARING at once), inside the record's transaction, as a savepoint. `None`
+    /// when it is not claimed here: a pause, an executor this worker does not serve (it is
+    /// written READY and the dispatchers are woken for it when the record commits), or a claim
+    /// that failed (rolled back to the savepoint, then written READY and held back for the
+    /// call-failure backoff in the record's transaction, as [`Engine::contain`] would; woken
+    /// instead if even that cannot be written).
+    async fn claim_handed(&self, tx: &mut PgConnection, next: HandOff) -> Result<Option<Claim>> {
         let served = self.served_keys();
         let mut savepoint = sqlx::Acquire::begin(&mut *tx).await?;
-        let failed = match claims::claim_first(&mut savepoint, Pickup::Dispatch, &served, next).await {
-            Ok(Some(item)) => match self.claimed(&mut savepoint, item).await {
+        let failed = match claims::claim_first(&mut savepoint, Pickup::HandOff, &served, next.node_id).await {
+            Ok(Some(item)) => match self.claimed(&mut savepoint, item, Some(&next.frontier)).await {
                 Ok(claim) => {
                     savepoint.commit().await?;
                     return Ok(Some(claim));
@@ -828,25 +855,24 @@ impl Engine {
             Err(e) => Some(e),
         };
         savepoint.rollback().await?;
-        let held = match failed {
-            Some(e) => {
-                let mut savepoint = sqlx::Acquire::begin(&mut *tx).await?;
-                match self.hold_back(&mut savepoint, next, "claim", &e).await {
-                    Ok(held) => {
-                        savepoint.commit().await?;
-                        held
-                    }
-                    Err(again) => {
-                        tracing::error!(node_id = %next, error = %again, "could not hold the node back either");
-                        savepoint.rollback().await?;
-                        false
-                    }
+        // Not claimed here: READY, announced — or, after a failed claim, held back.
+        activate(&mut *tx, &next, failed.is_some(), &self.actor).await?;
+        if let Some(e) = failed {
+            let mut savepoint = sqlx::Acquire::begin(&mut *tx).await?;
+            let held = match self.hold_back(&mut savepoint, next.node_id, "claim", &e).await {
+                Ok(held) => {
+                    savepoint.commit().await?;
+                    held
                 }
+                Err(again) => {
+                    tracing::error!(node_id = %next.node_id, error = %again, "could not hold the node back either");
+                    savepoint.rollback().await?;
+                    false
+                }
+            };
+            if !held {
+                transition::wake(&mut *tx, transition::CHANNEL_DISPATCH).await?;
             }
-            None => false,
-        };
-        if !held {
-            transition::wake(&mut *tx, transition::CHANNEL_DISPATCH).await?;
         }
         Ok(None)
     }

@@ -16,6 +16,10 @@ pub enum Pickup {
     /// PREPARING / AWAITING_SIGNATURE ones whose lease expired (their dispatcher died or froze
     /// before arming) — oldest request first.
     Dispatch,
+    /// A successor a dispatcher's record activated and claims at once, in the record's
+    /// transaction, before writing it READY: the dispatch predicate for a BLOCKED node
+    /// (docs/architecture.md §6.1, step 6). Counted as `dispatch` in the claim metrics.
+    HandOff,
     /// Due SUBMITTED/OBSERVING nodes of EXECUTING requests, oldest request first.
     Observe,
     /// In `lane`: UNKNOWN nodes recovery may still decide, and SUBMITTING nodes, once
@@ -45,6 +49,12 @@ impl Pickup {
                 AND r.request_state IN ('APPROVED', 'EXECUTING') AND NOT {PAUSED}",
                 PAUSED = crate::controls::PAUSED
             ),
+            Pickup::HandOff => format!(
+                "{served} AND n.node_kind <> 'manual'
+                AND n.node_state = 'BLOCKED' AND (n.lease_expires_at IS NULL OR n.lease_expires_at < now())
+                AND r.request_state IN ('APPROVED', 'EXECUTING') AND NOT {PAUSED}",
+                PAUSED = crate::controls::PAUSED
+            ),
             Pickup::Observe => format!(
                 "{served} AND n.node_state IN ('SUBMITTED', 'OBSERVING')
                 AND r.request_state = 'EXECUTING'
@@ -68,7 +78,7 @@ impl Pickup {
     /// The metric label of this pickup.
     pub fn name(self) -> &'static str {
         match self {
-            Pickup::Dispatch => "dispatch",
+            Pickup::Dispatch | Pickup::HandOff => "dispatch",
             Pickup::Observe => "observe",
             Pickup::Recover { .. } => "recover",
         }
@@ -76,7 +86,7 @@ impl Pickup {
 
     fn order(self) -> &'static str {
         match self {
-            Pickup::Dispatch | Pickup::Observe => "r.created_at, n.id",
+            Pickup::Dispatch | Pickup::HandOff | Pickup::Observe => "r.created_at, n.id",
             Pickup::Recover { .. } => "n.updated_at, n.id",
         }
     }
@@ -220,7 +230,7 @@ pub async fn lock_request_nowait(conn: &mut PgConnection, request_id: Uuid) -> R
 /// `grace` names each lane's grace by the lane (a lane it does not name has none).
 pub async fn next_due_in(conn: &mut PgConnection, pickup: Pickup, grace: &[(Lane, f64)]) -> Result<Option<f64>> {
     let due = match pickup {
-        Pickup::Dispatch => return Ok(None),
+        Pickup::Dispatch | Pickup::HandOff => return Ok(None),
         Pickup::Observe => {
             // The earliest first, along the observation index: the first row of an executing
             // movement answers, however many open nodes wait (a `min()` over a join read

@@ -65,6 +65,18 @@ pub struct NodePatch {
     /// transaction (a dispatcher handing a chain on to the successor it just activated). A
     /// writer that then does not claim it calls [`wake`] before it commits.
     pub quiet: bool,
+    /// A movement event written in the same statement, after the (first hop of the)
+    /// transition: a completion's `frontier_advanced` with the activation of its successors.
+    pub movement_event: Option<MovementEvent>,
+}
+
+/// A movement event that is not a state change (its callback when the movement has a callback
+/// URL), with the frontier it records when there is one.
+#[derive(Debug, Clone, PartialEq)]
+pub struct MovementEvent {
+    pub event_type: &'static str,
+    pub data: Value,
+    pub frontier: Option<Vec<String>>,
 }
 
 /// `error_code` / `error_detail`.
@@ -278,7 +290,8 @@ SELECT upd.attempt_no, upd.submit_by,
     qtg_node_written(upd.id, upd.request_id, upd.node_key, arg.from_state, upd.node_state, upd.attempt_no,
         upd.provider_state, upd.error_code, upd.error_detail, arg.transition, arg.begin_attempt, arg.actor,
         arg.reason, arg.call_methods, arg.call_outcomes, arg.call_codes, arg.call_details, arg.call_ms,
-        arg.calls_attempt, arg.artifacts, arg.channel, arg.traceparent) AS prepared_hash
+        arg.calls_attempt, arg.artifacts, arg.channel, arg.traceparent, arg.via_state, arg.event_type,
+        arg.event_data, arg.frontier) AS prepared_hash
 FROM upd, arg
 "#;
 
@@ -306,15 +319,24 @@ pub struct Written {
     pub prepared_hash: Option<String>,
 }
 
+/// The states a node write moves through: `from` → (`via` →) `to`.
+#[derive(Debug, Clone, Copy)]
+struct Hops {
+    from: NodeState,
+    via: Option<NodeState>,
+    to: NodeState,
+}
+
 async fn write_node(
     conn: &mut PgConnection,
     node_id: Uuid,
-    from: NodeState,
-    to: NodeState,
+    hops: Hops,
     patch: &NodePatch,
     transition: bool,
     meta: &Meta<'_>,
 ) -> Result<Cas<Written>> {
+    let Hops { from, via, to } = hops;
+    let event = patch.movement_event.as_ref();
     let (set_error, error_code, error_detail) = match &patch.error {
         ErrorField::Set { code, detail } => (true, code.clone(), detail.clone()),
         ErrorField::Keep => (false, None, None),
@@ -365,7 +387,11 @@ async fn write_node(
         .with("reason", "text", meta.reason.map(str::to_string))
         .with("channel", "text", if transition && !patch.quiet { wake_channel(to) } else { None })
         // Only a transition enqueues a callback that could carry it.
-        .with("traceparent", "text", if transition { qtg_telemetry::traceparent() } else { None });
+        .with("traceparent", "text", if transition { qtg_telemetry::traceparent() } else { None })
+        .with("via_state", "text", via.map(NodeState::as_str))
+        .with("event_type", "text", event.map(|e| e.event_type))
+        .with("event_data", "jsonb", event.map(|e| e.data.clone()))
+        .with("frontier", "jsonb", event.and_then(|e| e.frontier.as_ref()).map(|f| serde_json::json!(f)));
     static ARM: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     static PLAIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let sql = if patch.guard.dispatchable {
@@ -379,7 +405,13 @@ async fn write_node(
         return Ok(Cas::Stale(Stale { entity: "node", id: node_id, expected: from.to_string() }));
     };
     if transition {
-        qtg_telemetry::sink().node_transition(from.as_str(), to.as_str());
+        match via {
+            Some(via) => {
+                qtg_telemetry::sink().node_transition(from.as_str(), via.as_str());
+                qtg_telemetry::sink().node_transition(via.as_str(), to.as_str());
+            }
+            None => qtg_telemetry::sink().node_transition(from.as_str(), to.as_str()),
+        }
     }
     Ok(Cas::Applied(written))
 }
@@ -408,7 +440,24 @@ pub async fn write_transition(
     meta: &Meta<'_>,
 ) -> Result<Cas<Written>> {
     from.check_transition(to)?;
-    write_node(conn, node_id, from, to, patch, true, meta).await
+    write_node(conn, node_id, Hops { from, via: None, to }, patch, true, meta).await
+}
+
+/// Moves a node `from` → `via` → `to` in one write that records both transitions (each checked
+/// against the table, each with its audit row, event and callback, in that order): a
+/// dispatcher activating the successor it claims at once (BLOCKED → READY → PREPARING).
+/// [`Cas::Stale`] if the node is no longer in `from` (or the guard no longer holds).
+pub async fn transition_node_via(
+    conn: &mut PgConnection,
+    node_id: Uuid,
+    (from, via, to): (NodeState, NodeState, NodeState),
+    patch: &NodePatch,
+    meta: &Meta<'_>,
+) -> Result<Cas<i32>> {
+    from.check_transition(via)?;
+    via.check_transition(to)?;
+    let hops = Hops { from, via: Some(via), to };
+    Ok(write_node(conn, node_id, hops, patch, true, meta).await?.map(|w| w.attempt_no))
 }
 
 /// Updates a node's fields without changing its state (an OBSERVING poll, a recovery that
@@ -419,7 +468,8 @@ pub async fn poll_node(
     state: NodeState,
     patch: &NodePatch,
 ) -> Result<Cas<i32>> {
-    Ok(write_node(conn, node_id, state, state, patch, false, &Meta::actor("-")).await?.map(|w| w.attempt_no))
+    let hops = Hops { from: state, via: None, to: state };
+    Ok(write_node(conn, node_id, hops, patch, false, &Meta::actor("-")).await?.map(|w| w.attempt_no))
 }
 
 /// Field changes written with a request's state.
@@ -522,48 +572,6 @@ pub async fn transition_request(
 /// enqueued outside the one door).
 pub async fn wake(conn: &mut PgConnection, channel: &str) -> Result<()> {
     sqlx::query!("SELECT pg_notify($1, '')", channel).execute(&mut *conn).await?;
-    Ok(())
-}
-
-/// Enqueues one callback event that is not a state change (e.g. `frontier_advanced`), and
-/// records the movement's new frontier when one is given — one statement.
-pub async fn enqueue_event(
-    conn: &mut PgConnection,
-    request_id: Uuid,
-    event_type: &str,
-    data: &Value,
-    frontier: Option<&[String]>,
-) -> Result<()> {
-    sqlx::query(
-        r#"
-WITH req AS (
-    UPDATE movement_requests SET
-        callback_sequence = callback_sequence + CASE WHEN callback_url IS NULL THEN 0 ELSE 1 END,
-        current_frontier = COALESCE($4, current_frontier),
-        updated_at = now()
-    WHERE id = $1
-    RETURNING id, callback_sequence, callback_url, request_state
-), ev AS (SELECT qtg_uuid7() AS event_id), cb AS (
-    INSERT INTO movement_callback_outbox
-        (id, request_id, event_id, event_type, sequence, payload, callback_url,
-         callback_timestamp, callback_nonce, traceparent)
-    SELECT qtg_uuid7(), req.id, ev.event_id, $2, req.callback_sequence,
-        qtg_callback_envelope(ev.event_id, $2::text, req.id,
-            jsonb_build_object('sequence', req.callback_sequence, 'request_state', req.request_state),
-            $3::jsonb),
-        req.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text, $5::text
-    FROM req CROSS JOIN ev WHERE req.callback_url IS NOT NULL
-)
-SELECT count(*) FROM (SELECT pg_notify('qtg_callback', '') FROM req WHERE req.callback_url IS NOT NULL) n
-"#,
-    )
-    .bind(request_id)
-    .bind(event_type)
-    .bind(data)
-    .bind(frontier.map(|f| serde_json::json!(f)))
-    .bind(qtg_telemetry::traceparent())
-    .execute(&mut *conn)
-    .await?;
     Ok(())
 }
 

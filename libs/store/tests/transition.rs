@@ -354,21 +354,54 @@ async fn a_request_write_records_the_approval_and_sequences_its_callbacks(pool: 
     Ok(())
 }
 
+/// A node write may carry a movement event (a completion's `frontier_advanced`) and move
+/// through a state (the successor a dispatcher claims at once: BLOCKED → READY → PREPARING):
+/// both hops are recorded as two writes would record them — an audit row, a transition event
+/// and a callback each, the movement event after the first hop — and the frontier is kept,
+/// with or without a callback URL.
 #[sqlx::test(migrator = "qtg_store::MIGRATOR")]
-async fn enqueue_event_records_the_frontier_and_takes_the_next_sequence(pool: PgPool) -> Result<()> {
+async fn a_node_write_records_its_hops_and_the_movement_event_in_order(pool: PgPool) -> Result<()> {
     let m = one_node_movement(&pool, "t.frontier", Some(HOOK)).await?;
     let quiet = movement(&pool, &Spec::new("t.frontier", "k-quiet")).await?;
-    walk(&pool, m.node("n"), &[NodeState::Blocked, NodeState::Ready]).await?;
-    let mut conn = pool.acquire().await?;
     let keys = vec!["n".to_string()];
-    for id in [m.id, quiet.id] {
-        transition::enqueue_event(&mut conn, id, "frontier_advanced", &json!({"frontier": keys}), Some(&keys)).await?;
-        assert_eq!(movements::get(&mut conn, id).await?.expect("movement").current_frontier, json!(["n"]));
+    let event = transition::MovementEvent {
+        event_type: "frontier_advanced",
+        data: json!({"completed": "a", "frontier": keys}),
+        frontier: Some(keys.clone()),
+    };
+    let patch = NodePatch { movement_event: Some(event), ..Default::default() };
+    let mut conn = pool.acquire().await?;
+    for mv in [&m, &quiet] {
+        let hops = (NodeState::Blocked, NodeState::Ready, NodeState::Preparing);
+        transition::transition_node_via(&mut conn, mv.node("n"), hops, &patch, &Meta::actor(ACTOR))
+            .await?
+            .or_stale()?;
+        assert_eq!(node_state(&pool, mv.node("n")).await?.0, NodeState::Preparing);
+        assert_eq!(movements::get(&mut conn, mv.id).await?.expect("movement").current_frontier, json!(["n"]));
+        assert_eq!(audit_rows(&pool, mv.node("n"), "node.transition").await?, 2);
+        let events: Vec<(String, String)> = sqlx::query_as(
+            "SELECT from_state, to_state FROM node_events WHERE request_node_id = $1 AND kind = 'transition'
+             ORDER BY id",
+        )
+        .bind(mv.node("n"))
+        .fetch_all(&pool)
+        .await?;
+        let hops = [("BLOCKED", "READY"), ("READY", "PREPARING")].map(|(f, t)| (f.to_string(), t.to_string()));
+        assert_eq!(events, hops);
     }
+    // Moving through a state is checked against the table, hop by hop, before anything is written.
+    let skip = (NodeState::Preparing, NodeState::Ready, NodeState::Submitting);
+    assert!(transition::transition_node_via(&mut conn, m.node("n"), skip, &patch, &Meta::actor(ACTOR)).await.is_err());
     let cbs = callbacks_of(&pool, m.id).await?;
-    let last = cbs.last().expect("a callback");
-    assert_eq!((last.event_type.as_str(), last.sequence), ("frontier_advanced", 2));
-    assert_eq!(last.payload["data"]["frontier"], json!(["n"]));
+    let seen: Vec<_> = cbs
+        .iter()
+        .map(|c| (c.sequence, c.event_type.as_str(), c.payload["data"]["to"].as_str().unwrap_or("-")))
+        .collect();
+    assert_eq!(
+        seen,
+        vec![(1, "node_state_changed", "READY"), (2, "frontier_advanced", "-"), (3, "node_state_changed", "PREPARING")]
+    );
+    assert_eq!(cbs[1].payload["data"]["frontier"], json!(["n"]));
     assert!(callbacks_of(&pool, quiet.id).await?.is_empty(), "no URL, no callback");
     Ok(())
 }

@@ -2,14 +2,15 @@
 -- READY, then a `frontier_advanced` event, then — claiming the successor in the same
 -- transaction — READY → PREPARING: three statements, two of them node writes. Now the
 -- activation's last node write carries the movement event, and the successor a dispatcher
--- claims at once is written BLOCKED → READY → PREPARING by one node write that records both
--- hops (two audit rows, two transition events, two callbacks: what the two writes recorded,
--- in the same order). Expand-only: the previous signature stays, as a call of this one.
+-- claims at once (the last one activated) is written BLOCKED → READY → PREPARING by one node
+-- write that records both hops (two audit rows, two transition events, two callbacks: what
+-- the separate writes recorded, in the same order, the READY hop and the event under the
+-- completing step's trace). Expand-only: the previous signature stays, as a call of this one.
 
 -- A movement event that is not a state change (e.g. `frontier_advanced`), with the movement's
 -- new frontier when one is given: the next callback number and the callback for a movement
--- with a callback URL. `enqueue_event` (libs/store/src/transition.rs) and the node write
--- below call it.
+-- with a callback URL. The node write below calls it (libs/store/src/transition.rs,
+-- `NodePatch::movement_event`).
 CREATE FUNCTION qtg_movement_event(movement uuid, event_type text, data jsonb, frontier jsonb, traceparent text)
 RETURNS void
 LANGUAGE plpgsql VOLATILE AS $$
@@ -40,14 +41,15 @@ END
 $$;
 
 -- Migration 0036's function with a way through (`via_state`: the write recorded as two hops,
--- from → via → to) and a movement event written after the first hop.
+-- from → via → to) and a movement event written after the first hop. The event, and a first
+-- hop through `via_state` with it, carry `event_traceparent` (the step that produced them).
 CREATE FUNCTION qtg_node_written(
     node uuid, movement uuid, node_key text, from_state text, to_state text, attempt integer,
     provider_state text, error_code text, error_detail text,
     is_transition boolean, begin_attempt boolean, actor text, reason text,
     call_methods text[], call_outcomes text[], call_codes text[], call_details text[], call_ms int4[],
     calls_attempt integer, new_artifacts jsonb, channel text, traceparent text,
-    via_state text, event_type text, event_data jsonb, frontier jsonb)
+    via_state text, event_type text, event_data jsonb, frontier jsonb, event_traceparent text)
 RETURNS text  -- a begun attempt's prepared-action hash as stored, else NULL
 LANGUAGE plpgsql VOLATILE AS $$
 #variable_conflict use_variable
@@ -85,7 +87,9 @@ BEGIN
                         jsonb_build_object('from', hop_from, 'to', hop_to,
                             'attempt_no', attempt, 'provider_state', provider_state,
                             'error_code', error_code)),
-                    cb.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text, traceparent);
+                    cb.callback_url, extract(epoch FROM now())::bigint, gen_random_uuid()::text,
+                    CASE WHEN i = 1 AND via_state IS NOT NULL AND event_type IS NOT NULL
+                         THEN event_traceparent ELSE traceparent END);
                 PERFORM pg_notify('qtg_callback', '');
             END IF;
         END IF;
@@ -122,7 +126,7 @@ BEGIN
         -- The movement event written with the node (a completion's `frontier_advanced`, with
         -- the activation): after the first hop, before a claim's.
         IF i = 1 AND event_type IS NOT NULL THEN
-            PERFORM qtg_movement_event(movement, event_type, event_data, frontier, traceparent);
+            PERFORM qtg_movement_event(movement, event_type, event_data, frontier, event_traceparent);
         END IF;
     END LOOP;
 
@@ -170,6 +174,6 @@ BEGIN
     RETURN qtg_node_written(node, movement, node_key, from_state, to_state, attempt, provider_state,
         error_code, error_detail, is_transition, begin_attempt, actor, reason, call_methods,
         call_outcomes, call_codes, call_details, call_ms, calls_attempt, new_artifacts, channel,
-        traceparent, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb);
+        traceparent, NULL::text, NULL::text, NULL::jsonb, NULL::jsonb, NULL::text);
 END
 $$;

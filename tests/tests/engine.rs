@@ -403,6 +403,48 @@ async fn transitions_wake_the_workers() -> anyhow::Result<()> {
     Ok(())
 }
 
+/// A completion that activates two successors hands on the last one, so the writes keep the
+/// order they had when each was its own: b READY, c READY (the first hop of c's claim write),
+/// then c PREPARING — and the frontier records both.
+#[tokio::test]
+async fn a_fan_out_hands_on_its_last_successor_and_keeps_the_order_of_the_writes() -> anyhow::Result<()> {
+    let db = TestDb::new().await?;
+    let engine = sim_engine(&db, test_settings())?;
+    let node = |key: &str| {
+        json!({"node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+               "config": {"sim": {"submit_result": "completed"}}})
+    };
+    let plan = json!({
+        "nodes": [node("a"), node("b"), node("c")],
+        "edges": [{"from": "a", "to": "b"}, {"from": "a", "to": "c"}],
+    });
+    install_plan(&engine, "t.fan", plan).await?;
+    let id = create_approved(&engine, "t.fan", "fan-1").await?;
+    while engine.dispatch_tick().await? > 0 {}
+    assert_eq!(request_state(&db.pool, id).await?, "COMPLETED");
+    let audited: Vec<(String, String, String)> = sqlx::query_as(
+        "SELECT n.node_key, a.data->>'from', a.data->>'to' FROM audit_outbox a
+           JOIN movement_request_nodes n ON a.entity_id = n.id::text
+          WHERE n.request_id = $1 AND a.action = 'node.transition' AND a.data->>'to' IN ('READY', 'PREPARING')
+            AND n.node_key <> 'a'
+          ORDER BY a.id LIMIT 3",
+    )
+    .bind(id)
+    .fetch_all(&db.pool)
+    .await?;
+    let audited: Vec<(&str, &str, &str)> =
+        audited.iter().map(|(k, f, t)| (k.as_str(), f.as_str(), t.as_str())).collect();
+    assert_eq!(audited, [("b", "BLOCKED", "READY"), ("c", "BLOCKED", "READY"), ("c", "READY", "PREPARING")]);
+    let frontier: serde_json::Value =
+        sqlx::query_scalar("SELECT current_frontier FROM movement_requests WHERE id = $1")
+            .bind(id)
+            .fetch_one(&db.pool)
+            .await?;
+    assert_eq!(frontier, json!(["b", "c"]));
+    db.drop_db().await;
+    Ok(())
+}
+
 /// A step whose submit completes it hands its successor to the same loop: claimed in the
 /// record's transaction, so one tick runs the chain, each node through every state (READY
 /// included, audited), one submit each, and no dispatcher is woken for a node already taken.

@@ -157,10 +157,12 @@ pub struct HandOff {
 }
 
 /// After `completed_key` reached COMPLETED: successors whose predecessors are all done become
-/// READY, the frontier moves (`frontier_advanced`, carried by the last activation's write), and
-/// the request state is re-derived. With `hand_off`, the first successor activated that is not
-/// a manual node is not written here but answered, with the frontier (see [`HandOff`]); the
-/// others wake the dispatchers and are offered as this process's hints.
+/// READY, the frontier moves (`frontier_advanced`, after the activations), and the request
+/// state is re-derived. With `hand_off`, the last successor activated — when it is not a manual
+/// node and the derivation moves nothing — is not written here but answered, with the frontier
+/// (see [`HandOff`]): its claim writes it last, so every callback keeps the order it had when
+/// each write was its own. The others wake the dispatchers and are offered as this process's
+/// hints.
 pub async fn advance_after_completion(
     conn: &mut PgConnection,
     at: &Completion,
@@ -176,15 +178,23 @@ pub async fn advance_after_completion(
         let activated: Vec<String> =
             activated_successors(&edges, completed_key, &states).into_iter().map(String::from).collect();
         if !activated.is_empty() {
-            // The one handed on: the first activated that a dispatcher may claim at all.
+            for node in nodes.iter_mut().filter(|n| activated.contains(&n.node_key)) {
+                // READY for the derivation below: so it is when this transaction commits.
+                node.node_state = NodeState::Ready;
+            }
+            // The one handed on: the last activated, if a dispatcher may claim it at all, and
+            // only when nothing is derived after it (the movement's callbacks stay in order).
             let handed = nodes
                 .iter()
-                .find(|n| at.hand_off && activated.contains(&n.node_key) && n.node_kind != NodeKind::Manual)
+                .rfind(|n| activated.contains(&n.node_key))
+                .filter(|n| at.hand_off && n.node_kind != NodeKind::Manual && derived_move(state, &nodes).is_none())
                 .map(|n| n.id);
             let frontier = MovementEvent {
                 event_type: "frontier_advanced",
                 data: json!({"completed": completed_key, "frontier": activated}),
                 frontier: Some(activated.clone()),
+                // The completing step's trace, wherever the event is written.
+                traceparent: qtg_telemetry::traceparent(),
             };
             let written: Vec<Uuid> = nodes
                 .iter()
@@ -196,10 +206,6 @@ pub async fn advance_after_completion(
                 let last = i + 1 == written.len() && handed.is_none();
                 let patch = NodePatch { movement_event: last.then(|| frontier.clone()), ..Default::default() };
                 write_ready(conn, node, &patch, actor).await?;
-            }
-            for node in nodes.iter_mut().filter(|n| activated.contains(&n.node_key)) {
-                // READY for the derivation below: so it is when this transaction commits.
-                node.node_state = NodeState::Ready;
             }
             crate::hints::offer(written);
             handed_off = handed.map(|node_id| HandOff { node_id, frontier });
@@ -239,28 +245,33 @@ async fn derive_and_apply(
     nodes: &[NodeBrief],
     actor: &str,
 ) -> Result<()> {
-    let views: Vec<_> = nodes.iter().map(NodeBrief::view).collect();
-    if let Some(derived) = derive_request_state(&views) {
-        // APPROVED becomes EXECUTING on the first dispatch, not by derivation.
-        let first_dispatch_pending = current == RequestState::Approved && derived == RequestState::Executing;
-        // A terminal movement moves only for a late effect (CANCELLED → MANUAL_INTERVENTION).
-        let late_effect = views.iter().any(|v| v.late_effect);
-        let allowed = !current.is_terminal() || late_effect;
-        if derived != current && !first_dispatch_pending && allowed && current.can_transition_to(derived) {
-            transition::transition_request(
-                conn,
-                request_id,
-                current,
-                derived,
-                &RequestPatch::default(),
-                &Meta::actor(actor),
-            )
-            .await?
-            // Read under the row's lock: a miss would be a lost lock, not a race to settle.
-            .or_stale()?;
-        }
+    if let Some(derived) = derived_move(current, nodes) {
+        transition::transition_request(
+            conn,
+            request_id,
+            current,
+            derived,
+            &RequestPatch::default(),
+            &Meta::actor(actor),
+        )
+        .await?
+        // Read under the row's lock: a miss would be a lost lock, not a race to settle.
+        .or_stale()?;
     }
     Ok(())
+}
+
+/// The state the movement moves to from `current`, derived from its nodes: `None` when the
+/// derivation leaves it where it is or the table does not allow the change.
+fn derived_move(current: RequestState, nodes: &[NodeBrief]) -> Option<RequestState> {
+    let views: Vec<_> = nodes.iter().map(NodeBrief::view).collect();
+    let derived = derive_request_state(&views)?;
+    // APPROVED becomes EXECUTING on the first dispatch, not by derivation.
+    let first_dispatch_pending = current == RequestState::Approved && derived == RequestState::Executing;
+    // A terminal movement moves only for a late effect (CANCELLED → MANUAL_INTERVENTION).
+    let late_effect = views.iter().any(|v| v.late_effect);
+    let allowed = !current.is_terminal() || late_effect;
+    (derived != current && !first_dispatch_pending && allowed && current.can_transition_to(derived)).then_some(derived)
 }
 
 /// An answer whose compare-and-set matched nothing (the node moved on: re-claimed, decided by

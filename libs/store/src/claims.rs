@@ -18,7 +18,8 @@ pub enum Pickup {
     Dispatch,
     /// A successor a dispatcher's record activated and claims at once, in the record's
     /// transaction, before writing it READY: the dispatch predicate for a BLOCKED node
-    /// (docs/architecture.md §6.1, step 6). Counted as `dispatch` in the claim metrics.
+    /// (docs/architecture.md §6.1, step 6). Only for [`claim_first`] with the id the record
+    /// chose ([`candidates`] refuses it). Counted as `dispatch` in the claim metrics.
     HandOff,
     /// Due SUBMITTED/OBSERVING nodes of EXECUTING requests, oldest request first.
     Observe,
@@ -101,6 +102,11 @@ pub async fn candidates(
     exclude: &[Uuid],
     limit: i64,
 ) -> Result<Vec<Uuid>> {
+    if let Pickup::HandOff = pickup {
+        // Its predicate does not read the plan: only the record that activated the node knows
+        // its predecessors are done. Listed, it would offer every BLOCKED node.
+        return Err(crate::StoreError::corrupt("a hand-off is claimed by its id, never listed"));
+    }
     // Dynamic: the predicate, its parameters and the order depend on `pickup`. The nodes come
     // from the state's partial index; each one's movement is then looked up by its key (the
     // `OFFSET 0` keeps that lookup a nested index probe: on a table whose statistics lag its

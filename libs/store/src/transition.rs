@@ -61,9 +61,9 @@ pub struct NodePatch {
     pub calls_attempt: Option<i32>,
     /// Artifacts stored in the same statement, under the written attempt.
     pub artifacts: Vec<NewArtifact>,
-    /// No wake-up on the node's worker channel: the writer claims the node in this same
-    /// transaction (a dispatcher handing a chain on to the successor it just activated). A
-    /// writer that then does not claim it calls [`wake`] before it commits.
+    /// No wake-up on the node's worker channel: the writer holds the node back in this same
+    /// transaction (a dispatcher whose claim of the successor it handed on failed); if it
+    /// cannot, it calls [`wake`] before it commits.
     pub quiet: bool,
     /// A movement event written in the same statement, after the (first hop of the)
     /// transition: a completion's `frontier_advanced` with the activation of its successors.
@@ -77,6 +77,9 @@ pub struct MovementEvent {
     pub event_type: &'static str,
     pub data: Value,
     pub frontier: Option<Vec<String>>,
+    /// The trace of the step that produced the event (`qtg_telemetry::traceparent()` where it
+    /// was made): its callback's, and that of the first hop of a write moving through a state.
+    pub traceparent: Option<String>,
 }
 
 /// `error_code` / `error_detail`.
@@ -291,7 +294,7 @@ SELECT upd.attempt_no, upd.submit_by,
         upd.provider_state, upd.error_code, upd.error_detail, arg.transition, arg.begin_attempt, arg.actor,
         arg.reason, arg.call_methods, arg.call_outcomes, arg.call_codes, arg.call_details, arg.call_ms,
         arg.calls_attempt, arg.artifacts, arg.channel, arg.traceparent, arg.via_state, arg.event_type,
-        arg.event_data, arg.frontier) AS prepared_hash
+        arg.event_data, arg.frontier, arg.event_traceparent) AS prepared_hash
 FROM upd, arg
 "#;
 
@@ -391,7 +394,8 @@ async fn write_node(
         .with("via_state", "text", via.map(NodeState::as_str))
         .with("event_type", "text", event.map(|e| e.event_type))
         .with("event_data", "jsonb", event.map(|e| e.data.clone()))
-        .with("frontier", "jsonb", event.and_then(|e| e.frontier.as_ref()).map(|f| serde_json::json!(f)));
+        .with("frontier", "jsonb", event.and_then(|e| e.frontier.as_ref()).map(|f| serde_json::json!(f)))
+        .with("event_traceparent", "text", event.and_then(|e| e.traceparent.clone()));
     static ARM: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     static PLAIN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
     let sql = if patch.guard.dispatchable {

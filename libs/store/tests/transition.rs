@@ -368,6 +368,7 @@ async fn a_node_write_records_its_hops_and_the_movement_event_in_order(pool: PgP
         event_type: "frontier_advanced",
         data: json!({"completed": "a", "frontier": keys}),
         frontier: Some(keys.clone()),
+        traceparent: None,
     };
     let patch = NodePatch { movement_event: Some(event), ..Default::default() };
     let mut conn = pool.acquire().await?;

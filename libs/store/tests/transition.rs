@@ -407,6 +407,37 @@ async fn a_node_write_records_its_hops_and_the_movement_event_in_order(pool: PgP
     Ok(())
 }
 
+/// A node write of the previous release calls migration 0036's 22-argument `qtg_node_written`
+/// (kept by 0037 as a call of the new one): it still records one hop — its audit row, its
+/// transition event and its callback — and no movement event.
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn the_previous_releases_node_written_still_records_one_hop(pool: PgPool) -> Result<()> {
+    let m = one_node_movement(&pool, "t.previous", Some(HOOK)).await?;
+    let n = m.node("n");
+    sqlx::query("UPDATE movement_request_nodes SET node_state = 'READY' WHERE id = $1").bind(n).execute(&pool).await?;
+    let hash: Option<String> = sqlx::query_scalar(
+        "SELECT qtg_node_written($1, $2, 'n', 'BLOCKED', 'READY', 0, NULL, NULL, NULL, true, false, 'test', NULL,
+             '{}'::text[], '{}'::text[], '{}'::text[], '{}'::text[], '{}'::int4[], NULL, '[]'::jsonb, NULL, NULL)",
+    )
+    .bind(n)
+    .bind(m.id)
+    .fetch_one(&pool)
+    .await?;
+    assert_eq!(hash, None, "no attempt begun");
+    assert_eq!(audit_rows(&pool, n, "node.transition").await?, 1);
+    let events: Vec<(String, String)> = sqlx::query_as(
+        "SELECT from_state, to_state FROM node_events WHERE request_node_id = $1 AND kind = 'transition'",
+    )
+    .bind(n)
+    .fetch_all(&pool)
+    .await?;
+    assert_eq!(events, [("BLOCKED".to_string(), "READY".to_string())]);
+    let cbs = callbacks_of(&pool, m.id).await?;
+    let seen: Vec<_> = cbs.iter().map(|c| (c.sequence, c.event_type.as_str())).collect();
+    assert_eq!(seen, vec![(1, "node_state_changed")]);
+    Ok(())
+}
+
 /// The engine's `transitions_wake_the_workers` hears the dispatch and observe wake-ups; this
 /// one hears the other two the node write sends: recovery's (UNKNOWN) and the callback
 /// worker's (a callback was enqueued).

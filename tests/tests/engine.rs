@@ -9,13 +9,16 @@ use qtg_store::transition::{self, Meta, NodePatch};
 use qtg_tests::*;
 use serde_json::json;
 
-fn one(key: &str, sim: serde_json::Value) -> serde_json::Value {
+/// A sim transfer node whose venue behaves as `sim` says.
+fn sim_node(key: &str, sim: serde_json::Value) -> serde_json::Value {
     json!({
-        "nodes": [{
-            "node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
-            "config": {"sim": sim}
-        }]
+        "node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
+        "config": {"sim": sim}
     })
+}
+
+fn one(key: &str, sim: serde_json::Value) -> serde_json::Value {
+    json!({"nodes": [sim_node(key, sim)]})
 }
 
 #[tokio::test]
@@ -410,10 +413,7 @@ async fn transitions_wake_the_workers() -> anyhow::Result<()> {
 async fn a_fan_out_hands_on_its_last_successor_and_keeps_the_order_of_the_writes() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
     let engine = sim_engine(&db, test_settings())?;
-    let node = |key: &str| {
-        json!({"node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
-               "config": {"sim": {"submit_result": "completed"}}})
-    };
+    let node = |key: &str| sim_node(key, json!({"submit_result": "completed"}));
     let plan = json!({
         "nodes": [node("a"), node("b"), node("c")],
         "edges": [{"from": "a", "to": "b"}, {"from": "a", "to": "c"}],
@@ -452,10 +452,7 @@ async fn a_fan_out_hands_on_its_last_successor_and_keeps_the_order_of_the_writes
 async fn a_completed_step_hands_its_successor_to_the_same_loop() -> anyhow::Result<()> {
     let db = TestDb::new().await?;
     let engine = sim_engine(&db, test_settings())?;
-    let node = |key: &str| {
-        json!({"node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
-               "config": {"sim": {"submit_result": "completed"}}})
-    };
+    let node = |key: &str| sim_node(key, json!({"submit_result": "completed"}));
     install_plan(
         &engine,
         "t.chain",
@@ -576,10 +573,7 @@ async fn a_hand_off_whose_claim_fails_keeps_the_record_and_holds_the_successor_b
     .execute(&db.pool)
     .await?;
     let engine = sim_engine(&db, test_settings())?;
-    let node = |key: &str| {
-        json!({"node_key": key, "node_kind": "action", "action_type": "transfer", "executor_key": "exec.sim.transfer",
-               "config": {"sim": {"submit_result": "completed"}}})
-    };
+    let node = |key: &str| sim_node(key, json!({"submit_result": "completed"}));
     install_plan(&engine, "t.refused", json!({"nodes": [node("a"), node("b")], "edges": [{"from": "a", "to": "b"}]}))
         .await?;
     let id = create_approved(&engine, "t.refused", "refused-1").await?;

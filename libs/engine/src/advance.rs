@@ -29,8 +29,8 @@ pub struct Answer<'a> {
     pub method: Method,
     pub guard: Guard,
     pub calls: &'a [qtg_store::events::Call],
-    /// The caller claims a successor this answer activates, in the same transaction: the
-    /// first one is left to it and answered in [`Recorded::handed_off`].
+    /// The caller claims a successor this answer activates, in the same transaction: one is
+    /// left to it and answered in [`Recorded::handed_off`] (see [`advance_after_completion`]).
     pub hand_off: bool,
 }
 
@@ -172,46 +172,45 @@ pub async fn advance_after_completion(
     let request_id = at.request_id;
     let (state, mut nodes) = q::request_snapshot_for_update(conn, request_id).await?;
     let edges = crate::plans::edges(conn, at.plan_version_id).await?;
-    let mut handed_off = None;
-    if !successors(&edges, completed_key).is_empty() {
+    let activated: Vec<String> = if successors(&edges, completed_key).is_empty() {
+        Vec::new()
+    } else {
         let states: HashMap<&str, NodeState> = nodes.iter().map(|n| (n.node_key.as_str(), n.node_state)).collect();
-        let activated: Vec<String> =
-            activated_successors(&edges, completed_key, &states).into_iter().map(String::from).collect();
-        if !activated.is_empty() {
-            for node in nodes.iter_mut().filter(|n| activated.contains(&n.node_key)) {
-                // READY for the derivation below: so it is when this transaction commits.
-                node.node_state = NodeState::Ready;
-            }
-            // The one handed on: the last activated, if a dispatcher may claim it at all, and
-            // only when nothing is derived after it (the movement's callbacks stay in order).
-            let handed = nodes
-                .iter()
-                .rfind(|n| activated.contains(&n.node_key))
-                .filter(|n| at.hand_off && n.node_kind != NodeKind::Manual && derived_move(state, &nodes).is_none())
-                .map(|n| n.id);
-            let frontier = MovementEvent {
-                event_type: "frontier_advanced",
-                data: json!({"completed": completed_key, "frontier": activated}),
-                frontier: Some(activated.clone()),
-                // The completing step's trace, wherever the event is written.
-                traceparent: qtg_telemetry::traceparent(),
-            };
-            let written: Vec<Uuid> = nodes
-                .iter()
-                .filter(|n| activated.contains(&n.node_key) && Some(n.id) != handed)
-                .map(|n| n.id)
-                .collect();
-            for (i, &node) in written.iter().enumerate() {
-                // The last write carries the frontier, unless the node handed on does.
-                let last = i + 1 == written.len() && handed.is_none();
-                let patch = NodePatch { movement_event: last.then(|| frontier.clone()), ..Default::default() };
-                write_ready(conn, node, &patch, actor).await?;
-            }
-            crate::hints::offer(written);
-            handed_off = handed.map(|node_id| HandOff { node_id, frontier });
-        }
+        activated_successors(&edges, completed_key, &states).into_iter().map(String::from).collect()
+    };
+    for node in nodes.iter_mut().filter(|n| activated.contains(&n.node_key)) {
+        // READY for the derivation: so it is when this transaction commits.
+        node.node_state = NodeState::Ready;
     }
-    derive_and_apply(conn, request_id, state, &nodes, actor).await?;
+    let derived = derived_move(state, &nodes);
+    let mut handed_off = None;
+    if !activated.is_empty() {
+        // The one handed on: the last activated, if a dispatcher may claim it at all, and only
+        // when nothing is derived after it (the movement's callbacks stay in order).
+        let handed = nodes
+            .iter()
+            .rfind(|n| activated.contains(&n.node_key))
+            .filter(|n| at.hand_off && n.node_kind != NodeKind::Manual && derived.is_none())
+            .map(|n| n.id);
+        let frontier = MovementEvent {
+            event_type: "frontier_advanced",
+            data: json!({"completed": completed_key, "frontier": activated}),
+            frontier: Some(activated.clone()),
+            // The completing step's trace, wherever the event is written.
+            traceparent: qtg_telemetry::traceparent(),
+        };
+        let written: Vec<Uuid> =
+            nodes.iter().filter(|n| activated.contains(&n.node_key) && Some(n.id) != handed).map(|n| n.id).collect();
+        for (i, &node) in written.iter().enumerate() {
+            // The last write carries the frontier, unless the node handed on does.
+            let last = i + 1 == written.len() && handed.is_none();
+            let patch = NodePatch { movement_event: last.then(|| frontier.clone()), ..Default::default() };
+            write_ready(conn, node, &patch, actor).await?;
+        }
+        crate::hints::offer(written);
+        handed_off = handed.map(|node_id| HandOff { node_id, frontier });
+    }
+    apply_derived(conn, request_id, state, derived, actor).await?;
     Ok(handed_off)
 }
 
@@ -245,7 +244,18 @@ async fn derive_and_apply(
     nodes: &[NodeBrief],
     actor: &str,
 ) -> Result<()> {
-    if let Some(derived) = derived_move(current, nodes) {
+    apply_derived(conn, request_id, current, derived_move(current, nodes), actor).await
+}
+
+/// Moves the movement from `current` to `derived` ([`derived_move`]), if anywhere.
+async fn apply_derived(
+    conn: &mut PgConnection,
+    request_id: Uuid,
+    current: RequestState,
+    derived: Option<RequestState>,
+    actor: &str,
+) -> Result<()> {
+    if let Some(derived) = derived {
         transition::transition_request(
             conn,
             request_id,

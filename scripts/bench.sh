@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # `make bench`: on a PostgreSQL of its own (docs/benchmarks.md "The server"), the raw ceiling
 # for one audited transition (pgbench, 1/2/4/8 clients), then qtg driven through separately
-# started release binaries (qtg-bench): empty database, fan-out, idle, scaling, and the same
-# phases again on a database grown to 1,000,000 finished nodes.
+# started release binaries (qtg-bench): the contract's floor (scripts/bench-floor.sql run by
+# pgbench on qtg's schema), empty database, fan-out, idle, scaling, and the same phases again
+# on a database grown to 1,000,000 finished nodes.
 # QTG_BENCH_DATABASE_URL runs it on that server instead (pg_stat_statements optional).
 set -euo pipefail
 here=$(cd "$(dirname "$0")/.." && pwd)

@@ -3,6 +3,10 @@
 //! and prints throughput and latency next to this machine's raw Postgres ceiling for one
 //! audited transition, measured by pgbench in the same run (`QTG_BENCH_PGBENCH` JSON).
 //!
+//! First the contract's floor: pgbench running scripts/bench-floor.sql (one step of a chained
+//! node in the fewest statements its contract allows) on qtg's schema, so the load figure can
+//! be read against what the step's writes cost on this machine without any application.
+//!
 //! Then: the fan-out case (8 branches on a remote executor whose prepare and signer each take
 //! 500 ms, dispatcher concurrency 8: approve → last submit, and the dispatcher's connections
 //! busy while the calls are in flight), scaling with 1, 2 and 4 dispatcher + observer
@@ -10,9 +14,11 @@
 //!
 //! Settings: QTG_BENCH_MOVEMENTS (N, 200), QTG_BENCH_NODES (K, 4), QTG_BENCH_SEQUENTIAL (20),
 //! QTG_BENCH_DISPATCHERS (2), QTG_BENCH_DISPATCHER_CONCURRENCY (4), QTG_BENCH_SCALING_MOVEMENTS
-//! (100), QTG_BENCH_WORKER_LOG (RUST_LOG of the workers; with QTG_TEST_ECHO=1 their logs are
-//! echoed).
+//! (100), QTG_BENCH_FLOOR_MOVEMENTS (6000), QTG_BENCH_FLOOR_SECONDS (8), QTG_BENCH_ONLY (the
+//! optional phases to run: floor, fan, idle, scal, hist; unset: all), QTG_BENCH_WORKER_LOG
+//! (RUST_LOG of the workers; with QTG_TEST_ECHO=1 their logs are echoed).
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use anyhow::Context;
@@ -104,6 +110,30 @@ async fn main() -> anyhow::Result<()> {
         );
     }
     println!();
+    let floor = if only.is_empty() || only.contains("floor") {
+        let movements = env_usize("QTG_BENCH_FLOOR_MOVEMENTS", 6000);
+        let f = floor(k, movements, env_usize("QTG_BENCH_FLOOR_SECONDS", 8) as u64).await?;
+        println!(
+            "contract floor (pgbench, 4 clients: scripts/bench-floor.sql, one step of a chained node in the fewest"
+        );
+        println!(
+            "statements its contract allows — arm, venue, record with the successor's hand-off — on qtg's schema):"
+        );
+        println!(
+            "  with the sim venue's statement   {:>8.0} audited transitions/s   ({:.2} of the best pgbench tx/s)",
+            f.with_venue,
+            f.with_venue / best_tps
+        );
+        println!(
+            "  a venue not on this database     {:>8.0} audited transitions/s   ({:.2})",
+            f.without_venue,
+            f.without_venue / best_tps
+        );
+        println!();
+        Some(f)
+    } else {
+        None
+    };
 
     let empty = phases(History::Empty, n, k, seq, dispatchers, &concurrency, statements).await?;
     print_phases("empty database", &empty, n, k, seq, best_tps, pg1_ms);
@@ -125,6 +155,30 @@ async fn main() -> anyhow::Result<()> {
         empty.load.audited_tps,
         empty.load.audited_tps / best_tps
     ));
+    if let Some(f) = &floor {
+        println!(
+            "load against the contract floor: {:.0} / {:.0} = {:.2} (qtg's whole step, API and workers included, \
+             against the floor's statements alone)",
+            empty.load.audited_tps,
+            f.with_venue,
+            empty.load.audited_tps / f.with_venue
+        );
+        println!();
+        block.push(format!(
+            "| contract floor, with the sim venue (audited transitions/s) | {:.0} | {:.2} of best pgbench |",
+            f.with_venue,
+            f.with_venue / best_tps
+        ));
+        block.push(format!(
+            "| contract floor, venue off this database (audited transitions/s) | {:.0} | {:.2} of best pgbench |",
+            f.without_venue,
+            f.without_venue / best_tps
+        ));
+        block.push(format!(
+            "| load against the contract floor with the venue | {:.2} | — |",
+            empty.load.audited_tps / f.with_venue
+        ));
+    }
 
     if only.is_empty() || only.contains("fan") {
         let fan = fan_out(fan_runs).await?;
@@ -1016,4 +1070,98 @@ async fn grow_history(db: &TestDb, api: &Api, keys: &Keys, finished: usize, open
     }
     println!();
     Ok(())
+}
+
+/// The contract's floor: audited transitions/s of pgbench running scripts/bench-floor.sql (one
+/// step of a chained sim node in the fewest statements its contract allows) on qtg's schema,
+/// with the venue's statement and without it.
+struct Floor {
+    with_venue: f64,
+    without_venue: f64,
+}
+
+/// Runs the floor on a fresh database seeded with `movements` copies of a `k`-node chain
+/// movement, executing, its first node PREPARING (claimed) and the others BLOCKED.
+async fn floor(k: usize, movements: usize, seconds: u64) -> anyhow::Result<Floor> {
+    let db = TestDb::new().await?;
+    let api = Api::start(&db.url, &[("RUST_LOG", "warn,qtg_api=info")]).await?;
+    let keys = Keys::create(&api).await?;
+    install_template(&api, &keys, chain_template(k)).await?;
+    let seed = api
+        .ok(
+            "POST",
+            "/v3/movements",
+            &keys.requester,
+            Some(json!({"template_key": "bench.chain", "intent": {"asset": "USDC", "amount": "1"},
+                        "idempotency_key": "floor-seed"})),
+            201,
+        )
+        .await?;
+    let seed = seed["id"].as_str().context("id")?.to_string();
+    drop(api);
+    let pool = &db.pool;
+    sqlx::query(sqlx::AssertSqlSafe(format!(
+        "CREATE TABLE bench_floor_m AS SELECT g, gen_random_uuid() AS id FROM generate_series(1, {movements}) g"
+    )))
+    .execute(pool)
+    .await?;
+    clone_rows(
+        pool,
+        "movement_requests",
+        "jsonb_build_object('id', m.id, 'idempotency_key', 'floor-' || m.g, 'request_state', 'EXECUTING',
+           'approval_status', 'approved', 'approved_at', now())",
+        &format!("movement_requests src CROSS JOIN bench_floor_m m WHERE src.id = '{seed}'"),
+    )
+    .await?;
+    clone_rows(
+        pool,
+        "movement_request_nodes",
+        "CASE WHEN src.node_key = 's00' THEN
+             jsonb_build_object('id', qtg_uuid7(), 'request_id', m.id, 'node_state', 'PREPARING', 'attempt_no', 1,
+               'started_at', now(), 'lease_expires_at', now() + interval '1 hour')
+           ELSE jsonb_build_object('id', qtg_uuid7(), 'request_id', m.id, 'node_state', 'BLOCKED') END",
+        &format!("bench_floor_m m JOIN movement_request_nodes src ON src.request_id = '{seed}'"),
+    )
+    .await?;
+    for s in ["DROP TABLE bench_floor_m", "VACUUM (ANALYZE)", "CHECKPOINT"] {
+        sqlx::query(s).execute(pool).await?;
+    }
+    let script = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench-floor.sql");
+    let mut rates = Vec::new();
+    for venue in ["1", "0"] {
+        let before: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_outbox").fetch_one(pool).await?;
+        let out = tokio::process::Command::new("pgbench")
+            .args(["-n", "-c", "4", "-j", "2", "-D", &format!("venue={venue}"), "-T", &seconds.to_string(), "-f"])
+            .arg(&script)
+            .arg(&db.url)
+            .output()
+            .await
+            .context("running pgbench (on PATH, as scripts/bench.sh runs it)")?;
+        let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+        anyhow::ensure!(
+            out.status.success() && !text.contains("aborted"),
+            "the floor's pgbench failed (more seeded movements: QTG_BENCH_FLOOR_MOVEMENTS):\n{text}"
+        );
+        let field = |prefix: &str| {
+            text.lines()
+                .find_map(|l| l.strip_prefix(prefix))
+                .and_then(|rest| rest.split_whitespace().next())
+                .and_then(|v| v.parse::<f64>().ok())
+                .with_context(|| format!("no `{prefix}` in pgbench's output:\n{text}"))
+        };
+        let (tps, processed) = (field("tps = ")?, field("number of transactions actually processed: ")?);
+        let after: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_outbox").fetch_one(pool).await?;
+        // Every script run writes at least two audit rows (the arm's and the record's): fewer
+        // means its statements matched no row, and the figure would be a floor of nothing.
+        anyhow::ensure!(
+            (after - before) as f64 >= 2.0 * processed,
+            "the floor's {processed} script runs wrote {} audit rows: scripts/bench-floor.sql no longer matches \
+             the schema or the seeded rows",
+            after - before
+        );
+        // Audit rows over the seconds pgbench measured its transactions in.
+        rates.push((after - before) as f64 * tps / processed.max(1.0));
+    }
+    db.drop_db().await;
+    Ok(Floor { with_venue: rates[0], without_venue: rates[1] })
 }

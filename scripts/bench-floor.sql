@@ -17,17 +17,19 @@
 -- movement's own transitions, leases' renewal, callbacks, NOTIFY, JSON built in SQL, and every
 -- read qtg makes to decide what to do next. A script run is one node's step; it starts by
 -- picking a PREPARING node, as the loop that holds the claim knows which one it has.
+-- Run with `-M prepared` (each statement parsed and planned once per connection, as qtg's
+-- statements are): the variables below are the statements' parameters.
 -- Variables: `venue` (1: the venue's statement runs; 0: a venue that is not on this database).
 
 BEGIN;
 SELECT id AS node, request_id AS mv FROM movement_request_nodes
   WHERE node_state = 'PREPARING' AND lease_expires_at IS NOT NULL
   ORDER BY lease_expires_at LIMIT 1 FOR UPDATE SKIP LOCKED \gset
-WITH guard AS (SELECT 1 FROM movement_requests WHERE id = ':mv' AND request_state = 'EXECUTING' FOR SHARE),
+WITH guard AS (SELECT 1 FROM movement_requests WHERE id = :mv AND request_state = 'EXECUTING' FOR SHARE),
   upd AS (
     UPDATE movement_request_nodes SET node_state = 'SUBMITTING', submit_by = now() + interval '1 minute',
       lease_expires_at = NULL, updated_at = now()
-    WHERE id = ':node' AND node_state = 'PREPARING' AND EXISTS (SELECT 1 FROM guard)
+    WHERE id = :node AND node_state = 'PREPARING' AND EXISTS (SELECT 1 FROM guard)
     RETURNING id, request_id),
   audit AS (
     INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
@@ -45,13 +47,13 @@ SELECT qtg_uuid7(), upd.request_id, upd.id, 1, 'prepared_action', '{"asset":"USD
   'sha256:0000000000000000000000000000000000000000000000000000000000000000' FROM upd;
 COMMIT;
 \if :venue
-SELECT sim_submit(':node-1', 'exec.sim.transfer', ':node', 1, now() + interval '1 minute', false);
+SELECT sim_submit(:node || '-1', 'exec.sim.transfer', :node, 1, now() + interval '1 minute', false);
 \endif
 BEGIN;
 WITH upd AS (
     UPDATE movement_request_nodes SET node_state = 'COMPLETED', completed_at = now(), submit_by = NULL,
       updated_at = now()
-    WHERE id = ':node' AND node_state = 'SUBMITTING'
+    WHERE id = :node AND node_state = 'SUBMITTING'
     RETURNING id, request_id),
   audit AS (
     INSERT INTO audit_outbox (event_id, actor, action, entity_type, entity_id, movement_id, data)
@@ -64,11 +66,11 @@ WITH upd AS (
     FROM upd, (VALUES ('call', 'submit', 'ok', NULL, NULL, 1),
                       ('transition', NULL, NULL, 'SUBMITTING', 'COMPLETED', NULL))
       AS e(kind, method, outcome, from_state, to_state, ms)),
-  locked AS (SELECT 1 FROM movement_requests WHERE id = ':mv' FOR UPDATE)
+  locked AS (SELECT 1 FROM movement_requests WHERE id = :mv FOR UPDATE)
 SELECT (SELECT count(*) FROM locked), n.node_key, n.node_state FROM movement_request_nodes n
-WHERE n.request_id = ':mv';
+WHERE n.request_id = :mv;
 WITH next AS (
-    SELECT id, request_id FROM movement_request_nodes WHERE request_id = ':mv' AND node_state = 'BLOCKED'
+    SELECT id, request_id FROM movement_request_nodes WHERE request_id = :mv AND node_state = 'BLOCKED'
     ORDER BY node_key LIMIT 1 FOR UPDATE SKIP LOCKED),
   upd AS (
     UPDATE movement_request_nodes n SET node_state = 'PREPARING', attempt_no = 1, started_at = now(),
@@ -85,5 +87,5 @@ WITH next AS (
     SELECT upd.request_id, upd.id, hop.attempt_no, 'transition', hop.from_state, hop.to_state, 'floor'
     FROM upd, (VALUES (0, 'BLOCKED', 'READY'), (1, 'READY', 'PREPARING')) AS hop(attempt_no, from_state, to_state))
 UPDATE movement_requests SET current_frontier = '["s02"]', updated_at = now()
-WHERE id = ':mv' AND EXISTS (SELECT 1 FROM upd);
+WHERE id = :mv AND EXISTS (SELECT 1 FROM upd);
 COMMIT;

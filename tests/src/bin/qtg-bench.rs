@@ -113,12 +113,9 @@ async fn main() -> anyhow::Result<()> {
     let floor = if only.is_empty() || only.contains("floor") {
         let movements = env_usize("QTG_BENCH_FLOOR_MOVEMENTS", 6000);
         let f = floor(k, movements, env_usize("QTG_BENCH_FLOOR_SECONDS", 8) as u64).await?;
-        println!(
-            "contract floor (pgbench, 4 clients: scripts/bench-floor.sql, one step of a chained node in the fewest"
-        );
-        println!(
-            "statements its contract allows — arm, venue, record with the successor's hand-off — on qtg's schema):"
-        );
+        println!("contract floor (pgbench -M prepared, 4 clients: scripts/bench-floor.sql, one step of a chained node");
+        println!("in the fewest statements its contract allows — arm, venue, record with the successor's hand-off —");
+        println!("on qtg's schema):");
         println!(
             "  with the sim venue's statement   {:>8.0} audited transitions/s   ({:.2} of the best pgbench tx/s)",
             f.with_venue,
@@ -1131,7 +1128,20 @@ async fn floor(k: usize, movements: usize, seconds: u64) -> anyhow::Result<Floor
     for venue in ["1", "0"] {
         let before: i64 = sqlx::query_scalar("SELECT count(*) FROM audit_outbox").fetch_one(pool).await?;
         let out = tokio::process::Command::new("pgbench")
-            .args(["-n", "-c", "4", "-j", "2", "-D", &format!("venue={venue}"), "-T", &seconds.to_string(), "-f"])
+            .args([
+                "-n",
+                "-M",
+                "prepared",
+                "-c",
+                "4",
+                "-j",
+                "2",
+                "-D",
+                &format!("venue={venue}"),
+                "-T",
+                &seconds.to_string(),
+                "-f",
+            ])
             .arg(&script)
             .arg(&db.url)
             .output()

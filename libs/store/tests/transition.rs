@@ -302,6 +302,31 @@ async fn calls_and_artifacts_are_written_with_the_transition(pool: PgPool) -> Re
     Ok(())
 }
 
+/// A hop without calls writes its one transition event by itself (migration 0038): with the
+/// write's attempt, error and actor, the detail cut to 2,000 characters like a call's.
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn a_transition_without_calls_records_its_event_with_the_error(pool: PgPool) -> Result<()> {
+    let m = one_node_movement(&pool, "t.plain", None).await?;
+    let n = m.node("n");
+    walk(&pool, n, &[NodeState::Blocked, NodeState::Ready, NodeState::Preparing]).await?;
+    let detail = "d".repeat(3000);
+    let failed = NodePatch::error("VENUE_DOWN", detail);
+    write(&pool, n, NodeState::Preparing, NodeState::Failed, &failed).await?.or_stale()?;
+
+    let hist = history(&pool, n).await?;
+    let last = hist.last().expect("events");
+    assert_eq!(
+        (last["kind"].as_str(), last["from"].as_str(), last["to"].as_str()),
+        (Some("transition"), Some("PREPARING"), Some("FAILED"))
+    );
+    assert_eq!((last["error_code"].as_str(), last["actor"].as_str()), (Some("VENUE_DOWN"), Some(ACTOR)));
+    assert_eq!(last["error_detail"].as_str().map(str::len), Some(2000));
+    assert_eq!(last["attempt_no"], json!(0));
+    assert_eq!(hist.len(), 3, "one event per hop, no call events: {hist:?}");
+    assert!(hist.iter().all(|e| e["kind"] == "transition"), "{hist:?}");
+    Ok(())
+}
+
 #[sqlx::test(migrator = "qtg_store::MIGRATOR")]
 async fn a_request_write_records_the_approval_and_sequences_its_callbacks(pool: PgPool) -> Result<()> {
     let m = one_node_movement(&pool, "t.request", Some(HOOK)).await?;

@@ -15,7 +15,8 @@
 //! Settings: QTG_BENCH_MOVEMENTS (N, 200), QTG_BENCH_NODES (K, 4), QTG_BENCH_SEQUENTIAL (20),
 //! QTG_BENCH_DISPATCHERS (2), QTG_BENCH_DISPATCHER_CONCURRENCY (4), QTG_BENCH_SCALING_MOVEMENTS
 //! (100), QTG_BENCH_FLOOR_MOVEMENTS (6000), QTG_BENCH_FLOOR_SECONDS (8), QTG_BENCH_ONLY (the
-//! optional phases to run: floor, fan, idle, scal, hist; unset: all), QTG_BENCH_WORKER_LOG
+//! optional phases to run: floor, fan, idle, scal, hist; unset: all), QTG_BENCH_WORKER_THREADS
+//! (the dispatchers' and observer's tokio worker threads in the load), QTG_BENCH_WORKER_LOG
 //! (RUST_LOG of the workers; with QTG_TEST_ECHO=1 their logs are echoed).
 
 use std::path::PathBuf;
@@ -434,12 +435,18 @@ async fn phases(
     let api = Api::start(&db.url, &[("RUST_LOG", "warn,qtg_api=info,qtg_runtime::admin=info")]).await?;
     let log = std::env::var("QTG_BENCH_WORKER_LOG").unwrap_or_else(|_| "warn,qtg_runtime::admin=info".into());
     let quiet = [("RUST_LOG", log.as_str()), ("MG_DB_POOL_SIZE", "8")];
-    let conc = [
+    // QTG_BENCH_WORKER_THREADS: the workers' tokio threads (TOKIO_WORKER_THREADS; the spawned
+    // processes start from a cleared environment, so the bench's own does not reach them).
+    let threads = std::env::var("QTG_BENCH_WORKER_THREADS").ok();
+    let mut conc = vec![
         ("RUST_LOG", log.as_str()),
         ("MG_DB_POOL_SIZE", "8"),
         ("MG_DISPATCHER_CONCURRENCY", concurrency),
         ("MG_OBSERVER_CONCURRENCY", "2"),
     ];
+    if let Some(t) = &threads {
+        conc.push(("TOKIO_WORKER_THREADS", t.as_str()));
+    }
     let mut procs = Vec::new();
     for _ in 0..dispatchers {
         procs.push(Proc::spawn("qtg-dispatcher", &db.url, &conc).await?);

@@ -118,12 +118,12 @@ async fn main() -> anyhow::Result<()> {
         println!("in the fewest statements its contract allows — arm, venue, record with the successor's hand-off —");
         println!("on qtg's schema):");
         println!(
-            "  with the sim venue's statement   {:>8.0} audited transitions/s   ({:.2} of the best pgbench tx/s)",
+            "  with the sim venue's statement   {:>8.0} node transitions/s, all audited ({:.2} of best pgbench)",
             f.with_venue,
             f.with_venue / best_tps
         );
         println!(
-            "  a venue not on this database     {:>8.0} audited transitions/s   ({:.2})",
+            "  a venue not on this database     {:>8.0} node transitions/s, all audited ({:.2})",
             f.without_venue,
             f.without_venue / best_tps
         );
@@ -1078,9 +1078,9 @@ async fn grow_history(db: &TestDb, api: &Api, keys: &Keys, finished: usize, open
     Ok(())
 }
 
-/// The contract's floor: audited transitions/s of pgbench running scripts/bench-floor.sql (one
-/// step of a chained sim node in the fewest statements its contract allows) on qtg's schema,
-/// with the venue's statement and without it.
+/// The contract's floor: audited node transitions/s of pgbench running scripts/bench-floor.sql
+/// (one step of a chained sim node in the fewest statements its contract allows) on qtg's
+/// schema, with the venue's statement and without it.
 struct Floor {
     with_venue: f64,
     without_venue: f64,

@@ -28,6 +28,8 @@ impl ArtifactKind {
     }
 }
 
+/// Stores an artifact of a node's attempt, from the node row itself (migration 0039):
+/// `StoreError::NoNode` and nothing written when the node is not there or not of `request_id`.
 pub async fn insert(
     conn: &mut PgConnection,
     request_id: Uuid,
@@ -37,9 +39,10 @@ pub async fn insert(
     payload: &Value,
     payload_hash: Option<&str>,
 ) -> Result<()> {
-    sqlx::query!(
+    let written = sqlx::query!(
         "INSERT INTO artifacts (id, request_id, request_node_id, attempt_no, kind, payload, payload_hash)
-         VALUES (qtg_uuid7(), $1, $2, $3, $4, $5, $6)",
+         SELECT qtg_uuid7(), n.request_id, n.id, $3, $4, $5, $6
+         FROM movement_request_nodes n WHERE n.id = $2 AND n.request_id = $1",
         request_id,
         node_id,
         attempt_no,
@@ -49,7 +52,7 @@ pub async fn insert(
     )
     .execute(&mut *conn)
     .await?;
-    Ok(())
+    crate::events::node_found(written.rows_affected(), 1, node_id, request_id, "artifact")
 }
 
 /// The prepared action (and its stored hash) and the sign result of an attempt.

@@ -16,6 +16,11 @@ pub enum StoreError {
     Busy(String),
     #[error("corrupt row: {0}")]
     Corrupt(String),
+    /// A node's event or artifact named a node that is not there (or not of that movement):
+    /// nothing was written. The rows' foreign key held this before migration 0039; each
+    /// writer now inserts from the node row itself.
+    #[error("no node {node} in movement {movement}: its {what} was not written")]
+    NoNode { node: uuid::Uuid, movement: uuid::Uuid, what: &'static str },
 }
 
 /// Every database error passes here: one that says the server went away or turned read-only

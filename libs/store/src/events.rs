@@ -20,11 +20,14 @@ pub struct CallEvent<'a> {
     pub actor: &'a str,
 }
 
+/// Appends one call's event, from the node row itself (migration 0039): `StoreError::NoNode`
+/// and nothing written when the node is not there or not of `ev.request_id`.
 pub async fn record_call(conn: &mut PgConnection, ev: &CallEvent<'_>) -> Result<()> {
-    sqlx::query!(
+    let written = sqlx::query!(
         "INSERT INTO node_events (request_id, request_node_id, attempt_no, kind, method, outcome,
              error_code, error_detail, duration_ms, actor)
-         VALUES ($1, $2, $3, 'call', $4, $5, $6, left($7, 2000), $8, $9)",
+         SELECT n.request_id, n.id, $3, 'call', $4, $5, $6, left($7, 2000), $8, $9
+         FROM movement_request_nodes n WHERE n.id = $2 AND n.request_id = $1",
         ev.request_id,
         ev.node_id,
         ev.attempt_no,
@@ -37,7 +40,17 @@ pub async fn record_call(conn: &mut PgConnection, ev: &CallEvent<'_>) -> Result<
     )
     .execute(&mut *conn)
     .await?;
-    Ok(())
+    node_found(written.rows_affected(), 1, ev.node_id, ev.request_id, "call event")
+}
+
+/// `Ok` when an insert from the node row wrote the `expected` rows; otherwise the node was not
+/// there (or not of that movement), and the statement wrote nothing.
+pub(crate) fn node_found(written: u64, expected: u64, node: Uuid, movement: Uuid, what: &'static str) -> Result<()> {
+    if written == expected {
+        Ok(())
+    } else {
+        Err(crate::StoreError::NoNode { node, movement, what })
+    }
 }
 
 /// One executor call of a step, as [`record_calls`] writes it.
@@ -72,7 +85,8 @@ pub fn storable_text(text: &str) -> String {
     text.replace('\0', "\u{fffd}")
 }
 
-/// Records the calls of one attempt (in call order) in one statement; nothing when empty.
+/// Records the calls of one attempt (in call order) in one statement, from the node row as
+/// [`record_call`] does; nothing when empty.
 pub async fn record_calls(
     conn: &mut PgConnection,
     request_id: Uuid,
@@ -89,11 +103,13 @@ pub async fn record_calls(
     let codes: Vec<Option<&str>> = calls.iter().map(|c| c.error_code.as_deref()).collect();
     let details: Vec<Option<&str>> = calls.iter().map(|c| c.error_detail.as_deref()).collect();
     let durations: Vec<i32> = calls.iter().map(|c| c.duration_ms).collect();
-    sqlx::query!(
+    let written = sqlx::query!(
         "INSERT INTO node_events (request_id, request_node_id, attempt_no, kind, method, outcome,
              error_code, error_detail, duration_ms, actor)
-         SELECT $1, $2, $3, 'call', m, o, c, left(d, 2000), ms, $9
-         FROM unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::int[]) WITH ORDINALITY AS x(m, o, c, d, ms, i)
+         SELECT n.request_id, n.id, $3, 'call', m, o, c, left(d, 2000), ms, $9
+         FROM movement_request_nodes n,
+             unnest($4::text[], $5::text[], $6::text[], $7::text[], $8::int[]) WITH ORDINALITY AS x(m, o, c, d, ms, i)
+         WHERE n.id = $2 AND n.request_id = $1
          ORDER BY i",
         request_id,
         node_id,
@@ -107,7 +123,7 @@ pub async fn record_calls(
     )
     .execute(&mut *conn)
     .await?;
-    Ok(())
+    node_found(written.rows_affected(), calls.len() as u64, node_id, request_id, "call events")
 }
 
 /// A node's history — its calls and transitions — as the API shows it: the `limit` newest

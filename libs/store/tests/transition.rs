@@ -327,6 +327,58 @@ async fn a_transition_without_calls_records_its_event_with_the_error(pool: PgPoo
     Ok(())
 }
 
+/// Outside the one door, a node's events and artifacts are written from the node row itself
+/// (migration 0039: no foreign key checks them after the insert). A node that is not there, or
+/// a node of another movement, is `NoNode` and writes nothing; the node's own movement writes.
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn an_event_or_artifact_for_a_missing_or_foreign_node_is_refused_and_writes_nothing(pool: PgPool) -> Result<()> {
+    let own = one_node_movement(&pool, "t.own", None).await?;
+    let other = movement(&pool, &Spec::new("t.own", "k-2")).await?;
+    let n = own.node("n");
+    let ghost = Uuid::from_u128(0x5157);
+    let mut conn = pool.acquire().await?;
+    let calls = [Call::ok("observe", "ok", 1), Call::ok("observe", "pending", 2)];
+
+    for (movement, node) in [(own.id, ghost), (other.id, n)] {
+        let refused = events::record_calls(&mut conn, movement, node, 0, &calls, ACTOR).await;
+        assert!(
+            matches!(refused, Err(StoreError::NoNode { node: x, movement: y, what: "call events" }) if x == node && y == movement),
+            "{refused:?}"
+        );
+        let one = events::CallEvent {
+            request_id: movement,
+            node_id: node,
+            attempt_no: 0,
+            method: "observe",
+            outcome: "ok",
+            error_code: None,
+            error_detail: None,
+            duration_ms: 1,
+            actor: ACTOR,
+        };
+        let refused = events::record_call(&mut conn, &one).await;
+        assert!(matches!(refused, Err(StoreError::NoNode { what: "call event", .. })), "{refused:?}");
+        let refused = artifacts::insert(&mut conn, movement, node, 0, ArtifactKind::Proof, &json!({}), None).await;
+        assert!(matches!(refused, Err(StoreError::NoNode { what: "artifact", .. })), "{refused:?}");
+    }
+    for table in [
+        "SELECT count(*) FROM node_events WHERE request_node_id = $1",
+        "SELECT count(*) FROM artifacts WHERE request_node_id = $1",
+    ] {
+        assert_eq!(count(&pool, table, n).await?, 0, "{table}");
+        assert_eq!(count(&pool, table, ghost).await?, 0, "{table}");
+    }
+
+    events::record_calls(&mut conn, own.id, n, 0, &calls, ACTOR).await?;
+    artifacts::insert(&mut conn, own.id, n, 0, ArtifactKind::Proof, &json!({"p": 1}), None).await?;
+    let hist = history(&pool, n).await?;
+    let seen: Vec<_> = hist.iter().map(|e| (e["method"].as_str(), e["outcome"].as_str())).collect();
+    assert_eq!(seen, vec![(Some("observe"), Some("ok")), (Some("observe"), Some("pending"))]);
+    assert_eq!(count(&pool, "SELECT count(*) FROM node_events WHERE request_id = $1", own.id).await?, 2);
+    assert_eq!(artifacts::of_node(&mut conn, n).await?.len(), 1);
+    Ok(())
+}
+
 #[sqlx::test(migrator = "qtg_store::MIGRATOR")]
 async fn a_request_write_records_the_approval_and_sequences_its_callbacks(pool: PgPool) -> Result<()> {
     let m = one_node_movement(&pool, "t.request", Some(HOOK)).await?;

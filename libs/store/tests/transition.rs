@@ -341,8 +341,9 @@ async fn an_event_or_artifact_for_a_missing_or_foreign_node_is_refused_and_write
 
     for (movement, node) in [(own.id, ghost), (other.id, n)] {
         let refused = events::record_calls(&mut conn, movement, node, 0, &calls, ACTOR).await;
+        let named = |x: Uuid, y: Uuid| x == node && y == movement;
         assert!(
-            matches!(refused, Err(StoreError::NoNode { node: x, movement: y, what: "call events" }) if x == node && y == movement),
+            matches!(refused, Err(StoreError::NoNode { node: x, movement: y, what: "call events" }) if named(x, y)),
             "{refused:?}"
         );
         let one = events::CallEvent {

@@ -2,8 +2,9 @@
 -- their node. Every INSERT into them checked it after the statement — a nested
 -- `SELECT … FOR KEY SHARE` on the node, with its own executor start-up: 6,400 a load round,
 -- one per event and artifact row, about 4 % of the server's CPU under load (session 31's
--- profile). Dropping it took the load from 1926 to 2041 audited transitions/s (medians of
--- twelve alternating runs, ahead in ten of the twelve pairs).
+-- profile). Without it an event INSERT after the node's UPDATE took 13-20 % less (pgbench,
+-- the two variants interleaved in one run); the load figure moves by less than this
+-- machine's noise.
 --
 -- What the key enforced — no row names a node that does not exist — every writer now holds
 -- by construction, in its own statement, and more strictly (the row's movement is the node's
@@ -13,7 +14,8 @@
 -- - `events::record_call`, `events::record_calls` and `artifacts::insert` insert from the
 --   node row (`FROM movement_request_nodes n WHERE n.id = … AND n.request_id = …`) and fail
 --   with `StoreError::NoNode` when it is not there, writing nothing.
--- Nodes and movements are never deleted (libs/store/src/retention.rs prunes only the two
--- outboxes), so a row cannot lose its node afterwards either.
+-- qtg never deletes nodes or movements (libs/store/src/retention.rs prunes only the two
+-- outboxes), so a row cannot lose its node afterwards either; an operator archiving finished
+-- movements deletes their children first (docs/deployment.md "Archiving movements").
 ALTER TABLE node_events DROP CONSTRAINT IF EXISTS node_events_request_node_id_fkey;
 ALTER TABLE artifacts DROP CONSTRAINT IF EXISTS artifacts_request_node_id_fkey;

@@ -336,6 +336,14 @@ async fn an_event_or_artifact_for_a_missing_or_foreign_node_is_refused_and_write
     let other = movement(&pool, &Spec::new("t.own", "k-2")).await?;
     let n = own.node("n");
     let ghost = Uuid::from_u128(0x5157);
+    // The writers refuse, not a key: neither table has one left.
+    let keys: i64 = sqlx::query_scalar(
+        "SELECT count(*) FROM pg_constraint
+         WHERE contype = 'f' AND conrelid IN ('node_events'::regclass, 'artifacts'::regclass)",
+    )
+    .fetch_one(&pool)
+    .await?;
+    assert_eq!(keys, 0);
     let mut conn = pool.acquire().await?;
     let calls = [Call::ok("observe", "ok", 1), Call::ok("observe", "pending", 2)];
 

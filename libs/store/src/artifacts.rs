@@ -52,7 +52,7 @@ pub async fn insert(
     )
     .execute(&mut *conn)
     .await?;
-    crate::events::node_found(written.rows_affected(), 1, node_id, request_id, "artifact")
+    StoreError::node_found(written.rows_affected(), 1, node_id, request_id, "artifact")
 }
 
 /// The prepared action (and its stored hash) and the sign result of an attempt.

@@ -36,4 +36,20 @@ impl StoreError {
     pub fn corrupt(what: impl std::fmt::Display) -> Self {
         StoreError::Corrupt(what.to_string())
     }
+
+    /// `Ok` when an insert from the node row wrote the `expected` rows; otherwise the node was
+    /// not there (or not of that movement), and the statement wrote nothing.
+    pub(crate) fn node_found(
+        written: u64,
+        expected: u64,
+        node: uuid::Uuid,
+        movement: uuid::Uuid,
+        what: &'static str,
+    ) -> Result<(), StoreError> {
+        if written == expected {
+            Ok(())
+        } else {
+            Err(StoreError::NoNode { node, movement, what })
+        }
+    }
 }

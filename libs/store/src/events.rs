@@ -4,7 +4,7 @@
 use sqlx::PgConnection;
 use uuid::Uuid;
 
-use crate::Result;
+use crate::{Result, StoreError};
 
 #[derive(Debug, Clone)]
 pub struct CallEvent<'a> {
@@ -40,17 +40,7 @@ pub async fn record_call(conn: &mut PgConnection, ev: &CallEvent<'_>) -> Result<
     )
     .execute(&mut *conn)
     .await?;
-    node_found(written.rows_affected(), 1, ev.node_id, ev.request_id, "call event")
-}
-
-/// `Ok` when an insert from the node row wrote the `expected` rows; otherwise the node was not
-/// there (or not of that movement), and the statement wrote nothing.
-pub(crate) fn node_found(written: u64, expected: u64, node: Uuid, movement: Uuid, what: &'static str) -> Result<()> {
-    if written == expected {
-        Ok(())
-    } else {
-        Err(crate::StoreError::NoNode { node, movement, what })
-    }
+    StoreError::node_found(written.rows_affected(), 1, ev.node_id, ev.request_id, "call event")
 }
 
 /// One executor call of a step, as [`record_calls`] writes it.
@@ -123,7 +113,7 @@ pub async fn record_calls(
     )
     .execute(&mut *conn)
     .await?;
-    node_found(written.rows_affected(), calls.len() as u64, node_id, request_id, "call events")
+    StoreError::node_found(written.rows_affected(), calls.len() as u64, node_id, request_id, "call events")
 }
 
 /// A node's history — its calls and transitions — as the API shows it: the `limit` newest

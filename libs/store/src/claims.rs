@@ -107,22 +107,55 @@ pub async fn candidates(
         // its predecessors are done. Listed, it would offer every BLOCKED node.
         return Err(crate::StoreError::corrupt("a hand-off is claimed by its id, never listed"));
     }
-    // Dynamic: the predicate, its parameters and the order depend on `pickup`. The nodes come
-    // from the state's partial index; each one's movement is then looked up by its key (the
-    // `OFFSET 0` keeps that lookup a nested index probe: on a table whose statistics lag its
-    // growth, the planner otherwise scanned every movement once per candidate node).
-    let sql = format!(
-        "SELECT n.id FROM movement_request_nodes n
-         CROSS JOIN LATERAL (SELECT r0.request_state, r0.created_at FROM movement_requests r0
-                             WHERE r0.id = n.request_id OFFSET 0) r
-         JOIN plan_nodes p ON p.id = n.plan_node_id
-         WHERE {} AND NOT (n.id = ANY($1)) ORDER BY {} LIMIT $2",
-        pickup.predicate(3),
-        pickup.order()
-    );
+    let sql = match pickup {
+        Pickup::Dispatch => dispatch_listing(),
+        // Dynamic: the predicate, its parameters and the order depend on `pickup`. The nodes
+        // come from the state's partial index; each one's movement is then looked up by its key
+        // (the `OFFSET 0` keeps that lookup a nested index probe: on a table whose statistics
+        // lag its growth, the planner otherwise scanned every movement once per candidate node).
+        _ => format!(
+            "SELECT n.id FROM movement_request_nodes n
+             CROSS JOIN LATERAL (SELECT r0.request_state, r0.created_at FROM movement_requests r0
+                                 WHERE r0.id = n.request_id OFFSET 0) r
+             JOIN plan_nodes p ON p.id = n.plan_node_id
+             WHERE {} AND NOT (n.id = ANY($1)) ORDER BY {} LIMIT $2",
+            pickup.predicate(3),
+            pickup.order()
+        ),
+    };
     let query = bind_lane(sqlx::query(AssertSqlSafe(sql)).bind(exclude).bind(limit).bind(served), pickup);
     let rows = query.fetch_all(&mut *conn).await?;
     rows.iter().map(|r| Ok(r.try_get(0)?)).collect()
+}
+
+/// The dispatch listing, oldest movement first, read in the order of an index so that it
+/// stops at `limit`: a backlog of READY nodes (a burst of approvals, a paused lane) must not
+/// make every listing join, test and sort all of them. Two branches, each walking its own
+/// partial index in order — READY nodes by `mrn_ready` (`created_at, id`), expired leases by
+/// `mrn_lease` — merged. A node's `created_at` is its movement's: the nodes are inserted in
+/// the transaction that inserts the movement (`movements::insert`), so this is the order of
+/// [`Pickup::order`] without reading the movement first. The predicate is
+/// [`Pickup::Dispatch`]'s, split at its `OR`. `tests/claims.rs`
+/// `the_dispatch_listing_takes_the_oldest_first_and_reads_only_what_it_returns` checks the
+/// order and what it reads.
+fn dispatch_listing() -> String {
+    let branch = |state: &str| {
+        format!(
+            "(SELECT n.id, n.created_at FROM movement_request_nodes n
+              CROSS JOIN LATERAL (SELECT r0.request_state FROM movement_requests r0
+                                  WHERE r0.id = n.request_id OFFSET 0) r
+              JOIN plan_nodes p ON p.id = n.plan_node_id
+              WHERE {state} AND p.executor_key = ANY($3::text[]) AND n.node_kind <> 'manual'
+                AND r.request_state IN ('APPROVED', 'EXECUTING') AND NOT {PAUSED} AND NOT (n.id = ANY($1))
+              ORDER BY n.created_at, n.id LIMIT $2)",
+            PAUSED = crate::controls::PAUSED
+        )
+    };
+    format!(
+        "SELECT c.id FROM ({} UNION ALL {}) c ORDER BY c.created_at, c.id LIMIT $2",
+        branch("n.node_state = 'READY' AND (n.lease_expires_at IS NULL OR n.lease_expires_at < now())"),
+        branch("n.node_state IN ('PREPARING', 'AWAITING_SIGNATURE') AND n.lease_expires_at < now()")
+    )
 }
 
 type PgQuery<'q> = sqlx::query::Query<'q, sqlx::Postgres, sqlx::postgres::PgArguments>;

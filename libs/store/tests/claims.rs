@@ -122,6 +122,47 @@ async fn an_expired_lease_is_claimed_again_and_a_live_one_is_not(pool: PgPool) -
     Ok(())
 }
 
+/// The dispatch listing answers the oldest movements first, READY nodes and expired leases in
+/// one order, and with a backlog it reads from the READY nodes' index about what it returns:
+/// it used to join, test and sort every READY node for each listing of a few.
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn the_dispatch_listing_takes_the_oldest_first_and_reads_only_what_it_returns(pool: PgPool) -> Result<()> {
+    install(&pool, "t.fifo", &plan(vec![action("n")], &[])).await?;
+    let mut created = Vec::new();
+    for i in 0..240 {
+        let m = movement(&pool, &Spec::new("t.fifo", &format!("k-{i}"))).await?;
+        execute(&pool, m.id).await?;
+        walk(&pool, m.node("n"), &[NodeState::Blocked, NodeState::Ready]).await?;
+        created.push(m.node("n"));
+    }
+    // The third movement's node was claimed by a dispatcher that died (its lease expired); the
+    // fifth one's claim is live; the first one this worker has just tried.
+    let (expired, live, tried) = (created[2], created[4], created[0]);
+    write(&pool, expired, NodeState::Ready, NodeState::Preparing, &claim_patch(Uuid::new_v4(), Duration::ZERO))
+        .await?
+        .or_stale()?;
+    write(&pool, live, NodeState::Ready, NodeState::Preparing, &claim_patch(Uuid::new_v4(), Duration::from_secs(300)))
+        .await?
+        .or_stale()?;
+    sqlx::query("ANALYZE movement_request_nodes, movement_requests, plan_nodes").execute(&pool).await?;
+
+    let mut tx = pool.begin().await?;
+    let listed = claims::candidates(&mut tx, Pickup::Dispatch, &served(), &[tried], 10).await?;
+    let (ready_read, node_seq_scans): (i64, i64) = sqlx::query_as(
+        "SELECT pg_stat_get_xact_tuples_returned('mrn_ready'::regclass),
+                (SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'movement_request_nodes')",
+    )
+    .fetch_one(&mut *tx)
+    .await?;
+    tx.rollback().await?;
+    let oldest: Vec<Uuid> = created.iter().copied().filter(|n| ![live, tried].contains(n)).take(10).collect();
+    assert_eq!(listed, oldest, "the oldest movements first, the expired lease in its place");
+    assert!(listed.contains(&expired));
+    assert_eq!(node_seq_scans, 0, "no scan of every node");
+    assert!(ready_read <= 30, "{ready_read} READY index entries read for 10 candidates out of 237");
+    Ok(())
+}
+
 #[sqlx::test(migrator = "qtg_store::MIGRATOR")]
 async fn a_pause_holds_ready_nodes_until_every_holding_scope_is_resumed(pool: PgPool) -> Result<()> {
     let (m, n) = ready_node(&pool, "t.pause").await?;

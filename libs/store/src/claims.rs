@@ -36,6 +36,21 @@ pub const HANDED_TO_PERSON: &str = "(n.error_code IS NOT DISTINCT FROM 'OBSERVAT
                                     COALESCE(n.provider_refs->'__manual_review_required', 'false'::jsonb) NOT IN \
                                     ('false'::jsonb, 'null'::jsonb))";
 
+/// The dispatch predicate's two arms: a READY node no lease holds back, and a claimed node
+/// whose dispatcher died or froze before arming (its lease expired).
+const DISPATCH_READY: &str = "n.node_state = 'READY' AND (n.lease_expires_at IS NULL OR n.lease_expires_at < now())";
+const DISPATCH_EXPIRED: &str = "n.node_state IN ('PREPARING', 'AWAITING_SIGNATURE') AND n.lease_expires_at < now()";
+
+/// A node in `state` (one or more arms) that a dispatcher serving `served` may take: not a
+/// manual step, its movement APPROVED or EXECUTING, no pause holding it.
+fn dispatchable(served: &str, state: &str) -> String {
+    format!(
+        "{served} AND n.node_kind <> 'manual' AND ({state})
+         AND r.request_state IN ('APPROVED', 'EXECUTING') AND NOT {PAUSED}",
+        PAUSED = crate::controls::PAUSED
+    )
+}
+
 impl Pickup {
     /// The predicate both the listing and the claim re-check. `$first` is the list of executor
     /// keys this worker serves (a replica never takes a node it cannot call — e.g. during a
@@ -43,18 +58,10 @@ impl Pickup {
     fn predicate(self, first: usize) -> String {
         let served = format!("p.executor_key = ANY(${first}::text[])");
         match self {
-            Pickup::Dispatch => format!(
-                "{served} AND n.node_kind <> 'manual'
-                AND ((n.node_state = 'READY' AND (n.lease_expires_at IS NULL OR n.lease_expires_at < now()))
-                     OR (n.node_state IN ('PREPARING', 'AWAITING_SIGNATURE') AND n.lease_expires_at < now()))
-                AND r.request_state IN ('APPROVED', 'EXECUTING') AND NOT {PAUSED}",
-                PAUSED = crate::controls::PAUSED
-            ),
-            Pickup::HandOff => format!(
-                "{served} AND n.node_kind <> 'manual'
-                AND n.node_state = 'BLOCKED' AND (n.lease_expires_at IS NULL OR n.lease_expires_at < now())
-                AND r.request_state IN ('APPROVED', 'EXECUTING') AND NOT {PAUSED}",
-                PAUSED = crate::controls::PAUSED
+            Pickup::Dispatch => dispatchable(&served, &format!("({DISPATCH_READY}) OR ({DISPATCH_EXPIRED})")),
+            Pickup::HandOff => dispatchable(
+                &served,
+                "n.node_state = 'BLOCKED' AND (n.lease_expires_at IS NULL OR n.lease_expires_at < now())",
             ),
             Pickup::Observe => format!(
                 "{served} AND n.node_state IN ('SUBMITTED', 'OBSERVING')
@@ -87,6 +94,8 @@ impl Pickup {
 
     fn order(self) -> &'static str {
         match self {
+            // Dispatch lists in the same order from the node ([`dispatch_listing`]); a hand-off
+            // is never listed.
             Pickup::Dispatch | Pickup::HandOff | Pickup::Observe => "r.created_at, n.id",
             Pickup::Recover { .. } => "n.updated_at, n.id",
         }
@@ -129,13 +138,15 @@ pub async fn candidates(
 }
 
 /// The dispatch listing, oldest movement first, read in the order of an index so that it
-/// stops at `limit`: a backlog of READY nodes (a burst of approvals, a paused lane) must not
-/// make every listing join, test and sort all of them. Two branches, each walking its own
-/// partial index in order — READY nodes by `mrn_ready` (`created_at, id`), expired leases by
-/// `mrn_lease` — merged. A node's `created_at` is its movement's: the nodes are inserted in
-/// the transaction that inserts the movement (`movements::insert`), so this is the order of
-/// [`Pickup::order`] without reading the movement first. The predicate is
-/// [`Pickup::Dispatch`]'s, split at its `OR`. `tests/claims.rs`
+/// stops once it has its rows: a burst of READY nodes (200 roots made READY by a burst of
+/// approvals) must not make every listing join, test and sort all of them. The READY arm walks
+/// `mrn_dispatch` (READY, not manual, by `created_at, id`) in order; it still reads past older
+/// READY nodes the predicate turns down (paused, held back, of an executor this worker does
+/// not serve, of a movement not APPROVED or EXECUTING, just tried) — never more than the
+/// listing read before. The expired-lease arm reads its few rows from `mrn_lease` and sorts
+/// them. A node's `created_at` is its movement's (`movements::insert` copies it), so this is
+/// the order of [`Pickup::order`] without reading the movement first; the arms and the rest of
+/// the predicate are [`Pickup::Dispatch`]'s own pieces. `tests/claims.rs`
 /// `the_dispatch_listing_takes_the_oldest_first_and_reads_only_what_it_returns` checks the
 /// order and what it reads.
 fn dispatch_listing() -> String {
@@ -145,16 +156,15 @@ fn dispatch_listing() -> String {
               CROSS JOIN LATERAL (SELECT r0.request_state FROM movement_requests r0
                                   WHERE r0.id = n.request_id OFFSET 0) r
               JOIN plan_nodes p ON p.id = n.plan_node_id
-              WHERE {state} AND p.executor_key = ANY($3::text[]) AND n.node_kind <> 'manual'
-                AND r.request_state IN ('APPROVED', 'EXECUTING') AND NOT {PAUSED} AND NOT (n.id = ANY($1))
+              WHERE {} AND NOT (n.id = ANY($1))
               ORDER BY n.created_at, n.id LIMIT $2)",
-            PAUSED = crate::controls::PAUSED
+            dispatchable("p.executor_key = ANY($3::text[])", state)
         )
     };
     format!(
         "SELECT c.id FROM ({} UNION ALL {}) c ORDER BY c.created_at, c.id LIMIT $2",
-        branch("n.node_state = 'READY' AND (n.lease_expires_at IS NULL OR n.lease_expires_at < now())"),
-        branch("n.node_state IN ('PREPARING', 'AWAITING_SIGNATURE') AND n.lease_expires_at < now()")
+        branch(DISPATCH_READY),
+        branch(DISPATCH_EXPIRED)
     )
 }
 

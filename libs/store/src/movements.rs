@@ -92,9 +92,13 @@ pub async fn insert(conn: &mut PgConnection, m: &NewMovement<'_>, nodes: &[NewNo
     let kinds: Vec<&str> = nodes.iter().map(|n| n.2).collect();
     let lanes: Vec<&str> = nodes.iter().map(|n| n.3).collect();
     sqlx::query!(
-        "INSERT INTO movement_request_nodes (id, request_id, plan_node_id, node_key, node_kind, lane, node_state)
-         SELECT qtg_uuid7(), $1, p, k, kind, lane, 'BLOCKED'
-         FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[]) AS x(p, k, kind, lane)",
+        // Created when their movement was: the dispatch listing orders by the node's own
+        // `created_at` as the movement's (`claims::candidates`).
+        "INSERT INTO movement_request_nodes
+             (id, request_id, plan_node_id, node_key, node_kind, lane, node_state, created_at)
+         SELECT qtg_uuid7(), $1, p, k, kind, lane, 'BLOCKED', r.created_at
+         FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[]) AS x(p, k, kind, lane)
+         JOIN movement_requests r ON r.id = $1",
         id,
         &plan_node_ids,
         &keys as &[&str],

@@ -731,7 +731,10 @@ async fn fan_out(runs: usize) -> anyhow::Result<FanOut> {
         let id = start_movement(&api, &keys, "bench.fan", &format!("fan-{run}"), None).await?;
         let deadline = Instant::now() + Duration::from_secs(60);
         loop {
-            let (in_calls, held, running, armed): (i64, i64, i64, i64) = sqlx::query_as(
+            // One statement, so the connections' states named below are those of the counted
+            // instant (the activity view is read once per transaction): a second read a moment
+            // later catches short transactions between their write and COMMIT.
+            let (in_calls, held, running, armed, seen): (i64, i64, i64, i64, Vec<String>) = sqlx::query_as(
                 "SELECT (SELECT count(*) FROM movement_request_nodes WHERE request_id = $1::uuid
                            AND node_state IN ('PREPARING', 'AWAITING_SIGNATURE')),
                         (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
@@ -739,7 +742,11 @@ async fn fan_out(runs: usize) -> anyhow::Result<FanOut> {
                         (SELECT count(*) FROM pg_stat_activity WHERE datname = current_database()
                            AND application_name = 'qtg-dispatcher' AND state = 'active'),
                         (SELECT count(*) FROM movement_request_nodes WHERE request_id = $1::uuid AND \
-                            started_at IS NOT NULL)",
+                            started_at IS NOT NULL),
+                        ARRAY(SELECT coalesce(state, '?') || ': '
+                                     || left(regexp_replace(coalesce(query, ''), '\\s+', ' ', 'g'), 70)
+                              FROM pg_stat_activity WHERE datname = current_database()
+                                AND application_name = 'qtg-dispatcher' AND state <> 'idle')",
             )
             .bind(&id)
             .fetch_one(&db.pool)
@@ -748,18 +755,9 @@ async fn fan_out(runs: usize) -> anyhow::Result<FanOut> {
                 samples += 1;
                 held_max = held_max.max(held);
                 running_max = running_max.max(running);
-                if held + running > 0 {
-                    // What the busy connections were doing, to tell a claim loop's statement
-                    // from a connection held across a call (`idle in transaction`).
-                    let seen: Vec<String> = sqlx::query_scalar(
-                        "SELECT state || ': ' || left(regexp_replace(query, '\\s+', ' ', 'g'), 70)
-                         FROM pg_stat_activity WHERE datname = current_database()
-                           AND application_name = 'qtg-dispatcher' AND state <> 'idle'",
-                    )
-                    .fetch_all(&db.pool)
-                    .await?;
-                    busy_seen.extend(seen);
-                }
+                // What the busy connections were doing, to tell a claim loop's statement from a
+                // connection held across a call (`idle in transaction`).
+                busy_seen.extend(seen);
             }
             if armed == 8 {
                 break;

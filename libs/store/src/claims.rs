@@ -139,32 +139,60 @@ pub async fn candidates(
 
 /// The dispatch listing, oldest movement first, read in the order of an index so that it
 /// stops once it has its rows: a burst of READY nodes (200 roots made READY by a burst of
-/// approvals) must not make every listing join, test and sort all of them. The READY arm walks
-/// `mrn_dispatch` (READY, not manual, by `created_at, id`) in order; it still reads past older
-/// READY nodes the predicate turns down (paused, held back, of an executor this worker does
-/// not serve, of a movement not APPROVED or EXECUTING, just tried) — never more than the
-/// listing read before. The expired-lease arm reads its few rows from `mrn_lease` and sorts
-/// them. A node's `created_at` is its movement's (`movements::insert` copies it), so this is
-/// the order of [`Pickup::order`] without reading the movement first; the arms and the rest of
-/// the predicate are [`Pickup::Dispatch`]'s own pieces. `tests/claims.rs`
-/// `the_dispatch_listing_takes_the_oldest_first_and_reads_only_what_it_returns` checks the
-/// order and what it reads.
+/// approvals) must not make every listing join, test and sort all of them, and a backlog this
+/// dispatcher may not take — behind a pause, or of an executor it does not serve — must not be
+/// read by every listing for the nodes it may take.
+///
+/// `mrn_dispatch_by_executor` holds the READY nodes that are not manual steps by executor key,
+/// lane and `created_at, id`. The listing finds the lanes that have READY nodes of each served
+/// key (one index probe a lane, and one more to find there is no other), leaves out a key and
+/// lane a pause holds (global, the lane, the executor: the same test as the claim's, on the
+/// key and lane instead of a node), walks each of the others in order up to the limit, and
+/// merges them with the expired leases (few; read from `mrn_lease`). Inside one key and lane it
+/// still reads past the READY nodes the predicate turns down for their own reasons (a movement
+/// not APPROVED or EXECUTING, held back, just tried), never more than those. A node's
+/// `created_at` is its movement's (`movements::insert` copies it), so this is the order of
+/// [`Pickup::order`] without reading the movement first; the arms and the rest of the predicate
+/// are [`Pickup::Dispatch`]'s own pieces, and the claim re-checks all of it. `tests/claims.rs`
+/// `the_dispatch_listing_takes_the_oldest_first_and_reads_only_what_it_returns` and
+/// `a_paused_or_unserved_backlog_is_not_read_by_the_dispatch_listing` check the order and what
+/// it reads.
 fn dispatch_listing() -> String {
-    let branch = |state: &str| {
+    const TAKEABLE: &str = "n.node_state = 'READY' AND n.node_kind <> 'manual'";
+    let walk = |filter: &str, state: &str| {
         format!(
-            "(SELECT n.id, n.created_at FROM movement_request_nodes n
-              CROSS JOIN LATERAL (SELECT r0.request_state FROM movement_requests r0
-                                  WHERE r0.id = n.request_id OFFSET 0) r
-              JOIN plan_nodes p ON p.id = n.plan_node_id
-              WHERE {} AND NOT (n.id = ANY($1))
-              ORDER BY n.created_at, n.id LIMIT $2)",
+            "SELECT n.id, n.created_at FROM movement_request_nodes n
+             CROSS JOIN LATERAL (SELECT r0.request_state FROM movement_requests r0
+                                 WHERE r0.id = n.request_id OFFSET 0) r
+             JOIN plan_nodes p ON p.id = n.plan_node_id
+             WHERE {filter} {} AND NOT (n.id = ANY($1))
+             ORDER BY n.created_at, n.id LIMIT $2",
             dispatchable("p.executor_key = ANY($3::text[])", state)
         )
     };
+    // The pause test of a key and lane: the claim's, with `n.lane` and `p.executor_key` those
+    // of the key and lane.
     format!(
-        "SELECT c.id FROM ({} UNION ALL {}) c ORDER BY c.created_at, c.id LIMIT $2",
-        branch(DISPATCH_READY),
-        branch(DISPATCH_EXPIRED)
+        "WITH RECURSIVE lanes(executor_key, lane) AS (
+             SELECT k.key, f.lane FROM unnest($3::text[]) AS k(key)
+             CROSS JOIN LATERAL (SELECT n.lane FROM movement_request_nodes n
+                                 WHERE n.executor_key = k.key AND {TAKEABLE} ORDER BY n.lane LIMIT 1) f
+           UNION ALL
+             SELECT h.executor_key, f.lane FROM lanes h
+             CROSS JOIN LATERAL (SELECT n.lane FROM movement_request_nodes n
+                                 WHERE n.executor_key = h.executor_key AND n.lane > h.lane AND {TAKEABLE}
+                                 ORDER BY n.lane LIMIT 1) f)
+         SELECT c.id FROM (
+             (SELECT w.id, w.created_at FROM lanes h
+              CROSS JOIN LATERAL (SELECT h.lane) n
+              CROSS JOIN LATERAL (SELECT h.executor_key) p
+              CROSS JOIN LATERAL ({}) w
+              WHERE NOT {PAUSED})
+             UNION ALL ({})
+         ) c ORDER BY c.created_at, c.id LIMIT $2",
+        walk("n.executor_key = h.executor_key AND n.lane = h.lane AND", DISPATCH_READY),
+        walk("", DISPATCH_EXPIRED),
+        PAUSED = crate::controls::PAUSED
     )
 }
 

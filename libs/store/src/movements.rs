@@ -92,13 +92,16 @@ pub async fn insert(conn: &mut PgConnection, m: &NewMovement<'_>, nodes: &[NewNo
     let kinds: Vec<&str> = nodes.iter().map(|n| n.2).collect();
     let lanes: Vec<&str> = nodes.iter().map(|n| n.3).collect();
     sqlx::query!(
-        // Created when their movement was: the dispatch listing orders by the node's own
-        // `created_at` as the movement's (`claims::candidates`).
+        // Created when their movement was, with their plan node's executor key: the dispatch
+        // listing walks the READY nodes by key and lane, ordered by the node's own
+        // `created_at` as the movement's (`claims::candidates`). A plan node that is not there
+        // fails the node's key to it (LEFT JOIN) rather than leaving the node out.
         "INSERT INTO movement_request_nodes
-             (id, request_id, plan_node_id, node_key, node_kind, lane, node_state, created_at)
-         SELECT qtg_uuid7(), $1, p, k, kind, lane, 'BLOCKED', r.created_at
+             (id, request_id, plan_node_id, node_key, node_kind, lane, node_state, created_at, executor_key)
+         SELECT qtg_uuid7(), $1, x.p, x.k, x.kind, x.lane, 'BLOCKED', r.created_at, pn.executor_key
          FROM unnest($2::uuid[], $3::text[], $4::text[], $5::text[]) AS x(p, k, kind, lane)
-         JOIN movement_requests r ON r.id = $1",
+         JOIN movement_requests r ON r.id = $1
+         LEFT JOIN plan_nodes pn ON pn.id = x.p",
         id,
         &plan_node_ids,
         &keys as &[&str],

@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use common::*;
-use qtg_core::{Lane, NodeState, RequestState};
+use qtg_core::{Lane, NodeState, PlanNode, RequestState};
 use qtg_store::claims::{self, Pickup};
 use qtg_store::events::{self, Call};
 use qtg_store::transition::{Guard, Lease, NodePatch, Schedule};
@@ -38,6 +38,14 @@ async fn ready_node(pool: &PgPool, key: &str) -> Result<(Movement, Uuid)> {
     walk(pool, m.node("n"), &[NodeState::Blocked, NodeState::Ready]).await?;
     let n = m.node("n");
     Ok((m, n))
+}
+
+/// A READY node of an EXECUTING one-node movement of template `key`, created in `lane`.
+async fn ready_in(pool: &PgPool, template: &str, key: &str, lane: &str) -> Result<Uuid> {
+    let m = movement(pool, &Spec { lane, ..Spec::new(template, key) }).await?;
+    execute(pool, m.id).await?;
+    walk(pool, m.node("n"), &[NodeState::Blocked, NodeState::Ready]).await?;
+    Ok(m.node("n"))
 }
 
 #[sqlx::test(migrator = "qtg_store::MIGRATOR")]
@@ -148,7 +156,7 @@ async fn the_dispatch_listing_takes_the_oldest_first_and_reads_only_what_it_retu
 
     // The connection's own counters, read before and after: they may still hold its earlier
     // transactions' reads (PostgreSQL flushes them at most once a second).
-    const READS: &str = "SELECT pg_stat_get_xact_tuples_returned('mrn_dispatch'::regclass),
+    const READS: &str = "SELECT pg_stat_get_xact_tuples_returned('mrn_dispatch_by_executor'::regclass),
         (SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'movement_request_nodes')";
     let mut tx = pool.begin().await?;
     let before: (i64, i64) = sqlx::query_as(READS).fetch_one(&mut *tx).await?;
@@ -161,6 +169,92 @@ async fn the_dispatch_listing_takes_the_oldest_first_and_reads_only_what_it_retu
     assert!(listed.contains(&expired));
     assert_eq!(node_seq_scans, 0, "no scan of every node");
     assert!(ready_read <= 30, "{ready_read} READY index entries read for 10 candidates out of 238");
+    Ok(())
+}
+
+/// A backlog the listing may not take — an executor paused, a lane paused, an executor this
+/// dispatcher does not serve — older than the nodes it may take: the listing answers those
+/// without reading the backlog, and once the pauses are lifted, the oldest of everything it
+/// serves, across executors and lanes.
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn a_paused_or_unserved_backlog_is_not_read_by_the_dispatch_listing(pool: PgPool) -> Result<()> {
+    const PAUSED_EXECUTOR: &str = "exec.other.paused";
+    let bound = |executor: &str| PlanNode { executor_key: executor.to_string(), ..action("n") };
+    install(&pool, "t.take", &plan(vec![action("n")], &[])).await?;
+    install(&pool, "t.paused", &plan(vec![bound(PAUSED_EXECUTOR)], &[])).await?;
+    install(&pool, "t.unserved", &plan(vec![bound("exec.other.unserved")], &[])).await?;
+    // The backlog, oldest: in turn a node of the paused executor, one of an executor not served
+    // and one of the served executor in a paused lane.
+    let mut backlog = Vec::new();
+    for i in 0..80 {
+        backlog.push(ready_in(&pool, "t.paused", &format!("p-{i}"), "other").await?);
+        ready_in(&pool, "t.unserved", &format!("u-{i}"), "other").await?;
+        backlog.push(ready_in(&pool, "t.take", &format!("l-{i}"), "cex").await?);
+    }
+    let mut takeable = Vec::new();
+    for i in 0..15 {
+        takeable.push(ready_in(&pool, "t.take", &format!("t-{i}"), "other").await?);
+    }
+    let mut conn = pool.acquire().await?;
+    controls::pause(&mut conn, "executor", PAUSED_EXECUTOR, "venue down", "ops").await?;
+    controls::pause(&mut conn, "lane", "cex", "lane down", "ops").await?;
+    drop(conn);
+    sqlx::query("ANALYZE movement_request_nodes, movement_requests, plan_nodes").execute(&pool).await?;
+    let served = vec![EXECUTOR.to_string(), PAUSED_EXECUTOR.to_string()];
+
+    const READS: &str = "SELECT pg_stat_get_xact_tuples_returned('mrn_dispatch_by_executor'::regclass),
+        (SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'movement_request_nodes')";
+    let mut tx = pool.begin().await?;
+    let before: (i64, i64) = sqlx::query_as(READS).fetch_one(&mut *tx).await?;
+    let listed = claims::candidates(&mut tx, Pickup::Dispatch, &served, &[], 10).await?;
+    let after: (i64, i64) = sqlx::query_as(READS).fetch_one(&mut *tx).await?;
+    tx.rollback().await?;
+    let (ready_read, node_seq_scans) = (after.0 - before.0, after.1 - before.1);
+    assert_eq!(listed, takeable[..10], "the oldest nodes it may take, behind 240 it may not");
+    assert_eq!(node_seq_scans, 0, "no scan of every node");
+    assert!(ready_read <= 20, "{ready_read} READY index entries read for 10 candidates behind a backlog of 240");
+
+    let mut conn = pool.acquire().await?;
+    controls::resume(&mut conn, "executor", PAUSED_EXECUTOR).await?.expect("paused");
+    controls::resume(&mut conn, "lane", "cex").await?.expect("paused");
+    let listed = claims::candidates(&mut conn, Pickup::Dispatch, &served, &[], 10).await?;
+    assert_eq!(listed, backlog[..10], "the oldest first across executors and lanes; none of the unserved one");
+    Ok(())
+}
+
+/// The listing walks READY nodes by their executor key: a node inserted without it (the
+/// previous release's workers during an upgrade) gets it from its plan node, and so does a node
+/// written before the key existed when it is next written (migration 0042's trigger).
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn a_node_written_without_its_executor_key_gets_it_from_its_plan_node(pool: PgPool) -> Result<()> {
+    let (_, n) = ready_node(&pool, "t.keyless").await?;
+    let key: Option<String> = sqlx::query_scalar(
+        "INSERT INTO movement_request_nodes (id, request_id, plan_node_id, node_key, node_kind, lane, node_state)
+         SELECT qtg_uuid7(), request_id, plan_node_id, 'n2', node_kind, lane, 'BLOCKED'
+         FROM movement_request_nodes WHERE id = $1 RETURNING executor_key",
+    )
+    .bind(n)
+    .fetch_one(&pool)
+    .await?;
+    assert_eq!(key.as_deref(), Some(EXECUTOR), "an insert that does not name the key");
+
+    // A row from before the key: cleared with the trigger off, as the column was added.
+    let mut tx = pool.begin().await?;
+    sqlx::query("ALTER TABLE movement_request_nodes DISABLE TRIGGER mrn_executor_key").execute(&mut *tx).await?;
+    sqlx::query("UPDATE movement_request_nodes SET executor_key = NULL WHERE id = $1")
+        .bind(n)
+        .execute(&mut *tx)
+        .await?;
+    sqlx::query("ALTER TABLE movement_request_nodes ENABLE TRIGGER mrn_executor_key").execute(&mut *tx).await?;
+    tx.commit().await?;
+    assert!(dispatchable(&pool).await?.is_empty(), "a READY node without its key is in no walk (0042 fills them)");
+    sqlx::query("UPDATE movement_request_nodes SET updated_at = now() WHERE id = $1").bind(n).execute(&pool).await?;
+    let key: Option<String> = sqlx::query_scalar("SELECT executor_key FROM movement_request_nodes WHERE id = $1")
+        .bind(n)
+        .fetch_one(&pool)
+        .await?;
+    assert_eq!(key.as_deref(), Some(EXECUTOR), "written again, it has its key");
+    assert_eq!(dispatchable(&pool).await?, vec![n]);
     Ok(())
 }
 

@@ -144,11 +144,12 @@ pub async fn candidates(
 /// read by every listing for the nodes it may take.
 ///
 /// `mrn_dispatch_by_executor` holds the READY nodes that are not manual steps by executor key,
-/// lane and `created_at, id`. The listing finds the lanes that have READY nodes of each served
-/// key (one index probe a lane, and one more to find there is no other), leaves out a key and
-/// lane a pause holds (global, the lane, the executor: the same test as the claim's, on the
-/// key and lane instead of a node), walks each of the others in order up to the limit, and
-/// merges them with the expired leases (few; read from `mrn_lease`). Inside one key and lane it
+/// lane and `created_at, id`. The listing finds the executor keys and lanes that have READY
+/// nodes (a loose index scan: one probe each, and one more to find there is no other, however
+/// many nodes each has and however many keys the registry names), leaves out a key it does not
+/// serve and a key and lane a pause holds (global, the lane, the executor: the same test as
+/// the claim's, on the key and lane instead of a node), walks each of the others in order up to
+/// the limit, and merges them with the expired leases (few; read from `mrn_lease`). Inside one key and lane it
 /// still reads past the READY nodes the predicate turns down for their own reasons (a movement
 /// not APPROVED or EXECUTING, held back, just tried), never more than those. A node's
 /// `created_at` is its movement's (`movements::insert` copies it), so this is the order of
@@ -174,20 +175,19 @@ fn dispatch_listing() -> String {
     // of the key and lane.
     format!(
         "WITH RECURSIVE lanes(executor_key, lane) AS (
-             SELECT k.key, f.lane FROM unnest($3::text[]) AS k(key)
-             CROSS JOIN LATERAL (SELECT n.lane FROM movement_request_nodes n
-                                 WHERE n.executor_key = k.key AND {TAKEABLE} ORDER BY n.lane LIMIT 1) f
+             (SELECT n.executor_key, n.lane FROM movement_request_nodes n
+              WHERE n.executor_key IS NOT NULL AND {TAKEABLE} ORDER BY n.executor_key, n.lane LIMIT 1)
            UNION ALL
-             SELECT h.executor_key, f.lane FROM lanes h
-             CROSS JOIN LATERAL (SELECT n.lane FROM movement_request_nodes n
-                                 WHERE n.executor_key = h.executor_key AND n.lane > h.lane AND {TAKEABLE}
-                                 ORDER BY n.lane LIMIT 1) f)
+             SELECT f.executor_key, f.lane FROM lanes h
+             CROSS JOIN LATERAL (SELECT n.executor_key, n.lane FROM movement_request_nodes n
+                                 WHERE (n.executor_key, n.lane) > (h.executor_key, h.lane) AND {TAKEABLE}
+                                 ORDER BY n.executor_key, n.lane LIMIT 1) f)
          SELECT c.id FROM (
              (SELECT w.id, w.created_at FROM lanes h
               CROSS JOIN LATERAL (SELECT h.lane) n
               CROSS JOIN LATERAL (SELECT h.executor_key) p
               CROSS JOIN LATERAL ({}) w
-              WHERE NOT {PAUSED})
+              WHERE h.executor_key = ANY($3::text[]) AND NOT {PAUSED})
              UNION ALL ({})
          ) c ORDER BY c.created_at, c.id LIMIT $2",
         walk("n.executor_key = h.executor_key AND n.lane = h.lane AND", DISPATCH_READY),

@@ -41,12 +41,15 @@ pub const HANDED_TO_PERSON: &str = "(n.error_code IS NOT DISTINCT FROM 'OBSERVAT
 const DISPATCH_READY: &str = "n.node_state = 'READY' AND (n.lease_expires_at IS NULL OR n.lease_expires_at < now())";
 const DISPATCH_EXPIRED: &str = "n.node_state IN ('PREPARING', 'AWAITING_SIGNATURE') AND n.lease_expires_at < now()";
 
+/// The movement (`r`) of a node a dispatcher may take.
+const MOVEMENT_DISPATCHABLE: &str = "r.request_state IN ('APPROVED', 'EXECUTING')";
+
 /// A node in `state` (one or more arms) that a dispatcher serving `served` may take: not a
 /// manual step, its movement APPROVED or EXECUTING, no pause holding it.
 fn dispatchable(served: &str, state: &str) -> String {
     format!(
         "{served} AND n.node_kind <> 'manual' AND ({state})
-         AND r.request_state IN ('APPROVED', 'EXECUTING') AND NOT {PAUSED}",
+         AND {MOVEMENT_DISPATCHABLE} AND NOT {PAUSED}",
         PAUSED = crate::controls::PAUSED
     )
 }
@@ -147,32 +150,21 @@ pub async fn candidates(
 /// lane and `created_at, id`. The listing finds the executor keys and lanes that have READY
 /// nodes (a loose index scan: one probe each, and one more to find there is no other, however
 /// many nodes each has and however many keys the registry names), leaves out a key it does not
-/// serve and a key and lane a pause holds (global, the lane, the executor: the same test as
-/// the claim's, on the key and lane instead of a node), walks each of the others in order up to
-/// the limit, and merges them with the expired leases (few; read from `mrn_lease`). Inside one key and lane it
-/// still reads past the READY nodes the predicate turns down for their own reasons (a movement
-/// not APPROVED or EXECUTING, held back, just tried), never more than those. A node's
-/// `created_at` is its movement's (`movements::insert` copies it), so this is the order of
-/// [`Pickup::order`] without reading the movement first; the arms and the rest of the predicate
-/// are [`Pickup::Dispatch`]'s own pieces, and the claim re-checks all of it. `tests/claims.rs`
-/// `the_dispatch_listing_takes_the_oldest_first_and_reads_only_what_it_returns` and
-/// `a_paused_or_unserved_backlog_is_not_read_by_the_dispatch_listing` check the order and what
-/// it reads.
+/// serve and a key and lane a pause holds (global, the lane, the executor: the claim's test,
+/// on the key and lane — a node's own — instead of on each node), walks each of the others in
+/// order up to the limit, and merges them with the expired leases (few; read from `mrn_lease`
+/// with [`Pickup::Dispatch`]'s predicate). Inside one key and lane it still reads past the
+/// READY nodes it turns down for their own reasons (held back, a movement not APPROVED or
+/// EXECUTING, just tried), never more than those. A node's `created_at` is its movement's and
+/// its executor key its plan node's (`movements::insert` copies both), so this is the order of
+/// [`Pickup::order`] without reading the movement first; the claim re-checks the whole
+/// predicate. `tests/claims.rs` `the_dispatch_listing_takes_the_oldest_first_and_reads_only_what_it_returns`
+/// and `a_paused_or_unserved_backlog_is_not_read_by_the_dispatch_listing` check the order and
+/// what it reads.
 fn dispatch_listing() -> String {
     const TAKEABLE: &str = "n.node_state = 'READY' AND n.node_kind <> 'manual'";
-    let walk = |filter: &str, state: &str| {
-        format!(
-            "SELECT n.id, n.created_at FROM movement_request_nodes n
-             CROSS JOIN LATERAL (SELECT r0.request_state FROM movement_requests r0
-                                 WHERE r0.id = n.request_id OFFSET 0) r
-             JOIN plan_nodes p ON p.id = n.plan_node_id
-             WHERE {filter} {} AND NOT (n.id = ANY($1))
-             ORDER BY n.created_at, n.id LIMIT $2",
-            dispatchable("p.executor_key = ANY($3::text[])", state)
-        )
-    };
-    // The pause test of a key and lane: the claim's, with `n.lane` and `p.executor_key` those
-    // of the key and lane.
+    // The pause test is the claim's (`controls::PAUSED`), which reads the node's lane as `n.lane`
+    // and its executor key as `p.executor_key`: `n` and `p` name the key and lane here.
     format!(
         "WITH RECURSIVE lanes(executor_key, lane) AS (
              (SELECT n.executor_key, n.lane FROM movement_request_nodes n
@@ -186,12 +178,24 @@ fn dispatch_listing() -> String {
              (SELECT w.id, w.created_at FROM lanes h
               CROSS JOIN LATERAL (SELECT h.lane) n
               CROSS JOIN LATERAL (SELECT h.executor_key) p
-              CROSS JOIN LATERAL ({}) w
+              CROSS JOIN LATERAL (
+                  SELECT n.id, n.created_at FROM movement_request_nodes n
+                  CROSS JOIN LATERAL (SELECT r0.request_state FROM movement_requests r0
+                                      WHERE r0.id = n.request_id OFFSET 0) r
+                  WHERE n.executor_key = h.executor_key AND n.lane = h.lane AND {TAKEABLE}
+                    AND ({DISPATCH_READY}) AND {MOVEMENT_DISPATCHABLE}
+                    AND NOT (n.id = ANY($1))
+                  ORDER BY n.created_at, n.id LIMIT $2) w
               WHERE h.executor_key = ANY($3::text[]) AND NOT {PAUSED})
-             UNION ALL ({})
+             UNION ALL
+             (SELECT n.id, n.created_at FROM movement_request_nodes n
+              CROSS JOIN LATERAL (SELECT r0.request_state FROM movement_requests r0
+                                  WHERE r0.id = n.request_id OFFSET 0) r
+              JOIN plan_nodes p ON p.id = n.plan_node_id
+              WHERE {} AND NOT (n.id = ANY($1))
+              ORDER BY n.created_at, n.id LIMIT $2)
          ) c ORDER BY c.created_at, c.id LIMIT $2",
-        walk("n.executor_key = h.executor_key AND n.lane = h.lane AND", DISPATCH_READY),
-        walk("", DISPATCH_EXPIRED),
+        dispatchable("p.executor_key = ANY($3::text[])", DISPATCH_EXPIRED),
         PAUSED = crate::controls::PAUSED
     )
 }

@@ -258,6 +258,46 @@ async fn a_node_written_without_its_executor_key_gets_it_from_its_plan_node(pool
     Ok(())
 }
 
+/// Migrations 0042–0044 on a database that already has nodes (an upgrade): the unfinished
+/// nodes get their executor key and are listed from the new index; a finished one gets it when
+/// it is written again (an operator's retry of a FAILED node).
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn an_upgrade_gives_the_unfinished_nodes_their_executor_key(pool: PgPool) -> Result<()> {
+    install(&pool, "t.upgrade", &plan(vec![action("n")], &[])).await?;
+    let ready = ready_in(&pool, "t.upgrade", "r", "other").await?;
+    let failed = ready_in(&pool, "t.upgrade", "f", "other").await?;
+    walk(&pool, failed, &[NodeState::Ready, NodeState::Preparing, NodeState::Failed]).await?;
+    // The schema and the nodes as the release before 0042 left them.
+    sqlx::raw_sql(
+        "DROP TRIGGER mrn_executor_key ON movement_request_nodes;
+         DROP FUNCTION qtg_node_executor_key();
+         ALTER TABLE movement_request_nodes DROP COLUMN executor_key;
+         CREATE INDEX mrn_dispatch ON movement_request_nodes (created_at, id)
+             WHERE node_state = 'READY' AND node_kind <> 'manual';
+         DELETE FROM _sqlx_migrations WHERE version >= 42;",
+    )
+    .execute(&pool)
+    .await?;
+    qtg_store::MIGRATOR.run(&pool).await.map_err(|e| StoreError::Migrate(e.to_string()))?;
+
+    let key = |node: Uuid| {
+        sqlx::query_scalar::<_, Option<String>>("SELECT executor_key FROM movement_request_nodes WHERE id = $1")
+            .bind(node)
+            .fetch_one(&pool)
+    };
+    assert_eq!(key(ready).await?.as_deref(), Some(EXECUTOR), "an unfinished node is filled");
+    assert_eq!(key(failed).await?, None, "a finished one is left as it was");
+    let old_index: Option<String> =
+        sqlx::query_scalar("SELECT to_regclass('mrn_dispatch')::text").fetch_one(&pool).await?;
+    assert_eq!(old_index, None, "0044 dropped the index 0043 replaced");
+    assert_eq!(dispatchable(&pool).await?, vec![ready]);
+
+    write(&pool, failed, NodeState::Failed, NodeState::Ready, &NodePatch::default()).await?.or_stale()?;
+    assert_eq!(key(failed).await?.as_deref(), Some(EXECUTOR), "written again, it has its key");
+    assert_eq!(dispatchable(&pool).await?, vec![ready, failed]);
+    Ok(())
+}
+
 #[sqlx::test(migrator = "qtg_store::MIGRATOR")]
 async fn a_pause_holds_ready_nodes_until_every_holding_scope_is_resumed(pool: PgPool) -> Result<()> {
     let (m, n) = ready_node(&pool, "t.pause").await?;

@@ -6,11 +6,14 @@
 -- executor and lane apart, and skips a paused one without reading its nodes (0043); for that,
 -- a node carries the executor key of its plan node.
 --
--- The key is set when the nodes are inserted (`movements::insert`). The trigger fills it for
--- a writer that does not set it — the previous release's workers while an upgrade rolls out —
--- and for a node written before this migration when it is next written (an operator's retry
--- makes a FAILED node READY again). The nodes that are not finished are filled here. A plan
--- node never changes, so neither does a node's key.
+-- The key is set when the nodes are inserted (`movements::insert`). The trigger fills it for a
+-- writer that does not set it — the previous release's workers while an upgrade rolls out. It
+-- fires on INSERT only: a BEFORE UPDATE row trigger, even one whose WHEN is false, makes
+-- PostgreSQL lock the row it updates first, a WAL record on every node write. The READY nodes
+-- are filled here, under the table's lock (about 25 ms per thousand READY nodes). A node
+-- without a key that becomes READY later (written before this migration, then made READY by
+-- its predecessor or an operator's retry) is listed from `mrn_dispatch_keyless` (0044), as
+-- before. A plan node never changes, so neither does a node's key.
 --
 -- The column first: its ACCESS EXCLUSIVE lock is the strongest this migration takes, so it
 -- never waits for a stronger one while holding a weaker (the workers keep writing nodes). While
@@ -26,10 +29,9 @@ BEGIN
 END
 $$;
 
-CREATE TRIGGER mrn_executor_key BEFORE INSERT OR UPDATE ON movement_request_nodes
+CREATE TRIGGER mrn_executor_key BEFORE INSERT ON movement_request_nodes
     FOR EACH ROW WHEN (NEW.executor_key IS NULL) EXECUTE FUNCTION qtg_node_executor_key();
 
 UPDATE movement_request_nodes n SET executor_key = p.executor_key
 FROM plan_nodes p
-WHERE p.id = n.plan_node_id AND n.executor_key IS NULL
-  AND n.node_state NOT IN ('COMPLETED', 'FAILED', 'CANCELLED', 'SKIPPED');
+WHERE p.id = n.plan_node_id AND n.executor_key IS NULL AND n.node_state = 'READY';

@@ -3,10 +3,9 @@
 -- in the listing's order (a node's `created_at` is its movement's). The dispatch listing
 -- (`claims::candidates`) finds the executor keys and lanes that have READY nodes one index
 -- probe each, skips those a pause holds or this dispatcher does not serve without reading
--- their nodes, walks the others in order and merges them. Migration 0044 drops the index it
--- replaces (`mrn_dispatch`, 0040). The nodes written before 0042 without a key are in no
--- entry of it until they are next written (0042's trigger): only the unfinished ones can
--- become READY again, and 0042 filled those.
+-- their nodes, walks the others in order and merges them. A READY node without a key (written
+-- before 0042) is listed from `mrn_dispatch_keyless` (0044). Migration 0045 drops the index
+-- these replace (`mrn_dispatch`, 0040).
 --
 -- Built CONCURRENTLY, outside a transaction, one statement to a file: the workers keep writing
 -- nodes while it builds (docs/deployment.md, upgrades). If the build fails it leaves an

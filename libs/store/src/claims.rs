@@ -148,48 +148,61 @@ pub async fn candidates(
 ///
 /// `mrn_dispatch_by_executor` holds the READY nodes that are not manual steps by executor key,
 /// lane and `created_at, id`. The first statement ([`dispatch_lanes`]) finds the executor keys
-/// and lanes that have READY nodes (a loose index scan: one probe each, and one more to find
-/// there is no other, however many nodes each has and however many keys the registry names),
-/// keeps those this dispatcher serves and no pause holds (global, the lane, the executor: the
-/// claim's test, on the key and lane — a node's own — instead of on each node), and answers
-/// them with the expired leases (few; read from `mrn_lease` with [`Pickup::Dispatch`]'s
-/// predicate). Then each key and lane is walked in order up to the limit ([`dispatch_walk`]),
-/// and the rows are merged. Inside one key and lane the walk still reads past the READY nodes it
-/// turns down for their own reasons (held back, a movement not APPROVED or EXECUTING, just
-/// tried), never more than those. A node's `created_at` is its movement's and its executor key
-/// its plan node's (`movements::insert` copies both), so this is the order of
-/// [`Pickup::order`] without reading the movement first; the claim re-checks the whole
-/// predicate.
+/// and lanes that have READY nodes, each with its oldest entry (a loose index scan: one probe
+/// each, and one more to find there is no other, however many nodes each has and however many
+/// keys the registry names), keeps those this dispatcher serves and no pause holds (global,
+/// the lane, the executor: the claim's test, on the key and lane — a node's own — instead of on
+/// each node), and answers them with the expired leases and the READY nodes without a key
+/// (written before migration 0042; few, read from `mrn_lease` and `mrn_dispatch_keyless` with
+/// [`Pickup::Dispatch`]'s predicate). Then the keys and lanes are walked in order
+/// ([`dispatch_walk`]), the one with the oldest entry first, until no key and lane left can hold
+/// a node older than the `limit`th found; the rows are merged. Inside one key and lane the walk
+/// still reads past the READY nodes it turns down for their own reasons (held back, a movement
+/// not APPROVED or EXECUTING, just tried), never more than those. A node's `created_at` is its
+/// movement's and its executor key its plan node's (`movements::insert` copies both), so this
+/// is the order of [`Pickup::order`] without reading the movement first; the claim re-checks
+/// the whole predicate.
 ///
-/// Two short statements rather than one: as one, PostgreSQL planned the listing afresh on every
+/// Short statements rather than one: as one, PostgreSQL planned the listing afresh on every
 /// call (its generic plan, not knowing how many keys or rows, looked dearer than each custom
 /// one), 2 ms of planning for 0.2 ms of execution. Each of these keeps one plan, the limit
-/// written into the walk's text for that. `tests/claims.rs`
-/// `the_dispatch_listing_takes_the_oldest_first_and_reads_only_what_it_returns` and
-/// `a_paused_or_unserved_backlog_is_not_read_by_the_dispatch_listing` check the order and what
-/// it reads.
+/// written into their text for that. `tests/claims.rs`
+/// `the_dispatch_listing_takes_the_oldest_first_and_reads_only_what_it_returns`,
+/// `a_paused_or_unserved_backlog_is_not_read_by_the_dispatch_listing` and
+/// `the_dispatch_listing_walks_only_the_executors_that_hold_the_oldest_nodes` check the order
+/// and what it reads.
 async fn dispatch_candidates(
     conn: &mut PgConnection,
     served: &[String],
     exclude: &[Uuid],
     limit: i64,
 ) -> Result<Vec<Uuid>> {
-    let limit = limit.max(0);
+    type At = chrono::DateTime<chrono::Utc>;
+    if limit <= 0 {
+        return Ok(Vec::new());
+    }
+    let wanted = limit as usize;
     let rows =
         sqlx::query(AssertSqlSafe(dispatch_lanes(limit))).bind(exclude).bind(served).fetch_all(&mut *conn).await?;
-    let mut found: Vec<(chrono::DateTime<chrono::Utc>, Uuid)> = Vec::new();
-    let mut lanes: Vec<(String, String)> = Vec::new();
+    // Nodes found, and the keys and lanes to walk with their oldest entry: `(at, id)` each.
+    let mut found: Vec<(At, Uuid)> = Vec::new();
+    let mut lanes: Vec<((At, Uuid), String, String)> = Vec::new();
     for row in &rows {
-        match (
-            row.try_get::<Option<Uuid>, _>("id")?,
-            row.try_get::<Option<chrono::DateTime<chrono::Utc>>, _>("created_at")?,
-        ) {
-            (Some(id), Some(at)) => found.push((at, id)),
-            _ => lanes.push((row.try_get("executor_key")?, row.try_get("lane")?)),
+        let oldest: (At, Uuid) = (row.try_get("created_at")?, row.try_get("id")?);
+        match row.try_get::<Option<String>, _>("executor_key")? {
+            Some(key) => lanes.push((oldest, key, row.try_get("lane")?)),
+            None => found.push(oldest),
         }
     }
+    lanes.sort_unstable();
     let walk = dispatch_walk(limit);
-    for (key, lane) in &lanes {
+    for (oldest, key, lane) in &lanes {
+        found.sort_unstable();
+        // Every node of this key and lane, and of those after it, is at least as old as its
+        // oldest entry: none can be among the first `limit` once that many are older.
+        if found.len() >= wanted && found[wanted - 1] < *oldest {
+            break;
+        }
         let rows =
             sqlx::query(AssertSqlSafe(walk.as_str())).bind(key).bind(lane).bind(exclude).fetch_all(&mut *conn).await?;
         for row in &rows {
@@ -197,37 +210,45 @@ async fn dispatch_candidates(
         }
     }
     found.sort_unstable();
-    Ok(found.into_iter().take(limit as usize).map(|(_, id)| id).collect())
+    Ok(found.into_iter().take(wanted).map(|(_, id)| id).collect())
 }
 
-/// The executor keys and lanes with READY nodes that a dispatcher serving `$2` may walk, and
-/// the oldest `limit` expired leases it may take (`$1`: ids left out). Rows of the first kind
-/// have a NULL `id`.
+/// The executor keys and lanes with READY nodes that a dispatcher serving `$2` may walk, each
+/// with its oldest entry (`id`, `created_at`); and, with a NULL key, the oldest `limit` expired
+/// leases and READY nodes without a key it may take (`$1`: ids left out).
 fn dispatch_lanes(limit: i64) -> String {
     const TAKEABLE: &str = "n.node_state = 'READY' AND n.node_kind <> 'manual'";
+    const OLDEST: &str = "ORDER BY n.executor_key, n.lane, n.created_at, n.id LIMIT 1";
+    let arm = |state: &str| {
+        format!(
+            "(SELECT NULL, NULL, n.id, n.created_at FROM movement_request_nodes n
+              CROSS JOIN LATERAL (SELECT r0.request_state FROM movement_requests r0
+                                  WHERE r0.id = n.request_id OFFSET 0) r
+              JOIN plan_nodes p ON p.id = n.plan_node_id
+              WHERE {} AND NOT (n.id = ANY($1))
+              ORDER BY n.created_at, n.id LIMIT {limit})",
+            dispatchable("p.executor_key = ANY($2::text[])", state)
+        )
+    };
     // The pause test is the claim's (`controls::PAUSED`), which reads the node's lane as `n.lane`
     // and its executor key as `p.executor_key`: `n` and `p` name the key and lane here.
     format!(
-        "WITH RECURSIVE lanes(executor_key, lane) AS (
-             (SELECT n.executor_key, n.lane FROM movement_request_nodes n
-              WHERE n.executor_key IS NOT NULL AND {TAKEABLE} ORDER BY n.executor_key, n.lane LIMIT 1)
+        "WITH RECURSIVE lanes(executor_key, lane, id, created_at) AS (
+             (SELECT n.executor_key, n.lane, n.id, n.created_at FROM movement_request_nodes n
+              WHERE n.executor_key IS NOT NULL AND {TAKEABLE} {OLDEST})
            UNION ALL
-             SELECT f.executor_key, f.lane FROM lanes h
-             CROSS JOIN LATERAL (SELECT n.executor_key, n.lane FROM movement_request_nodes n
+             SELECT f.executor_key, f.lane, f.id, f.created_at FROM lanes h
+             CROSS JOIN LATERAL (SELECT n.executor_key, n.lane, n.id, n.created_at FROM movement_request_nodes n
                                  WHERE (n.executor_key, n.lane) > (h.executor_key, h.lane) AND {TAKEABLE}
-                                 ORDER BY n.executor_key, n.lane LIMIT 1) f)
-         SELECT h.executor_key, h.lane, NULL::uuid AS id, NULL::timestamptz AS created_at FROM lanes h
+                                 {OLDEST}) f)
+         SELECT h.executor_key, h.lane, h.id, h.created_at FROM lanes h
          CROSS JOIN LATERAL (SELECT h.lane) n
          CROSS JOIN LATERAL (SELECT h.executor_key) p
          WHERE h.executor_key = ANY($2::text[]) AND NOT {PAUSED}
-         UNION ALL
-         (SELECT NULL, NULL, n.id, n.created_at FROM movement_request_nodes n
-          CROSS JOIN LATERAL (SELECT r0.request_state FROM movement_requests r0
-                              WHERE r0.id = n.request_id OFFSET 0) r
-          JOIN plan_nodes p ON p.id = n.plan_node_id
-          WHERE {} AND NOT (n.id = ANY($1))
-          ORDER BY n.created_at, n.id LIMIT {limit})",
-        dispatchable("p.executor_key = ANY($2::text[])", DISPATCH_EXPIRED),
+         UNION ALL {}
+         UNION ALL {}",
+        arm(DISPATCH_EXPIRED),
+        arm(&format!("n.executor_key IS NULL AND {DISPATCH_READY}")),
         PAUSED = crate::controls::PAUSED
     )
 }

@@ -222,9 +222,41 @@ async fn a_paused_or_unserved_backlog_is_not_read_by_the_dispatch_listing(pool: 
     Ok(())
 }
 
+/// Many executors with READY nodes: the listing walks the ones that hold the oldest nodes, not
+/// every one (each walk is a statement and reads up to the limit).
+#[sqlx::test(migrator = "qtg_store::MIGRATOR")]
+async fn the_dispatch_listing_walks_only_the_executors_that_hold_the_oldest_nodes(pool: PgPool) -> Result<()> {
+    let keys: Vec<String> = (0..30).map(|i| format!("exec.other.k{i:02}")).collect();
+    let mut created = Vec::new();
+    for (i, key) in keys.iter().enumerate() {
+        let template = format!("t.k{i:02}");
+        install(&pool, &template, &plan(vec![PlanNode { executor_key: key.clone(), ..action("n") }], &[])).await?;
+        for j in 0..3 {
+            created.push(ready_in(&pool, &template, &format!("{i}-{j}"), "other").await?);
+        }
+    }
+    sqlx::query("ANALYZE movement_request_nodes, movement_requests, plan_nodes").execute(&pool).await?;
+    // Scans of the node table started, however each is planned: a probe of the loose scan, a
+    // walk, the expired leases' and keyless nodes' arms, one each.
+    const SCANS: &str = "SELECT COALESCE(seq_scan, 0) + COALESCE(idx_scan, 0) FROM pg_stat_xact_user_tables
+        WHERE relname = 'movement_request_nodes'";
+    let mut tx = pool.begin().await?;
+    let before: i64 = sqlx::query_scalar(SCANS).fetch_one(&mut *tx).await?;
+    let listed = claims::candidates(&mut tx, Pickup::Dispatch, &keys, &[], 10).await?;
+    let after: i64 = sqlx::query_scalar(SCANS).fetch_one(&mut *tx).await?;
+    tx.rollback().await?;
+    assert_eq!(listed, created[..10], "the oldest first across executors");
+    // 31 probes find the 30 keys and two arms read the expired leases and keyless nodes; the 4
+    // keys that hold the oldest 10 are walked, not all 30 (63 scans).
+    let scans = after - before;
+    assert!(scans <= 45, "{scans} scans of the node table to list 10 of 90 READY nodes of 30 executors");
+    Ok(())
+}
+
 /// The listing walks READY nodes by their executor key: a node inserted without it (the
-/// previous release's workers during an upgrade) gets it from its plan node, and so does a node
-/// written before the key existed when it is next written (migration 0042's trigger).
+/// previous release's workers during an upgrade) gets it from its plan node (migration 0042's
+/// trigger), and a READY node that has none (written before the key existed, made READY since)
+/// is listed all the same (`mrn_dispatch_keyless`).
 #[sqlx::test(migrator = "qtg_store::MIGRATOR")]
 async fn a_node_written_without_its_executor_key_gets_it_from_its_plan_node(pool: PgPool) -> Result<()> {
     let (_, n) = ready_node(&pool, "t.keyless").await?;
@@ -238,29 +270,20 @@ async fn a_node_written_without_its_executor_key_gets_it_from_its_plan_node(pool
     .await?;
     assert_eq!(key.as_deref(), Some(EXECUTOR), "an insert that does not name the key");
 
-    // A row from before the key: cleared with the trigger off, as the column was added.
-    let mut tx = pool.begin().await?;
-    sqlx::query("ALTER TABLE movement_request_nodes DISABLE TRIGGER mrn_executor_key").execute(&mut *tx).await?;
-    sqlx::query("UPDATE movement_request_nodes SET executor_key = NULL WHERE id = $1")
-        .bind(n)
-        .execute(&mut *tx)
-        .await?;
-    sqlx::query("ALTER TABLE movement_request_nodes ENABLE TRIGGER mrn_executor_key").execute(&mut *tx).await?;
-    tx.commit().await?;
-    assert!(dispatchable(&pool).await?.is_empty(), "a READY node without its key is in no walk (0042 fills them)");
-    sqlx::query("UPDATE movement_request_nodes SET updated_at = now() WHERE id = $1").bind(n).execute(&pool).await?;
+    // A row from before the key, made READY since.
+    sqlx::query("UPDATE movement_request_nodes SET executor_key = NULL WHERE id = $1").bind(n).execute(&pool).await?;
     let key: Option<String> = sqlx::query_scalar("SELECT executor_key FROM movement_request_nodes WHERE id = $1")
         .bind(n)
         .fetch_one(&pool)
         .await?;
-    assert_eq!(key.as_deref(), Some(EXECUTOR), "written again, it has its key");
+    assert_eq!(key, None, "the trigger fills an insert only");
     assert_eq!(dispatchable(&pool).await?, vec![n]);
     Ok(())
 }
 
-/// Migrations 0042–0044 on a database that already has nodes (an upgrade): the unfinished
-/// nodes get their executor key and are listed from the new index; a finished one gets it when
-/// it is written again (an operator's retry of a FAILED node).
+/// Migrations 0042–0045 on a database that already has nodes (an upgrade): the READY nodes get
+/// their executor key and are listed from the new index; a node that becomes READY later
+/// without one (an operator's retry of a FAILED node) is listed from the keyless one.
 #[sqlx::test(migrator = "qtg_store::MIGRATOR")]
 async fn an_upgrade_gives_the_unfinished_nodes_their_executor_key(pool: PgPool) -> Result<()> {
     install(&pool, "t.upgrade", &plan(vec![action("n")], &[])).await?;
@@ -285,16 +308,16 @@ async fn an_upgrade_gives_the_unfinished_nodes_their_executor_key(pool: PgPool) 
             .bind(node)
             .fetch_one(&pool)
     };
-    assert_eq!(key(ready).await?.as_deref(), Some(EXECUTOR), "an unfinished node is filled");
+    assert_eq!(key(ready).await?.as_deref(), Some(EXECUTOR), "a READY node is filled");
     assert_eq!(key(failed).await?, None, "a finished one is left as it was");
     let old_index: Option<String> =
         sqlx::query_scalar("SELECT to_regclass('mrn_dispatch')::text").fetch_one(&pool).await?;
-    assert_eq!(old_index, None, "0044 dropped the index 0043 replaced");
+    assert_eq!(old_index, None, "0045 dropped the index 0043 and 0044 replace");
     assert_eq!(dispatchable(&pool).await?, vec![ready]);
 
     write(&pool, failed, NodeState::Failed, NodeState::Ready, &NodePatch::default()).await?.or_stale()?;
-    assert_eq!(key(failed).await?.as_deref(), Some(EXECUTOR), "written again, it has its key");
-    assert_eq!(dispatchable(&pool).await?, vec![ready, failed]);
+    assert_eq!(key(failed).await?, None);
+    assert_eq!(dispatchable(&pool).await?, vec![ready, failed], "READY without a key, and listed");
     Ok(())
 }
 

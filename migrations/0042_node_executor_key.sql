@@ -12,8 +12,8 @@
 -- PostgreSQL lock the row it updates first, a WAL record on every node write. The READY nodes
 -- are filled here, under the table's lock (about 25 ms per thousand READY nodes). A node
 -- without a key that becomes READY later (written before this migration, then made READY by
--- its predecessor or an operator's retry) is listed from `mrn_dispatch_keyless` (0044), as
--- before. A plan node never changes, so neither does a node's key.
+-- its predecessor or an operator's retry) is listed from `mrn_dispatch_keyless` (0044). A
+-- plan node never changes, so neither does a node's key.
 --
 -- The column first: its ACCESS EXCLUSIVE lock is the strongest this migration takes, so it
 -- never waits for a stronger one while holding a weaker (the workers keep writing nodes). While

@@ -227,12 +227,15 @@ async fn a_paused_or_unserved_backlog_is_not_read_by_the_dispatch_listing(pool: 
 #[sqlx::test(migrator = "qtg_store::MIGRATOR")]
 async fn the_dispatch_listing_walks_only_the_executors_that_hold_the_oldest_nodes(pool: PgPool) -> Result<()> {
     let keys: Vec<String> = (0..30).map(|i| format!("exec.other.k{i:02}")).collect();
-    let mut created = Vec::new();
     for (i, key) in keys.iter().enumerate() {
-        let template = format!("t.k{i:02}");
-        install(&pool, &template, &plan(vec![PlanNode { executor_key: key.clone(), ..action("n") }], &[])).await?;
+        let node = PlanNode { executor_key: key.clone(), ..action("n") };
+        install(&pool, &format!("t.k{i:02}"), &plan(vec![node], &[])).await?;
+    }
+    // The oldest nodes are those of the last keys: the walks go by age, not by key.
+    let mut created = Vec::new();
+    for i in (0..30).rev() {
         for j in 0..3 {
-            created.push(ready_in(&pool, &template, &format!("{i}-{j}"), "other").await?);
+            created.push(ready_in(&pool, &format!("t.k{i:02}"), &format!("{i}-{j}"), "other").await?);
         }
     }
     sqlx::query("ANALYZE movement_request_nodes, movement_requests, plan_nodes").execute(&pool).await?;

@@ -33,19 +33,48 @@ fn claim_patch(token: Uuid, lease: Duration) -> NodePatch {
 
 /// A READY node of an EXECUTING movement of template `key`.
 async fn ready_node(pool: &PgPool, key: &str) -> Result<(Movement, Uuid)> {
-    let m = one_node_movement(pool, key, None).await?;
-    execute(pool, m.id).await?;
-    walk(pool, m.node("n"), &[NodeState::Blocked, NodeState::Ready]).await?;
+    install(pool, key, &plan(vec![action("n")], &[])).await?;
+    let m = ready_movement(pool, key, "k-1", "other").await?;
     let n = m.node("n");
     Ok((m, n))
 }
 
 /// A READY node of an EXECUTING one-node movement of template `key`, created in `lane`.
 async fn ready_in(pool: &PgPool, template: &str, key: &str, lane: &str) -> Result<Uuid> {
+    Ok(ready_movement(pool, template, key, lane).await?.node("n"))
+}
+
+/// An EXECUTING one-node movement of `template` (idempotency key `key`, in `lane`), its node READY.
+async fn ready_movement(pool: &PgPool, template: &str, key: &str, lane: &str) -> Result<Movement> {
     let m = movement(pool, &Spec { lane, ..Spec::new(template, key) }).await?;
     execute(pool, m.id).await?;
     walk(pool, m.node("n"), &[NodeState::Blocked, NodeState::Ready]).await?;
-    Ok(m.node("n"))
+    Ok(m)
+}
+
+/// What one dispatch listing read of the node table: entries of `mrn_dispatch_by_executor`,
+/// sequential scans, and scans of any kind started (one per probe, walk or arm, however each is
+/// planned).
+struct Reads {
+    index_entries: i64,
+    seq_scans: i64,
+    scans: i64,
+}
+
+/// Lists `limit` dispatch candidates in a transaction of its own and counts what it read. The
+/// connection's own counters are read before and after: they may still hold its earlier
+/// transactions' reads (PostgreSQL flushes them at most once a second).
+async fn list_reading(pool: &PgPool, served: &[String], exclude: &[Uuid], limit: i64) -> Result<(Vec<Uuid>, Reads)> {
+    const READS: &str = "SELECT pg_stat_get_xact_tuples_returned('mrn_dispatch_by_executor'::regclass),
+        COALESCE(seq_scan, 0), COALESCE(seq_scan, 0) + COALESCE(idx_scan, 0)
+        FROM pg_stat_xact_user_tables WHERE relname = 'movement_request_nodes'";
+    let mut tx = pool.begin().await?;
+    let before: (i64, i64, i64) = sqlx::query_as(READS).fetch_one(&mut *tx).await?;
+    let listed = claims::candidates(&mut tx, Pickup::Dispatch, served, exclude, limit).await?;
+    let after: (i64, i64, i64) = sqlx::query_as(READS).fetch_one(&mut *tx).await?;
+    tx.rollback().await?;
+    let reads = Reads { index_entries: after.0 - before.0, seq_scans: after.1 - before.1, scans: after.2 - before.2 };
+    Ok((listed, reads))
 }
 
 #[sqlx::test(migrator = "qtg_store::MIGRATOR")]
@@ -154,16 +183,8 @@ async fn the_dispatch_listing_takes_the_oldest_first_and_reads_only_what_it_retu
         .or_stale()?;
     sqlx::query("ANALYZE movement_request_nodes, movement_requests, plan_nodes").execute(&pool).await?;
 
-    // The connection's own counters, read before and after: they may still hold its earlier
-    // transactions' reads (PostgreSQL flushes them at most once a second).
-    const READS: &str = "SELECT pg_stat_get_xact_tuples_returned('mrn_dispatch_by_executor'::regclass),
-        (SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'movement_request_nodes')";
-    let mut tx = pool.begin().await?;
-    let before: (i64, i64) = sqlx::query_as(READS).fetch_one(&mut *tx).await?;
-    let listed = claims::candidates(&mut tx, Pickup::Dispatch, &served(), &[tried], 10).await?;
-    let after: (i64, i64) = sqlx::query_as(READS).fetch_one(&mut *tx).await?;
-    tx.rollback().await?;
-    let (ready_read, node_seq_scans) = (after.0 - before.0, after.1 - before.1);
+    let (listed, reads) = list_reading(&pool, &served(), &[tried], 10).await?;
+    let (ready_read, node_seq_scans) = (reads.index_entries, reads.seq_scans);
     let oldest: Vec<Uuid> = created.iter().copied().filter(|n| ![live, tried].contains(n)).take(10).collect();
     assert_eq!(listed, oldest, "the oldest movements first, the expired lease in its place");
     assert!(listed.contains(&expired));
@@ -202,14 +223,8 @@ async fn a_paused_or_unserved_backlog_is_not_read_by_the_dispatch_listing(pool: 
     sqlx::query("ANALYZE movement_request_nodes, movement_requests, plan_nodes").execute(&pool).await?;
     let served = vec![EXECUTOR.to_string(), PAUSED_EXECUTOR.to_string()];
 
-    const READS: &str = "SELECT pg_stat_get_xact_tuples_returned('mrn_dispatch_by_executor'::regclass),
-        (SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'movement_request_nodes')";
-    let mut tx = pool.begin().await?;
-    let before: (i64, i64) = sqlx::query_as(READS).fetch_one(&mut *tx).await?;
-    let listed = claims::candidates(&mut tx, Pickup::Dispatch, &served, &[], 10).await?;
-    let after: (i64, i64) = sqlx::query_as(READS).fetch_one(&mut *tx).await?;
-    tx.rollback().await?;
-    let (ready_read, node_seq_scans) = (after.0 - before.0, after.1 - before.1);
+    let (listed, reads) = list_reading(&pool, &served, &[], 10).await?;
+    let (ready_read, node_seq_scans) = (reads.index_entries, reads.seq_scans);
     assert_eq!(listed, takeable[..10], "the oldest nodes it may take, behind 240 it may not");
     assert_eq!(node_seq_scans, 0, "no scan of every node");
     assert!(ready_read <= 20, "{ready_read} READY index entries read for 10 candidates behind a backlog of 240");
@@ -239,19 +254,11 @@ async fn the_dispatch_listing_walks_only_the_executors_that_hold_the_oldest_node
         }
     }
     sqlx::query("ANALYZE movement_request_nodes, movement_requests, plan_nodes").execute(&pool).await?;
-    // Scans of the node table started, however each is planned: a probe of the loose scan, a
-    // walk, the expired leases' and keyless nodes' arms, one each.
-    const SCANS: &str = "SELECT COALESCE(seq_scan, 0) + COALESCE(idx_scan, 0) FROM pg_stat_xact_user_tables
-        WHERE relname = 'movement_request_nodes'";
-    let mut tx = pool.begin().await?;
-    let before: i64 = sqlx::query_scalar(SCANS).fetch_one(&mut *tx).await?;
-    let listed = claims::candidates(&mut tx, Pickup::Dispatch, &keys, &[], 10).await?;
-    let after: i64 = sqlx::query_scalar(SCANS).fetch_one(&mut *tx).await?;
-    tx.rollback().await?;
+    let (listed, reads) = list_reading(&pool, &keys, &[], 10).await?;
     assert_eq!(listed, created[..10], "the oldest first across executors");
     // 31 probes find the 30 keys and two arms read the expired leases and keyless nodes; the 4
     // keys that hold the oldest 10 are walked, not all 30 (63 scans).
-    let scans = after - before;
+    let scans = reads.scans;
     assert!(scans <= 45, "{scans} scans of the node table to list 10 of 90 READY nodes of 30 executors");
     Ok(())
 }
